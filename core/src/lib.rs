@@ -4,3 +4,6 @@
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
+
+pub mod error;
+pub use error::{Error, Result};

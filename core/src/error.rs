@@ -1,0 +1,197 @@
+//! The one error type of `care-core`.
+//!
+//! Every fallible function of the crate returns [`Error`]. Each variant has a stable snake_case
+//! [`Error::code`] (used by the CLI's JSON output) and a stable number [`Error::number`] (the C ABI's
+//! `care_result`), grouped by hundreds: 1xx arguments, 2xx parse and format, 3xx rubric invariants
+//! and scores, 4xx numerics. Numbers are never reused or renumbered; new variants take the next free
+//! number of their group.
+
+use core::fmt;
+
+/// Why an operation of `care-core` failed. Small and `Copy`, like `serde_json_core::de::Error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Error {
+    // ---- 1xx: arguments -------------------------------------------------------------------
+    /// Two inputs that must have matching lengths do not.
+    LengthMismatch,
+    /// An argument is outside its documented domain (for example `tau <= 0`, `eps < 0`).
+    InvalidArgument,
+    /// A caller-provided output or scratch buffer is too small.
+    BufferTooSmall,
+    /// An empty input where at least one element is required.
+    Empty,
+
+    // ---- 2xx: parse and format ------------------------------------------------------------
+    /// The text is not one JSON value.
+    NotJson,
+    /// Non-whitespace text before or after the JSON value.
+    TrailingText,
+    /// Wrong JSON type, missing key or unknown key.
+    Schema,
+    /// The input exceeds a fixed capacity (criteria, violations, scratch buffer).
+    Capacity,
+    /// The input is not valid UTF-8.
+    InvalidUtf8,
+    /// The rubric parsed but breaks the format contract (see the validation report).
+    FormatViolation,
+    /// The judge output holds no JSON object with `criterion_scores`.
+    NoJudgeJson,
+
+    // ---- 3xx: rubric invariants and scores ------------------------------------------------
+    /// Weights that are negative, non-finite, or sum to zero where a positive sum is required.
+    InvalidWeights,
+    /// A criterion has no score and the missing-score policy is `error`.
+    MissingScore,
+    /// A score outside `0..=5` or non-integral, and the out-of-range policy is `error`.
+    ScoreOutOfRange,
+    /// A strategy label that maps to no dimension, and the unknown-label policy is `error`.
+    UnknownLabel,
+    /// A judge score names a criterion that the rubric does not have.
+    UnknownCriterion,
+    /// The score layout does not match the rubric's criteria (count per dimension).
+    ScoreShape,
+
+    // ---- 4xx: numerics and layouts --------------------------------------------------------
+    /// Group or sequence offsets that are not a non-decreasing CSR array starting at 0 and
+    /// ending at the input length, or a group size of 0 / not dividing the input length.
+    InvalidLayout,
+    /// A group has exactly one valid sample and the singleton policy is `error`.
+    SingletonGroup,
+    /// A non-finite value where only finite values are allowed.
+    NonFinite,
+}
+
+impl Error {
+    /// Every variant, in number order (for tables, tests and the C header check).
+    pub const ALL: [Error; 20] = [
+        Error::LengthMismatch,
+        Error::InvalidArgument,
+        Error::BufferTooSmall,
+        Error::Empty,
+        Error::NotJson,
+        Error::TrailingText,
+        Error::Schema,
+        Error::Capacity,
+        Error::InvalidUtf8,
+        Error::FormatViolation,
+        Error::NoJudgeJson,
+        Error::InvalidWeights,
+        Error::MissingScore,
+        Error::ScoreOutOfRange,
+        Error::UnknownLabel,
+        Error::UnknownCriterion,
+        Error::ScoreShape,
+        Error::InvalidLayout,
+        Error::SingletonGroup,
+        Error::NonFinite,
+    ];
+
+    /// The stable snake_case code (CLI output, logs).
+    pub const fn code(self) -> &'static str {
+        match self {
+            Error::LengthMismatch => "length_mismatch",
+            Error::InvalidArgument => "invalid_argument",
+            Error::BufferTooSmall => "buffer_too_small",
+            Error::Empty => "empty",
+            Error::NotJson => "not_json",
+            Error::TrailingText => "trailing_text",
+            Error::Schema => "schema",
+            Error::Capacity => "capacity",
+            Error::InvalidUtf8 => "invalid_utf8",
+            Error::FormatViolation => "format_violation",
+            Error::NoJudgeJson => "no_judge_json",
+            Error::InvalidWeights => "invalid_weights",
+            Error::MissingScore => "missing_score",
+            Error::ScoreOutOfRange => "score_out_of_range",
+            Error::UnknownLabel => "unknown_label",
+            Error::UnknownCriterion => "unknown_criterion",
+            Error::ScoreShape => "score_shape",
+            Error::InvalidLayout => "invalid_layout",
+            Error::SingletonGroup => "singleton_group",
+            Error::NonFinite => "non_finite",
+        }
+    }
+
+    /// The stable number (the C ABI's `care_result`); never renumbered.
+    pub const fn number(self) -> u32 {
+        match self {
+            Error::LengthMismatch => 101,
+            Error::InvalidArgument => 102,
+            Error::BufferTooSmall => 103,
+            Error::Empty => 104,
+            Error::NotJson => 201,
+            Error::TrailingText => 202,
+            Error::Schema => 203,
+            Error::Capacity => 204,
+            Error::InvalidUtf8 => 205,
+            Error::FormatViolation => 206,
+            Error::NoJudgeJson => 207,
+            Error::InvalidWeights => 301,
+            Error::MissingScore => 302,
+            Error::ScoreOutOfRange => 303,
+            Error::UnknownLabel => 304,
+            Error::UnknownCriterion => 305,
+            Error::ScoreShape => 306,
+            Error::InvalidLayout => 401,
+            Error::SingletonGroup => 402,
+            Error::NonFinite => 403,
+        }
+    }
+
+    /// A one-line, human-readable description.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Error::LengthMismatch => "input lengths do not match",
+            Error::InvalidArgument => "argument outside its valid domain",
+            Error::BufferTooSmall => "output or scratch buffer too small",
+            Error::Empty => "input is empty",
+            Error::NotJson => "text is not one JSON value",
+            Error::TrailingText => "text before or after the JSON value",
+            Error::Schema => "wrong JSON type, missing key or unknown key",
+            Error::Capacity => "input exceeds a fixed capacity",
+            Error::InvalidUtf8 => "input is not valid UTF-8",
+            Error::FormatViolation => "rubric breaks the format contract",
+            Error::NoJudgeJson => "judge output holds no criterion_scores object",
+            Error::InvalidWeights => "weights are negative, non-finite or sum to zero",
+            Error::MissingScore => "a criterion has no score",
+            Error::ScoreOutOfRange => "score outside 0..=5 or not an integer",
+            Error::UnknownLabel => "strategy label maps to no dimension",
+            Error::UnknownCriterion => "score names a criterion the rubric does not have",
+            Error::ScoreShape => "scores do not match the rubric's criteria",
+            Error::InvalidLayout => "invalid group or sequence layout",
+            Error::SingletonGroup => "group with a single valid sample",
+            Error::NonFinite => "non-finite value",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message(), self.code())
+    }
+}
+
+impl core::error::Error for Error {}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_codes_are_unique_and_grouped() {
+        for (i, a) in Error::ALL.iter().enumerate() {
+            for b in &Error::ALL[i + 1..] {
+                assert_ne!(a.number(), b.number());
+                assert_ne!(a.code(), b.code());
+            }
+            assert!((100..500).contains(&a.number()));
+        }
+        let mut sorted = Error::ALL;
+        sorted.sort_by_key(|e| e.number());
+        assert_eq!(sorted, Error::ALL, "ALL is in number order");
+    }
+}
