@@ -1,0 +1,152 @@
+//! Argument checks shared by every entry point: NULL, alignment and length checks that turn bad
+//! input into a `care_result` instead of undefined behaviour or a panic.
+
+use core::ffi::c_char;
+use core::mem::size_of;
+
+use crate::result::care_result;
+
+/// Unwraps `Ok`, or returns the error code from the enclosing entry point.
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(value) => value,
+            Err(code) => return code,
+        }
+    };
+}
+
+/// Unwraps a core `Result`, or returns its mapped code from the enclosing entry point.
+macro_rules! tri_core {
+    ($e:expr) => {
+        match $e {
+            Ok(value) => value,
+            Err(error) => return $crate::result::map_error(error),
+        }
+    };
+}
+
+/// Checks a non-NULL, aligned pointer; NULL is `CARE_ERR_NULL_POINTER`, misaligned is
+/// `CARE_ERR_INVALID_ARGUMENT`.
+fn check_ptr<T>(p: *const T) -> Result<(), care_result> {
+    if p.is_null() {
+        Err(care_result::CARE_ERR_NULL_POINTER)
+    } else if !p.is_aligned() {
+        Err(care_result::CARE_ERR_INVALID_ARGUMENT)
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks that `len` elements of `T` fit in `isize::MAX` bytes, as `from_raw_parts` requires.
+fn check_len<T>(len: usize) -> Result<(), care_result> {
+    match len.checked_mul(size_of::<T>()) {
+        Some(bytes) if bytes <= isize::MAX as usize => Ok(()),
+        _ => Err(care_result::CARE_ERR_INVALID_ARGUMENT),
+    }
+}
+
+/// A shared reference from a C pointer.
+///
+/// # Safety
+/// `p` is NULL or points to a valid `T` that outlives `'a` and is not mutated meanwhile.
+pub(crate) unsafe fn as_ref<'a, T>(p: *const T) -> Result<&'a T, care_result> {
+    check_ptr(p)?;
+    // SAFETY: non-NULL and aligned (checked); validity is the caller's contract.
+    Ok(unsafe { &*p })
+}
+
+/// An input slice from a `(pointer, length)` pair. `(NULL, 0)` is the empty slice, so that an
+/// empty `std::vector`'s `data()` can be passed; NULL with a non-zero length is an error.
+///
+/// # Safety
+/// When non-NULL, `p` points to `len` initialized `T`s that outlive `'a`.
+pub(crate) unsafe fn slice<'a, T>(p: *const T, len: usize) -> Result<&'a [T], care_result> {
+    if len == 0 && p.is_null() {
+        return Ok(&[]);
+    }
+    check_ptr(p)?;
+    check_len::<T>(len)?;
+    // SAFETY: non-NULL, aligned, size fits isize (checked); validity is the caller's contract.
+    Ok(unsafe { core::slice::from_raw_parts(p, len) })
+}
+
+/// An output slice from a `(pointer, length)` pair, with the same NULL rule as [`slice`].
+///
+/// # Safety
+/// When non-NULL, `p` points to `len` writable `T`s, not aliased by any other argument, that
+/// outlive `'a`. `T` must be a plain number type (every bit pattern valid), since C may pass
+/// uninitialized memory.
+pub(crate) unsafe fn slice_mut<'a, T: Copy>(
+    p: *mut T,
+    len: usize,
+) -> Result<&'a mut [T], care_result> {
+    if len == 0 && p.is_null() {
+        return Ok(&mut []);
+    }
+    check_ptr(p)?;
+    check_len::<T>(len)?;
+    // SAFETY: as in `slice`, plus exclusivity, which is the caller's contract.
+    Ok(unsafe { core::slice::from_raw_parts_mut(p, len) })
+}
+
+/// UTF-8 text from a `(const char *, size_t)` pair (not NUL-terminated).
+///
+/// # Safety
+/// As for [`slice`].
+pub(crate) unsafe fn text<'a>(p: *const c_char, len: usize) -> Result<&'a str, care_result> {
+    // SAFETY: forwarded contract; `c_char` and `u8` have the same layout.
+    let bytes = unsafe { slice(p.cast::<u8>(), len) }?;
+    core::str::from_utf8(bytes).map_err(|_| care_result::CARE_ERR_INVALID_UTF8)
+}
+
+/// A checked output parameter: written only when the call succeeds.
+pub(crate) struct Out<T>(*mut T);
+
+impl<T> Out<T> {
+    /// Checks `p` (non-NULL, aligned); nothing is written yet.
+    pub(crate) fn new(p: *mut T) -> Result<Self, care_result> {
+        check_ptr(p.cast_const())?;
+        Ok(Out(p))
+    }
+
+    /// Writes the value (without reading or dropping the old, possibly uninitialized, one).
+    ///
+    /// # Safety
+    /// The pointer given to [`Out::new`] is valid for a write of `T`.
+    pub(crate) unsafe fn write(self, value: T) {
+        // SAFETY: non-NULL and aligned (checked in `new`); validity is the caller's contract.
+        unsafe { self.0.write(value) }
+    }
+}
+
+/// Copies `src` into the caller buffer `(buf, buf_len)` (no NUL is added) and stores the byte
+/// count in `*out_len`. When the buffer is too small, nothing is copied, `*out_len` receives
+/// the required size and the result is `CARE_ERR_BUFFER_TOO_SMALL`. `buf` may be NULL with
+/// `buf_len == 0` to ask for the size.
+///
+/// # Safety
+/// As for [`slice_mut`] on `(buf, buf_len)`; `out_len` is NULL or valid for a write.
+pub(crate) unsafe fn write_bytes(
+    src: &[u8],
+    buf: *mut c_char,
+    buf_len: usize,
+    out_len: *mut usize,
+) -> care_result {
+    let out_len = tri!(Out::new(out_len));
+    // SAFETY: forwarded contract.
+    let dst = tri!(unsafe { slice_mut(buf.cast::<u8>(), buf_len) });
+    match dst.get_mut(..src.len()) {
+        Some(head) => {
+            head.copy_from_slice(src);
+            // SAFETY: forwarded contract.
+            unsafe { out_len.write(src.len()) };
+            care_result::CARE_OK
+        }
+        None => {
+            // SAFETY: forwarded contract.
+            unsafe { out_len.write(src.len()) };
+            care_result::CARE_ERR_BUFFER_TOO_SMALL
+        }
+    }
+}
