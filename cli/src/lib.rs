@@ -1,0 +1,11 @@
+//! `care-cli`: the library behind the `care` binary.
+//!
+//! The binary is a thin `clap` front end; everything it does per input line lives here so that a
+//! fuzzer or a test can call exactly the code path the binary uses ([`process_line`]), and the
+//! streaming engine ([`engine::run`]) can be driven on any reader and writer.
+#![deny(missing_docs)]
+
+pub mod engine;
+pub mod json;
+
+pub use engine::{EngineOptions, Summary};

@@ -1,0 +1,2 @@
+//! The `care` binary (placeholder until the subcommands are wired).
+fn main() {}
