@@ -1,0 +1,197 @@
+//! Checks of `include/care.h` against the built library:
+//! * the header compiles as C11 and C++17 with `-Wall -Wextra -Wpedantic -Werror`, and a
+//!   C file that takes the address of every declared function links against `libcare.a`;
+//! * the functions declared in the header are exactly the `care_*` symbols that `libcare.so`
+//!   exports (`nm -D --defined-only`);
+//! * the version macros agree with the crate version.
+//!
+//! Needs a C and a C++ compiler (`cc`, `c++`, or `$CC`/`$CXX`) and binutils' `nm`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn header_path() -> PathBuf {
+    repo_root().join("include").join("care.h")
+}
+
+/// `target/<profile>/`, where cargo puts `libcare.so` and `libcare.a` next to `deps/`.
+fn artifact_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// Function names declared in the header: every `care_*(` that starts a declaration line.
+fn declared_functions(header: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in header.lines() {
+        let t = line.trim_start();
+        if t.starts_with("//") || t.starts_with('*') || t.starts_with("/*") || t.starts_with('#') {
+            continue;
+        }
+        if line.starts_with(' ') {
+            continue; // continuation of a parameter list or an enum/struct body
+        }
+        let Some(open) = line.find('(') else { continue };
+        let before = &line[..open];
+        let name = before
+            .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .next();
+        if let Some(name) = name
+            && name.starts_with("care_")
+        {
+            names.insert(name.to_string());
+        }
+    }
+    names
+}
+
+fn tool(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_string())
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn header_declares_exactly_the_exported_symbols() {
+    let header = std::fs::read_to_string(header_path()).expect("include/care.h");
+    let declared = declared_functions(&header);
+    assert!(
+        declared.contains("care_result_message"),
+        "parser found {declared:?}"
+    );
+
+    let so = artifact_dir().join("libcare.so");
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&so)
+        .output()
+        .unwrap_or_else(|e| panic!("nm on {}: {e}", so.display()));
+    assert!(out.status.success(), "nm failed on {}", so.display());
+    let exported: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_addr, kind, name) = (f.next()?, f.next()?, f.next()?);
+            (kind == "T" && name.starts_with("care_")).then(|| name.to_string())
+        })
+        .collect();
+
+    let missing: Vec<_> = declared.difference(&exported).collect();
+    let undeclared: Vec<_> = exported.difference(&declared).collect();
+    assert!(
+        missing.is_empty(),
+        "declared in care.h but not exported: {missing:?}"
+    );
+    assert!(
+        undeclared.is_empty(),
+        "exported but not in care.h: {undeclared:?}"
+    );
+}
+
+#[test]
+fn header_compiles_as_c11_and_cxx17_and_every_function_links() {
+    let header = std::fs::read_to_string(header_path()).expect("include/care.h");
+    let declared = declared_functions(&header);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("care-header-check");
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+
+    // Taking the address of each function makes the linker resolve every declaration.
+    let mut src = String::from("#include \"care.h\"\n#include <stdio.h>\n");
+    src.push_str("_Static_assert(CARE_OK == 0, \"CARE_OK is 0\");\n");
+    src.push_str("int main(void) {\n  const void *fns[] = {\n");
+    for f in &declared {
+        src.push_str(&format!("    (const void *)(size_t)&{f},\n"));
+    }
+    src.push_str("  };\n  size_t n = 0;\n  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) n += fns[i] != NULL;\n");
+    src.push_str("  printf(\"%zu\\n\", n);\n");
+    src.push_str("  return care_abi_version() == CARE_ABI_VERSION ? 0 : 1;\n}\n");
+    let c = dir.join("all_functions.c");
+    std::fs::write(&c, &src).expect("write C file");
+    let cpp = dir.join("header.cpp");
+    std::fs::write(
+        &cpp,
+        "#include \"care.h\"\nstatic_assert(CARE_OK == 0, \"ok is 0\");\nint main() { return care_abi_version() == CARE_ABI_VERSION ? 0 : 1; }\n",
+    )
+    .expect("write C++ file");
+
+    let include = repo_root().join("include");
+    let warn = ["-Wall", "-Wextra", "-Wpedantic", "-Werror"];
+    let lib = artifact_dir();
+    let exe_c = dir.join("all_functions");
+    run(Command::new(tool("CC", "cc"))
+        .arg("-std=c11")
+        .args(warn)
+        .arg("-I")
+        .arg(&include)
+        .arg(&c)
+        .arg(lib.join("libcare.a"))
+        .args(["-lpthread", "-ldl", "-lm"])
+        .arg("-o")
+        .arg(&exe_c));
+    let out = Command::new(&exe_c).output().expect("run C program");
+    assert!(out.status.success(), "ABI version check failed in C");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        declared.len().to_string(),
+        "every declared function has an address"
+    );
+
+    run(Command::new(tool("CXX", "c++"))
+        .arg("-std=c++17")
+        .args(warn)
+        .arg("-I")
+        .arg(&include)
+        .arg(&cpp)
+        .arg("-fsyntax-only"));
+}
+
+#[test]
+fn header_version_macros_match_the_crate() {
+    let header = std::fs::read_to_string(header_path()).expect("include/care.h");
+    let get = |name: &str| -> Option<String> {
+        header.lines().find_map(|l| {
+            l.strip_prefix("#define ")?
+                .strip_prefix(name)?
+                .strip_prefix(' ')
+                .map(|v| v.trim().to_string())
+        })
+    };
+    let v = format!(
+        "{}.{}.{}",
+        get("CARE_VERSION_MAJOR").unwrap_or_default(),
+        get("CARE_VERSION_MINOR").unwrap_or_default(),
+        get("CARE_VERSION_PATCH").unwrap_or_default()
+    );
+    assert_eq!(v, env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        get("CARE_ABI_VERSION"),
+        Some(care::version::CARE_ABI_VERSION.to_string())
+    );
+}
+
+#[test]
+fn header_result_codes_match_the_rust_enum() {
+    let header = std::fs::read_to_string(header_path()).expect("include/care.h");
+    for r in care::care_result::ALL {
+        let want = format!("  {r:?} = {},", r as u32);
+        assert!(header.contains(&want), "care.h lacks `{}`", want.trim());
+    }
+}
