@@ -7,6 +7,8 @@
 //!
 //! Needs a C and a C++ compiler (`cc`, `c++`, or `$CC`/`$CXX`) and binutils' `nm`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
