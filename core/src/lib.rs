@@ -6,4 +6,5 @@
 extern crate alloc;
 
 pub mod error;
+pub mod grpo;
 pub use error::{Error, Result};
