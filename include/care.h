@@ -97,9 +97,263 @@ typedef uint32_t care_result;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// The baseline subtracted from each reward (`care_advantage_options.baseline`).
+enum care_baseline
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // The group mean of the valid rewards (GRPO; default).
+  CARE_BASELINE_MEAN = 0,
+  // The mean of the other valid rewards of the group (RLOO).
+  CARE_BASELINE_LEAVE_ONE_OUT = 1,
+  // Nothing is subtracted.
+  CARE_BASELINE_NONE = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_baseline care_baseline;
+#else
+typedef uint32_t care_baseline;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// What the centered reward is divided by (`care_advantage_options.scale`).
+enum care_scale
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // The std of the group's valid rewards (default).
+  CARE_SCALE_GROUP_STD = 0,
+  // The std of all valid rewards of the batch (TRL `scale_rewards="batch"`).
+  CARE_SCALE_BATCH_STD = 1,
+  // No scaling (Dr. GRPO, RLOO).
+  CARE_SCALE_NONE = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_scale care_scale;
+#else
+typedef uint32_t care_scale;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Which variance estimator the std uses (`care_advantage_options.std_kind`).
+enum care_std_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Divides by `n - 1` (default).
+  CARE_STD_UNBIASED = 0,
+  // Divides by `n`.
+  CARE_STD_BIASED = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_std_kind care_std_kind;
+#else
+typedef uint32_t care_std_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// What a group with exactly one valid sample gets (`care_advantage_options.singleton`).
+enum care_singleton_policy
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Advantage 0 (default).
+  CARE_SINGLETON_ZERO = 0,
+  // Baseline 0 and std 1, as verl does.
+  CARE_SINGLETON_RAW = 1,
+  // Fail with `CARE_ERR_SINGLETON_GROUP`.
+  CARE_SINGLETON_ERROR = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_singleton_policy care_singleton_policy;
+#else
+typedef uint32_t care_singleton_policy;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Named advantage option sets that reproduce a trainer exactly (also by name:
+// `"verl"`, `"trl"`, `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`).
+enum care_advantage_preset
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // verl `grpo`: mean, group std, unbiased, eps 1e-6, singleton raw.
+  CARE_ADVANTAGE_PRESET_VERL = 0,
+  // TRL: mean, group std, unbiased, eps 1e-4, singleton zero.
+  CARE_ADVANTAGE_PRESET_TRL = 1,
+  // TRL with the batch std.
+  CARE_ADVANTAGE_PRESET_TRL_BATCH = 2,
+  // OpenRLHF `group_norm`: eps 1e-9, singleton error.
+  CARE_ADVANTAGE_PRESET_OPENRLHF = 3,
+  // Dr. GRPO: mean baseline, no scale.
+  CARE_ADVANTAGE_PRESET_DR_GRPO = 4,
+  // RLOO: leave-one-out baseline, no scale.
+  CARE_ADVANTAGE_PRESET_RLOO = 5,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_advantage_preset care_advantage_preset;
+#else
+typedef uint32_t care_advantage_preset;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Options of the advantage functions. Initialize with `care_advantage_options_default` or
+// `care_advantage_options_preset`, which set `struct_size`; then change fields. Enum fields
+// hold `care_baseline`, `care_scale`, `care_std_kind` and `care_singleton_policy` values.
+typedef struct care_advantage_options {
+  // `sizeof(care_advantage_options)`; lets the struct grow without breaking old callers.
+  uint32_t struct_size;
+  // A `care_baseline`.
+  uint32_t baseline;
+  // A `care_scale`.
+  uint32_t scale;
+  // A `care_std_kind`.
+  uint32_t std_kind;
+  // A `care_singleton_policy`.
+  uint32_t singleton;
+  // Reserved, set to 0 (keeps `eps` 8-byte aligned on every target).
+  uint32_t reserved;
+  // Added to the std before dividing; finite and `>= 0` (default 1e-6).
+  double eps;
+} care_advantage_options;
+
+// Per-group statistics of the valid rewards.
+typedef struct care_group_stats {
+  // Valid samples in the group.
+  uint32_t count;
+  // Mean of the valid rewards (0 for an empty group).
+  float mean;
+  // Std of the valid rewards (0 when undefined).
+  float std;
+  // 1 when all valid rewards of a non-empty group are exactly equal, else 0.
+  uint32_t zero_variance;
+} care_group_stats;
+
+// Count and sum of a group's valid rewards on one rank; all-reduce `2 * B` doubles with a sum.
+typedef struct care_group_sums {
+  // Number of valid samples (an integer stored as a double).
+  double count;
+  // Sum of the valid rewards.
+  double sum;
+} care_group_sums;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// Writes the SPEC §9 default advantage options (mean, group std, unbiased, eps 1e-6,
+// singleton zero) into `*options_out`, with `struct_size` set.
+//
+// ```c
+// care_advantage_options opts;
+// care_advantage_options_default(&opts);
+// opts.scale = CARE_SCALE_NONE;   /* Dr. GRPO */
+// ```
+care_result care_advantage_options_default(struct care_advantage_options *options_out);
+
+// Writes the options of a `care_advantage_preset` into `*options_out`.
+// Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown preset.
+care_result care_advantage_options_preset(uint32_t preset,
+                                          struct care_advantage_options *options_out);
+
+// Writes the options of the preset named `(name, name_len)` (`"verl"`, `"trl"`,
+// `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`) into `*options_out`.
+// Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown name.
+care_result care_advantage_options_preset_by_name(const char *name,
+                                                  size_t name_len,
+                                                  struct care_advantage_options *options_out);
+
+// Group-relative advantages of one batch (single rank, CPU).
+//
+// `rewards[n]`; `valid[valid_len]` optional (NULL, 0: all valid; else `valid_len == n`, non-zero =
+// valid; a NaN reward is invalid too); layout: `group_size` samples per group when
+// `group_offsets` is NULL, else CSR `group_offsets[B + 1]` with `group_size == 0`; `options`
+// NULL for the defaults. Writes `advantages_out[n]` and, if not NULL, `stats_out[B]`.
+//
+// ```c
+// float adv[8];
+// care_result r = care_group_advantages(rewards, 8, NULL, 0, 4, NULL, 0, NULL,
+//                                       adv, 8, NULL, 0);
+// ```
+care_result care_group_advantages(const float *rewards,
+                                  size_t n,
+                                  const uint8_t *valid,
+                                  size_t valid_len,
+                                  uint32_t group_size,
+                                  const uint32_t *group_offsets,
+                                  size_t group_offsets_len,
+                                  const struct care_advantage_options *options,
+                                  float *advantages_out,
+                                  size_t advantages_len,
+                                  struct care_group_stats *stats_out,
+                                  size_t stats_len);
+
+// Cross-rank step 1: this rank's count and sum per group into `sums_out[B]` (all-reduce the
+// `2 * B` doubles with a sum). Arguments as `care_group_advantages`.
+care_result care_group_partial_sums(const float *rewards,
+                                    size_t n,
+                                    const uint8_t *valid,
+                                    size_t valid_len,
+                                    uint32_t group_size,
+                                    const uint32_t *group_offsets,
+                                    size_t group_offsets_len,
+                                    struct care_group_sums *sums_out,
+                                    size_t sums_len);
+
+// Cross-rank step 2: centered sums of squares around the reduced (global) group means into
+// `m2_out[B]` (all-reduce with a sum). `sums[B]` are the all-reduced step-1 sums.
+care_result care_group_partial_squares(const float *rewards,
+                                       size_t n,
+                                       const uint8_t *valid,
+                                       size_t valid_len,
+                                       uint32_t group_size,
+                                       const uint32_t *group_offsets,
+                                       size_t group_offsets_len,
+                                       const struct care_group_sums *sums,
+                                       size_t sums_len,
+                                       double *m2_out,
+                                       size_t m2_len);
+
+// Cross-rank step 3: this rank's advantages from the all-reduced `sums[B]` and `m2[B]`;
+// equal to `care_group_advantages` on the whole batch. Other arguments as there.
+care_result care_group_advantages_finalize(const float *rewards,
+                                           size_t n,
+                                           const uint8_t *valid,
+                                           size_t valid_len,
+                                           uint32_t group_size,
+                                           const uint32_t *group_offsets,
+                                           size_t group_offsets_len,
+                                           const struct care_group_sums *sums,
+                                           size_t sums_len,
+                                           const double *m2,
+                                           size_t m2_len,
+                                           const struct care_advantage_options *options,
+                                           float *advantages_out,
+                                           size_t advantages_len,
+                                           struct care_group_stats *stats_out,
+                                           size_t stats_len);
+
+// Broadcasts per-sequence advantages onto tokens: `tokens_out[t] = advantages[seq(t)] *
+// mask[t]`. `seq_offsets[B + 1]` is the CSR token layout (last entry = `tokens_len`);
+// `advantages[B]`; `mask[mask_len]` optional (`mask_len == tokens_len`).
+care_result care_broadcast_to_tokens(const float *advantages,
+                                     size_t advantages_len,
+                                     const uint32_t *seq_offsets,
+                                     size_t seq_offsets_len,
+                                     const uint8_t *mask,
+                                     size_t mask_len,
+                                     float *tokens_out,
+                                     size_t tokens_len);
 
 // A NUL-terminated, static, one-line description of `result` (any integer is accepted; unknown
 // numbers give "unknown result code"). Never NULL; do not free.

@@ -150,3 +150,73 @@ pub(crate) unsafe fn write_bytes(
         }
     }
 }
+
+/// An optional input slice: `(NULL, 0)` is absent (`None`); `(NULL, n > 0)` is
+/// `CARE_ERR_NULL_POINTER`; otherwise as [`slice`] (an empty non-NULL slice is `Some(&[])`).
+///
+/// # Safety
+/// As for [`slice`].
+pub(crate) unsafe fn opt_slice<'a, T>(
+    p: *const T,
+    len: usize,
+) -> Result<Option<&'a [T]>, care_result> {
+    if p.is_null() {
+        return if len == 0 {
+            Ok(None)
+        } else {
+            Err(care_result::CARE_ERR_NULL_POINTER)
+        };
+    }
+    // SAFETY: forwarded contract.
+    unsafe { slice(p, len) }.map(Some)
+}
+
+/// An optional output slice, with the rule of [`opt_slice`].
+///
+/// # Safety
+/// As for [`slice_mut`].
+pub(crate) unsafe fn opt_slice_mut<'a, T: Copy>(
+    p: *mut T,
+    len: usize,
+) -> Result<Option<&'a mut [T]>, care_result> {
+    if p.is_null() {
+        return if len == 0 {
+            Ok(None)
+        } else {
+            Err(care_result::CARE_ERR_NULL_POINTER)
+        };
+    }
+    // SAFETY: forwarded contract.
+    unsafe { slice_mut(p, len) }.map(Some)
+}
+
+/// Reads a versioned options struct whose first field is `struct_size: u32`: NULL gives
+/// `default`; a `struct_size` smaller than `T` is `CARE_ERR_STRUCT_SIZE` (an older, larger
+/// layout is read up to `size_of::<T>()`, newer trailing fields are ignored).
+///
+/// # Safety
+/// `p` is NULL or points to at least `struct_size` readable bytes, the first four being the
+/// `u32` size. `T` is a `#[repr(C)]` struct of plain numbers (every bit pattern valid).
+pub(crate) unsafe fn options<T: Copy>(p: *const T, default: T) -> Result<T, care_result> {
+    if p.is_null() {
+        return Ok(default);
+    }
+    check_ptr(p)?;
+    // SAFETY: non-NULL, aligned; the first field is a `u32` (contract).
+    let size = unsafe { p.cast::<u32>().read() };
+    if (size as usize) < size_of::<T>() {
+        return Err(care_result::CARE_ERR_STRUCT_SIZE);
+    }
+    // SAFETY: at least `size_of::<T>()` bytes are readable (checked) and every bit pattern is
+    // valid for `T` (contract).
+    Ok(unsafe { p.read() })
+}
+
+/// A `u32` enum value from C converted to its Rust enum; an unknown value is
+/// `CARE_ERR_INVALID_ARGUMENT` (C enums arrive as plain integers, so they are never trusted).
+pub(crate) fn enum_arg<T: Copy>(value: u32, table: &[T]) -> Result<T, care_result> {
+    usize::try_from(value)
+        .ok()
+        .and_then(|i| table.get(i).copied())
+        .ok_or(care_result::CARE_ERR_INVALID_ARGUMENT)
+}

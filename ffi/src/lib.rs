@@ -26,6 +26,7 @@ mod args;
 #[allow(dead_code)]
 mod handle;
 
+pub mod advantage;
 pub mod result;
 pub mod version;
 
