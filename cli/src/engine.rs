@@ -267,7 +267,7 @@ fn process_chunk(
 /// Streams `input` through `proc_`, writing one line per input line to `out` in input order.
 ///
 /// Per-line failures are data (error lines); the only `Err` is an I/O error on input or output.
-pub fn run<R: BufRead + Send, W: Write>(
+pub fn run<R: BufRead, W: Write>(
     proc_: &dyn LineProcessor,
     input: R,
     mut out: W,
@@ -356,6 +356,7 @@ impl Progress {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

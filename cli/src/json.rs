@@ -222,6 +222,19 @@ impl<'a> Obj<'a> {
         o.buf.push('}');
     }
 
+    /// Like [`Obj::write`] for a fallible `f`; on error the closing `}` is not written and the
+    /// caller is expected to discard the partial output.
+    pub fn try_write<E>(
+        buf: &'a mut String,
+        f: impl FnOnce(&mut Obj<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        buf.push('{');
+        let mut o = Obj { buf, first: true };
+        f(&mut o)?;
+        o.buf.push('}');
+        Ok(())
+    }
+
     fn key(&mut self, k: &str) -> &mut String {
         if !self.first {
             self.buf.push(',');
@@ -255,6 +268,11 @@ impl<'a> Obj<'a> {
     /// A string member.
     pub fn str(&mut self, k: &str, v: &str) -> &mut Self {
         push_str(self.key(k), v);
+        self
+    }
+    /// A member whose value is already-serialized JSON text.
+    pub fn raw(&mut self, k: &str, json: &str) -> &mut Self {
+        self.key(k).push_str(json);
         self
     }
     /// A `null` member.
@@ -358,6 +376,7 @@ pub fn push_error_line(buf: &mut String, line: u64, err: &LineError) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -5,7 +5,13 @@
 //! streaming engine ([`engine::run`]) can be driven on any reader and writer.
 #![deny(missing_docs)]
 
+pub mod app;
+pub mod args;
+pub mod cmd;
+pub mod demo;
 pub mod engine;
+pub mod input;
 pub mod json;
 
+pub use cmd::{Command, process_line};
 pub use engine::{EngineOptions, Summary};

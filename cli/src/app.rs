@@ -1,0 +1,183 @@
+//! From parsed arguments to a run: resolve options, open the input, drive the engine, map the
+//! outcome to the exit status.
+
+use std::fs::File;
+use std::io::{self, BufReader, IsTerminal, Write};
+use std::process::ExitCode;
+
+use care_core::grpo::{
+    AdvantageOptions, Aggregation, Baseline, KlEstimator, LossOptions, LossPreset, Preset,
+    RatioLevel, Scale, SingletonPolicy, StdKind,
+};
+
+use crate::args::{
+    AdvArgs, AdvPresetArg, AdvScaleArg, AggArg, BaselineArg, Cli, CliCommand, IoArgs, KlArg,
+    LossArgs, LossPresetArg, RatioArg, SingletonArg, StdArg,
+};
+use crate::cmd::Command;
+use crate::engine::{self, EngineOptions};
+
+/// Exit status when every line was read.
+pub const EXIT_OK: u8 = 0;
+/// Exit status with `--strict` when a line gave an error line.
+pub const EXIT_LINE_FAILED: u8 = 1;
+/// Exit status for usage and I/O errors.
+pub const EXIT_USAGE: u8 = 2;
+
+/// Runs the parsed command line; the binary's `main` is this plus argument parsing.
+pub fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        CliCommand::Demo => crate::demo::run(&mut io::stdout().lock()).map(|()| EXIT_OK),
+        CliCommand::Advantages { adv, io } => {
+            advantage_options(&adv).and_then(|o| stream(&Command::Advantages(o), &io))
+        }
+        CliCommand::Loss { loss, io } => {
+            loss_options(&loss).and_then(|o| stream(&Command::Loss(o), &io))
+        }
+        _ => Err("this subcommand is not wired yet".to_owned()),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(msg) => {
+            let _ = writeln!(io::stderr(), "care: {msg}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// Streams the input of `io` through `cmd` to stdout; returns the exit status.
+fn stream(cmd: &Command, io: &IoArgs) -> Result<u8, String> {
+    if io.max_line_bytes == 0 {
+        return Err("--max-line-bytes must be at least 1".to_owned());
+    }
+    let mut opts = EngineOptions {
+        max_line_bytes: io.max_line_bytes,
+        threads: io.threads,
+        progress: !io.no_progress && io::stderr().is_terminal(),
+        ..EngineOptions::default()
+    };
+    let stdout = io::stdout().lock();
+    // The engine writes whole chunks; a BufWriter keeps that to few large writes.
+    let out = io::BufWriter::with_capacity(1 << 16, stdout);
+    let summary = if io.input.as_os_str() == "-" {
+        engine::run(cmd, io::stdin().lock(), out, &opts)
+    } else {
+        let file = File::open(&io.input)
+            .map_err(|e| format!("cannot open {}: {e}", io.input.display()))?;
+        opts.total_bytes = file.metadata().ok().map(|m| m.len());
+        engine::run(cmd, BufReader::with_capacity(1 << 16, file), out, &opts)
+    };
+    let summary = match summary {
+        Ok(s) => s,
+        // A closed pipe (`care ... | head`) is the reader's choice, not an error of ours.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(EXIT_OK),
+        Err(e) => return Err(format!("I/O error: {e}")),
+    };
+    Ok(if io.strict && summary.failed > 0 {
+        EXIT_LINE_FAILED
+    } else {
+        EXIT_OK
+    })
+}
+
+/// The advantage options of a preset (or the SPEC defaults), then the single-field overrides.
+pub fn advantage_options(a: &AdvArgs) -> Result<AdvantageOptions, String> {
+    let mut o = match a.preset {
+        None => AdvantageOptions::default(),
+        Some(p) => AdvantageOptions::preset(match p {
+            AdvPresetArg::Verl => Preset::Verl,
+            AdvPresetArg::Trl => Preset::Trl,
+            AdvPresetArg::TrlBatch => Preset::TrlBatch,
+            AdvPresetArg::Openrlhf => Preset::OpenRlhf,
+            AdvPresetArg::DrGrpo => Preset::DrGrpo,
+            AdvPresetArg::Rloo => Preset::Rloo,
+        }),
+    };
+    if let Some(b) = a.baseline {
+        o.baseline = match b {
+            BaselineArg::Mean => Baseline::Mean,
+            BaselineArg::LeaveOneOut => Baseline::LeaveOneOut,
+            BaselineArg::None => Baseline::None,
+        };
+    }
+    if let Some(s) = a.scale {
+        o.scale = match s {
+            AdvScaleArg::GroupStd => Scale::GroupStd,
+            AdvScaleArg::BatchStd => Scale::BatchStd,
+            AdvScaleArg::None => Scale::None,
+        };
+    }
+    if let Some(s) = a.std {
+        o.std_kind = match s {
+            StdArg::Unbiased => StdKind::Unbiased,
+            StdArg::Biased => StdKind::Biased,
+        };
+    }
+    if let Some(s) = a.singleton {
+        o.singleton = match s {
+            SingletonArg::Zero => SingletonPolicy::Zero,
+            SingletonArg::Raw => SingletonPolicy::Raw,
+            SingletonArg::Error => SingletonPolicy::Error,
+        };
+    }
+    if let Some(eps) = a.eps {
+        o.eps = eps;
+    }
+    o.validate()
+        .map_err(|e| format!("--eps must be finite and >= 0 ({})", e.code()))?;
+    Ok(o)
+}
+
+/// The loss options of a preset (or the SPEC defaults), then the single-field overrides.
+/// `--kl none` turns the KL term off (`beta = 0`) whatever `--beta` says.
+pub fn loss_options(a: &LossArgs) -> Result<LossOptions, String> {
+    let mut o = match a.preset {
+        None => LossOptions::default(),
+        Some(LossPresetArg::Verl) => LossOptions::preset(LossPreset::Verl),
+        Some(LossPresetArg::Trl) => LossOptions::preset(LossPreset::Trl),
+    };
+    let set = |field: &mut f64, v: Option<f64>| {
+        if let Some(v) = v {
+            *field = v;
+        }
+    };
+    set(&mut o.eps_low, a.clip_low);
+    set(&mut o.eps_high, a.clip_high);
+    set(&mut o.dual_clip, a.dual_clip);
+    set(&mut o.beta, a.beta);
+    set(&mut o.global_tokens, a.global_tokens);
+    set(&mut o.global_sequences, a.global_seqs);
+    set(&mut o.horizon, a.horizon);
+    set(&mut o.log_ratio_clamp, a.log_ratio_clamp);
+    if let Some(r) = a.ratio {
+        o.ratio_level = match r {
+            RatioArg::Token => RatioLevel::Token,
+            RatioArg::Sequence => RatioLevel::Sequence,
+        };
+    }
+    match a.kl {
+        None => {}
+        Some(KlArg::None) => o.beta = 0.0,
+        Some(KlArg::K1) => o.kl_estimator = KlEstimator::K1,
+        Some(KlArg::Abs) => o.kl_estimator = KlEstimator::Abs,
+        Some(KlArg::K2) => o.kl_estimator = KlEstimator::K2,
+        Some(KlArg::K3) => o.kl_estimator = KlEstimator::K3,
+    }
+    if let Some(g) = a.agg {
+        o.aggregation = match g {
+            AggArg::TokenMean => Aggregation::TokenMean,
+            AggArg::SeqMeanTokenMean => Aggregation::SeqMeanTokenMean,
+            AggArg::SeqMeanTokenSum => Aggregation::SeqMeanTokenSum,
+            AggArg::SeqMeanTokenSumNorm => Aggregation::SeqMeanTokenSumNorm,
+            AggArg::TokenSum => Aggregation::TokenSum,
+        };
+    }
+    o.validate().map_err(|e| {
+        format!(
+            "loss options out of range ({}): clip widths, dual clip, beta, global counts and \
+             horizon must be finite and >= 0, the log-ratio clamp > 0",
+            e.code()
+        )
+    })?;
+    Ok(o)
+}

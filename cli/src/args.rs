@@ -1,0 +1,442 @@
+//! Command-line arguments of `care` (clap derive), with an example in every help text.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const MAIN_AFTER: &str = "\
+Every data subcommand reads JSON Lines (a file, or `-` for stdin) and writes exactly one JSON line
+per input line to stdout, in input order, each with \"line\" (1-based). A line that cannot be
+processed gives {\"line\":n,\"error\":{\"code\":\"...\",\"message\":\"...\"}} and processing goes on.
+
+Exit status: 0 when every line was read (per-line errors are data), 1 with --strict when any line
+failed, 2 on usage or I/O errors (one line on stderr).
+
+Examples:
+  care demo
+  care validate rubrics.jsonl > report.jsonl
+  echo '{\"rewards\":[1,0,0.5,0.5],\"group_size\":2}' | care advantages --preset trl -";
+
+/// `care`: CARE empathy rubrics as RL rewards, on JSON Lines.
+#[derive(Debug, Parser)]
+#[command(name = "care", version, about, after_help = MAIN_AFTER)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: CliCommand,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CliCommand {
+    /// Check generated rubrics against the format contract (r_fmt and every violation).
+    #[command(after_help = VALIDATE_AFTER)]
+    Validate {
+        /// Format policy.
+        #[command(flatten)]
+        format: FormatArgs,
+        /// Input and engine options.
+        #[command(flatten)]
+        io: IoArgs,
+    },
+    /// Score judged responses under a rubric (policy reward, Eq. 5).
+    #[command(after_help = SCORE_AFTER)]
+    Score {
+        /// Scoring policy.
+        #[command(flatten)]
+        score: ScoreArgs,
+        /// Format policy used to parse a rubric given as text.
+        #[command(flatten)]
+        format: FormatArgs,
+        /// Input and engine options.
+        #[command(flatten)]
+        io: IoArgs,
+    },
+    /// Generator reward of a rubric from a preference pair (r_pref + lambda r_align + gamma r_fmt).
+    #[command(after_help = PREF_AFTER)]
+    Pref {
+        /// Preference and generator-reward options.
+        #[command(flatten)]
+        pref: PrefArgs,
+        /// Scoring policy.
+        #[command(flatten)]
+        score: ScoreArgs,
+        /// Format policy (the r_fmt term).
+        #[command(flatten)]
+        format: FormatArgs,
+        /// Input and engine options.
+        #[command(flatten)]
+        io: IoArgs,
+    },
+    /// Group-relative advantages (GRPO, Dr. GRPO, RLOO, anchor presets).
+    #[command(after_help = ADV_AFTER)]
+    Advantages {
+        /// Advantage options.
+        #[command(flatten)]
+        adv: AdvArgs,
+        /// Input and engine options.
+        #[command(flatten)]
+        io: IoArgs,
+    },
+    /// Clipped-ratio policy loss, its gradient and stats, for one micro-batch per line.
+    #[command(after_help = LOSS_AFTER)]
+    Loss {
+        /// Loss options.
+        #[command(flatten)]
+        loss: LossArgs,
+        /// Input and engine options.
+        #[command(flatten)]
+        io: IoArgs,
+    },
+    /// Run the CARE loop on bundled paper data and print it as a table.
+    #[command(after_help = "Example:\n  cargo run --release -p care-cli -- demo")]
+    Demo,
+}
+
+const VALIDATE_AFTER: &str = "\
+Input line: {\"text\": \"<raw generator output>\"}, or a rubric object (validated as the line's text).
+Output: format_reward (0 or 1), violations [{code, category, criterion, message}], and when the text
+parsed, weights [cog, aff, pro] and criteria (count per dimension).
+
+Example:
+  echo '{\"text\":\"not a rubric\"}' | care validate -
+  care validate --allow-think --max-criteria 5 generations.jsonl";
+
+const SCORE_AFTER: &str = "\
+Input line: {\"rubric\": <object or raw text>, \"scores\": [[cog..],[aff..],[pro..]]}
+  (raw 0..5 scores per dimension, criteria in rubric order; null = missing),
+  or \"judge\": \"<judge output text>\" instead of \"scores\",
+  or \"responses\": [{\"scores\": ..} | {\"judge\": ..}, ...] for a whole GRPO group.
+Output: reward and per_dimension (or rewards and per_dimension per response for a group).
+
+Example:
+  care score --missing skip judged.jsonl";
+
+const PREF_AFTER: &str = "\
+Input line: {\"rubric\": \"<raw generator output text>\", \"chosen_scores\": [[..],[..],[..]],
+  \"rejected_scores\": [[..],[..],[..]], \"chosen_tactics\": [\"questioning\", ...]}
+Output: r_pref, r_align, r_fmt, reward (= r_pref + lambda r_align + gamma r_fmt) and counts.
+
+Example:
+  care pref --tau 0.7 --lambda 0.1 --gamma 0.3 pairs.jsonl";
+
+const ADV_AFTER: &str = "\
+Input line: {\"rewards\": [..], \"group_size\": G} or {\"rewards\": [..], \"group_offsets\": [0, ..]},
+  optional \"valid\": [true|false|0|1, ..]; a null reward is invalid (A = 0, left out of the stats).
+Output: advantages and groups [{count, mean, std, zero_variance}].
+A preset sets every option; options given after it override single fields.
+
+Example:
+  echo '{\"rewards\":[1,0,0.5,null],\"group_size\":2}' | care advantages --preset verl -";
+
+const LOSS_AFTER: &str = "\
+Input line: {\"logp\": [..], \"logp_old\": [..] | null, \"logp_ref\": [..] | null,
+  \"seq_offsets\": [0, ..], \"mask\": [..] | null, \"advantages\": [..]}
+  (advantages per sequence if there is one per sequence, else per token).
+Output: loss, grad (dL/dlogp per token) and stats (sums, addable across micro-batches).
+
+Example:
+  echo '{\"logp\":[-1,-2],\"logp_old\":[-1.1,-2],\"seq_offsets\":[0,2],\"advantages\":[1]}' | care loss -";
+
+/// Input and engine options shared by the data subcommands.
+#[derive(Debug, Args, Clone)]
+pub struct IoArgs {
+    /// JSON Lines input file; `-` reads stdin.
+    #[arg(default_value = "-")]
+    pub input: PathBuf,
+    /// Exit with status 1 when any line gave an error line.
+    #[arg(long)]
+    pub strict: bool,
+    /// Longest accepted input line in bytes; a longer line gives a `line_too_long` error line.
+    #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_LINE_BYTES, value_name = "N")]
+    pub max_line_bytes: usize,
+    /// Worker threads (0 = all cores).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub threads: usize,
+    /// Never draw the progress bar (it is drawn only when stderr is a terminal anyway).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// The format policy (SPEC §3).
+#[derive(Debug, Args, Clone, Default)]
+pub struct FormatArgs {
+    /// Strip a leading `<think>...</think>` block (or everything up to a lone `</think>`).
+    #[arg(long)]
+    pub allow_think: bool,
+    /// Accept one ```json code fence around the rubric.
+    #[arg(long)]
+    pub allow_code_fence: bool,
+    /// Accept the `{"analysis": .., "rubric": ..}` envelope.
+    #[arg(long)]
+    pub allow_envelope: bool,
+    /// Tolerance of the weight-sum check `|sum - 1| <= X`.
+    #[arg(long, value_name = "X")]
+    pub weight_tolerance: Option<f64>,
+    /// Do not require the category order Cognitive, Affective, Proactive.
+    #[arg(long)]
+    pub no_order: bool,
+    /// Do not require the key order of categories and criteria.
+    #[arg(long)]
+    pub no_key_order: bool,
+    /// Fewest criteria per category.
+    #[arg(long, value_name = "N")]
+    pub min_criteria: Option<usize>,
+    /// Most criteria per category.
+    #[arg(long, value_name = "N")]
+    pub max_criteria: Option<usize>,
+    /// Report meta words (gold, reference, ideal, ground truth, target response, ...).
+    #[arg(long)]
+    pub meta_words: bool,
+}
+
+/// What a missing criterion score does.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum MissingArg {
+    /// Fail the line with `missing_score`.
+    #[default]
+    Error,
+    /// Score it 0.
+    Zero,
+    /// Drop it from its dimension's mean.
+    Skip,
+}
+
+/// What an out-of-range or non-integral score does.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum OutOfRangeArg {
+    /// Fail the line with `score_out_of_range`.
+    #[default]
+    Error,
+    /// Round to the nearest integer, then clamp to 0..=5.
+    Clamp,
+}
+
+/// Scoring policy (SPEC §7).
+#[derive(Debug, Args, Clone, Default)]
+pub struct ScoreArgs {
+    /// Missing score policy.
+    #[arg(long, value_enum, default_value_t = MissingArg::Error)]
+    pub missing: MissingArg,
+    /// Out-of-range score policy.
+    #[arg(long, value_enum, default_value_t = OutOfRangeArg::Error)]
+    pub out_of_range: OutOfRangeArg,
+    /// Ablation: every dimension weight 1/3.
+    #[arg(long)]
+    pub uniform_weights: bool,
+}
+
+/// Score scale of the preference reward.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum ScaleArg {
+    /// `s = raw / 5` (default).
+    #[default]
+    Normalized,
+    /// Raw 0..5 scores.
+    Raw,
+}
+
+/// Unknown strategy label policy.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum UnknownLabelArg {
+    /// Fail the line with `unknown_label`.
+    #[default]
+    Error,
+    /// Leave the label out of the counts.
+    Ignore,
+}
+
+/// Preference and generator reward options (SPEC §6, §7).
+#[derive(Debug, Args, Clone)]
+pub struct PrefArgs {
+    /// Temperature of `tanh((s+ - s-) / tau)`.
+    #[arg(long, default_value_t = 0.7)]
+    pub tau: f64,
+    /// Weight of r_align in the generator reward.
+    #[arg(long, default_value_t = 0.1)]
+    pub lambda: f64,
+    /// Weight of r_fmt in the generator reward.
+    #[arg(long, default_value_t = 0.3)]
+    pub gamma: f64,
+    /// Score scale for r_pref.
+    #[arg(long, value_enum, default_value_t = ScaleArg::Normalized)]
+    pub scale: ScaleArg,
+    /// Unknown strategy label policy.
+    #[arg(long, value_enum, default_value_t = UnknownLabelArg::Error)]
+    pub unknown_label: UnknownLabelArg,
+}
+
+/// Advantage preset names (SPEC §9).
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+#[value(rename_all = "snake_case")]
+pub enum AdvPresetArg {
+    /// verl grpo: mean, group std, unbiased, eps 1e-6, singleton raw.
+    Verl,
+    /// TRL: mean, group std, unbiased, eps 1e-4, singleton zero.
+    Trl,
+    /// TRL with the batch std.
+    TrlBatch,
+    /// OpenRLHF group_norm: eps 1e-9, singleton error.
+    Openrlhf,
+    /// Dr. GRPO: mean baseline, no scale.
+    DrGrpo,
+    /// RLOO: leave-one-out baseline, no scale.
+    Rloo,
+}
+
+/// Baseline.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+#[value(rename_all = "snake_case")]
+pub enum BaselineArg {
+    /// Group mean.
+    Mean,
+    /// Mean of the other samples (RLOO).
+    LeaveOneOut,
+    /// Nothing subtracted.
+    None,
+}
+
+/// Scale.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+#[value(rename_all = "snake_case")]
+pub enum AdvScaleArg {
+    /// Group std.
+    GroupStd,
+    /// Std over all valid rewards of the line.
+    BatchStd,
+    /// No scaling.
+    None,
+}
+
+/// Std estimator.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum StdArg {
+    /// Divide by n - 1.
+    Unbiased,
+    /// Divide by n.
+    Biased,
+}
+
+/// Singleton group policy.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum SingletonArg {
+    /// Advantage 0.
+    Zero,
+    /// Baseline 0, std 1 (verl).
+    Raw,
+    /// Fail the line with `singleton_group`.
+    Error,
+}
+
+/// Advantage options (SPEC §9): a preset, then single-field overrides.
+#[derive(Debug, Args, Clone, Default)]
+pub struct AdvArgs {
+    /// Start from an anchor trainer's options.
+    #[arg(long, value_enum)]
+    pub preset: Option<AdvPresetArg>,
+    /// Baseline.
+    #[arg(long, value_enum)]
+    pub baseline: Option<BaselineArg>,
+    /// Scale.
+    #[arg(long, value_enum)]
+    pub scale: Option<AdvScaleArg>,
+    /// Std estimator.
+    #[arg(long, value_enum)]
+    pub std: Option<StdArg>,
+    /// Added to the std before dividing.
+    #[arg(long)]
+    pub eps: Option<f64>,
+    /// Groups with one valid sample.
+    #[arg(long, value_enum)]
+    pub singleton: Option<SingletonArg>,
+}
+
+/// Loss preset names.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum LossPresetArg {
+    /// verl: dual clip c = 3.
+    Verl,
+    /// TRL.
+    Trl,
+}
+
+/// Ratio level.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum RatioArg {
+    /// Per-token ratio (PPO/GRPO).
+    Token,
+    /// Per-sequence ratio (GSPO).
+    Sequence,
+}
+
+/// KL estimator.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum KlArg {
+    /// No KL term.
+    None,
+    /// k1 = -x.
+    K1,
+    /// |x|.
+    Abs,
+    /// x^2 / 2.
+    K2,
+    /// exp(x) - x - 1.
+    K3,
+}
+
+/// Loss aggregation.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+#[value(rename_all = "snake_case")]
+pub enum AggArg {
+    /// Mean over all counted tokens.
+    TokenMean,
+    /// Mean over sequences of the per-sequence token mean.
+    SeqMeanTokenMean,
+    /// Mean over sequences of the per-sequence token sum.
+    SeqMeanTokenSum,
+    /// Token sum per sequence over N_seq * horizon (Dr. GRPO).
+    SeqMeanTokenSumNorm,
+    /// Plain sum.
+    TokenSum,
+}
+
+/// Loss options (SPEC §10): a preset, then single-field overrides.
+#[derive(Debug, Args, Clone, Default)]
+pub struct LossArgs {
+    /// Start from an anchor trainer's options.
+    #[arg(long, value_enum)]
+    pub preset: Option<LossPresetArg>,
+    /// eps_low: the ratio is clipped below at 1 - X.
+    #[arg(long, value_name = "X")]
+    pub clip_low: Option<f64>,
+    /// eps_high: the ratio is clipped above at 1 + X.
+    #[arg(long, value_name = "X")]
+    pub clip_high: Option<f64>,
+    /// Dual clip constant c > 1 (0 turns it off).
+    #[arg(long, value_name = "C")]
+    pub dual_clip: Option<f64>,
+    /// Token or sequence (GSPO) ratio.
+    #[arg(long, value_enum)]
+    pub ratio: Option<RatioArg>,
+    /// KL estimator.
+    #[arg(long, value_enum)]
+    pub kl: Option<KlArg>,
+    /// KL coefficient.
+    #[arg(long)]
+    pub beta: Option<f64>,
+    /// Aggregation.
+    #[arg(long, value_enum)]
+    pub agg: Option<AggArg>,
+    /// Global counted-token count (all ranks, all micro-batches).
+    #[arg(long, value_name = "N")]
+    pub global_tokens: Option<f64>,
+    /// Global sequence count.
+    #[arg(long, value_name = "N")]
+    pub global_seqs: Option<f64>,
+    /// Horizon H of seq_mean_token_sum_norm.
+    #[arg(long, value_name = "H")]
+    pub horizon: Option<f64>,
+    /// Bound of the log-ratio clamp.
+    #[arg(long, value_name = "X")]
+    pub log_ratio_clamp: Option<f64>,
+}

@@ -1,0 +1,59 @@
+//! The data subcommands: one resolved [`Command`] and [`process_line`], the exact per-line code
+//! path of the binary.
+
+use crate::engine::LineProcessor;
+use crate::json::{LineError, Obj, line_text, parse_strict, push_error_line};
+
+pub mod advantages;
+pub mod loss;
+
+/// A data subcommand with its options resolved into `care-core` types.
+#[derive(Clone, Debug)]
+pub enum Command {
+    /// `care advantages`.
+    Advantages(advantages::Options),
+    /// `care loss`.
+    Loss(loss::Options),
+}
+
+/// Processes one input line (`bytes`, without the newline) as the binary does: returns the
+/// output JSON object (no newline) and whether it is a success line (`false`: an error line).
+///
+/// Never panics on any input; every failure is an error line with a stable code.
+pub fn process_line(cmd: &Command, line: u64, bytes: &[u8]) -> (String, bool) {
+    let mut out = String::new();
+    let ok = cmd.process(line, bytes, &mut out);
+    (out, ok)
+}
+
+impl LineProcessor for Command {
+    fn process(&self, line: u64, bytes: &[u8], out: &mut String) -> bool {
+        let mark = out.len();
+        match self.write_line(line, bytes, out) {
+            Ok(()) => true,
+            Err(err) => {
+                out.truncate(mark);
+                push_error_line(out, line, &err);
+                false
+            }
+        }
+    }
+}
+
+impl Command {
+    fn write_line(&self, line: u64, bytes: &[u8], out: &mut String) -> Result<(), LineError> {
+        let text = line_text(bytes)?;
+        let value = parse_strict(text)?;
+        Obj::try_write(out, |o| {
+            o.u64("line", line);
+            if let Some(id) = value.get("id") {
+                // Copied through so that outputs can be joined back to their inputs.
+                o.raw("id", &id.to_string());
+            }
+            match self {
+                Command::Advantages(opts) => advantages::run(opts, &value, o),
+                Command::Loss(opts) => loss::run(opts, &value, o),
+            }
+        })
+    }
+}
