@@ -1,0 +1,636 @@
+//! A small zero-copy JSON scanner (crate-private).
+//!
+//! Two stages: [`scan_value`] checks the syntax of one value iteratively (no recursion, nesting
+//! bounded by [`MAX_DEPTH`], so hostile inputs such as 100k open brackets return an error instead
+//! of overflowing the stack), then a [`Cursor`] walks the checked text and hands out borrowed
+//! strings and numbers. The cursor never panics and always makes progress, even on text that was
+//! not checked, so a bug in the caller degrades into a wrong report, never a crash.
+
+/// Deepest nesting of arrays and objects accepted (a rubric needs 5).
+pub(crate) const MAX_DEPTH: usize = 64;
+
+/// A syntax error: where and what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SyntaxError {
+    pub offset: usize,
+    pub what: &'static str,
+    /// The nesting limit was hit (a capacity problem, not malformed JSON).
+    pub too_deep: bool,
+}
+
+fn err(offset: usize, what: &'static str) -> SyntaxError {
+    SyntaxError {
+        offset,
+        what,
+        too_deep: false,
+    }
+}
+
+pub(crate) fn is_ws(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while b.get(i).is_some_and(|&c| is_ws(c)) {
+        i += 1;
+    }
+    i
+}
+
+/// Scans a string starting at the opening quote `b[i]`; returns the offset after the closing
+/// quote and whether it contains escapes.
+fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
+    let mut j = i + 1;
+    let mut escaped = false;
+    loop {
+        let Some(&c) = b.get(j) else {
+            return Err(err(i, "unterminated string"));
+        };
+        match c {
+            b'"' => return Ok((j + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                match b.get(j + 1) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => j += 2,
+                    Some(b'u') => {
+                        let hex = b.get(j + 2..j + 6).ok_or(err(j, "truncated \\u escape"))?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return Err(err(j, "invalid \\u escape"));
+                        }
+                        j += 6;
+                    }
+                    _ => return Err(err(j, "invalid escape")),
+                }
+            }
+            0..=0x1f => return Err(err(j, "control character in string")),
+            _ => j += 1,
+        }
+    }
+}
+
+fn scan_digits(b: &[u8], mut j: usize) -> usize {
+    while b.get(j).is_some_and(u8::is_ascii_digit) {
+        j += 1;
+    }
+    j
+}
+
+/// Scans a number starting at `b[i]`; returns the offset after it.
+fn scan_number(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
+    let mut j = i;
+    if b.get(j) == Some(&b'-') {
+        j += 1;
+    }
+    match b.get(j) {
+        Some(b'0') => j += 1,
+        Some(b'1'..=b'9') => j = scan_digits(b, j),
+        _ => return Err(err(j, "invalid number")),
+    }
+    if b.get(j) == Some(&b'.') {
+        let k = scan_digits(b, j + 1);
+        if k == j + 1 {
+            return Err(err(j, "invalid number: digits expected after '.'"));
+        }
+        j = k;
+    }
+    if matches!(b.get(j), Some(b'e' | b'E')) {
+        j += 1;
+        if matches!(b.get(j), Some(b'+' | b'-')) {
+            j += 1;
+        }
+        let k = scan_digits(b, j);
+        if k == j {
+            return Err(err(j, "invalid number: exponent digits expected"));
+        }
+        j = k;
+    }
+    Ok(j)
+}
+
+#[derive(Clone, Copy)]
+enum State {
+    Value,
+    ValueOrEnd,
+    Key,
+    KeyOrEnd,
+    After,
+}
+
+/// Checks that one JSON value starts at `i` (after optional whitespace); returns the offset just
+/// after it. Nothing after the value is looked at.
+pub(crate) fn scan_value(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
+    // Bit k of `stack` is 1 when the container at depth k+1 is an object.
+    let mut stack: u64 = 0;
+    let mut depth: usize = 0;
+    let mut i = i;
+    let mut state = State::Value;
+    loop {
+        i = skip_ws(b, i);
+        let Some(&c) = b.get(i) else {
+            return Err(err(i, "unexpected end of input"));
+        };
+        match state {
+            State::Value | State::ValueOrEnd => {
+                if matches!(state, State::ValueOrEnd) && c == b']' {
+                    i += 1;
+                    depth -= 1;
+                    state = State::After;
+                } else {
+                    match c {
+                        b'{' | b'[' => {
+                            if depth >= MAX_DEPTH {
+                                return Err(SyntaxError {
+                                    offset: i,
+                                    what: "nesting deeper than 64 levels",
+                                    too_deep: true,
+                                });
+                            }
+                            let is_obj = c == b'{';
+                            if is_obj {
+                                stack |= 1 << depth;
+                            } else {
+                                stack &= !(1 << depth);
+                            }
+                            depth += 1;
+                            i += 1;
+                            state = if is_obj {
+                                State::KeyOrEnd
+                            } else {
+                                State::ValueOrEnd
+                            };
+                            continue;
+                        }
+                        b'"' => i = scan_string(b, i)?.0,
+                        b'-' | b'0'..=b'9' => i = scan_number(b, i)?,
+                        b't' | b'f' | b'n' => {
+                            let lit: &[u8] = match c {
+                                b't' => b"true",
+                                b'f' => b"false",
+                                _ => b"null",
+                            };
+                            if b.get(i..i + lit.len()) != Some(lit) {
+                                return Err(err(i, "invalid literal"));
+                            }
+                            i += lit.len();
+                        }
+                        _ => return Err(err(i, "expected a JSON value")),
+                    }
+                    state = State::After;
+                }
+            }
+            State::Key | State::KeyOrEnd => {
+                if matches!(state, State::KeyOrEnd) && c == b'}' {
+                    i += 1;
+                    depth -= 1;
+                    state = State::After;
+                } else if c == b'"' {
+                    i = skip_ws(b, scan_string(b, i)?.0);
+                    if b.get(i) != Some(&b':') {
+                        return Err(err(i, "expected ':' after an object key"));
+                    }
+                    i += 1;
+                    state = State::Value;
+                    continue;
+                } else {
+                    return Err(err(i, "expected a string key"));
+                }
+            }
+            State::After => {
+                let in_obj = depth > 0 && stack & (1 << (depth - 1)) != 0;
+                match (c, in_obj) {
+                    (b',', true) => state = State::Key,
+                    (b',', false) => state = State::Value,
+                    (b'}', true) | (b']', false) => {
+                        depth -= 1;
+                        state = State::After;
+                    }
+                    _ => return Err(err(i, "expected ',' or a closing bracket")),
+                }
+                i += 1;
+                if depth == 0 && matches!(state, State::After) {
+                    return Ok(i);
+                }
+                continue;
+            }
+        }
+        if depth == 0 && matches!(state, State::After) {
+            return Ok(i);
+        }
+    }
+}
+
+/// A JSON string as it appears in the text (between the quotes), not yet decoded.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct JStr<'a> {
+    pub raw: &'a str,
+    pub escaped: bool,
+    /// Offset of the opening quote in the whole input.
+    pub offset: usize,
+}
+
+impl<'a> JStr<'a> {
+    /// The decoded characters.
+    pub fn chars(&self) -> JChars<'a> {
+        JChars {
+            s: self.raw.chars(),
+        }
+    }
+
+    /// Decoded length in bytes.
+    pub fn decoded_len(&self) -> usize {
+        if self.escaped {
+            self.chars().map(char::len_utf8).sum()
+        } else {
+            self.raw.len()
+        }
+    }
+
+    /// `true` when the decoded string equals `s` exactly.
+    pub fn eq_str(&self, s: &str) -> bool {
+        if !self.escaped {
+            return self.raw == s;
+        }
+        self.chars().eq(s.chars())
+    }
+
+    /// The string itself when it has no escapes, else decoded into the front of `scratch`
+    /// (which then shrinks). `None` when `scratch` is too small.
+    pub fn materialize(&self, scratch: &mut &'a mut [u8]) -> Option<&'a str> {
+        if !self.escaped {
+            return Some(self.raw);
+        }
+        let n = self.decoded_len();
+        if scratch.len() < n {
+            return None;
+        }
+        let buf = core::mem::take(scratch);
+        let (head, tail) = buf.split_at_mut(n);
+        *scratch = tail;
+        let mut k = 0;
+        for c in self.chars() {
+            let w = c.len_utf8();
+            let dst = head.get_mut(k..k + w)?;
+            c.encode_utf8(dst);
+            k += w;
+        }
+        let head: &'a [u8] = head;
+        core::str::from_utf8(head).ok()
+    }
+}
+
+/// Decoding iterator over a JSON string body (lone surrogates become U+FFFD).
+#[derive(Clone, Debug)]
+pub(crate) struct JChars<'a> {
+    s: core::str::Chars<'a>,
+}
+
+impl JChars<'_> {
+    fn hex4(&mut self) -> Option<u32> {
+        let mut v = 0u32;
+        for _ in 0..4 {
+            v = v * 16 + self.s.next()?.to_digit(16)?;
+        }
+        Some(v)
+    }
+}
+
+impl Iterator for JChars<'_> {
+    type Item = char;
+    fn next(&mut self) -> Option<char> {
+        let c = self.s.next()?;
+        if c != '\\' {
+            return Some(c);
+        }
+        Some(match self.s.next()? {
+            'n' => '\n',
+            't' => '\t',
+            'r' => '\r',
+            'b' => '\u{8}',
+            'f' => '\u{c}',
+            'u' => {
+                let Some(hi) = self.hex4() else {
+                    return Some('\u{FFFD}');
+                };
+                if (0xD800..0xDC00).contains(&hi) {
+                    // A high surrogate: combine with a following \uDC00..\uDFFF if there is one.
+                    let mut look = self.clone();
+                    if look.s.next() == Some('\\')
+                        && look.s.next() == Some('u')
+                        && let Some(lo) = look.hex4()
+                        && (0xDC00..0xE000).contains(&lo)
+                    {
+                        {
+                            {
+                                *self = look;
+                                let cp = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+                                return Some(char::from_u32(cp).unwrap_or('\u{FFFD}'));
+                            }
+                        }
+                    }
+                    '\u{FFFD}'
+                } else {
+                    char::from_u32(hi).unwrap_or('\u{FFFD}')
+                }
+            }
+            other => other, // '"', '\\', '/'
+        })
+    }
+}
+
+/// The JSON type of the value at the cursor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Object,
+    Array,
+    String,
+    Number,
+    Bool,
+    Null,
+    /// End of input or a byte that starts no value (only on unchecked text).
+    Invalid,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Object => "an object",
+            Kind::Array => "an array",
+            Kind::String => "a string",
+            Kind::Number => "a number",
+            Kind::Bool => "a boolean",
+            Kind::Null => "null",
+            Kind::Invalid => "invalid JSON",
+        }
+    }
+}
+
+/// A position in JSON text; walks values without recursion.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cursor<'a> {
+    pub text: &'a str,
+    pub pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(text: &'a str, pos: usize) -> Self {
+        Cursor { text, pos }
+    }
+
+    fn b(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    pub fn peek(&mut self) -> Option<u8> {
+        self.pos = skip_ws(self.b(), self.pos);
+        self.b().get(self.pos).copied()
+    }
+
+    pub fn kind(&mut self) -> Kind {
+        match self.peek() {
+            Some(b'{') => Kind::Object,
+            Some(b'[') => Kind::Array,
+            Some(b'"') => Kind::String,
+            Some(b'-' | b'0'..=b'9') => Kind::Number,
+            Some(b't' | b'f') => Kind::Bool,
+            Some(b'n') => Kind::Null,
+            _ => Kind::Invalid,
+        }
+    }
+
+    /// Skips one value (any type). Always advances at least one byte when not at the end.
+    pub fn skip_value(&mut self) {
+        let b = self.b();
+        let mut i = skip_ws(b, self.pos);
+        let Some(&first) = b.get(i) else {
+            self.pos = i;
+            return;
+        };
+        match first {
+            b'"' => i = scan_string(b, i).map_or(b.len(), |(e, _)| e),
+            b'{' | b'[' => {
+                // Bracket counting is enough on checked text; strings are skipped whole so
+                // brackets inside them do not count.
+                let mut depth = 0usize;
+                while let Some(&c) = b.get(i) {
+                    match c {
+                        b'"' => {
+                            i = scan_string(b, i).map_or(b.len(), |(e, _)| e);
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth = depth.saturating_sub(1);
+                            if depth == 0 {
+                                i += 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+            }
+            _ => {
+                i += 1;
+                while b
+                    .get(i)
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'+'))
+                {
+                    i += 1;
+                }
+            }
+        }
+        self.pos = i;
+    }
+
+    /// Reads a string value at the cursor.
+    pub fn string(&mut self) -> Option<JStr<'a>> {
+        if self.peek() != Some(b'"') {
+            return None;
+        }
+        let start = self.pos;
+        let (end, escaped) = scan_string(self.b(), start).ok()?;
+        self.pos = end;
+        let raw = self.text.get(start + 1..end - 1)?;
+        Some(JStr {
+            raw,
+            escaped,
+            offset: start,
+        })
+    }
+
+    /// Reads a number value at the cursor as its text.
+    pub fn number(&mut self) -> Option<&'a str> {
+        if !matches!(self.peek(), Some(b'-' | b'0'..=b'9')) {
+            return None;
+        }
+        let start = self.pos;
+        let end = scan_number(self.b(), start).ok()?;
+        self.pos = end;
+        self.text.get(start..end)
+    }
+
+    /// Consumes `{` or `[` when it is next.
+    pub fn enter(&mut self, open: u8) -> bool {
+        if self.peek() == Some(open) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The next key of the object being walked (consuming `,` before and `:` after it); `None`
+    /// at the closing `}` (consumed) or on anything unexpected.
+    pub fn next_key(&mut self) -> Option<JStr<'a>> {
+        if self.peek() == Some(b',') {
+            self.pos += 1;
+        }
+        match self.peek() {
+            Some(b'}') => {
+                self.pos += 1;
+                None
+            }
+            Some(b'"') => {
+                let k = self.string()?;
+                if self.peek() == Some(b':') {
+                    self.pos += 1;
+                }
+                Some(k)
+            }
+            _ => None,
+        }
+    }
+
+    /// `true` when another array item follows (consuming a `,` before it); consumes the
+    /// closing `]` and returns `false` at the end.
+    pub fn next_item(&mut self) -> bool {
+        if self.peek() == Some(b',') {
+            self.pos += 1;
+        }
+        match self.peek() {
+            Some(b']') => {
+                self.pos += 1;
+                false
+            }
+            None | Some(b'}') => false,
+            Some(_) => true,
+        }
+    }
+}
+
+/// Compares two character sequences after trimming whitespace at both ends, optionally
+/// ASCII-case-insensitively, without allocating.
+pub(crate) fn trimmed_eq(
+    a: impl Iterator<Item = char>,
+    b: impl Iterator<Item = char>,
+    ignore_ascii_case: bool,
+) -> bool {
+    let mut a = a.skip_while(|c| c.is_whitespace());
+    let mut b = b.skip_while(|c| c.is_whitespace());
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return true,
+            (Some(x), Some(y)) if x == y || (ignore_ascii_case && x.eq_ignore_ascii_case(&y)) => {}
+            (x, y) => {
+                // They differ here: equal after trimming only if both rests are whitespace.
+                let ws = |c: Option<char>| c.is_none_or(char::is_whitespace);
+                return ws(x) && ws(y) && a.all(char::is_whitespace) && b.all(char::is_whitespace);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_accepts_and_rejects() {
+        for ok in [
+            "{}",
+            "[]",
+            "0",
+            "-1.5e+3",
+            "\"a\\u00e9\"",
+            "{\"a\":[1,{\"b\":null}],\"c\":true}",
+            " [ 1 , 2 ] ",
+        ] {
+            let s = skip_ws(ok.as_bytes(), 0);
+            let end = scan_value(ok.as_bytes(), s).unwrap_or_else(|e| panic!("{ok}: {e:?}"));
+            assert!(ok[end..].trim().is_empty(), "{ok}");
+        }
+        for bad in [
+            "{",
+            "[1,]",
+            "{\"a\"}",
+            "{\"a\":1,}",
+            "01",
+            "1.",
+            "tru",
+            "\"\\x\"",
+            "{1:2}",
+            "[1 2]",
+            "",
+            "-",
+        ] {
+            // Either a syntax error, or a shorter value followed by leftovers ("01" is "0").
+            let r = scan_value(bad.as_bytes(), 0);
+            assert!(r.map_or(true, |end| !bad[end..].trim().is_empty()), "{bad}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let deep = "[".repeat(100_000);
+        let e = scan_value(deep.as_bytes(), 0).unwrap_err();
+        assert!(e.too_deep);
+        let ok = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
+        assert_eq!(scan_value(ok.as_bytes(), 0), Ok(ok.len()));
+    }
+
+    #[test]
+    fn decode_escapes() {
+        let text = r#""a\"b\\c\/\n\u00e9\ud83d\ude00\ud800x""#;
+        let mut c = Cursor::new(text, 0);
+        let s = c.string().unwrap();
+        let d: std::string::String = s.chars().collect();
+        assert_eq!(d, "a\"b\\c/\né😀\u{FFFD}x");
+        assert_eq!(s.decoded_len(), d.len());
+        let mut buf = [0u8; 64];
+        let mut scratch: &mut [u8] = &mut buf;
+        assert_eq!(s.materialize(&mut scratch), Some(d.as_str()));
+        let mut tiny = [0u8; 3];
+        let mut scratch: &mut [u8] = &mut tiny;
+        assert_eq!(s.materialize(&mut scratch), None);
+    }
+
+    #[test]
+    fn trimmed_comparison() {
+        assert!(trimmed_eq(" ab ".chars(), "ab".chars(), false));
+        assert!(trimmed_eq("ab  ".chars(), "ab \t".chars(), false));
+        assert!(!trimmed_eq("ab c".chars(), "ab".chars(), false));
+        assert!(!trimmed_eq("AB".chars(), "ab".chars(), false));
+        assert!(trimmed_eq("AB".chars(), " ab".chars(), true));
+        assert!(!trimmed_eq("a b".chars(), "ab".chars(), true));
+    }
+
+    #[test]
+    fn cursor_walks_objects() {
+        let text = r#"{"a": [1, "x", {"k": []}], "b": -2.5e1, "c": null}"#;
+        let mut c = Cursor::new(text, 0);
+        assert!(c.enter(b'{'));
+        let k = c.next_key().unwrap();
+        assert!(k.eq_str("a"));
+        assert_eq!(c.kind(), Kind::Array);
+        c.skip_value();
+        assert!(c.next_key().unwrap().eq_str("b"));
+        assert_eq!(c.number(), Some("-2.5e1"));
+        assert!(c.next_key().unwrap().eq_str("c"));
+        assert_eq!(c.kind(), Kind::Null);
+        c.skip_value();
+        assert!(c.next_key().is_none());
+        assert_eq!(c.pos, text.len());
+    }
+}

@@ -1,0 +1,460 @@
+//! CARE rewards (SPEC §7): the policy reward (Eq. 5), the preference reward (Eq. 3) and the
+//! generator reward (Eq. 4).
+//!
+//! Scores are passed as a flat `&[f64]` of **raw** judge scores (`0..=5`), criteria in canonical
+//! dimension order (Cog, Aff, Pro), each dimension in rubric order; its length is the rubric's
+//! [`Rubric::total_criteria`]. `NaN` means "the judge gave no score". Nothing here allocates.
+
+use crate::align::{Alignment, alignment};
+use crate::format::{FormatPolicy, Validation, validate};
+use crate::rubric::Rubric;
+use crate::simplex::{scoring_weights, uniform};
+use crate::strategy::{StrategyCounts, UnknownLabelPolicy, count_labels};
+use crate::{Error, Result};
+
+/// The highest raw judge score; normalized score is `raw / MAX_SCORE`.
+pub const MAX_SCORE: f64 = 5.0;
+
+/// What to do when a criterion has no score (`NaN`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MissingPolicy {
+    /// Fail with [`Error::MissingScore`] (default).
+    #[default]
+    Error,
+    /// Score it 0.
+    Zero,
+    /// Drop it from its dimension's mean; a dimension left empty contributes 0.
+    Skip,
+}
+
+/// What to do with a score outside `0..=5` or not an integer (including `±inf`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RangePolicy {
+    /// Fail with [`Error::ScoreOutOfRange`] (default).
+    #[default]
+    Error,
+    /// Round to the nearest integer, then clamp to `0..=5`.
+    Clamp,
+}
+
+/// Options shared by every score-based reward.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ScoreOptions {
+    /// Missing-score policy.
+    pub missing: MissingPolicy,
+    /// Out-of-range / non-integral score policy.
+    pub out_of_range: RangePolicy,
+    /// Ablation: ignore the rubric's weights and use `1/3` each (paper Table 3).
+    pub uniform_weights: bool,
+}
+
+/// Which policies fired while scoring (no silent defaults). Counts add up across calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Fired {
+    /// Missing scores replaced by 0 ([`MissingPolicy::Zero`]).
+    pub missing_zeroed: u32,
+    /// Missing scores dropped ([`MissingPolicy::Skip`]); for Eq. 3, criteria pairs dropped.
+    pub missing_skipped: u32,
+    /// Scores rounded and/or clamped ([`RangePolicy::Clamp`]).
+    pub clamped: u32,
+    /// The stored weights were not used as-is (off the simplex: L1-normalized or uniform).
+    pub weights_adjusted: bool,
+    /// Uniform weights were used ([`ScoreOptions::uniform_weights`]).
+    pub uniform_weights: bool,
+}
+
+impl Fired {
+    /// `true` when any policy changed the input.
+    pub fn any(&self) -> bool {
+        self.missing_zeroed > 0
+            || self.missing_skipped > 0
+            || self.clamped > 0
+            || self.weights_adjusted
+            || self.uniform_weights
+    }
+
+    /// Adds the counts of `other` (flags are or-ed).
+    pub fn merge(&mut self, other: &Fired) {
+        self.missing_zeroed = self.missing_zeroed.saturating_add(other.missing_zeroed);
+        self.missing_skipped = self.missing_skipped.saturating_add(other.missing_skipped);
+        self.clamped = self.clamped.saturating_add(other.clamped);
+        self.weights_adjusted |= other.weights_adjusted;
+        self.uniform_weights |= other.uniform_weights;
+    }
+}
+
+/// Resolves one raw score under `opts`: `Ok(None)` when skipped, else the raw value in `0..=5`.
+pub(crate) fn resolve_raw(raw: f64, opts: &ScoreOptions, fired: &mut Fired) -> Result<Option<f64>> {
+    if raw.is_nan() {
+        return match opts.missing {
+            MissingPolicy::Error => Err(Error::MissingScore),
+            MissingPolicy::Zero => {
+                fired.missing_zeroed += 1;
+                Ok(Some(0.0))
+            }
+            MissingPolicy::Skip => {
+                fired.missing_skipped += 1;
+                Ok(None)
+            }
+        };
+    }
+    let in_range = (0.0..=MAX_SCORE).contains(&raw) && libm::round(raw) == raw;
+    if in_range {
+        return Ok(Some(raw));
+    }
+    match opts.out_of_range {
+        RangePolicy::Error => Err(Error::ScoreOutOfRange),
+        RangePolicy::Clamp => {
+            fired.clamped += 1;
+            Ok(Some(libm::round(raw).clamp(0.0, MAX_SCORE)))
+        }
+    }
+}
+
+/// The weights to score with, and whether that changed them.
+fn effective_weights(weights: [f64; 3], opts: &ScoreOptions, fired: &mut Fired) -> [f64; 3] {
+    if opts.uniform_weights {
+        fired.uniform_weights = true;
+        return uniform();
+    }
+    let w = scoring_weights(weights);
+    if w != weights {
+        fired.weights_adjusted = true;
+    }
+    w
+}
+
+fn check_counts(counts: [usize; 3], len: usize) -> Result<()> {
+    let total = counts
+        .iter()
+        .try_fold(0usize, |a, &c| a.checked_add(c))
+        .ok_or(Error::ScoreShape)?;
+    if total != len {
+        return Err(Error::ScoreShape);
+    }
+    Ok(())
+}
+
+/// The policy reward of one response with what produced it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PolicyReward {
+    /// `r_theta = sum_d w_d * mean_i s_{d,i}`, in `[0, 1]`.
+    pub reward: f64,
+    /// Per-dimension mean normalized score (0 for a dimension with no scored criterion).
+    pub dim_means: [f64; 3],
+    /// The weights used (on the simplex).
+    pub weights: [f64; 3],
+    /// Which policies fired.
+    pub fired: Fired,
+}
+
+/// Eq. 5 for a rubric: `r_theta = sum_d w_d * mean_i (raw_{d,i} / 5)`.
+///
+/// # Errors
+/// [`Error::ScoreShape`] when `scores.len() != rubric.total_criteria()`; [`Error::MissingScore`]
+/// and [`Error::ScoreOutOfRange`] under the `error` policies.
+pub fn policy_reward(
+    rubric: &Rubric<'_>,
+    scores: &[f64],
+    opts: &ScoreOptions,
+) -> Result<PolicyReward> {
+    policy_reward_fixed(rubric.weights(), rubric.counts(), scores, opts)
+}
+
+/// Eq. 5 under a caller-given fixed rubric given by its weights and criteria counts per dimension
+/// (the paper's fixed-rubric ablation; also the path of the C ABI and of [`crate::batch`]).
+///
+/// # Errors
+/// As [`policy_reward`], with `counts` defining the layout of `scores`.
+pub fn policy_reward_fixed(
+    weights: [f64; 3],
+    counts: [usize; 3],
+    scores: &[f64],
+    opts: &ScoreOptions,
+) -> Result<PolicyReward> {
+    check_counts(counts, scores.len())?;
+    let mut fired = Fired::default();
+    let w = effective_weights(weights, opts, &mut fired);
+    let mut dim_means = [0.0; 3];
+    let mut rest = scores;
+    let mut reward = 0.0;
+    for ((&n, mean), &wd) in counts.iter().zip(dim_means.iter_mut()).zip(w.iter()) {
+        let (dim, tail) = rest.split_at(n.min(rest.len()));
+        rest = tail;
+        let (mut sum, mut k) = (0.0, 0usize);
+        for &raw in dim {
+            if let Some(v) = resolve_raw(raw, opts, &mut fired)? {
+                sum += v / MAX_SCORE;
+                k += 1;
+            }
+        }
+        if k > 0 {
+            *mean = sum / k as f64;
+        }
+        reward += wd * *mean;
+    }
+    // Rounding of the weighted sum can exceed 1 by an ulp; the contract says [0, 1].
+    Ok(PolicyReward {
+        reward: reward.clamp(0.0, 1.0),
+        dim_means,
+        weights: w,
+        fired,
+    })
+}
+
+/// The score scale of Eq. 3.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ScoreScale {
+    /// Differences of normalized scores `raw / 5` (default, SPEC §7).
+    #[default]
+    Normalized,
+    /// Differences of raw `0..=5` scores (saturates quickly with `tau = 0.7`).
+    Raw,
+}
+
+/// Options of the preference reward (Eq. 3).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PrefOptions {
+    /// Temperature `tau > 0` (default 0.7).
+    pub tau: f64,
+    /// Score scale (default normalized).
+    pub scale: ScoreScale,
+}
+
+impl PrefOptions {
+    /// The paper defaults: `tau = 0.7`, normalized scores.
+    pub const PAPER: PrefOptions = PrefOptions {
+        tau: 0.7,
+        scale: ScoreScale::Normalized,
+    };
+}
+
+impl Default for PrefOptions {
+    fn default() -> Self {
+        Self::PAPER
+    }
+}
+
+/// The preference reward with what produced it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PrefReward {
+    /// `r_pref = sum_d w_d * mean_i tanh((s+ - s-) / tau)`, in `(-1, 1)`.
+    pub reward: f64,
+    /// Per-dimension mean of `tanh((s+ - s-) / tau)` (0 for an empty dimension).
+    pub dim_means: [f64; 3],
+    /// The weights used (on the simplex).
+    pub weights: [f64; 3],
+    /// Which policies fired (over both score slices).
+    pub fired: Fired,
+}
+
+/// Eq. 3 for a rubric: chosen and rejected flat score slices, both of length
+/// `rubric.total_criteria()`. Under [`MissingPolicy::Skip`] a criterion is dropped when either
+/// side lacks a score, which keeps the reward antisymmetric.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `tau` is not finite and positive; otherwise as
+/// [`policy_reward`].
+pub fn pref_reward(
+    rubric: &Rubric<'_>,
+    chosen: &[f64],
+    rejected: &[f64],
+    score: &ScoreOptions,
+    pref: &PrefOptions,
+) -> Result<PrefReward> {
+    pref_reward_fixed(
+        rubric.weights(),
+        rubric.counts(),
+        chosen,
+        rejected,
+        score,
+        pref,
+    )
+}
+
+/// Eq. 3 under fixed weights and criteria counts (see [`policy_reward_fixed`]).
+///
+/// # Errors
+/// As [`pref_reward`].
+pub fn pref_reward_fixed(
+    weights: [f64; 3],
+    counts: [usize; 3],
+    chosen: &[f64],
+    rejected: &[f64],
+    score: &ScoreOptions,
+    pref: &PrefOptions,
+) -> Result<PrefReward> {
+    if !(pref.tau.is_finite() && pref.tau > 0.0) {
+        return Err(Error::InvalidArgument);
+    }
+    check_counts(counts, chosen.len())?;
+    check_counts(counts, rejected.len())?;
+    let mut fired = Fired::default();
+    let w = effective_weights(weights, score, &mut fired);
+    let div = match pref.scale {
+        ScoreScale::Normalized => MAX_SCORE,
+        ScoreScale::Raw => 1.0,
+    };
+    let mut dim_means = [0.0; 3];
+    let (mut rc, mut rr) = (chosen, rejected);
+    let mut reward = 0.0;
+    for ((&n, mean), &wd) in counts.iter().zip(dim_means.iter_mut()).zip(w.iter()) {
+        let (c, ct) = rc.split_at(n.min(rc.len()));
+        let (r, rt) = rr.split_at(n.min(rr.len()));
+        rc = ct;
+        rr = rt;
+        let (mut sum, mut k) = (0.0, 0usize);
+        for (&a, &b) in c.iter().zip(r.iter()) {
+            let a = resolve_raw(a, score, &mut fired)?;
+            let b = resolve_raw(b, score, &mut fired)?;
+            if let (Some(a), Some(b)) = (a, b) {
+                sum += libm::tanh((a / div - b / div) / pref.tau);
+                k += 1;
+            }
+        }
+        if k > 0 {
+            *mean = sum / k as f64;
+        }
+        reward += wd * *mean;
+    }
+    Ok(PrefReward {
+        reward,
+        dim_means,
+        weights: w,
+        fired,
+    })
+}
+
+/// Options of the generator reward (Eq. 4).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GeneratorOptions {
+    /// Weight of `r_align` (default 0.1).
+    pub lambda: f64,
+    /// Weight of `r_fmt` (default 0.3).
+    pub gamma: f64,
+    /// Options of `r_pref`.
+    pub pref: PrefOptions,
+    /// Score policies of `r_pref`.
+    pub score: ScoreOptions,
+    /// The format contract behind `r_fmt`.
+    pub format: FormatPolicy,
+    /// Unknown tactic labels.
+    pub labels: UnknownLabelPolicy,
+}
+
+impl GeneratorOptions {
+    /// The paper defaults: `lambda = 0.1`, `gamma = 0.3`, `tau = 0.7`, paper format policy.
+    pub const PAPER: GeneratorOptions = GeneratorOptions {
+        lambda: 0.1,
+        gamma: 0.3,
+        pref: PrefOptions::PAPER,
+        score: ScoreOptions {
+            missing: MissingPolicy::Error,
+            out_of_range: RangePolicy::Error,
+            uniform_weights: false,
+        },
+        format: FormatPolicy::PAPER,
+        labels: UnknownLabelPolicy::Error,
+    };
+}
+
+impl Default for GeneratorOptions {
+    fn default() -> Self {
+        Self::PAPER
+    }
+}
+
+/// The generator reward and its parts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GeneratorReward {
+    /// `r_phi = r_pref + lambda * r_align + gamma * r_fmt`.
+    pub reward: f64,
+    /// Eq. 3 on the parsed rubric (0 when it did not parse).
+    pub r_pref: f64,
+    /// SPEC §6 on the parsed rubric (0 when it did not parse).
+    pub r_align: f64,
+    /// 1 when the text passes the format contract, else 0.
+    pub r_fmt: f64,
+    /// Whether the rubric parsed at all.
+    pub parsed: bool,
+    /// Number of format violations found (capped by the report capacity).
+    pub violations: u32,
+    /// Strategy counts of the chosen tactics.
+    pub counts: StrategyCounts,
+    /// The alignment details (default-aligned when the rubric did not parse).
+    pub alignment: Alignment,
+    /// Policies fired while computing `r_pref`.
+    pub fired: Fired,
+}
+
+/// Eq. 4 from the raw rubric text: validates it (strings with escapes are decoded into
+/// `scratch`), then scores. `chosen` and `rejected` are flat score slices over the parsed
+/// rubric's criteria (ignored when it does not parse).
+///
+/// # Errors
+/// [`Error::UnknownLabel`] under the `error` label policy; score errors as [`pref_reward`];
+/// [`Error::InvalidArgument`] for non-finite `lambda`/`gamma` or a bad `tau`.
+pub fn generator_reward<S: AsRef<str>>(
+    rubric_text: &[u8],
+    scratch: &mut [u8],
+    chosen: &[f64],
+    rejected: &[f64],
+    chosen_tactics: &[S],
+    opts: &GeneratorOptions,
+) -> Result<GeneratorReward> {
+    let v = validate(rubric_text, &opts.format, scratch);
+    generator_reward_validated(&v, chosen, rejected, chosen_tactics, opts)
+}
+
+/// Eq. 4 from an existing [`Validation`] (so a caller can also show its report). The format
+/// policy in `opts` is not used here; `v` was produced under whatever policy the caller chose.
+///
+/// # Errors
+/// As [`generator_reward`].
+pub fn generator_reward_validated<S: AsRef<str>>(
+    v: &Validation<'_>,
+    chosen: &[f64],
+    rejected: &[f64],
+    chosen_tactics: &[S],
+    opts: &GeneratorOptions,
+) -> Result<GeneratorReward> {
+    if !(opts.lambda.is_finite() && opts.gamma.is_finite()) {
+        return Err(Error::InvalidArgument);
+    }
+    if !(opts.pref.tau.is_finite() && opts.pref.tau > 0.0) {
+        return Err(Error::InvalidArgument);
+    }
+    let counts = count_labels(chosen_tactics, opts.labels)?;
+    let r_fmt = v.r_fmt();
+    let violations = u32::try_from(v.report.violations().len()).unwrap_or(u32::MAX);
+    let Some(rubric) = v.rubric.as_ref() else {
+        return Ok(GeneratorReward {
+            reward: opts.gamma * r_fmt,
+            r_pref: 0.0,
+            r_align: 0.0,
+            r_fmt,
+            parsed: false,
+            violations,
+            counts,
+            alignment: Alignment {
+                reward: 0.0,
+                top_violation: false,
+                zero_violations: 0,
+            },
+            fired: Fired::default(),
+        });
+    };
+    let p = pref_reward(rubric, chosen, rejected, &opts.score, &opts.pref)?;
+    let a = alignment(rubric.weights(), counts.counts);
+    Ok(GeneratorReward {
+        reward: p.reward + opts.lambda * a.reward + opts.gamma * r_fmt,
+        r_pref: p.reward,
+        r_align: a.reward,
+        r_fmt,
+        parsed: true,
+        violations,
+        counts,
+        alignment: a,
+        fired: p.fired,
+    })
+}
