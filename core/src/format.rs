@@ -454,6 +454,9 @@ pub fn r_fmt(text: &[u8], policy: &FormatPolicy) -> f64 {
 
 /// Validates rubric JSON against the format contract and recovers the rubric.
 ///
+/// Whole-rubric checks avoid cascades: `weight_sum` is judged only when all three categories
+/// are present with numeric weights, and `missing_category` is reported once per dimension.
+///
 /// Strings without escapes are borrowed from `text`; strings with escapes are decoded into
 /// `scratch` (a string that does not fit is reported as `capacity` and left empty). Never
 /// panics, never allocates; time is linear in the input (plus a quadratic title check bounded by
