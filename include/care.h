@@ -207,6 +207,111 @@ typedef uint32_t care_advantage_preset;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// How per-token losses are combined (`care_loss_options.aggregation`).
+enum care_aggregation
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // `w = 1 / N_tok` (default).
+  CARE_AGGREGATION_TOKEN_MEAN = 0,
+  // `w = 1 / (n_i * N_seq)`.
+  CARE_AGGREGATION_SEQ_MEAN_TOKEN_MEAN = 1,
+  // `w = 1 / N_seq`.
+  CARE_AGGREGATION_SEQ_MEAN_TOKEN_SUM = 2,
+  // `w = 1 / (N_seq * H)` (Dr. GRPO).
+  CARE_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM = 3,
+  // `w = 1`.
+  CARE_AGGREGATION_TOKEN_SUM = 4,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_aggregation care_aggregation;
+#else
+typedef uint32_t care_aggregation;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// The KL-to-reference estimator (`care_loss_options.kl_estimator`).
+enum care_kl_estimator
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // `k1 = -x`.
+  CARE_KL_K1 = 0,
+  // `|x|`.
+  CARE_KL_ABS = 1,
+  // `x^2 / 2`.
+  CARE_KL_K2 = 2,
+  // `clamp(exp(x) - x - 1, -Ko, Ko)` (default).
+  CARE_KL_K3 = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_kl_estimator care_kl_estimator;
+#else
+typedef uint32_t care_kl_estimator;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Per-token (PPO/GRPO) or per-sequence (GSPO) ratio (`care_loss_options.ratio_level`).
+enum care_ratio_level
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // `rho_t = exp(delta_t)` (default).
+  CARE_RATIO_TOKEN = 0,
+  // GSPO: one ratio per sequence from the mean log ratio.
+  CARE_RATIO_SEQUENCE = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_ratio_level care_ratio_level;
+#else
+typedef uint32_t care_ratio_level;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Named loss option sets (also by name: `"verl"`, `"trl"`).
+enum care_loss_preset
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // verl vanilla policy loss: eps 0.2/0.2, dual clip 3, token mean.
+  CARE_LOSS_PRESET_VERL = 0,
+  // TRL `dapo`: eps 0.2/0.2, no dual clip, token mean.
+  CARE_LOSS_PRESET_TRL = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_loss_preset care_loss_preset;
+#else
+typedef uint32_t care_loss_preset;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Whether `advantages` holds one value per sequence or one per token.
+enum care_advantages_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // `advantages[B]`, broadcast to the tokens of each sequence.
+  CARE_ADVANTAGES_PER_SEQUENCE = 0,
+  // `advantages[T]`, one per token.
+  CARE_ADVANTAGES_PER_TOKEN = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_advantages_kind care_advantages_kind;
+#else
+typedef uint32_t care_advantages_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // Options of the advantage functions. Initialize with `care_advantage_options_default` or
 // `care_advantage_options_preset`, which set `struct_size`; then change fields. Enum fields
 // hold `care_baseline`, `care_scale`, `care_std_kind` and `care_singleton_policy` values.
@@ -246,6 +351,75 @@ typedef struct care_group_sums {
   // Sum of the valid rewards.
   double sum;
 } care_group_sums;
+
+// Options of the policy loss. Initialize with `care_loss_options_default` or
+// `care_loss_options_preset` (they set `struct_size`), then change fields. A denominator of
+// 0 means "this call's own count"; pass global counts so that micro-batches add up.
+typedef struct care_loss_options {
+  // `sizeof(care_loss_options)`; lets the struct grow without breaking old callers.
+  uint32_t struct_size;
+  // A `care_aggregation`.
+  uint32_t aggregation;
+  // A `care_ratio_level`.
+  uint32_t ratio_level;
+  // A `care_kl_estimator`.
+  uint32_t kl_estimator;
+  // Lower clip width (0.2): `rho` is clipped below at `1 - eps_low`.
+  double eps_low;
+  // Upper clip width (0.2): `rho` is clipped above at `1 + eps_high`.
+  double eps_high;
+  // Dual-clip constant `c` (off when `<= 1`; default 0, verl preset 3).
+  double dual_clip;
+  // Bound on `|logp - logp_old|` before `exp` (20).
+  double log_ratio_clamp;
+  // GSPO only: upper bound on the mean log ratio (10).
+  double seq_log_ratio_max;
+  // KL coefficient `beta` (0 = no KL term).
+  double beta;
+  // Bound on `|logp_ref - logp|` before the KL estimator (20).
+  double kl_input_clamp;
+  // Bound on the `k3` value (10).
+  double kl_output_clamp;
+  // Global counted-token count `N_tok` (0 = this call's).
+  double global_tokens;
+  // Global sequence count `N_seq` (0 = this call's).
+  double global_sequences;
+  // Dr. GRPO horizon `H` (0 = the longest sequence of this call).
+  double horizon;
+} care_loss_options;
+
+// Loss statistics as sums that add across micro-batches and ranks (all-reduce the first
+// twelve with a sum, `ratio_min` with min, `ratio_max` with max).
+typedef struct care_loss_stats {
+  // Counted tokens.
+  double tokens;
+  // Sequences with at least one counted token.
+  double sequences;
+  // This call's part of the loss.
+  double loss;
+  // Tokens where the clipped branch binds.
+  double clipped;
+  // Tokens with `rho < 1 - eps_low` and `A < 0`.
+  double clipped_low;
+  // Tokens with `rho > 1 + eps_high` and `A > 0`.
+  double clipped_high;
+  // Tokens where the dual clip binds.
+  double dual_clipped;
+  // `sum (logp_old - logp)` (verl `ppo_kl` times tokens).
+  double ppo_kl_sum;
+  // `sum k` of the KL estimator (without `beta`).
+  double kl_sum;
+  // `sum rho`.
+  double ratio_sum;
+  // Counted tokens whose log ratio hit the clamp.
+  double log_ratio_clamped;
+  // Counted tokens with a non-finite input.
+  double non_finite;
+  // Smallest `rho` (`+inf` when no token counted).
+  double ratio_min;
+  // Largest `rho` (`-inf` when no token counted).
+  double ratio_max;
+} care_loss_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -354,6 +528,110 @@ care_result care_broadcast_to_tokens(const float *advantages,
                                      size_t mask_len,
                                      float *tokens_out,
                                      size_t tokens_len);
+
+// Writes the SPEC §10 default loss options into `*options_out` (eps 0.2/0.2, no dual clip,
+// clamps 20/10/20/10, beta 0, k3, token ratio, token mean, local denominators).
+//
+// ```c
+// care_loss_options lo;
+// care_loss_options_default(&lo);
+// lo.global_tokens = (double)tokens_on_all_ranks;
+// ```
+care_result care_loss_options_default(struct care_loss_options *options_out);
+
+// Writes the options of a `care_loss_preset` into `*options_out`.
+// Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown preset.
+care_result care_loss_options_preset(uint32_t preset, struct care_loss_options *options_out);
+
+// Writes the options of the loss preset named `(name, name_len)` (`"verl"`, `"trl"`).
+// Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown name.
+care_result care_loss_options_preset_by_name(const char *name,
+                                             size_t name_len,
+                                             struct care_loss_options *options_out);
+
+// The clipped-ratio policy loss of one micro-batch with `f32` log-probs, its gradient
+// `grad_out[T] = dL/dlogp` and, if `stats_out` is not NULL, its stats.
+//
+// Token layout: `seq_offsets[B + 1]` CSR offsets (last = `T`). `logp[T]`; `logp_old` optional
+// (NULL, 0: on-policy); `logp_ref` optional (KL term when `beta > 0`); `mask` optional
+// (non-zero = counted); `advantages[B]` or `[T]` per `advantages_kind`
+// (`care_advantages_kind`); `options` NULL for the defaults. Every given per-token length must
+// equal `logp_len` (`CARE_ERR_LENGTH_MISMATCH`).
+//
+// ```c
+// double loss; care_loss_stats st; float grad[T];
+// care_result r = care_policy_loss_f32(logp, T, logp_old, T, NULL, 0, offs, B + 1, mask, T,
+//                                      adv, B, CARE_ADVANTAGES_PER_SEQUENCE, NULL,
+//                                      grad, T, &loss, &st);
+// ```
+care_result care_policy_loss_f32(const float *logp,
+                                 size_t logp_len,
+                                 const float *logp_old,
+                                 size_t logp_old_len,
+                                 const float *logp_ref,
+                                 size_t logp_ref_len,
+                                 const uint32_t *seq_offsets,
+                                 size_t seq_offsets_len,
+                                 const uint8_t *mask,
+                                 size_t mask_len,
+                                 const float *advantages,
+                                 size_t advantages_len,
+                                 uint32_t advantages_kind,
+                                 const struct care_loss_options *options,
+                                 float *grad_out,
+                                 size_t grad_len,
+                                 double *loss_out,
+                                 struct care_loss_stats *stats_out);
+
+// As `care_policy_loss_f32`, with bf16 log-probs given as their raw 16-bit patterns
+// (`uint16_t`, e.g. `torch.bfloat16` storage). The gradient is `f32`.
+care_result care_policy_loss_bf16(const uint16_t *logp,
+                                  size_t logp_len,
+                                  const uint16_t *logp_old,
+                                  size_t logp_old_len,
+                                  const uint16_t *logp_ref,
+                                  size_t logp_ref_len,
+                                  const uint32_t *seq_offsets,
+                                  size_t seq_offsets_len,
+                                  const uint8_t *mask,
+                                  size_t mask_len,
+                                  const float *advantages,
+                                  size_t advantages_len,
+                                  uint32_t advantages_kind,
+                                  const struct care_loss_options *options,
+                                  float *grad_out,
+                                  size_t grad_len,
+                                  double *loss_out,
+                                  struct care_loss_stats *stats_out);
+
+// As `care_policy_loss_f32`, with IEEE half (f16) log-probs given as their raw 16-bit
+// patterns (`uint16_t`). The gradient is `f32`.
+care_result care_policy_loss_f16(const uint16_t *logp,
+                                 size_t logp_len,
+                                 const uint16_t *logp_old,
+                                 size_t logp_old_len,
+                                 const uint16_t *logp_ref,
+                                 size_t logp_ref_len,
+                                 const uint32_t *seq_offsets,
+                                 size_t seq_offsets_len,
+                                 const uint8_t *mask,
+                                 size_t mask_len,
+                                 const float *advantages,
+                                 size_t advantages_len,
+                                 uint32_t advantages_kind,
+                                 const struct care_loss_options *options,
+                                 float *grad_out,
+                                 size_t grad_len,
+                                 double *loss_out,
+                                 struct care_loss_stats *stats_out);
+
+// Adds the stats of another micro-batch or rank into `*acc` (sums add, min/max combine).
+// Start from `care_loss_stats_empty`.
+care_result care_loss_stats_add(struct care_loss_stats *acc, const struct care_loss_stats *other);
+
+// Writes the identity of `care_loss_stats_add` (zero sums, `ratio_min = +inf`,
+// `ratio_max = -inf`) into `*stats_out`.
+care_result care_loss_stats_empty(struct care_loss_stats *stats_out);
 
 // A NUL-terminated, static, one-line description of `result` (any integer is accepted; unknown
 // numbers give "unknown result code"). Never NULL; do not free.
