@@ -664,26 +664,24 @@ impl<'a> Validator<'a, '_> {
         if categories.is_none()
             && let Some(mut r) = envelope_rubric
         {
-            {
-                if r.kind() != Kind::Object {
-                    self.push(
-                        ViolationCode::Schema,
-                        Loc::default(),
-                        Some(r.pos),
-                        "\"rubric\" must be an object",
-                        Arg::None,
-                    );
-                    return None;
+            if r.kind() != Kind::Object {
+                self.push(
+                    ViolationCode::Schema,
+                    Loc::default(),
+                    Some(r.pos),
+                    "\"rubric\" must be an object",
+                    Arg::None,
+                );
+                return None;
+            }
+            r.enter(b'{');
+            while let Some(k) = r.next_key() {
+                if k.eq_str("categories") && categories.is_none() {
+                    categories = Some(r);
+                } else {
+                    self.key_problem(Loc::default(), &k, "unknown key in \"rubric\"");
                 }
-                r.enter(b'{');
-                while let Some(k) = r.next_key() {
-                    if k.eq_str("categories") && categories.is_none() {
-                        categories = Some(r);
-                    } else {
-                        self.key_problem(Loc::default(), &k, "unknown key in \"rubric\"");
-                    }
-                    r.skip_value();
-                }
+                r.skip_value();
             }
         }
         let Some(mut cats) = categories else {
@@ -784,20 +782,16 @@ impl<'a> Validator<'a, '_> {
                 && let Some(m) = max_dim_seen
                 && d < m
             {
-                {
-                    {
-                        self.push(
-                            ViolationCode::CategoryOrder,
-                            Loc {
-                                dimension: Some(d),
-                                ..loc
-                            },
-                            None,
-                            "category out of order, it must come before",
-                            Arg::Text(ShortText::new(m.json_name())),
-                        );
-                    }
-                }
+                self.push(
+                    ViolationCode::CategoryOrder,
+                    Loc {
+                        dimension: Some(d),
+                        ..loc
+                    },
+                    None,
+                    "category out of order, it must come before",
+                    Arg::Text(ShortText::new(m.json_name())),
+                );
             }
             max_dim_seen = max_dim_seen.max(Some(d));
             if let Some(w) = weight_ok.get_mut(d.index()) {
@@ -826,10 +820,8 @@ impl<'a> Validator<'a, '_> {
         if weight_ok.iter().all(|&x| x) {
             let sum: f64 = rubric.weights().iter().sum();
             // Written so that a NaN sum also fails the check.
-            if (sum - 1.0).abs().partial_cmp(&self.policy.weight_tolerance)
-                != Some(core::cmp::Ordering::Less)
-                && (sum - 1.0).abs() != self.policy.weight_tolerance
-            {
+            let dev = (sum - 1.0).abs();
+            if dev.is_nan() || dev > self.policy.weight_tolerance {
                 self.push(
                     ViolationCode::WeightSum,
                     Loc::default(),
@@ -1271,9 +1263,7 @@ pub fn find_meta_word(text: &str) -> Option<&'static str> {
             if let Some(end) = match_phrase(b, start, w.as_bytes())
                 && !b.get(end).is_some_and(|&c| is_word(c))
             {
-                {
-                    return Some(w);
-                }
+                return Some(w);
             }
         }
     }

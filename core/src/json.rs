@@ -319,13 +319,9 @@ impl Iterator for JChars<'_> {
                         && let Some(lo) = look.hex4()
                         && (0xDC00..0xE000).contains(&lo)
                     {
-                        {
-                            {
-                                *self = look;
-                                let cp = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
-                                return Some(char::from_u32(cp).unwrap_or('\u{FFFD}'));
-                            }
-                        }
+                        *self = look;
+                        let cp = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+                        return Some(char::from_u32(cp).unwrap_or('\u{FFFD}'));
                     }
                     '\u{FFFD}'
                 } else {

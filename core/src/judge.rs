@@ -216,11 +216,7 @@ fn find_scores(body: &str) -> Option<Cursor<'_>> {
         && let Some(inner) = body.get(..b)
         && let Some(c) = first_object_with_scores(inner, a)
     {
-        {
-            {
-                return Some(c);
-            }
-        }
+        return Some(c);
     }
     // 2. The first balanced object holding `criterion_scores`.
     first_object_with_scores(body, 0)
