@@ -183,6 +183,33 @@ impl AdvantageOptions {
     }
 }
 
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+/// An advantage output element: `f32` or `f64`. Everything is computed in `f64`; `f32` output
+/// rounds once at the end.
+pub trait AdvantageValue: Copy + sealed::Sealed {
+    /// Rounds (for `f32`) or passes through (for `f64`) a value computed in `f64`.
+    fn from_f64(x: f64) -> Self;
+}
+
+impl AdvantageValue for f32 {
+    #[inline]
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+}
+
+impl AdvantageValue for f64 {
+    #[inline]
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+}
+
 /// Per-group statistics of the valid rewards, written by [`group_advantages`].
 ///
 /// Field order (C): `count: u32, mean: f32, std: f32, zero_variance: u32` (16 bytes).
@@ -274,11 +301,11 @@ pub(super) struct GroupMap {
 
 impl GroupMap {
     #[inline]
-    pub fn apply(&self, r: f32) -> f32 {
+    pub fn apply(&self, r: f32) -> f64 {
         if self.factor == 0.0 {
             return 0.0;
         }
-        ((f64::from(r) - self.center) * self.factor / self.divisor) as f32
+        (f64::from(r) - self.center) * self.factor / self.divisor
     }
 }
 
@@ -360,19 +387,20 @@ pub(super) fn check_lengths(
     Ok(b)
 }
 
-pub(super) fn write_group(
+pub(super) fn write_group<O: AdvantageValue>(
     rewards: &[f32],
     valid: Option<&[u8]>,
     range: core::ops::Range<usize>,
     map: &GroupMap,
-    out: &mut [f32],
+    out: &mut [O],
 ) -> Result<()> {
     for i in range {
-        out[i] = if sample_valid(rewards, valid, i)? {
+        let a = if sample_valid(rewards, valid, i)? {
             map.apply(rewards[i])
         } else {
             0.0
         };
+        out[i] = O::from_f64(a);
     }
     Ok(())
 }
@@ -388,6 +416,8 @@ pub(super) fn group_stats(n: f64, sum: f64, map: &GroupMap) -> GroupStats {
 
 /// Group-relative advantages of one batch (SPEC §9), single rank.
 ///
+/// `out` is `f32` (what trainers use) or `f64` (the unrounded reference, for tests).
+///
 /// `rewards[N]` with the groups of `layout`; `valid[N]` (optional, non-zero = valid). A sample
 /// is left out of every statistic, and gets `A = 0`, when its mask byte is 0 or its reward is
 /// NaN. Writes `out[N]` and, if given, `stats[B]` (one [`GroupStats`] per group). Variances are
@@ -398,12 +428,12 @@ pub(super) fn group_stats(n: f64, sum: f64, map: &GroupMap) -> GroupStats {
 /// [`Error::InvalidLayout`], [`Error::InvalidArgument`] (bad `eps`), [`Error::NonFinite`]
 /// (an infinite reward on a valid sample), [`Error::SingletonGroup`] (policy `error`). All checks
 /// run before anything is written, so on error `out` and `stats` are untouched.
-pub fn group_advantages(
+pub fn group_advantages<O: AdvantageValue>(
     rewards: &[f32],
     valid: Option<&[u8]>,
     layout: GroupLayout<'_>,
     opts: &AdvantageOptions,
-    out: &mut [f32],
+    out: &mut [O],
     mut stats: Option<&mut [GroupStats]>,
 ) -> Result<()> {
     opts.validate()?;

@@ -16,8 +16,8 @@
 //! gives the same answer on any split.
 
 use super::advantage::{
-    AdvantageOptions, GroupStats, check_lengths, group_map, group_stats, range_centered_squares,
-    range_sums, std_from, write_group,
+    AdvantageOptions, AdvantageValue, GroupStats, check_lengths, group_map, group_stats,
+    range_centered_squares, range_sums, std_from, write_group,
 };
 use super::layout::GroupLayout;
 use crate::{Error, Result};
@@ -83,14 +83,14 @@ pub fn group_partial_squares(
 /// `sums`/`m2`; [`Error::InvalidArgument`] for a negative or non-finite reduced value. Checks
 /// run before any write.
 #[allow(clippy::too_many_arguments)] // mirrors the C ABI: one slice per buffer, no structs
-pub fn group_advantages_finalize(
+pub fn group_advantages_finalize<O: AdvantageValue>(
     rewards: &[f32],
     valid: Option<&[u8]>,
     layout: GroupLayout<'_>,
     sums: &[GroupSums],
     m2: &[f64],
     opts: &AdvantageOptions,
-    out: &mut [f32],
+    out: &mut [O],
     mut stats: Option<&mut [GroupStats]>,
 ) -> Result<()> {
     opts.validate()?;

@@ -7,19 +7,20 @@ mod sealed {
     impl Sealed for f32 {}
     impl Sealed for half::bf16 {}
     impl Sealed for half::f16 {}
+    impl Sealed for f64 {}
 }
 
-/// A log-probability element: `f32`, `half::bf16` or `half::f16`, widened to `f64` on read.
-///
-/// Sealed: the kernels and the C ABI support exactly these three dtypes.
+/// A log-probability element: `f32`, `half::bf16` or `half::f16` (the dtypes of the kernels
+/// and the C ABI), widened to `f64` on read; `f64` is also accepted by the CPU reference (for
+/// `f64` callers and finite-difference tests). Sealed.
 pub trait LogProb: Copy + bytemuck::Pod + sealed::Sealed {
-    /// The dtype's name as the CLI and the C ABI spell it (`"f32"`, `"bf16"`, `"f16"`).
+    /// The dtype's name as the CLI and the C ABI spell it (`"f32"`, `"bf16"`, `"f16"`, `"f64"`).
     const NAME: &'static str;
 
     /// The value widened to `f64` (exact for all three types).
     fn to_f64(self) -> f64;
 
-    /// Views little-endian raw bytes (for example a buffer from C or a file) as elements,
+    /// Views native-endian raw bytes (for example a buffer from C or a file) as elements,
     /// without copying.
     ///
     /// Errors: [`Error::LengthMismatch`] if the byte length is not a multiple of the element
@@ -38,6 +39,13 @@ impl LogProb for f32 {
     const NAME: &'static str = "f32";
     fn to_f64(self) -> f64 {
         f64::from(self)
+    }
+}
+
+impl LogProb for f64 {
+    const NAME: &'static str = "f64";
+    fn to_f64(self) -> f64 {
+        self
     }
 }
 

@@ -16,8 +16,8 @@ mod logprob;
 mod loss;
 
 pub use advantage::{
-    AdvantageOptions, Baseline, GroupStats, Preset, Scale, SingletonPolicy, StdKind,
-    broadcast_to_tokens, group_advantages,
+    AdvantageOptions, AdvantageValue, Baseline, GroupStats, Preset, Scale, SingletonPolicy,
+    StdKind, broadcast_to_tokens, group_advantages,
 };
 pub use dist::{GroupSums, group_advantages_finalize, group_partial_squares, group_partial_sums};
 pub use layout::{GroupLayout, validate_offsets};
