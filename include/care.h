@@ -312,6 +312,82 @@ typedef uint32_t care_advantages_kind;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// A dimension of the rubric (index of every `[3]` array of this API).
+enum care_dimension
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Cognitive empathy (`"Cognitive Empathy"`).
+  CARE_DIMENSION_COGNITIVE = 0,
+  // Affective empathy (`"Affective Empathy"`).
+  CARE_DIMENSION_AFFECTIVE = 1,
+  // Proactive empathy (`"Proactive Empathy"`).
+  CARE_DIMENSION_PROACTIVE = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_dimension care_dimension;
+#else
+typedef uint32_t care_dimension;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// The stable format-violation codes of SPEC §3 (`care_violation.code`).
+enum care_violation_code
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // The text is not one JSON value.
+  CARE_VIOLATION_NOT_JSON = 1,
+  // Text before or after the JSON value.
+  CARE_VIOLATION_TRAILING_TEXT = 2,
+  // Wrong JSON type, missing, unknown or duplicate key.
+  CARE_VIOLATION_SCHEMA = 3,
+  // A category name that is not one of the three.
+  CARE_VIOLATION_UNKNOWN_CATEGORY = 4,
+  // A category given twice.
+  CARE_VIOLATION_DUPLICATE_CATEGORY = 5,
+  // A category missing.
+  CARE_VIOLATION_MISSING_CATEGORY = 6,
+  // Categories out of order.
+  CARE_VIOLATION_CATEGORY_ORDER = 7,
+  // Keys out of order.
+  CARE_VIOLATION_KEY_ORDER = 8,
+  // `category_weight` outside `[0, 1]`.
+  CARE_VIOLATION_WEIGHT_RANGE = 9,
+  // Weights do not sum to 1.
+  CARE_VIOLATION_WEIGHT_SUM = 10,
+  // Criteria per category out of range.
+  CARE_VIOLATION_CRITERIA_COUNT = 11,
+  // A description without the level anchors or the `value:` suffix.
+  CARE_VIOLATION_LEVEL_FORMAT = 12,
+  // Two criteria with the same title.
+  CARE_VIOLATION_DUPLICATE_TITLE = 13,
+  // A blank title, description or rationale.
+  CARE_VIOLATION_EMPTY_TEXT = 14,
+  // The input exceeds a fixed capacity.
+  CARE_VIOLATION_CAPACITY = 15,
+  // A forbidden meta word (lint, off by default).
+  CARE_VIOLATION_META_WORD = 16,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_violation_code care_violation_code;
+#else
+typedef uint32_t care_violation_code;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// A parsed, valid rubric: immutable and safe to share across threads (reference counted;
+// `care_rubric_clone` adds a reference, `care_rubric_free` drops one).
+typedef struct care_rubric care_rubric;
+
+// The report of a format validation: every violation with its code, location and message.
+// Owned by the caller; free with `care_validation_report_free`.
+typedef struct care_validation_report care_validation_report;
+
 // Options of the advantage functions. Initialize with `care_advantage_options_default` or
 // `care_advantage_options_preset`, which set `struct_size`; then change fields. Enum fields
 // hold `care_baseline`, `care_scale`, `care_std_kind` and `care_singleton_policy` values.
@@ -420,6 +496,45 @@ typedef struct care_loss_stats {
   // Largest `rho` (`-inf` when no token counted).
   double ratio_max;
 } care_loss_stats;
+
+// The options of the format contract. Initialize with `care_format_policy_default` (the
+// paper's contract, behind `r_fmt`) or `care_format_policy_lenient`; flags are 0 or 1.
+typedef struct care_format_policy {
+  // `sizeof(care_format_policy)`; lets the struct grow without breaking old callers.
+  uint32_t struct_size;
+  // Strip a leading `<think>...</think>` block (or everything up to a lone `</think>`).
+  uint8_t allow_think;
+  // Accept one ```` ```json ```` code fence around the value.
+  uint8_t allow_code_fence;
+  // Accept the envelope `{"analysis": ..., "rubric": {...}}`.
+  uint8_t allow_envelope;
+  // Require categories in the order Cognitive, Affective, Proactive.
+  uint8_t require_order;
+  // Require the key order of categories and criteria.
+  uint8_t require_key_order;
+  // Lint for meta words (gold, reference, ...).
+  uint8_t meta_words;
+  // Fewest criteria per category (2).
+  uint8_t min_criteria;
+  // Most criteria per category (4).
+  uint8_t max_criteria;
+  // Allowed `|sum(w) - 1|` (1e-3).
+  double weight_tolerance;
+} care_format_policy;
+
+// One format violation. Indices are -1 where they do not apply.
+typedef struct care_violation {
+  // A `care_violation_code`.
+  uint32_t code;
+  // Position of the category in the `categories` array, or -1.
+  int32_t category;
+  // The `care_dimension` of that category, or -1 when unknown.
+  int32_t dimension;
+  // Position of the criterion in its category's `criteria` array, or -1.
+  int32_t criterion;
+  // Byte offset in the input, or -1.
+  int64_t offset;
+} care_violation;
 
 #ifdef __cplusplus
 extern "C" {
@@ -641,6 +756,139 @@ care_result care_loss_stats_empty(struct care_loss_stats *stats_out);
 // if (r != CARE_OK) fprintf(stderr, "care: %s (%u)\n", care_result_message(r), r);
 // ```
 const char *care_result_message(uint32_t result);
+
+// Writes the paper's format contract (the policy behind `r_fmt`) into `*policy_out`.
+//
+// ```c
+// care_format_policy policy;
+// care_format_policy_default(&policy);
+// policy.max_criteria = 6;
+// ```
+care_result care_format_policy_default(struct care_format_policy *policy_out);
+
+// Writes the lenient policy (think blocks, code fences and the envelope accepted; otherwise
+// the paper's contract) into `*policy_out`.
+care_result care_format_policy_lenient(struct care_format_policy *policy_out);
+
+// Parses rubric JSON `(text, text_len)` under `policy` (NULL: the paper's contract) into a new
+// handle in `*rubric_out`. Only a rubric that passes every check is accepted: otherwise the
+// result is `CARE_ERR_NOT_JSON`, `CARE_ERR_TRAILING_TEXT`, `CARE_ERR_SCHEMA` or
+// `CARE_ERR_CAPACITY` when it could not be read, else `CARE_ERR_FORMAT_VIOLATION` (call
+// `care_rubric_validate` for the details). The text is copied; the handle is immutable and
+// may be used from many threads at once.
+//
+// ```c
+// const care_rubric *rubric = NULL;
+// care_result r = care_rubric_parse(json, json_len, NULL, &rubric);
+// if (r != CARE_OK) { fprintf(stderr, "%s\n", care_result_message(r)); return 1; }
+// /* ... */
+// care_rubric_free(rubric);
+// ```
+care_result care_rubric_parse(const char *text,
+                              size_t text_len,
+                              const struct care_format_policy *policy,
+                              const struct care_rubric **rubric_out);
+
+// Adds a reference to `rubric` and writes the same handle into `*rubric_out` (for handing a
+// copy to another thread or owner; each reference is released with `care_rubric_free`).
+care_result care_rubric_clone(const struct care_rubric *rubric,
+                              const struct care_rubric **rubric_out);
+
+// Releases one reference to a rubric; the rubric is freed with its last reference.
+// `care_rubric_free(NULL)` does nothing.
+void care_rubric_free(const struct care_rubric *rubric);
+
+// Writes the rubric's three stored weights (Cog, Aff, Pro) into `weights_out[3]`.
+// `weights_len` must be 3 (`CARE_ERR_LENGTH_MISMATCH`).
+care_result care_rubric_weights(const struct care_rubric *rubric,
+                                double *weights_out,
+                                size_t weights_len);
+
+// Writes the number of criteria of each dimension into `counts_out[3]` (`counts_len == 3`).
+// Their sum is the length of one response's score array.
+care_result care_rubric_criteria_counts(const struct care_rubric *rubric,
+                                        size_t *counts_out,
+                                        size_t counts_len);
+
+// Writes the total number of criteria (the length of one response's flat score array:
+// Cog criteria, then Aff, then Pro) into `*total_out`.
+care_result care_rubric_total_criteria(const struct care_rubric *rubric, size_t *total_out);
+
+// Borrows the title and description of criterion `index` of `dimension` (a `care_dimension`).
+// The strings are UTF-8, not NUL-terminated, and live as long as the rubric handle.
+// Errors: `CARE_ERR_INVALID_ARGUMENT` (unknown dimension), `CARE_ERR_OUT_OF_RANGE` (index).
+care_result care_rubric_criterion(const struct care_rubric *rubric,
+                                  uint32_t dimension,
+                                  size_t index,
+                                  const char **title_out,
+                                  size_t *title_len_out,
+                                  const char **description_out,
+                                  size_t *description_len_out);
+
+// Validates rubric JSON under `policy` (NULL: the paper's contract) and writes a new report
+// into `*report_out`, whatever the text holds (a report with no violation means `r_fmt = 1`).
+//
+// ```c
+// care_validation_report *rep = NULL;
+// care_rubric_validate(json, json_len, NULL, &rep);
+// size_t n = 0;
+// care_validation_report_count(rep, &n);
+// for (size_t i = 0; i < n; i++) {
+//   char msg[512]; size_t len = 0;
+//   if (care_validation_report_message(rep, i, msg, sizeof msg, &len) == CARE_OK)
+//     printf("%.*s\n", (int)len, msg);
+// }
+// care_validation_report_free(rep);
+// ```
+care_result care_rubric_validate(const char *text,
+                                 size_t text_len,
+                                 const struct care_format_policy *policy,
+                                 struct care_validation_report **report_out);
+
+// `r_fmt` of rubric JSON under `policy` (NULL: the paper's contract): 1.0 when the text passes
+// every check, else 0.0, into `*r_fmt_out`.
+care_result care_r_fmt(const char *text,
+                       size_t text_len,
+                       const struct care_format_policy *policy,
+                       double *r_fmt_out);
+
+// Writes the number of violations kept in the report (at most 64) into `*count_out`.
+care_result care_validation_report_count(const struct care_validation_report *report,
+                                         size_t *count_out);
+
+// Writes the report's summary: `*r_fmt_out` (1.0 or 0.0), `*parsed_out` (1 when a rubric was
+// recovered from the text, even with violations) and `*overflowed_out` (1 when more than 64
+// violations were found and only the first 64 are kept).
+care_result care_validation_report_summary(const struct care_validation_report *report,
+                                           double *r_fmt_out,
+                                           uint32_t *parsed_out,
+                                           uint32_t *overflowed_out);
+
+// Writes violation `index` (code and location) into `*violation_out`.
+// Errors: `CARE_ERR_OUT_OF_RANGE` when `index >= count`.
+care_result care_validation_report_violation(const struct care_validation_report *report,
+                                             size_t index,
+                                             struct care_violation *violation_out);
+
+// Copies the one-line message of violation `index` (UTF-8, not NUL-terminated, ready for a
+// retry prompt) into `(buf, buf_len)` and its length into `*len_out`. When the buffer is too
+// small, nothing is copied, `*len_out` receives the size needed and the result is
+// `CARE_ERR_BUFFER_TOO_SMALL`; pass `(NULL, 0)` to ask for the size.
+care_result care_validation_report_message(const struct care_validation_report *report,
+                                           size_t index,
+                                           char *buf,
+                                           size_t buf_len,
+                                           size_t *len_out);
+
+// Copies the whole validator feedback (every message, one per line) into `(buf, buf_len)`,
+// with the size protocol of `care_validation_report_message`.
+care_result care_validation_report_feedback(const struct care_validation_report *report,
+                                            char *buf,
+                                            size_t buf_len,
+                                            size_t *len_out);
+
+// Frees a validation report. `care_validation_report_free(NULL)` does nothing.
+void care_validation_report_free(struct care_validation_report *report);
 
 // The library version as a static NUL-terminated string (`"0.1.0"`). Never NULL; do not free.
 const char *care_version(void);
