@@ -18,8 +18,10 @@
 //!                                                0 where the KL input or output clamp binds
 //! ```
 //!
-//! The pieces are the public pure functions [`surrogate`], [`kl_term`], [`token_loss_and_grad`]
-//! and [`aggregation_weight`]; [`policy_loss`] only loops over sequences and tokens. A token with
+//! The pieces are the public pure functions [`log_ratio`], [`sequence_ratio`], [`surrogate`],
+//! [`kl_term`], [`token_loss_and_grad`] and [`aggregation_weight`]; [`policy_loss`] only loops
+//! over sequences and tokens: for GSPO, one pass for the mean log ratio, one for the token terms
+//! (summing `w_t * dl/drho` over the sequence), and one to add the gradient through the mean. A token with
 //! mask 0 contributes loss 0 and gets gradient exactly `0.0`, whatever its inputs.
 
 use super::layout::validate_offsets;
@@ -469,9 +471,10 @@ pub struct TokenTerms {
     pub kl: f64,
 }
 
-/// The clamped log ratio `delta` and whether the clamp bound.
+/// The clamped log ratio `delta = clamp(logp - logp_old, -bound, bound)` and whether the clamp
+/// bound (`logp_old = None`, on-policy: `(0, false)`). A NaN difference passes through unclamped.
 #[inline]
-fn clamped_log_ratio(logp: f64, logp_old: Option<f64>, bound: f64) -> (f64, bool) {
+pub fn log_ratio(logp: f64, logp_old: Option<f64>, bound: f64) -> (f64, bool) {
     let raw = match logp_old {
         Some(old) => logp - old,
         None => 0.0,
@@ -483,6 +486,16 @@ fn clamped_log_ratio(logp: f64, logp_old: Option<f64>, bound: f64) -> (f64, bool
     } else {
         (raw, false)
     }
+}
+
+/// The GSPO sequence ratio `rho_i = exp(min(sum_delta / n_i, max))` from the sum of the clamped
+/// log ratios of the sequence's `n_i > 0` counted tokens, and whether the cap bound (then the
+/// gradient through the mean is 0).
+#[inline]
+pub fn sequence_ratio(sum_delta: f64, n_i: f64, max: f64) -> (f64, bool) {
+    let mean = sum_delta / n_i;
+    let capped = mean > max;
+    (libm::exp(if capped { max } else { mean }), capped)
 }
 
 /// Loss and gradient of one counted token at the token ratio level (the formula block of this
@@ -497,7 +510,7 @@ pub fn token_loss_and_grad(
     adv: f64,
     opts: &LossOptions,
 ) -> TokenTerms {
-    let (delta, clamped) = clamped_log_ratio(logp, logp_old, opts.log_ratio_clamp);
+    let (delta, clamped) = log_ratio(logp, logp_old, opts.log_ratio_clamp);
     let rho = libm::exp(delta);
     let s = surrogate(rho, adv, opts);
     let mut grad = if clamped { 0.0 } else { s.dloss_drho * rho };
@@ -618,12 +631,9 @@ pub fn policy_loss<T: LogProb>(
                 let mut sum = 0.0f64;
                 for t in range.clone().filter(|&t| counted(mask, t)) {
                     let lp = inputs.logp[t].to_f64();
-                    sum += clamped_log_ratio(lp, old_at(t), opts.log_ratio_clamp).0;
+                    sum += log_ratio(lp, old_at(t), opts.log_ratio_clamp).0;
                 }
-                let mean = sum / n_i;
-                let capped = mean > opts.seq_log_ratio_max;
-                let m = if capped { opts.seq_log_ratio_max } else { mean };
-                Some((libm::exp(m), capped))
+                Some(sequence_ratio(sum, n_i, opts.seq_log_ratio_max))
             }
             RatioLevel::Sequence => Some((1.0, true)),
         };
@@ -645,7 +655,7 @@ pub fn policy_loss<T: LogProb>(
             let tt = match seq_ratio {
                 None => token_loss_and_grad(lp, old, rf, a, opts),
                 Some((rho, _)) => {
-                    let (delta, clamped) = clamped_log_ratio(lp, old, opts.log_ratio_clamp);
+                    let (delta, clamped) = log_ratio(lp, old, opts.log_ratio_clamp);
                     let s = surrogate(rho, a, opts);
                     dl_drho_seq += wt * s.dloss_drho;
                     let mut tt = TokenTerms {
@@ -688,7 +698,7 @@ pub fn policy_loss<T: LogProb>(
             for t in range.filter(|&t| counted(mask, t)) {
                 let lp = inputs.logp[t].to_f64();
                 let mut g = 0.0f64;
-                if !clamped_log_ratio(lp, old_at(t), opts.log_ratio_clamp).1 {
+                if !log_ratio(lp, old_at(t), opts.log_ratio_clamp).1 {
                     g += g_seq;
                 }
                 if let Some(r) = ref_at(t) {

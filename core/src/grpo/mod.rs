@@ -3,7 +3,8 @@
 //!
 //! This module is the reference that the CUDA kernels and the C ABI are tested against, so every
 //! formula lives in one small, pure function that a kernel can mirror line by line:
-//! [`surrogate`], [`kl_term`], [`token_loss_and_grad`] and [`aggregation_weight`]. Nothing here
+//! [`log_ratio`], [`sequence_ratio`], [`surrogate`], [`kl_term`], [`token_loss_and_grad`] and
+//! [`aggregation_weight`]. Nothing here
 //! allocates: every output goes into a caller-provided slice, and all accumulation is in `f64`.
 //!
 //! Layouts use `u32` offsets, like the `uint32_t` arrays of the C ABI and the kernels:
@@ -24,6 +25,6 @@ pub use layout::{GroupLayout, validate_offsets};
 pub use logprob::LogProb;
 pub use loss::{
     Advantages, Aggregation, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput, LossPreset,
-    LossStats, RatioLevel, Surrogate, TokenTerms, aggregation_weight, kl_term, policy_loss,
-    surrogate, token_loss_and_grad,
+    LossStats, RatioLevel, Surrogate, TokenTerms, aggregation_weight, kl_term, log_ratio,
+    policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
 };
