@@ -181,15 +181,17 @@ pub fn policy_reward_fixed(
     for ((&n, mean), &wd) in counts.iter().zip(dim_means.iter_mut()).zip(w.iter()) {
         let (dim, tail) = rest.split_at(n.min(rest.len()));
         rest = tail;
+        // Sum the raw integer scores first: exact, so the result does not depend on the order
+        // of the criteria; one division then normalizes.
         let (mut sum, mut k) = (0.0, 0usize);
         for &raw in dim {
             if let Some(v) = resolve_raw(raw, opts, &mut fired)? {
-                sum += v / MAX_SCORE;
+                sum += v;
                 k += 1;
             }
         }
         if k > 0 {
-            *mean = sum / k as f64;
+            *mean = sum / (MAX_SCORE * k as f64);
         }
         reward += wd * *mean;
     }
