@@ -445,6 +445,8 @@ pub fn group_advantages<O: AdvantageValue>(
         stats.as_deref().map(<[_]>::len),
     )?;
 
+    // Indexing below cannot panic: the layout was validated against `rewards.len()`, which
+    // `valid` and `out` match, and `stats` has one entry per group.
     // Pass 1: every error is found here, before any write; batch count and sum.
     let (mut tot_n, mut tot_sum) = (0.0f64, 0.0f64);
     for g in 0..b {

@@ -57,7 +57,7 @@ pub fn validate_offsets(o: &[u32], n: usize) -> Result<usize> {
         (Some(&f), Some(&l)) => (f, l),
         _ => return Err(Error::InvalidLayout),
     };
-    if first != 0 || last as usize != n || u32::try_from(n).is_err() {
+    if first != 0 || last as usize != n {
         return Err(Error::InvalidLayout);
     }
     if o.windows(2).any(|w| w[0] > w[1]) {

@@ -591,6 +591,8 @@ pub fn policy_loss<T: LogProb>(
         return Err(Error::LengthMismatch);
     }
     let mask = inputs.mask;
+    // From here on, indexing cannot panic: the offsets were validated against `logp.len()`, and
+    // every per-token slice (and `grad`) has that length, the per-sequence advantages `B`.
 
     // Local denominators (used where the caller passed 0).
     let (mut loc_tok, mut loc_seq, mut loc_h) = (0.0f64, 0.0f64, 0.0f64);
