@@ -1,0 +1,280 @@
+// Group advantages for GRPO and friends (SPEC section 9), in one launch.
+//
+// Each group is reduced by one "team" of threads: one warp per group for small groups (8 groups per
+// 256-thread block, shuffles only, no shared memory and no block barriers) or one block per group
+// for large ones (shared-memory block reductions). Both paths are correct for any group size; the
+// launcher picks the cheaper one. Statistics are accumulated in double: the kernel is tiny next to
+// the forward pass, and double keeps near-equal rewards (1.0 vs 1.00001) as exact as the f64 CPU
+// reference. "All valid rewards equal" is detected exactly (min == max), never through std > 0.
+//
+// Entry points: group_advantages_f32 (one launch) and batch_std_f32 (one single-block launch that
+// precedes it only when scale == batch_std; a multi-rank caller may instead write the global std).
+#include "common.cuh"
+
+#define CARE_BASELINE_MEAN 0u
+#define CARE_BASELINE_LOO 1u
+#define CARE_BASELINE_NONE 2u
+
+#define CARE_SCALE_GROUP_STD 0u
+#define CARE_SCALE_BATCH_STD 1u
+#define CARE_SCALE_NONE 2u
+
+#define CARE_SINGLETON_ZERO 0u
+#define CARE_SINGLETON_RAW 1u
+#define CARE_SINGLETON_ERROR 2u
+
+// Bits OR-ed into *status: a group with exactly one valid sample under the `error` policy; an
+// infinite reward on a valid sample (it poisons its group; the CPU reference rejects it).
+#define CARE_STATUS_SINGLETON 1u
+#define CARE_STATUS_NON_FINITE 2u
+
+// Per-group statistics; the layout of `care_core::grpo::GroupStats`.
+struct CareGroupStats {
+    care_u32 count;         // valid samples
+    float mean;             // mean of the valid rewards (0 for an empty group)
+    float std;              // std under the chosen estimator (0 where undefined)
+    care_u32 zero_variance; // 1: at least one valid sample and all valid rewards equal
+};
+
+// Mirrored by `care_kernels::AdvParams` (#[repr(C)], layout checked by a test against this file).
+struct CareAdvParams {
+    const float* rewards;        // [n]
+    const care_u8* valid;        // [n] or null; 0 = invalid. NaN rewards are invalid regardless.
+    const care_u32* offsets;     // [num_groups + 1] CSR, or null for fixed `group_size`
+    float* adv;                  // [n] output
+    CareGroupStats* group_stats; // [num_groups] or null
+    const float* batch_std;      // device scalar, read when scale == batch_std
+    const care_u32* tok_offsets; // [n + 1] or null: no token broadcast
+    const care_u8* tok_mask;     // [tok_offsets[n]] or null (all tokens count)
+    float* adv_tok;              // [tok_offsets[n]] output of the token broadcast
+    care_u32* status;            // device word or null; CARE_STATUS_* bits are OR-ed in
+    care_u32 n;
+    care_u32 num_groups;
+    care_u32 group_size;         // fixed layout only: n == num_groups * group_size
+    care_u32 baseline;           // CARE_BASELINE_*
+    care_u32 scale;              // CARE_SCALE_*
+    care_u32 unbiased;           // 1: divide by (count - 1), 0: by count
+    care_u32 singleton;          // CARE_SINGLETON_*
+    care_u32 warp_per_group;     // 1: one warp per group; 0: one block per group
+    float eps;
+    care_u32 pad0;
+};
+
+// Mirrored by `care_kernels::BatchStdParams`.
+struct CareBatchStdParams {
+    const float* rewards; // [n]
+    const care_u8* valid; // [n] or null
+    float* out_std;       // device scalar output
+    care_u32 n;
+    care_u32 unbiased;
+};
+
+__device__ __forceinline__ bool care_adv_valid(const CareAdvParams& p, care_u32 i, float r) {
+    return !care_isnan(r) && (p.valid == 0 || p.valid[i] != 0);
+}
+
+// Sums over a team: a warp (shuffles) or the whole block (shared memory). `warp_mode` is uniform
+// over the block, so the barriers inside the block variants are reached by every thread.
+__device__ __forceinline__ double care_team_sum(double v, bool warp_mode, double* scratch) {
+    return warp_mode ? care_warp_sum(v) : care_block_sum(v, scratch);
+}
+__device__ __forceinline__ float care_team_min(float v, bool warp_mode, float* scratch) {
+    return warp_mode ? care_warp_min(v) : care_block_min(v, scratch, __uint_as_float(0x7f800000u));
+}
+__device__ __forceinline__ float care_team_max(float v, bool warp_mode, float* scratch) {
+    return warp_mode ? care_warp_max(v) : care_block_max(v, scratch, __uint_as_float(0xff800000u));
+}
+
+// Everything needed to turn a reward of the group into its advantage.
+struct CareGroupCoef {
+    care_u32 kind;   // 0: all zero, 1: singleton raw, 2: normal
+    double mean;
+    double count;
+    double inv_scale; // 1 / (std + eps), or 1 when scale == none
+};
+
+__device__ __forceinline__ float care_adv_of(const CareAdvParams& p, const CareGroupCoef& c,
+                                             care_u32 i) {
+    float r = p.rewards[i];
+    if (!care_adv_valid(p, i, r) || c.kind == 0) {
+        return 0.0f;
+    }
+    if (c.kind == 1) {
+        return (float)((double)r * c.inv_scale);
+    }
+    double d = (double)r - c.mean;
+    if (p.baseline == CARE_BASELINE_LOO) {
+        // r - (sum - r)/(n - 1) == (r - mean) * n / (n - 1): no cancellation of `sum - r`.
+        d = d * c.count / (c.count - 1.0);
+    } else if (p.baseline == CARE_BASELINE_NONE) {
+        d = (double)r;
+    }
+    return (float)(d * c.inv_scale);
+}
+
+// Launch geometry (see `care_kernels::advantages_geometry`): warp mode: grid.x =
+// ceil(num_groups / (blockDim.x / 32)); block mode: grid.x = num_groups. blockDim.x is a multiple
+// of 32 (at most 1024).
+extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvParams p) {
+    __shared__ double dscratch[CARE_WARP];
+    __shared__ float fscratch[CARE_WARP];
+    const bool warp_mode = p.warp_per_group != 0;
+    care_u32 g, lane, team;
+    if (warp_mode) {
+        g = blockIdx.x * (blockDim.x / CARE_WARP) + threadIdx.x / CARE_WARP;
+        lane = threadIdx.x & (CARE_WARP - 1);
+        team = CARE_WARP;
+        if (g >= p.num_groups) {
+            return; // a whole warp leaves together; warp mode has no block barrier
+        }
+    } else {
+        g = blockIdx.x;
+        lane = threadIdx.x;
+        team = blockDim.x;
+        if (g >= p.num_groups) {
+            return; // uniform over the block
+        }
+    }
+
+    // Group bounds, clamped so that malformed offsets can never index out of bounds.
+    care_u32 start, end;
+    if (p.offsets != 0) {
+        start = p.offsets[g];
+        end = p.offsets[g + 1];
+        start = start < p.n ? start : p.n;
+        end = end < start ? start : (end < p.n ? end : p.n);
+    } else {
+        start = g * p.group_size;
+        end = start + p.group_size;
+        end = end < p.n ? end : p.n;
+    }
+
+    // Pass 1: count, sum, min, max of the valid rewards.
+    double cnt = 0.0, sum = 0.0;
+    float mn = __uint_as_float(0x7f800000u), mx = __uint_as_float(0xff800000u);
+    bool inf_seen = false;
+    for (care_u32 i = start + lane; i < end; i += team) {
+        float r = p.rewards[i];
+        if (care_adv_valid(p, i, r)) {
+            inf_seen = inf_seen || !care_isfinite(r);
+            cnt += 1.0;
+            sum += (double)r;
+            mn = r < mn ? r : mn;
+            mx = r > mx ? r : mx;
+        }
+    }
+    cnt = care_team_sum(cnt, warp_mode, dscratch);
+    sum = care_team_sum(sum, warp_mode, dscratch);
+    mn = care_team_min(mn, warp_mode, fscratch);
+    mx = care_team_max(mx, warp_mode, fscratch);
+    double mean = cnt > 0.0 ? sum / cnt : 0.0;
+
+    // Pass 2: centered sum of squares (never E[x^2] - E[x]^2).
+    double ss = 0.0;
+    for (care_u32 i = start + lane; i < end; i += team) {
+        float r = p.rewards[i];
+        if (care_adv_valid(p, i, r)) {
+            double d = (double)r - mean;
+            ss += d * d;
+        }
+    }
+    ss = care_team_sum(ss, warp_mode, dscratch);
+    double var = 0.0;
+    if (p.unbiased != 0) {
+        var = cnt > 1.0 ? ss / (cnt - 1.0) : 0.0;
+    } else {
+        var = cnt > 0.0 ? ss / cnt : 0.0;
+    }
+    double std = sqrt(var);
+
+    CareGroupCoef c;
+    c.mean = mean;
+    c.count = cnt;
+    c.kind = 2;
+    double s = std;
+    if (p.scale == CARE_SCALE_BATCH_STD) {
+        s = (double)p.batch_std[0];
+    }
+    c.inv_scale = p.scale == CARE_SCALE_NONE ? 1.0 : 1.0 / (s + (double)p.eps);
+    if (cnt == 0.0) {
+        c.kind = 0;
+    } else if (cnt == 1.0) {
+        if (p.singleton == CARE_SINGLETON_RAW) {
+            // verl: baseline 0 and std 1, so A = r / (1 + eps) under std scaling, r without.
+            c.kind = 1;
+            c.inv_scale = p.scale == CARE_SCALE_NONE ? 1.0 : 1.0 / (1.0 + (double)p.eps);
+        } else {
+            c.kind = 0;
+            if (p.singleton == CARE_SINGLETON_ERROR && lane == 0 && p.status != 0) {
+                atomicOr(p.status, CARE_STATUS_SINGLETON);
+            }
+        }
+    } else if (mn == mx) {
+        c.kind = 0; // all valid rewards exactly equal
+    }
+
+    if (inf_seen && p.status != 0) {
+        atomicOr(p.status, CARE_STATUS_NON_FINITE);
+    }
+    for (care_u32 i = start + lane; i < end; i += team) {
+        p.adv[i] = care_adv_of(p, c, i);
+    }
+    if (lane == 0 && p.group_stats != 0) {
+        CareGroupStats gs;
+        gs.count = (care_u32)cnt;
+        gs.mean = (float)mean;
+        gs.std = (float)std;
+        gs.zero_variance = (cnt >= 1.0 && mn == mx) ? 1u : 0u;
+        p.group_stats[g] = gs;
+    }
+
+    // Fused token broadcast: A_tok[t] = A[seq(t)] * mask[t]. The tokens of a group are contiguous
+    // (they are the tokens of its sequences), so the team walks them sequence by sequence.
+    if (p.adv_tok != 0 && p.tok_offsets != 0) {
+        for (care_u32 i = start; i < end; ++i) {
+            float a = care_adv_of(p, c, i);
+            care_u32 ts = p.tok_offsets[i];
+            care_u32 te = p.tok_offsets[i + 1];
+            te = te < ts ? ts : te;
+            for (care_u32 t = ts + lane; t < te; t += team) {
+                p.adv_tok[t] = (p.tok_mask == 0 || p.tok_mask[t] != 0) ? a : 0.0f;
+            }
+        }
+    }
+}
+
+// The std of all valid rewards of the batch (scale == batch_std). Geometry: grid (1,1,1), block
+// 1024 (any multiple of 32): one block walks the whole batch twice (sum, then centered squares);
+// rewards are one float per sample, so this stays small next to the trainer's other work.
+extern "C" __global__ void __launch_bounds__(1024) batch_std_f32(CareBatchStdParams p) {
+    __shared__ double scratch[CARE_WARP];
+    double cnt = 0.0, sum = 0.0;
+    for (care_u32 i = threadIdx.x; i < p.n; i += blockDim.x) {
+        float r = p.rewards[i];
+        if (!care_isnan(r) && (p.valid == 0 || p.valid[i] != 0)) {
+            cnt += 1.0;
+            sum += (double)r;
+        }
+    }
+    cnt = care_block_sum(cnt, scratch);
+    sum = care_block_sum(sum, scratch);
+    double mean = cnt > 0.0 ? sum / cnt : 0.0;
+    double ss = 0.0;
+    for (care_u32 i = threadIdx.x; i < p.n; i += blockDim.x) {
+        float r = p.rewards[i];
+        if (!care_isnan(r) && (p.valid == 0 || p.valid[i] != 0)) {
+            double d = (double)r - mean;
+            ss += d * d;
+        }
+    }
+    ss = care_block_sum(ss, scratch);
+    if (threadIdx.x == 0) {
+        double var = 0.0;
+        if (p.unbiased != 0) {
+            var = cnt > 1.0 ? ss / (cnt - 1.0) : 0.0;
+        } else {
+            var = cnt > 0.0 ? ss / cnt : 0.0;
+        }
+        p.out_std[0] = (float)sqrt(var);
+    }
+}

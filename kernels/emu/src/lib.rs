@@ -1,0 +1,188 @@
+//! Test-only host emulation of the `care-kernels` CUDA kernels.
+//!
+//! `build.rs` compiles the very `kernels/cuda/*.cu` sources as C++ against `csrc/cuda_emu.h`,
+//! which runs the threads of each block as cooperative fibers on the calling OS thread and
+//! reshuffles their order (from a seed) at every barrier and warp collective. [`Emulator`]
+//! implements [`care_kernels::Backend`], so the tests run the same launch plans as the GPU, with
+//! host addresses in place of device pointers.
+
+use core::ffi::c_void;
+
+use care_kernels::{Backend, Geometry, Kernel};
+use care_kernels::params::{AdvParams, BatchStdParams, LossDenomsRaw, LossParams};
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct Dim3 {
+    x: u32,
+    y: u32,
+    z: u32,
+}
+
+impl From<(u32, u32, u32)> for Dim3 {
+    fn from(d: (u32, u32, u32)) -> Self {
+        Dim3 {
+            x: d.0,
+            y: d.1,
+            z: d.2,
+        }
+    }
+}
+
+unsafe extern "C" {
+    fn emu_launch_group_advantages_f32(g: Dim3, b: Dim3, sh: usize, p: *const AdvParams, seed: u64) -> i32;
+    fn emu_launch_batch_std_f32(g: Dim3, b: Dim3, sh: usize, p: *const BatchStdParams, seed: u64) -> i32;
+    fn emu_launch_grpo_loss_f32(g: Dim3, b: Dim3, sh: usize, p: *const LossParams, seed: u64) -> i32;
+    fn emu_launch_grpo_loss_bf16(g: Dim3, b: Dim3, sh: usize, p: *const LossParams, seed: u64) -> i32;
+    fn emu_launch_grpo_loss_f16(g: Dim3, b: Dim3, sh: usize, p: *const LossParams, seed: u64) -> i32;
+    fn emu_launch_grpo_loss_denoms(
+        g: Dim3,
+        b: Dim3,
+        sh: usize,
+        p: *const LossParams,
+        out: *mut LossDenomsRaw,
+        seed: u64,
+    ) -> i32;
+    fn emu_f16_to_f32(h: u16) -> f32;
+    fn emu_bf16_to_f32(h: u16) -> f32;
+    fn emu_f32_to_f16(f: f32) -> u16;
+    fn emu_f32_to_bf16(f: f32) -> u16;
+    fn emu_layout_adv(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_group_stats(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_batch_std(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_loss(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_stats(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_denoms(out: *mut u32, cap: usize) -> usize;
+}
+
+/// Why an emulated launch failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmuError {
+    /// Some threads returned while others wait at `__syncthreads` (code 1).
+    BlockBarrier,
+    /// A warp collective some lanes can never reach, or lanes waiting at different barriers
+    /// (code 2).
+    WarpCollective,
+    /// A geometry the emulator rejects (code 3).
+    Geometry,
+    /// A launch with the wrong number of arguments.
+    Arguments,
+}
+
+fn check(code: i32) -> Result<(), EmuError> {
+    match code {
+        0 => Ok(()),
+        1 => Err(EmuError::BlockBarrier),
+        2 => Err(EmuError::WarpCollective),
+        _ => Err(EmuError::Geometry),
+    }
+}
+
+/// The host emulator as a [`Backend`]; `seed` drives the fiber schedule.
+#[derive(Clone, Copy, Debug)]
+pub struct Emulator {
+    /// Seed of the fiber order (a different seed, a different interleaving at every barrier).
+    pub seed: u64,
+}
+
+impl Backend for Emulator {
+    type Error = EmuError;
+
+    unsafe fn memset_zero(&self, ptr: u64, bytes: usize) -> Result<(), EmuError> {
+        // SAFETY: `ptr` is a writable host address of `bytes` bytes (trait contract).
+        unsafe { core::ptr::write_bytes(ptr as usize as *mut u8, 0, bytes) };
+        Ok(())
+    }
+
+    unsafe fn launch(&self, kernel: Kernel, g: Geometry, args: &[*mut c_void]) -> Result<(), EmuError> {
+        let (grid, block) = (Dim3::from(g.grid), Dim3::from(g.block));
+        let s = self.seed;
+        // SAFETY (all arms): the argument pointers point at parameter structs of the kernel's
+        // C type (trait contract), and the addresses inside them are host memory.
+        let code = match (kernel, args) {
+            (Kernel::GroupAdvantagesF32, [p]) => unsafe {
+                emu_launch_group_advantages_f32(grid, block, 0, p.cast(), s)
+            },
+            (Kernel::BatchStdF32, [p]) => unsafe { emu_launch_batch_std_f32(grid, block, 0, p.cast(), s) },
+            (Kernel::GrpoLossF32, [p]) => unsafe { emu_launch_grpo_loss_f32(grid, block, 0, p.cast(), s) },
+            (Kernel::GrpoLossBf16, [p]) => unsafe { emu_launch_grpo_loss_bf16(grid, block, 0, p.cast(), s) },
+            (Kernel::GrpoLossF16, [p]) => unsafe { emu_launch_grpo_loss_f16(grid, block, 0, p.cast(), s) },
+            (Kernel::GrpoLossDenoms, [p, out]) => unsafe {
+                // `out` points at the `CareLossDenoms*` argument, i.e. at an address.
+                let addr = *(out.cast::<u64>());
+                emu_launch_grpo_loss_denoms(grid, block, 0, p.cast(), addr as usize as *mut LossDenomsRaw, s)
+            },
+            _ => return Err(EmuError::Arguments),
+        };
+        check(code)
+    }
+}
+
+/// The address of a slice's first element, as the kernels' `u64` pointers.
+pub fn addr<T>(s: &[T]) -> u64 {
+    s.as_ptr() as usize as u64
+}
+
+/// The address of a mutable slice's first element.
+pub fn addr_mut<T>(s: &mut [T]) -> u64 {
+    s.as_mut_ptr() as usize as u64
+}
+
+/// The bf16/f16 conversions of `common.cuh`, exposed for exhaustive tests.
+pub mod convert {
+    /// `care_f16_to_f32`.
+    pub fn f16_to_f32(h: u16) -> f32 {
+        // SAFETY: pure function of its argument.
+        unsafe { super::emu_f16_to_f32(h) }
+    }
+    /// `care_bf16_to_f32`.
+    pub fn bf16_to_f32(h: u16) -> f32 {
+        // SAFETY: pure function of its argument.
+        unsafe { super::emu_bf16_to_f32(h) }
+    }
+    /// `care_f32_to_f16` (round to nearest even).
+    pub fn f32_to_f16(f: f32) -> u16 {
+        // SAFETY: pure function of its argument.
+        unsafe { super::emu_f32_to_f16(f) }
+    }
+    /// `care_f32_to_bf16` (round to nearest even).
+    pub fn f32_to_bf16(f: f32) -> u16 {
+        // SAFETY: pure function of its argument.
+        unsafe { super::emu_f32_to_bf16(f) }
+    }
+}
+
+/// The C compiler's layout of each parameter struct: size, alignment, field offsets.
+pub mod c_layout {
+    fn get(f: unsafe extern "C" fn(*mut u32, usize) -> usize) -> Vec<u32> {
+        let mut v = vec![0u32; 64];
+        // SAFETY: writes at most `cap` entries.
+        let n = unsafe { f(v.as_mut_ptr(), v.len()) };
+        v.truncate(n);
+        v
+    }
+    /// `CareAdvParams`.
+    pub fn adv() -> Vec<u32> {
+        get(super::emu_layout_adv)
+    }
+    /// `CareGroupStats`.
+    pub fn group_stats() -> Vec<u32> {
+        get(super::emu_layout_group_stats)
+    }
+    /// `CareBatchStdParams`.
+    pub fn batch_std() -> Vec<u32> {
+        get(super::emu_layout_batch_std)
+    }
+    /// `CareLossParams`.
+    pub fn loss() -> Vec<u32> {
+        get(super::emu_layout_loss)
+    }
+    /// `CareLossStats`.
+    pub fn stats() -> Vec<u32> {
+        get(super::emu_layout_stats)
+    }
+    /// `CareLossDenoms`.
+    pub fn denoms() -> Vec<u32> {
+        get(super::emu_layout_denoms)
+    }
+}
