@@ -380,6 +380,84 @@ typedef uint32_t care_violation_code;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// What to do when a criterion has no score (a NaN score).
+enum care_missing_policy
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Fail with `CARE_ERR_MISSING_SCORE` (default).
+  CARE_MISSING_ERROR = 0,
+  // Score it 0.
+  CARE_MISSING_ZERO = 1,
+  // Drop it from its dimension's mean.
+  CARE_MISSING_SKIP = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_missing_policy care_missing_policy;
+#else
+typedef uint32_t care_missing_policy;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// What to do with a score outside `0..=5` or not an integer.
+enum care_range_policy
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Fail with `CARE_ERR_SCORE_OUT_OF_RANGE` (default).
+  CARE_RANGE_ERROR = 0,
+  // Round to the nearest integer, then clamp to `0..=5`.
+  CARE_RANGE_CLAMP = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_range_policy care_range_policy;
+#else
+typedef uint32_t care_range_policy;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// The score scale of the preference reward.
+enum care_score_scale
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Differences of normalized scores `raw / 5` (default).
+  CARE_SCORE_SCALE_NORMALIZED = 0,
+  // Differences of raw `0..=5` scores.
+  CARE_SCORE_SCALE_RAW = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_score_scale care_score_scale;
+#else
+typedef uint32_t care_score_scale;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// What to do with a strategy label that maps to no dimension.
+enum care_unknown_label_policy
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Fail with `CARE_ERR_UNKNOWN_LABEL` (default).
+  CARE_UNKNOWN_LABEL_ERROR = 0,
+  // Skip it (counted in `care_strategy_counts.unknown`).
+  CARE_UNKNOWN_LABEL_IGNORE = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_unknown_label_policy care_unknown_label_policy;
+#else
+typedef uint32_t care_unknown_label_policy;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // A parsed, valid rubric: immutable and safe to share across threads (reference counted;
 // `care_rubric_clone` adds a reference, `care_rubric_free` drops one).
 typedef struct care_rubric care_rubric;
@@ -497,6 +575,89 @@ typedef struct care_loss_stats {
   double ratio_max;
 } care_loss_stats;
 
+// Score policies shared by every score-based reward. Initialize with
+// `care_score_options_default`.
+typedef struct care_score_options {
+  // `sizeof(care_score_options)`.
+  uint32_t struct_size;
+  // A `care_missing_policy`.
+  uint32_t missing;
+  // A `care_range_policy`.
+  uint32_t out_of_range;
+  // 1: ignore the rubric's weights and use 1/3 each (paper Table 3 ablation).
+  uint32_t uniform_weights;
+} care_score_options;
+
+// Options of the preference reward. Initialize with `care_pref_options_default`.
+typedef struct care_pref_options {
+  // `sizeof(care_pref_options)`.
+  uint32_t struct_size;
+  // A `care_score_scale`.
+  uint32_t scale;
+  // Temperature `tau > 0` (0.7).
+  double tau;
+} care_pref_options;
+
+// Options of the generator reward. Initialize with `care_generator_options_default`.
+typedef struct care_generator_options {
+  // `sizeof(care_generator_options)`.
+  uint32_t struct_size;
+  // A `care_unknown_label_policy` for the chosen tactics.
+  uint32_t unknown_labels;
+  // Weight of `r_align` (0.1).
+  double lambda;
+  // Weight of `r_fmt` (0.3).
+  double gamma;
+} care_generator_options;
+
+// Which score policies fired (no silent defaults).
+typedef struct care_fired {
+  // Missing scores replaced by 0.
+  uint32_t missing_zeroed;
+  // Missing scores dropped.
+  uint32_t missing_skipped;
+  // Scores rounded and/or clamped.
+  uint32_t clamped;
+  // 1 when the stored weights were off the simplex and were normalized.
+  uint32_t weights_adjusted;
+  // 1 when uniform weights were used.
+  uint32_t uniform_weights;
+} care_fired;
+
+// The details behind a policy or preference reward.
+typedef struct care_reward_detail {
+  // Per-dimension mean term (Cog, Aff, Pro); 0 for a dimension with no scored criterion.
+  double dim_means[3];
+  // The weights used (on the simplex).
+  double weights[3];
+  // Which policies fired.
+  struct care_fired fired;
+} care_reward_detail;
+
+// What happened while scoring a batch of responses.
+typedef struct care_batch_report {
+  // Responses with a finite reward.
+  uint32_t scored;
+  // Responses that got a NaN reward because a score broke an `error` policy.
+  uint32_t failed;
+  // Index of the first failed response, or -1.
+  int64_t first_error_index;
+  // The `care_result` of the first failure, or `CARE_OK`.
+  uint32_t first_error_code;
+  // Policies fired, summed over the batch.
+  struct care_fired fired;
+} care_batch_report;
+
+// Per-dimension counts of a tactic set.
+typedef struct care_strategy_counts {
+  // Distinct known labels per dimension (Cog, Aff, Pro).
+  uint32_t counts[3];
+  // Labels skipped because they are unknown (policy ignore).
+  uint32_t unknown;
+  // Labels skipped because they repeat an earlier one.
+  uint32_t duplicates;
+} care_strategy_counts;
+
 // The options of the format contract. Initialize with `care_format_policy_default` (the
 // paper's contract, behind `r_fmt`) or `care_format_policy_lenient`; flags are 0 or 1.
 typedef struct care_format_policy {
@@ -521,6 +682,50 @@ typedef struct care_format_policy {
   // Allowed `|sum(w) - 1|` (1e-3).
   double weight_tolerance;
 } care_format_policy;
+
+// The generator reward and its parts.
+typedef struct care_generator_result {
+  // `r_phi = r_pref + lambda * r_align + gamma * r_fmt`.
+  double reward;
+  // Preference reward on the parsed rubric (0 when it did not parse).
+  double r_pref;
+  // Alignment reward on the parsed rubric (0 when it did not parse).
+  double r_align;
+  // 1.0 when the text passes the format contract, else 0.0.
+  double r_fmt;
+  // 1 when the rubric parsed at all.
+  uint32_t parsed;
+  // Number of format violations found (capped at 64).
+  uint32_t violations;
+  // 1 when alignment violation T (top) occurred.
+  uint32_t top_violation;
+  // Number of alignment violations Z (zero).
+  uint32_t zero_violations;
+  // Strategy counts of the chosen tactics.
+  struct care_strategy_counts counts;
+  // Policies fired while computing `r_pref`.
+  struct care_fired fired;
+} care_generator_result;
+
+// What the judge-output parser found.
+typedef struct care_judge_report {
+  // Criteria that received a score.
+  uint32_t matched;
+  // Of those, matched only ASCII-case-insensitively.
+  uint32_t case_insensitive;
+  // Rubric criteria without a score (NaN in the output).
+  uint32_t missing;
+  // Items naming an already scored criterion (the first score is kept).
+  uint32_t duplicates;
+  // Items naming no criterion of the rubric.
+  uint32_t unknown;
+  // Items whose score is not a number or numeric string.
+  uint32_t invalid_scores;
+  // Matched scores that are non-integral or outside `0..=5` (passed through).
+  uint32_t out_of_range;
+  // Items that are not objects or lack a key.
+  uint32_t malformed_items;
+} care_judge_report;
 
 // One format violation. Indices are -1 where they do not apply.
 typedef struct care_violation {
@@ -756,6 +961,145 @@ care_result care_loss_stats_empty(struct care_loss_stats *stats_out);
 // if (r != CARE_OK) fprintf(stderr, "care: %s (%u)\n", care_result_message(r), r);
 // ```
 const char *care_result_message(uint32_t result);
+
+// Writes the default score policies (missing: error, out of range: error, stored weights).
+care_result care_score_options_default(struct care_score_options *options_out);
+
+// Writes the paper's preference options (`tau = 0.7`, normalized scores).
+care_result care_pref_options_default(struct care_pref_options *options_out);
+
+// Writes the paper's generator options (`lambda = 0.1`, `gamma = 0.3`, unknown labels: error).
+care_result care_generator_options_default(struct care_generator_options *options_out);
+
+// The policy reward (paper Eq. 5) of one response: `scores[scores_len]` are raw judge scores
+// (`0..=5`, NaN = missing) in flat rubric order (`scores_len == care_rubric_total_criteria`).
+// Writes `*reward_out` and, if not NULL, `*detail_out`. `options` NULL: defaults.
+//
+// ```c
+// double scores[6] = {4, 5, 4, 5, 5, 5}, reward;
+// care_result r = care_policy_reward(rubric, scores, 6, NULL, &reward, NULL);
+// ```
+care_result care_policy_reward(const struct care_rubric *rubric,
+                               const double *scores,
+                               size_t scores_len,
+                               const struct care_score_options *options,
+                               double *reward_out,
+                               struct care_reward_detail *detail_out);
+
+// The policy reward of `rewards_len` responses under one rubric (one GRPO group or a whole
+// batch). `scores` is response-major: response `j`'s scores are
+// `scores[j * total .. (j + 1) * total]` (`scores_len == rewards_len * total`, else
+// `CARE_ERR_LENGTH_MISMATCH`). A response that breaks an `error` policy gets a NaN reward
+// (an invalid sample for the advantage functions) and is counted in `*report_out` (optional);
+// the call itself succeeds. Safe to call from many threads on one shared rubric.
+//
+// ```c
+// double rewards[G];
+// care_batch_report rep;
+// care_result r = care_policy_reward_batch(rubric, scores, G * total, NULL, rewards, G, &rep);
+// ```
+care_result care_policy_reward_batch(const struct care_rubric *rubric,
+                                     const double *scores,
+                                     size_t scores_len,
+                                     const struct care_score_options *options,
+                                     double *rewards_out,
+                                     size_t rewards_len,
+                                     struct care_batch_report *report_out);
+
+// The preference reward (paper Eq. 3) of a chosen over a rejected response under one rubric:
+// two flat score arrays of `care_rubric_total_criteria` raw scores each. Antisymmetric.
+// `score_options` / `pref_options` NULL: defaults (`tau = 0.7`).
+care_result care_preference_reward(const struct care_rubric *rubric,
+                                   const double *chosen,
+                                   size_t chosen_len,
+                                   const double *rejected,
+                                   size_t rejected_len,
+                                   const struct care_score_options *score_options,
+                                   const struct care_pref_options *pref_options,
+                                   double *reward_out,
+                                   struct care_reward_detail *detail_out);
+
+// Counts strategy labels per dimension (paper Eq. 2; ESConv and MINT labels, trimmed and
+// case-insensitive, `[Question]` accepted, a repeated label counted once). Labels are
+// `count` UTF-8 strings given as `labels[i]` with byte length `label_lens[i]`;
+// `unknown_policy` is a `care_unknown_label_policy`.
+//
+// ```c
+// const char *labels[] = {"Question", "Affirmation and Reassurance"};
+// size_t lens[] = {8, 27};
+// care_strategy_counts c;
+// care_strategy_count(labels, lens, 2, CARE_UNKNOWN_LABEL_ERROR, &c);
+// ```
+care_result care_strategy_count(const char *const *labels,
+                                const size_t *label_lens,
+                                size_t count,
+                                uint32_t unknown_policy,
+                                struct care_strategy_counts *counts_out);
+
+// The alignment reward `r_align` (SPEC §6) of weights `weights[3]` (normalized as for scoring)
+// and strategy counts `counts[3]`: 0, 0.5 or 1 into `*reward_out`.
+care_result care_alignment_reward(const double *weights,
+                                  size_t weights_len,
+                                  const uint32_t *counts,
+                                  size_t counts_len,
+                                  double *reward_out);
+
+// The generator reward (paper Eq. 4) of rubric text: validates `(text, text_len)` under
+// `policy`, then `r_pref` of `chosen` over `rejected` scores (flat arrays over the parsed
+// rubric's criteria; ignored when it does not parse), `r_align` of the chosen response's
+// tactic labels, and `r_fmt`. Every options pointer may be NULL (paper defaults).
+care_result care_generator_reward(const char *text,
+                                  size_t text_len,
+                                  const double *chosen,
+                                  size_t chosen_len,
+                                  const double *rejected,
+                                  size_t rejected_len,
+                                  const char *const *labels,
+                                  const size_t *label_lens,
+                                  size_t label_count,
+                                  const struct care_format_policy *policy,
+                                  const struct care_score_options *score_options,
+                                  const struct care_pref_options *pref_options,
+                                  const struct care_generator_options *generator_options,
+                                  struct care_generator_result *result_out);
+
+// Renders the rubric-conditioned judge prompt (dialogue context lines, the seeker's latest
+// turn, the candidate response, every criterion with its anchors, the output shape) into
+// `(buf, buf_len)` (UTF-8, not NUL-terminated) and its length into `*len_out`. When the buffer
+// is too small, nothing is copied, `*len_out` receives the size needed and the result is
+// `CARE_ERR_BUFFER_TOO_SMALL`; pass `(NULL, 0)` to ask for the size first.
+//
+// ```c
+// size_t need = 0;
+// care_judge_prompt_render(rubric, ctx, ctx_lens, n_ctx, seeker, seeker_len,
+//                          resp, resp_len, NULL, 0, &need);   /* CARE_ERR_BUFFER_TOO_SMALL */
+// char *prompt = malloc(need);
+// care_judge_prompt_render(rubric, ctx, ctx_lens, n_ctx, seeker, seeker_len,
+//                          resp, resp_len, prompt, need, &need);
+// ```
+care_result care_judge_prompt_render(const struct care_rubric *rubric,
+                                     const char *const *context,
+                                     const size_t *context_lens,
+                                     size_t context_count,
+                                     const char *seeker_turn,
+                                     size_t seeker_turn_len,
+                                     const char *response,
+                                     size_t response_len,
+                                     char *buf,
+                                     size_t buf_len,
+                                     size_t *len_out);
+
+// Parses a judge's answer into raw scores in flat rubric order: `scores_out[scores_len]` with
+// `scores_len == care_rubric_total_criteria` (`CARE_ERR_SCORE_SHAPE` otherwise), NaN where the
+// judge gave no usable score; `*report_out` (optional) says what was matched. Lenient about
+// the envelope (think blocks, code fences, prose), strict about the content.
+// Errors: `CARE_ERR_NO_JUDGE_JSON`, `CARE_ERR_INVALID_UTF8`.
+care_result care_judge_output_parse(const struct care_rubric *rubric,
+                                    const char *text,
+                                    size_t text_len,
+                                    double *scores_out,
+                                    size_t scores_len,
+                                    struct care_judge_report *report_out);
 
 // Writes the paper's format contract (the policy behind `r_fmt`) into `*policy_out`.
 //

@@ -29,6 +29,7 @@ mod handle;
 pub mod advantage;
 pub mod loss;
 pub mod result;
+pub mod reward;
 pub mod rubric;
 pub mod version;
 
