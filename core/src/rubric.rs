@@ -320,3 +320,64 @@ mod owned {
 
 #[cfg(feature = "alloc")]
 pub use owned::RubricBuf;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accessors_and_flat_layout() {
+        let mut r = Rubric::new();
+        assert_eq!(r.total_criteria(), 0);
+        r.set_category(Dimension::Proactive, 0.2, "p");
+        r.push_criterion(Dimension::Proactive, "p0", "d").unwrap();
+        r.push_criterion(Dimension::Cognitive, "c0", "d").unwrap();
+        r.push_criterion(Dimension::Cognitive, "c1", "d").unwrap();
+        assert_eq!(r.counts(), [2, 0, 1]);
+        assert_eq!(r.weights(), [0.0, 0.0, 0.2]);
+        assert_eq!(r.scoring_weights(), [0.0, 0.0, 1.0]);
+        let titles: std::vec::Vec<&str> = r.iter_flat().map(|(_, c)| c.title).collect();
+        assert_eq!(titles, ["c0", "c1", "p0"]);
+        assert_eq!(r.flat_index(Dimension::Proactive, 0), Some(2));
+        assert_eq!(r.flat_index(Dimension::Affective, 0), None);
+        assert_eq!(r.flat_index(Dimension::Cognitive, 2), None);
+        assert!(!r.category(Dimension::Affective).present);
+        for _ in 0..MAX_CRITERIA {
+            let _ = r.push_criterion(Dimension::Affective, "a", "d");
+        }
+        assert_eq!(
+            r.push_criterion(Dimension::Affective, "a", "d"),
+            Err(Error::Capacity)
+        );
+        assert_eq!(
+            Dimension::from_json_name("Affective Empathy"),
+            Some(Dimension::Affective)
+        );
+        assert_eq!(Dimension::from_json_name("affective empathy"), None);
+        assert_eq!(Dimension::from_index(3), None);
+    }
+
+    #[cfg(feature = "alloc")]
+    #[test]
+    fn owned_round_trip() {
+        let text = std::string::String::from("title with \"quote\"");
+        let mut r = Rubric::new();
+        r.set_category(Dimension::Cognitive, 0.7, "why");
+        r.push_criterion(Dimension::Cognitive, &text, "desc")
+            .unwrap();
+        r.set_category(Dimension::Affective, 0.3, "because");
+        let owned = RubricBuf::from(&r);
+        drop(r); // the owned form must not borrow the original text
+        drop(text);
+        let back = owned.rubric();
+        assert_eq!(back.weights(), [0.7, 0.3, 0.0]);
+        assert_eq!(
+            back.criteria(Dimension::Cognitive)[0].title,
+            "title with \"quote\""
+        );
+        assert_eq!(back.category(Dimension::Affective).rationale, "because");
+        assert!(!back.category(Dimension::Proactive).present);
+        assert_eq!(RubricBuf::from(back.clone()).rubric(), back);
+    }
+}
