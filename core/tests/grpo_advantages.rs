@@ -594,3 +594,19 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn c_layouts_are_as_documented() {
+    use core::mem::{offset_of, size_of};
+    assert_eq!(size_of::<AdvantageOptions>(), 24);
+    assert_eq!(offset_of!(AdvantageOptions, singleton), 12);
+    assert_eq!(offset_of!(AdvantageOptions, eps), 16);
+    assert_eq!(size_of::<GroupStats>(), 16);
+    assert_eq!(offset_of!(GroupStats, mean), 4);
+    assert_eq!(offset_of!(GroupStats, zero_variance), 12);
+    assert_eq!(size_of::<GroupSums>(), 16);
+    assert_eq!(offset_of!(GroupSums, sum), 8);
+    assert_eq!(Baseline::None as u32, 2);
+    assert_eq!(SingletonPolicy::Error as u32, 2);
+    assert_eq!(Preset::Rloo as u32, 5);
+}

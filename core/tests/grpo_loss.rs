@@ -817,3 +817,18 @@ proptest! {
         prop_assert!((merged.ratio_sum - whole.stats.ratio_sum).abs() <= 1e-12 * (1.0 + whole.stats.ratio_sum));
     }
 }
+
+#[test]
+fn c_layouts_are_as_documented() {
+    use core::mem::{offset_of, size_of};
+    assert_eq!(size_of::<LossOptions>(), 104);
+    assert_eq!(offset_of!(LossOptions, horizon), 80);
+    assert_eq!(offset_of!(LossOptions, aggregation), 88);
+    assert_eq!(offset_of!(LossOptions, kl_estimator), 96);
+    assert_eq!(size_of::<LossStats>(), 14 * 8);
+    assert_eq!(offset_of!(LossStats, non_finite), 11 * 8);
+    assert_eq!(offset_of!(LossStats, ratio_min), 12 * 8);
+    assert_eq!(Aggregation::TokenSum as u32, 4);
+    assert_eq!(KlEstimator::K3 as u32, 3);
+    assert_eq!(RatioLevel::Sequence as u32, 1);
+}
