@@ -9,6 +9,12 @@
 #include <stdint.h>
 #include <stdbool.h>
 
+// Bytes of device workspace every GPU call needs (16-byte aligned, caller-allocated).
+#define CARE_GPU_WORKSPACE_BYTES 64
+
+// Bytes of the device-side loss statistics accumulator of `care_gpu_policy_loss`.
+#define CARE_GPU_LOSS_STATS_BYTES 56
+
 // Major version of the library (semver); equals the crate version.
 #define CARE_VERSION_MAJOR 0
 
@@ -458,6 +464,27 @@ typedef uint32_t care_unknown_label_policy;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// The log-prob dtype of `care_gpu_policy_loss`.
+enum care_dtype
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // `float`.
+  CARE_DTYPE_F32 = 0,
+  // bfloat16 (raw 16-bit patterns).
+  CARE_DTYPE_BF16 = 1,
+  // IEEE half (raw 16-bit patterns).
+  CARE_DTYPE_F16 = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_dtype care_dtype;
+#else
+typedef uint32_t care_dtype;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // A parsed, valid rubric: immutable and safe to share across threads (reference counted;
 // `care_rubric_clone` adds a reference, `care_rubric_free` drops one).
 typedef struct care_rubric care_rubric;
@@ -506,6 +533,39 @@ typedef struct care_group_sums {
   double sum;
 } care_group_sums;
 
+// Loss statistics as sums that add across micro-batches and ranks (all-reduce the first
+// twelve with a sum, `ratio_min` with min, `ratio_max` with max).
+typedef struct care_loss_stats {
+  // Counted tokens.
+  double tokens;
+  // Sequences with at least one counted token.
+  double sequences;
+  // This call's part of the loss.
+  double loss;
+  // Tokens where the clipped branch binds.
+  double clipped;
+  // Tokens with `rho < 1 - eps_low` and `A < 0`.
+  double clipped_low;
+  // Tokens with `rho > 1 + eps_high` and `A > 0`.
+  double clipped_high;
+  // Tokens where the dual clip binds.
+  double dual_clipped;
+  // `sum (logp_old - logp)` (verl `ppo_kl` times tokens).
+  double ppo_kl_sum;
+  // `sum k` of the KL estimator (without `beta`).
+  double kl_sum;
+  // `sum rho`.
+  double ratio_sum;
+  // Counted tokens whose log ratio hit the clamp.
+  double log_ratio_clamped;
+  // Counted tokens with a non-finite input.
+  double non_finite;
+  // Smallest `rho` (`+inf` when no token counted).
+  double ratio_min;
+  // Largest `rho` (`-inf` when no token counted).
+  double ratio_max;
+} care_loss_stats;
+
 // Options of the policy loss. Initialize with `care_loss_options_default` or
 // `care_loss_options_preset` (they set `struct_size`), then change fields. A denominator of
 // 0 means "this call's own count"; pass global counts so that micro-batches add up.
@@ -541,39 +601,6 @@ typedef struct care_loss_options {
   // Dr. GRPO horizon `H` (0 = the longest sequence of this call).
   double horizon;
 } care_loss_options;
-
-// Loss statistics as sums that add across micro-batches and ranks (all-reduce the first
-// twelve with a sum, `ratio_min` with min, `ratio_max` with max).
-typedef struct care_loss_stats {
-  // Counted tokens.
-  double tokens;
-  // Sequences with at least one counted token.
-  double sequences;
-  // This call's part of the loss.
-  double loss;
-  // Tokens where the clipped branch binds.
-  double clipped;
-  // Tokens with `rho < 1 - eps_low` and `A < 0`.
-  double clipped_low;
-  // Tokens with `rho > 1 + eps_high` and `A > 0`.
-  double clipped_high;
-  // Tokens where the dual clip binds.
-  double dual_clipped;
-  // `sum (logp_old - logp)` (verl `ppo_kl` times tokens).
-  double ppo_kl_sum;
-  // `sum k` of the KL estimator (without `beta`).
-  double kl_sum;
-  // `sum rho`.
-  double ratio_sum;
-  // Counted tokens whose log ratio hit the clamp.
-  double log_ratio_clamped;
-  // Counted tokens with a non-finite input.
-  double non_finite;
-  // Smallest `rho` (`+inf` when no token counted).
-  double ratio_min;
-  // Largest `rho` (`-inf` when no token counted).
-  double ratio_max;
-} care_loss_stats;
 
 // Score policies shared by every score-based reward. Initialize with
 // `care_score_options_default`.
@@ -848,6 +875,83 @@ care_result care_broadcast_to_tokens(const float *advantages,
                                      size_t mask_len,
                                      float *tokens_out,
                                      size_t tokens_len);
+
+// `CARE_OK` when the CUDA driver library loads and reports at least one device, else
+// `CARE_ERR_CUDA_UNAVAILABLE`. Creates no context.
+care_result care_gpu_available(void);
+
+// Group advantages on the GPU, asynchronously on `stream` (a `CUstream`, NULL = legacy default
+// stream), in the context current on this thread (else the primary context of the pointer's
+// device). All `d_` pointers are device memory: `d_rewards[n]`; `d_valid[valid_len]` optional
+// (`valid_len` 0 or `n`); fixed `group_size`, or CSR `d_group_offsets[group_offsets_len]` with
+// `group_size == 0`; `d_advantages_out[advantages_len]` (`== n`); `d_stats_out[stats_len]`
+// optional (one per group); `d_workspace` at least `CARE_GPU_WORKSPACE_BYTES`, 16-byte
+// aligned, kept until `care_gpu_advantage_status` has been called. Same results as
+// `care_group_advantages` within the documented tolerance; a singleton group under the
+// `error` policy or an infinite reward is reported by `care_gpu_advantage_status`.
+care_result care_gpu_group_advantages(const float *d_rewards,
+                                      size_t n,
+                                      const uint8_t *d_valid,
+                                      size_t valid_len,
+                                      uint32_t group_size,
+                                      const uint32_t *d_group_offsets,
+                                      size_t group_offsets_len,
+                                      const struct care_advantage_options *options,
+                                      float *d_advantages_out,
+                                      size_t advantages_len,
+                                      struct care_group_stats *d_stats_out,
+                                      size_t stats_len,
+                                      void *d_workspace,
+                                      size_t workspace_len,
+                                      void *stream);
+
+// Synchronizes `stream` and reads the status word that `care_gpu_group_advantages` left in
+// `d_workspace`: `CARE_OK`, `CARE_ERR_NON_FINITE` (an infinite valid reward) or
+// `CARE_ERR_SINGLETON_GROUP` (singleton policy `error`).
+care_result care_gpu_advantage_status(const void *d_workspace, size_t workspace_len, void *stream);
+
+// Synchronizes `stream`, then resets the device loss-statistics accumulator `d_stats`
+// (`CARE_GPU_LOSS_STATS_BYTES`) to empty. `care_gpu_policy_loss` adds into it, so one accumulator
+// can collect several micro-batches.
+care_result care_gpu_loss_stats_reset(void *d_stats, size_t stats_len, void *stream);
+
+// Synchronizes `stream` and reads the device loss-statistics accumulator into `*stats_out`.
+care_result care_gpu_loss_stats_read(const void *d_stats,
+                                     size_t stats_len,
+                                     void *stream,
+                                     struct care_loss_stats *stats_out);
+
+// The fused clipped-ratio loss on the GPU, asynchronously on `stream`: writes the gradient
+// `d_grad_out[grad_len]` (`== logp_len`; `float`, or the input dtype when
+// `grad_in_input_dtype` is 1) and adds this call's statistics into `d_stats`
+// (`CARE_GPU_LOSS_STATS_BYTES`, see `care_gpu_loss_stats_reset` / `_read`; the loss is
+// `stats.loss`). Log-prob arrays hold `dtype` (`care_dtype`) elements; optional ones are
+// (NULL, 0); every given per-token length must equal `logp_len`. `max_seq_len` is the longest
+// sequence if known (geometry only), else 0. Other arguments as `care_policy_loss_f32`.
+care_result care_gpu_policy_loss(uint32_t dtype,
+                                 const void *d_logp,
+                                 size_t logp_len,
+                                 const void *d_logp_old,
+                                 size_t logp_old_len,
+                                 const void *d_logp_ref,
+                                 size_t logp_ref_len,
+                                 const uint32_t *d_seq_offsets,
+                                 size_t seq_offsets_len,
+                                 const uint8_t *d_mask,
+                                 size_t mask_len,
+                                 const float *d_advantages,
+                                 size_t advantages_len,
+                                 uint32_t advantages_kind,
+                                 const struct care_loss_options *options,
+                                 uint32_t max_seq_len,
+                                 void *d_grad_out,
+                                 size_t grad_len,
+                                 uint32_t grad_in_input_dtype,
+                                 void *d_stats,
+                                 size_t stats_len,
+                                 void *d_workspace,
+                                 size_t workspace_len,
+                                 void *stream);
 
 // Writes the SPEC §10 default loss options into `*options_out` (eps 0.2/0.2, no dual clip,
 // clamps 20/10/20/10, beta 0, k3, token ratio, token mean, local denominators).

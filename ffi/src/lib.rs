@@ -27,6 +27,7 @@ mod args;
 mod handle;
 
 pub mod advantage;
+pub mod gpu;
 pub mod loss;
 pub mod result;
 pub mod reward;

@@ -194,7 +194,7 @@ fn to_c(o: &LossOptions) -> care_loss_options {
     }
 }
 
-fn stats_to_c(s: &LossStats) -> care_loss_stats {
+pub(crate) fn stats_to_c(s: &LossStats) -> care_loss_stats {
     care_loss_stats {
         tokens: s.tokens,
         sequences: s.sequences,
