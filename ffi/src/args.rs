@@ -16,16 +16,6 @@ macro_rules! tri {
     };
 }
 
-/// Unwraps a core `Result`, or returns its mapped code from the enclosing entry point.
-macro_rules! tri_core {
-    ($e:expr) => {
-        match $e {
-            Ok(value) => value,
-            Err(error) => return $crate::result::map_error(error),
-        }
-    };
-}
-
 /// Checks a non-NULL, aligned pointer; NULL is `CARE_ERR_NULL_POINTER`, misaligned is
 /// `CARE_ERR_INVALID_ARGUMENT`.
 fn check_ptr<T>(p: *const T) -> Result<(), care_result> {

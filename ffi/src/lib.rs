@@ -19,11 +19,8 @@
 
 #[macro_use]
 mod panic;
-// TEMP: allow until every function group is wired (the helpers are used by all of them).
-#[allow(dead_code, unused_macros)]
 #[macro_use]
 mod args;
-#[allow(dead_code)]
 mod handle;
 
 pub mod advantage;

@@ -203,7 +203,6 @@ impl From<Error> for care_result {
 }
 
 /// Turns a core result into a code, for bodies that end with a core call.
-#[allow(dead_code)]
 pub(crate) fn to_code(r: care_core::Result<()>) -> care_result {
     match r {
         Ok(()) => care_result::CARE_OK,
