@@ -445,11 +445,9 @@ impl Validation<'_> {
     }
 }
 
-/// `r_fmt` of `text` under `policy` (a scratch buffer of `scratch_len` bytes is not needed:
-/// this uses a 4 KiB stack buffer for strings with escapes and reports `capacity` beyond it).
-pub fn r_fmt(text: &[u8], policy: &FormatPolicy) -> f64 {
-    let mut scratch = [0u8; 4096];
-    validate(text, policy, &mut scratch).r_fmt()
+/// `r_fmt` of `text` under `policy`: `validate(text, policy, scratch).r_fmt()`.
+pub fn r_fmt(text: &[u8], policy: &FormatPolicy, scratch: &mut [u8]) -> f64 {
+    validate(text, policy, scratch).r_fmt()
 }
 
 /// Validates rubric JSON against the format contract and recovers the rubric.
@@ -458,7 +456,8 @@ pub fn r_fmt(text: &[u8], policy: &FormatPolicy) -> f64 {
 /// are present with numeric weights, and `missing_category` is reported once per dimension.
 ///
 /// Strings without escapes are borrowed from `text`; strings with escapes are decoded into
-/// `scratch` (a string that does not fit is reported as `capacity` and left empty). Never
+/// `scratch` (a string that does not fit is reported as `capacity` and left empty). Decoding
+/// never makes a string longer, so a scratch buffer of `text.len()` bytes always suffices. Never
 /// panics, never allocates; time is linear in the input (plus a quadratic title check bounded by
 /// the criteria capacity).
 pub fn validate<'a>(
@@ -812,8 +811,8 @@ impl<'a> Validator<'a, '_> {
                         ..Loc::default()
                     },
                     None,
-                    "missing category",
-                    Arg::Text(ShortText::new(d.json_name())),
+                    "category missing",
+                    Arg::None,
                 );
             }
         }

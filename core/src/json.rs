@@ -133,7 +133,7 @@ pub(crate) fn scan_value(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
             State::Value | State::ValueOrEnd => {
                 if matches!(state, State::ValueOrEnd) && c == b']' {
                     i += 1;
-                    depth -= 1;
+                    depth = depth.saturating_sub(1);
                     state = State::After;
                 } else {
                     match c {
@@ -181,7 +181,7 @@ pub(crate) fn scan_value(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
             State::Key | State::KeyOrEnd => {
                 if matches!(state, State::KeyOrEnd) && c == b'}' {
                     i += 1;
-                    depth -= 1;
+                    depth = depth.saturating_sub(1);
                     state = State::After;
                 } else if c == b'"' {
                     i = skip_ws(b, scan_string(b, i)?.0);
@@ -201,7 +201,7 @@ pub(crate) fn scan_value(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
                     (b',', true) => state = State::Key,
                     (b',', false) => state = State::Value,
                     (b'}', true) | (b']', false) => {
-                        depth -= 1;
+                        depth = depth.saturating_sub(1);
                         state = State::After;
                     }
                     _ => return Err(err(i, "expected ',' or a closing bracket")),

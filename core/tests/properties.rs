@@ -198,4 +198,37 @@ proptest! {
             prop_assert!(out[0].is_nan() || out[0].is_finite());
         }
     }
+
+    /// Decoding round-trips: a title encoded by serde_json (escapes for quotes, backslashes,
+    /// control characters; optionally every non-ASCII char as \uXXXX) comes back equal, and
+    /// a scratch buffer of `text.len()` bytes is always enough.
+    #[test]
+    fn escaped_strings_round_trip(title in "\\PC{1,24}", ascii_only in any::<bool>()) {
+        prop_assume!(!title.trim().is_empty());
+        let mut enc = serde_json::to_string(&title).unwrap();
+        if ascii_only {
+            let mut e = String::new();
+            for c in enc.chars() {
+                if c.is_ascii() {
+                    e.push(c);
+                } else {
+                    let mut buf = [0u16; 2];
+                    for u in c.encode_utf16(&mut buf) {
+                        e.push_str(&format!("\\u{u:04x}"));
+                    }
+                }
+            }
+            enc = e;
+        }
+        let d = "[0] a [1] b [2] c [3] d [4] e [5] f value: 0, 1, 2, 3, 4, 5";
+        let text = format!(
+            r#"{{"categories":[{{"category":"Cognitive Empathy","weight_rationale":{enc},"category_weight":1,"criteria":[{{"title":{enc},"description":"{d}"}},{{"title":"other","description":"{d}"}}]}}]}}"#
+        );
+        let mut scratch = vec![0u8; text.len()];
+        let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+        prop_assert!(!v.report.has(care_core::ViolationCode::Capacity));
+        let r = v.rubric.unwrap();
+        prop_assert_eq!(r.criteria(Dimension::Cognitive)[0].title, title.as_str());
+        prop_assert_eq!(r.category(Dimension::Cognitive).rationale, title.as_str());
+    }
 }

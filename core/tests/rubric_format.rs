@@ -83,7 +83,10 @@ fn paper_fixtures_are_valid() {
 #[test]
 fn built_valid_rubric_is_valid() {
     assert_eq!(codes(&valid()), vec![]);
-    assert_eq!(r_fmt(valid().as_bytes(), &FormatPolicy::PAPER), 1.0);
+    assert_eq!(
+        r_fmt(valid().as_bytes(), &FormatPolicy::PAPER, &mut []),
+        1.0
+    );
 }
 
 #[test]
