@@ -818,9 +818,13 @@ impl<'a> Validator<'a, '_> {
         }
         if weight_ok.iter().all(|&x| x) {
             let sum: f64 = rubric.weights().iter().sum();
-            // Written so that a NaN sum also fails the check.
             let dev = (sum - 1.0).abs();
-            if dev.is_nan() || dev > self.policy.weight_tolerance {
+            // Not `dev > tol`: a NaN sum or a NaN tolerance must fail the check, not pass it.
+            let within = matches!(
+                dev.partial_cmp(&self.policy.weight_tolerance),
+                Some(core::cmp::Ordering::Less | core::cmp::Ordering::Equal)
+            );
+            if !within {
                 self.push(
                     ViolationCode::WeightSum,
                     Loc::default(),

@@ -343,6 +343,18 @@ fn generator_reward_broken_and_unparseable_rubrics() {
     )
     .unwrap();
     assert_eq!((g.counts.unknown, g.r_align), (1, 1.0));
+    // Scores that do not fit the parsed rubric are a caller error, not a zero reward.
+    assert_eq!(
+        generator_reward(
+            text.as_bytes(),
+            &mut [],
+            &chosen[..7],
+            &rejected[..7],
+            &["advice"],
+            &opts
+        ),
+        Err(Error::ScoreShape)
+    );
     // The validated variant gives the same numbers.
     let mut s = [0u8; 16];
     let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut s);

@@ -100,6 +100,12 @@ fn weights_not_summing_to_one_give_exactly_one_weight_sum() {
         ..FormatPolicy::PAPER
     };
     assert_eq!(codes_with(&t, &loose), vec![]);
+    // A NaN tolerance accepts nothing.
+    let nan = FormatPolicy {
+        weight_tolerance: f64::NAN,
+        ..FormatPolicy::PAPER
+    };
+    assert_eq!(codes_with(&valid(), &nan), vec![V::WeightSum]);
 }
 
 #[test]
