@@ -62,12 +62,12 @@ pub fn score_group_fixed(
         match policy_reward_fixed(weights, counts, s, opts) {
             Ok(r) => {
                 *o = r.reward;
-                report.scored += 1;
+                report.scored = report.scored.saturating_add(1);
                 report.fired.merge(&r.fired);
             }
             Err(e) => {
                 *o = f64::NAN;
-                report.failed += 1;
+                report.failed = report.failed.saturating_add(1);
                 if report.first_error.is_none() {
                     report.first_error = Some((j, e));
                 }

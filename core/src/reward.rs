@@ -89,11 +89,11 @@ pub(crate) fn resolve_raw(raw: f64, opts: &ScoreOptions, fired: &mut Fired) -> R
         return match opts.missing {
             MissingPolicy::Error => Err(Error::MissingScore),
             MissingPolicy::Zero => {
-                fired.missing_zeroed += 1;
+                fired.missing_zeroed = fired.missing_zeroed.saturating_add(1);
                 Ok(Some(0.0))
             }
             MissingPolicy::Skip => {
-                fired.missing_skipped += 1;
+                fired.missing_skipped = fired.missing_skipped.saturating_add(1);
                 Ok(None)
             }
         };
@@ -105,7 +105,7 @@ pub(crate) fn resolve_raw(raw: f64, opts: &ScoreOptions, fired: &mut Fired) -> R
     match opts.out_of_range {
         RangePolicy::Error => Err(Error::ScoreOutOfRange),
         RangePolicy::Clamp => {
-            fired.clamped += 1;
+            fired.clamped = fired.clamped.saturating_add(1);
             Ok(Some(libm::round(raw).clamp(0.0, MAX_SCORE)))
         }
     }
