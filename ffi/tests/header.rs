@@ -9,17 +9,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
 
+mod common;
+
+use common::{declared_functions, repo_root};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn header_path() -> PathBuf {
-    repo_root().join("include").join("care.h")
-}
 
 /// `target/<profile>/`, where cargo puts `libcare.so` and `libcare.a` next to `deps/`.
 fn artifact_dir() -> PathBuf {
@@ -28,31 +23,6 @@ fn artifact_dir() -> PathBuf {
         .and_then(Path::parent)
         .expect("target/<profile>/deps/<test>")
         .to_path_buf()
-}
-
-/// Function names declared in the header: every `care_*(` that starts a declaration line.
-fn declared_functions(header: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    for line in header.lines() {
-        let t = line.trim_start();
-        if t.starts_with("//") || t.starts_with('*') || t.starts_with("/*") || t.starts_with('#') {
-            continue;
-        }
-        if line.starts_with(' ') {
-            continue; // continuation of a parameter list or an enum/struct body
-        }
-        let Some(open) = line.find('(') else { continue };
-        let before = &line[..open];
-        let name = before
-            .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .next();
-        if let Some(name) = name
-            && name.starts_with("care_")
-        {
-            names.insert(name.to_string());
-        }
-    }
-    names
 }
 
 fn tool(var: &str, default: &str) -> String {
@@ -73,7 +43,7 @@ fn run(cmd: &mut Command) {
 
 #[test]
 fn header_declares_exactly_the_exported_symbols() {
-    let header = std::fs::read_to_string(header_path()).expect("include/care.h");
+    let header = common::header();
     let declared = declared_functions(&header);
     assert!(
         declared.contains("care_result_message"),
@@ -110,7 +80,7 @@ fn header_declares_exactly_the_exported_symbols() {
 
 #[test]
 fn header_compiles_as_c11_and_cxx17_and_every_function_links() {
-    let header = std::fs::read_to_string(header_path()).expect("include/care.h");
+    let header = common::header();
     let declared = declared_functions(&header);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("care-header-check");
     std::fs::create_dir_all(&dir).expect("tmp dir");
@@ -167,7 +137,7 @@ fn header_compiles_as_c11_and_cxx17_and_every_function_links() {
 
 #[test]
 fn header_version_macros_match_the_crate() {
-    let header = std::fs::read_to_string(header_path()).expect("include/care.h");
+    let header = common::header();
     let get = |name: &str| -> Option<String> {
         header.lines().find_map(|l| {
             l.strip_prefix("#define ")?
@@ -191,7 +161,7 @@ fn header_version_macros_match_the_crate() {
 
 #[test]
 fn header_result_codes_match_the_rust_enum() {
-    let header = std::fs::read_to_string(header_path()).expect("include/care.h");
+    let header = common::header();
     for r in care::care_result::ALL {
         let want = format!("  {r:?} = {},", r as u32);
         assert!(header.contains(&want), "care.h lacks `{}`", want.trim());
