@@ -1,4 +1,42 @@
 //! `care-core`: the `no_std` reward core of `care`.
+//!
+//! CARE (context-adaptive empathy rubrics) scores a supporter's reply with a rubric of three
+//! weighted empathy dimensions. This crate parses and validates those rubrics without
+//! allocating, computes every reward of the method (policy Eq. 5, preference Eq. 3, generator
+//! Eq. 4 with alignment and format), parses judge output, and is the CPU reference of the GRPO
+//! step ([`grpo`]: group advantages, the clipped-ratio loss and its gradient).
+//!
+//! ```
+//! use care_core::grpo::{AdvantageOptions, GroupLayout, Preset, group_advantages};
+//! use care_core::{FormatPolicy, ScoreOptions, policy_reward, validate};
+//!
+//! let text = include_str!("../../cli/data/rubric_sft_1.json"); // the bundled paper fixture
+//! let mut scratch = [0u8; 16 * 1024]; // strings with escapes are decoded here
+//! let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+//! assert_eq!(v.r_fmt(), 1.0, "{}", v.report);
+//! let rubric = v.rubric.as_ref().ok_or(care_core::Error::FormatViolation)?;
+//!
+//! // Raw 0..=5 judge scores, criteria in canonical dimension order (Cog, Aff, Pro).
+//! let scores = [5.0; 16];
+//! let r = policy_reward(rubric, &scores[..rubric.total_criteria()], &ScoreOptions::default())?;
+//! assert_eq!(r.reward, 1.0);
+//!
+//! // GRPO advantages for two groups of three rewards (verl's formula).
+//! let rewards = [0.2f32, 0.5, 0.8, 1.0, 1.0, 1.0];
+//! let mut adv = [0.0f64; 6];
+//! let opts = AdvantageOptions::preset(Preset::Verl);
+//! group_advantages(&rewards, None, GroupLayout::Fixed { group_size: 3 }, &opts, &mut adv, None)?;
+//! assert!(adv[0] < 0.0 && adv[2] > 0.0);
+//! assert_eq!(&adv[3..], &[0.0, 0.0, 0.0]); // an all-equal group gives exactly 0
+//! # Ok::<(), care_core::Error>(())
+//! ```
+//!
+//! # Cargo features
+//!
+//! * **(none, default)**: `no_std`, no allocation anywhere.
+//! * **`alloc`**: [`RubricBuf`], an owned rubric (for handles that outlive the input text).
+//! * **`std`** (implies `alloc`): nothing more yet besides linking `std`; errors implement
+//!   `core::error::Error` in every configuration.
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 #![deny(missing_docs)]
 
