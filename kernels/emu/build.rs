@@ -19,5 +19,7 @@ fn main() {
         .flag_if_supported("-ffp-contract=off")
         .flag_if_supported("-fno-fast-math")
         .warnings(true)
+        // Optimized even in debug test builds: the fiber scheduler runs millions of switches.
+        .opt_level(2)
         .compile("care_kernels_emu");
 }

@@ -18,12 +18,11 @@ use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DriverError};
 
-use crate::kernel::{Geometry, Kernel, Module};
-use crate::plan::{
-    self, AdvantageBuffers, Backend, DeviceGroups, Dtype, KernelError, LossBuffers,
-    WORKSPACE_BYTES,
-};
+use crate::kernel::{Geometry, Kernel, Module, Tuning};
 use crate::params::LossStatsRaw;
+use crate::plan::{
+    self, AdvantageBuffers, Backend, DeviceGroups, Dtype, KernelError, LossBuffers, WORKSPACE_BYTES,
+};
 
 /// Whether the CUDA driver library can be loaded (no context is created).
 pub fn driver_available() -> bool {
@@ -265,12 +264,14 @@ pub fn group_advantages_on(
     let backend = unsafe { CudaBackend::new(stream.cu_stream(), buf.rewards) }
         .map_err(KernelError::Backend)?;
     // SAFETY: as above.
-    unsafe { plan::group_advantages(&backend, &buf, opts, None) }?;
+    unsafe { plan::group_advantages(&backend, &buf, opts, Tuning::default()) }?;
     backend.synchronize().map_err(KernelError::Backend)?;
     let status = stream.clone_dtoh(&ws).map_err(KernelError::Backend)?;
     let word = u32::from_ne_bytes([status[0], status[1], status[2], status[3]]);
     if let Some(st) = stats {
-        let raw = stream.clone_dtoh(&stats_dev).map_err(KernelError::Backend)?;
+        let raw = stream
+            .clone_dtoh(&stats_dev)
+            .map_err(KernelError::Backend)?;
         for (g, chunk) in st.iter_mut().zip(raw.chunks_exact(4)) {
             *g = GroupStats {
                 count: chunk[0],
@@ -346,7 +347,9 @@ pub fn grpo_loss_on<T: LossDtype>(
         .alloc_zeros::<u8>(WORKSPACE_BYTES)
         .map_err(KernelError::Backend)?;
     let mut stats = stream
-        .clone_htod(bytemuck::cast_slice::<LossStatsRaw, u32>(&[LossStatsRaw::EMPTY]))
+        .clone_htod(bytemuck::cast_slice::<LossStatsRaw, u32>(&[
+            LossStatsRaw::EMPTY,
+        ]))
         .map_err(KernelError::Backend)?;
     let buf = LossBuffers {
         dtype: T::DTYPE,
@@ -366,10 +369,10 @@ pub fn grpo_loss_on<T: LossDtype>(
         workspace: ptr_of_mut(&mut ws, stream),
     };
     // SAFETY: addresses of live cudarc buffers with checked lengths, on this stream's context.
-    let backend = unsafe { CudaBackend::new(stream.cu_stream(), buf.logp) }
-        .map_err(KernelError::Backend)?;
+    let backend =
+        unsafe { CudaBackend::new(stream.cu_stream(), buf.logp) }.map_err(KernelError::Backend)?;
     // SAFETY: as above; the buffers outlive the synchronize below.
-    unsafe { plan::grpo_loss(&backend, &buf, opts, None) }?;
+    unsafe { plan::grpo_loss(&backend, &buf, opts, Tuning::default()) }?;
     backend.synchronize().map_err(KernelError::Backend)?;
     let raw = stream.clone_dtoh(&stats).map_err(KernelError::Backend)?;
     let s: LossStatsRaw = bytemuck::pod_read_unaligned(bytemuck::cast_slice::<u32, u8>(&raw));

@@ -95,24 +95,38 @@ pub const BLOCK: u32 = 256;
 /// Largest group (mean size for CSR layouts) that gets one warp instead of one block: up to 4
 /// rewards per lane keeps a warp busy without leaving a block mostly idle.
 pub const WARP_GROUP_MAX: u32 = 128;
-/// Tokens one loss block covers before the sequence is split over more blocks (8 per thread).
-pub const LOSS_CHUNK: u32 = BLOCK * 8;
+
+/// Overrides of the tuned launch choices. The defaults are what the GPU uses; tests set them to
+/// cover both team modes and multi-chunk sequences at small sizes. Every choice is correct for
+/// every input; only speed differs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tuning {
+    /// Threads per block: a multiple of 32 in `32..=1024`.
+    pub threads: Option<u32>,
+    /// Advantages: one warp per group (`true`) or one block per group (`false`).
+    pub warp_per_group: Option<bool>,
+    /// Loss: blocks per sequence (`grid.y`, `1..=65535`).
+    pub loss_chunks: Option<u32>,
+}
 
 /// Geometry of `group_advantages_f32` and whether it runs one warp per group.
 ///
 /// Warp mode: 8 groups per 256-thread block, `grid.x = ceil(groups / 8)`. Block mode: one
 /// 256-thread block per group (1024 for groups above 4096 samples), `grid.x = groups`. Token
-/// broadcast walks all tokens of a group, so it always takes block mode. `threads` overrides the
-/// block size (tests use it to cover partial warps of work); it must be a multiple of 32.
+/// broadcast walks all tokens of a group, so by default it takes block mode.
 pub fn advantages_geometry(
     n: u32,
     num_groups: u32,
     broadcast: bool,
-    threads: Option<u32>,
+    tuning: Tuning,
 ) -> (Geometry, bool) {
     let mean_size = n.checked_div(num_groups).unwrap_or(0);
-    let warp = !broadcast && mean_size <= WARP_GROUP_MAX;
-    let block = threads.unwrap_or(if mean_size > 4096 { 1024 } else { BLOCK });
+    let warp = tuning
+        .warp_per_group
+        .unwrap_or(!broadcast && mean_size <= WARP_GROUP_MAX);
+    let block = tuning
+        .threads
+        .unwrap_or(if mean_size > 4096 { 1024 } else { BLOCK });
     let grid = if warp {
         num_groups.div_ceil(block / 32)
     } else {
@@ -128,24 +142,27 @@ pub fn advantages_geometry(
 }
 
 /// Geometry of `batch_std_f32`: one block of 1024 threads walks the whole batch.
-pub fn batch_std_geometry(threads: Option<u32>) -> Geometry {
+pub fn batch_std_geometry(tuning: Tuning) -> Geometry {
     Geometry {
         grid: (1, 1, 1),
-        block: (threads.unwrap_or(1024), 1, 1),
+        block: (tuning.threads.unwrap_or(1024), 1, 1),
     }
 }
 
 /// Geometry of `grpo_loss_*`: `grid = (n_seq, chunks)` with `chunks = ceil(max_len / 2048)`
 /// (at most 65535), so a long sequence spreads over several blocks. `max_len` is the caller's
 /// hint of the longest sequence (0: the mean length `n_tok / n_seq`).
-pub fn loss_geometry(n_seq: u32, n_tok: u32, max_len: u32, threads: Option<u32>) -> Geometry {
-    let block = threads.unwrap_or(BLOCK);
+pub fn loss_geometry(n_seq: u32, n_tok: u32, max_len: u32, tuning: Tuning) -> Geometry {
+    let block = tuning.threads.unwrap_or(BLOCK);
     let len = if max_len > 0 {
         max_len
     } else {
         n_tok.checked_div(n_seq).unwrap_or(0)
     };
-    let chunks = len.div_ceil(block * 8).clamp(1, 65535);
+    let chunks = tuning
+        .loss_chunks
+        .unwrap_or(len.div_ceil(block * 8))
+        .clamp(1, 65535);
     Geometry {
         grid: (n_seq.max(1), chunks, 1),
         block: (block, 1, 1),
@@ -153,9 +170,9 @@ pub fn loss_geometry(n_seq: u32, n_tok: u32, max_len: u32, threads: Option<u32>)
 }
 
 /// Geometry of `grpo_loss_denoms`: up to 1024 blocks striding over the sequences.
-pub fn denoms_geometry(n_seq: u32, threads: Option<u32>) -> Geometry {
+pub fn denoms_geometry(n_seq: u32, tuning: Tuning) -> Geometry {
     Geometry {
         grid: (n_seq.clamp(1, 1024), 1, 1),
-        block: (threads.unwrap_or(BLOCK), 1, 1),
+        block: (tuning.threads.unwrap_or(BLOCK), 1, 1),
     }
 }

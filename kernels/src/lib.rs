@@ -23,7 +23,7 @@ pub mod params;
 pub mod plan;
 pub mod tolerance;
 
-pub use kernel::{Geometry, Kernel, Module};
+pub use kernel::{Geometry, Kernel, Module, Tuning};
 pub use plan::{
     AdvantageBuffers, Backend, DeviceGroups, Dtype, KernelError, LossBuffers, WORKSPACE_BYTES,
     advantage_status, group_advantages, grpo_loss,

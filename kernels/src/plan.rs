@@ -8,7 +8,8 @@ use care_core::Error;
 use care_core::grpo::{AdvantageOptions, LossOptions, Scale};
 
 use crate::kernel::{
-    Geometry, Kernel, advantages_geometry, batch_std_geometry, denoms_geometry, loss_geometry,
+    Geometry, Kernel, Tuning, advantages_geometry, batch_std_geometry, denoms_geometry,
+    loss_geometry,
 };
 use crate::params::{
     AdvParams, BatchStdParams, LossDenomsRaw, LossParams, STATUS_NON_FINITE, STATUS_SINGLETON,
@@ -117,8 +118,8 @@ pub struct AdvantageBuffers {
 }
 
 /// Launches the group advantages (SPEC §9): `batch_std_f32` first when the scale is the batch
-/// std, then `group_advantages_f32`. `threads` overrides the block size (a multiple of 32 in
-/// `32..=1024`; `None` picks the tuned one).
+/// std, then `group_advantages_f32`. `tuning` overrides the tuned launch choices
+/// (`Tuning::default()` on the GPU).
 ///
 /// Unlike the CPU reference, the kernel cannot refuse to write: a singleton group under the
 /// `error` policy or an infinite valid reward sets a bit in the workspace status word and the
@@ -131,10 +132,10 @@ pub unsafe fn group_advantages<B: Backend>(
     backend: &B,
     buf: &AdvantageBuffers,
     opts: &AdvantageOptions,
-    threads: Option<u32>,
+    tuning: Tuning,
 ) -> Result<(), KernelError<B::Error>> {
     opts.validate()?;
-    check_threads(threads)?;
+    check_tuning(tuning)?;
     if buf.rewards == 0 || buf.adv == 0 || buf.workspace == 0 {
         return Err(Error::InvalidArgument.into());
     }
@@ -173,10 +174,10 @@ pub unsafe fn group_advantages<B: Backend>(
         let args = [(&raw mut p).cast::<core::ffi::c_void>()];
         // SAFETY: `p` matches `CareBatchStdParams`; rewards/valid hold `n` entries and
         // `out_std` is inside the workspace (caller contract).
-        unsafe { backend.launch(Kernel::BatchStdF32, batch_std_geometry(threads), &args) }
+        unsafe { backend.launch(Kernel::BatchStdF32, batch_std_geometry(tuning), &args) }
             .map_err(KernelError::Backend)?;
     }
-    let (geometry, warp) = advantages_geometry(buf.n, num_groups, buf.tok_offsets != 0, threads);
+    let (geometry, warp) = advantages_geometry(buf.n, num_groups, buf.tok_offsets != 0, tuning);
     let mut p = AdvParams {
         rewards: buf.rewards,
         valid: buf.valid,
@@ -302,10 +303,10 @@ pub unsafe fn grpo_loss<B: Backend>(
     backend: &B,
     buf: &LossBuffers,
     opts: &LossOptions,
-    threads: Option<u32>,
+    tuning: Tuning,
 ) -> Result<(), KernelError<B::Error>> {
     opts.validate()?;
-    check_threads(threads)?;
+    check_tuning(tuning)?;
     if buf.logp == 0 || buf.adv == 0 || buf.seq_offsets == 0 || buf.workspace == 0 {
         return Err(Error::InvalidArgument.into());
     }
@@ -348,13 +349,13 @@ pub unsafe fn grpo_loss<B: Backend>(
         unsafe {
             backend.launch(
                 Kernel::GrpoLossDenoms,
-                denoms_geometry(buf.n_seq, threads),
+                denoms_geometry(buf.n_seq, tuning),
                 &args,
             )
         }
         .map_err(KernelError::Backend)?;
     }
-    let geometry = loss_geometry(buf.n_seq, buf.n_tok, buf.max_seq_len, threads);
+    let geometry = loss_geometry(buf.n_seq, buf.n_tok, buf.max_seq_len, tuning);
     let args = [(&raw mut p).cast::<core::ffi::c_void>()];
     // SAFETY: `p` matches `CareLossParams`; buffers have the documented sizes and dtype (caller
     // contract); grid.x = n_seq as the kernel's sequence indexing assumes.
@@ -362,9 +363,14 @@ pub unsafe fn grpo_loss<B: Backend>(
         .map_err(KernelError::Backend)
 }
 
-fn check_threads(threads: Option<u32>) -> Result<(), Error> {
-    match threads {
-        Some(t) if t == 0 || t > 1024 || !t.is_multiple_of(32) => Err(Error::InvalidArgument),
-        _ => Ok(()),
+fn check_tuning(t: Tuning) -> Result<(), Error> {
+    let threads_ok = t
+        .threads
+        .is_none_or(|n| (32..=1024).contains(&n) && n.is_multiple_of(32));
+    let chunks_ok = t.loss_chunks.is_none_or(|c| (1..=65535).contains(&c));
+    if threads_ok && chunks_ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument)
     }
 }

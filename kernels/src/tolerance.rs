@@ -50,17 +50,94 @@ impl Tolerance {
 
 /// The table: (quantity, dtype, tolerance). Advantages only exist for `f32` rewards.
 pub const TABLE: [(Quantity, Dtype, Tolerance); 11] = [
-    (Quantity::Advantage, Dtype::F32, Tolerance { atol: 1e-6, rtol: 1e-5 }),
-    (Quantity::GroupStat, Dtype::F32, Tolerance { atol: 1e-6, rtol: 1e-5 }),
-    (Quantity::Loss, Dtype::F32, Tolerance { atol: 1e-6, rtol: 1e-4 }),
-    (Quantity::Loss, Dtype::Bf16, Tolerance { atol: 1e-6, rtol: 1e-4 }),
-    (Quantity::Loss, Dtype::F16, Tolerance { atol: 1e-6, rtol: 1e-4 }),
-    (Quantity::Grad, Dtype::F32, Tolerance { atol: 1e-9, rtol: 1e-4 }),
-    (Quantity::Grad, Dtype::Bf16, Tolerance { atol: 1e-9, rtol: 1e-4 }),
-    (Quantity::Grad, Dtype::F16, Tolerance { atol: 1e-9, rtol: 1e-4 }),
-    (Quantity::GradInputDtype, Dtype::F32, Tolerance { atol: 1e-9, rtol: 1e-4 }),
-    (Quantity::GradInputDtype, Dtype::Bf16, Tolerance { atol: 1e-9, rtol: 8e-3 }),
-    (Quantity::GradInputDtype, Dtype::F16, Tolerance { atol: 1e-7, rtol: 1e-3 }),
+    (
+        Quantity::Advantage,
+        Dtype::F32,
+        Tolerance {
+            atol: 1e-6,
+            rtol: 1e-5,
+        },
+    ),
+    (
+        Quantity::GroupStat,
+        Dtype::F32,
+        Tolerance {
+            atol: 1e-6,
+            rtol: 1e-5,
+        },
+    ),
+    (
+        Quantity::Loss,
+        Dtype::F32,
+        Tolerance {
+            atol: 1e-6,
+            rtol: 1e-4,
+        },
+    ),
+    (
+        Quantity::Loss,
+        Dtype::Bf16,
+        Tolerance {
+            atol: 1e-6,
+            rtol: 1e-4,
+        },
+    ),
+    (
+        Quantity::Loss,
+        Dtype::F16,
+        Tolerance {
+            atol: 1e-6,
+            rtol: 1e-4,
+        },
+    ),
+    (
+        Quantity::Grad,
+        Dtype::F32,
+        Tolerance {
+            atol: 1e-9,
+            rtol: 1e-4,
+        },
+    ),
+    (
+        Quantity::Grad,
+        Dtype::Bf16,
+        Tolerance {
+            atol: 1e-9,
+            rtol: 1e-4,
+        },
+    ),
+    (
+        Quantity::Grad,
+        Dtype::F16,
+        Tolerance {
+            atol: 1e-9,
+            rtol: 1e-4,
+        },
+    ),
+    (
+        Quantity::GradInputDtype,
+        Dtype::F32,
+        Tolerance {
+            atol: 1e-9,
+            rtol: 1e-4,
+        },
+    ),
+    (
+        Quantity::GradInputDtype,
+        Dtype::Bf16,
+        Tolerance {
+            atol: 1e-9,
+            rtol: 8e-3,
+        },
+    ),
+    (
+        Quantity::GradInputDtype,
+        Dtype::F16,
+        Tolerance {
+            atol: 1e-7,
+            rtol: 1e-3,
+        },
+    ),
 ];
 
 /// The tolerance of a quantity and dtype (`None` for a combination the kernels do not have).

@@ -84,11 +84,16 @@ inline void yield_to_scheduler() {
     }
 }
 
+// A fiber is started once per launch (makecontext/swapcontext cost syscalls) and then runs the
+// kernel body once per block: after the body returns it parks as DONE, and the scheduler resumes
+// it at the top of the loop for the next block.
 inline void fiber_entry() {
-    Block* b = tl_block();
-    (*b->body)();
-    b->cur->state = DONE;
-    _longjmp(b->sched, 1);
+    for (;;) {
+        Block* b = tl_block();
+        (*b->body)();
+        b->cur->state = DONE;
+        yield_to_scheduler();
+    }
 }
 
 inline unsigned lane_id() { return tl_block()->cur->linear & 31u; }
@@ -156,6 +161,7 @@ inline int launch(emu_uint3 grid, emu_uint3 block, uint64_t seed, const std::fun
     size_t nwarps = (nthreads + 31) / 32;
     b.slots.assign(2 * nwarps * 32, 0);
     for (auto& f : b.fibers) {
+        f.started = false;
         f.stack = (char*)malloc(stack_size);
         if (f.stack == nullptr) {
             abort();
@@ -170,7 +176,6 @@ inline int launch(emu_uint3 grid, emu_uint3 block, uint64_t seed, const std::fun
                 b.block_idx = {bx, by, bz};
                 for (size_t i = 0; i < nthreads; ++i) {
                     Fiber& f = b.fibers[i];
-                    f.started = false;
                     f.state = RUNNING;
                     f.collectives = 0;
                     f.linear = (unsigned)i;
@@ -179,6 +184,7 @@ inline int launch(emu_uint3 grid, emu_uint3 block, uint64_t seed, const std::fun
                     b.order[i] = (unsigned)i;
                 }
                 size_t live = nthreads;
+                uint64_t held = next_rand(&b);
                 while (live > 0) {
                     // A fresh random order of the runnable fibers at every phase.
                     for (size_t i = nthreads; i > 1; --i) {
@@ -187,10 +193,26 @@ inline int launch(emu_uint3 grid, emu_uint3 block, uint64_t seed, const std::fun
                         b.order[i - 1] = b.order[j];
                         b.order[j] = t;
                     }
+                    // Between two block barriers a random half of the warps is held back
+                    // until the others cannot move (all at the barrier, or done): the early
+                    // warps race through the whole phase before the late ones start it, as
+                    // warps drift apart on the hardware, so a missing __syncthreads shows up as
+                    // a seed-dependent result.
+                    bool any_free = false;
+                    for (size_t k = 0; k < nthreads; ++k) {
+                        const Fiber& f = b.fibers[k];
+                        if (f.state == RUNNING && !((held >> ((k >> 5) & 63)) & 1u)) {
+                            any_free = true;
+                            break;
+                        }
+                    }
+                    if (!any_free) {
+                        held = 0; // the late warps' turn
+                    }
                     bool progress = false;
                     for (size_t k = 0; k < nthreads; ++k) {
                         Fiber& f = b.fibers[b.order[k]];
-                        if (f.state != RUNNING) {
+                        if (f.state != RUNNING || ((held >> ((f.linear >> 5) & 63)) & 1u)) {
                             continue;
                         }
                         progress = true;
@@ -226,6 +248,7 @@ inline int launch(emu_uint3 grid, emu_uint3 block, uint64_t seed, const std::fun
                     if (at_block > 0 && at_block == nthreads) {
                         for (auto& f : b.fibers) f.state = RUNNING;
                         released = true;
+                        held = next_rand(&b);
                     } else if (at_block > 0 && at_block + done == nthreads) {
                         err = 1; // some threads returned before a __syncthreads the others wait at
                         break;

@@ -8,8 +8,8 @@
 
 use core::ffi::c_void;
 
-use care_kernels::{Backend, Geometry, Kernel};
 use care_kernels::params::{AdvParams, BatchStdParams, LossDenomsRaw, LossParams};
+use care_kernels::{Backend, Geometry, Kernel};
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -30,11 +30,41 @@ impl From<(u32, u32, u32)> for Dim3 {
 }
 
 unsafe extern "C" {
-    fn emu_launch_group_advantages_f32(g: Dim3, b: Dim3, sh: usize, p: *const AdvParams, seed: u64) -> i32;
-    fn emu_launch_batch_std_f32(g: Dim3, b: Dim3, sh: usize, p: *const BatchStdParams, seed: u64) -> i32;
-    fn emu_launch_grpo_loss_f32(g: Dim3, b: Dim3, sh: usize, p: *const LossParams, seed: u64) -> i32;
-    fn emu_launch_grpo_loss_bf16(g: Dim3, b: Dim3, sh: usize, p: *const LossParams, seed: u64) -> i32;
-    fn emu_launch_grpo_loss_f16(g: Dim3, b: Dim3, sh: usize, p: *const LossParams, seed: u64) -> i32;
+    fn emu_launch_group_advantages_f32(
+        g: Dim3,
+        b: Dim3,
+        sh: usize,
+        p: *const AdvParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_batch_std_f32(
+        g: Dim3,
+        b: Dim3,
+        sh: usize,
+        p: *const BatchStdParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_grpo_loss_f32(
+        g: Dim3,
+        b: Dim3,
+        sh: usize,
+        p: *const LossParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_grpo_loss_bf16(
+        g: Dim3,
+        b: Dim3,
+        sh: usize,
+        p: *const LossParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_grpo_loss_f16(
+        g: Dim3,
+        b: Dim3,
+        sh: usize,
+        p: *const LossParams,
+        seed: u64,
+    ) -> i32;
     fn emu_launch_grpo_loss_denoms(
         g: Dim3,
         b: Dim3,
@@ -94,7 +124,12 @@ impl Backend for Emulator {
         Ok(())
     }
 
-    unsafe fn launch(&self, kernel: Kernel, g: Geometry, args: &[*mut c_void]) -> Result<(), EmuError> {
+    unsafe fn launch(
+        &self,
+        kernel: Kernel,
+        g: Geometry,
+        args: &[*mut c_void],
+    ) -> Result<(), EmuError> {
         let (grid, block) = (Dim3::from(g.grid), Dim3::from(g.block));
         let s = self.seed;
         // SAFETY (all arms): the argument pointers point at parameter structs of the kernel's
@@ -103,14 +138,29 @@ impl Backend for Emulator {
             (Kernel::GroupAdvantagesF32, [p]) => unsafe {
                 emu_launch_group_advantages_f32(grid, block, 0, p.cast(), s)
             },
-            (Kernel::BatchStdF32, [p]) => unsafe { emu_launch_batch_std_f32(grid, block, 0, p.cast(), s) },
-            (Kernel::GrpoLossF32, [p]) => unsafe { emu_launch_grpo_loss_f32(grid, block, 0, p.cast(), s) },
-            (Kernel::GrpoLossBf16, [p]) => unsafe { emu_launch_grpo_loss_bf16(grid, block, 0, p.cast(), s) },
-            (Kernel::GrpoLossF16, [p]) => unsafe { emu_launch_grpo_loss_f16(grid, block, 0, p.cast(), s) },
+            (Kernel::BatchStdF32, [p]) => unsafe {
+                emu_launch_batch_std_f32(grid, block, 0, p.cast(), s)
+            },
+            (Kernel::GrpoLossF32, [p]) => unsafe {
+                emu_launch_grpo_loss_f32(grid, block, 0, p.cast(), s)
+            },
+            (Kernel::GrpoLossBf16, [p]) => unsafe {
+                emu_launch_grpo_loss_bf16(grid, block, 0, p.cast(), s)
+            },
+            (Kernel::GrpoLossF16, [p]) => unsafe {
+                emu_launch_grpo_loss_f16(grid, block, 0, p.cast(), s)
+            },
             (Kernel::GrpoLossDenoms, [p, out]) => unsafe {
                 // `out` points at the `CareLossDenoms*` argument, i.e. at an address.
                 let addr = *(out.cast::<u64>());
-                emu_launch_grpo_loss_denoms(grid, block, 0, p.cast(), addr as usize as *mut LossDenomsRaw, s)
+                emu_launch_grpo_loss_denoms(
+                    grid,
+                    block,
+                    0,
+                    p.cast(),
+                    addr as usize as *mut LossDenomsRaw,
+                    s,
+                )
             },
             _ => return Err(EmuError::Arguments),
         };

@@ -1,0 +1,504 @@
+//! `group_advantages_f32` and `batch_std_f32`, run under the host emulator through the same launch
+//! plan as on the GPU, against the `care-core` CPU reference.
+//!
+//! Relations checked: (1) oracle: advantages, per-group stats, token broadcast and error status
+//! equal the reference within `care_kernels::tolerance`; (2) schedule independence: two fiber
+//! schedules (seeds) give bit-identical outputs; (3) team independence: warp-per-group and
+//! block-per-group give bit-identical outputs.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use care_core::Error;
+use care_core::grpo::{
+    AdvantageOptions, Baseline, GroupLayout, GroupStats, Preset, Scale, SingletonPolicy, StdKind,
+    broadcast_to_tokens, group_advantages,
+};
+use care_kernels::plan::{AdvantageBuffers, DeviceGroups};
+use care_kernels::tolerance::{Quantity, tolerance};
+use care_kernels::{Dtype, KernelError, Tuning, WORKSPACE_BYTES, advantage_status};
+use care_kernels_emu::{Emulator, addr, addr_mut};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Layout {
+    Fixed(u32),
+    Offsets(Vec<u32>),
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    rewards: Vec<f32>,
+    valid: Option<Vec<u8>>,
+    layout: Layout,
+    opts: AdvantageOptions,
+    /// Token lengths per sample and the token mask, for the fused broadcast.
+    broadcast: Option<(Vec<u32>, Option<Vec<u8>>)>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct KernelOut {
+    adv: Vec<f32>,
+    stats: Vec<GroupStats>,
+    adv_tok: Vec<f32>,
+    status: u32,
+}
+
+fn num_groups(c: &Case) -> usize {
+    match &c.layout {
+        Layout::Fixed(g) => c.rewards.len().checked_div(*g as usize).unwrap_or(0),
+        Layout::Offsets(o) => o.len() - 1,
+    }
+}
+
+fn tok_offsets(lens: &[u32]) -> Vec<u32> {
+    let mut o = vec![0u32];
+    for l in lens {
+        o.push(o.last().unwrap() + l);
+    }
+    o
+}
+
+fn run_kernel(
+    c: &Case,
+    tuning: Tuning,
+    seed: u64,
+) -> Result<KernelOut, KernelError<care_kernels_emu::EmuError>> {
+    let n = c.rewards.len();
+    let b = num_groups(c);
+    let mut adv = vec![f32::NAN; n];
+    let mut stats = vec![GroupStats::default(); b];
+    let mut ws = vec![0xAAu8; WORKSPACE_BYTES];
+    let (toff, tmask) = match &c.broadcast {
+        Some((lens, m)) => (tok_offsets(lens), m.clone()),
+        None => (Vec::new(), None),
+    };
+    let mut adv_tok = vec![f32::NAN; toff.last().copied().unwrap_or(0) as usize];
+    let groups = match &c.layout {
+        Layout::Fixed(g) => DeviceGroups::Fixed { group_size: *g },
+        Layout::Offsets(o) => DeviceGroups::Offsets {
+            ptr: addr(o),
+            num_groups: (o.len() - 1) as u32,
+        },
+    };
+    let buf = AdvantageBuffers {
+        rewards: addr(&c.rewards),
+        valid: c.valid.as_deref().map_or(0, addr),
+        n: n as u32,
+        groups,
+        adv: addr_mut(&mut adv),
+        group_stats: addr_mut(&mut stats),
+        tok_offsets: if c.broadcast.is_some() {
+            addr(&toff)
+        } else {
+            0
+        },
+        tok_mask: tmask.as_deref().map_or(0, addr),
+        adv_tok: if c.broadcast.is_some() {
+            addr_mut(&mut adv_tok)
+        } else {
+            0
+        },
+        workspace: addr_mut(&mut ws),
+    };
+    // SAFETY: every address is a live host buffer of the documented size.
+    unsafe { care_kernels::group_advantages(&Emulator { seed }, &buf, &c.opts, tuning) }?;
+    let status = u32::from_ne_bytes([ws[0], ws[1], ws[2], ws[3]]);
+    Ok(KernelOut {
+        adv,
+        stats,
+        adv_tok,
+        status,
+    })
+}
+
+type Reference = (Vec<f32>, Vec<GroupStats>, Vec<f32>);
+
+fn run_reference(c: &Case) -> Result<Reference, Error> {
+    let n = c.rewards.len();
+    let mut adv = vec![0f32; n];
+    let mut stats = vec![GroupStats::default(); num_groups(c)];
+    let layout = match &c.layout {
+        Layout::Fixed(g) => GroupLayout::Fixed {
+            group_size: *g as usize,
+        },
+        Layout::Offsets(o) => GroupLayout::Offsets(o),
+    };
+    group_advantages(
+        &c.rewards,
+        c.valid.as_deref(),
+        layout,
+        &c.opts,
+        &mut adv,
+        Some(&mut stats),
+    )?;
+    let mut tok = Vec::new();
+    if let Some((lens, mask)) = &c.broadcast {
+        let o = tok_offsets(lens);
+        tok = vec![0f32; *o.last().unwrap() as usize];
+        broadcast_to_tokens(&adv, &o, mask.as_deref(), &mut tok)?;
+    }
+    Ok((adv, stats, tok))
+}
+
+fn assert_matches(c: &Case, k: &KernelOut, r: &Reference) {
+    let tol = tolerance(Quantity::Advantage, Dtype::F32).unwrap();
+    let stol = tolerance(Quantity::GroupStat, Dtype::F32).unwrap();
+    for (i, (&g, &w)) in k.adv.iter().zip(&r.0).enumerate() {
+        assert!(
+            tol.accepts(f64::from(g), f64::from(w), f64::from(w)),
+            "adv[{i}]: kernel {g} vs reference {w}\n{c:?}"
+        );
+    }
+    for (gi, (gs, rs)) in k.stats.iter().zip(&r.1).enumerate() {
+        assert_eq!(gs.count, rs.count, "group {gi} count");
+        assert_eq!(
+            gs.zero_variance, rs.zero_variance,
+            "group {gi} zero_variance"
+        );
+        assert!(
+            stol.accepts(f64::from(gs.mean), f64::from(rs.mean), f64::from(rs.mean)),
+            "group {gi} mean {gs:?} vs {rs:?}"
+        );
+        assert!(
+            stol.accepts(f64::from(gs.std), f64::from(rs.std), f64::from(rs.std)),
+            "group {gi} std {gs:?} vs {rs:?}"
+        );
+    }
+    assert_eq!(k.adv_tok.len(), r.2.len());
+    for (t, (&g, &w)) in k.adv_tok.iter().zip(&r.2).enumerate() {
+        assert!(
+            tol.accepts(f64::from(g), f64::from(w), f64::from(w)),
+            "adv_tok[{t}]: {g} vs {w}"
+        );
+    }
+    assert_eq!(k.status, 0);
+}
+
+/// Runs one case in every team mode and two schedules, and checks all relations.
+fn check_case(c: &Case, threads: u32, seed: u64) {
+    let reference = run_reference(c);
+    let modes = [None, Some(true), Some(false)];
+    let mut first: Option<KernelOut> = None;
+    for (m, mode) in modes.iter().enumerate() {
+        for s in [seed, seed ^ 0x5555_5555] {
+            let tuning = Tuning {
+                threads: Some(threads),
+                warp_per_group: *mode,
+                loss_chunks: None,
+            };
+            let k = match run_kernel(c, tuning, s) {
+                Ok(k) => k,
+                Err(e) => panic!("kernel failed: {e:?} in mode {m}\n{c:?}"),
+            };
+            match &reference {
+                Ok(r) => assert_matches(c, &k, r),
+                Err(e) => assert_eq!(advantage_status(k.status), Err(*e), "status for {c:?}"),
+            }
+            if reference.is_ok() {
+                match &first {
+                    None => first = Some(k),
+                    Some(f) => {
+                        // Bit-identical across schedules and team modes (NaN-safe comparison).
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&f.adv), bits(&k.adv), "schedule/team dependence");
+                        assert_eq!(
+                            bits(&f.adv_tok),
+                            bits(&k.adv_tok),
+                            "schedule/team dependence"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn opts_strategy() -> impl Strategy<Value = AdvantageOptions> {
+    (
+        prop_oneof![
+            Just(Baseline::Mean),
+            Just(Baseline::LeaveOneOut),
+            Just(Baseline::None)
+        ],
+        prop_oneof![
+            Just(Scale::GroupStd),
+            Just(Scale::BatchStd),
+            Just(Scale::None)
+        ],
+        prop_oneof![Just(StdKind::Unbiased), Just(StdKind::Biased)],
+        prop_oneof![
+            Just(SingletonPolicy::Zero),
+            Just(SingletonPolicy::Raw),
+            Just(SingletonPolicy::Error)
+        ],
+        prop_oneof![Just(0.0), Just(1e-9), Just(1e-6), Just(1e-4)],
+    )
+        .prop_map(
+            |(baseline, scale, std_kind, singleton, eps)| AdvantageOptions {
+                baseline,
+                scale,
+                std_kind,
+                singleton,
+                eps,
+            },
+        )
+}
+
+fn reward_strategy() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        6 => -3.0f32..3.0,
+        3 => prop_oneof![Just(0.0f32), Just(0.25), Just(0.5), Just(1.0)],
+        1 => Just(f32::NAN),
+    ]
+}
+
+fn case_strategy() -> impl Strategy<Value = Case> {
+    let fixed = (
+        prop_oneof![
+            Just(1u32),
+            Just(2),
+            Just(3),
+            Just(4),
+            Just(5),
+            Just(8),
+            Just(31),
+            Just(33),
+            Just(64),
+            Just(129)
+        ],
+        0usize..6,
+    )
+        .prop_flat_map(|(g, b)| {
+            (
+                Just(Layout::Fixed(g)),
+                prop::collection::vec(reward_strategy(), g as usize * b),
+            )
+        });
+    let csr = prop::collection::vec(
+        prop_oneof![8 => 0u32..12, 1 => 30u32..80, 1 => 140u32..200],
+        0..8,
+    )
+    .prop_flat_map(|sizes| {
+        let o = tok_offsets(&sizes);
+        let n = *o.last().unwrap() as usize;
+        (
+            Just(Layout::Offsets(o)),
+            prop::collection::vec(reward_strategy(), n),
+        )
+    });
+    (
+        prop_oneof![fixed, csr],
+        opts_strategy(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<u64>(),
+    )
+        .prop_flat_map(|((layout, rewards), opts, with_valid, with_tokens, salt)| {
+            let n = rewards.len();
+            let valid = if with_valid {
+                prop::collection::vec(prop_oneof![4 => Just(1u8), 1 => Just(0u8)], n)
+                    .prop_map(Some)
+                    .boxed()
+            } else {
+                Just(None).boxed()
+            };
+            let bc = if with_tokens {
+                prop::collection::vec(0u32..7, n)
+                    .prop_flat_map(move |lens| {
+                        let t: u32 = lens.iter().sum();
+                        let mask = if salt % 2 == 0 {
+                            Just(None).boxed()
+                        } else {
+                            prop::collection::vec(0u8..2, t as usize)
+                                .prop_map(Some)
+                                .boxed()
+                        };
+                        (Just(lens), mask)
+                    })
+                    .prop_map(Some)
+                    .boxed()
+            } else {
+                Just(None).boxed()
+            };
+            (Just(layout), Just(rewards), valid, Just(opts), bc).prop_map(
+                |(layout, rewards, valid, opts, broadcast)| Case {
+                    rewards,
+                    valid,
+                    layout,
+                    opts,
+                    broadcast,
+                },
+            )
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// Oracle + schedule independence + team independence on random layouts and options.
+    #[test]
+    fn pt_advantages_match_reference(c in case_strategy(), threads in prop_oneof![Just(32u32), Just(64), Just(256)], seed in any::<u64>()) {
+        check_case(&c, threads, seed);
+    }
+}
+
+fn simple(rewards: Vec<f32>, layout: Layout, opts: AdvantageOptions) -> Case {
+    Case {
+        rewards,
+        valid: None,
+        layout,
+        opts,
+        broadcast: None,
+    }
+}
+
+fn ramp(n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 37 % 101) as f32) / 101.0).collect()
+}
+
+#[test]
+fn empty_batch_launches_nothing_and_succeeds() {
+    for layout in [Layout::Fixed(4), Layout::Offsets(vec![0])] {
+        check_case(&simple(vec![], layout, AdvantageOptions::default()), 256, 1);
+    }
+}
+
+/// Runs with the tuned (GPU) geometry only and compares with the reference.
+fn check_default(c: &Case) {
+    let k = run_kernel(c, Tuning::default(), 11).unwrap();
+    match run_reference(c) {
+        Ok(r) => assert_matches(c, &k, &r),
+        Err(e) => assert_eq!(advantage_status(k.status), Err(e)),
+    }
+}
+
+#[test]
+fn group_of_one_thousand_and_thousand_groups() {
+    for preset in Preset::ALL {
+        let opts = AdvantageOptions::preset(preset);
+        check_default(&simple(ramp(1000), Layout::Fixed(1000), opts));
+        // G = 1: every group is a singleton (an error under the openrlhf preset).
+        check_default(&simple(ramp(1000), Layout::Fixed(1), opts));
+        check_default(&simple(ramp(4000), Layout::Fixed(4), opts));
+    }
+    // Both team modes and two schedules on the large shapes, once.
+    let opts = AdvantageOptions::preset(Preset::Verl);
+    check_case(&simple(ramp(1000), Layout::Fixed(1000), opts), 256, 7);
+    check_case(&simple(ramp(1000), Layout::Fixed(1), opts), 128, 8);
+}
+
+#[test]
+fn block_mode_with_large_group_uses_many_threads() {
+    // 5000 samples: the default geometry takes 1024-thread blocks.
+    let c = simple(
+        ramp(5000),
+        Layout::Offsets(vec![0, 5000]),
+        AdvantageOptions::default(),
+    );
+    let k = run_kernel(&c, Tuning::default(), 3).unwrap();
+    assert_matches(&c, &k, &run_reference(&c).unwrap());
+}
+
+#[test]
+fn all_equal_and_near_equal_groups() {
+    // Exactly equal: A = 0, not NaN, with eps = 0 too. Near-equal (1.0 vs 1.00001): the full
+    // normalized signal, as in the reference (no variance floor).
+    let opts = AdvantageOptions {
+        eps: 0.0,
+        ..AdvantageOptions::default()
+    };
+    let c = simple(
+        vec![0.7, 0.7, 0.7, 1.0, 1.00001, 1.0, 1.00001],
+        Layout::Offsets(vec![0, 3, 7]),
+        opts,
+    );
+    let k = run_kernel(&c, Tuning::default(), 1).unwrap();
+    assert_eq!(&k.adv[..3], &[0.0, 0.0, 0.0]);
+    assert!(k.adv[3] < -0.8 && k.adv[4] > 0.8, "{:?}", k.adv);
+    check_case(&c, 64, 2);
+}
+
+#[test]
+fn infinite_reward_reports_non_finite() {
+    let c = simple(
+        vec![1.0, f32::INFINITY, 0.0, 0.5],
+        Layout::Fixed(2),
+        AdvantageOptions::default(),
+    );
+    assert_eq!(run_reference(&c).err(), Some(Error::NonFinite));
+    let k = run_kernel(&c, Tuning::default(), 1).unwrap();
+    assert_eq!(advantage_status(k.status), Err(Error::NonFinite));
+}
+
+#[test]
+fn singleton_error_policy_reports_singleton() {
+    let mut c = simple(
+        vec![1.0, f32::NAN, 0.0, 0.5],
+        Layout::Fixed(2),
+        AdvantageOptions::preset(Preset::OpenRlhf),
+    );
+    let k = run_kernel(&c, Tuning::default(), 1).unwrap();
+    assert_eq!(advantage_status(k.status), Err(Error::SingletonGroup));
+    c.rewards[1] = 2.0;
+    let k = run_kernel(&c, Tuning::default(), 1).unwrap();
+    assert_eq!(k.status, 0);
+}
+
+#[test]
+fn bad_layouts_are_rejected_before_launch() {
+    let c = simple(ramp(10), Layout::Fixed(3), AdvantageOptions::default());
+    assert!(matches!(
+        run_kernel(&c, Tuning::default(), 1),
+        Err(KernelError::Core(Error::InvalidLayout))
+    ));
+    let c = simple(ramp(10), Layout::Fixed(0), AdvantageOptions::default());
+    assert!(matches!(
+        run_kernel(&c, Tuning::default(), 1),
+        Err(KernelError::Core(Error::InvalidLayout))
+    ));
+    let bad = Tuning {
+        threads: Some(48),
+        ..Tuning::default()
+    };
+    let c = simple(ramp(10), Layout::Fixed(5), AdvantageOptions::default());
+    assert!(matches!(
+        run_kernel(&c, bad, 1),
+        Err(KernelError::Core(Error::InvalidArgument))
+    ));
+}
+
+#[test]
+fn malformed_offsets_never_index_out_of_bounds() {
+    // Offsets past n and decreasing: the kernel clamps them (results are meaningless, memory
+    // stays in bounds; the sentinel after `adv` is untouched).
+    let rewards = ramp(6);
+    let offsets = vec![0u32, 4, 2, 99];
+    let mut adv = vec![0f32; 7];
+    let mut ws = vec![0u8; WORKSPACE_BYTES];
+    adv[6] = 12345.0;
+    let buf = AdvantageBuffers {
+        rewards: addr(&rewards),
+        valid: 0,
+        n: 6,
+        groups: DeviceGroups::Offsets {
+            ptr: addr(&offsets),
+            num_groups: 3,
+        },
+        adv: addr_mut(&mut adv),
+        group_stats: 0,
+        tok_offsets: 0,
+        tok_mask: 0,
+        adv_tok: 0,
+        workspace: addr_mut(&mut ws),
+    };
+    // SAFETY: live host buffers; `adv` has one extra sentinel slot.
+    unsafe {
+        care_kernels::group_advantages(
+            &Emulator { seed: 1 },
+            &buf,
+            &AdvantageOptions::default(),
+            Tuning::default(),
+        )
+    }
+    .unwrap();
+    assert_eq!(adv[6], 12345.0);
+}
