@@ -50,6 +50,7 @@ pub mod format;
 pub mod grpo;
 mod json;
 pub mod judge;
+pub mod logsoftmax;
 pub mod reward;
 pub mod rubric;
 pub mod simplex;
