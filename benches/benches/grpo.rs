@@ -1,0 +1,78 @@
+//! The GRPO step on the CPU reference: group advantages and the clipped-ratio loss with its
+//! gradient (one core; elements/s).
+use std::hint::black_box;
+
+use care_benches::{loss_data, rewards};
+use care_core::grpo::{
+    AdvantageOptions, Advantages, GroupLayout, LossInputs, LossOptions, Preset, group_advantages,
+    policy_loss,
+};
+use criterion::{BenchmarkId, Criterion, Throughput};
+use half::bf16;
+
+pub fn register_benches(c: &mut Criterion) {
+    advantages(c);
+    loss(c);
+}
+
+fn advantages(c: &mut Criterion) {
+    let mut g = c.benchmark_group("grpo/advantages");
+    let opts = AdvantageOptions::preset(Preset::Verl);
+    for (n, gs) in [(8192usize, 16usize), (1 << 20, 64)] {
+        let r = rewards(n, 3);
+        let mut out = vec![0.0f32; n];
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(
+            BenchmarkId::new("verl/f32", format!("N={n},G={gs}")),
+            &r,
+            |b, r| {
+                b.iter(|| {
+                    group_advantages(
+                        black_box(r),
+                        None,
+                        GroupLayout::Fixed { group_size: gs },
+                        &opts,
+                        &mut out,
+                        None,
+                    )
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
+fn loss(c: &mut Criterion) {
+    let mut g = c.benchmark_group("grpo/loss_grad");
+    g.sample_size(20);
+    let tokens = 1usize << 20;
+    let d = loss_data(tokens, 1024, 4);
+    let opts = LossOptions::default();
+    let mut grad = vec![0.0f32; d.logp.len()];
+    g.throughput(Throughput::Elements(d.logp.len() as u64));
+    let inputs = LossInputs {
+        logp: &d.logp[..],
+        logp_old: Some(&d.logp_old[..]),
+        logp_ref: None,
+        seq_offsets: &d.seq_offsets,
+        mask: Some(&d.mask),
+        advantages: Advantages::PerSequence(&d.advantages),
+    };
+    g.bench_function(BenchmarkId::new("token_mean/f32", "T=1M"), |b| {
+        b.iter(|| policy_loss(black_box(&inputs), &opts, &mut grad).map(|o| o.loss))
+    });
+    let lp: Vec<bf16> = d.logp.iter().map(|&x| bf16::from_f32(x)).collect();
+    let lo: Vec<bf16> = d.logp_old.iter().map(|&x| bf16::from_f32(x)).collect();
+    let inputs = LossInputs {
+        logp: &lp[..],
+        logp_old: Some(&lo[..]),
+        logp_ref: None,
+        seq_offsets: &d.seq_offsets,
+        mask: Some(&d.mask),
+        advantages: Advantages::PerSequence(&d.advantages),
+    };
+    g.bench_function(BenchmarkId::new("token_mean/bf16", "T=1M"), |b| {
+        b.iter(|| policy_loss(black_box(&inputs), &opts, &mut grad).map(|o| o.loss))
+    });
+    g.finish();
+}
