@@ -4,9 +4,12 @@ fn main() {
     for p in [
         "csrc/cuda_emu.h",
         "csrc/launch.cpp",
+        "csrc/selftest.cpp",
         "../cuda/common.cuh",
         "../cuda/advantages.cu",
         "../cuda/grpo_loss.cu",
+        "csrc/logsoftmax.cpp",
+        "../cuda/logsoftmax.cu",
     ] {
         println!("cargo:rerun-if-changed={p}");
     }
@@ -14,6 +17,11 @@ fn main() {
         .cpp(true)
         .std("c++17")
         .file("csrc/launch.cpp")
+        .file("csrc/selftest.cpp")
+        .file("csrc/logsoftmax.cpp")
+        // logsoftmax.cu reads 16-byte vectors through a cast of the element pointer, as CUDA
+        // code does; the host compiler must not use type-based alias analysis on that.
+        .flag_if_supported("-fno-strict-aliasing")
         // The kernels' float semantics must match the device: no fast-math, no contraction
         // into FMA that the host CPU might do differently from the GPU in the tests' margins.
         .flag_if_supported("-ffp-contract=off")

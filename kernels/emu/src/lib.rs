@@ -73,6 +73,9 @@ unsafe extern "C" {
         out: *mut LossDenomsRaw,
         seed: u64,
     ) -> i32;
+    fn emu_selftest_publish(blocks: u32, threads: u32, sync: i32, out: *mut u32, seed: u64) -> i32;
+    fn emu_selftest_divergent_barrier(seed: u64) -> i32;
+    fn emu_selftest_shuffle_after_exit(out: *mut f32, seed: u64) -> i32;
     fn emu_f16_to_f32(h: u16) -> f32;
     fn emu_bf16_to_f32(h: u16) -> f32;
     fn emu_f32_to_f16(f: f32) -> u16;
@@ -234,5 +237,34 @@ pub mod c_layout {
     /// `CareLossDenoms`.
     pub fn denoms() -> Vec<u32> {
         get(super::emu_layout_denoms)
+    }
+}
+
+/// Deliberately broken kernels (`csrc/selftest.cpp`) that show what the emulator catches.
+pub mod selftest {
+    use super::{EmuError, check};
+
+    /// Thread 0 of each block publishes `blockIdx.x + 1` in shared memory and every thread
+    /// copies it out, with or without the `__syncthreads` in between.
+    pub fn publish(blocks: u32, threads: u32, sync: bool, seed: u64) -> Result<Vec<u32>, EmuError> {
+        let mut out = vec![0u32; (blocks * threads) as usize];
+        // SAFETY: `out` holds one entry per thread of the launch.
+        let code = unsafe {
+            super::emu_selftest_publish(blocks, threads, i32::from(sync), out.as_mut_ptr(), seed)
+        };
+        check(code).map(|()| out)
+    }
+
+    /// Half of a block waits at a `__syncthreads` the other half never reaches.
+    pub fn divergent_barrier(seed: u64) -> Result<(), EmuError> {
+        // SAFETY: the kernel touches no memory.
+        check(unsafe { super::emu_selftest_divergent_barrier(seed) })
+    }
+
+    /// A full-warp shuffle after one lane returned.
+    pub fn shuffle_after_exit(seed: u64) -> Result<(), EmuError> {
+        let mut out = [0f32; 32];
+        // SAFETY: `out` holds one entry per thread.
+        check(unsafe { super::emu_selftest_shuffle_after_exit(out.as_mut_ptr(), seed) })
     }
 }
