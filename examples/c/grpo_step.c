@@ -1,0 +1,167 @@
+/* A GRPO step through the C API of libcare:
+ *   parse a rubric -> render a judge prompt -> parse judge answers -> score the group ->
+ *   group advantages -> clipped-ratio loss and gradient (CPU, and GPU when one is present).
+ * Usage: grpo_step RUBRIC.json
+ * The printed numbers are compared in CI with `cargo run -p care-ffi --example reference`,
+ * which computes the same step with the Rust API (lines starting with "gpu" are not compared). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "care.h"
+
+#define G 4         /* responses per prompt */
+#define B 2         /* prompts */
+#define N (B * G)   /* responses */
+
+/* Stop with the library's message on any failure. */
+#define CHECK(call)                                                                        \
+  do {                                                                                     \
+    care_result r_ = (call);                                                               \
+    if (r_ != CARE_OK) {                                                                   \
+      fprintf(stderr, "%s:%d: %s -> %u %s\n", __FILE__, __LINE__, #call, (unsigned)r_,     \
+              care_result_message(r_));                                                    \
+      exit(1);                                                                             \
+    }                                                                                      \
+  } while (0)
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) { perror(path); exit(1); }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n);
+  if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) { fprintf(stderr, "read %s\n", path); exit(1); }
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+static const char *const DIM_NAMES[3] = {"Cognitive Empathy", "Affective Empathy", "Proactive Empathy"};
+
+/* The judge answer for response j: score of flat criterion k is (5j + 2k + jk mod 3 + 1) mod 6. Odd
+ * responses wrap it in a think block and a code fence, as reasoning judges do. */
+static size_t judge_answer(const care_rubric *rubric, int j, char *out, size_t cap) {
+  size_t counts[3], len = 0;
+  CHECK(care_rubric_criteria_counts(rubric, counts, 3));
+  len += (size_t)snprintf(out + len, cap - len, "%s{\"criterion_scores\":[",
+                          (j % 2) ? "<think>weighing the criteria</think>\n```json\n" : "");
+  int k = 0;
+  for (uint32_t d = 0; d < 3; d++) {
+    for (size_t i = 0; i < counts[d]; i++, k++) {
+      const char *title, *desc;
+      size_t title_len, desc_len;
+      CHECK(care_rubric_criterion(rubric, d, i, &title, &title_len, &desc, &desc_len));
+      len += (size_t)snprintf(out + len, cap - len,
+                              "%s{\"category\":\"%s\",\"criterion_title\":\"%.*s\",\"score\":%d}",
+                              k ? "," : "", DIM_NAMES[d], (int)title_len, title,
+                              (5 * j + 2 * k + (j * k) % 3 + 1) % 6);
+    }
+  }
+  len += (size_t)snprintf(out + len, cap - len, "]}%s", (j % 2) ? "\n```" : "");
+  return len;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) { fprintf(stderr, "usage: %s RUBRIC.json\n", argv[0]); return 2; }
+  if (care_abi_version() != CARE_ABI_VERSION) { fprintf(stderr, "ABI mismatch\n"); return 1; }
+  printf("care abi %u\n", (unsigned)care_abi_version());
+
+  /* 1. The rubric: parsed once, shared by every response of the batch. */
+  size_t json_len;
+  char *json = read_file(argv[1], &json_len);
+  const care_rubric *rubric = NULL;
+  CHECK(care_rubric_parse(json, json_len, NULL, &rubric));
+  double w[3];
+  size_t counts[3], total;
+  CHECK(care_rubric_weights(rubric, w, 3));
+  CHECK(care_rubric_criteria_counts(rubric, counts, 3));
+  CHECK(care_rubric_total_criteria(rubric, &total));
+  printf("rubric: weights %.6f %.6f %.6f criteria %zu %zu %zu\n", w[0], w[1], w[2], counts[0],
+         counts[1], counts[2]);
+
+  /* 2. The judge prompt: ask for the size, then render. */
+  const char *ctx[] = {"Seeker: I reconnected with an old friend but it feels strange."};
+  size_t ctx_len[] = {strlen(ctx[0])};
+  const char *seeker = "Should I just tell her how I feel?";
+  const char *resp = "It makes sense that this feels awkward. What would you like her to know?";
+  size_t need = 0;
+  care_result r = care_judge_prompt_render(rubric, ctx, ctx_len, 1, seeker, strlen(seeker), resp,
+                                           strlen(resp), NULL, 0, &need);
+  if (r != CARE_ERR_BUFFER_TOO_SMALL) CHECK(r);
+  char *prompt = malloc(need);
+  size_t prompt_len = 0;
+  CHECK(care_judge_prompt_render(rubric, ctx, ctx_len, 1, seeker, strlen(seeker), resp,
+                                 strlen(resp), prompt, need, &prompt_len));
+  printf("judge prompt: %zu bytes\n", prompt_len);
+  free(prompt);
+
+  /* 3. Judge answers -> scores -> policy rewards of the whole batch in one call. */
+  double *scores = malloc(N * total * sizeof(double));
+  char answer[8192];
+  for (int j = 0; j < N; j++) {
+    size_t alen = judge_answer(rubric, j, answer, sizeof answer);
+    care_judge_report jr;
+    CHECK(care_judge_output_parse(rubric, answer, alen, scores + (size_t)j * total, total, &jr));
+    if (jr.matched != total) { fprintf(stderr, "judge matched %u\n", jr.matched); return 1; }
+  }
+  double rewards[N];
+  care_batch_report br;
+  CHECK(care_policy_reward_batch(rubric, scores, N * total, NULL, rewards, N, &br));
+  printf("rewards:");
+  for (int j = 0; j < N; j++) printf(" %.6f", rewards[j]);
+  printf(" (scored %u)\n", br.scored);
+
+  /* 4. Group advantages (verl preset), float rewards as trainers hold them. */
+  float rf[N], adv[N];
+  for (int j = 0; j < N; j++) rf[j] = (float)rewards[j];
+  care_advantage_options ao;
+  CHECK(care_advantage_options_preset_by_name("verl", 4, &ao));
+  care_group_stats gs[B];
+  CHECK(care_group_advantages(rf, N, NULL, 0, G, NULL, 0, &ao, adv, N, gs, B));
+  printf("advantages:");
+  for (int j = 0; j < N; j++) printf(" %.6f", adv[j]);
+  printf("\n");
+  for (int b = 0; b < B; b++) printf("group %d: mean %.6f std %.6f\n", b, gs[b].mean, gs[b].std);
+
+  /* 5. One loss step: sequence j has 3 + j % 4 tokens; every fifth token is padding. */
+  uint32_t seq[N + 1];
+  seq[0] = 0;
+  for (int j = 0; j < N; j++) seq[j + 1] = seq[j] + 3 + (uint32_t)(j % 4);
+  size_t T = seq[N];
+  float *logp = malloc(T * sizeof(float)), *old = malloc(T * sizeof(float));
+  float *grad = malloc(T * sizeof(float));
+  uint8_t *mask = malloc(T);
+  for (size_t t = 0; t < T; t++) {
+    logp[t] = -0.5f - 0.1f * (float)((t * 7) % 5);
+    old[t] = logp[t] + 0.3f * (float)((int)(t % 3) - 1);
+    mask[t] = (t % 5) != 4;
+  }
+  care_loss_options lo;
+  CHECK(care_loss_options_preset(CARE_LOSS_PRESET_VERL, &lo));
+  double loss;
+  care_loss_stats st;
+  CHECK(care_policy_loss_f32(logp, T, old, T, NULL, 0, seq, N + 1, mask, T, adv, N,
+                             CARE_ADVANTAGES_PER_SEQUENCE, &lo, grad, T, &loss, &st));
+  printf("loss: %.6f tokens %.0f clipped %.0f ratio %.6f..%.6f\n", loss, st.tokens, st.clipped,
+         st.ratio_min, st.ratio_max);
+  printf("grad:");
+  for (size_t t = 0; t < T; t++) printf(" %.6f", grad[t]);
+  printf("\n");
+
+  /* 6. The same step on the GPU when a driver and device are present. The example has no
+   * CUDA toolkit to allocate device memory with, so it only reports availability here; see
+   * the README for a trainer passing PyTorch device pointers and its CUDA stream. */
+  care_result gpu = care_gpu_available();
+  printf("gpu: %s\n", gpu == CARE_OK ? "available" : care_result_message(gpu));
+
+  free(scores);
+  free(logp);
+  free(old);
+  free(grad);
+  free(mask);
+  free(json);
+  care_rubric_free(rubric);
+  return 0;
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds libcare, the C and C++ examples (static and shared, ASan + UBSan) and checks that each
+# prints what the Rust API computes for the same GRPO step (ffi/examples/reference.rs). Lines
+# starting with "gpu" depend on the machine and are not compared.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fixtures="${CARE_FIXTURES:-../shared/fixtures}"
+cargo build -q -p care-ffi
+cargo build -q -p care-ffi --example reference
+make -s -C examples/c all
+make -s -C examples/cpp all
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for rubric in "$fixtures"/rubric_sft_1.json "$fixtures"/rubric_sft_2.json; do
+  target/debug/examples/reference "$rubric" > "$tmp/want"
+  for exe in target/debug/examples/c/grpo_step_static target/debug/examples/c/grpo_step_shared \
+             target/debug/examples/cpp/grpo_step_static target/debug/examples/cpp/grpo_step_shared; do
+    "$exe" "$rubric" > "$tmp/got"
+    if ! diff -u "$tmp/want" <(grep -v '^gpu' "$tmp/got"); then
+      echo "run-examples: $exe $rubric differs from the Rust API" >&2
+      exit 1
+    fi
+    grep '^gpu' "$tmp/got" | sed "s|^|  $(basename "$(dirname "$exe")")/$(basename "$exe"): |"
+  done
+done
+echo "run-examples: C and C++ examples match the Rust API (static and shared, ASan + UBSan)"
