@@ -136,13 +136,14 @@ class TorchCpu(unittest.TestCase):
         with self.assertRaises(self.ct.CareError):
             self.ct.advantages(torch.tensor([1.0, 2.0]), group_size=1, preset="openrlhf")
 
-    def _batch(self, b=6, length=40, dtype=torch.float32):
+    def _batch(self, b=6, length=40, dtype=None):
         logp = -torch.rand(b, length, generator=self.gen) * 3
         old = logp + 0.3 * torch.randn(b, length, generator=self.gen)
         mask = torch.ones(b, length, dtype=torch.bool)
         mask[:, :5] = False
         mask[0, 30:] = False
         adv = torch.randn(b, generator=self.gen)
+        dtype = dtype or torch.float32
         return logp.to(dtype), old.to(dtype), mask, adv
 
     def test_loss_and_fused_gradient_match_autograd_of_the_formula(self):
