@@ -7,16 +7,17 @@ cd "$(dirname "$0")/.."
 fixtures="${CARE_FIXTURES:-../shared/fixtures}"
 cargo build -q -p care-ffi
 cargo build -q -p care-ffi --example reference
-make -s -C examples/c all
-make -s -C examples/cpp all
+bin="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug"
+make -s -C examples/c all LIBDIR="$bin"
+make -s -C examples/cpp all LIBDIR="$bin"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for rubric in "$fixtures"/rubric_sft_1.json "$fixtures"/rubric_sft_2.json; do
-  target/debug/examples/reference "$rubric" > "$tmp/want"
-  for exe in target/debug/examples/c/grpo_step_static target/debug/examples/c/grpo_step_shared \
-             target/debug/examples/cpp/grpo_step_static target/debug/examples/cpp/grpo_step_shared; do
+  "$bin/examples/reference" "$rubric" > "$tmp/want"
+  for exe in "$bin"/examples/c/grpo_step_static "$bin"/examples/c/grpo_step_shared \
+             "$bin"/examples/cpp/grpo_step_static "$bin"/examples/cpp/grpo_step_shared; do
     "$exe" "$rubric" > "$tmp/got"
     if ! diff -u "$tmp/want" <(grep -v '^gpu' "$tmp/got"); then
       echo "run-examples: $exe $rubric differs from the Rust API" >&2
