@@ -57,3 +57,33 @@ macro_rules! ffi_panic_boundary {
         }
     };
 }
+
+#[cfg(test)]
+#[allow(clippy::panic)] // the point of these tests
+mod tests {
+    use super::*;
+
+    fn panicking_code(fire: bool) -> care_result {
+        ffi_panic_boundary! {
+            if fire {
+                panic!("test panic inside an entry point");
+            }
+            care_result::CARE_OK
+        }
+    }
+
+    fn panicking_pointer() -> *const u8 {
+        ffi_panic_boundary! {
+            let v: Vec<u8> = Vec::new();
+            // Out-of-bounds indexing panics; the boundary turns it into NULL.
+            &v[3] as *const u8
+        }
+    }
+
+    #[test]
+    fn a_panic_becomes_care_err_panic_or_the_neutral_value() {
+        assert_eq!(panicking_code(false), care_result::CARE_OK);
+        assert_eq!(panicking_code(true), care_result::CARE_ERR_PANIC);
+        assert!(panicking_pointer().is_null());
+    }
+}
