@@ -18,7 +18,10 @@
 //! [`tolerance`] (the GPU-vs-CPU tolerance table).
 
 pub mod cuda;
+/// The `cudarc` this crate was built with (for [`cuda`]'s safe API types).
+pub use cudarc;
 pub mod kernel;
+pub mod logsoftmax;
 pub mod params;
 pub mod plan;
 pub mod tolerance;

@@ -16,6 +16,9 @@ use care_kernels::plan::{AdvantageBuffers, DeviceGroups};
 use care_kernels::tolerance::{Quantity, tolerance};
 use care_kernels::{Dtype, KernelError, Tuning, WORKSPACE_BYTES, advantage_status};
 use care_kernels_emu::{Emulator, addr, addr_mut};
+
+mod common;
+use common::{Device, EmuDevice};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -57,56 +60,74 @@ fn tok_offsets(lens: &[u32]) -> Vec<u32> {
     o
 }
 
-fn run_kernel(
+fn run_kernel<D: Device>(
+    dev: &mut D,
     c: &Case,
     tuning: Tuning,
     seed: u64,
-) -> Result<KernelOut, KernelError<care_kernels_emu::EmuError>> {
+) -> Result<KernelOut, KernelError<<D::B as care_kernels::Backend>::Error>> {
     let n = c.rewards.len();
     let b = num_groups(c);
-    let mut adv = vec![f32::NAN; n];
-    let mut stats = vec![GroupStats::default(); b];
-    let mut ws = vec![0xAAu8; WORKSPACE_BYTES];
     let (toff, tmask) = match &c.broadcast {
         Some((lens, m)) => (tok_offsets(lens), m.clone()),
         None => (Vec::new(), None),
     };
-    let mut adv_tok = vec![f32::NAN; toff.last().copied().unwrap_or(0) as usize];
+    let n_tok = toff.last().copied().unwrap_or(0) as usize;
+    // Outputs are poisoned: every entry must be written.
+    let adv = dev.upload(&vec![f32::NAN; n]);
+    let stats = dev.upload(&vec![0xEEEE_EEEEu32; 4 * b]);
+    let ws = dev.upload(&[0xAAu8; WORKSPACE_BYTES]);
+    let adv_tok = dev.upload(&vec![f32::NAN; n_tok]);
     let groups = match &c.layout {
         Layout::Fixed(g) => DeviceGroups::Fixed { group_size: *g },
         Layout::Offsets(o) => DeviceGroups::Offsets {
-            ptr: addr(o),
+            ptr: dev.upload(o),
             num_groups: (o.len() - 1) as u32,
         },
     };
     let buf = AdvantageBuffers {
-        rewards: addr(&c.rewards),
-        valid: c.valid.as_deref().map_or(0, addr),
+        rewards: dev.upload(&c.rewards),
+        valid: match &c.valid {
+            Some(v) => dev.upload(v),
+            None => 0,
+        },
         n: n as u32,
         groups,
-        adv: addr_mut(&mut adv),
-        group_stats: addr_mut(&mut stats),
-        tok_offsets: if c.broadcast.is_some() {
-            addr(&toff)
-        } else {
-            0
-        },
-        tok_mask: tmask.as_deref().map_or(0, addr),
-        adv_tok: if c.broadcast.is_some() {
-            addr_mut(&mut adv_tok)
-        } else {
-            0
-        },
-        workspace: addr_mut(&mut ws),
-    };
-    // SAFETY: every address is a live host buffer of the documented size.
-    unsafe { care_kernels::group_advantages(&Emulator { seed }, &buf, &c.opts, tuning) }?;
-    let status = u32::from_ne_bytes([ws[0], ws[1], ws[2], ws[3]]);
-    Ok(KernelOut {
         adv,
+        group_stats: stats,
+        tok_offsets: if c.broadcast.is_some() {
+            dev.upload(&toff)
+        } else {
+            0
+        },
+        tok_mask: match &tmask {
+            Some(m) => dev.upload(m),
+            None => 0,
+        },
+        adv_tok: if c.broadcast.is_some() { adv_tok } else { 0 },
+        workspace: ws,
+    };
+    // SAFETY: every address was uploaded with the documented size.
+    unsafe { care_kernels::group_advantages(&dev.backend(seed), &buf, &c.opts, tuning) }?;
+    let raw: Vec<u32> = dev.download(stats, 4 * b);
+    let stats = raw
+        .chunks_exact(4)
+        .map(|q| GroupStats {
+            count: q[0],
+            mean: f32::from_bits(q[1]),
+            std: f32::from_bits(q[2]),
+            zero_variance: q[3],
+        })
+        .collect();
+    Ok(KernelOut {
+        adv: dev.download(adv, n),
         stats,
-        adv_tok,
-        status,
+        adv_tok: if c.broadcast.is_some() {
+            dev.download(adv_tok, n_tok)
+        } else {
+            Vec::new()
+        },
+        status: dev.download::<u32>(ws, 1)[0],
     })
 }
 
@@ -173,39 +194,37 @@ fn assert_matches(c: &Case, k: &KernelOut, r: &Reference) {
     assert_eq!(k.status, 0);
 }
 
-/// Runs one case in every team mode and two schedules, and checks all relations.
 fn check_case(c: &Case, threads: u32, seed: u64) {
+    check_case_on(&mut EmuDevice::default(), c, threads, seed);
+}
+
+/// Runs one case in every team mode and two schedules, and checks all relations: each run
+/// against the reference, and the two schedules of one mode bit for bit (team modes sum in
+/// different orders, so across modes only the tolerance applies).
+fn check_case_on<D: Device>(dev: &mut D, c: &Case, threads: u32, seed: u64) {
     let reference = run_reference(c);
-    let modes = [None, Some(true), Some(false)];
-    let mut first: Option<KernelOut> = None;
-    for (m, mode) in modes.iter().enumerate() {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for mode in [None, Some(true), Some(false)] {
+        let tuning = Tuning {
+            threads: Some(threads),
+            warp_per_group: mode,
+            loss_chunks: None,
+        };
+        let mut first: Option<KernelOut> = None;
         for s in [seed, seed ^ 0x5555_5555] {
-            let tuning = Tuning {
-                threads: Some(threads),
-                warp_per_group: *mode,
-                loss_chunks: None,
-            };
-            let k = match run_kernel(c, tuning, s) {
+            let k = match run_kernel(dev, c, tuning, s) {
                 Ok(k) => k,
-                Err(e) => panic!("kernel failed: {e:?} in mode {m}\n{c:?}"),
+                Err(e) => panic!("kernel failed: {e:?} with {tuning:?}\n{c:?}"),
             };
             match &reference {
                 Ok(r) => assert_matches(c, &k, r),
                 Err(e) => assert_eq!(advantage_status(k.status), Err(*e), "status for {c:?}"),
             }
-            if reference.is_ok() {
-                match &first {
-                    None => first = Some(k),
-                    Some(f) => {
-                        // Bit-identical across schedules and team modes (NaN-safe comparison).
-                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                        assert_eq!(bits(&f.adv), bits(&k.adv), "schedule/team dependence");
-                        assert_eq!(
-                            bits(&f.adv_tok),
-                            bits(&k.adv_tok),
-                            "schedule/team dependence"
-                        );
-                    }
+            match &first {
+                None => first = Some(k),
+                Some(f) => {
+                    assert_eq!(bits(&f.adv), bits(&k.adv), "schedule dependence {tuning:?}");
+                    assert_eq!(bits(&f.adv_tok), bits(&k.adv_tok), "schedule dependence");
                 }
             }
         }
@@ -364,7 +383,11 @@ fn empty_batch_launches_nothing_and_succeeds() {
 
 /// Runs with the tuned (GPU) geometry only and compares with the reference.
 fn check_default(c: &Case) {
-    let k = run_kernel(c, Tuning::default(), 11).unwrap();
+    check_default_on(&mut EmuDevice::default(), c);
+}
+
+fn check_default_on<D: Device>(dev: &mut D, c: &Case) {
+    let k = run_kernel(dev, c, Tuning::default(), 11).unwrap();
     match run_reference(c) {
         Ok(r) => assert_matches(c, &k, &r),
         Err(e) => assert_eq!(advantage_status(k.status), Err(e)),
@@ -394,7 +417,7 @@ fn block_mode_with_large_group_uses_many_threads() {
         Layout::Offsets(vec![0, 5000]),
         AdvantageOptions::default(),
     );
-    let k = run_kernel(&c, Tuning::default(), 3).unwrap();
+    let k = run_kernel(&mut EmuDevice::default(), &c, Tuning::default(), 3).unwrap();
     assert_matches(&c, &k, &run_reference(&c).unwrap());
 }
 
@@ -411,7 +434,7 @@ fn all_equal_and_near_equal_groups() {
         Layout::Offsets(vec![0, 3, 7]),
         opts,
     );
-    let k = run_kernel(&c, Tuning::default(), 1).unwrap();
+    let k = run_kernel(&mut EmuDevice::default(), &c, Tuning::default(), 1).unwrap();
     assert_eq!(&k.adv[..3], &[0.0, 0.0, 0.0]);
     assert!(k.adv[3] < -0.8 && k.adv[4] > 0.8, "{:?}", k.adv);
     check_case(&c, 64, 2);
@@ -425,7 +448,7 @@ fn infinite_reward_reports_non_finite() {
         AdvantageOptions::default(),
     );
     assert_eq!(run_reference(&c).err(), Some(Error::NonFinite));
-    let k = run_kernel(&c, Tuning::default(), 1).unwrap();
+    let k = run_kernel(&mut EmuDevice::default(), &c, Tuning::default(), 1).unwrap();
     assert_eq!(advantage_status(k.status), Err(Error::NonFinite));
 }
 
@@ -436,10 +459,10 @@ fn singleton_error_policy_reports_singleton() {
         Layout::Fixed(2),
         AdvantageOptions::preset(Preset::OpenRlhf),
     );
-    let k = run_kernel(&c, Tuning::default(), 1).unwrap();
+    let k = run_kernel(&mut EmuDevice::default(), &c, Tuning::default(), 1).unwrap();
     assert_eq!(advantage_status(k.status), Err(Error::SingletonGroup));
     c.rewards[1] = 2.0;
-    let k = run_kernel(&c, Tuning::default(), 1).unwrap();
+    let k = run_kernel(&mut EmuDevice::default(), &c, Tuning::default(), 1).unwrap();
     assert_eq!(k.status, 0);
 }
 
@@ -447,12 +470,12 @@ fn singleton_error_policy_reports_singleton() {
 fn bad_layouts_are_rejected_before_launch() {
     let c = simple(ramp(10), Layout::Fixed(3), AdvantageOptions::default());
     assert!(matches!(
-        run_kernel(&c, Tuning::default(), 1),
+        run_kernel(&mut EmuDevice::default(), &c, Tuning::default(), 1),
         Err(KernelError::Core(Error::InvalidLayout))
     ));
     let c = simple(ramp(10), Layout::Fixed(0), AdvantageOptions::default());
     assert!(matches!(
-        run_kernel(&c, Tuning::default(), 1),
+        run_kernel(&mut EmuDevice::default(), &c, Tuning::default(), 1),
         Err(KernelError::Core(Error::InvalidLayout))
     ));
     let bad = Tuning {
@@ -461,7 +484,7 @@ fn bad_layouts_are_rejected_before_launch() {
     };
     let c = simple(ramp(10), Layout::Fixed(5), AdvantageOptions::default());
     assert!(matches!(
-        run_kernel(&c, bad, 1),
+        run_kernel(&mut EmuDevice::default(), &c, bad, 1),
         Err(KernelError::Core(Error::InvalidArgument))
     ));
 }
@@ -501,4 +524,45 @@ fn malformed_offsets_never_index_out_of_bounds() {
     }
     .unwrap();
     assert_eq!(adv[6], 12345.0);
+}
+
+/// The same random cases as `pt_advantages_match_reference` (fixed RNG), and the large shapes,
+/// on the GPU.
+#[test]
+fn gpu_advantages_match_reference() {
+    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
+    let Some(gpu) = common::gpu("gpu_advantages_match_reference") else {
+        return;
+    };
+    let gpu = std::cell::RefCell::new(gpu);
+    let config = ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let strategy = (
+        case_strategy(),
+        prop_oneof![Just(32u32), Just(64), Just(256)],
+        any::<u64>(),
+    );
+    runner
+        .run(&strategy, |(c, threads, seed)| {
+            check_case_on(&mut *gpu.borrow_mut(), &c, threads, seed);
+            Ok(())
+        })
+        .unwrap();
+    let mut gpu = gpu.into_inner();
+    for preset in Preset::ALL {
+        let opts = AdvantageOptions::preset(preset);
+        check_default_on(&mut gpu, &simple(ramp(1000), Layout::Fixed(1000), opts));
+        check_default_on(&mut gpu, &simple(ramp(1000), Layout::Fixed(1), opts));
+        check_default_on(&mut gpu, &simple(ramp(4000), Layout::Fixed(4), opts));
+        check_default_on(
+            &mut gpu,
+            &simple(ramp(5000), Layout::Offsets(vec![0, 5000]), opts),
+        );
+        check_default_on(&mut gpu, &simple(vec![], Layout::Fixed(4), opts));
+    }
 }

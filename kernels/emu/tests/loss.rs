@@ -7,7 +7,8 @@
 //! piecewise loss (clip bounds, clamps, dual clip) are exempt from the per-token gradient check
 //! and from the exact clip counts, because f32 and f64 may fall on different sides of it;
 //! (2) masked tokens get a gradient of exactly 0 whatever their inputs; (3) schedule
-//! independence: two fiber schedules give a bit-identical gradient.
+//! independence: two fiber schedules give a bit-identical gradient. The `gpu_*` test runs the
+//! same cases on a real GPU (skipped with a message when there is no CUDA driver).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_core::grpo::{
@@ -18,7 +19,8 @@ use care_kernels::params::LossStatsRaw;
 use care_kernels::plan::LossBuffers;
 use care_kernels::tolerance::{Quantity, tolerance};
 use care_kernels::{Dtype, Tuning, WORKSPACE_BYTES};
-use care_kernels_emu::{Emulator, addr, addr_mut};
+mod common;
+use common::{Device, EmuDevice};
 use proptest::prelude::*;
 
 trait Lp: LogProb + bytemuck::Pod + core::fmt::Debug {
@@ -92,51 +94,69 @@ fn run_reference<T: Lp>(c: &Case) -> (Vec<f32>, LossStats) {
 }
 
 /// Returns the gradient widened to f32 and the stats.
-fn run_kernel<T: Lp>(
+fn run_kernel_on<T: Lp, D: Device>(
+    dev: &mut D,
     c: &Case,
     tuning: Tuning,
     seed: u64,
     grad_in_dtype: bool,
 ) -> (Vec<f32>, LossStats) {
     let logp = conv::<T>(&c.logp);
-    let old = c.logp_old.as_deref().map(conv::<T>);
-    let rf = c.logp_ref.as_deref().map(conv::<T>);
-    let o = offsets(&c.lens);
     let n_tok = logp.len();
-    // Poison the outputs: every entry must be written.
-    let mut grad_f32 = vec![f32::NAN; n_tok];
-    let mut grad_t = vec![T::from_f32(f32::NAN); n_tok];
-    let mut stats = [LossStatsRaw::EMPTY];
-    let mut ws = vec![0x55u8; WORKSPACE_BYTES];
+    let o = offsets(&c.lens);
+    // Outputs are poisoned: every entry must be written.
+    let grad = if grad_in_dtype {
+        dev.upload(&vec![T::from_f32(f32::NAN); n_tok])
+    } else {
+        dev.upload(&vec![f32::NAN; n_tok])
+    };
+    let stats = dev.upload(&[LossStatsRaw::EMPTY]);
     let buf = LossBuffers {
         dtype: T::DTYPE,
-        logp: addr(&logp),
-        logp_old: old.as_deref().map_or(0, addr),
-        logp_ref: rf.as_deref().map_or(0, addr),
-        adv: addr(&c.adv),
+        logp: dev.upload(&logp),
+        logp_old: match &c.logp_old {
+            Some(v) => dev.upload(&conv::<T>(v)),
+            None => 0,
+        },
+        logp_ref: match &c.logp_ref {
+            Some(v) => dev.upload(&conv::<T>(v)),
+            None => 0,
+        },
+        adv: dev.upload(&c.adv),
         adv_per_token: c.adv_per_token,
-        mask: c.mask.as_deref().map_or(0, addr),
-        seq_offsets: addr(&o),
+        mask: match &c.mask {
+            Some(m) => dev.upload(m),
+            None => 0,
+        },
+        seq_offsets: dev.upload(&o),
         n_seq: c.lens.len() as u32,
         n_tok: n_tok as u32,
         max_seq_len: 0,
-        grad: if grad_in_dtype {
-            addr_mut(&mut grad_t)
-        } else {
-            addr_mut(&mut grad_f32)
-        },
+        grad,
         grad_in_input_dtype: grad_in_dtype,
-        stats: addr_mut(&mut stats),
-        workspace: addr_mut(&mut ws),
+        stats,
+        workspace: dev.upload(&[0x55u8; WORKSPACE_BYTES]),
     };
-    // SAFETY: every address is a live host buffer of the documented size and dtype.
-    unsafe { care_kernels::grpo_loss(&Emulator { seed }, &buf, &c.opts, tuning) }.unwrap();
-    let grad = if grad_in_dtype {
-        grad_t.iter().map(|x| x.to_f64() as f32).collect()
+    // SAFETY: every address was uploaded with the documented size and dtype.
+    unsafe { care_kernels::grpo_loss(&dev.backend(seed), &buf, &c.opts, tuning) }.unwrap();
+    let g = if grad_in_dtype {
+        dev.download::<T>(grad, n_tok)
+            .iter()
+            .map(|x| x.to_f64() as f32)
+            .collect()
     } else {
-        grad_f32
+        dev.download::<f32>(grad, n_tok)
     };
-    (grad, stats[0].to_core())
+    (g, dev.download::<LossStatsRaw>(stats, 1)[0].to_core())
+}
+
+fn run_kernel<T: Lp>(
+    c: &Case,
+    tuning: Tuning,
+    seed: u64,
+    grad_in_dtype: bool,
+) -> (Vec<f32>, LossStats) {
+    run_kernel_on::<T, _>(&mut EmuDevice::default(), c, tuning, seed, grad_in_dtype)
 }
 
 /// Per-token data the checks need, from the reference's pure functions (f64).
@@ -250,9 +270,15 @@ fn analyse<T: Lp>(c: &Case) -> Analysis {
     }
 }
 
-fn check<T: Lp>(c: &Case, tuning: Tuning, seed: u64, grad_in_dtype: bool) {
+fn check_on<T: Lp, D: Device>(
+    dev: &mut D,
+    c: &Case,
+    tuning: Tuning,
+    seed: u64,
+    grad_in_dtype: bool,
+) {
     let (g_ref, s_ref) = run_reference::<T>(c);
-    let (g, s) = run_kernel::<T>(c, tuning, seed, grad_in_dtype);
+    let (g, s) = run_kernel_on::<T, D>(dev, c, tuning, seed, grad_in_dtype);
     let an = analyse::<T>(c);
     let dt = T::DTYPE;
     let ltol = tolerance(Quantity::Loss, dt).unwrap();
@@ -357,9 +383,19 @@ fn check<T: Lp>(c: &Case, tuning: Tuning, seed: u64, grad_in_dtype: bool) {
 }
 
 fn check_all_dtypes(c: &Case, tuning: Tuning, seed: u64, grad_in_dtype: bool) {
-    check::<f32>(c, tuning, seed, grad_in_dtype);
-    check::<half::bf16>(c, tuning, seed, grad_in_dtype);
-    check::<half::f16>(c, tuning, seed, grad_in_dtype);
+    check_all_dtypes_on(&mut EmuDevice::default(), c, tuning, seed, grad_in_dtype);
+}
+
+fn check_all_dtypes_on<D: Device>(
+    dev: &mut D,
+    c: &Case,
+    tuning: Tuning,
+    seed: u64,
+    grad_in_dtype: bool,
+) {
+    check_on::<f32, D>(dev, c, tuning, seed, grad_in_dtype);
+    check_on::<half::bf16, D>(dev, c, tuning, seed, grad_in_dtype);
+    check_on::<half::f16, D>(dev, c, tuning, seed, grad_in_dtype);
 }
 
 fn opts_strategy() -> impl Strategy<Value = LossOptions> {
@@ -652,4 +688,45 @@ fn gspo_mean_cap_stops_the_surrogate_gradient() {
     let (g, _) = run_kernel::<f32>(&c, Tuning::default(), 10, false);
     assert!(g.iter().all(|&x| x == 0.0), "{g:?}");
     check_all_dtypes(&c, Tuning::default(), 10, false);
+}
+
+/// The same random cases as `pt_loss_matches_reference` (fixed RNG) and the fixed shapes, on
+/// the GPU, every dtype, both gradient dtypes.
+#[test]
+fn gpu_loss_matches_reference() {
+    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
+    let Some(gpu) = common::gpu("gpu_loss_matches_reference") else {
+        return;
+    };
+    let gpu = std::cell::RefCell::new(gpu);
+    let config = ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let strategy = (case_strategy(), tuning_strategy(), any::<bool>());
+    runner
+        .run(&strategy, |(c, tuning, grad_in_dtype)| {
+            check_all_dtypes_on(&mut *gpu.borrow_mut(), &c, tuning, 0, grad_in_dtype);
+            Ok(())
+        })
+        .unwrap();
+    let mut gpu = gpu.into_inner();
+    let mut c = base_case(vec![3000, 257, 1, 0]);
+    for level in [RatioLevel::Token, RatioLevel::Sequence] {
+        c.opts.ratio_level = level;
+        for agg in [
+            Aggregation::TokenMean,
+            Aggregation::SeqMeanTokenMean,
+            Aggregation::SeqMeanTokenSumNorm,
+        ] {
+            c.opts.aggregation = agg;
+            check_all_dtypes_on(&mut gpu, &c, Tuning::default(), 0, false);
+            check_all_dtypes_on(&mut gpu, &c, Tuning::default(), 0, true);
+        }
+    }
+    check_all_dtypes_on(&mut gpu, &base_case(vec![]), Tuning::default(), 0, false);
+    check_all_dtypes_on(&mut gpu, &base_case(vec![1]), Tuning::default(), 0, false);
 }
