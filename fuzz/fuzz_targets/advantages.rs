@@ -1,0 +1,155 @@
+//! Group advantages and the token broadcast on arbitrary layouts, masks, values and options:
+//! no panic, no out-of-bounds (every buffer has exactly its claimed length, so ASan sees any
+//! overrun), invalid samples get exactly 0, outputs finite whenever the call succeeds (a
+//! success means every valid reward was finite), f32 outputs finite while rewards stay within
+//! `|r| <= 1e37` (an f32 difference of two rewards can otherwise overflow), and nothing is
+//! written on error.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use care_core::grpo::{
+    AdvantageOptions, Baseline, GroupLayout, GroupStats, Scale, SingletonPolicy, StdKind,
+    broadcast_to_tokens, group_advantages,
+};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Arbitrary, Debug)]
+enum Layout {
+    Fixed(u8),
+    /// Group sizes, turned into CSR offsets.
+    Sizes(Vec<u8>),
+    /// Raw offsets, mostly invalid.
+    Raw(Vec<u32>),
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    rewards: Vec<f32>,
+    valid: Option<Vec<bool>>,
+    layout: Layout,
+    baseline: u8,
+    scale: u8,
+    biased: bool,
+    singleton: u8,
+    eps: f64,
+    out_len_delta: i8,
+    stats: bool,
+    token_mask: Vec<bool>,
+}
+
+fuzz_target!(|inp: Input| {
+    let n = inp.rewards.len();
+    let offsets: Vec<u32>;
+    let layout = match &inp.layout {
+        Layout::Fixed(g) => GroupLayout::Fixed {
+            group_size: usize::from(*g),
+        },
+        Layout::Sizes(s) => {
+            let mut o = vec![0u32];
+            for &k in s {
+                o.push(o.last().unwrap() + u32::from(k));
+            }
+            // Close the layout over all samples so that most inputs reach the arithmetic.
+            if (*o.last().unwrap() as usize) < n {
+                o.push(n as u32);
+            }
+            offsets = o;
+            GroupLayout::Offsets(&offsets)
+        }
+        Layout::Raw(o) => GroupLayout::Offsets(o),
+    };
+    let valid: Option<Vec<u8>> = inp.valid.as_ref().map(|v| {
+        (0..n)
+            .map(|i| u8::from(v.get(i).copied().unwrap_or(true)))
+            .collect()
+    });
+    let opts = AdvantageOptions {
+        baseline: [Baseline::Mean, Baseline::LeaveOneOut, Baseline::None]
+            [usize::from(inp.baseline % 3)],
+        scale: [Scale::GroupStd, Scale::BatchStd, Scale::None][usize::from(inp.scale % 3)],
+        std_kind: if inp.biased {
+            StdKind::Biased
+        } else {
+            StdKind::Unbiased
+        },
+        singleton: [
+            SingletonPolicy::Zero,
+            SingletonPolicy::Raw,
+            SingletonPolicy::Error,
+        ][usize::from(inp.singleton % 3)],
+        eps: inp.eps,
+    };
+    let out_len = n.saturating_add_signed(isize::from(inp.out_len_delta % 2));
+    let groups = layout.validate(n).unwrap_or(0);
+    let mut stats = vec![GroupStats::default(); groups];
+    let sentinel = 12345.0f64;
+    let mut out = vec![sentinel; out_len];
+    let res = group_advantages(
+        &inp.rewards,
+        valid.as_deref(),
+        layout,
+        &opts,
+        &mut out,
+        inp.stats.then_some(&mut stats[..]),
+    );
+    let is_valid = |i: usize| !inp.rewards[i].is_nan() && valid.as_ref().is_none_or(|v| v[i] != 0);
+    match res {
+        Ok(()) => {
+            assert_eq!(out_len, n);
+            for i in 0..n {
+                assert!(out[i].is_finite(), "A[{i}] = {} for {inp:?}", out[i]);
+                if !is_valid(i) {
+                    assert_eq!(out[i], 0.0, "invalid sample {i}: {}", out[i]);
+                }
+            }
+            // The f32 output agrees with the f64 one rounded, and stays finite in range.
+            let mut out32 = vec![0.0f32; n];
+            group_advantages(
+                &inp.rewards,
+                valid.as_deref(),
+                layout,
+                &opts,
+                &mut out32,
+                None,
+            )
+            .unwrap();
+            let small = inp
+                .rewards
+                .iter()
+                .all(|r| !r.is_finite() || r.abs() <= 1e37);
+            for i in 0..n {
+                assert_eq!(out32[i], out[i] as f32);
+                if small {
+                    assert!(out32[i].is_finite(), "f32 A[{i}] = {}", out32[i]);
+                }
+            }
+        }
+        Err(_) => assert!(out.iter().all(|&x| x == sentinel), "written on error"),
+    }
+
+    // Token broadcast: masked tokens get exactly 0, others their sequence's advantage.
+    if let GroupLayout::Offsets(o) = layout {
+        let t = o.last().copied().unwrap_or(0) as usize;
+        if t <= 1 << 16 {
+            let b = o.len().saturating_sub(1);
+            let adv: Vec<f32> = (0..b)
+                .map(|i| inp.rewards.get(i).copied().unwrap_or(f32::NAN))
+                .collect();
+            let mask: Vec<u8> = (0..t)
+                .map(|i| u8::from(inp.token_mask.get(i).copied().unwrap_or(i % 3 != 0)))
+                .collect();
+            let mut tok = vec![7.0f32; t];
+            if broadcast_to_tokens(&adv, o, Some(&mask), &mut tok).is_ok() {
+                for (s, w) in o.windows(2).enumerate() {
+                    for i in w[0] as usize..w[1] as usize {
+                        if mask[i] == 0 {
+                            assert_eq!(tok[i].to_bits(), 0.0f32.to_bits());
+                        } else {
+                            assert_eq!(tok[i].to_bits(), adv[s].to_bits());
+                        }
+                    }
+                }
+            }
+        }
+    }
+});

@@ -1,0 +1,188 @@
+//! The C ABI entry points called with arbitrary bytes and lengths: rubric parse, validation
+//! report accessors (every index, tiny buffers), criterion accessors, judge-output parsing and
+//! rewards on the parsed handle, and the group advantages with buffers of arbitrary (possibly
+//! mismatched) lengths. Every buffer is allocated with exactly the length passed, so
+//! AddressSanitizer catches any overrun; no call may panic (`CARE_ERR_PANIC`).
+#![no_main]
+
+use care::advantage::care_group_advantages;
+use care::care_result::{self, *};
+use care::reward::{care_judge_output_parse, care_policy_reward, care_policy_reward_batch};
+use care::rubric::*;
+use libfuzzer_sys::fuzz_target;
+use std::ffi::c_char;
+use std::ptr::{null, null_mut};
+
+fn ok(r: care_result) -> bool {
+    assert_ne!(r, CARE_ERR_PANIC, "a panic crossed into the C ABI");
+    r == CARE_OK
+}
+
+fuzz_target!(|data: &[u8]| {
+    advantages(data);
+    let (head, text) = data.split_at(data.len().min(4));
+    let b = |i: usize| head.get(i).copied().unwrap_or(0);
+    let tp = text.as_ptr().cast::<c_char>();
+    unsafe {
+        // r_fmt and the validation report agree.
+        let mut rf = -1.0;
+        assert!(ok(care_r_fmt(tp, text.len(), null(), &mut rf)));
+        let mut rep = null_mut();
+        assert!(ok(care_rubric_validate(tp, text.len(), null(), &mut rep)));
+        let (mut rf2, mut parsed, mut over) = (-1.0, 0u32, 0u32);
+        assert!(ok(care_validation_report_summary(
+            rep,
+            &mut rf2,
+            &mut parsed,
+            &mut over
+        )));
+        assert_eq!(rf, rf2);
+        let mut count = 0usize;
+        assert!(ok(care_validation_report_count(rep, &mut count)));
+        for i in 0..=count {
+            let mut v = std::mem::zeroed::<care_violation>();
+            let r = care_validation_report_violation(rep, i, &mut v);
+            assert_eq!(ok(r), i < count);
+            // A buffer of arbitrary size: either the message fits or the size is reported.
+            let mut buf = vec![0u8; usize::from(b(0))];
+            let mut len = 0usize;
+            let r = care_validation_report_message(
+                rep,
+                i,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut len,
+            );
+            if i < count {
+                assert!(
+                    r == CARE_OK || (r == CARE_ERR_BUFFER_TOO_SMALL && len > buf.len()),
+                    "{r:?}"
+                );
+            } else {
+                assert!(!ok(r));
+            }
+        }
+        let mut buf = vec![0u8; usize::from(b(1)) * 4];
+        let mut len = 0usize;
+        let r = care_validation_report_feedback(rep, buf.as_mut_ptr().cast(), buf.len(), &mut len);
+        assert!(r == CARE_OK || r == CARE_ERR_BUFFER_TOO_SMALL, "{r:?}");
+        care_validation_report_free(rep);
+
+        // Parse into a handle; accept iff r_fmt is 1.
+        let mut rubric = null();
+        let parsed_ok = ok(care_rubric_parse(tp, text.len(), null(), &mut rubric));
+        assert_eq!(parsed_ok, rf == 1.0);
+        if !parsed_ok {
+            assert!(rubric.is_null());
+            return;
+        }
+        let mut clone = null();
+        assert!(ok(care_rubric_clone(rubric, &mut clone)));
+        care_rubric_free(rubric);
+        let rubric = clone;
+        let mut w = [0.0f64; 3];
+        assert!(ok(care_rubric_weights(rubric, w.as_mut_ptr(), 3)));
+        let mut total = 0usize;
+        assert!(ok(care_rubric_total_criteria(rubric, &mut total)));
+        for d in 0..4u32 {
+            for i in 0..6usize {
+                let (mut t, mut tl, mut de, mut dl) = (null(), 0usize, null(), 0usize);
+                let _ = ok(care_rubric_criterion(
+                    rubric, d, i, &mut t, &mut tl, &mut de, &mut dl,
+                ));
+            }
+        }
+        // Judge output: the same bytes, with the right length and a wrong one.
+        let n = if b(2) & 1 == 0 {
+            total
+        } else {
+            total + usize::from(b(2) >> 1)
+        };
+        let mut scores = vec![0.0f64; n];
+        let r = care_judge_output_parse(rubric, tp, text.len(), scores.as_mut_ptr(), n, null_mut());
+        if n != total {
+            assert_eq!(r, CARE_ERR_SCORE_SHAPE);
+        }
+        // Rewards on scores taken from the input bytes (arbitrary f64 bit patterns included).
+        let scores: Vec<f64> = text
+            .chunks(8)
+            .map(|c| {
+                let mut a = [0u8; 8];
+                a[..c.len()].copy_from_slice(c);
+                if b(3) & 1 == 0 {
+                    f64::from(a[0] % 7)
+                } else {
+                    f64::from_le_bytes(a)
+                }
+            })
+            .take(n)
+            .collect();
+        let mut reward = -1.0;
+        if ok(care_policy_reward(
+            rubric,
+            scores.as_ptr(),
+            scores.len(),
+            null(),
+            &mut reward,
+            null_mut(),
+        )) {
+            assert!((0.0..=1.0).contains(&reward), "{reward}");
+        }
+        let m = usize::from(b(3) >> 1) % 5;
+        let mut rewards = vec![0.0f64; m];
+        let _ = ok(care_policy_reward_batch(
+            rubric,
+            scores.as_ptr(),
+            scores.len(),
+            null(),
+            rewards.as_mut_ptr(),
+            m,
+            null_mut(),
+        ));
+        care_rubric_free(rubric);
+    }
+});
+
+/// The group advantages through the C ABI with lengths taken from the input, each buffer
+/// exactly as long as claimed.
+fn advantages(data: &[u8]) {
+    let rewards: Vec<f32> = data.chunks(4).map(|c| f32::from(c[0]) / 7.0).collect();
+    let n = rewards.len();
+    let b = |i: usize| data.get(i).copied().unwrap_or(0);
+    let valid: Vec<u8> = (0..usize::from(b(0) % 3).min(1) * n)
+        .map(|i| u8::from(i % 4 != 0))
+        .collect();
+    let out_len = (n + usize::from(b(1) % 3)).saturating_sub(1);
+    let mut out = vec![0.0f32; out_len];
+    let offsets: Vec<u32> = data
+        .iter()
+        .take(usize::from(b(2) % 6))
+        .map(|&x| u32::from(x))
+        .collect();
+    let group_size = u32::from(b(3) % 5);
+    unsafe {
+        let r = care_group_advantages(
+            rewards.as_ptr(),
+            n,
+            if valid.is_empty() {
+                null()
+            } else {
+                valid.as_ptr()
+            },
+            valid.len(),
+            if offsets.is_empty() { group_size } else { 0 },
+            if offsets.is_empty() {
+                null()
+            } else {
+                offsets.as_ptr()
+            },
+            offsets.len(),
+            null(),
+            out.as_mut_ptr(),
+            out.len(),
+            null_mut(),
+            0,
+        );
+        ok(r);
+    }
+}

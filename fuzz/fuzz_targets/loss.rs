@@ -1,0 +1,190 @@
+//! The clipped-ratio policy loss on arbitrary token layouts, masks, values, dtypes and
+//! options: no panic, no out-of-bounds, masked tokens get a gradient of exactly 0 whatever their
+//! inputs, nothing is written on error, the stats count the counted tokens, and the loss and
+//! gradient are finite whenever every counted input is finite and the options are in a
+//! realistic range (|A| <= 1e6, beta <= 1e6, clamp bounds <= 50, global denominators 0 or >= 1;
+//! outside it an f32 gradient can legitimately overflow).
+#![no_main]
+
+use arbitrary::Arbitrary;
+use care_core::grpo::{
+    Advantages, Aggregation, KlEstimator, LogProb, LossInputs, LossOptions, RatioLevel, policy_loss,
+};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Arbitrary, Debug)]
+struct Opts {
+    eps_low: f64,
+    eps_high: f64,
+    dual_clip: f64,
+    log_ratio_clamp: f64,
+    seq_log_ratio_max: f64,
+    beta: f64,
+    kl_input_clamp: f64,
+    kl_output_clamp: f64,
+    global_tokens: f64,
+    global_sequences: f64,
+    horizon: f64,
+    aggregation: u8,
+    sequence: bool,
+    kl: u8,
+    /// Use the defaults for most fields (so valid options are common).
+    defaults: bool,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    seq_lens: Vec<u8>,
+    raw_offsets: Option<Vec<u32>>,
+    logp: Vec<f32>,
+    logp_old: Option<Vec<f32>>,
+    logp_ref: Option<Vec<f32>>,
+    mask: Option<Vec<bool>>,
+    adv: Vec<f32>,
+    per_token: bool,
+    grad_len_delta: i8,
+    dtype: u8,
+    opts: Opts,
+}
+
+fn options(o: &Opts) -> LossOptions {
+    let d = LossOptions::default();
+    let aggregation = [
+        Aggregation::TokenMean,
+        Aggregation::SeqMeanTokenMean,
+        Aggregation::SeqMeanTokenSum,
+        Aggregation::SeqMeanTokenSumNorm,
+        Aggregation::TokenSum,
+    ][usize::from(o.aggregation % 5)];
+    let ratio_level = if o.sequence {
+        RatioLevel::Sequence
+    } else {
+        RatioLevel::Token
+    };
+    let kl_estimator = [
+        KlEstimator::K1,
+        KlEstimator::Abs,
+        KlEstimator::K2,
+        KlEstimator::K3,
+    ][usize::from(o.kl % 4)];
+    if o.defaults {
+        return LossOptions {
+            beta: o.beta.abs().min(1.0),
+            aggregation,
+            ratio_level,
+            kl_estimator,
+            ..d
+        };
+    }
+    LossOptions {
+        eps_low: o.eps_low,
+        eps_high: o.eps_high,
+        dual_clip: o.dual_clip,
+        log_ratio_clamp: o.log_ratio_clamp,
+        seq_log_ratio_max: o.seq_log_ratio_max,
+        beta: o.beta,
+        kl_input_clamp: o.kl_input_clamp,
+        kl_output_clamp: o.kl_output_clamp,
+        global_tokens: o.global_tokens,
+        global_sequences: o.global_sequences,
+        horizon: o.horizon,
+        aggregation,
+        ratio_level,
+        kl_estimator,
+    }
+}
+
+fn realistic(o: &LossOptions, adv: &[f32]) -> bool {
+    let denom = |x: f64| x == 0.0 || x >= 1.0;
+    adv.iter().all(|a| a.abs() <= 1e6)
+        && o.beta <= 1e6
+        && o.log_ratio_clamp <= 50.0
+        && o.seq_log_ratio_max <= 50.0
+        && o.kl_input_clamp <= 50.0
+        && o.kl_output_clamp <= 50.0
+        && denom(o.global_tokens)
+        && denom(o.global_sequences)
+        && denom(o.horizon)
+}
+
+fn per_token(v: &[f32], t: usize) -> Vec<f32> {
+    (0..t).map(|i| v.get(i).copied().unwrap_or(-1.0)).collect()
+}
+
+fn run<T: LogProb>(inp: &Input, conv: impl Fn(f32) -> T) {
+    let offsets: Vec<u32> = match &inp.raw_offsets {
+        Some(o) => o.clone(),
+        None => {
+            let mut o = vec![0u32];
+            for &k in &inp.seq_lens {
+                o.push(o.last().unwrap() + u32::from(k));
+            }
+            o
+        }
+    };
+    // Per-token buffers have the layout's length (capped), so most inputs pass the checks.
+    let t = (offsets.last().copied().unwrap_or(0) as usize).min(1 << 14);
+    let b = offsets.len().saturating_sub(1);
+    let logp: Vec<T> = per_token(&inp.logp, t).into_iter().map(&conv).collect();
+    let old: Option<Vec<T>> = inp
+        .logp_old
+        .as_ref()
+        .map(|v| per_token(v, t).into_iter().map(&conv).collect());
+    let rf: Option<Vec<T>> = inp
+        .logp_ref
+        .as_ref()
+        .map(|v| per_token(v, t).into_iter().map(&conv).collect());
+    let mask: Option<Vec<u8>> = inp.mask.as_ref().map(|m| {
+        (0..t)
+            .map(|i| u8::from(m.get(i).copied().unwrap_or(true)))
+            .collect()
+    });
+    let adv_len = if inp.per_token { t } else { b };
+    let adv: Vec<f32> = (0..adv_len)
+        .map(|i| inp.adv.get(i).copied().unwrap_or(0.5))
+        .collect();
+    let opts = options(&inp.opts);
+    let grad_len = t.saturating_add_signed(isize::from(inp.grad_len_delta % 2));
+    let mut grad = vec![99.0f32; grad_len];
+    let inputs = LossInputs {
+        logp: &logp,
+        logp_old: old.as_deref(),
+        logp_ref: rf.as_deref(),
+        seq_offsets: &offsets,
+        mask: mask.as_deref(),
+        advantages: if inp.per_token {
+            Advantages::PerToken(&adv)
+        } else {
+            Advantages::PerSequence(&adv)
+        },
+    };
+    match policy_loss(&inputs, &opts, &mut grad) {
+        Ok(out) => {
+            assert_eq!(grad_len, t);
+            let counted = |i: usize| mask.as_ref().is_none_or(|m| m[i] != 0);
+            let n_counted = (0..t).filter(|&i| counted(i)).count();
+            assert_eq!(out.stats.tokens, n_counted as f64);
+            assert!(out.loss == out.stats.loss || (out.loss.is_nan() && out.stats.loss.is_nan()));
+            for i in 0..t {
+                if !counted(i) {
+                    assert!(grad[i] == 0.0, "masked token {i}: grad {}", grad[i]);
+                }
+            }
+            if out.stats.non_finite == 0.0 && realistic(&opts, &adv) {
+                assert!(out.loss.is_finite(), "loss {} for {inp:?}", out.loss);
+                for (i, g) in grad.iter().enumerate() {
+                    assert!(g.is_finite(), "grad[{i}] = {g} for {inp:?}");
+                }
+            }
+        }
+        Err(_) => assert!(grad.iter().all(|&g| g == 99.0), "written on error"),
+    }
+}
+
+fuzz_target!(|inp: Input| {
+    match inp.dtype % 3 {
+        0 => run::<f32>(&inp, |x| x),
+        1 => run::<half::bf16>(&inp, half::bf16::from_f32),
+        _ => run::<half::f16>(&inp, half::f16::from_f32),
+    }
+});
