@@ -38,6 +38,17 @@
 #define CARE_UNROLL
 #endif
 
+// z2 = x * scale rounded to f32 on its own, never contracted into an FMA with the subtraction
+// that follows: then the row's max element has z2 - m == 0 exactly and contributes exactly 1,
+// so V = 1 gives logp = 0 and entropy = 0 exactly, and the same z2 is used everywhere (max,
+// sum, target, backward). NVRTC contracts a * b - c by default; __fmul_rn opts out. The host
+// emulator is built with -ffp-contract=off.
+#if defined(__CUDACC__)
+#define CARE_MUL_RN(a, b) __fmul_rn((a), (b))
+#else
+#define CARE_MUL_RN(a, b) ((a) * (b))
+#endif
+
 // Mirrored by `care_kernels::logsoftmax::LsmParams` (layout checked against this file by the
 // emulator tests).
 struct CareLsmParams {
@@ -138,15 +149,15 @@ struct CareLsmState {
     float t; // sum 2^(z2 - m) * (z2 - m)   (entropy only)
 };
 
-// Adds raw logits x[0..K) to the state: one compare chain for the block max, one rescale when
-// it grows, then z2 - m = fma(x, scale, -m) per element (scale = log2(e) / T > 0 keeps the
-// order of x and z2 the same).
+// Adds raw logits x[0..K) to the state: one compare chain for the block max (scale = log2(e)/T
+// > 0 keeps the order of x and z2 the same), one rescale when it grows, then 2^(z2 - m) per
+// element.
 template <bool ENT, int K>
 __device__ __forceinline__ void care_lsm_add(CareLsmState& st, const float* x, float scale) {
     float vx = x[0];
     CARE_UNROLL
     for (int k = 1; k < K; ++k) vx = x[k] > vx ? x[k] : vx;
-    float vm = vx * scale;
+    float vm = CARE_MUL_RN(vx, scale);
     if (vm > st.m) {
         float a = exp2f(st.m - vm);
         if (ENT) {
@@ -160,7 +171,7 @@ __device__ __forceinline__ void care_lsm_add(CareLsmState& st, const float* x, f
     }
     CARE_UNROLL
     for (int k = 0; k < K; ++k) {
-        float d = fmaf(x[k], scale, -st.m);
+        float d = CARE_MUL_RN(x[k], scale) - st.m;
         float e = exp2f(d);
         st.s += e;
         if (ENT) {
@@ -265,7 +276,7 @@ __device__ __forceinline__ void care_lsm_write_row(const CareLsmParams& p, care_
             atomicOr(p.status, CARE_LSM_STATUS_BAD_TARGET);
         }
     } else {
-        lp = fmaf(care_load(xrow, (care_u32)y), scale, -lse2) * CARE_LN2;
+        lp = (CARE_MUL_RN(care_load(xrow, (care_u32)y), scale) - lse2) * CARE_LN2;
     }
     p.logp[row] = lp;
     if (p.lse != 0) {
@@ -357,7 +368,7 @@ struct CareLsmRowGrad {
 
 template <bool ENT>
 __device__ __forceinline__ float care_lsm_grad(const CareLsmRowGrad& r, float x, care_u32 j) {
-    float d2 = fmaf(x, r.scale, -r.lse2); // log2 p
+    float d2 = CARE_MUL_RN(x, r.scale) - r.lse2; // log2 p
     float pj = exp2f(d2);
     float g = r.cg * (((long long)j == r.y ? 1.0f : 0.0f) - pj);
     if (ENT) {

@@ -170,7 +170,12 @@ pub fn lsm_geometry(rows: u64, vocab: u32, tuning: LsmTuning) -> (Geometry, bool
     } else {
         u64::from(threads / 32)
     };
-    let cap = u64::from(tuning.max_blocks.unwrap_or(i32::MAX as u32).min(i32::MAX as u32));
+    let cap = u64::from(
+        tuning
+            .max_blocks
+            .unwrap_or(i32::MAX as u32)
+            .min(i32::MAX as u32),
+    );
     let blocks = rows.div_ceil(teams_per_block.max(1)).clamp(1, cap.max(1));
     // `blocks <= cap <= i32::MAX`, so the conversion cannot fail.
     let grid = u32::try_from(blocks).unwrap_or(i32::MAX as u32);
@@ -181,6 +186,50 @@ pub fn lsm_geometry(rows: u64, vocab: u32, tuning: LsmTuning) -> (Geometry, bool
         },
         block_team,
     )
+}
+
+/// Tolerance of the log-softmax kernels against the `f64` reference (`care_core::logsoftmax`).
+///
+/// Forward (`logp`, `entropy`, `lse`): `|got - want| <= atol + rtol * S`, where `S` is the
+/// row's largest finite `|x / T|` (at least 1). Why: the kernel rounds `x * log2(e) / T` to
+/// `f32` (relative error ~1e-7 of `|z|`, which dominates for `+-1e4` logits) and sums up to `V`
+/// exponentials in `f32` (the `log` of that sum carries its relative error, the `atol`).
+/// `-inf` and NaN must match exactly.
+///
+/// Backward (`dlogits`): `(atol + rtol * S) * G + rel(dtype) * |want| + floor(dtype)`, where
+/// `G = (|g| + |e| * (1 + |H| + 2 S)) / T` bounds how an error in `log p` moves the gradient, and
+/// `rel`/`floor` are the output dtype's rounding (one ulp: 2^-8 for bf16, 2^-11 for f16, plus
+/// the f16 subnormal step).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LsmTolerance {
+    /// Absolute part (the `f32` sum of exponentials).
+    pub atol: f64,
+    /// Relative to the row's largest `|x / T|` (the `f32` scaling of the logits).
+    pub rtol: f64,
+}
+
+/// The tolerance of the log-softmax kernels (the same for every logits dtype: the inputs are
+/// read exactly; only the backward output's rounding differs).
+pub const LSM_TOLERANCE: LsmTolerance = LsmTolerance {
+    atol: 2e-5,
+    rtol: 1e-6,
+};
+
+impl LsmTolerance {
+    /// Forward tolerance for a row of scale `s`.
+    pub fn forward(&self, s: f64) -> f64 {
+        self.atol + self.rtol * s
+    }
+
+    /// Backward tolerance for one element: row scale `s`, gradient scale `g`, reference `want`.
+    pub fn backward(&self, dtype: Dtype, s: f64, g: f64, want: f64) -> f64 {
+        let (rel, floor) = match dtype {
+            Dtype::F32 => (0.0, 0.0),
+            Dtype::Bf16 => (1.0 / 256.0, 1e-38),
+            Dtype::F16 => (1.0 / 2048.0, 6e-8),
+        };
+        self.forward(s) * g + rel * want.abs() + floor
+    }
 }
 
 /// A [`Backend`] that can also launch the log-softmax kernels.
@@ -534,8 +583,8 @@ impl LsmCuda {
             return Ok(f as sys::CUfunction);
         }
         if entry.module == 0 {
-            let src =
-                CString::new(PTX).map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_INVALID_PTX))?;
+            let src = CString::new(PTX)
+                .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_INVALID_PTX))?;
             // SAFETY: `ctx` is current (bound by the caller); `src` is a NUL-terminated image.
             let m = unsafe { cu::module::load_data(src.as_ptr().cast::<c_void>()) }?;
             entry.module = m as usize;
