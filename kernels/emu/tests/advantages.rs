@@ -536,7 +536,7 @@ fn gpu_advantages_match_reference() {
     };
     let gpu = std::cell::RefCell::new(gpu);
     let config = ProptestConfig {
-        cases: 256,
+        cases: common::gpu_cases(),
         failure_persistence: None,
         ..ProptestConfig::default()
     };

@@ -700,7 +700,7 @@ fn gpu_loss_matches_reference() {
     };
     let gpu = std::cell::RefCell::new(gpu);
     let config = ProptestConfig {
-        cases: 256,
+        cases: common::gpu_cases(),
         failure_persistence: None,
         ..ProptestConfig::default()
     };

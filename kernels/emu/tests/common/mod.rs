@@ -128,3 +128,12 @@ pub fn gpu(test: &str) -> Option<GpuDevice> {
         slices: Vec::new(),
     })
 }
+
+/// Random cases per GPU property test: `CARE_GPU_CASES`, default 256 (the sanitizer runs of
+/// `scripts/gpu-check.sh` use fewer).
+pub fn gpu_cases() -> u32 {
+    std::env::var("CARE_GPU_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
