@@ -10,7 +10,10 @@ cargo build -q -p care-ffi --example reference
 bin="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug"
 make -s -C examples/c all LIBDIR="$bin"
 make -s -C examples/cpp all LIBDIR="$bin"
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+# protect_shadow_gap=0 lets the CUDA driver map device memory under ASan; the driver's own
+# process-lifetime allocations are suppressed in the leak check.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:protect_shadow_gap=0}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/ffi/lsan-suppressions.txt}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
