@@ -1,0 +1,298 @@
+//! The selective log-softmax CPU reference (`care_core::logsoftmax`).
+//!
+//! Relations checked: (1) `logp` equals a naive `log(softmax)` with an explicit softmax vector
+//! (small magnitudes, where the naive form is accurate); (2) shift invariance: adding a constant
+//! to a row changes `logp` and `entropy` by nothing and `lse` by the constant / T; (3) the
+//! backward pass equals a central finite difference of `sum_i g_i logp_i + e_i H_i`; (4) the
+//! gradient rows sum to 0 (softmax gradients are orthogonal to constants); (5) every edge case
+//! of the module documentation; (6) the fused logits-to-loss path equals its three steps.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use care_core::Error;
+use care_core::grpo::{Advantages, LossInputs, LossOptions, policy_loss};
+use care_core::logsoftmax::{
+    LogSoftmaxOptions, Logits, LogitsLossBuffers, logits_policy_loss, selective_log_softmax,
+    selective_log_softmax_backward,
+};
+use proptest::prelude::*;
+
+fn fwd(x: &[f64], rows: usize, v: usize, y: &[i64], t: f64) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let l = Logits::new(x, rows, v, v).unwrap();
+    let (mut lp, mut h, mut lse) = (vec![0.0; rows], vec![0.0; rows], vec![0.0; rows]);
+    let o = LogSoftmaxOptions { temperature: t };
+    selective_log_softmax(&l, y, None, &o, &mut lp, Some(&mut h), Some(&mut lse)).unwrap();
+    (lp, h, lse)
+}
+
+fn objective(x: &[f64], rows: usize, v: usize, y: &[i64], t: f64, g: &[f64], e: &[f64]) -> f64 {
+    let (lp, h, _) = fwd(x, rows, v, y, t);
+    (0..rows).map(|i| g[i] * lp[i] + e[i] * h[i]).sum()
+}
+
+fn case() -> impl Strategy<Value = (usize, usize, Vec<f64>, Vec<i64>, f64)> {
+    (
+        1usize..5,
+        1usize..9,
+        prop_oneof![Just(1.0f64), Just(0.6), Just(2.5)],
+    )
+        .prop_flat_map(|(rows, v, t)| {
+            (
+                Just(rows),
+                Just(v),
+                proptest::collection::vec(-6.0f64..6.0, rows * v),
+                proptest::collection::vec(0..v as i64, rows),
+                Just(t),
+            )
+        })
+}
+
+proptest! {
+    #[test]
+    fn pt_logp_equals_naive_log_of_softmax((rows, v, x, y, t) in case()) {
+        let (lp, h, lse) = fwd(&x, rows, v, &y, t);
+        for i in 0..rows {
+            let z: Vec<f64> = x[i * v..(i + 1) * v].iter().map(|a| a / t).collect();
+            let sum: f64 = z.iter().map(|a| a.exp()).sum();
+            let p: Vec<f64> = z.iter().map(|a| a.exp() / sum).collect();
+            let want = p[y[i] as usize].ln();
+            let want_h: f64 = -p.iter().map(|q| q * q.ln()).sum::<f64>();
+            prop_assert!((lp[i] - want).abs() < 1e-12, "logp {} vs {}", lp[i], want);
+            prop_assert!((h[i] - want_h).abs() < 1e-12, "entropy {} vs {}", h[i], want_h);
+            prop_assert!((lse[i] - sum.ln()).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn pt_shift_invariance((rows, v, x, y, t) in case(), c in -50.0f64..50.0) {
+        let (lp, h, lse) = fwd(&x, rows, v, &y, t);
+        let xs: Vec<f64> = x.iter().map(|a| a + c).collect();
+        let (lp2, h2, lse2) = fwd(&xs, rows, v, &y, t);
+        for i in 0..rows {
+            prop_assert!((lp[i] - lp2[i]).abs() < 1e-9);
+            prop_assert!((h[i] - h2[i]).abs() < 1e-9);
+            prop_assert!((lse2[i] - lse[i] - c / t).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn pt_backward_equals_finite_difference_and_rows_sum_to_zero(
+        (rows, v, x, y, t) in case(),
+        g in proptest::collection::vec(-2.0f64..2.0, 4),
+        e in proptest::collection::vec(-2.0f64..2.0, 4),
+    ) {
+        let (g, e) = (&g[..rows], &e[..rows]);
+        let l = Logits::new(&x[..], rows, v, v).unwrap();
+        let mut d = vec![0.0; rows * v];
+        let o = LogSoftmaxOptions { temperature: t };
+        selective_log_softmax_backward(&l, &y, None, &o, g, Some(e), &mut d).unwrap();
+        let hstep = 1e-6;
+        for k in 0..rows * v {
+            let mut xp = x.clone();
+            let mut xm = x.clone();
+            xp[k] += hstep;
+            xm[k] -= hstep;
+            let fd = (objective(&xp, rows, v, &y, t, g, e) - objective(&xm, rows, v, &y, t, g, e))
+                / (2.0 * hstep);
+            prop_assert!((d[k] - fd).abs() < 1e-6, "k {}: analytic {} vs fd {}", k, d[k], fd);
+        }
+        for i in 0..rows {
+            let s: f64 = d[i * v..(i + 1) * v].iter().sum();
+            prop_assert!(s.abs() < 1e-12, "row {} sums to {}", i, s);
+        }
+    }
+}
+
+#[test]
+fn vocab_one_and_all_equal() {
+    let (lp, h, lse) = fwd(&[3.5, -1.0], 2, 1, &[0, 0], 0.6);
+    assert_eq!(lp, vec![0.0, 0.0]);
+    assert_eq!(h, vec![0.0, 0.0]);
+    assert!((lse[0] - 3.5 / 0.6).abs() < 1e-12);
+    let x = vec![0.25f64; 7];
+    let (lp, h, _) = fwd(&x, 1, 7, &[3], 1.0);
+    assert!((lp[0] + 7f64.ln()).abs() < 1e-12);
+    assert!((h[0] - 7f64.ln()).abs() < 1e-12);
+}
+
+#[test]
+fn neg_inf_entries_and_rows() {
+    let ni = f64::NEG_INFINITY;
+    // Row 0: a vocabulary mask; row 1: target at -inf; row 2: all -inf.
+    let x = [0.0, ni, 0.0, ni, 1.0, ni, 2.0, ni, ni, ni, ni, ni];
+    let (lp, h, lse) = fwd(&x, 3, 4, &[0, 1, 2], 1.0);
+    assert!(
+        (lp[0] + 2f64.ln()).abs() < 1e-12,
+        "two live entries: {}",
+        lp[0]
+    );
+    assert!(
+        (h[0] - 2f64.ln()).abs() < 1e-12,
+        "-inf entries have no entropy: {}",
+        h[0]
+    );
+    assert_eq!(lp[1], ni);
+    assert!(h[1].is_finite());
+    assert_eq!(lse[2], ni);
+    assert!(lp[2].is_nan() && h[2].is_nan());
+    // The gradient of a -inf logit is 0, also through the entropy, except for the one-hot term
+    // of a target at -inf (row 1): g * (1 - 0).
+    let l = Logits::new(&x[..8], 2, 4, 4).unwrap();
+    let mut d = vec![f64::NAN; 8];
+    let o = LogSoftmaxOptions::default();
+    selective_log_softmax_backward(
+        &l,
+        &[0i64, 1],
+        None,
+        &o,
+        &[1.0, 0.5],
+        Some(&[0.3, -0.2]),
+        &mut d,
+    )
+    .unwrap();
+    assert_eq!((d[1], d[3], d[5], d[7]), (0.0, 0.0, 0.5, 0.0));
+    assert!(d.iter().all(|v| v.is_finite()));
+}
+
+#[test]
+fn nan_and_pos_inf_poison_the_row() {
+    let x = [0.0, f64::NAN, 1.0, f64::INFINITY];
+    let (lp, h, lse) = fwd(&x, 2, 2, &[0, 0], 1.0);
+    assert!(lp.iter().chain(&h).chain(&lse).all(|v| v.is_nan()));
+}
+
+#[test]
+fn extreme_logits_stay_finite() {
+    let x = [1e4, -1e4, 1e4, 0.0];
+    let (lp, h, lse) = fwd(&x, 1, 4, &[1], 0.6);
+    assert!((lse[0] - (1e4 / 0.6 + 2f64.ln())).abs() < 1e-9);
+    assert!((lp[0] - (-2e4 / 0.6 - 2f64.ln())).abs() < 1e-9);
+    assert!((h[0] - 2f64.ln()).abs() < 1e-9);
+}
+
+#[test]
+fn masked_rows_are_not_read_and_get_zeros() {
+    let x = [f64::NAN, f64::NAN, 1.0, 2.0];
+    let l = Logits::new(&x[..], 2, 2, 2).unwrap();
+    let o = LogSoftmaxOptions::default();
+    let (mut lp, mut h, mut lse) = (vec![9.0; 2], vec![9.0; 2], vec![9.0; 2]);
+    // The masked row also has an out-of-range target: not an error, it is not counted.
+    let y = [-100i32, 1];
+    selective_log_softmax(
+        &l,
+        &y,
+        Some(&[0, 1]),
+        &o,
+        &mut lp,
+        Some(&mut h),
+        Some(&mut lse),
+    )
+    .unwrap();
+    assert_eq!((lp[0], h[0], lse[0]), (0.0, 0.0, 0.0));
+    assert!(lp[1].is_finite());
+    let mut d = vec![f64::NAN; 4];
+    selective_log_softmax_backward(&l, &y, Some(&[0, 1]), &o, &[1.0, 1.0], None, &mut d).unwrap();
+    assert_eq!((d[0].to_bits(), d[1].to_bits()), (0, 0));
+}
+
+#[test]
+fn row_stride_and_dtypes() {
+    // Two rows of V = 3 with stride 5 (the gaps are never read), in bf16.
+    let vals = [1.0f32, 2.0, 3.0, f32::NAN, f32::NAN, 0.5, 0.5, -1.0];
+    let b: Vec<half::bf16> = vals.iter().map(|&v| half::bf16::from_f32(v)).collect();
+    let l = Logits::new(&b[..], 2, 3, 5).unwrap();
+    let mut lp = vec![0.0; 2];
+    selective_log_softmax(
+        &l,
+        &[2i32, 0],
+        None,
+        &LogSoftmaxOptions::default(),
+        &mut lp,
+        None,
+        None,
+    )
+    .unwrap();
+    let (want0, _, _) = fwd(&[1.0, 2.0, 3.0], 1, 3, &[2], 1.0);
+    let (want1, _, _) = fwd(&[0.5, 0.5, -1.0], 1, 3, &[0], 1.0);
+    assert!((lp[0] - want0[0]).abs() < 1e-12 && (lp[1] - want1[0]).abs() < 1e-12);
+}
+
+#[test]
+fn argument_errors() {
+    let x = [0.0f32; 6];
+    let l = Logits::new(&x[..], 2, 3, 3).unwrap();
+    let mut lp = vec![0.0; 2];
+    let ok = LogSoftmaxOptions::default();
+    for t in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let o = LogSoftmaxOptions { temperature: t };
+        let r = selective_log_softmax(&l, &[0i64, 0], None, &o, &mut lp, None, None);
+        assert_eq!(r, Err(Error::InvalidArgument));
+    }
+    let r = selective_log_softmax(&l, &[0i64, 3], None, &ok, &mut lp, None, None);
+    assert_eq!(r, Err(Error::InvalidArgument), "target == V");
+    let r = selective_log_softmax(&l, &[0i64], None, &ok, &mut lp, None, None);
+    assert_eq!(r, Err(Error::LengthMismatch));
+    let r = selective_log_softmax(&l, &[0i64, 0], Some(&[1]), &ok, &mut lp, None, None);
+    assert_eq!(r, Err(Error::LengthMismatch));
+    let mut short = vec![0.0; 1];
+    let r = selective_log_softmax(&l, &[0i64, 0], None, &ok, &mut short, None, None);
+    assert_eq!(r, Err(Error::LengthMismatch));
+    let mut d = vec![0.0; 5];
+    let r = selective_log_softmax_backward(&l, &[0i64, 0], None, &ok, &[0.0; 2], None, &mut d);
+    assert_eq!(r, Err(Error::LengthMismatch));
+}
+
+#[test]
+fn fused_path_equals_its_steps() {
+    let (rows, v) = (5usize, 6usize);
+    let x: Vec<f32> = (0..rows * v)
+        .map(|k| ((k * 37) % 11) as f32 * 0.4 - 2.0)
+        .collect();
+    let y = [1i64, 0, 5, 2, 3];
+    let seq = [0u32, 2, 5];
+    let adv = [1.0f32, -0.5];
+    let mask = [1u8, 1, 0, 1, 1];
+    let old = [-1.5f64, -2.0, -1.0, -2.5, -1.8];
+    let l = Logits::new(&x[..], rows, v, v).unwrap();
+    let lsm = LogSoftmaxOptions { temperature: 0.6 };
+    let loss = LossOptions::default();
+    let dummy = [0.0f64; 5];
+    let inputs = LossInputs {
+        logp: &dummy,
+        logp_old: Some(&old),
+        logp_ref: None,
+        seq_offsets: &seq,
+        mask: Some(&mask),
+        advantages: Advantages::PerSequence(&adv),
+    };
+    let (mut lp, mut dlp, mut dl) = (vec![0.0; rows], vec![0.0f32; rows], vec![0.0; rows * v]);
+    let out = logits_policy_loss(
+        &l,
+        &y,
+        &lsm,
+        &inputs,
+        &loss,
+        LogitsLossBuffers {
+            logp: &mut lp,
+            dlogp: &mut dlp,
+            dlogits: &mut dl,
+        },
+    )
+    .unwrap();
+
+    let mut lp2 = vec![0.0; rows];
+    selective_log_softmax(&l, &y, Some(&mask), &lsm, &mut lp2, None, None).unwrap();
+    let mut g = vec![0.0f32; rows];
+    let li = LossInputs {
+        logp: &lp2,
+        ..inputs
+    };
+    let want = policy_loss(&li, &loss, &mut g).unwrap();
+    assert_eq!(out.loss, want.loss);
+    assert_eq!(dlp, g);
+    let g64: Vec<f64> = g.iter().map(|&v| f64::from(v)).collect();
+    let mut dl2 = vec![0.0; rows * v];
+    selective_log_softmax_backward(&l, &y, Some(&mask), &lsm, &g64, None, &mut dl2).unwrap();
+    assert_eq!(dl, dl2);
+    assert!(dl[2 * v..3 * v].iter().all(|&d| d == 0.0), "masked row");
+    assert!(dl.iter().any(|&d| d != 0.0));
+}
