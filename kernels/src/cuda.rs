@@ -378,3 +378,18 @@ pub fn grpo_loss_on<T: LossDtype>(
     let s: LossStatsRaw = bytemuck::pod_read_unaligned(bytemuck::cast_slice::<u32, u8>(&raw));
     Ok(s.to_core())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_without_a_driver_is_an_error_not_a_panic() {
+        if driver_available() {
+            return; // a machine with a driver: nothing to check here (the gpu_* tests run)
+        }
+        // SAFETY: never reaches the driver (checked first).
+        let r = unsafe { CudaBackend::new(core::ptr::null_mut(), 0) };
+        assert!(r.is_err());
+    }
+}

@@ -176,3 +176,49 @@ pub fn denoms_geometry(n_seq: u32, tuning: Tuning) -> Geometry {
         block: (tuning.threads.unwrap_or(BLOCK), 1, 1),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_is_an_entry_of_its_module_ptx() {
+        for k in Kernel::ALL {
+            let ptx = k.module().ptx();
+            assert!(
+                ptx.contains(&format!(".entry {}(", k.name())),
+                "{} missing from {:?}",
+                k.name(),
+                k.module()
+            );
+        }
+        for m in Module::ALL {
+            // NVRTC 12.2: PTX ISA 8.2 for compute_80 (loads on CUDA 12.2+ drivers).
+            assert!(m.ptx().contains(".version 8.2"), "{m:?}");
+            assert!(m.ptx().contains(".target sm_80"), "{m:?}");
+        }
+    }
+
+    #[test]
+    fn geometry_covers_every_group_and_sequence() {
+        // Warp mode: 8 groups per 256-thread block.
+        let (g, warp) = advantages_geometry(8 * 1001, 1001, false, Tuning::default());
+        assert!(warp);
+        assert_eq!(g.grid.0 * (g.block.0 / 32), 1008);
+        // Block mode for large groups and for the token broadcast.
+        let (g, warp) = advantages_geometry(1000 * 200, 1000, false, Tuning::default());
+        assert!(!warp);
+        assert_eq!((g.grid.0, g.block.0), (1000, 256));
+        let (_, warp) = advantages_geometry(16, 2, true, Tuning::default());
+        assert!(!warp);
+        let (g, _) = advantages_geometry(5000, 1, false, Tuning::default());
+        assert_eq!(g.block.0, 1024);
+        // Loss: one block row per sequence, chunks of 2048 tokens.
+        let g = loss_geometry(3, 0, 4097, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (3, 3));
+        let g = loss_geometry(4, 400, 0, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (4, 1));
+        assert_eq!(loss_geometry(0, 0, 0, Tuning::default()).grid, (1, 1, 1));
+        assert_eq!(denoms_geometry(5000, Tuning::default()).grid.0, 1024);
+    }
+}

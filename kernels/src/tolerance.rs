@@ -147,3 +147,28 @@ pub fn tolerance(q: Quantity, dtype: Dtype) -> Option<Tolerance> {
         .find(|(tq, td, _)| *tq == q && *td == dtype)
         .map(|(_, _, t)| *t)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_covers_every_kernel_quantity_and_dtype() {
+        for d in Dtype::ALL {
+            for q in [Quantity::Loss, Quantity::Grad, Quantity::GradInputDtype] {
+                assert!(tolerance(q, d).is_some(), "{q:?} {d:?}");
+            }
+        }
+        assert!(tolerance(Quantity::Advantage, Dtype::F32).is_some());
+        assert!(tolerance(Quantity::Advantage, Dtype::Bf16).is_none());
+        let t = Tolerance {
+            atol: 0.0,
+            rtol: 1e-3,
+        };
+        assert!(t.accepts(1.0005, 1.0, 1.0));
+        assert!(!t.accepts(1.01, 1.0, 1.0));
+        assert!(t.accepts(f64::NAN, f64::NAN, 1.0));
+        assert!(!t.accepts(f64::NAN, 1.0, 1.0));
+        assert!(!t.accepts(f64::INFINITY, 1.0, 1.0));
+    }
+}
