@@ -10,9 +10,15 @@ use care_core::grpo::{
     RatioLevel, Scale, SingletonPolicy, StdKind,
 };
 
+use care_core::{
+    FormatPolicy, GeneratorOptions, MissingPolicy, PrefOptions, RangePolicy, ScoreOptions,
+    ScoreScale, UnknownLabelPolicy,
+};
+
 use crate::args::{
-    AdvArgs, AdvPresetArg, AdvScaleArg, AggArg, BaselineArg, Cli, CliCommand, IoArgs, KlArg,
-    LossArgs, LossPresetArg, RatioArg, SingletonArg, StdArg,
+    AdvArgs, AdvPresetArg, AdvScaleArg, AggArg, BaselineArg, Cli, CliCommand, FormatArgs, IoArgs,
+    KlArg, LossArgs, LossPresetArg, MissingArg, OutOfRangeArg, PrefArgs, RatioArg, ScaleArg,
+    ScoreArgs, SingletonArg, StdArg, UnknownLabelArg,
 };
 use crate::cmd::Command;
 use crate::engine::{self, EngineOptions};
@@ -34,7 +40,24 @@ pub fn run(cli: Cli) -> ExitCode {
         CliCommand::Loss { loss, io } => {
             loss_options(&loss).and_then(|o| stream(&Command::Loss(o), &io))
         }
-        _ => Err("this subcommand is not wired yet".to_owned()),
+        CliCommand::Validate { format, io } => {
+            format_policy(&format).and_then(|p| stream(&Command::Validate(p), &io))
+        }
+        CliCommand::Score { score, format, io } => format_policy(&format).and_then(|format| {
+            let opts = crate::cmd::score::Options {
+                score: score_options(&score),
+                format,
+            };
+            stream(&Command::Score(opts), &io)
+        }),
+        CliCommand::Pref {
+            pref,
+            score,
+            format,
+            io,
+        } => format_policy(&format)
+            .and_then(|format| generator_options(&pref, &score, format))
+            .and_then(|o| stream(&Command::Pref(o), &io)),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -180,4 +203,83 @@ pub fn loss_options(a: &LossArgs) -> Result<LossOptions, String> {
         )
     })?;
     Ok(o)
+}
+
+/// The paper's format policy with the flags applied.
+pub fn format_policy(a: &FormatArgs) -> Result<FormatPolicy, String> {
+    let mut p = FormatPolicy::PAPER;
+    p.allow_think = a.allow_think;
+    p.allow_code_fence = a.allow_code_fence;
+    p.allow_envelope = a.allow_envelope;
+    p.require_order = !a.no_order;
+    p.require_key_order = !a.no_key_order;
+    p.meta_words = a.meta_words;
+    if let Some(t) = a.weight_tolerance {
+        if !(t.is_finite() && t >= 0.0) {
+            return Err("--weight-tolerance must be finite and >= 0".to_owned());
+        }
+        p.weight_tolerance = t;
+    }
+    let to_u8 =
+        |n: usize, flag: &str| u8::try_from(n).map_err(|_| format!("{flag} must be at most 255"));
+    if let Some(n) = a.min_criteria {
+        p.min_criteria = to_u8(n, "--min-criteria")?;
+    }
+    if let Some(n) = a.max_criteria {
+        p.max_criteria = to_u8(n, "--max-criteria")?;
+    }
+    if p.min_criteria > p.max_criteria {
+        return Err(format!(
+            "--min-criteria ({}) is larger than --max-criteria ({})",
+            p.min_criteria, p.max_criteria
+        ));
+    }
+    Ok(p)
+}
+
+/// The scoring policies of `--missing`, `--out-of-range` and `--uniform-weights`.
+pub fn score_options(a: &ScoreArgs) -> ScoreOptions {
+    ScoreOptions {
+        missing: match a.missing {
+            MissingArg::Error => MissingPolicy::Error,
+            MissingArg::Zero => MissingPolicy::Zero,
+            MissingArg::Skip => MissingPolicy::Skip,
+        },
+        out_of_range: match a.out_of_range {
+            OutOfRangeArg::Error => RangePolicy::Error,
+            OutOfRangeArg::Clamp => RangePolicy::Clamp,
+        },
+        uniform_weights: a.uniform_weights,
+    }
+}
+
+/// The generator-reward options (Eq. 4) from the flags.
+pub fn generator_options(
+    p: &PrefArgs,
+    s: &ScoreArgs,
+    format: FormatPolicy,
+) -> Result<GeneratorOptions, String> {
+    if !(p.tau.is_finite() && p.tau > 0.0) {
+        return Err("--tau must be finite and > 0".to_owned());
+    }
+    if !(p.lambda.is_finite() && p.gamma.is_finite()) {
+        return Err("--lambda and --gamma must be finite".to_owned());
+    }
+    Ok(GeneratorOptions {
+        lambda: p.lambda,
+        gamma: p.gamma,
+        pref: PrefOptions {
+            tau: p.tau,
+            scale: match p.scale {
+                ScaleArg::Normalized => ScoreScale::Normalized,
+                ScaleArg::Raw => ScoreScale::Raw,
+            },
+        },
+        score: score_options(s),
+        format,
+        labels: match p.unknown_label {
+            UnknownLabelArg::Error => UnknownLabelPolicy::Error,
+            UnknownLabelArg::Ignore => UnknownLabelPolicy::Ignore,
+        },
+    })
 }

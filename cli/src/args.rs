@@ -30,7 +30,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum CliCommand {
     /// Check generated rubrics against the format contract (r_fmt and every violation).
-    #[command(after_help = VALIDATE_AFTER)]
+    #[command(allow_negative_numbers = true, after_help = VALIDATE_AFTER)]
     Validate {
         /// Format policy.
         #[command(flatten)]
@@ -40,7 +40,7 @@ pub enum CliCommand {
         io: IoArgs,
     },
     /// Score judged responses under a rubric (policy reward, Eq. 5).
-    #[command(after_help = SCORE_AFTER)]
+    #[command(allow_negative_numbers = true, after_help = SCORE_AFTER)]
     Score {
         /// Scoring policy.
         #[command(flatten)]
@@ -53,7 +53,7 @@ pub enum CliCommand {
         io: IoArgs,
     },
     /// Generator reward of a rubric from a preference pair (r_pref + lambda r_align + gamma r_fmt).
-    #[command(after_help = PREF_AFTER)]
+    #[command(allow_negative_numbers = true, after_help = PREF_AFTER)]
     Pref {
         /// Preference and generator-reward options.
         #[command(flatten)]
@@ -69,7 +69,7 @@ pub enum CliCommand {
         io: IoArgs,
     },
     /// Group-relative advantages (GRPO, Dr. GRPO, RLOO, anchor presets).
-    #[command(after_help = ADV_AFTER)]
+    #[command(allow_negative_numbers = true, after_help = ADV_AFTER)]
     Advantages {
         /// Advantage options.
         #[command(flatten)]
@@ -79,7 +79,7 @@ pub enum CliCommand {
         io: IoArgs,
     },
     /// Clipped-ratio policy loss, its gradient and stats, for one micro-batch per line.
-    #[command(after_help = LOSS_AFTER)]
+    #[command(allow_negative_numbers = true, after_help = LOSS_AFTER)]
     Loss {
         /// Loss options.
         #[command(flatten)]
@@ -89,7 +89,10 @@ pub enum CliCommand {
         io: IoArgs,
     },
     /// Run the CARE loop on bundled paper data and print it as a table.
-    #[command(after_help = "Example:\n  cargo run --release -p care-cli -- demo")]
+    #[command(
+        allow_negative_numbers = true,
+        after_help = "Example:\n  cargo run --release -p care-cli -- demo"
+    )]
     Demo,
 }
 

@@ -84,8 +84,13 @@ fn json_error(err: serde_json::Error) -> LineError {
     let msg = err.to_string();
     if err.classify() == serde_json::error::Category::Data && msg.starts_with(DUPLICATE_KEY) {
         LineError::new("duplicate_key", msg)
+    } else if err.is_eof() && err.line() == 1 && err.column() == 0 {
+        LineError::new(care_core::Error::NotJson.code(), "empty line")
     } else {
-        LineError::new(care_core::Error::NotJson.code(), msg)
+        LineError::new(
+            care_core::Error::NotJson.code(),
+            format!("invalid JSON: {msg}"),
+        )
     }
 }
 
@@ -357,6 +362,20 @@ impl<'a> Arr<'a> {
     /// A string element.
     pub fn str(&mut self, v: &str) -> &mut Self {
         push_str(self.sep(), v);
+        self
+    }
+    /// A `null` element.
+    pub fn null(&mut self) -> &mut Self {
+        self.sep().push_str("null");
+        self
+    }
+    /// A nested array of `f64` element.
+    pub fn f64s(&mut self, v: &[f64]) -> &mut Self {
+        Arr::write(self.sep(), |a| {
+            for &x in v {
+                a.f64(x);
+            }
+        });
         self
     }
     /// A nested object element.

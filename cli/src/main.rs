@@ -1,9 +1,37 @@
 //! The `care` binary: parse arguments, hand over to [`care_cli::app::run`].
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
+use clap::error::ErrorKind;
 
 fn main() -> ExitCode {
-    // clap exits with status 2 on usage errors and 0 for --help/--version, as documented.
-    care_cli::app::run(care_cli::args::Cli::parse())
+    match care_cli::args::Cli::try_parse() {
+        Ok(cli) => care_cli::app::run(cli),
+        Err(e) => match e.kind() {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                let _ = e.print();
+                ExitCode::SUCCESS
+            }
+            ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "care: missing subcommand (see care --help)"
+                );
+                ExitCode::from(care_cli::app::EXIT_USAGE)
+            }
+            _ => {
+                // Usage errors are one line on stderr (clap's own report spans several) and
+                // exit status 2, like every other usage or I/O error of care.
+                let text = e.render().to_string();
+                let first = text
+                    .lines()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("usage error");
+                let first = first.strip_prefix("error: ").unwrap_or(first);
+                let _ = writeln!(std::io::stderr(), "care: {first} (see care --help)");
+                ExitCode::from(care_cli::app::EXIT_USAGE)
+            }
+        },
+    }
 }

@@ -6,10 +6,20 @@ use crate::json::{LineError, Obj, line_text, parse_strict, push_error_line};
 
 pub mod advantages;
 pub mod loss;
+pub mod pref;
+mod rubric;
+pub mod score;
+pub mod validate;
 
 /// A data subcommand with its options resolved into `care-core` types.
 #[derive(Clone, Debug)]
 pub enum Command {
+    /// `care validate`.
+    Validate(validate::Options),
+    /// `care score`.
+    Score(score::Options),
+    /// `care pref`.
+    Pref(pref::Options),
     /// `care advantages`.
     Advantages(advantages::Options),
     /// `care loss`.
@@ -51,6 +61,9 @@ impl Command {
                 o.raw("id", &id.to_string());
             }
             match self {
+                Command::Validate(opts) => validate::run(opts, text, &value, o),
+                Command::Score(opts) => score::run(opts, text, &value, o),
+                Command::Pref(opts) => pref::run(opts, text, &value, o),
                 Command::Advantages(opts) => advantages::run(opts, &value, o),
                 Command::Loss(opts) => loss::run(opts, &value, o),
             }

@@ -1,0 +1,61 @@
+//! `care pref`: the generator reward (Eq. 4) of a rubric from one preference pair.
+
+use care_core::reward::generator_reward_validated;
+use care_core::{GeneratorOptions, validate};
+use serde_json::Value;
+
+use super::rubric::{flatten_scores, member_text, write_fired};
+use crate::input::{object, required, score_matrix, str_array};
+use crate::json::{LineError, Obj};
+
+/// Resolved options: the core's [`GeneratorOptions`] (tau, lambda, gamma, scale, score and
+/// format policies, unknown-label policy).
+pub type Options = GeneratorOptions;
+
+/// Reads `{"rubric", "chosen_scores", "rejected_scores", "chosen_tactics"}`; writes `r_pref`,
+/// `r_align`, `r_fmt`, `reward`, `counts`, and the details behind them.
+///
+/// A rubric text that does not parse is data, not an error: SPEC §7 gives it
+/// `r_pref = r_align = r_fmt = 0`, and its scores are then not read.
+pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let m = object(value)?;
+    let text = member_text(line, value, "rubric")?;
+    let tactics = str_array(required(m, "chosen_tactics")?, "chosen_tactics")?;
+    let chosen_v = required(m, "chosen_scores")?;
+    let rejected_v = required(m, "rejected_scores")?;
+    let mut scratch = vec![0u8; text.len()];
+    let v = validate(text.as_bytes(), &opts.format, &mut scratch);
+    let (chosen, rejected) = match v.rubric.as_ref() {
+        Some(r) => (
+            flatten_scores(r, score_matrix(chosen_v, "chosen_scores")?, "chosen_scores")?,
+            flatten_scores(
+                r,
+                score_matrix(rejected_v, "rejected_scores")?,
+                "rejected_scores",
+            )?,
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    let g = generator_reward_validated(&v, &chosen, &rejected, &tactics, opts)?;
+    o.f64("r_pref", g.r_pref)
+        .f64("r_align", g.r_align)
+        .u64("r_fmt", u64::from(g.r_fmt == 1.0))
+        .f64("reward", g.reward);
+    o.arr("counts", |a| {
+        for c in g.counts.counts {
+            a.u64(u64::from(c));
+        }
+    });
+    o.bool("parsed", g.parsed)
+        .u64("violations", u64::from(g.violations));
+    o.obj("alignment", |x| {
+        x.bool("top_violation", g.alignment.top_violation)
+            .u64("zero_violations", u64::from(g.alignment.zero_violations));
+    });
+    o.obj("labels", |x| {
+        x.u64("unknown", u64::from(g.counts.unknown))
+            .u64("duplicates", u64::from(g.counts.duplicates));
+    });
+    write_fired(o, &g.fired);
+    Ok(())
+}

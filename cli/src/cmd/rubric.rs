@@ -1,0 +1,100 @@
+//! Shared by `validate`, `score` and `pref`: where a line's rubric text comes from, and how a
+//! validation is written.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use care_core::{Report, Rubric};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::json::{Arr, LineError, Obj};
+
+/// The rubric text of member `key`: a JSON string is the raw generator output itself; any other
+/// JSON value (normally an object) is validated as the exact text it has in the line, so key
+/// order and number spelling reach the validator unchanged.
+pub fn member_text<'a>(
+    line: &'a str,
+    value: &'a Value,
+    key: &str,
+) -> Result<Cow<'a, str>, LineError> {
+    match value.get(key) {
+        None => Err(LineError::schema(format!("missing key \"{key}\""))),
+        Some(Value::String(s)) => Ok(Cow::Borrowed(s.as_str())),
+        Some(_) => {
+            // The line already parsed strictly (no duplicate keys), so this second, shallow
+            // parse sees the same members and only recovers the member's raw span.
+            let members: BTreeMap<String, &'a RawValue> = serde_json::from_str(line)
+                .map_err(|e| LineError::schema(format!("\"{key}\": {e}")))?;
+            members
+                .get(key)
+                .map(|raw| Cow::Borrowed(raw.get()))
+                .ok_or_else(|| LineError::schema(format!("missing key \"{key}\"")))
+        }
+    }
+}
+
+/// Writes `violations` (code, category and criterion indices or null, message) and, when the
+/// report overflowed, `violations_truncated: true`.
+pub fn write_violations(o: &mut Obj<'_>, report: &Report) {
+    o.arr("violations", |a: &mut Arr<'_>| {
+        for v in report.violations() {
+            a.obj(|x| {
+                x.str("code", v.code.as_str())
+                    .opt_u64("category", v.category.map(u64::from))
+                    .opt_u64("criterion", v.criterion.map(u64::from))
+                    .str("message", &v.to_string());
+            });
+        }
+    });
+    if report.overflowed() {
+        o.bool("violations_truncated", true);
+    }
+}
+
+/// Writes `weights` (as parsed, canonical order) and `criteria` (count per dimension).
+pub fn write_shape(o: &mut Obj<'_>, rubric: &Rubric<'_>) {
+    o.f64s("weights", &rubric.weights());
+    let counts = rubric.counts();
+    o.arr("criteria", |a| {
+        for c in counts {
+            a.u64(c as u64);
+        }
+    });
+}
+
+/// Flattens a `[[cog..],[aff..],[pro..]]` score matrix into the rubric's flat order, `NaN`
+/// for a missing (`null`) score, after checking it has one score per criterion.
+pub fn flatten_scores(
+    rubric: &Rubric<'_>,
+    matrix: [Vec<Option<f64>>; 3],
+    key: &str,
+) -> Result<Vec<f64>, LineError> {
+    let counts = rubric.counts();
+    let mut flat = Vec::with_capacity(rubric.total_criteria());
+    for (d, (dim, want)) in matrix.iter().zip(counts).enumerate() {
+        if dim.len() != want {
+            let name = care_core::Dimension::from_index(d).map_or("?", |x| x.json_name());
+            return Err(LineError::new(
+                care_core::Error::ScoreShape.code(),
+                format!(
+                    "\"{key}\"[{d}] has {} scores but the rubric has {want} {name} criteria",
+                    dim.len()
+                ),
+            ));
+        }
+        flat.extend(dim.iter().map(|s| s.unwrap_or(f64::NAN)));
+    }
+    Ok(flat)
+}
+
+/// Writes which scoring policies changed the input (SPEC §7: no silent defaults).
+pub fn write_fired(o: &mut Obj<'_>, f: &care_core::reward::Fired) {
+    o.obj("fired", |x| {
+        x.u64("missing_zeroed", u64::from(f.missing_zeroed))
+            .u64("missing_skipped", u64::from(f.missing_skipped))
+            .u64("clamped", u64::from(f.clamped))
+            .bool("weights_adjusted", f.weights_adjusted)
+            .bool("uniform_weights", f.uniform_weights);
+    });
+}

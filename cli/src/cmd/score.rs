@@ -1,0 +1,215 @@
+//! `care score`: the policy reward (Eq. 5) of judged responses under a rubric.
+
+use care_core::reward::PolicyReward;
+use care_core::{
+    FormatPolicy, JudgeReport, Rubric, ScoreOptions, parse_judge_output, policy_reward,
+    score_group, validate,
+};
+use serde_json::{Map, Value};
+
+use super::rubric::{flatten_scores, member_text, write_fired};
+use crate::input::{object, score_matrix};
+use crate::json::{LineError, Obj};
+
+/// Resolved options of `care score`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Scoring policies.
+    pub score: ScoreOptions,
+    /// Format policy used to parse the rubric.
+    pub format: FormatPolicy,
+}
+
+/// Reads `{"rubric", "scores" | "judge" | "responses"}`; writes `reward` and `per_dimension`
+/// (a single response) or `rewards`, `per_dimension` and `errors` (a group), plus the rubric's
+/// `format_reward`, the `weights` used and the policies that `fired`.
+pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let m = object(value)?;
+    let text = member_text(line, value, "rubric")?;
+    let mut scratch = vec![0u8; text.len()];
+    let v = validate(text.as_bytes(), &opts.format, &mut scratch);
+    let Some(rubric) = v.rubric.as_ref() else {
+        let first = v
+            .report
+            .violations()
+            .first()
+            .map_or_else(|| "the rubric did not parse".to_owned(), |x| x.to_string());
+        return Err(LineError::new(
+            care_core::Error::FormatViolation.code(),
+            format!("rubric: {first}"),
+        ));
+    };
+    let r_fmt = v.r_fmt();
+    if let Some(responses) = m.get("responses") {
+        if m.contains_key("scores") || m.contains_key("judge") {
+            return Err(LineError::schema(
+                "give \"responses\" or a single \"scores\"/\"judge\", not both",
+            ));
+        }
+        return run_group(opts, rubric, r_fmt, responses, o);
+    }
+    let (scores, judge) = response_scores(rubric, m, "")?;
+    let r = policy_reward(rubric, &scores, &opts.score)?;
+    o.f64("reward", r.reward);
+    o.f64s("per_dimension", &r.dim_means);
+    o.f64s("weights", &r.weights);
+    o.u64("format_reward", u64::from(r_fmt == 1.0));
+    write_fired(o, &r.fired);
+    if let Some(j) = judge {
+        o.obj("judge", |x| write_judge(x, &j));
+    }
+    Ok(())
+}
+
+/// The flat raw scores of one response object (`scores` or `judge`), and the judge report.
+fn response_scores(
+    rubric: &Rubric<'_>,
+    m: &Map<String, Value>,
+    at: &str,
+) -> Result<(Vec<f64>, Option<JudgeReport>), LineError> {
+    match (m.get("scores"), m.get("judge")) {
+        (Some(s), None) => {
+            let key = format!("{at}scores");
+            Ok((flatten_scores(rubric, score_matrix(s, &key)?, &key)?, None))
+        }
+        (None, Some(Value::String(j))) => {
+            let mut out = vec![f64::NAN; rubric.total_criteria()];
+            let rep = parse_judge_output(j.as_bytes(), rubric, &mut out)
+                .map_err(|e| LineError::core(e, &format!("{at}judge")))?;
+            Ok((out, Some(rep)))
+        }
+        (None, Some(_)) => Err(LineError::schema(format!(
+            "\"{at}judge\" must be a string (the judge's output text)"
+        ))),
+        (Some(_), Some(_)) => Err(LineError::schema(format!(
+            "give \"{at}scores\" or \"{at}judge\", not both"
+        ))),
+        (None, None) => Err(LineError::schema(format!(
+            "missing key \"{at}scores\" (or \"{at}judge\", or \"responses\")"
+        ))),
+    }
+}
+
+/// A whole GRPO group under one rubric, through the core's batch API (`score_group`): a response
+/// that breaks an `error` policy gets a `null` reward (an invalid sample for `care advantages`)
+/// and an entry in `errors`; the line itself still succeeds.
+fn run_group(
+    opts: &Options,
+    rubric: &Rubric<'_>,
+    r_fmt: f64,
+    responses: &Value,
+    o: &mut Obj<'_>,
+) -> Result<(), LineError> {
+    let list = responses
+        .as_array()
+        .ok_or_else(|| LineError::schema("\"responses\" must be an array"))?;
+    let total = rubric.total_criteria();
+    let mut flat = Vec::with_capacity(list.len() * total);
+    let mut judges = Vec::with_capacity(list.len());
+    let mut read_errors: Vec<Option<LineError>> = Vec::with_capacity(list.len());
+    for (j, resp) in list.iter().enumerate() {
+        let at = format!("responses[{j}].");
+        let parsed = resp
+            .as_object()
+            .ok_or_else(|| LineError::schema(format!("\"responses\"[{j}] must be an object")))
+            .and_then(|rm| response_scores(rubric, rm, &at));
+        match parsed {
+            Ok((s, rep)) => {
+                flat.extend(s);
+                judges.push(rep);
+                read_errors.push(None);
+            }
+            Err(e) => {
+                // Unreadable scores make this response invalid, not the whole group.
+                flat.extend(std::iter::repeat_n(f64::NAN, total));
+                judges.push(None);
+                read_errors.push(Some(e));
+            }
+        }
+    }
+    let mut rewards = vec![0.0f64; list.len()];
+    let report = score_group(rubric, &opts.score, &flat, &mut rewards)?;
+    // Per-dimension means and the reason of each failure, response by response (the batch
+    // report keeps only the first error).
+    let details: Vec<Result<PolicyReward, LineError>> = read_errors
+        .into_iter()
+        .enumerate()
+        .map(|(j, read)| match read {
+            Some(e) => Err(e),
+            None => {
+                let s = flat.get(j * total..(j + 1) * total).unwrap_or(&[]);
+                policy_reward(rubric, s, &opts.score).map_err(|e| LineError::core(e, ""))
+            }
+        })
+        .collect();
+    for (d, r) in details.iter().zip(rewards.iter_mut()) {
+        if d.is_err() {
+            // Unreadable scores were fed to the batch as all-missing; under `--missing zero` that
+            // would score 0, but a response without scores is invalid whatever the policy.
+            *r = f64::NAN;
+        }
+    }
+    o.f64s("rewards", &rewards);
+    o.arr("per_dimension", |a| {
+        for d in &details {
+            match d {
+                Ok(p) => {
+                    a.f64s(&p.dim_means);
+                }
+                Err(_) => {
+                    a.null();
+                }
+            }
+        }
+    });
+    let failed = details.iter().filter(|d| d.is_err()).count();
+    o.u64("failed", failed as u64);
+    o.arr("errors", |a| {
+        for d in &details {
+            match d {
+                Ok(_) => {
+                    a.null();
+                }
+                Err(e) => {
+                    a.obj(|x| {
+                        x.str("code", e.code).str("message", &e.message);
+                    });
+                }
+            }
+        }
+    });
+    let weights = details
+        .iter()
+        .find_map(|d| d.as_ref().ok().map(|p| p.weights))
+        .unwrap_or_else(|| rubric.weights());
+    o.f64s("weights", &weights);
+    o.u64("format_reward", u64::from(r_fmt == 1.0));
+    write_fired(o, &report.fired);
+    if judges.iter().any(Option::is_some) {
+        o.arr("judge", |a| {
+            for j in &judges {
+                match j {
+                    Some(rep) => {
+                        a.obj(|x| write_judge(x, rep));
+                    }
+                    None => {
+                        a.null();
+                    }
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+/// The judge-output parser's findings.
+pub fn write_judge(x: &mut Obj<'_>, j: &JudgeReport) {
+    x.u64("matched", u64::from(j.matched))
+        .u64("case_insensitive", u64::from(j.case_insensitive))
+        .u64("missing", u64::from(j.missing))
+        .u64("duplicates", u64::from(j.duplicates))
+        .u64("unknown", u64::from(j.unknown))
+        .u64("invalid_scores", u64::from(j.invalid_scores))
+        .u64("out_of_range", u64::from(j.out_of_range))
+        .u64("malformed_items", u64::from(j.malformed_items));
+}

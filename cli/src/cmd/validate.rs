@@ -1,0 +1,31 @@
+//! `care validate`: the format contract (SPEC §3) on generated rubrics.
+
+use care_core::{FormatPolicy, validate};
+use serde_json::Value;
+
+use super::rubric::{write_shape, write_violations};
+use crate::json::{LineError, Obj};
+
+/// Resolved options: the core's [`FormatPolicy`].
+pub type Options = FormatPolicy;
+
+/// A line is `{"text": "<raw generator output>"}` (other members such as `id` allowed) or a
+/// rubric object, validated as the line's own text. Writes `format_reward`, `violations` and,
+/// when the text parsed, `weights` and `criteria`.
+pub fn run(policy: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let text = match value.get("text") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => return Err(LineError::schema("\"text\" must be a string")),
+        None => line,
+    };
+    // Decoding JSON escapes never makes a string longer, so the text's length always suffices.
+    let mut scratch = vec![0u8; text.len()];
+    let v = validate(text.as_bytes(), policy, &mut scratch);
+    // r_fmt is 0 or 1; printed as an integer so that `== 1` works in every JSON tool.
+    o.u64("format_reward", u64::from(v.r_fmt() == 1.0));
+    write_violations(o, &v.report);
+    if let Some(r) = &v.rubric {
+        write_shape(o, r);
+    }
+    Ok(())
+}
