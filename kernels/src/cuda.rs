@@ -258,6 +258,7 @@ pub fn group_advantages_on(
         tok_mask: 0,
         adv_tok: 0,
         workspace: ptr_of_mut(&mut ws, stream),
+        batch_std: 0,
     };
     // SAFETY: every address comes from a live cudarc buffer of the checked length on this
     // stream's context; the buffers outlive the synchronize below.

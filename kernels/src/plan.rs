@@ -115,6 +115,9 @@ pub struct AdvantageBuffers {
     /// At least [`WORKSPACE_BYTES`] of device memory, 16-byte aligned; holds the status word
     /// read by [`advantage_status`].
     pub workspace: u64,
+    /// `f32` device scalar with the batch std to use under `Scale::BatchStd` (for example a
+    /// std all-reduced across ranks), or 0 to compute it from this call's rewards.
+    pub batch_std: u64,
 }
 
 /// Launches the group advantages (SPEC §9): `batch_std_f32` first when the scale is the batch
@@ -162,8 +165,12 @@ pub unsafe fn group_advantages<B: Backend>(
         return Ok(());
     }
     let status = buf.workspace;
-    let batch_std = buf.workspace + 4;
-    if opts.scale == Scale::BatchStd {
+    let batch_std = if buf.batch_std != 0 {
+        buf.batch_std
+    } else {
+        buf.workspace + 4
+    };
+    if opts.scale == Scale::BatchStd && buf.batch_std == 0 {
         let mut p = BatchStdParams {
             rewards: buf.rewards,
             valid: buf.valid,

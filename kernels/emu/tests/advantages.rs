@@ -106,6 +106,7 @@ fn run_kernel<D: Device>(
         },
         adv_tok: if c.broadcast.is_some() { adv_tok } else { 0 },
         workspace: ws,
+        batch_std: 0,
     };
     // SAFETY: every address was uploaded with the documented size.
     unsafe { care_kernels::group_advantages(&dev.backend(seed), &buf, &c.opts, tuning) }?;
@@ -512,6 +513,7 @@ fn malformed_offsets_never_index_out_of_bounds() {
         tok_mask: 0,
         adv_tok: 0,
         workspace: addr_mut(&mut ws),
+        batch_std: 0,
     };
     // SAFETY: live host buffers; `adv` has one extra sentinel slot.
     unsafe {
@@ -564,5 +566,58 @@ fn gpu_advantages_match_reference() {
             &simple(ramp(5000), Layout::Offsets(vec![0, 5000]), opts),
         );
         check_default_on(&mut gpu, &simple(vec![], Layout::Fixed(4), opts));
+    }
+}
+
+#[test]
+fn caller_batch_std_replaces_the_local_one() {
+    // A caller-provided (say, all-reduced) batch std is used as is: with the std of this call's
+    // own rewards it reproduces the reference; with twice that, advantages halve.
+    let rewards = ramp(24);
+    let opts = AdvantageOptions::preset(Preset::TrlBatch);
+    let n = rewards.len() as f64;
+    let mean = rewards.iter().map(|&r| f64::from(r)).sum::<f64>() / n;
+    let m2: f64 = rewards.iter().map(|&r| (f64::from(r) - mean).powi(2)).sum();
+    let std = (m2 / (n - 1.0)).sqrt() as f32;
+    let run = |s: f32| {
+        let mut adv = vec![0f32; 24];
+        let mut ws = vec![0u8; WORKSPACE_BYTES];
+        let bs = [s];
+        let buf = AdvantageBuffers {
+            rewards: addr(&rewards),
+            valid: 0,
+            n: 24,
+            groups: DeviceGroups::Fixed { group_size: 6 },
+            adv: addr_mut(&mut adv),
+            group_stats: 0,
+            tok_offsets: 0,
+            tok_mask: 0,
+            adv_tok: 0,
+            workspace: addr_mut(&mut ws),
+            batch_std: addr(&bs),
+        };
+        // SAFETY: live host buffers of the documented sizes.
+        unsafe {
+            care_kernels::group_advantages(&Emulator { seed: 2 }, &buf, &opts, Tuning::default())
+        }
+        .unwrap();
+        adv
+    };
+    let c = simple(rewards.clone(), Layout::Fixed(6), opts);
+    let (want, _, _) = run_reference(&c).unwrap();
+    let tol = tolerance(Quantity::Advantage, Dtype::F32).unwrap();
+    let got = run(std);
+    for (g, w) in got.iter().zip(&want) {
+        assert!(
+            tol.accepts(f64::from(*g), f64::from(*w), f64::from(*w)),
+            "{g} vs {w}"
+        );
+    }
+    let half = run(2.0 * std + 1e-4);
+    for (h, g) in half.iter().zip(&got) {
+        assert!(
+            (f64::from(*h) * 2.0 - f64::from(*g)).abs() < 1e-4,
+            "{h} vs {g}"
+        );
     }
 }
