@@ -886,7 +886,9 @@ care_result care_gpu_available(void);
 // (`valid_len` 0 or `n`); fixed `group_size`, or CSR `d_group_offsets[group_offsets_len]` with
 // `group_size == 0`; `d_advantages_out[advantages_len]` (`== n`); `d_stats_out[stats_len]`
 // optional (one per group); `d_workspace` at least `CARE_GPU_WORKSPACE_BYTES`, 16-byte
-// aligned, kept until `care_gpu_advantage_status` has been called. Same results as
+// aligned, kept until `care_gpu_advantage_status` has been called; `d_batch_std` optional: one
+// device `float` with the batch std to use under `CARE_SCALE_BATCH_STD` (for example one
+// all-reduced across ranks), NULL to compute it from this call's rewards. Same results as
 // `care_group_advantages` within the documented tolerance; a singleton group under the
 // `error` policy or an infinite reward is reported by `care_gpu_advantage_status`.
 care_result care_gpu_group_advantages(const float *d_rewards,
@@ -901,6 +903,7 @@ care_result care_gpu_group_advantages(const float *d_rewards,
                                       size_t advantages_len,
                                       struct care_group_stats *d_stats_out,
                                       size_t stats_len,
+                                      const float *d_batch_std,
                                       void *d_workspace,
                                       size_t workspace_len,
                                       void *stream);
@@ -952,6 +955,166 @@ care_result care_gpu_policy_loss(uint32_t dtype,
                                  void *d_workspace,
                                  size_t workspace_len,
                                  void *stream);
+
+// Selective log-softmax on the CPU (the `f64` reference, outputs rounded to `float`):
+// `logp_out[rows]` = `log softmax(x_i / temperature)[y_i]`, and optionally the entropy
+// `entropy_out[rows]` and the log-sum-exp of the scaled logits `lse_out[rows]` ((NULL, 0) to
+// skip). `logits[logits_len]` holds `dtype` elements (`care_dtype`), `logits_len >=
+// (rows - 1) * row_stride + vocab`; `targets[targets_len]` (`== rows`) are `int64_t` when
+// `targets_i64` is 1, else `int32_t`; `mask` optional (`mask_len` 0 or `rows`).
+//
+// Errors: `CARE_ERR_INVALID_ARGUMENT` for `temperature` not finite and positive, `vocab == 0`,
+// `row_stride < vocab`, or a counted row's target outside `0..vocab` (nothing is written).
+care_result care_log_softmax(uint32_t dtype,
+                             const void *logits,
+                             size_t logits_len,
+                             size_t rows,
+                             size_t vocab,
+                             size_t row_stride,
+                             const void *targets,
+                             size_t targets_len,
+                             uint32_t targets_i64,
+                             const uint8_t *mask,
+                             size_t mask_len,
+                             double temperature,
+                             float *logp_out,
+                             size_t logp_len,
+                             float *entropy_out,
+                             size_t entropy_len,
+                             float *lse_out,
+                             size_t lse_len);
+
+// Backward of `care_log_softmax` on the CPU: `dlogits_out[rows * vocab]` (dense, `float`) =
+// `dL/dx` from `dlogp[rows]` and, optionally, `dentropy[rows]` ((NULL, 0) for no entropy
+// term). Masked rows get exact zeros. Arguments and errors as `care_log_softmax`.
+care_result care_log_softmax_backward(uint32_t dtype,
+                                      const void *logits,
+                                      size_t logits_len,
+                                      size_t rows,
+                                      size_t vocab,
+                                      size_t row_stride,
+                                      const void *targets,
+                                      size_t targets_len,
+                                      uint32_t targets_i64,
+                                      const uint8_t *mask,
+                                      size_t mask_len,
+                                      double temperature,
+                                      const float *dlogp,
+                                      size_t dlogp_len,
+                                      const float *dentropy,
+                                      size_t dentropy_len,
+                                      float *dlogits_out,
+                                      size_t dlogits_len);
+
+// Selective log-softmax on the GPU, asynchronously on `stream` (NULL = legacy default stream)
+// in the context current on this thread (else the primary context of the pointer's device).
+// `d_logits` holds `rows` rows of `vocab` `dtype` elements, `row_stride` elements apart (any
+// stride `>= vocab`, any alignment of the element type; 16-byte aligned rows are fastest);
+// `d_targets[targets_len]` (`== rows`) `int32_t` or `int64_t` (`targets_i64`); `d_mask`
+// optional. Writes `d_logp_out[rows]` and, when given, `d_entropy_out[rows]` and
+// `d_lse_out[rows]` (the backward pass needs `lse`). `d_workspace`: at least
+// `CARE_GPU_WORKSPACE_BYTES`, 16-byte aligned; `care_gpu_log_softmax_status` reads it.
+// Same results as `care_log_softmax` within the documented tolerance; a bad target gives NaN
+// and is reported by `care_gpu_log_softmax_status`.
+care_result care_gpu_log_softmax(uint32_t dtype,
+                                 const void *d_logits,
+                                 size_t rows,
+                                 uint32_t vocab,
+                                 size_t row_stride,
+                                 const void *d_targets,
+                                 size_t targets_len,
+                                 uint32_t targets_i64,
+                                 const uint8_t *d_mask,
+                                 size_t mask_len,
+                                 double temperature,
+                                 float *d_logp_out,
+                                 size_t logp_len,
+                                 float *d_entropy_out,
+                                 size_t entropy_len,
+                                 float *d_lse_out,
+                                 size_t lse_len,
+                                 void *d_workspace,
+                                 size_t workspace_len,
+                                 void *stream);
+
+// Synchronizes `stream` and reads the status word that `care_gpu_log_softmax` or
+// `care_gpu_logits_policy_loss` left in `d_workspace`: `CARE_OK`, or
+// `CARE_ERR_INVALID_ARGUMENT` when a counted row's target was outside `0..vocab`.
+care_result care_gpu_log_softmax_status(const void *d_workspace,
+                                        size_t workspace_len,
+                                        void *stream);
+
+// Backward of `care_gpu_log_softmax`, asynchronously on `stream`: writes
+// `d_dlogits_out` (`dtype`, `rows` rows `dlogits_row_stride` elements apart) =
+// `(g / T) * (onehot - softmax) - (e / T) * p * (log p + H)` from `d_dlogp[rows]` (optional:
+// (NULL, 0) is 0) and `d_dentropy[rows]` (optional; needs the forward's `d_entropy`), using
+// the forward's `d_lse[rows]`. Pass `d_dlogits_out = d_logits` with the same stride to
+// overwrite the logits in place. Masked rows get zeros.
+care_result care_gpu_log_softmax_backward(uint32_t dtype,
+                                          const void *d_logits,
+                                          size_t rows,
+                                          uint32_t vocab,
+                                          size_t row_stride,
+                                          const void *d_targets,
+                                          size_t targets_len,
+                                          uint32_t targets_i64,
+                                          const uint8_t *d_mask,
+                                          size_t mask_len,
+                                          double temperature,
+                                          const float *d_lse,
+                                          size_t lse_len,
+                                          const float *d_entropy,
+                                          size_t entropy_len,
+                                          const float *d_dlogp,
+                                          size_t dlogp_len,
+                                          const float *d_dentropy,
+                                          size_t dentropy_len,
+                                          void *d_dlogits_out,
+                                          size_t dlogits_row_stride,
+                                          void *stream);
+
+// The fused path from logits to the policy loss (SPEC §10, token-level layout over the rows),
+// forward half, asynchronously on `stream`: the selective log-softmax writes
+// `d_logp_out[rows]` and `d_lse_out[rows]`, then the loss writes `d_dlogp_out[rows]`
+// (`dL/dlogp`, `float`) and adds its statistics into `d_stats` (see
+// `care_gpu_loss_stats_reset` / `_read`). Then call `care_gpu_log_softmax_backward` with
+// `d_dlogp_out` and `d_lse_out` (in place over the logits if they are not needed any more)
+// to get `dlogits`. `d_logp_old` / `d_logp_ref` are `float` (optional); sequences, mask,
+// advantages and `options` as `care_gpu_policy_loss`. The status word in `d_workspace`
+// reports bad targets (`care_gpu_log_softmax_status`).
+care_result care_gpu_logits_policy_loss(uint32_t dtype,
+                                        const void *d_logits,
+                                        size_t rows,
+                                        uint32_t vocab,
+                                        size_t row_stride,
+                                        const void *d_targets,
+                                        size_t targets_len,
+                                        uint32_t targets_i64,
+                                        const uint8_t *d_mask,
+                                        size_t mask_len,
+                                        double temperature,
+                                        const float *d_logp_old,
+                                        size_t logp_old_len,
+                                        const float *d_logp_ref,
+                                        size_t logp_ref_len,
+                                        const uint32_t *d_seq_offsets,
+                                        size_t seq_offsets_len,
+                                        const float *d_advantages,
+                                        size_t advantages_len,
+                                        uint32_t advantages_kind,
+                                        const struct care_loss_options *options_,
+                                        uint32_t max_seq_len,
+                                        float *d_logp_out,
+                                        size_t logp_len,
+                                        float *d_lse_out,
+                                        size_t lse_len,
+                                        float *d_dlogp_out,
+                                        size_t dlogp_len,
+                                        void *d_stats,
+                                        size_t stats_len,
+                                        void *d_workspace,
+                                        size_t workspace_len,
+                                        void *stream);
 
 // Writes the SPEC §10 default loss options into `*options_out` (eps 0.2/0.2, no dual clip,
 // clamps 20/10/20/10, beta 0, k3, token ratio, token mean, local denominators).

@@ -25,6 +25,7 @@ mod handle;
 
 pub mod advantage;
 pub mod gpu;
+pub mod logsoftmax;
 pub mod loss;
 pub mod result;
 pub mod reward;
