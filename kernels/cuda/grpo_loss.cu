@@ -3,10 +3,11 @@
 // One block per (sequence, chunk): grid = (n_seq, chunks), blockDim.x a multiple of 32. Block
 // (i, y) owns the tokens start_i + y*blockDim.x + k*chunks*blockDim.x of sequence i, so a long
 // sequence is spread over `chunks` blocks and every block reads coalesced runs. The token-level
-// path reads each input once and writes the gradient once; the per-sequence count n_i (needed by
-// seq_mean_token_mean and by the `sequences` stat) is a scan of the u8 mask. The sequence-level
-// ratio (GSPO) needs the mean log ratio and a masked sum over the whole sequence before any
-// gradient can be written, so that path reads the sequence twice more (each chunk block does it).
+// path reads each input once and writes the gradient once; only seq_mean_token_mean (and the
+// `sequences` stat of a sequence split over several blocks) first scans the u8 mask for the
+// per-sequence count n_i. The sequence-level ratio (GSPO) needs the mean log ratio and a masked
+// sum over the whole sequence before any gradient can be written, so that path reads the
+// sequence twice more (each chunk block does it).
 //
 // Stats are reduced per warp with shuffles and added to the caller's device struct with atomics;
 // the caller initializes it (sums 0, ratio_min +inf, ratio_max 0), so micro-batches accumulate.
@@ -87,6 +88,7 @@ struct CareLossParams {
 
 struct CareSeqInfo {
     care_u32 start, end, n_counted;
+    bool scanned;     // n_counted is known before the main pass
     float w;          // aggregation weight of every counted token of the sequence
     float rho_seq;    // GSPO only
     bool seq_hit;     // GSPO: the mean log ratio reached its bound (no gradient)
@@ -176,10 +178,17 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
     s.start = a < p.n_tok ? a : p.n_tok;
     s.end = b < s.start ? s.start : (b < p.n_tok ? b : p.n_tok);
 
-    // n_i: counted tokens of the sequence (a u8 scan; no scan at all without a mask). Counts are
-    // summed as float, exact below 2^24 tokens per sequence.
+    // n_i: counted tokens of the sequence. Without a mask it is the length. With one, a u8 scan
+    // of the sequence, done only where n_i is needed before the main pass: the weight of
+    // seq_mean_token_mean, the GSPO mean, or the `sequences` stat of a sequence split over
+    // several blocks. Otherwise the main pass counts it (see care_grpo_loss), so each input is
+    // read once. Counts are summed as float, exact below 2^24 tokens per sequence.
+    s.scanned = p.mask == 0 || p.agg == CARE_AGG_SEQ_MEAN_TOKEN_MEAN || p.seq_level != 0 ||
+                (p.stats != 0 && gridDim.y > 1);
     if (p.mask == 0) {
         s.n_counted = s.end - s.start;
+    } else if (!s.scanned) {
+        s.n_counted = 0; // unused before the main pass; counted there
     } else {
         float c = 0.0f;
         for (care_u32 t = s.start + threadIdx.x; t < s.end; t += blockDim.x) {
@@ -367,7 +376,12 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
         atomicAdd(&s->clamped_log_ratios, clamped);
         atomicAdd(&s->non_finite, nonfin);
     }
-    if (threadIdx.x == 0 && blockIdx.y == 0 && si.n_counted > 0) {
+    care_u32 n_counted = si.n_counted;
+    if (!si.scanned) {
+        // Single-chunk sequence (grid.y == 1): this block saw all of its tokens.
+        n_counted = (care_u32)care_block_sum((float)st.tokens, scratch);
+    }
+    if (threadIdx.x == 0 && blockIdx.y == 0 && n_counted > 0) {
         atomicAdd(&p.stats->sequences, 1u);
     }
 }
