@@ -1,8 +1,355 @@
-//! `care demo`: the CARE loop on bundled paper data, printed as a table.
+//! `care demo`: the CARE loop on bundled data, printed as a readable table.
+//!
+//! One seeker turn, the paper's `rubric_sft_1` as the generated rubric, a GRPO group of six
+//! responses with judge output text, and synthetic log-probs (`cli/data/demo_group.json`). The
+//! steps are the ones a trainer runs: validate the rubric (`r_fmt`), parse each judge answer,
+//! score (Eq. 5), the generator's reward from a preference pair (Eq. 4), group advantages, and
+//! one clipped-ratio loss step.
+//!
+//! The GRPO step goes through [`Backend`]; [`backend`] returns the CPU reference today. A GPU
+//! backend (care-kernels) only has to implement the trait and be returned from [`backend`] when
+//! a device is present; the table then names it.
 
+use std::fmt::Write as _;
 use std::io::Write;
 
-/// Runs the demo, writing the table to `out`.
+use care_core::grpo::{
+    AdvantageOptions, Advantages, GroupLayout, GroupStats, KlEstimator, LossInputs, LossOptions,
+    LossOutput, LossPreset, Preset, group_advantages, policy_loss,
+};
+use care_core::reward::generator_reward_validated;
+use care_core::{
+    Dimension, FormatPolicy, GeneratorOptions, ScoreOptions, parse_judge_output, policy_reward,
+    validate,
+};
+use serde::Deserialize;
+
+/// The rubric the demo's generator "produced": the paper's Appendix rubric.
+pub const RUBRIC: &str = include_str!("../data/rubric_sft_1.json");
+/// The demo's group: context, six responses with judge output text and log-probs.
+pub const GROUP: &str = include_str!("../data/demo_group.json");
+
+/// The GRPO step (advantages and loss) on some device.
+pub trait Backend {
+    /// The device as printed in the table, e.g. `"CPU (care-core reference)"`.
+    fn name(&self) -> String;
+    /// Group advantages, as [`care_core::grpo::group_advantages`].
+    fn advantages(
+        &self,
+        rewards: &[f32],
+        layout: GroupLayout<'_>,
+        opts: &AdvantageOptions,
+        out: &mut [f32],
+        stats: &mut [GroupStats],
+    ) -> care_core::Result<()>;
+    /// The clipped-ratio loss and its gradient, as [`care_core::grpo::policy_loss`].
+    fn loss(
+        &self,
+        inputs: &LossInputs<'_, f32>,
+        opts: &LossOptions,
+        grad: &mut [f32],
+    ) -> care_core::Result<LossOutput>;
+}
+
+/// The CPU reference of `care-core`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cpu;
+
+impl Backend for Cpu {
+    fn name(&self) -> String {
+        "CPU (care-core reference; no GPU backend is wired into the CLI)".to_owned()
+    }
+    fn advantages(
+        &self,
+        rewards: &[f32],
+        layout: GroupLayout<'_>,
+        opts: &AdvantageOptions,
+        out: &mut [f32],
+        stats: &mut [GroupStats],
+    ) -> care_core::Result<()> {
+        group_advantages(rewards, None, layout, opts, out, Some(stats))
+    }
+    fn loss(
+        &self,
+        inputs: &LossInputs<'_, f32>,
+        opts: &LossOptions,
+        grad: &mut [f32],
+    ) -> care_core::Result<LossOutput> {
+        policy_loss(inputs, opts, grad)
+    }
+}
+
+/// The backend the demo uses. The place to return a GPU backend when one is present.
+pub fn backend() -> Box<dyn Backend> {
+    Box::new(Cpu)
+}
+
+#[derive(Deserialize)]
+struct Group {
+    context: Vec<String>,
+    preference: Preference,
+    responses: Vec<Response>,
+}
+
+#[derive(Deserialize)]
+struct Preference {
+    chosen: usize,
+    rejected: usize,
+    chosen_tactics: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Response {
+    text: String,
+    judge_style: String,
+    judge: String,
+    logp: Vec<f32>,
+    logp_old: Vec<f32>,
+    logp_ref: Vec<f32>,
+}
+
+/// The advantage options of the demo: verl's GRPO.
+pub fn demo_advantage_options() -> AdvantageOptions {
+    AdvantageOptions::preset(Preset::Verl)
+}
+
+/// The loss options of the demo: verl's, with a small `k3` KL term to the reference.
+pub fn demo_loss_options() -> LossOptions {
+    LossOptions {
+        beta: 0.04,
+        kl_estimator: KlEstimator::K3,
+        ..LossOptions::preset(LossPreset::Verl)
+    }
+}
+
+fn err(context: &str) -> impl Fn(care_core::Error) -> String + '_ {
+    move |e| format!("demo: {context}: {e}")
+}
+
+/// Runs the demo on the bundled data and the [`backend`], writing the table to `out`.
 pub fn run(out: &mut dyn Write) -> Result<(), String> {
-    writeln!(out, "care demo: not wired yet").map_err(|e| e.to_string())
+    let text = render(backend().as_ref())?;
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("demo: {e}"))
+}
+
+/// Renders the whole demo with `be` (pure: no I/O, so tests can compare it whole).
+pub fn render(be: &dyn Backend) -> Result<String, String> {
+    let group: Group =
+        serde_json::from_str(GROUP).map_err(|e| format!("demo: bundled data: {e}"))?;
+    let mut s = String::new();
+    // `write!` to a String cannot fail; the results are ignored below for that reason.
+    let _ = writeln!(
+        s,
+        "care demo: the CARE loop on one seeker turn (bundled data)\n"
+    );
+    let _ = writeln!(s, "Dialogue");
+    for turn in &group.context {
+        let _ = writeln!(s, "  {turn}");
+    }
+
+    // 1. The generated rubric and its format reward.
+    let mut scratch = vec![0u8; RUBRIC.len()];
+    let v = validate(RUBRIC.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let rubric = v
+        .rubric
+        .as_ref()
+        .ok_or_else(|| format!("demo: bundled rubric does not parse: {}", v.report))?;
+    let _ = writeln!(
+        s,
+        "\n1. Rubric (paper Appendix, rubric_sft_1.json): r_fmt = {}, {} violations",
+        v.r_fmt(),
+        v.report.violations().len()
+    );
+    let _ = writeln!(s, "   {:<18} {:>6}  criteria", "dimension", "weight");
+    for d in Dimension::ALL {
+        let cat = rubric.category(d);
+        let titles: Vec<&str> = cat.criteria().iter().map(|c| c.title).collect();
+        let _ = writeln!(
+            s,
+            "   {:<18} {:>6.2}  {}",
+            d.json_name(),
+            cat.weight,
+            titles.join("; ")
+        );
+    }
+
+    // 2. Judge outputs -> scores -> policy reward (Eq. 5).
+    let total = rubric.total_criteria();
+    let mut rewards = Vec::with_capacity(group.responses.len());
+    let mut flat_scores: Vec<Vec<f64>> = Vec::with_capacity(group.responses.len());
+    let mut rows = Vec::with_capacity(group.responses.len());
+    for (j, r) in group.responses.iter().enumerate() {
+        let mut scores = vec![f64::NAN; total];
+        let rep = parse_judge_output(r.judge.as_bytes(), rubric, &mut scores)
+            .map_err(err(&format!("judge output {}", j + 1)))?;
+        let p = policy_reward(rubric, &scores, &ScoreOptions::default())
+            .map_err(err(&format!("scoring response {}", j + 1)))?;
+        rewards.push(p.reward as f32);
+        flat_scores.push(scores);
+        rows.push((rep, p));
+    }
+
+    // 3. Group advantages of the rewards (one group of six).
+    let adv_opts = demo_advantage_options();
+    let mut adv = vec![0.0f32; rewards.len()];
+    let mut stats = [GroupStats::default()];
+    be.advantages(
+        &rewards,
+        GroupLayout::Fixed {
+            group_size: rewards.len(),
+        },
+        &adv_opts,
+        &mut adv,
+        &mut stats,
+    )
+    .map_err(err("advantages"))?;
+
+    let _ = writeln!(
+        s,
+        "\n2. Six policy responses, judged against the rubric; reward r_theta (Eq. 5), GRPO advantage (verl)"
+    );
+    let _ = writeln!(
+        s,
+        "   {:>2}  {:<9} {:>7} {:>6} {:>6} {:>6} {:>9} {:>9}  response",
+        "#", "judge", "matched", "Cog", "Aff", "Pro", "r_theta", "advantage"
+    );
+    for (j, ((rep, p), r)) in rows.iter().zip(&group.responses).enumerate() {
+        let mut preview: String = r.text.chars().take(38).collect();
+        if r.text.chars().count() > 38 {
+            preview.push_str("...");
+        }
+        let _ = writeln!(
+            s,
+            "   {:>2}  {:<9} {:>5}/{} {:>6.3} {:>6.3} {:>6.3} {:>9.4} {:>+9.4}  {}",
+            j + 1,
+            r.judge_style,
+            rep.matched,
+            total,
+            p.dim_means[0],
+            p.dim_means[1],
+            p.dim_means[2],
+            p.reward,
+            adv.get(j).copied().unwrap_or(f32::NAN),
+            preview
+        );
+    }
+    let st = stats[0];
+    let _ = writeln!(
+        s,
+        "   group: mean {:.4}, std {:.4} (unbiased), eps {:e}",
+        st.mean, st.std, adv_opts.eps
+    );
+    let _ = writeln!(
+        s,
+        "   judge = how the judge answered: bare JSON, a <think> block first, a ```json fence, JSON\n   \
+         inside prose, numeric-string scores with lower-cased titles, compact JSON"
+    );
+
+    // 4. The generator's reward from a preference pair (Eq. 3, 4).
+    let pref = &group.preference;
+    let pick = |i: usize| {
+        i.checked_sub(1)
+            .and_then(|k| flat_scores.get(k))
+            .ok_or_else(|| format!("demo: preference names response {i}"))
+    };
+    let (chosen, rejected) = (pick(pref.chosen)?, pick(pref.rejected)?);
+    let g = generator_reward_validated(
+        &v,
+        chosen,
+        rejected,
+        &pref.chosen_tactics,
+        &GeneratorOptions::PAPER,
+    )
+    .map_err(err("generator reward"))?;
+    let _ = writeln!(
+        s,
+        "\n3. Generator reward of the rubric (Eq. 4): chosen = response {}, rejected = response {}",
+        pref.chosen, pref.rejected
+    );
+    let _ = writeln!(
+        s,
+        "   chosen tactics {:?} -> counts Cog {}, Aff {}, Pro {}",
+        pref.chosen_tactics, g.counts.counts[0], g.counts.counts[1], g.counts.counts[2]
+    );
+    let _ = writeln!(
+        s,
+        "   {:>8} {:>8} {:>6} {:>8}",
+        "r_pref", "r_align", "r_fmt", "r_phi"
+    );
+    let _ = writeln!(
+        s,
+        "   {:>8.4} {:>8.2} {:>6} {:>8.4}   (r_phi = r_pref + 0.1 r_align + 0.3 r_fmt)",
+        g.r_pref, g.r_align, g.r_fmt, g.reward
+    );
+    if g.alignment.top_violation || g.alignment.zero_violations > 0 {
+        let _ = writeln!(
+            s,
+            "   r_align < 1: the most-used dimension does not carry the highest weight{}",
+            if g.alignment.zero_violations > 0 {
+                " / an unused dimension outweighs a used one"
+            } else {
+                ""
+            }
+        );
+    }
+
+    // 5. One clipped-ratio loss step on the synthetic log-probs.
+    let mut logp = Vec::new();
+    let mut logp_old = Vec::new();
+    let mut logp_ref = Vec::new();
+    let mut seq = vec![0u32];
+    for r in &group.responses {
+        if r.logp.len() != r.logp_old.len() || r.logp.len() != r.logp_ref.len() {
+            return Err("demo: bundled log-probs have different lengths".to_owned());
+        }
+        logp.extend_from_slice(&r.logp);
+        logp_old.extend_from_slice(&r.logp_old);
+        logp_ref.extend_from_slice(&r.logp_ref);
+        seq.push(u32::try_from(logp.len()).map_err(|_| "demo: too many tokens".to_owned())?);
+    }
+    let loss_opts = demo_loss_options();
+    let inputs = LossInputs {
+        logp: &logp,
+        logp_old: Some(&logp_old),
+        logp_ref: Some(&logp_ref),
+        seq_offsets: &seq,
+        mask: None,
+        advantages: Advantages::PerSequence(&adv),
+    };
+    let mut grad = vec![0.0f32; logp.len()];
+    let out = be
+        .loss(&inputs, &loss_opts, &mut grad)
+        .map_err(err("loss"))?;
+    let st = out.stats;
+    let tokens = st.tokens.max(1.0);
+    let grad_norm = grad
+        .iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+        .sqrt();
+    let _ = writeln!(
+        s,
+        "\n4. One policy-loss step (verl: clip 0.2/0.2, dual clip 3, token mean; k3 KL, beta 0.04)"
+    );
+    let _ = writeln!(
+        s,
+        "   {:>10} {:>7} {:>9} {:>10} {:>10} {:>8} {:>8} {:>10}",
+        "loss", "tokens", "clipfrac", "ppo_kl", "kl", "rho_min", "rho_max", "|grad|"
+    );
+    let _ = writeln!(
+        s,
+        "   {:>10.6} {:>7} {:>9.4} {:>10.6} {:>10.6} {:>8.4} {:>8.4} {:>10.6}",
+        out.loss,
+        st.tokens,
+        st.clipped / tokens,
+        st.ppo_kl_sum / tokens,
+        st.kl_sum / tokens,
+        st.ratio_min,
+        st.ratio_max,
+        grad_norm
+    );
+    let _ = writeln!(s, "\nDevice: {}", be.name());
+    Ok(s)
 }

@@ -525,3 +525,293 @@ fn loss_agrees_with_the_library_bit_for_bit() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// validate, score, pref
+
+#[test]
+fn validate_golden() {
+    // The two paper rubrics and a minimal 2-2-2 rubric pass; a <think> prefix, a code fence and
+    // the envelope break the default (paper) policy with trailing_text / schema.
+    let out = golden(
+        &["validate"],
+        "validate_valid.jsonl",
+        "validate_valid.out.jsonl",
+    );
+    assert_one_line_per_input(&out, "validate_valid.jsonl");
+    let rewards: Vec<u64> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["format_reward"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(rewards, [1, 1, 0, 0, 0, 1]);
+    // The lenient flags accept all six.
+    let out = golden(
+        &[
+            "validate",
+            "--allow-think",
+            "--allow-code-fence",
+            "--allow-envelope",
+        ],
+        "validate_valid.jsonl",
+        "validate_lenient.out.jsonl",
+    );
+    assert_eq!(out.matches("\"format_reward\":1").count(), 6, "{out}");
+
+    // One broken rule per line: weight_sum (0.9), missing_category, category_order, key_order,
+    // level_format, duplicate_title, empty_text, criteria_count (5 and 1), a meta word (a lint,
+    // off by default, so that line passes), trailing_text, not_json, schema, unknown_category,
+    // weight_range (1.5, and the sum 2.25), a non-string "text" (error line), <think> unclosed.
+    let out = golden(
+        &["validate"],
+        "validate_invalid.jsonl",
+        "validate_invalid.out.jsonl",
+    );
+    assert_one_line_per_input(&out, "validate_invalid.jsonl");
+    let lines: Vec<&str> = out.lines().collect();
+    for (i, code) in [
+        "weight_sum",
+        "missing_category",
+        "category_order",
+        "key_order",
+        "level_format",
+        "duplicate_title",
+        "empty_text",
+        "criteria_count",
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert!(
+            lines[i].contains(&format!("\"code\":\"{code}\"")),
+            "{}",
+            lines[i]
+        );
+    }
+    assert!(lines[0].contains("sum to 0.9"));
+    assert!(lines[8].contains("\"format_reward\":1"));
+    assert!(lines[14].contains("\"error\":{\"code\":\"schema\""));
+
+    // Every option: the meta word is reported, order checks are off, 5 criteria are allowed
+    // and 1 too, and a tolerance of 0.2 accepts the sum 0.9.
+    let out = golden(
+        &[
+            "validate",
+            "--meta-words",
+            "--no-order",
+            "--no-key-order",
+            "--min-criteria",
+            "1",
+            "--max-criteria",
+            "5",
+            "--weight-tolerance",
+            "0.2",
+        ],
+        "validate_invalid.jsonl",
+        "validate_options.out.jsonl",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].contains("\"format_reward\":1"), "{}", lines[0]);
+    assert!(lines[2].contains("\"format_reward\":1"), "{}", lines[2]);
+    assert!(lines[3].contains("\"format_reward\":1"), "{}", lines[3]);
+    assert!(lines[7].contains("\"format_reward\":1"), "{}", lines[7]);
+    assert!(lines[8].contains("\"code\":\"meta_word\""), "{}", lines[8]);
+}
+
+#[test]
+fn score_golden() {
+    // Line 1 is the paper's worked example (Appendix C.1): weights (0.40, 0.35, 0.25), scores
+    // Cog (4,5), Aff (4,5), Pro (5,5) give r_theta = 0.925. Line 3 is demo response 1 under
+    // rubric_sft_1: 0.4 * 14/15 + 0.25 * 0.9 + 0.35 * 14/15 = 0.925 as well. Line 8 mixes good
+    // and broken responses in one group (null rewards, one error each); line 9's weights (2, 2,
+    // missing) are normalized to (0.5, 0.5, 0).
+    let out = golden(&["score"], "score_valid.jsonl", "score_valid.out.jsonl");
+    assert_one_line_per_input(&out, "score_valid.jsonl");
+    assert!(
+        out.starts_with(r#"{"line":1,"id":"paper-C1","reward":0.925,"#),
+        "{out}"
+    );
+    assert!(out.contains(r#""rewards":[1,0,null,null,null,null]"#));
+    assert!(out.contains(r#""weights":[0.5,0.5,0],"format_reward":0"#));
+
+    let out = golden(&["score"], "score_invalid.jsonl", "score_invalid.out.jsonl");
+    assert_eq!(
+        out.matches("\"error\"").count(),
+        input_lines("score_invalid.jsonl")
+    );
+
+    // --missing zero scores the missing Aff criterion 0: 0.4*0.9 + 0.35*0.4 + 0.25*1 = 0.75;
+    // --missing skip drops it: 0.4*0.9 + 0.35*0.8 + 0.25*1 = 0.89; --out-of-range clamp turns 7
+    // into 5 and 5.5 into 5 (rounded half away from zero is 6, then clamped).
+    let out = golden(
+        &["score", "--missing", "zero", "--out-of-range", "clamp"],
+        "score_invalid.jsonl",
+        "score_lenient.out.jsonl",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].contains("\"reward\":0.75,"), "{}", lines[0]);
+    assert!(lines[1].contains("\"reward\":0.925,"), "{}", lines[1]);
+    assert!(lines[1].contains("\"clamped\":1"), "{}", lines[1]);
+    let out = golden(
+        &["score", "--missing", "skip", "--uniform-weights"],
+        "score_invalid.jsonl",
+        "score_skip_uniform.out.jsonl",
+    );
+    // Uniform weights: (0.9 + 0.8 + 1) / 3 = 0.9 (up to rounding of the thirds).
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert!(
+        (first["reward"].as_f64().unwrap() - 0.9).abs() < 1e-12,
+        "{out}"
+    );
+    assert_eq!(first["fired"]["uniform_weights"], true);
+}
+
+#[test]
+fn pref_golden() {
+    // Line 1: the paper's worked example, r_pref = 0.211997...; tactics questioning (Cog) and
+    // validation (Aff) sit on the two highest weights, so r_align = 1 and r_phi = r_pref + 0.1
+    // + 0.3. Line 2 swaps chosen and rejected: r_pref is negated exactly.
+    let out = golden(&["pref"], "pref_valid.jsonl", "pref_valid.out.jsonl");
+    assert_one_line_per_input(&out, "pref_valid.jsonl");
+    let v: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let r0 = v[0]["r_pref"].as_f64().unwrap();
+    assert!((r0 - 0.211_997).abs() < 1e-6, "{r0}");
+    assert_eq!(v[1]["r_pref"].as_f64().unwrap(), -r0);
+    assert_eq!(v[0]["reward"].as_f64().unwrap(), r0 + 0.1 + 0.3);
+    // Line 4: a rubric that does not parse gets 0 everywhere.
+    assert_eq!(v[3]["reward"].as_f64().unwrap(), 0.0);
+    assert_eq!(v[3]["parsed"], false);
+
+    let out = golden(&["pref"], "pref_invalid.jsonl", "pref_invalid.out.jsonl");
+    assert_eq!(
+        out.matches("\"error\"").count(),
+        input_lines("pref_invalid.jsonl")
+    );
+
+    // Options: raw scale saturates; lambda/gamma change only the combination; unknown labels
+    // can be ignored; tau changes r_pref.
+    let out = golden(
+        &[
+            "pref",
+            "--scale",
+            "raw",
+            "--tau",
+            "1.5",
+            "--lambda",
+            "0.5",
+            "--gamma",
+            "0",
+            "--unknown-label",
+            "ignore",
+            "--out-of-range",
+            "clamp",
+        ],
+        "pref_invalid.jsonl",
+        "pref_options.out.jsonl",
+    );
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["labels"]["unknown"], 1);
+    let expect = first["r_pref"].as_f64().unwrap() + 0.5 * first["r_align"].as_f64().unwrap();
+    assert_eq!(first["reward"].as_f64().unwrap(), expect);
+}
+
+#[test]
+fn score_and_pref_agree_with_the_library() {
+    /// The rubric text exactly as the line holds it (a string's content, or an object's raw
+    /// JSON: re-serializing would reorder keys and break the key_order check).
+    fn rubric_text(line: &str) -> String {
+        let members: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+            serde_json::from_str(line).unwrap();
+        let raw = members["rubric"].get();
+        match serde_json::from_str::<String>(raw) {
+            Ok(s) => s,
+            Err(_) => raw.to_owned(),
+        }
+    }
+    use care_core::{
+        FormatPolicy, GeneratorOptions, ScoreOptions, generator_reward, policy_reward, validate,
+    };
+    let input = std::fs::read_to_string(data("score_valid.jsonl")).unwrap();
+    let out = String::from_utf8(care(&["score"], Some(input.as_bytes())).stdout).unwrap();
+    for (inp, outp) in input.lines().zip(out.lines()) {
+        let i: serde_json::Value = serde_json::from_str(inp).unwrap();
+        let o: serde_json::Value = serde_json::from_str(outp).unwrap();
+        let Some(scores) = i.get("scores") else {
+            continue;
+        };
+        let text = rubric_text(inp);
+        let mut scratch = vec![0u8; text.len()];
+        let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+        let flat: Vec<f64> = scores
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|d| d.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()))
+            .collect();
+        let r = policy_reward(v.rubric.as_ref().unwrap(), &flat, &ScoreOptions::default()).unwrap();
+        assert_eq!(o["reward"].as_f64().unwrap(), r.reward, "{inp}");
+    }
+
+    let input = std::fs::read_to_string(data("pref_valid.jsonl")).unwrap();
+    let out = String::from_utf8(care(&["pref"], Some(input.as_bytes())).stdout).unwrap();
+    for (inp, outp) in input.lines().zip(out.lines()) {
+        let i: serde_json::Value = serde_json::from_str(inp).unwrap();
+        let o: serde_json::Value = serde_json::from_str(outp).unwrap();
+        let text = rubric_text(inp);
+        let flat = |k: &str| -> Vec<f64> {
+            i[k].as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|d| d.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()))
+                .collect()
+        };
+        let tactics: Vec<&str> = i["chosen_tactics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap())
+            .collect();
+        let mut scratch = vec![0u8; text.len()];
+        let g = generator_reward(
+            text.as_bytes(),
+            &mut scratch,
+            &flat("chosen_scores"),
+            &flat("rejected_scores"),
+            &tactics,
+            &GeneratorOptions::PAPER,
+        )
+        .unwrap();
+        assert_eq!(o["reward"].as_f64().unwrap(), g.reward, "{inp}");
+        assert_eq!(o["r_pref"].as_f64().unwrap(), g.r_pref, "{inp}");
+        assert_eq!(o["r_align"].as_f64().unwrap(), g.r_align, "{inp}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// demo
+
+#[test]
+fn demo_prints_the_whole_loop_on_the_cpu() {
+    let out = care(&["demo"], None);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let exp = data("demo.out.txt");
+    if std::env::var_os("CARE_BLESS").is_some() {
+        std::fs::write(&exp, &text).unwrap();
+    }
+    assert_eq!(text, std::fs::read_to_string(&exp).unwrap());
+    assert!(text.contains("Device: CPU"));
+    // Response 1 of the demo scores 0.9250 (checked by hand in score_golden) and the rubric
+    // passes the format contract.
+    assert!(text.contains("r_fmt = 1, 0 violations"));
+    assert!(text.contains("0.9250"));
+    // The same rewards through the library: the table prints them to 4 decimals.
+    let rendered = care_cli::demo::render(&care_cli::demo::Cpu).unwrap();
+    assert_eq!(rendered, text);
+}
