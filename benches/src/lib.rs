@@ -408,7 +408,7 @@ pub fn loss_data(tokens: usize, seq_len: usize, seed: u64) -> LossData {
 
 /// Writes JSON Lines for `care validate` (`{"text": "<rubric text>"}`) until at least
 /// `target_bytes` are written, cycling through a 100-rubric mix. Returns (lines, bytes).
-pub fn write_validate_jsonl<W: Write>(
+pub fn write_validate_jsonl<W: Write + ?Sized>(
     w: &mut W,
     target_bytes: u64,
     seed: u64,
@@ -429,7 +429,7 @@ pub fn write_validate_jsonl<W: Write>(
 /// valid rubric object and a GRPO group of `group` judged responses,
 /// `{"rubric": {..}, "responses": [{"scores": [[cog..],[aff..],[pro..]]}, ..]}`. Returns
 /// (lines, bytes).
-pub fn write_score_jsonl<W: Write>(
+pub fn write_score_jsonl<W: Write + ?Sized>(
     w: &mut W,
     target_bytes: u64,
     group: usize,
@@ -470,7 +470,7 @@ pub fn write_score_jsonl<W: Write>(
     write_cycled(w, &lines, target_bytes)
 }
 
-fn write_cycled<W: Write>(
+fn write_cycled<W: Write + ?Sized>(
     w: &mut W,
     lines: &[String],
     target_bytes: u64,
