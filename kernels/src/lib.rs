@@ -16,6 +16,7 @@
 //! geometry), [`plan`] (what an operation launches, over any [`plan::Backend`]), [`cuda`] (the
 //! driver backend on raw pointers and streams, plus a safe API over `cudarc` buffers),
 //! [`tolerance`] (the GPU-vs-CPU tolerance table).
+#![deny(missing_docs)]
 
 pub mod cuda;
 /// The `cudarc` this crate was built with (for [`cuda`]'s safe API types).
