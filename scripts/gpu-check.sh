@@ -38,6 +38,8 @@ prepare)
     git -C "$root" rev-parse HEAD > "$dir/COMMIT" 2>/dev/null || true
     size=$(du -sb "$dir" | cut -f1)
     echo "gpu-check: prepared $dir ($((size / 1024 / 1024)) MiB): $(ls "$dir/bin" | tr '\n' ' ')"
+    glibc=$(objdump -T "$dir"/bin/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1)
+    echo "gpu-check: the binaries need ${glibc:-an unknown glibc} or newer and libstdc++ on the GPU machine"
     if [ "$size" -gt $((60 * 1024 * 1024)) ]; then
         echo "gpu-check: $dir is over 60 MiB" >&2
         exit 1

@@ -260,8 +260,12 @@ pub fn group_advantages_on(
         workspace: ptr_of_mut(&mut ws, stream),
         batch_std: 0,
     };
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(KernelError::Backend)?;
     // SAFETY: every address comes from a live cudarc buffer of the checked length on this
-    // stream's context; the buffers outlive the synchronize below.
+    // stream's context (now current); the buffers outlive the synchronize below.
     let backend = unsafe { CudaBackend::new(stream.cu_stream(), buf.rewards) }
         .map_err(KernelError::Backend)?;
     // SAFETY: as above.
@@ -369,7 +373,12 @@ pub fn grpo_loss_on<T: LossDtype>(
         stats: ptr_of_mut(&mut stats, stream),
         workspace: ptr_of_mut(&mut ws, stream),
     };
-    // SAFETY: addresses of live cudarc buffers with checked lengths, on this stream's context.
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(KernelError::Backend)?;
+    // SAFETY: addresses of live cudarc buffers with checked lengths, on this stream's context
+    // (now current).
     let backend =
         unsafe { CudaBackend::new(stream.cu_stream(), buf.logp) }.map_err(KernelError::Backend)?;
     // SAFETY: as above; the buffers outlive the synchronize below.
