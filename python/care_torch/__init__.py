@@ -13,14 +13,30 @@ torch on first use, so the ctypes layer also serves numpy callers.
 
 from __future__ import annotations
 
-__all__ = ["advantages", "policy_loss", "PolicyLoss", "CareError", "gpu_available"]
+__all__ = [
+    "advantages",
+    "policy_loss",
+    "PolicyLoss",
+    "CareError",
+    "gpu_available",
+    "selective_log_softmax",
+    "logits_policy_loss",
+]
 
 from ._lib import CareError  # noqa: E402  (no torch needed)
 
 _TORCH_NAMES = {"advantages", "policy_loss", "PolicyLoss", "gpu_available"}
 
 
+# The selective log-softmax lives in its own module (care_torch.logsoftmax), loaded lazily too.
+_LOGSOFTMAX_NAMES = {"selective_log_softmax", "logits_policy_loss"}
+
+
 def __getattr__(name):
+    if name in _LOGSOFTMAX_NAMES:
+        from . import logsoftmax
+
+        return getattr(logsoftmax, name)
     if name in _TORCH_NAMES:
         from . import _torch
 
