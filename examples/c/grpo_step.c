@@ -221,7 +221,7 @@ int main(int argc, char **argv) {
     CUdeviceptr d_r = to_device(rf, sizeof rf), d_adv = to_device(NULL, sizeof adv);
     CUdeviceptr d_ws = to_device(NULL, CARE_GPU_WORKSPACE_BYTES);
     CHECK(care_gpu_group_advantages((const float *)(uintptr_t)d_r, N, NULL, 0, G, NULL, 0, &ao,
-                                    (float *)(uintptr_t)d_adv, N, NULL, 0, (void *)(uintptr_t)d_ws,
+                                    (float *)(uintptr_t)d_adv, N, NULL, 0, NULL, (void *)(uintptr_t)d_ws,
                                     CARE_GPU_WORKSPACE_BYTES, NULL));
     CHECK(care_gpu_advantage_status((const void *)(uintptr_t)d_ws, CARE_GPU_WORKSPACE_BYTES, NULL));
     float gadv[N];

@@ -143,7 +143,9 @@ pub extern "C" fn care_gpu_available() -> care_result {
 /// (`valid_len` 0 or `n`); fixed `group_size`, or CSR `d_group_offsets[group_offsets_len]` with
 /// `group_size == 0`; `d_advantages_out[advantages_len]` (`== n`); `d_stats_out[stats_len]`
 /// optional (one per group); `d_workspace` at least `CARE_GPU_WORKSPACE_BYTES`, 16-byte
-/// aligned, kept until `care_gpu_advantage_status` has been called. Same results as
+/// aligned, kept until `care_gpu_advantage_status` has been called; `d_batch_std` optional: one
+/// device `float` with the batch std to use under `CARE_SCALE_BATCH_STD` (for example one
+/// all-reduced across ranks), NULL to compute it from this call's rewards. Same results as
 /// `care_group_advantages` within the documented tolerance; a singleton group under the
 /// `error` policy or an infinite reward is reported by `care_gpu_advantage_status`.
 #[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
@@ -161,12 +163,14 @@ pub unsafe extern "C" fn care_gpu_group_advantages(
     advantages_len: usize,
     d_stats_out: *mut care_group_stats,
     stats_len: usize,
+    d_batch_std: *const f32,
     d_workspace: *mut c_void,
     workspace_len: usize,
     stream: *mut c_void,
 ) -> care_result {
     ffi_panic_boundary! {
         let rewards = tri!(dev(d_rewards, n, n, true));
+        let batch_std = tri!(dev(d_batch_std, usize::from(!d_batch_std.is_null()), 1, false));
         let valid = tri!(dev(d_valid, valid_len, n, false));
         let out = tri!(dev(d_advantages_out.cast_const(), advantages_len, n, true));
         let groups = if d_group_offsets.is_null() {
@@ -206,6 +210,7 @@ pub unsafe extern "C" fn care_gpu_group_advantages(
             tok_mask: 0,
             adv_tok: 0,
             workspace: ws,
+            batch_std,
         };
         // SAFETY: forwarded contract (stream and device pointers are the caller's).
         let b = tri!(unsafe { backend(stream, rewards) });

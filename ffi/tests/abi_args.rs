@@ -1128,6 +1128,7 @@ fn every_exported_function_checks_pointers_and_lengths() {
                 8,
                 null_mut(),
                 0,
+                null(),
                 m(k, 2, ws),
                 64,
                 null_mut(),
@@ -1147,6 +1148,7 @@ fn every_exported_function_checks_pointers_and_lengths() {
                 7,
                 null_mut(),
                 0,
+                null(),
                 ws,
                 64,
                 null_mut()
@@ -1167,6 +1169,7 @@ fn every_exported_function_checks_pointers_and_lengths() {
                 8,
                 null_mut(),
                 0,
+                null(),
                 ws,
                 32,
                 null_mut()
@@ -1279,6 +1282,172 @@ fn every_exported_function_checks_pointers_and_lengths() {
             ),
             CARE_ERR_INVALID_ARGUMENT
         );
+
+        // ---- selective log-softmax (CPU reference and GPU) ------------------------------------
+        let logits = [0.5f32, -1.0, 2.0, 0.0, 1.0, -0.5];
+        let targets = [2i32, 0];
+        let mut lp = [9f32; 2];
+        cov.nulls("care_log_softmax", 3, CARE_OK, |k| {
+            care::logsoftmax::care_log_softmax(
+                0,
+                p(k, 0, logits.as_ptr().cast()),
+                6,
+                2,
+                3,
+                3,
+                p(k, 1, targets.as_ptr().cast()),
+                2,
+                0,
+                null(),
+                0,
+                1.0,
+                m(k, 2, lp.as_mut_ptr()),
+                2,
+                null_mut(),
+                0,
+                null_mut(),
+                0,
+            )
+        });
+        lp = [9.0; 2];
+        assert_eq!(
+            care::logsoftmax::care_log_softmax(
+                0,
+                logits.as_ptr().cast(),
+                6,
+                2,
+                3,
+                3,
+                targets.as_ptr().cast(),
+                2,
+                0,
+                null(),
+                0,
+                1.0,
+                lp.as_mut_ptr(),
+                1,
+                null_mut(),
+                0,
+                null_mut(),
+                0,
+            ),
+            CARE_ERR_LENGTH_MISMATCH
+        );
+        assert_eq!(lp, [9.0; 2], "outputs are untouched on failure");
+        let dlogp = [1.0f32, -0.5];
+        let mut dl = [0f32; 6];
+        cov.nulls("care_log_softmax_backward", 4, CARE_OK, |k| {
+            care::logsoftmax::care_log_softmax_backward(
+                0,
+                p(k, 0, logits.as_ptr().cast()),
+                6,
+                2,
+                3,
+                3,
+                p(k, 1, targets.as_ptr().cast()),
+                2,
+                0,
+                null(),
+                0,
+                1.0,
+                p(k, 2, dlogp.as_ptr()),
+                2,
+                null(),
+                0,
+                m(k, 3, dl.as_mut_ptr()),
+                6,
+            )
+        });
+        cover_gpu(&mut cov, "care_gpu_log_softmax", 4, &mut |k| {
+            care::logsoftmax::care_gpu_log_softmax(
+                0,
+                p(k, 0, fake::<c_void>()),
+                2,
+                3,
+                3,
+                p(k, 1, fake::<c_void>()),
+                2,
+                0,
+                null(),
+                0,
+                1.0,
+                m(k, 2, fake::<f32>()),
+                2,
+                null_mut(),
+                0,
+                null_mut(),
+                0,
+                m(k, 3, ws),
+                64,
+                null_mut(),
+            )
+        });
+        cover_gpu(&mut cov, "care_gpu_log_softmax_status", 1, &mut |k| {
+            care::logsoftmax::care_gpu_log_softmax_status(p(k, 0, ws.cast_const()), 64, null_mut())
+        });
+        cover_gpu(&mut cov, "care_gpu_log_softmax_backward", 4, &mut |k| {
+            care::logsoftmax::care_gpu_log_softmax_backward(
+                0,
+                p(k, 0, fake::<c_void>()),
+                2,
+                3,
+                3,
+                p(k, 1, fake::<c_void>()),
+                2,
+                0,
+                null(),
+                0,
+                1.0,
+                p(k, 2, fake::<f32>()),
+                2,
+                null(),
+                0,
+                fake::<f32>(),
+                2,
+                null(),
+                0,
+                m(k, 3, fake::<c_void>()),
+                3,
+                null_mut(),
+            )
+        });
+        cover_gpu(&mut cov, "care_gpu_logits_policy_loss", 8, &mut |k| {
+            care::logsoftmax::care_gpu_logits_policy_loss(
+                0,
+                p(k, 0, fake::<c_void>()),
+                2,
+                3,
+                3,
+                p(k, 1, fake::<c_void>()),
+                2,
+                0,
+                null(),
+                0,
+                1.0,
+                null(),
+                0,
+                null(),
+                0,
+                p(k, 2, fake::<u32>()),
+                2,
+                p(k, 3, fake::<f32>()),
+                1,
+                0,
+                null(),
+                0,
+                m(k, 4, fake::<f32>()),
+                2,
+                m(k, 5, fake::<f32>()),
+                2,
+                m(k, 6, fake::<f32>()),
+                2,
+                null_mut(),
+                0,
+                m(k, 7, ws),
+                64,
+                null_mut(),
+            )
+        });
     }
     // SAFETY: the handle from `parse`, released once.
     unsafe { care_rubric_free(rubric) };

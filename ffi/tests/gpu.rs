@@ -79,6 +79,7 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
                     n,
                     null_mut(),
                     0,
+                    null(),
                     pw as *mut c_void,
                     CARE_GPU_WORKSPACE_BYTES,
                     cu_stream,

@@ -13,17 +13,8 @@ mod common;
 
 use common::{declared_functions, repo_root};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// `target/<profile>/`, where cargo puts `libcare.so` and `libcare.a` next to `deps/`.
-fn artifact_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
 
 fn tool(var: &str, default: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| default.to_string())
@@ -50,7 +41,7 @@ fn header_declares_exactly_the_exported_symbols() {
         "parser found {declared:?}"
     );
 
-    let so = artifact_dir().join("libcare.so");
+    let so = common::libcare_dir().join("libcare.so");
     let out = Command::new("nm")
         .args(["-D", "--defined-only"])
         .arg(&so)
@@ -106,7 +97,7 @@ fn header_compiles_as_c11_and_cxx17_and_every_function_links() {
 
     let include = repo_root().join("include");
     let warn = ["-Wall", "-Wextra", "-Wpedantic", "-Werror"];
-    let lib = artifact_dir();
+    let lib = common::libcare_dir();
     let exe_c = dir.join("all_functions");
     run(Command::new(tool("CC", "cc"))
         .arg("-std=c11")

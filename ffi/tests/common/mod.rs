@@ -49,3 +49,30 @@ pub fn declared_functions(header: &str) -> BTreeSet<String> {
     }
     names
 }
+
+/// The directory holding a fresh `libcare.so` and `libcare.a`.
+///
+/// `cargo test` builds the library only as an rlib, so the C-facing artifacts are built here
+/// with a nested `cargo build` into a separate target directory (under `CARGO_TARGET_TMPDIR`;
+/// a separate directory, because the outer cargo holds the lock of its own). Incremental after
+/// the first run; once per test process.
+pub fn libcare_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("libcare");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let out = std::process::Command::new(cargo)
+            .args(["build", "-p", "care-ffi", "--lib", "--target-dir"])
+            .arg(&target)
+            .current_dir(repo_root())
+            .output()
+            .expect("run cargo build");
+        assert!(
+            out.status.success(),
+            "cargo build -p care-ffi failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        target.join("debug")
+    })
+    .clone()
+}
