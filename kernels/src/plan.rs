@@ -19,6 +19,9 @@ use crate::params::{
 /// 16-byte aligned.
 pub const WORKSPACE_BYTES: usize = 64;
 
+/// The largest `grid.x` CUDA allows (2^31 - 1).
+pub const MAX_GRID_X: u32 = i32::MAX as u32;
+
 /// Where kernels run: the CUDA driver on a stream, or the host emulator.
 ///
 /// Addresses are device addresses (`u64`); for the emulator they are host addresses.
@@ -185,6 +188,9 @@ pub unsafe fn group_advantages<B: Backend>(
             .map_err(KernelError::Backend)?;
     }
     let (geometry, warp) = advantages_geometry(buf.n, num_groups, buf.tok_offsets != 0, tuning);
+    if geometry.grid.0 > MAX_GRID_X {
+        return Err(Error::InvalidArgument.into());
+    }
     let mut p = AdvParams {
         rewards: buf.rewards,
         valid: buf.valid,
@@ -316,6 +322,9 @@ pub unsafe fn grpo_loss<B: Backend>(
     check_tuning(tuning)?;
     if buf.logp == 0 || buf.adv == 0 || buf.seq_offsets == 0 || buf.workspace == 0 {
         return Err(Error::InvalidArgument.into());
+    }
+    if buf.n_seq > MAX_GRID_X {
+        return Err(Error::InvalidArgument.into()); // one block row per sequence
     }
     if buf.n_seq == 0 {
         return if buf.n_tok == 0 {
