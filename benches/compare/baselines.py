@@ -329,9 +329,9 @@ def loss_numpy(logp, logp_old, adv_seq, offsets, mask, eps_low=0.2, eps_high=0.2
     rho = np.exp(delta)
     pg1 = -adv * rho
     pg2 = -adv * np.clip(rho, 1 - eps_low, 1 + eps_high)
-    l = np.maximum(pg1, pg2)
+    per_tok = np.maximum(pg1, pg2)
     n = m.sum(dtype=np.float64)
-    loss = float((l * m).sum(dtype=np.float64) / n)
+    loss = float((per_tok * m).sum(dtype=np.float64) / n)
     active = (pg1 >= pg2) & (np.abs(logp - logp_old) <= clamp)
     grad = np.where(active, -adv * rho, 0.0).astype(np.float32) * m / np.float32(n)
     return loss, grad

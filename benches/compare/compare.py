@@ -138,16 +138,19 @@ def rubric_rows(args, care_bin):
             pyd_r.append(1)
         except Exception:
             pyd_r.append(0)
+    same_hand = sum(a == b for a, b in zip(lib_r, hand_r))
+    same_pyd = sum(a == b for a, b in zip(lib_r, pyd_r))
     agree = (
-        f"r_fmt agreement on the 100-rubric mix: hand-written {sum(a == b for a, b in zip(lib_r, hand_r))}/100, "
-        f"pydantic {sum(a == b for a, b in zip(lib_r, pyd_r))}/100 (care: {sum(lib_r)} valid)"
+        f"r_fmt agreement with care on the 100-rubric mix: hand-written {same_hand}/100, "
+        f"pydantic {same_pyd}/100 (care: {sum(lib_r)} valid)"
     )
     print("# " + agree, file=sys.stderr)
 
     if care_bin:
         try:
             cli_r = care_format_rewards(care_bin, head)
-            print(f"# care validate CLI agrees with libcare on {sum(a == b for a, b in zip(cli_r, lib_r))}/100", file=sys.stderr)
+            same_cli = sum(a == b for a, b in zip(cli_r, lib_r))
+            print(f"# care validate CLI agrees with libcare on {same_cli}/100", file=sys.stderr)
             for threads, label in ((1, "1 thread"), (0, "all cores")):
                 t, _ = timed(lambda: run_care(care_bin, "validate", vpath, threads), args.repeat)
                 row("validate JSONL", f"`care validate` ({label})", t, size, "B/s", t_py,
@@ -196,7 +199,9 @@ def advantage_rows(args):
         t_np, a_np = timed(lambda: bl.advantages_numpy(r, g), rep)
         index = np.repeat(np.arange(n // g), g).tolist()
         r_list = r.tolist()
-        t_loop, a_loop = timed(lambda: bl.advantages_verl_loop(np.asarray(r_list), index), 1 if n > 10**5 else rep)
+        t_loop, a_loop = timed(
+            lambda: bl.advantages_verl_loop(np.asarray(r_list), index), 1 if n > 10**5 else rep
+        )
         t_c, a_c = timed(care, rep)
         # verl's loop gives A = r / (1 + eps) to singleton groups, which never occur here.
         err = max(float(np.abs(a_c - a_np).max()), float(np.abs(a_c - a_loop).max()))

@@ -242,7 +242,9 @@ def bench_loss(args, device, timer, copy_bw, rows):
                          pct_copy=100 * nbytes / sec / copy_bw, vs_eager=base / sec,
                          peak_extra=peak_extra(device, fn))
                 )  # fmt: skip
-            del logp, old, mask, adv
+            # Free this size before the next one is allocated (64M tokens is GiBs).
+            impls.clear()
+            logp = old = mask = adv = ge = gc = None
 
 
 def care_launch(logp, old, adv, mask):
@@ -278,7 +280,8 @@ def care_launch(logp, old, adv, mask):
 def print_rows(rows, device, copy_bw):
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke check)"
     print(
-        f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {name}, torch {torch.__version__}, "
+        f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {name}, "
+        f"torch {torch.__version__}, "
         f"copy bandwidth {copy_bw / 1e9:.1f} GB/s (read + write, measured in this run)\n"
     )
     print("| op | size | dtype | impl | median | GB/s | % copy BW | vs eager | extra peak MiB |")
@@ -314,7 +317,9 @@ def main():
         bench_loss(args, device, timer, copy_bw, rows)
     print_rows(rows, device, copy_bw)
     if args.out:
-        Path(args.out).write_text(json.dumps({"device": str(device), "copy_bw": copy_bw, "rows": rows}, indent=1))
+        Path(args.out).write_text(
+            json.dumps({"device": str(device), "copy_bw": copy_bw, "rows": rows}, indent=1)
+        )
 
 
 if __name__ == "__main__":

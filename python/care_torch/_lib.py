@@ -183,8 +183,9 @@ _SIGNATURES = {
     "care_gpu_available": (_u32, []),
     "care_gpu_group_advantages": (
         _u32,
-        [_vp, _sz, _vp, _sz, _u32, _vp, _sz, _P(AdvantageOptions), _vp, _sz, _vp, _sz, _vp, _sz, _vp],
-    ),
+        [_vp, _sz, _vp, _sz, _u32, _vp, _sz, _P(AdvantageOptions), _vp, _sz, _vp, _sz,
+         _vp, _sz, _vp],
+    ),  # fmt: skip
     "care_gpu_advantage_status": (_u32, [_vp, _sz, _vp]),
     "care_gpu_loss_stats_reset": (_u32, [_vp, _sz, _vp]),
     "care_gpu_loss_stats_read": (_u32, [_vp, _sz, _vp, _P(LossStats)]),

@@ -100,9 +100,9 @@ def _ref_loss(logp, logp_old, adv_tok, mask, eps_low=0.2, eps_high=0.2, clamp=20
     rho = torch.exp(delta)
     pg1 = -adv_tok * rho
     pg2 = -adv_tok * torch.clamp(rho, 1 - eps_low, 1 + eps_high)
-    l = torch.maximum(pg1, pg2)
-    m = mask.to(l.dtype)
-    return (l * m).sum() / m.sum()
+    per_tok = torch.maximum(pg1, pg2)
+    m = mask.to(per_tok.dtype)
+    return (per_tok * m).sum() / m.sum()
 
 
 @unittest.skipIf(torch is None, "torch is not installed")
@@ -176,7 +176,10 @@ class TorchCpu(unittest.TestCase):
         self.assertAlmostEqual(l1.item(), l2.item(), places=6)
         (3.0 * l1).backward()
         y = logp.reshape(-1).double().clone().requires_grad_(True)
-        (3.0 * _ref_loss(y, old.reshape(-1).double(), tok_adv.reshape(-1).double(), mask.reshape(-1))).backward()
+        (
+            3.0
+            * _ref_loss(y, old.reshape(-1).double(), tok_adv.reshape(-1).double(), mask.reshape(-1))
+        ).backward()
         torch.testing.assert_close(flat.grad.double(), y.grad, atol=1e-7, rtol=1e-5)
 
     def test_bf16_inputs_give_a_bf16_gradient(self):
