@@ -752,3 +752,58 @@ fn gradient_beyond_the_f16_range_is_infinite_in_f16_and_finite_in_f32() {
     assert!(g32.iter().all(|g| g.is_finite()), "{g32:?}");
     check_all_dtypes(&c, Tuning::default(), 1, true);
 }
+
+/// The sequences `lo..hi` of a case as a case of their own (a micro-batch).
+fn slice_case(c: &Case, lo: usize, hi: usize) -> Case {
+    let o = offsets(&c.lens);
+    let (t0, t1) = (o[lo] as usize, o[hi] as usize);
+    Case {
+        lens: c.lens[lo..hi].to_vec(),
+        logp: c.logp[t0..t1].to_vec(),
+        logp_old: c.logp_old.as_ref().map(|v| v[t0..t1].to_vec()),
+        logp_ref: c.logp_ref.as_ref().map(|v| v[t0..t1].to_vec()),
+        adv: if c.adv_per_token {
+            c.adv[t0..t1].to_vec()
+        } else {
+            c.adv[lo..hi].to_vec()
+        },
+        adv_per_token: c.adv_per_token,
+        mask: c.mask.as_ref().map(|v| v[t0..t1].to_vec()),
+        opts: c.opts,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// SPEC §11 relation: with the whole batch's denominators passed as global ones, the
+    /// micro-batches' gradients are bit-identical to the whole batch's, their losses add up to
+    /// its loss and their counts to its counts.
+    #[test]
+    fn pt_micro_batches_add_up(c in case_strategy(), cut in any::<prop::sample::Index>(), tuning in tuning_strategy()) {
+        let o = offsets(&c.lens);
+        let counted = |t: usize| c.mask.as_ref().is_none_or(|m| m[t] != 0);
+        let mut whole = c.clone();
+        let n_tok = (0..c.logp.len()).filter(|&t| counted(t)).count();
+        let n_seq = o.windows(2).filter(|w| (w[0] as usize..w[1] as usize).any(counted)).count();
+        let h = c.lens.iter().copied().max().unwrap_or(0);
+        // A zero count means "this call's own" to the kernels; keep such degenerate batches local.
+        prop_assume!(n_tok > 0 && n_seq > 0 && h > 0);
+        whole.opts.global_tokens = n_tok as f64;
+        whole.opts.global_sequences = n_seq as f64;
+        whole.opts.horizon = f64::from(h);
+        let k = cut.index(c.lens.len() + 1);
+        let (gw, sw) = run_kernel::<f32>(&whole, tuning, 1, false);
+        let (ga, sa) = run_kernel::<f32>(&slice_case(&whole, 0, k), tuning, 2, false);
+        let (gb, sb) = run_kernel::<f32>(&slice_case(&whole, k, c.lens.len()), tuning, 3, false);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let joined: Vec<f32> = ga.iter().chain(&gb).copied().collect();
+        prop_assert_eq!(bits(&gw), bits(&joined));
+        prop_assert_eq!(sw.tokens, sa.tokens + sb.tokens);
+        prop_assert_eq!(sw.sequences, sa.sequences + sb.sequences);
+        prop_assert_eq!(sw.clipped, sa.clipped + sb.clipped);
+        let tol = tolerance(Quantity::Loss, Dtype::F32).unwrap();
+        let scale = analyse::<f32>(&whole).loss_scale;
+        prop_assert!(tol.accepts(sa.loss + sb.loss, sw.loss, scale), "{} + {} vs {}", sa.loss, sb.loss, sw.loss);
+    }
+}
