@@ -191,6 +191,21 @@ class TorchCpu(unittest.TestCase):
         want = _ref_loss(logp.double(), old.double(), adv.double()[:, None].expand(6, 40), mask)
         self.assertAlmostEqual(loss.item(), want.item(), places=5)
 
+    def test_micro_batches_with_global_denominators_add_up(self):
+        logp, old, mask, adv = self._batch(b=8, length=24)
+        whole = logp.clone().requires_grad_(True)
+        self.ct.policy_loss(whole, old, adv, mask=mask).backward()
+        n_tok = float(mask.sum())
+        parts, total = [], 0.0
+        for sl in (slice(0, 3), slice(3, 8)):
+            x = logp[sl].clone().requires_grad_(True)
+            loss = self.ct.policy_loss(x, old[sl], adv[sl], mask=mask[sl], global_tokens=n_tok)
+            loss.backward()
+            total += loss.item()
+            parts.append(x.grad)
+        self.assertAlmostEqual(total, self.ct.policy_loss(logp, old, adv, mask=mask).item(), 6)
+        torch.testing.assert_close(torch.cat(parts), whole.grad, atol=1e-9, rtol=1e-6)
+
     def test_verl_preset_dual_clip_and_options(self):
         logp, old, mask, adv = self._batch()
         base = self.ct.policy_loss(logp, old, adv, mask=mask)
