@@ -305,19 +305,28 @@ pub fn run<R: BufRead, W: Write>(
     Ok(summary)
 }
 
-/// A one-line progress bar on stderr, drawn once per chunk after the first 100k lines.
+/// A one-line progress bar on stderr, drawn once more than [`PROGRESS_MIN_LINES`] lines were
+/// read, then every [`PROGRESS_EVERY`] lines and once at the end.
 struct Progress {
     enabled: bool,
     shown: bool,
+    lines: u64,
+    drawn_at: u64,
     bytes: u64,
     total: Option<u64>,
 }
+
+/// Lines between two redraws of the progress bar (counting lines, not time, keeps it
+/// deterministic and cheap).
+const PROGRESS_EVERY: u64 = 50_000;
 
 impl Progress {
     fn new(opts: &EngineOptions) -> Self {
         Progress {
             enabled: opts.progress,
             shown: false,
+            lines: 0,
+            drawn_at: 0,
             bytes: 0,
             total: opts.total_bytes,
         }
@@ -325,21 +334,27 @@ impl Progress {
 
     fn update(&mut self, lines: u64, bytes: u64) {
         self.bytes += bytes;
-        if !self.enabled || lines <= PROGRESS_MIN_LINES {
-            return;
+        self.lines = lines;
+        if self.enabled && lines > PROGRESS_MIN_LINES && lines - self.drawn_at >= PROGRESS_EVERY {
+            self.draw();
         }
+    }
+
+    fn draw(&mut self) {
         self.shown = true;
+        self.drawn_at = self.lines;
+        let lines = self.lines;
         let mib = self.bytes as f64 / (1u64 << 20) as f64;
         let mut err = io::stderr().lock();
         let _ = match self.total.filter(|&t| t > 0) {
             Some(t) => {
                 let frac = (self.bytes as f64 / t as f64).min(1.0);
-                let filled = (frac * 30.0) as usize;
+                let filled = ((frac * 30.0) as usize).min(30);
                 write!(
                     err,
                     "\rcare [{}{}] {:5.1}%  {lines} lines  {mib:.1} MiB",
                     "#".repeat(filled),
-                    "-".repeat(30 - filled.min(30)),
+                    "-".repeat(30 - filled),
                     frac * 100.0
                 )
             }
@@ -350,6 +365,9 @@ impl Progress {
 
     fn finish(&mut self) {
         if self.shown {
+            if self.drawn_at != self.lines {
+                self.draw();
+            }
             let _ = writeln!(io::stderr());
         }
     }
