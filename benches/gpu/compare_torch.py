@@ -142,7 +142,7 @@ def bench_advantages(args, device, timer, copy_bw, rows):
                     _lib.check(
                         lib.care_gpu_group_advantages(
                             r.data_ptr(), n, None, 0, g, None, 0, ctypes.byref(opts),
-                            out.data_ptr(), n, None, 0, ws.data_ptr(), 64, stream,
+                            out.data_ptr(), n, None, 0, None, ws.data_ptr(), 64, stream,
                         ),
                         "care_gpu_group_advantages",
                     )  # fmt: skip
@@ -277,6 +277,223 @@ def care_launch(logp, old, adv, mask):
     return run
 
 
+# ---------------------------------------------------------------------------------------------
+# Selective log-softmax (issue 10): logits [N, V] -> logp[N], forward and forward + backward.
+
+
+def lsm_torch(x, y, t):
+    """torch eager, as verl/TRL write it for f32: log_softmax + gather."""
+    return torch.log_softmax(x.float() / t, dim=-1).gather(-1, y[:, None])[:, 0]
+
+
+def lsm_torch_chunked(x, y, t, chunk=1024):
+    """Row-chunked like the trainers (OpenRLHF/TRL loop over row blocks to bound memory)."""
+    out = [lsm_torch(x[i : i + chunk], y[i : i + chunk], t) for i in range(0, x.shape[0], chunk)]
+    return torch.cat(out)
+
+
+def lsm_liger():
+    """Liger Kernel's Triton forward (`fused_selective_log_softmax`, no gradient) and its
+    fused GRPO loss (`triton_grpo_loss`), or (None, None) when Liger/Triton is not installed."""
+    try:
+        from liger_kernel.ops.grpo_loss import fused_selective_log_softmax
+    except Exception as e:  # noqa: BLE001 - report and go on without the column
+        print(f"# liger_kernel unavailable: {e}", file=sys.stderr)
+        return None, None
+    try:
+        from liger_kernel.transformers.grpo_loss import triton_grpo_loss
+    except Exception:  # noqa: BLE001
+        triton_grpo_loss = None
+    return fused_selective_log_softmax, triton_grpo_loss
+
+
+def bench_logsoftmax(args, device, timer, copy_bw, rows):
+    """`[8192, 151936]` and `[32768, 151936]` bf16 logits at temperature 0.6: the forward
+    (logp of the targets) and forward + backward (dlogits in bf16), care against torch eager,
+    row-chunked torch, torch.compile and Liger's Triton kernels (forward; and logits -> GRPO loss
+    fwd+bwd against care's fused `logits_policy_loss`). Minimal traffic: the forward reads the
+    logits once; forward + backward reads them twice and writes dlogits once."""
+    from care_torch import logsoftmax as lsm
+
+    t_temp = 0.6
+    v = 151936
+    sizes = [(64, 1000), (256, 4099)] if args.smoke else [(8192, v), (32768, v)]
+    compiled = maybe_compile(lsm_torch, args.compile)
+    liger_fwd, liger_loss = lsm_liger() if device.type == "cuda" else (None, None)
+    for n, vocab in sizes:
+        dtype = torch.bfloat16
+        gen = torch.Generator().manual_seed(n)
+        # One spare row at the end: Liger's kernels take [B, L + 1, V] logits.
+        full = (torch.randn(n + 1, vocab, generator=gen) * 2).to(dtype).to(device)
+        x = full[:n]
+        y = torch.randint(0, vocab, (n,), generator=gen).to(device)
+        g = torch.randn(n, generator=gen).to(device)
+        el = x.element_size()
+        size = f"[{n}, {vocab}]"
+
+        want = lsm_torch(x, y, t_temp)
+        got = lsm.selective_log_softmax(x, y, temperature=t_temp)
+        torch.testing.assert_close(got, want, atol=2e-4, rtol=1e-5)
+
+        # ---- forward
+        impls = [
+            ("torch eager", lambda: lsm_torch(x, y, t_temp)),
+            ("torch chunked (1024 rows)", lambda: lsm_torch_chunked(x, y, t_temp)),
+        ]
+        if compiled is not None:
+            try:
+                torch.testing.assert_close(compiled(x, y, t_temp), want, atol=2e-4, rtol=1e-5)
+                impls.append(("torch.compile", lambda: compiled(x, y, t_temp)))
+            except Exception as e:  # noqa: BLE001
+                print(f"# torch.compile failed for log-softmax: {e}", file=sys.stderr)
+        if liger_fwd is not None:
+            lx, ly = full.view(1, n + 1, vocab), y.view(1, n)
+            try:
+                lp_liger = liger_fwd(lx, ly, t_temp)[0]
+                torch.testing.assert_close(lp_liger, want, atol=2e-4, rtol=1e-5)
+                impls.append(("liger triton (fwd only)", lambda: liger_fwd(lx, ly, t_temp)))
+            except Exception as e:  # noqa: BLE001
+                print(f"# liger fused_selective_log_softmax failed: {e}", file=sys.stderr)
+        if device.type == "cuda":
+            impls.append(("care kernel (launch only)", lsm_care_launch(x, y, t_temp)))
+        impls.append(("care_torch", lambda: lsm.selective_log_softmax(
+            x, y, temperature=t_temp, check_targets=False)))  # fmt: skip
+        nbytes = n * vocab * el + 12 * n
+        _lsm_rows(rows, impls, timer, device, copy_bw, "logsoftmax fwd", size, nbytes)
+
+        # ---- forward + backward (gradient w.r.t. the bf16 logits)
+        xr = x.detach().clone().requires_grad_(True)
+
+        def eager_fb():
+            xr.grad = None
+            (lsm_torch(xr, y, t_temp) * g).sum().backward()
+
+        def chunked_fb():
+            xr.grad = None
+            (lsm_torch_chunked(xr, y, t_temp) * g).sum().backward()
+
+        def care_fb():
+            xr.grad = None
+            lp = lsm.selective_log_softmax(xr, y, temperature=t_temp, check_targets=False)
+            (lp * g).sum().backward()
+
+        eager_fb()
+        ge = xr.grad.float()
+        care_fb()
+        torch.testing.assert_close(xr.grad.float(), ge, atol=2e-3, rtol=2e-2)
+        impls = [("torch eager", eager_fb), ("torch chunked (1024 rows)", chunked_fb)]
+        if compiled is not None:
+
+            def comp_fb():
+                xr.grad = None
+                (compiled(xr, y, t_temp) * g).sum().backward()
+
+            try:
+                comp_fb()
+                impls.append(("torch.compile", comp_fb))
+            except Exception as e:  # noqa: BLE001
+                print(f"# torch.compile failed for log-softmax fwd+bwd: {e}", file=sys.stderr)
+        if device.type == "cuda":
+            launch = lsm_care_launch(x.clone(), y, t_temp, backward=True)
+            impls.append(("care kernels (launch only, bwd in place)", launch))
+        impls.append(("care_torch", care_fb))
+        xr.grad = None
+        _lsm_rows(rows, impls, timer, device, copy_bw, "logsoftmax fwd+bwd", size,
+                  3 * n * vocab * el + 16 * n)  # fmt: skip
+
+        # ---- logits -> GRPO loss, forward + backward (Liger's fused loss vs care's), as
+        # sequences of 1024 tokens; both write dlogits over their own copy of the logits.
+        if liger_loss is not None:
+            length = min(1024, n)
+            b = n // length
+            noise = 0.1 * torch.randn(b, length, device=device)
+            old = (want.detach().view(b, length) + noise).float()
+            adv = torch.randn(b, device=device)
+            mask = torch.ones(b, length, dtype=torch.int32, device=device)
+            # Liger takes [B, L + 1, V] logits (the last position of each sequence is dropped).
+            xl = torch.empty(b, length + 1, vocab, dtype=dtype, device=device)
+            xl[:, :length] = x.view(b, length, vocab)
+            xl[:, length] = 0
+            ids = y.view(b, length)
+
+            def liger_fb():
+                xl.grad = None
+                out = liger_loss(xl.requires_grad_(True), old, None, ids, adv, mask,
+                                 temperature=t_temp, beta=0.0, eps_low=0.2, eps_high=0.2,
+                                 inplace=True)  # fmt: skip
+                (out[0] if isinstance(out, tuple) else out).backward()
+
+            xc = x.detach().clone().view(b, length, vocab).requires_grad_(True)
+
+            def care_loss_fb():
+                xc.grad = None
+                care_torch.logits_policy_loss(
+                    xc, ids, old, adv, mask=mask, temperature=t_temp,
+                    aggregation="seq_mean_token_mean", inplace_backward=True,
+                ).backward()  # fmt: skip
+
+            impls = [("liger triton_grpo_loss (in place)", liger_fb),
+                     ("care logits_policy_loss (bwd in place)", care_loss_fb)]  # fmt: skip
+            try:
+                _lsm_rows(rows, impls, timer, device, copy_bw, "logits->loss fwd+bwd", size,
+                          3 * n * vocab * el + 20 * n)  # fmt: skip
+            except Exception as e:  # noqa: BLE001
+                print(f"# logits->loss comparison failed: {e}", file=sys.stderr)
+            xl = xc = None
+        impls = []
+        full = x = xr = None
+
+
+def _lsm_rows(rows, impls, timer, device, copy_bw, op, size, nbytes):
+    base = None
+    for name, fn in impls:
+        sec = timer.median(fn)
+        base = base or sec
+        rows.append(
+            dict(op=op, size=size, dtype="bfloat16", impl=name, secs=sec, bytes=nbytes,
+                 gbps=nbytes / sec / 1e9, pct_copy=100 * nbytes / sec / copy_bw,
+                 vs_eager=base / sec, peak_extra=peak_extra(device, fn))
+        )  # fmt: skip
+
+
+def lsm_care_launch(x, y, t, backward=False):
+    """The bare C calls on preallocated buffers (no status read, no synchronization): the
+    forward, and with `backward` also the backward pass in place over `x`."""
+    from care_torch import logsoftmax as lsm
+
+    lib = lsm._lib_handle()
+    device = x.device
+    n, vocab = x.shape
+    y32 = y.to(torch.int32)
+    logp = torch.empty(n, dtype=torch.float32, device=device)
+    lse = torch.empty_like(logp)
+    g = torch.randn(n, device=device)
+    ws = torch.empty(16, dtype=torch.int32, device=device)
+    stream = torch.cuda.current_stream(device).cuda_stream
+    code = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
+    stride = x.stride(0)
+
+    def run():
+        _lib.check(
+            lib.care_gpu_log_softmax(
+                code, x.data_ptr(), n, vocab, stride, y32.data_ptr(), n, 0, None, 0, t,
+                logp.data_ptr(), n, None, 0, lse.data_ptr(), n, ws.data_ptr(), 64, stream,
+            ),
+            "care_gpu_log_softmax",
+        )  # fmt: skip
+        if backward:
+            _lib.check(
+                lib.care_gpu_log_softmax_backward(
+                    code, x.data_ptr(), n, vocab, stride, y32.data_ptr(), n, 0, None, 0, t,
+                    lse.data_ptr(), n, None, 0, g.data_ptr(), n, None, 0, x.data_ptr(), stride,
+                    stream,
+                ),
+                "care_gpu_log_softmax_backward",
+            )  # fmt: skip
+
+    return run
+
+
 def print_rows(rows, device, copy_bw):
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke check)"
     print(
@@ -300,7 +517,7 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="small sizes, few iterations")
     ap.add_argument("--no-compile", dest="compile", action="store_false")
     ap.add_argument("--iters", type=int, default=None, help="timed runs (50 on CUDA, 5 on CPU)")
-    ap.add_argument("--only", choices=["advantages", "loss"], default=None)
+    ap.add_argument("--only", choices=["advantages", "loss", "logsoftmax"], default=None)
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -315,6 +532,8 @@ def main():
         bench_advantages(args, device, timer, copy_bw, rows)
     if args.only in (None, "loss"):
         bench_loss(args, device, timer, copy_bw, rows)
+    if args.only in (None, "logsoftmax"):
+        bench_logsoftmax(args, device, timer, copy_bw, rows)
     print_rows(rows, device, copy_bw)
     if args.out:
         Path(args.out).write_text(

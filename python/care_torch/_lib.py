@@ -184,6 +184,7 @@ _SIGNATURES = {
     "care_gpu_group_advantages": (
         _u32,
         [_vp, _sz, _vp, _sz, _u32, _vp, _sz, _P(AdvantageOptions), _vp, _sz, _vp, _sz,
+         _vp,  # d_batch_std (optional)
          _vp, _sz, _vp],
     ),  # fmt: skip
     "care_gpu_advantage_status": (_u32, [_vp, _sz, _vp]),

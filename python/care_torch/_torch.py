@@ -75,6 +75,7 @@ def advantages(
     eps=None,
     return_stats=False,
     check_status=True,
+    batch_std=None,
 ):
     """Group-relative advantages of ``rewards`` (SPEC §9), as a float32 tensor of its shape.
 
@@ -86,6 +87,10 @@ def advantages(
     ``scale="none"``). CUDA tensors run one ``care`` kernel launch on the current stream; with
     ``check_status`` (default) the call then synchronizes to raise on an infinite reward or a
     singleton group under ``singleton="error"``.
+
+    ``batch_std`` (CUDA only): a one-element float32 device tensor holding the batch std to
+    use under ``scale="batch_std"`` (e.g. all-reduced across ranks); ``None`` computes it
+    from this call's rewards.
 
     With ``return_stats`` returns ``(advantages, stats)`` where ``stats`` is an int/float
     tensor ``[B, 4]``: count, mean, std, zero_variance (count and flag as floats).
@@ -106,6 +111,13 @@ def advantages(
         preset, baseline=baseline, scale=scale, std=std, singleton=singleton, eps=eps
     )
     out = torch.empty(n, dtype=torch.float32, device=device)
+    bstd = None
+    if batch_std is not None:
+        if device.type != "cuda":
+            raise ValueError("batch_std is for CUDA rewards (the CPU path computes its own)")
+        bstd = _flat(batch_std, torch.float32, device, "batch_std")
+        if bstd.numel() != 1:
+            raise ValueError("batch_std must hold exactly one value")
     stats = None
     if return_stats:
         # care_group_stats is {u32, f32, f32, u32}: 16 bytes per group.
@@ -118,7 +130,7 @@ def advantages(
             lib.care_gpu_group_advantages(
                 r.data_ptr(), n, _ptr(v), _n(v), gs, _ptr(offs), _n(offs), ctypes.byref(opts),
                 out.data_ptr(), n, _ptr(stats), 0 if stats is None else n_groups,
-                ws.data_ptr(), _lib.GPU_WORKSPACE_BYTES, stream,
+                _ptr(bstd), ws.data_ptr(), _lib.GPU_WORKSPACE_BYTES, stream,
             ),
             "care_gpu_group_advantages",
         )  # fmt: skip
