@@ -55,7 +55,11 @@ _SIGNATURES = {
     ),
 }  # fmt: skip
 
-_DTYPES = {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
+_DTYPES = {
+    torch.float32: _lib.DTYPE_F32,
+    torch.bfloat16: _lib.DTYPE_BF16,
+    torch.float16: _lib.DTYPE_F16,
+}
 _DECLARED = None
 
 
@@ -188,7 +192,9 @@ class SelectiveLogSoftmax(torch.autograd.Function):
     """``autograd.Function``: forward ``(logp, entropy)`` from logits; backward ``dlogits``."""
 
     @staticmethod
-    def forward(ctx, logits, targets, mask, temperature, want_entropy, inplace_backward, check_targets):
+    def forward(
+        ctx, logits, targets, mask, temperature, want_entropy, inplace_backward, check_targets
+    ):
         x2, rows, v, stride = _rows_view(logits)
         y, i64 = _targets(targets, rows, logits.device)
         m = _mask(mask, rows, logits.device)
