@@ -79,6 +79,12 @@ fn header_compiles_as_c11_and_cxx17_and_every_function_links() {
     // Taking the address of each function makes the linker resolve every declaration.
     let mut src = String::from("#include \"care.h\"\n#include <stdio.h>\n");
     src.push_str("_Static_assert(CARE_OK == 0, \"CARE_OK is 0\");\n");
+    // The C compiler must lay every struct out as Rust does (size and alignment).
+    for (name, size, align) in struct_layouts() {
+        src.push_str(&format!(
+            "_Static_assert(sizeof(struct {name}) == {size} && _Alignof(struct {name}) == {align}, \"{name} layout\");\n"
+        ));
+    }
     src.push_str("int main(void) {\n  const void *fns[] = {\n");
     for f in &declared {
         src.push_str(&format!("    (const void *)(size_t)&{f},\n"));
@@ -157,4 +163,34 @@ fn header_result_codes_match_the_rust_enum() {
         let want = format!("  {r:?} = {},", r as u32);
         assert!(header.contains(&want), "care.h lacks `{}`", want.trim());
     }
+}
+
+/// `(C name, size, alignment)` of every `#[repr(C)]` struct of the API, as Rust lays them out.
+fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
+    use care::advantage::*;
+    use care::loss::*;
+    use care::reward::*;
+    use care::rubric::*;
+    use std::mem::{align_of, size_of};
+    macro_rules! layouts {
+        ($($t:ident),* $(,)?) => { vec![$((stringify!($t), size_of::<$t>(), align_of::<$t>())),*] };
+    }
+    layouts![
+        care_advantage_options,
+        care_group_stats,
+        care_group_sums,
+        care_loss_options,
+        care_loss_stats,
+        care_score_options,
+        care_pref_options,
+        care_generator_options,
+        care_fired,
+        care_reward_detail,
+        care_batch_report,
+        care_strategy_counts,
+        care_generator_result,
+        care_judge_report,
+        care_format_policy,
+        care_violation,
+    ]
 }
