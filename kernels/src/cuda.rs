@@ -9,6 +9,43 @@
 //!
 //! Creating a context without a driver panics inside `cudarc`, so everything here first checks
 //! [`driver_available`] (`cudarc::driver::sys::is_culib_present()`).
+//!
+//! ```no_run
+//! use care_core::grpo::{AdvantageOptions, LossOptions};
+//! use care_kernels::cuda::{self, DeviceLossInputs};
+//! use care_kernels::cudarc::driver::CudaContext;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! if !cuda::driver_available() {
+//!     return Ok(()); // no GPU here
+//! }
+//! let ctx = CudaContext::new(0)?;
+//! let stream = ctx.default_stream();
+//! // Two groups of two rollouts.
+//! let rewards = stream.clone_htod(&[1.0f32, 0.0, 0.5, 0.5])?;
+//! let mut adv = stream.alloc_zeros::<f32>(4)?;
+//! let opts = AdvantageOptions::default();
+//! cuda::group_advantages_on(&stream, &rewards, None, 2, None, &opts, &mut adv, None)?;
+//!
+//! // One token per rollout, per-sequence advantages, on-policy.
+//! let logp = stream.clone_htod(&[-0.5f32, -1.0, -0.7, -2.0])?;
+//! let offsets = stream.clone_htod(&[0u32, 1, 2, 3, 4])?;
+//! let mut grad = stream.alloc_zeros::<f32>(4)?;
+//! let inputs = DeviceLossInputs {
+//!     logp: &logp,
+//!     logp_old: None,
+//!     logp_ref: None,
+//!     adv: &adv,
+//!     adv_per_token: false,
+//!     mask: None,
+//!     seq_offsets: &offsets,
+//!     max_seq_len: 1,
+//! };
+//! let stats = cuda::grpo_loss_on(&stream, &inputs, &LossOptions::default(), &mut grad)?;
+//! println!("loss {} over {} tokens", stats.loss, stats.tokens);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::ffi::{CString, c_void};
 use std::sync::{Arc, Mutex};
