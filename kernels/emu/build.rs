@@ -13,7 +13,18 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed={p}");
     }
-    cc::Build::new()
+    // CARE_EMU_UBSAN=1: build the emulated kernels with UBSan (shift, overflow, float-cast and
+    // alignment checks that abort on the first report), a manual check of the kernel C++.
+    println!("cargo:rerun-if-env-changed=CARE_EMU_UBSAN");
+    let ubsan = std::env::var("CARE_EMU_UBSAN").is_ok_and(|v| v == "1");
+    let mut build = cc::Build::new();
+    if ubsan {
+        build
+            .flag("-fsanitize=undefined,float-cast-overflow")
+            .flag("-fno-sanitize-recover=all");
+        println!("cargo:rustc-link-lib=ubsan");
+    }
+    build
         .cpp(true)
         .std("c++17")
         .file("csrc/launch.cpp")
