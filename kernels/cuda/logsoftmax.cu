@@ -3,7 +3,7 @@
 // the f64 reference; its module documentation is the contract, edge cases included).
 //
 // Forward, per row: one pass over the logits with an online max / sum-exp in float, in the log2
-// domain (z2 = x * log2(e) / T, so every exponential is one exp2f), with 16-byte vector loads
+// domain (z2 = x * log2(e) / T, so every exponential is one ex2), with 16-byte vector loads
 // after a scalar head that reaches 16-byte alignment (any row stride and base pointer work).
 // The running state per thread is (m, s, t): the max, s = sum 2^(z2 - m) and, for the entropy,
 // t = sum 2^(z2 - m) * (z2 - m). States merge exactly (rescaled to the larger max), so the row is
@@ -71,6 +71,42 @@ struct CareLsmParams {
     float inv_temp;          // 1 / T
 };
 
+// 2^x. On the device one MUFU.EX2 (ex2.approx.ftz): a result below 2^-126 becomes 0, which
+// changes no row sum (each is >= 1, the max element contributes exactly 1) and no gradient
+// beyond the tolerance, while the non-ftz exp2f adds four instructions of range fix-up around the
+// MUFU per element (seen in the sm_90 SASS). The host emulator uses exp2f (within 2 ulp of it).
+__device__ __forceinline__ float care_exp2(float x) {
+#if defined(__CUDACC__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
+
+// Two floats to packed 16-bit values (element 2k in the low half), round to nearest even. On the
+// device one cvt.rn.{bf16x2,f16x2}.f32 (sm_80+; the upper half comes from the first operand);
+// the emulator uses the bit-exact software rounding of common.cuh (NaN payloads may differ).
+__device__ __forceinline__ care_u32 care_pack_bf16x2(float lo, float hi) {
+#if defined(__CUDACC__)
+    care_u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return (care_u32)care_f32_to_bf16(lo) | ((care_u32)care_f32_to_bf16(hi) << 16);
+#endif
+}
+__device__ __forceinline__ care_u32 care_pack_f16x2(float lo, float hi) {
+#if defined(__CUDACC__)
+    care_u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return (care_u32)care_f32_to_f16(lo) | ((care_u32)care_f32_to_f16(hi) << 16);
+#endif
+}
+
 // ---- 16-byte vectors ---------------------------------------------------------------------------
 
 struct alignas(16) CareVec16 {
@@ -105,8 +141,7 @@ struct CareLsmVec<care_bf16> {
     __device__ static __forceinline__ void pack(const float* in, CareVec16& v) {
         CARE_UNROLL
         for (int k = 0; k < 4; ++k) {
-            v.w[k] = (care_u32)care_f32_to_bf16(in[2 * k]) |
-                     ((care_u32)care_f32_to_bf16(in[2 * k + 1]) << 16);
+            v.w[k] = care_pack_bf16x2(in[2 * k], in[2 * k + 1]);
         }
     }
 };
@@ -123,8 +158,7 @@ struct CareLsmVec<care_f16> {
     __device__ static __forceinline__ void pack(const float* in, CareVec16& v) {
         CARE_UNROLL
         for (int k = 0; k < 4; ++k) {
-            v.w[k] = (care_u32)care_f32_to_f16(in[2 * k]) |
-                     ((care_u32)care_f32_to_f16(in[2 * k + 1]) << 16);
+            v.w[k] = care_pack_f16x2(in[2 * k], in[2 * k + 1]);
         }
     }
 };
@@ -156,10 +190,11 @@ template <bool ENT, int K>
 __device__ __forceinline__ void care_lsm_add(CareLsmState& st, const float* x, float scale) {
     float vx = x[0];
     CARE_UNROLL
-    for (int k = 1; k < K; ++k) vx = x[k] > vx ? x[k] : vx;
+    // fmaxf (one FMNMX) ignores a NaN here; the NaN still reaches s through its own exp2.
+    for (int k = 1; k < K; ++k) vx = fmaxf(vx, x[k]);
     float vm = CARE_MUL_RN(vx, scale);
     if (vm > st.m) {
-        float a = exp2f(st.m - vm);
+        float a = care_exp2(st.m - vm);
         if (ENT) {
             // (m_old - m_new) * s with s == 0 at the start: keep the product finite.
             float dm = st.m - vm;
@@ -172,7 +207,7 @@ __device__ __forceinline__ void care_lsm_add(CareLsmState& st, const float* x, f
     CARE_UNROLL
     for (int k = 0; k < K; ++k) {
         float d = CARE_MUL_RN(x[k], scale) - st.m;
-        float e = exp2f(d);
+        float e = care_exp2(d);
         st.s += e;
         if (ENT) {
             // A -inf logit has e == 0 and d == -inf; clamp d so that the product is 0, not NaN.
@@ -185,8 +220,8 @@ template <bool ENT>
 __device__ __forceinline__ CareLsmState care_lsm_merge(CareLsmState a, CareLsmState b) {
     CareLsmState r;
     r.m = a.m > b.m ? a.m : b.m;
-    float fa = exp2f(a.m - r.m);
-    float fb = exp2f(b.m - r.m);
+    float fa = care_exp2(a.m - r.m);
+    float fb = care_exp2(b.m - r.m);
     r.s = fa * a.s + fb * b.s;
     r.t = 0.0f;
     if (ENT) {
@@ -363,14 +398,14 @@ struct CareLsmRowGrad {
     float cg;     // g / T
     float ce;     // e / T (entropy term)
     float h;      // entropy (natural log)
-    long long y;  // target index or -1
+    care_u32 y;   // target index, or 0xffffffff (never a column: V <= 2^32 - 1)
 };
 
 template <bool ENT>
 __device__ __forceinline__ float care_lsm_grad(const CareLsmRowGrad& r, float x, care_u32 j) {
     float d2 = CARE_MUL_RN(x, r.scale) - r.lse2; // log2 p
-    float pj = exp2f(d2);
-    float g = r.cg * (((long long)j == r.y ? 1.0f : 0.0f) - pj);
+    float pj = care_exp2(d2);
+    float g = r.cg * ((j == r.y ? 1.0f : 0.0f) - pj);
     if (ENT) {
         // p log p -> 0: clamp log p so that a -inf logit gives 0, not 0 * -inf.
         float lp = d2 * CARE_LN2;
@@ -399,7 +434,8 @@ __device__ __forceinline__ void care_lsm_backward_row(const CareLsmParams& p, ca
     r.cg = p.dlogp != 0 ? p.dlogp[row] * p.inv_temp : 0.0f;
     r.ce = ENT ? p.dentropy[row] * p.inv_temp : 0.0f;
     r.h = ENT ? p.entropy[row] : 0.0f;
-    r.y = care_lsm_target(p, row);
+    long long y = care_lsm_target(p, row);
+    r.y = y < 0 ? 0xffffffffu : (care_u32)y;
     // Vectorized only when both rows share their offset from a 16-byte boundary (always true
     // in place); otherwise every element goes through the scalar loop.
     care_u32 head = care_lsm_head<T>(xrow, vocab);
