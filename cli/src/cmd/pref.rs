@@ -4,7 +4,9 @@ use care_core::reward::generator_reward_validated;
 use care_core::{GeneratorOptions, validate};
 use serde_json::Value;
 
-use super::rubric::{flatten_scores, member_text, write_fired};
+use super::rubric::{
+    explain_score_error, flatten_scores, locate_score_error, member_text, write_fired,
+};
 use crate::input::{object, required, score_matrix, str_array};
 use crate::json::{LineError, Obj};
 
@@ -36,7 +38,28 @@ pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result
         ),
         None => (Vec::new(), Vec::new()),
     };
-    let g = generator_reward_validated(&v, &chosen, &rejected, &tactics, opts)?;
+    let g = generator_reward_validated(&v, &chosen, &rejected, &tactics, opts).map_err(|e| {
+        // Name the criterion (chosen side first, as the core checks it first per pair).
+        match (v.rubric.as_ref(), e) {
+            (Some(r), care_core::Error::MissingScore | care_core::Error::ScoreOutOfRange) => {
+                locate_score_error(e, r, &chosen, "chosen_scores")
+                    .unwrap_or_else(|| explain_score_error(e, r, &rejected, "rejected_scores"))
+            }
+            (_, care_core::Error::UnknownLabel) => {
+                let unknown = tactics
+                    .iter()
+                    .find(|t| care_core::strategy::lookup(t).is_none())
+                    .map_or(String::new(), |t| format!(" {t:?}"));
+                LineError::new(
+                    e.code(),
+                    format!(
+                        "chosen_tactics: unknown strategy label{unknown} (ESConv or MINT labels; --unknown-label ignore skips it)"
+                    ),
+                )
+            }
+            _ => LineError::from(e),
+        }
+    })?;
     o.f64("r_pref", g.r_pref)
         .f64("r_align", g.r_align)
         .u64("r_fmt", u64::from(g.r_fmt == 1.0))

@@ -98,3 +98,51 @@ pub fn write_fired(o: &mut Obj<'_>, f: &care_core::reward::Fired) {
             .bool("uniform_weights", f.uniform_weights);
     });
 }
+
+/// A scoring error with the criterion that caused it: the core reports *what* went wrong
+/// (`missing_score`, `score_out_of_range`); the line should also say *where*.
+pub fn explain_score_error(
+    err: care_core::Error,
+    rubric: &Rubric<'_>,
+    flat: &[f64],
+    key: &str,
+) -> LineError {
+    locate_score_error(err, rubric, flat, key).unwrap_or_else(|| LineError::core(err, key))
+}
+
+/// The first criterion of `flat` that breaks the policy behind `err`, as a line error; `None`
+/// when `err` is not a score error or no score of `flat` caused it.
+pub fn locate_score_error(
+    err: care_core::Error,
+    rubric: &Rubric<'_>,
+    flat: &[f64],
+    key: &str,
+) -> Option<LineError> {
+    let bad = |x: f64| match err {
+        care_core::Error::MissingScore => x.is_nan(),
+        care_core::Error::ScoreOutOfRange => {
+            !x.is_nan() && !((0.0..=5.0).contains(&x) && x.round() == x)
+        }
+        _ => false,
+    };
+    let found = rubric
+        .iter_flat()
+        .zip(flat)
+        .enumerate()
+        .find(|(_, (_, x))| bad(**x));
+    found.map(|(i, ((d, c), x))| {
+        let what = if x.is_nan() {
+            "has no score".to_owned()
+        } else {
+            format!("has score {x}, not an integer in 0..=5")
+        };
+        LineError::new(
+            err.code(),
+            format!(
+                "{key}: {} criterion {:?} (flat index {i}) {what}",
+                d.json_name(),
+                c.title
+            ),
+        )
+    })
+}

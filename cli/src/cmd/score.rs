@@ -7,7 +7,7 @@ use care_core::{
 };
 use serde_json::{Map, Value};
 
-use super::rubric::{flatten_scores, member_text, write_fired};
+use super::rubric::{explain_score_error, flatten_scores, member_text, write_fired};
 use crate::input::{object, score_matrix};
 use crate::json::{LineError, Obj};
 
@@ -49,7 +49,9 @@ pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result
         return run_group(opts, rubric, r_fmt, responses, o);
     }
     let (scores, judge) = response_scores(rubric, m, "")?;
-    let r = policy_reward(rubric, &scores, &opts.score)?;
+    let key = if judge.is_some() { "judge" } else { "scores" };
+    let r = policy_reward(rubric, &scores, &opts.score)
+        .map_err(|e| explain_score_error(e, rubric, &scores, key))?;
     o.f64("reward", r.reward);
     o.f64s("per_dimension", &r.dim_means);
     o.f64s("weights", &r.weights);
@@ -138,7 +140,8 @@ fn run_group(
             Some(e) => Err(e),
             None => {
                 let s = flat.get(j * total..(j + 1) * total).unwrap_or(&[]);
-                policy_reward(rubric, s, &opts.score).map_err(|e| LineError::core(e, ""))
+                policy_reward(rubric, s, &opts.score)
+                    .map_err(|e| explain_score_error(e, rubric, s, &format!("responses[{j}]")))
             }
         })
         .collect();
