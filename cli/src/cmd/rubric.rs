@@ -118,11 +118,10 @@ pub fn locate_score_error(
     flat: &[f64],
     key: &str,
 ) -> Option<LineError> {
+    let in_range = |x: f64| (0.0..=5.0).contains(&x) && x.round() == x;
     let bad = |x: f64| match err {
         care_core::Error::MissingScore => x.is_nan(),
-        care_core::Error::ScoreOutOfRange => {
-            !x.is_nan() && !((0.0..=5.0).contains(&x) && x.round() == x)
-        }
+        care_core::Error::ScoreOutOfRange => !x.is_nan() && !in_range(x),
         _ => false,
     };
     let found = rubric
