@@ -27,6 +27,27 @@ use care_kernels::{Backend, Dtype, Geometry, Kernel, WORKSPACE_BYTES};
 use care_kernels_emu::{EmuError, Emulator, addr, addr_mut};
 use proptest::prelude::*;
 
+mod common;
+
+use std::cell::RefCell;
+
+use care_kernels::logsoftmax::LsmCuda;
+use common::{Device, GpuDevice};
+
+thread_local! {
+    /// Where `forward` / `backward` run: the emulator (`None`) or this GPU. Tests run on
+    /// several threads, so each thread has its own choice; only the `gpu_*` test sets it.
+    static GPU: RefCell<Option<GpuDevice>> = const { RefCell::new(None) };
+}
+
+/// A log-softmax backend on the GPU's context (bound to this thread by `backend`) and its
+/// default stream, which `GpuDevice` also uses.
+fn gpu_backend(g: &GpuDevice) -> LsmCuda {
+    let _bound = g.backend(0);
+    // SAFETY: a context is current on this thread (bound just above); null = default stream.
+    unsafe { LsmCuda::new(core::ptr::null_mut(), 0) }.unwrap()
+}
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct Dim3 {
@@ -282,6 +303,11 @@ impl<T: El> Dev<T> {
 }
 
 fn forward<T: El>(c: &Case, dev: &Dev<T>, tuning: LsmTuning, seed: u64, entropy: bool) -> Fwd {
+    if let Some(f) =
+        GPU.with_borrow_mut(|g| g.as_mut().map(|g| forward_gpu(g, c, dev, tuning, entropy)))
+    {
+        return f;
+    }
     let n = c.rows;
     let mut logp = vec![f32::NAN; n];
     let mut ent = vec![f32::NAN; n];
@@ -304,6 +330,49 @@ fn forward<T: El>(c: &Case, dev: &Dev<T>, tuning: LsmTuning, seed: u64, entropy:
         entropy: ent,
         lse,
         status: status[0],
+    }
+}
+
+/// `forward` on the GPU: the same buffers uploaded (same misalignment), outputs poisoned.
+fn forward_gpu<T: El>(
+    g: &mut GpuDevice,
+    c: &Case,
+    dev: &Dev<T>,
+    tuning: LsmTuning,
+    entropy: bool,
+) -> Fwd {
+    let n = c.rows;
+    let nan = vec![f32::NAN; n];
+    let mut rows = dev.rows(c);
+    rows.logits = g.upload(&dev.data) + (c.offset * size_of::<T>()) as u64;
+    rows.targets = if c.i64_targets {
+        g.upload(&dev.t64)
+    } else {
+        g.upload(&dev.t32)
+    };
+    rows.mask = c.mask.as_deref().map_or(0, |m| g.upload(m));
+    let out = LsmOutputs {
+        logp: g.upload(&nan),
+        entropy: if entropy { g.upload(&nan) } else { 0 },
+        lse: g.upload(&nan),
+        status: g.upload(&[0x5555_5555u32]),
+    };
+    let opts = LogSoftmaxOptions {
+        temperature: c.temperature,
+    };
+    let b = gpu_backend(g);
+    // SAFETY: device buffers of the documented sizes, alive in `g` until it is dropped.
+    unsafe { log_softmax_forward(&b, &rows, &out, &opts, tuning) }.unwrap();
+    b.synchronize().unwrap();
+    Fwd {
+        logp: g.download(out.logp, n),
+        entropy: if entropy {
+            g.download(out.entropy, n)
+        } else {
+            nan.clone()
+        },
+        lse: g.download(out.lse, n),
+        status: g.download::<u32>(out.status, 1)[0],
     }
 }
 
@@ -384,6 +453,12 @@ fn backward<T: El>(
     tuning: LsmTuning,
     seed: u64,
 ) -> Vec<f64> {
+    if let Some(d) = GPU.with_borrow_mut(|gd| {
+        gd.as_mut()
+            .map(|gd| backward_gpu::<T>(gd, c, fwd, g, e, in_place, tuning))
+    }) {
+        return d;
+    }
     let mut dev = Dev::<T>::new(c);
     let mut rows = dev.rows(c);
     // In place writes into the logits: hand out their address from a unique borrow.
@@ -417,6 +492,62 @@ fn backward<T: El>(
         (&dev.data, c.offset, c.stride)
     } else {
         (&sep, doff, dstride)
+    };
+    let mut out = Vec::with_capacity(c.rows * c.vocab);
+    for i in 0..c.rows {
+        out.extend(
+            buf[off + i * st..off + i * st + c.vocab]
+                .iter()
+                .map(|x| x.to_f64()),
+        );
+    }
+    out
+}
+
+/// `backward` on the GPU, with the same layouts (separate buffer: stride `V + 3`, offset 1).
+fn backward_gpu<T: El>(
+    gd: &mut GpuDevice,
+    c: &Case,
+    fwd: &Fwd,
+    g: &[f32],
+    e: Option<&[f32]>,
+    in_place: bool,
+    tuning: LsmTuning,
+) -> Vec<f64> {
+    let dev = Dev::<T>::new(c);
+    let mut rows = dev.rows(c);
+    let base = gd.upload(&dev.data);
+    rows.logits = base + (c.offset * size_of::<T>()) as u64;
+    rows.targets = gd.upload(&dev.t64);
+    rows.targets_i64 = true;
+    rows.mask = c.mask.as_deref().map_or(0, |m| gd.upload(m));
+    let (dstride, doff) = (c.vocab + 3, 1);
+    let sep = vec![T::from_f32(f32::NAN); doff + c.rows * dstride];
+    let sep_base = gd.upload(&sep);
+    let (dlogits, ds) = if in_place {
+        (rows.logits, c.stride as u64)
+    } else {
+        (sep_base + (doff * size_of::<T>()) as u64, dstride as u64)
+    };
+    let gr = LsmGrads {
+        lse: gd.upload(&fwd.lse),
+        entropy: gd.upload(&fwd.entropy),
+        dlogp: gd.upload(g),
+        dentropy: e.map_or(0, |e| gd.upload(e)),
+        dlogits,
+        dstride: ds,
+    };
+    let opts = LogSoftmaxOptions {
+        temperature: c.temperature,
+    };
+    let b = gpu_backend(gd);
+    // SAFETY: device buffers of the documented sizes; in place uses the logits' own layout.
+    unsafe { log_softmax_backward(&b, &rows, &gr, &opts, tuning) }.unwrap();
+    b.synchronize().unwrap();
+    let (buf, off, st): (Vec<T>, usize, usize) = if in_place {
+        (gd.download(base, dev.data.len()), c.offset, c.stride)
+    } else {
+        (gd.download(sep_base, sep.len()), doff, dstride)
     };
     let mut out = Vec::with_capacity(c.rows * c.vocab);
     for i in 0..c.rows {
@@ -885,4 +1016,64 @@ fn check_fused<T: El>(c: &Case, seed: u64) {
             );
         }
     }
+}
+
+/// The random cases of the property tests (fixed RNG, `CARE_GPU_CASES`) and the large-vocabulary
+/// rows on the GPU, forward and backward, every dtype; skipped without a driver.
+#[test]
+fn gpu_logsoftmax_matches_reference() {
+    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
+    let Some(gpu) = common::gpu("gpu_logsoftmax_matches_reference") else {
+        return;
+    };
+    GPU.with_borrow_mut(|g| *g = Some(gpu));
+    let config = ProptestConfig {
+        cases: common::gpu_cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let strategy = (
+        shape(),
+        any::<u64>(),
+        prop_oneof![Just(1.0f64), Just(0.6)],
+        any::<bool>(),
+        0u8..3,
+        tuning(),
+    );
+    let result = runner.run(
+        &strategy,
+        |((rows, vocab, pad, offset), seed, t, masked, dt, tn)| {
+            let c = make_case(rows, vocab, pad, offset, seed, t, masked, seed % 3 == 0);
+            match dt {
+                0 => {
+                    check_forward::<f32>(&c, tn, seed)?;
+                    check_backward::<f32>(&c, tn, seed)
+                }
+                1 => {
+                    check_forward::<half::bf16>(&c, tn, seed)?;
+                    check_backward::<half::bf16>(&c, tn, seed)
+                }
+                _ => {
+                    check_forward::<half::f16>(&c, tn, seed)?;
+                    check_backward::<half::f16>(&c, tn, seed)
+                }
+            }
+        },
+    );
+    // A 151,936-wide vocabulary (the benchmark's), misaligned by one element, both temperatures.
+    let wide = || {
+        for (k, t) in [(0u64, 1.0f64), (1, 0.6)] {
+            let c = make_case(4, 151_936, 0, 1, 0xBEEF + k, t, true, true);
+            check_forward::<half::bf16>(&c, LsmTuning::default(), 1).unwrap();
+            check_backward::<half::bf16>(&c, LsmTuning::default(), 2).unwrap();
+            check_forward::<f32>(&c, LsmTuning::default(), 3).unwrap();
+        }
+    };
+    if result.is_ok() {
+        wide();
+    }
+    GPU.with_borrow_mut(|g| *g = None);
+    result.unwrap();
 }
