@@ -8,6 +8,7 @@ const MAIN_AFTER: &str = "\
 Every data subcommand reads JSON Lines (a file, or `-` for stdin) and writes exactly one JSON line
 per input line to stdout, in input order, each with \"line\" (1-based). A line that cannot be
 processed gives {\"line\":n,\"error\":{\"code\":\"...\",\"message\":\"...\"}} and processing goes on.
+Members a subcommand does not read are ignored; an \"id\" member is copied to the output line.
 
 Exit status: 0 when every line was read (per-line errors are data), 1 with --strict when any line
 failed, 2 on usage or I/O errors (one line on stderr).

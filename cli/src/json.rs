@@ -429,6 +429,46 @@ mod tests {
         assert_eq!(s, "null");
     }
 
+    proptest::proptest! {
+        /// Relation: for every finite f64, parsing what push_f64 prints gives the same bits,
+        /// and the text is valid JSON.
+        #[test]
+        fn push_f64_round_trips(bits in proptest::num::u64::ANY) {
+            let v = f64::from_bits(bits);
+            let mut s = String::new();
+            push_f64(&mut s, v);
+            if v.is_finite() {
+                proptest::prop_assert_eq!(s.parse::<f64>().unwrap().to_bits(), bits);
+                proptest::prop_assert!(serde_json::from_str::<serde_json::Value>(&s).is_ok(), "{}", s);
+            } else {
+                proptest::prop_assert_eq!(s, "null");
+            }
+        }
+
+        /// Relation: for every finite f32, parsing what push_f32 prints as f32 gives the same
+        /// bits.
+        #[test]
+        fn push_f32_round_trips(bits in proptest::num::u32::ANY) {
+            let v = f32::from_bits(bits);
+            let mut s = String::new();
+            push_f32(&mut s, v);
+            if v.is_finite() {
+                proptest::prop_assert_eq!(s.parse::<f32>().unwrap().to_bits(), bits);
+            } else {
+                proptest::prop_assert_eq!(s, "null");
+            }
+        }
+
+        /// Relation: push_str output parses back (as JSON) to the input string.
+        #[test]
+        fn push_str_round_trips(text in "\\PC*|[\\x00-\\x1f\"\\\\\u{2028}\u{2029}]*") {
+            let mut s = String::new();
+            push_str(&mut s, &text);
+            proptest::prop_assert!(!s.contains('\n'));
+            proptest::prop_assert_eq!(serde_json::from_str::<String>(&s).unwrap(), text);
+        }
+    }
+
     #[test]
     fn f32_round_trips_as_f32() {
         for v in [0.1f32, 1.0e-7, 3.4e38, -0.0, 0.70710677] {
