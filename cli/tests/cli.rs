@@ -815,3 +815,39 @@ fn demo_prints_the_whole_loop_on_the_cpu() {
     let rendered = care_cli::demo::render(&care_cli::demo::Cpu).unwrap();
     assert_eq!(rendered, text);
 }
+
+#[test]
+fn group_scoring_agrees_with_the_core_batch_api() {
+    // The demo group (six judge answers under rubric_sft_1) through `care score` and through
+    // care_core::score_group on the same parsed scores: identical rewards, bit for bit.
+    use care_core::{FormatPolicy, ScoreOptions, parse_judge_output, score_group, validate};
+    let line = std::fs::read_to_string(data("score_valid.jsonl"))
+        .unwrap()
+        .lines()
+        .find(|l| l.contains("\"id\": \"group\""))
+        .unwrap()
+        .to_owned();
+    let out = care(&["score"], Some(line.as_bytes()));
+    let o: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rubric_text = include_str!("../data/rubric_sft_1.json");
+    let mut scratch = vec![0u8; rubric_text.len()];
+    let v = validate(rubric_text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let rubric = v.rubric.as_ref().unwrap();
+    let i: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let mut flat = Vec::new();
+    for r in i["responses"].as_array().unwrap() {
+        let mut s = vec![0.0; rubric.total_criteria()];
+        parse_judge_output(r["judge"].as_str().unwrap().as_bytes(), rubric, &mut s).unwrap();
+        flat.extend(s);
+    }
+    let mut rewards = vec![0.0; 6];
+    let rep = score_group(rubric, &ScoreOptions::default(), &flat, &mut rewards).unwrap();
+    assert_eq!(rep.failed, 0);
+    let cli: Vec<f64> = o["rewards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(cli, rewards);
+}

@@ -1,9 +1,8 @@
 //! `care score`: the policy reward (Eq. 5) of judged responses under a rubric.
 
-use care_core::reward::PolicyReward;
+use care_core::reward::{Fired, PolicyReward};
 use care_core::{
-    FormatPolicy, JudgeReport, Rubric, ScoreOptions, parse_judge_output, policy_reward,
-    score_group, validate,
+    FormatPolicy, JudgeReport, Rubric, ScoreOptions, parse_judge_output, policy_reward, validate,
 };
 use serde_json::{Map, Value};
 
@@ -92,9 +91,10 @@ fn response_scores(
     }
 }
 
-/// A whole GRPO group under one rubric, through the core's batch API (`score_group`): a response
-/// that breaks an `error` policy gets a `null` reward (an invalid sample for `care advantages`)
-/// and an entry in `errors`; the line itself still succeeds.
+/// A whole GRPO group under one rubric (parsed once): a response that breaks an `error` policy,
+/// or whose scores cannot be read, gets a `null` reward (an invalid sample for
+/// `care advantages`, exactly as the core's `score_group` gives it NaN) and an entry in
+/// `errors`; the line itself still succeeds.
 fn run_group(
     opts: &Options,
     rubric: &Rubric<'_>,
@@ -105,52 +105,31 @@ fn run_group(
     let list = responses
         .as_array()
         .ok_or_else(|| LineError::schema("\"responses\" must be an array"))?;
-    let total = rubric.total_criteria();
-    let mut flat = Vec::with_capacity(list.len() * total);
     let mut judges = Vec::with_capacity(list.len());
-    let mut read_errors: Vec<Option<LineError>> = Vec::with_capacity(list.len());
-    for (j, resp) in list.iter().enumerate() {
-        let at = format!("responses[{j}].");
-        let parsed = resp
-            .as_object()
-            .ok_or_else(|| LineError::schema(format!("\"responses\"[{j}] must be an object")))
-            .and_then(|rm| response_scores(rubric, rm, &at));
-        match parsed {
-            Ok((s, rep)) => {
-                flat.extend(s);
-                judges.push(rep);
-                read_errors.push(None);
-            }
-            Err(e) => {
-                // Unreadable scores make this response invalid, not the whole group.
-                flat.extend(std::iter::repeat_n(f64::NAN, total));
-                judges.push(None);
-                read_errors.push(Some(e));
-            }
-        }
-    }
-    let mut rewards = vec![0.0f64; list.len()];
-    let report = score_group(rubric, &opts.score, &flat, &mut rewards)?;
-    // Per-dimension means and the reason of each failure, response by response (the batch
-    // report keeps only the first error).
-    let details: Vec<Result<PolicyReward, LineError>> = read_errors
-        .into_iter()
+    // Scored one by one (not through `score_group`) to keep each response's per-dimension
+    // means and its own error; `score_group` keeps only the first error.
+    let details: Vec<Result<PolicyReward, LineError>> = list
+        .iter()
         .enumerate()
-        .map(|(j, read)| match read {
-            Some(e) => Err(e),
-            None => {
-                let s = flat.get(j * total..(j + 1) * total).unwrap_or(&[]);
-                policy_reward(rubric, s, &opts.score)
-                    .map_err(|e| explain_score_error(e, rubric, s, &format!("responses[{j}]")))
-            }
+        .map(|(j, resp)| {
+            let at = format!("responses[{j}].");
+            let (scores, rep) = resp
+                .as_object()
+                .ok_or_else(|| LineError::schema(format!("\"responses\"[{j}] must be an object")))
+                .and_then(|rm| response_scores(rubric, rm, &at))
+                .inspect_err(|_| judges.push(None))?;
+            judges.push(rep);
+            policy_reward(rubric, &scores, &opts.score)
+                .map_err(|e| explain_score_error(e, rubric, &scores, &format!("responses[{j}]")))
         })
         .collect();
-    for (d, r) in details.iter().zip(rewards.iter_mut()) {
-        if d.is_err() {
-            // Unreadable scores were fed to the batch as all-missing; under `--missing zero` that
-            // would score 0, but a response without scores is invalid whatever the policy.
-            *r = f64::NAN;
-        }
+    let rewards: Vec<f64> = details
+        .iter()
+        .map(|d| d.as_ref().map_or(f64::NAN, |p| p.reward))
+        .collect();
+    let mut fired = Fired::default();
+    for p in details.iter().flatten() {
+        fired.merge(&p.fired);
     }
     o.f64s("rewards", &rewards);
     o.arr("per_dimension", |a| {
@@ -187,7 +166,7 @@ fn run_group(
         .unwrap_or_else(|| rubric.weights());
     o.f64s("weights", &weights);
     o.u64("format_reward", u64::from(r_fmt == 1.0));
-    write_fired(o, &report.fired);
+    write_fired(o, &fired);
     if judges.iter().any(Option::is_some) {
         o.arr("judge", |a| {
             for j in &judges {
