@@ -1,26 +1,56 @@
 //! One CLI input line through `care_cli::process_line`, the exact per-line code path of the
-//! `care` binary, for each data subcommand: never panics, and the output is always exactly one
+//! `care` binary, for each subcommand (validate, score, pref, advantages, loss): never panics, and the output is always exactly one
 //! JSON object (valid JSON, no newline) carrying the line number, with an `error.code` string
 //! on error lines.
 #![no_main]
 
 use care_cli::Command;
+use care_cli::cmd::score;
 use care_core::grpo::{AdvantageOptions, LossOptions, LossPreset, Preset};
+use care_core::{FormatPolicy, GeneratorOptions, MissingPolicy, RangePolicy, ScoreOptions};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, line)) = data.split_first() else {
         return;
     };
-    let cmd = match sel % 4 {
+    // The selector byte picks the subcommand (low 3 bits) and its options (high bits).
+    let hi = usize::from(sel >> 3);
+    let format = if hi & 1 == 0 {
+        FormatPolicy::PAPER
+    } else {
+        FormatPolicy::lenient()
+    };
+    let cmd = match sel % 8 {
         0 => Command::Advantages(AdvantageOptions::default()),
         1 => Command::Advantages(AdvantageOptions::preset(
-            Preset::ALL[usize::from(sel / 4) % Preset::ALL.len()],
+            Preset::ALL[hi % Preset::ALL.len()],
         )),
         2 => Command::Loss(LossOptions::default()),
-        _ => Command::Loss(LossOptions::preset(
-            LossPreset::ALL[usize::from(sel / 4) % LossPreset::ALL.len()],
+        3 => Command::Loss(LossOptions::preset(
+            LossPreset::ALL[hi % LossPreset::ALL.len()],
         )),
+        4 => Command::Validate(format),
+        5 => Command::Score(score::Options {
+            score: ScoreOptions {
+                missing: [
+                    MissingPolicy::Error,
+                    MissingPolicy::Zero,
+                    MissingPolicy::Skip,
+                ][(hi >> 1) % 3],
+                out_of_range: if hi & 8 == 0 {
+                    RangePolicy::Error
+                } else {
+                    RangePolicy::Clamp
+                },
+                uniform_weights: hi & 16 != 0,
+            },
+            format,
+        }),
+        _ => Command::Pref(GeneratorOptions {
+            format,
+            ..GeneratorOptions::PAPER
+        }),
     };
     let (out, ok) = care_cli::process_line(&cmd, 7, line);
     assert!(!out.contains('\n'), "output spans lines: {out}");

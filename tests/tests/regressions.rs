@@ -1,0 +1,116 @@
+//! Named regression tests: one per problem that the fuzz targets, the differential oracle or
+//! the hostile-input probes found, each with its story. Open findings (a fix is needed in a
+//! crate this suite does not own) are `#[ignore]`d with the reason, fail today, and pass once
+//! fixed: run them with `cargo test -p care-tests --test regressions -- --ignored`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use care_cli::Command;
+use care_core::grpo::{AdvantageOptions, GroupLayout, Preset, group_advantages};
+use care_core::reward::pref_reward_fixed;
+use care_core::{Error, MissingPolicy, PrefOptions, RangePolicy, ScoreOptions};
+
+/// Found by the `rewards` fuzz target in its first seconds (artifact
+/// `crash-8d380cb849d656df7123e33c44bc91b52ab691d0`): the chosen side had a missing score and
+/// the rejected side an out-of-range one; `pref(c, r)` reported `MissingScore` and
+/// `pref(r, c)` reported `ScoreOutOfRange`. Not a bug: SPEC §7 makes `r_pref` antisymmetric,
+/// not the name of the first error, which follows the order the sides are checked in. The
+/// harness was wrong to demand equal errors; what must hold, and is pinned here, is that the
+/// swapped call fails too (a one-sided success would break antisymmetry).
+#[test]
+fn pref_reward_swapped_sides_fail_together() {
+    let w = [0.4, 0.35, 0.25];
+    let counts = [1, 1, 1];
+    let chosen = [f64::NAN, 3.0, 3.0];
+    let rejected = [4.1e217, 3.0, 3.0];
+    let opts = ScoreOptions {
+        missing: MissingPolicy::Error,
+        out_of_range: RangePolicy::Error,
+        uniform_weights: false,
+    };
+    let a = pref_reward_fixed(w, counts, &chosen, &rejected, &opts, &PrefOptions::PAPER);
+    let b = pref_reward_fixed(w, counts, &rejected, &chosen, &opts, &PrefOptions::PAPER);
+    assert!(a.is_err() && b.is_err(), "{a:?} {b:?}");
+    let named = [a.unwrap_err(), b.unwrap_err()];
+    assert!(named.contains(&Error::MissingScore) || named.contains(&Error::ScoreOutOfRange));
+}
+
+/// Rewards near `f32::MAX` are finite, and the advantage computed from them in f64 is finite,
+/// but narrowing it to the f32 output overflows: under Dr. GRPO (mean baseline, no scale)
+/// `[MAX, -MAX, MAX]` gives `A[1] = -4/3 * MAX`, written as `-inf` with `Ok(())`. Found while
+/// writing the `advantages` fuzz target's "finite in, finite out" check (the target now bounds
+/// rewards to `|r| <= 1e37` so that the campaign can look for other problems).
+/// Fix needed in `care-core` (`group_advantages` / `AdvantageValue for f32`): return
+/// `Error::NonFinite` (or saturate, and say so) when an f32 output would overflow, as SPEC §9
+/// already does for an infinite input.
+#[test]
+#[ignore = "open finding: f32 advantage overflow with finite rewards (fix in care-core grpo)"]
+fn advantage_f32_output_never_overflows_to_infinity() {
+    let rewards = [f32::MAX, -f32::MAX, f32::MAX];
+    let opts = AdvantageOptions::preset(Preset::DrGrpo);
+    let mut out = [0.0f32; 3];
+    let r = group_advantages(
+        &rewards,
+        None,
+        GroupLayout::Fixed { group_size: 3 },
+        &opts,
+        &mut out,
+        None,
+    );
+    match r {
+        Ok(()) => assert!(
+            out.iter().all(|a| a.is_finite()),
+            "finite rewards gave {out:?}"
+        ),
+        Err(e) => assert_eq!(e, Error::NonFinite),
+    }
+}
+
+/// The same overflow seen from the CLI: `care advantages --preset dr_grpo` on
+/// `[3.4e38, -3.4e38, 3.4e38]` writes a *success* line whose advantages and group std hold
+/// `null` (the JSON writer's spelling of a non-finite float), which a trainer reading the
+/// output would take for data. Fix needed as above (the CLI then reports the core's error).
+#[test]
+#[ignore = "open finding: null advantages in a CLI success line (fix in care-core grpo)"]
+fn cli_success_line_holds_no_null_advantage() {
+    let cmd = Command::Advantages(AdvantageOptions::preset(Preset::DrGrpo));
+    let (out, ok) = care_cli::process_line(
+        &cmd,
+        1,
+        br#"{"rewards":[3.4e38,-3.4e38,3.4e38],"group_size":3}"#,
+    );
+    if ok {
+        assert!(!out.contains("null"), "{out}");
+    }
+}
+
+/// The loss's f64 gradient narrowed to f32 overflows the same way once `|A| * rho * w` passes
+/// `f32::MAX` (here `A = -3e38` and `rho = e^0.5`: the unclipped branch is active for `A < 0`
+/// and `rho > 1`). The `loss` fuzz target checks finiteness only for `|A| <= 1e6`; a fix
+/// (saturate or report) belongs in `care-core` `policy_loss`, or the documented domain of the
+/// advantages should say that they are bounded.
+#[test]
+#[ignore = "open finding: f32 gradient overflow with finite inputs (fix or document in care-core grpo)"]
+fn loss_f32_gradient_never_overflows_to_infinity() {
+    use care_core::grpo::{Advantages, LossInputs, LossOptions, policy_loss};
+    let logp = [0.0f32];
+    let old = [-0.5f32];
+    let adv = [-3.0e38f32];
+    let opts = LossOptions::default();
+    let mut grad = [0.0f32];
+    let inputs = LossInputs {
+        logp: &logp,
+        logp_old: Some(&old),
+        logp_ref: None,
+        seq_offsets: &[0, 1],
+        mask: None,
+        advantages: Advantages::PerSequence(&adv),
+    };
+    match policy_loss(&inputs, &opts, &mut grad) {
+        Ok(out) => {
+            assert_eq!(out.stats.non_finite, 0.0);
+            assert!(grad[0].is_finite(), "grad {grad:?}");
+        }
+        Err(e) => assert_eq!(e, Error::NonFinite),
+    }
+}
