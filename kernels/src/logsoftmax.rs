@@ -6,7 +6,9 @@
 //! Layers, as for the other kernels: [`LsmParams`] (the `#[repr(C)]` kernel argument),
 //! [`LsmKernel`] (entry points of the `logsoftmax` PTX module), [`lsm_geometry`], the plans
 //! [`log_softmax_forward`], [`log_softmax_backward`] and [`logits_loss_forward`] over any
-//! [`LsmBackend`], and [`LsmCuda`], the driver backend on a caller's stream.
+//! [`LsmBackend`], [`LsmCuda`], the driver backend on a caller's stream, and
+//! [`log_softmax_on`] / [`log_softmax_backward_on`], the safe synchronous API over `cudarc`
+//! buffers.
 //!
 //! The kernel module is separate from [`crate::kernel::Module`] (it is loaded by [`LsmCuda`]
 //! with its own per-context cache), so adding it changed nothing in the existing plans.
@@ -635,4 +637,165 @@ impl LsmBackend for LsmCuda {
         // copies the argument values before returning.
         unsafe { cu::launch_kernel(f, g.grid, g.block, 0, self.stream, &mut params) }
     }
+}
+
+// ---- safe API over cudarc buffers ---------------------------------------------------------------
+
+/// A target id element type: `i32` or `i64`.
+pub trait TargetDtype: cudarc::driver::DeviceRepr + Copy {
+    /// Whether the kernels read it as `i64`.
+    const I64: bool;
+}
+impl TargetDtype for i32 {
+    const I64: bool = false;
+}
+impl TargetDtype for i64 {
+    const I64: bool = true;
+}
+
+fn dptr<T, S: cudarc::driver::DevicePtr<T>>(s: &S, stream: &cudarc::driver::CudaStream) -> u64 {
+    // The launch below is on the same stream, so ordering holds without keeping the guard.
+    let (p, _guard) = s.device_ptr(stream);
+    p
+}
+
+fn dptr_mut<T, S: cudarc::driver::DevicePtrMut<T>>(
+    s: &mut S,
+    stream: &cudarc::driver::CudaStream,
+) -> u64 {
+    let (p, _guard) = s.device_ptr_mut(stream);
+    p
+}
+
+/// Logits and targets as `cudarc` buffers for [`log_softmax_on`] and
+/// [`log_softmax_backward_on`]: `logits` holds `rows` rows of `vocab` elements, `stride` apart.
+#[derive(Debug)]
+pub struct DeviceLogits<'a, T: crate::cuda::LossDtype, I: TargetDtype> {
+    /// The logits, at least `(rows - 1) * stride + vocab` elements.
+    pub logits: &'a cudarc::driver::CudaSlice<T>,
+    /// Rows `N`.
+    pub rows: usize,
+    /// Vocabulary `V`.
+    pub vocab: u32,
+    /// Elements between rows (`>= vocab`).
+    pub stride: usize,
+    /// `N` target ids.
+    pub targets: &'a cudarc::driver::CudaSlice<I>,
+    /// `N` mask values, or `None`.
+    pub mask: Option<&'a cudarc::driver::CudaSlice<u8>>,
+}
+
+fn device_rows<T: crate::cuda::LossDtype, I: TargetDtype>(
+    d: &DeviceLogits<'_, T, I>,
+    stream: &cudarc::driver::CudaStream,
+) -> Result<LsmRows, Error> {
+    let need = match d.rows {
+        0 => 0,
+        r => (r - 1)
+            .checked_mul(d.stride)
+            .and_then(|n| n.checked_add(d.vocab as usize))
+            .ok_or(Error::InvalidArgument)?,
+    };
+    if d.vocab == 0 || d.stride < d.vocab as usize {
+        return Err(Error::InvalidArgument);
+    }
+    if d.logits.len() < need
+        || d.targets.len() != d.rows
+        || d.mask.is_some_and(|m| m.len() != d.rows)
+    {
+        return Err(Error::LengthMismatch);
+    }
+    Ok(LsmRows {
+        dtype: T::DTYPE,
+        logits: dptr(d.logits, stream),
+        rows: d.rows as u64,
+        vocab: d.vocab,
+        stride: d.stride as u64,
+        targets: dptr(d.targets, stream),
+        targets_i64: I::I64,
+        mask: d.mask.map_or(0, |m| dptr(m, stream)),
+    })
+}
+
+/// The forward pass on `cudarc` buffers, synchronous: writes `logp` (`N`), and `entropy` and
+/// `lse` when given (`N` each; keep `lse` for [`log_softmax_backward_on`]). Errors like the CPU
+/// reference: [`Error::InvalidArgument`] for the temperature, the shape or a target outside
+/// `0..V` on a counted row (checked after the launch, from the status word; the outputs are
+/// written anyway, with NaN for such rows), [`Error::LengthMismatch`] for buffer lengths.
+pub fn log_softmax_on<T: crate::cuda::LossDtype, I: TargetDtype>(
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    input: &DeviceLogits<'_, T, I>,
+    opts: &LogSoftmaxOptions,
+    logp: &mut cudarc::driver::CudaSlice<f32>,
+    entropy: Option<&mut cudarc::driver::CudaSlice<f32>>,
+    lse: Option<&mut cudarc::driver::CudaSlice<f32>>,
+) -> Result<(), crate::cuda::CudaError> {
+    let rows = device_rows(input, stream)?;
+    let n = input.rows;
+    if logp.len() != n
+        || entropy.as_ref().is_some_and(|e| e.len() != n)
+        || lse.as_ref().is_some_and(|e| e.len() != n)
+    {
+        return Err(Error::LengthMismatch.into());
+    }
+    let mut status = stream.alloc_zeros::<u32>(4).map_err(KernelError::Backend)?;
+    let out = LsmOutputs {
+        logp: dptr_mut(logp, stream),
+        entropy: entropy.map_or(0, |e| dptr_mut(e, stream)),
+        lse: lse.map_or(0, |e| dptr_mut(e, stream)),
+        status: dptr_mut(&mut status, stream),
+    };
+    // SAFETY: addresses of live cudarc buffers with checked lengths, on this stream's context.
+    let b =
+        unsafe { LsmCuda::new(stream.cu_stream(), out.status) }.map_err(KernelError::Backend)?;
+    // SAFETY: as above; the buffers outlive the synchronize below.
+    unsafe { log_softmax_forward(&b, &rows, &out, opts, LsmTuning::default()) }?;
+    b.synchronize().map_err(KernelError::Backend)?;
+    let word = stream.clone_dtoh(&status).map_err(KernelError::Backend)?;
+    lsm_status(word.first().copied().unwrap_or(0)).map_err(KernelError::Core)
+}
+
+/// The backward pass on `cudarc` buffers, synchronous: `dlogits` (`rows * vocab`, dense, in the
+/// logits dtype) from the forward's `lse`, `dlogp` and optionally `dentropy` (which needs the
+/// forward's `entropy`).
+#[allow(clippy::too_many_arguments)] // one buffer per argument
+pub fn log_softmax_backward_on<T: crate::cuda::LossDtype, I: TargetDtype>(
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    input: &DeviceLogits<'_, T, I>,
+    opts: &LogSoftmaxOptions,
+    lse: &cudarc::driver::CudaSlice<f32>,
+    dlogp: &cudarc::driver::CudaSlice<f32>,
+    entropy_and_grad: Option<(
+        &cudarc::driver::CudaSlice<f32>,
+        &cudarc::driver::CudaSlice<f32>,
+    )>,
+    dlogits: &mut cudarc::driver::CudaSlice<T>,
+) -> Result<(), crate::cuda::CudaError> {
+    let rows = device_rows(input, stream)?;
+    let n = input.rows;
+    let dense = n.checked_mul(input.vocab as usize);
+    if lse.len() != n
+        || dlogp.len() != n
+        || entropy_and_grad.is_some_and(|(h, e)| h.len() != n || e.len() != n)
+        || dense != Some(dlogits.len())
+    {
+        return Err(Error::LengthMismatch.into());
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let g = LsmGrads {
+        lse: dptr(lse, stream),
+        entropy: entropy_and_grad.map_or(0, |(h, _)| dptr(h, stream)),
+        dlogp: dptr(dlogp, stream),
+        dentropy: entropy_and_grad.map_or(0, |(_, e)| dptr(e, stream)),
+        dlogits: dptr_mut(dlogits, stream),
+        dstride: u64::from(input.vocab),
+    };
+    // SAFETY: addresses of live cudarc buffers with checked lengths, on this stream's context;
+    // `dlogits` is a buffer of its own (a unique borrow), so it does not overlap the logits.
+    let b = unsafe { LsmCuda::new(stream.cu_stream(), g.lse) }.map_err(KernelError::Backend)?;
+    // SAFETY: as above; the buffers outlive the synchronize below.
+    unsafe { log_softmax_backward(&b, &rows, &g, opts, LsmTuning::default()) }?;
+    b.synchronize().map_err(KernelError::Backend)
 }

@@ -1077,3 +1077,105 @@ fn gpu_logsoftmax_matches_reference() {
     GPU.with_borrow_mut(|g| *g = None);
     result.unwrap();
 }
+
+/// The safe API over `cudarc` buffers (`log_softmax_on`, `log_softmax_backward_on`) on a GPU,
+/// against the reference; skipped without a driver.
+#[test]
+fn gpu_safe_api_matches_reference() {
+    use care_kernels::cudarc::driver::CudaContext;
+    use care_kernels::logsoftmax::{DeviceLogits, log_softmax_backward_on, log_softmax_on};
+    if common::gpu("gpu_safe_api_matches_reference").is_none() {
+        return;
+    }
+    let ctx = CudaContext::new(0).unwrap();
+    let stream = ctx.default_stream();
+    let c = make_case(6, 3001, 0, 0, 77, 0.6, true, true);
+    let host = Dev::<half::bf16>::new(&c);
+    let logits = stream.clone_htod(&host.data).unwrap();
+    let targets = stream.clone_htod(&host.t64).unwrap();
+    let mask = stream.clone_htod(c.mask.as_deref().unwrap()).unwrap();
+    let input = DeviceLogits {
+        logits: &logits,
+        rows: c.rows,
+        vocab: c.vocab as u32,
+        stride: c.stride,
+        targets: &targets,
+        mask: Some(&mask),
+    };
+    let opts = LogSoftmaxOptions {
+        temperature: c.temperature,
+    };
+    let mut logp = stream.alloc_zeros::<f32>(c.rows).unwrap();
+    let mut lse = stream.alloc_zeros::<f32>(c.rows).unwrap();
+    log_softmax_on(&stream, &input, &opts, &mut logp, None, Some(&mut lse)).unwrap();
+    let got = stream.clone_dtoh(&logp).unwrap();
+    let mut want = vec![0.0; c.rows];
+    selective_log_softmax(
+        &host.logits(&c),
+        &c.targets,
+        c.mask.as_deref(),
+        &opts,
+        &mut want,
+        None,
+        None,
+    )
+    .unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let row: Vec<f64> = host
+            .logits(&c)
+            .row(i)
+            .unwrap()
+            .iter()
+            .map(|x| x.to_f64())
+            .collect();
+        let t = LSM_TOLERANCE.forward(row_scale(&row, c.temperature));
+        assert!(close(f64::from(*g), *w, t), "row {i}: {g} vs {w}");
+    }
+    let g: Vec<f32> = (0..c.rows).map(|i| i as f32 - 2.5).collect();
+    let dlogp = stream.clone_htod(&g).unwrap();
+    let mut d = stream.alloc_zeros::<half::bf16>(c.rows * c.vocab).unwrap();
+    log_softmax_backward_on(&stream, &input, &opts, &lse, &dlogp, None, &mut d).unwrap();
+    let got = stream.clone_dtoh(&d).unwrap();
+    let g64: Vec<f64> = g.iter().map(|&x| f64::from(x)).collect();
+    let mut want = vec![0.0; c.rows * c.vocab];
+    selective_log_softmax_backward(
+        &host.logits(&c),
+        &c.targets,
+        c.mask.as_deref(),
+        &opts,
+        &g64,
+        None,
+        &mut want,
+    )
+    .unwrap();
+    for (k, (a, w)) in got.iter().zip(&want).enumerate() {
+        let i = k / c.vocab;
+        let row: Vec<f64> = host
+            .logits(&c)
+            .row(i)
+            .unwrap()
+            .iter()
+            .map(|x| x.to_f64())
+            .collect();
+        let s = row_scale(&row, c.temperature);
+        let gs = f64::from(g[i]).abs() / c.temperature;
+        let t = LSM_TOLERANCE.backward(Dtype::Bf16, s, gs, *w);
+        assert!(close(a.to_f64(), *w, t), "element {k}: {a} vs {w}");
+    }
+    // Bad target: the status becomes the reference's error.
+    let mut bad = c.targets.clone();
+    bad[0] = c.vocab as i64;
+    let bad_t = stream.clone_htod(&bad).unwrap();
+    let bad_in = DeviceLogits {
+        targets: &bad_t,
+        mask: None,
+        ..input
+    };
+    let r = log_softmax_on(&stream, &bad_in, &opts, &mut logp, None, None);
+    assert!(matches!(
+        r,
+        Err(care_kernels::KernelError::Core(
+            care_core::Error::InvalidArgument
+        ))
+    ));
+}
