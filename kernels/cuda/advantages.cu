@@ -9,6 +9,11 @@
 //
 // Entry points: group_advantages_f32 (one launch) and batch_std_f32 (one single-block launch that
 // precedes it only when scale == batch_std; a multi-rank caller may instead write the global std).
+//
+// Groups split across ranks (SPEC section 11) use the same kernel in three phases (`mode`), with
+// the trainer's all-reduce (a sum) after each of the first two: partial sums (count and f64 sum
+// per group), partial squares (centered on the global mean), finalize (advantages from the
+// reduced moments). batch_std_f32 then combines the group moments (Chan) instead of rewards.
 #include "common.cuh"
 
 #define CARE_BASELINE_MEAN 0u
@@ -23,10 +28,24 @@
 #define CARE_SINGLETON_RAW 1u
 #define CARE_SINGLETON_ERROR 2u
 
+#define CARE_ADV_LOCAL 0u            // one rank: statistics from this call's rewards
+#define CARE_ADV_PARTIAL_SUMS 1u     // write count and sum per group
+#define CARE_ADV_PARTIAL_SQUARES 2u  // write sum (r - global mean)^2 per group
+#define CARE_ADV_FINALIZE 3u         // advantages from the all-reduced moments
+
 // Bits OR-ed into *status: a group with exactly one valid sample under the `error` policy; an
-// infinite reward on a valid sample (it poisons its group; the CPU reference rejects it).
+// infinite reward on a valid sample (it poisons its group; the CPU reference rejects it); a
+// reduced moment that is negative or not finite (finalize).
 #define CARE_STATUS_SINGLETON 1u
 #define CARE_STATUS_NON_FINITE 2u
+#define CARE_STATUS_INVALID_MOMENTS 4u
+
+// Count and sum of a group's valid rewards on one rank; the layout of
+// `care_core::grpo::GroupSums`, so B of them are one f64[2 * B] all-reduce buffer.
+struct CareGroupSums {
+    double count;
+    double sum;
+};
 
 // Per-group statistics; the layout of `care_core::grpo::GroupStats`.
 struct CareGroupStats {
@@ -48,6 +67,8 @@ struct CareAdvParams {
     const care_u8* tok_mask;     // [tok_offsets[n]] or null (all tokens count)
     float* adv_tok;              // [tok_offsets[n]] output of the token broadcast
     care_u32* status;            // device word or null; CARE_STATUS_* bits are OR-ed in
+    CareGroupSums* sums;         // [num_groups]: output of PARTIAL_SUMS, input of the later phases
+    double* m2;                  // [num_groups]: output of PARTIAL_SQUARES, input of FINALIZE
     care_u32 n;
     care_u32 num_groups;
     care_u32 group_size;         // fixed layout only: n == num_groups * group_size
@@ -57,16 +78,20 @@ struct CareAdvParams {
     care_u32 singleton;          // CARE_SINGLETON_*
     care_u32 warp_per_group;     // 1: one warp per group; 0: one block per group
     float eps;
-    care_u32 pad0;
+    care_u32 mode;               // CARE_ADV_*
 };
 
 // Mirrored by `care_kernels::BatchStdParams`.
 struct CareBatchStdParams {
-    const float* rewards; // [n]
-    const care_u8* valid; // [n] or null
-    float* out_std;       // device scalar output
+    const float* rewards;        // [n]
+    const care_u8* valid;        // [n] or null
+    float* out_std;              // device scalar output
+    const CareGroupSums* sums;   // [num_groups] reduced moments, or null: use the rewards
+    const double* m2;            // [num_groups] reduced centered squares (with `sums`)
     care_u32 n;
     care_u32 unbiased;
+    care_u32 num_groups;
+    care_u32 pad0;
 };
 
 __device__ __forceinline__ bool care_adv_valid(const CareAdvParams& p, care_u32 i, float r) {
@@ -167,18 +192,55 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
     sum = care_team_sum(sum, warp_mode, dscratch);
     mn = care_team_min(mn, warp_mode, fscratch);
     mx = care_team_max(mx, warp_mode, fscratch);
+    if (inf_seen && p.status != 0) {
+        atomicOr(p.status, CARE_STATUS_NON_FINITE);
+    }
+    if (p.mode == CARE_ADV_PARTIAL_SUMS) {
+        if (lane == 0) {
+            CareGroupSums gs;
+            gs.count = cnt;
+            gs.sum = sum;
+            p.sums[g] = gs;
+        }
+        return; // uniform over the team; no barrier follows
+    }
+    bool all_equal = mn == mx; // exact, from this call's rewards (LOCAL)
+    if (p.mode != CARE_ADV_LOCAL) {
+        // The global moments replace the local count and sum.
+        CareGroupSums gs = p.sums[g];
+        cnt = gs.count;
+        sum = gs.sum;
+    }
     double mean = cnt > 0.0 ? sum / cnt : 0.0;
 
     // Pass 2: centered sum of squares (never E[x^2] - E[x]^2).
     double ss = 0.0;
-    for (care_u32 i = start + lane; i < end; i += team) {
-        float r = p.rewards[i];
-        if (care_adv_valid(p, i, r)) {
-            double d = (double)r - mean;
-            ss += d * d;
+    if (p.mode == CARE_ADV_FINALIZE) {
+        ss = p.m2[g];
+        // Two-pass centering makes the reduced m2 exactly 0 iff all valid rewards are equal.
+        all_equal = ss == 0.0;
+        // x - x == 0 exactly for finite x, and is NaN for infinities and NaN.
+        bool ok = cnt - cnt == 0.0 && cnt >= 0.0 && sum - sum == 0.0 && ss - ss == 0.0 &&
+                  ss >= 0.0;
+        if (!ok && lane == 0 && p.status != 0) {
+            atomicOr(p.status, CARE_STATUS_INVALID_MOMENTS);
         }
+    } else {
+        for (care_u32 i = start + lane; i < end; i += team) {
+            float r = p.rewards[i];
+            if (care_adv_valid(p, i, r)) {
+                double d = (double)r - mean;
+                ss += d * d;
+            }
+        }
+        ss = care_team_sum(ss, warp_mode, dscratch);
     }
-    ss = care_team_sum(ss, warp_mode, dscratch);
+    if (p.mode == CARE_ADV_PARTIAL_SQUARES) {
+        if (lane == 0) {
+            p.m2[g] = ss;
+        }
+        return; // uniform over the team
+    }
     double var = 0.0;
     if (p.unbiased != 0) {
         var = cnt > 1.0 ? ss / (cnt - 1.0) : 0.0;
@@ -209,13 +271,10 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
                 atomicOr(p.status, CARE_STATUS_SINGLETON);
             }
         }
-    } else if (mn == mx) {
+    } else if (all_equal) {
         c.kind = 0; // all valid rewards exactly equal
     }
 
-    if (inf_seen && p.status != 0) {
-        atomicOr(p.status, CARE_STATUS_NON_FINITE);
-    }
     for (care_u32 i = start + lane; i < end; i += team) {
         p.adv[i] = care_adv_of(p, c, i);
     }
@@ -224,7 +283,7 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
         gs.count = (care_u32)cnt;
         gs.mean = (float)mean;
         gs.std = (float)std;
-        gs.zero_variance = (cnt >= 1.0 && mn == mx) ? 1u : 0u;
+        gs.zero_variance = (cnt >= 1.0 && (cnt == 1.0 || all_equal)) ? 1u : 0u;
         p.group_stats[g] = gs;
     }
 
@@ -248,6 +307,31 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
 // rewards are one float per sample, so this stays small next to the trainer's other work.
 extern "C" __global__ void __launch_bounds__(1024) batch_std_f32(CareBatchStdParams p) {
     __shared__ double scratch[CARE_WARP];
+    if (p.sums != 0) {
+        // From reduced group moments (Chan): M2 = sum_g m2_g + sum_g n_g (mean_g - mean)^2.
+        double n = 0.0, s = 0.0;
+        for (care_u32 g = threadIdx.x; g < p.num_groups; g += blockDim.x) {
+            n += p.sums[g].count;
+            s += p.sums[g].sum;
+        }
+        n = care_block_sum(n, scratch);
+        s = care_block_sum(s, scratch);
+        double mean = n > 0.0 ? s / n : 0.0;
+        double q = 0.0;
+        for (care_u32 g = threadIdx.x; g < p.num_groups; g += blockDim.x) {
+            double ng = p.sums[g].count;
+            if (ng > 0.0) {
+                double d = p.sums[g].sum / ng - mean;
+                q += p.m2[g] + ng * d * d;
+            }
+        }
+        q = care_block_sum(q, scratch);
+        if (threadIdx.x == 0) {
+            double denom = p.unbiased != 0 ? n - 1.0 : n;
+            p.out_std[0] = denom > 0.0 ? (float)sqrt(q / denom) : 0.0f;
+        }
+        return; // uniform over the block
+    }
     double cnt = 0.0, sum = 0.0;
     for (care_u32 i = threadIdx.x; i < p.n; i += blockDim.x) {
         float r = p.rewards[i];

@@ -30,5 +30,6 @@ pub mod tolerance;
 pub use kernel::{Geometry, Kernel, Module, Tuning};
 pub use plan::{
     AdvantageBuffers, Backend, DeviceGroups, Dtype, KernelError, LossBuffers, WORKSPACE_BYTES,
-    advantage_status, group_advantages, grpo_loss,
+    advantage_status, group_advantages, group_advantages_finalize, group_partial_squares,
+    group_partial_sums, grpo_loss,
 };

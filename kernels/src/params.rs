@@ -14,6 +14,17 @@ use care_core::grpo::{
 pub const STATUS_SINGLETON: u32 = 1;
 /// Status bit: a valid sample had an infinite reward.
 pub const STATUS_NON_FINITE: u32 = 2;
+/// Status bit: a reduced moment passed to the finalize phase is negative or not finite.
+pub const STATUS_INVALID_MOMENTS: u32 = 4;
+
+/// `AdvParams::mode`: one rank, statistics from this call's rewards.
+pub const ADV_LOCAL: u32 = 0;
+/// `AdvParams::mode`: write each group's count and sum (`GroupSums`).
+pub const ADV_PARTIAL_SUMS: u32 = 1;
+/// `AdvParams::mode`: write each group's squares centered on the global mean.
+pub const ADV_PARTIAL_SQUARES: u32 = 2;
+/// `AdvParams::mode`: advantages from the all-reduced moments.
+pub const ADV_FINALIZE: u32 = 3;
 
 /// Parameters of `group_advantages_f32` (C `CareAdvParams`).
 #[repr(C)]
@@ -39,6 +50,11 @@ pub struct AdvParams {
     pub adv_tok: u64,
     /// `u32` device status word (`STATUS_*` bits are OR-ed in) or 0.
     pub status: u64,
+    /// `GroupSums[num_groups]` (`care_core::grpo::GroupSums` layout): output of the partial-sums
+    /// phase, input of the later phases; 0 for [`ADV_LOCAL`].
+    pub sums: u64,
+    /// `f64[num_groups]`: output of the partial-squares phase, input of finalize.
+    pub m2: u64,
     /// Number of samples.
     pub n: u32,
     /// Number of groups.
@@ -57,8 +73,8 @@ pub struct AdvParams {
     pub warp_per_group: u32,
     /// Added to the std before dividing.
     pub eps: f32,
-    /// Padding (keeps the C and Rust sizes equal).
-    pub pad0: u32,
+    /// Phase: [`ADV_LOCAL`], [`ADV_PARTIAL_SUMS`], [`ADV_PARTIAL_SQUARES`], [`ADV_FINALIZE`].
+    pub mode: u32,
 }
 
 impl AdvParams {
@@ -95,10 +111,18 @@ pub struct BatchStdParams {
     pub valid: u64,
     /// `f32` device scalar output.
     pub out_std: u64,
+    /// `GroupSums[num_groups]` reduced moments, or 0 to use the rewards.
+    pub sums: u64,
+    /// `f64[num_groups]` reduced centered squares (with `sums`).
+    pub m2: u64,
     /// Number of samples.
     pub n: u32,
     /// 1: unbiased std, 0: biased.
     pub unbiased: u32,
+    /// Number of groups (with `sums`).
+    pub num_groups: u32,
+    /// Padding.
+    pub pad0: u32,
 }
 
 /// Parameters of `grpo_loss_{f32,bf16,f16}` and `grpo_loss_denoms` (C `CareLossParams`).
@@ -324,6 +348,8 @@ pub mod layout {
             offset_of!(AdvParams, tok_mask),
             offset_of!(AdvParams, adv_tok),
             offset_of!(AdvParams, status),
+            offset_of!(AdvParams, sums),
+            offset_of!(AdvParams, m2),
             offset_of!(AdvParams, n),
             offset_of!(AdvParams, num_groups),
             offset_of!(AdvParams, group_size),
@@ -333,7 +359,7 @@ pub mod layout {
             offset_of!(AdvParams, singleton),
             offset_of!(AdvParams, warp_per_group),
             offset_of!(AdvParams, eps),
-            offset_of!(AdvParams, pad0),
+            offset_of!(AdvParams, mode),
         ];
         v.iter().map(|&x| x as u32).collect()
     }
@@ -360,8 +386,12 @@ pub mod layout {
             offset_of!(BatchStdParams, rewards),
             offset_of!(BatchStdParams, valid),
             offset_of!(BatchStdParams, out_std),
+            offset_of!(BatchStdParams, sums),
+            offset_of!(BatchStdParams, m2),
             offset_of!(BatchStdParams, n),
             offset_of!(BatchStdParams, unbiased),
+            offset_of!(BatchStdParams, num_groups),
+            offset_of!(BatchStdParams, pad0),
         ];
         v.iter().map(|&x| x as u32).collect()
     }

@@ -12,7 +12,8 @@ use crate::kernel::{
     loss_geometry,
 };
 use crate::params::{
-    AdvParams, BatchStdParams, LossDenomsRaw, LossParams, STATUS_NON_FINITE, STATUS_SINGLETON,
+    ADV_FINALIZE, ADV_LOCAL, ADV_PARTIAL_SQUARES, ADV_PARTIAL_SUMS, AdvParams, BatchStdParams,
+    LossDenomsRaw, LossParams, STATUS_INVALID_MOMENTS, STATUS_NON_FINITE, STATUS_SINGLETON,
 };
 
 /// Bytes of device workspace an operation needs (status word, batch std, loss denominators);
@@ -140,12 +141,109 @@ pub unsafe fn group_advantages<B: Backend>(
     opts: &AdvantageOptions,
     tuning: Tuning,
 ) -> Result<(), KernelError<B::Error>> {
+    // SAFETY: forwarded caller contract.
+    unsafe { launch_advantages(backend, buf, opts, Phase::Local, tuning) }
+}
+
+/// Groups split across ranks (SPEC §11), step 1 of 3: writes this rank's count and sum of the
+/// valid rewards per group into `sums` (`GroupSums[B]`, i.e. `f64[2 * B]`), for the trainer to
+/// all-reduce with a sum. `buf.adv` is not used. Every rank passes the same `B` groups (a group
+/// without local samples is an empty CSR range). An infinite valid reward sets the status.
+///
+/// # Safety
+/// As [`group_advantages`]; `sums` holds `B` entries.
+pub unsafe fn group_partial_sums<B: Backend>(
+    backend: &B,
+    buf: &AdvantageBuffers,
+    sums: u64,
+    tuning: Tuning,
+) -> Result<(), KernelError<B::Error>> {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        launch_advantages(
+            backend,
+            buf,
+            &AdvantageOptions::default(),
+            Phase::PartialSums { sums },
+            tuning,
+        )
+    }
+}
+
+/// Step 2 of 3: from the all-reduced `sums`, writes this rank's sum of squared deviations from
+/// each group's global mean into `m2` (`f64[B]`), for the trainer to all-reduce with a sum.
+///
+/// # Safety
+/// As [`group_advantages`]; `sums` and `m2` hold `B` entries.
+pub unsafe fn group_partial_squares<B: Backend>(
+    backend: &B,
+    buf: &AdvantageBuffers,
+    sums: u64,
+    m2: u64,
+    tuning: Tuning,
+) -> Result<(), KernelError<B::Error>> {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        launch_advantages(
+            backend,
+            buf,
+            &AdvantageOptions::default(),
+            Phase::PartialSquares { sums, m2 },
+            tuning,
+        )
+    }
+}
+
+/// Step 3 of 3: this rank's advantages (and the global per-group stats, token broadcast) from
+/// the all-reduced `sums` and `m2`, equal to a single-rank [`group_advantages`] over the whole
+/// batch up to the reduction order (as `care_core::grpo::group_advantages_finalize`). Under the
+/// batch std, `batch_std_f32` first combines the group moments. Reduced moments that are
+/// negative or not finite set the status ([`Error::InvalidArgument`]).
+///
+/// # Safety
+/// As [`group_advantages`]; `sums` and `m2` hold `B` entries.
+pub unsafe fn group_advantages_finalize<B: Backend>(
+    backend: &B,
+    buf: &AdvantageBuffers,
+    sums: u64,
+    m2: u64,
+    opts: &AdvantageOptions,
+    tuning: Tuning,
+) -> Result<(), KernelError<B::Error>> {
+    // SAFETY: forwarded caller contract.
+    unsafe { launch_advantages(backend, buf, opts, Phase::Finalize { sums, m2 }, tuning) }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Local,
+    PartialSums { sums: u64 },
+    PartialSquares { sums: u64, m2: u64 },
+    Finalize { sums: u64, m2: u64 },
+}
+
+unsafe fn launch_advantages<B: Backend>(
+    backend: &B,
+    buf: &AdvantageBuffers,
+    opts: &AdvantageOptions,
+    phase: Phase,
+    tuning: Tuning,
+) -> Result<(), KernelError<B::Error>> {
     opts.validate()?;
     check_tuning(tuning)?;
-    if buf.rewards == 0 || buf.adv == 0 || buf.workspace == 0 {
+    let (mode, sums, m2, writes_adv) = match phase {
+        Phase::Local => (ADV_LOCAL, 0, 0, true),
+        Phase::PartialSums { sums } => (ADV_PARTIAL_SUMS, sums, 0, false),
+        Phase::PartialSquares { sums, m2 } => (ADV_PARTIAL_SQUARES, sums, m2, false),
+        Phase::Finalize { sums, m2 } => (ADV_FINALIZE, sums, m2, true),
+    };
+    if buf.rewards == 0 || buf.workspace == 0 || (writes_adv && buf.adv == 0) {
         return Err(Error::InvalidArgument.into());
     }
-    if buf.tok_offsets != 0 && buf.adv_tok == 0 {
+    if mode != ADV_LOCAL && (sums == 0 || (mode != ADV_PARTIAL_SUMS && m2 == 0)) {
+        return Err(Error::InvalidArgument.into());
+    }
+    if writes_adv && buf.tok_offsets != 0 && buf.adv_tok == 0 {
         return Err(Error::InvalidArgument.into());
     }
     let (num_groups, group_size, offsets) = match buf.groups {
@@ -173,21 +271,26 @@ pub unsafe fn group_advantages<B: Backend>(
     } else {
         buf.workspace + 4
     };
-    if opts.scale == Scale::BatchStd && buf.batch_std == 0 {
+    if writes_adv && opts.scale == Scale::BatchStd && buf.batch_std == 0 {
         let mut p = BatchStdParams {
             rewards: buf.rewards,
             valid: buf.valid,
             out_std: batch_std,
+            sums,
+            m2,
             n: buf.n,
             unbiased: u32::from(opts.std_kind == care_core::grpo::StdKind::Unbiased),
+            num_groups,
+            pad0: 0,
         };
         let args = [(&raw mut p).cast::<core::ffi::c_void>()];
-        // SAFETY: `p` matches `CareBatchStdParams`; rewards/valid hold `n` entries and
-        // `out_std` is inside the workspace (caller contract).
+        // SAFETY: `p` matches `CareBatchStdParams`; rewards/valid hold `n` entries, sums/m2
+        // (finalize) `num_groups`, and `out_std` is inside the workspace (caller contract).
         unsafe { backend.launch(Kernel::BatchStdF32, batch_std_geometry(tuning), &args) }
             .map_err(KernelError::Backend)?;
     }
-    let (geometry, warp) = advantages_geometry(buf.n, num_groups, buf.tok_offsets != 0, tuning);
+    let broadcast = writes_adv && buf.tok_offsets != 0;
+    let (geometry, warp) = advantages_geometry(buf.n, num_groups, broadcast, tuning);
     if geometry.grid.0 > MAX_GRID_X {
         return Err(Error::InvalidArgument.into());
     }
@@ -195,17 +298,20 @@ pub unsafe fn group_advantages<B: Backend>(
         rewards: buf.rewards,
         valid: buf.valid,
         offsets,
-        adv: buf.adv,
-        group_stats: buf.group_stats,
+        adv: if writes_adv { buf.adv } else { 0 },
+        group_stats: if writes_adv { buf.group_stats } else { 0 },
         batch_std,
-        tok_offsets: buf.tok_offsets,
+        tok_offsets: if broadcast { buf.tok_offsets } else { 0 },
         tok_mask: buf.tok_mask,
-        adv_tok: buf.adv_tok,
+        adv_tok: if broadcast { buf.adv_tok } else { 0 },
         status,
+        sums,
+        m2,
         n: buf.n,
         num_groups,
         group_size,
         warp_per_group: u32::from(warp),
+        mode,
         ..AdvParams::default()
     }
     .with_options(opts);
@@ -217,9 +323,12 @@ pub unsafe fn group_advantages<B: Backend>(
 }
 
 /// Maps the status word of [`group_advantages`] (read back from `workspace[0..4]`) to the error
-/// the CPU reference returns: [`Error::NonFinite`] first, then [`Error::SingletonGroup`].
+/// the CPU reference returns: [`Error::InvalidArgument`] (bad reduced moments) first, then
+/// [`Error::NonFinite`], then [`Error::SingletonGroup`].
 pub fn advantage_status(status: u32) -> Result<(), Error> {
-    if status & STATUS_NON_FINITE != 0 {
+    if status & STATUS_INVALID_MOMENTS != 0 {
+        Err(Error::InvalidArgument)
+    } else if status & STATUS_NON_FINITE != 0 {
         Err(Error::NonFinite)
     } else if status & STATUS_SINGLETON != 0 {
         Err(Error::SingletonGroup)

@@ -45,11 +45,12 @@ size_t emu_layout_adv(uint32_t* out, size_t cap) {
                     EMU_OFF(CareAdvParams, group_stats), EMU_OFF(CareAdvParams, batch_std),
                     EMU_OFF(CareAdvParams, tok_offsets), EMU_OFF(CareAdvParams, tok_mask),
                     EMU_OFF(CareAdvParams, adv_tok), EMU_OFF(CareAdvParams, status),
+                    EMU_OFF(CareAdvParams, sums), EMU_OFF(CareAdvParams, m2),
                     EMU_OFF(CareAdvParams, n), EMU_OFF(CareAdvParams, num_groups),
                     EMU_OFF(CareAdvParams, group_size), EMU_OFF(CareAdvParams, baseline),
                     EMU_OFF(CareAdvParams, scale), EMU_OFF(CareAdvParams, unbiased),
                     EMU_OFF(CareAdvParams, singleton), EMU_OFF(CareAdvParams, warp_per_group),
-                    EMU_OFF(CareAdvParams, eps), EMU_OFF(CareAdvParams, pad0)};
+                    EMU_OFF(CareAdvParams, eps), EMU_OFF(CareAdvParams, mode)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;
@@ -65,8 +66,10 @@ size_t emu_layout_group_stats(uint32_t* out, size_t cap) {
 size_t emu_layout_batch_std(uint32_t* out, size_t cap) {
     uint32_t v[] = {(uint32_t)sizeof(CareBatchStdParams), (uint32_t)alignof(CareBatchStdParams),
                     EMU_OFF(CareBatchStdParams, rewards), EMU_OFF(CareBatchStdParams, valid),
-                    EMU_OFF(CareBatchStdParams, out_std), EMU_OFF(CareBatchStdParams, n),
-                    EMU_OFF(CareBatchStdParams, unbiased)};
+                    EMU_OFF(CareBatchStdParams, out_std), EMU_OFF(CareBatchStdParams, sums),
+                    EMU_OFF(CareBatchStdParams, m2), EMU_OFF(CareBatchStdParams, n),
+                    EMU_OFF(CareBatchStdParams, unbiased), EMU_OFF(CareBatchStdParams, num_groups),
+                    EMU_OFF(CareBatchStdParams, pad0)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;

@@ -555,6 +555,18 @@ fn gpu_advantages_match_reference() {
             Ok(())
         })
         .unwrap();
+    // SPEC §11 phases on the GPU.
+    let ranks = (
+        case_strategy(),
+        1usize..4,
+        prop::collection::vec(prop::collection::vec(0.0f64..1.0, 2), 1..5),
+    );
+    runner
+        .run(&ranks, |(c, k, cuts)| {
+            check_ranks_on(&mut *gpu.borrow_mut(), &c, k, &cuts, 0);
+            Ok(())
+        })
+        .unwrap();
     let mut gpu = gpu.into_inner();
     for preset in Preset::ALL {
         let opts = AdvantageOptions::preset(preset);
@@ -620,4 +632,217 @@ fn caller_batch_std_replaces_the_local_one() {
             "{h} vs {g}"
         );
     }
+}
+
+/// One rank's share of a case: for every group, a contiguous slice of its samples.
+struct RankShare {
+    case: Case,
+    /// Global index of each local sample.
+    global: Vec<usize>,
+}
+
+/// Splits every group of `c` over `k` ranks at the cut fractions `cuts` (one list per group).
+fn split_ranks(c: &Case, k: usize, cuts: &[Vec<f64>]) -> Vec<RankShare> {
+    let o = match &c.layout {
+        Layout::Fixed(g) => (0..=num_groups(c))
+            .map(|i| i as u32 * g)
+            .collect::<Vec<u32>>(),
+        Layout::Offsets(o) => o.clone(),
+    };
+    // Per rank: rewards, valid bytes, CSR offsets, global index of each sample.
+    type Share = (Vec<f32>, Vec<u8>, Vec<u32>, Vec<usize>);
+    let mut ranks: Vec<Share> = (0..k)
+        .map(|_| (Vec::new(), Vec::new(), vec![0u32], Vec::new()))
+        .collect();
+    for (g, w) in o.windows(2).enumerate() {
+        let (a, b) = (w[0] as usize, w[1] as usize);
+        let mut bounds: Vec<usize> = cuts[g % cuts.len()]
+            .iter()
+            .take(k - 1)
+            .map(|f| a + ((b - a) as f64 * f) as usize)
+            .collect();
+        bounds.sort_unstable();
+        bounds.insert(0, a);
+        bounds.push(b);
+        for (r, rank) in ranks.iter_mut().enumerate() {
+            for i in bounds[r]..bounds[r + 1] {
+                rank.0.push(c.rewards[i]);
+                rank.1.push(c.valid.as_ref().map_or(1, |v| v[i]));
+                rank.3.push(i);
+            }
+            let len = rank.0.len() as u32;
+            rank.2.push(len);
+        }
+    }
+    ranks
+        .into_iter()
+        .map(|(rewards, valid, offsets, global)| RankShare {
+            case: Case {
+                rewards,
+                valid: c.valid.as_ref().map(|_| valid),
+                layout: Layout::Offsets(offsets),
+                opts: c.opts,
+                broadcast: None,
+            },
+            global,
+        })
+        .collect()
+}
+
+fn rank_buffers<D: Device>(
+    dev: &mut D,
+    c: &Case,
+    adv: u64,
+    stats: u64,
+    ws: u64,
+) -> AdvantageBuffers {
+    let Layout::Offsets(o) = &c.layout else {
+        unreachable!("rank shares use CSR offsets")
+    };
+    AdvantageBuffers {
+        rewards: dev.upload(&c.rewards),
+        valid: match &c.valid {
+            Some(v) => dev.upload(v),
+            None => 0,
+        },
+        n: c.rewards.len() as u32,
+        groups: DeviceGroups::Offsets {
+            ptr: dev.upload(o),
+            num_groups: (o.len() - 1) as u32,
+        },
+        adv,
+        group_stats: stats,
+        tok_offsets: 0,
+        tok_mask: 0,
+        adv_tok: 0,
+        workspace: ws,
+        batch_std: 0,
+    }
+}
+
+/// SPEC §11 on the kernels: partial sums, all-reduce, partial squares, all-reduce, finalize on
+/// `k` simulated ranks reproduce the single-rank reference on the whole batch.
+fn check_ranks_on<D: Device>(dev: &mut D, c: &Case, k: usize, cuts: &[Vec<f64>], seed: u64) {
+    let shares = split_ranks(c, k, cuts);
+    let b = num_groups(c);
+    let t = Tuning::default();
+    let ws: Vec<u64> = (0..k)
+        .map(|_| dev.upload(&[0u8; WORKSPACE_BYTES]))
+        .collect();
+    let bufs: Vec<AdvantageBuffers> = shares
+        .iter()
+        .zip(&ws)
+        .map(|(s, &w)| {
+            let n = s.case.rewards.len();
+            let adv = dev.upload(&vec![f32::NAN; n]);
+            let stats = dev.upload(&vec![0u32; 4 * b]);
+            rank_buffers(dev, &s.case, adv, stats, w)
+        })
+        .collect();
+    // Step 1 and its all-reduce (a sum over ranks).
+    let mut sums = vec![0f64; 2 * b];
+    for buf in &bufs {
+        let out = dev.upload(&vec![f64::NAN; 2 * b]);
+        // SAFETY: uploaded buffers of the documented sizes.
+        unsafe { care_kernels::group_partial_sums(&dev.backend(seed), buf, out, t) }.unwrap();
+        for (acc, x) in sums.iter_mut().zip(dev.download::<f64>(out, 2 * b)) {
+            *acc += x;
+        }
+    }
+    // Step 2 and its all-reduce.
+    let mut m2 = vec![0f64; b];
+    for buf in &bufs {
+        let s = dev.upload(&sums);
+        let out = dev.upload(&vec![f64::NAN; b]);
+        // SAFETY: as above.
+        unsafe { care_kernels::group_partial_squares(&dev.backend(seed), buf, s, out, t) }.unwrap();
+        for (acc, x) in m2.iter_mut().zip(dev.download::<f64>(out, b)) {
+            *acc += x;
+        }
+    }
+    let reference = run_reference(c);
+    let tol = tolerance(Quantity::Advantage, Dtype::F32).unwrap();
+    for ((buf, share), &w) in bufs.iter().zip(&shares).zip(&ws) {
+        let (s, q) = (dev.upload(&sums), dev.upload(&m2));
+        // SAFETY: as above.
+        unsafe {
+            care_kernels::group_advantages_finalize(&dev.backend(seed), buf, s, q, &c.opts, t)
+        }
+        .unwrap();
+        let status = dev.download::<u32>(w, 1)[0];
+        let adv = dev.download::<f32>(buf.adv, share.global.len());
+        match &reference {
+            Err(e) => assert_eq!(advantage_status(status), Err(*e), "{c:?}"),
+            Ok((want, want_stats, _)) => {
+                assert_eq!(status, 0, "{c:?}");
+                for (&a, &gi) in adv.iter().zip(&share.global) {
+                    let w = want[gi];
+                    assert!(
+                        tol.accepts(f64::from(a), f64::from(w), f64::from(w)),
+                        "sample {gi}: {a} vs {w}\n{c:?}"
+                    );
+                }
+                let raw = dev.download::<u32>(buf.group_stats, 4 * b);
+                for (g, (q, r)) in raw.chunks_exact(4).zip(want_stats).enumerate() {
+                    assert_eq!((q[0], q[3]), (r.count, r.zero_variance), "group {g}");
+                    assert!(tol.accepts(
+                        f64::from(f32::from_bits(q[1])),
+                        f64::from(r.mean),
+                        f64::from(r.mean)
+                    ));
+                    assert!(tol.accepts(
+                        f64::from(f32::from_bits(q[2])),
+                        f64::from(r.std),
+                        f64::from(r.std)
+                    ));
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Groups split over 1-3 ranks at random points reproduce the single-rank reference.
+    #[test]
+    fn pt_ranks_reproduce_single_rank(
+        c in case_strategy(),
+        k in 1usize..4,
+        cuts in prop::collection::vec(prop::collection::vec(0.0f64..1.0, 2), 1..5),
+        seed in any::<u64>(),
+    ) {
+        check_ranks_on(&mut EmuDevice::default(), &c, k, &cuts, seed);
+    }
+}
+
+#[test]
+fn finalize_rejects_invalid_moments() {
+    let c = simple(
+        ramp(4),
+        Layout::Offsets(vec![0, 4]),
+        AdvantageOptions::default(),
+    );
+    let mut dev = EmuDevice::default();
+    let ws = dev.upload(&[0u8; WORKSPACE_BYTES]);
+    let adv = dev.upload(&[0f32; 4]);
+    let buf = rank_buffers(&mut dev, &c, adv, 0, ws);
+    let sums = dev.upload(&[4.0f64, 2.0]);
+    let m2 = dev.upload(&[-1.0f64]);
+    // SAFETY: uploaded buffers of the documented sizes.
+    unsafe {
+        care_kernels::group_advantages_finalize(
+            &Emulator { seed: 1 },
+            &buf,
+            sums,
+            m2,
+            &c.opts,
+            Tuning::default(),
+        )
+    }
+    .unwrap();
+    assert_eq!(
+        advantage_status(dev.download::<u32>(ws, 1)[0]),
+        Err(Error::InvalidArgument)
+    );
 }
