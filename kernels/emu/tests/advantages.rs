@@ -66,6 +66,7 @@ fn run_kernel<D: Device>(
     tuning: Tuning,
     seed: u64,
 ) -> Result<KernelOut, KernelError<<D::B as care_kernels::Backend>::Error>> {
+    dev.reset();
     let n = c.rewards.len();
     let b = num_groups(c);
     let (toff, tmask) = match &c.broadcast {
@@ -723,6 +724,7 @@ fn rank_buffers<D: Device>(
 /// SPEC §11 on the kernels: partial sums, all-reduce, partial squares, all-reduce, finalize on
 /// `k` simulated ranks reproduce the single-rank reference on the whole batch.
 fn check_ranks_on<D: Device>(dev: &mut D, c: &Case, k: usize, cuts: &[Vec<f64>], seed: u64) {
+    dev.reset();
     let shares = split_ranks(c, k, cuts);
     let b = num_groups(c);
     let t = Tuning::default();

@@ -101,6 +101,7 @@ fn run_kernel_on<T: Lp, D: Device>(
     seed: u64,
     grad_in_dtype: bool,
 ) -> (Vec<f32>, LossStats) {
+    dev.reset();
     let logp = conv::<T>(&c.logp);
     let n_tok = logp.len();
     let o = offsets(&c.lens);

@@ -21,6 +21,8 @@ pub trait Device {
     fn upload<T: bytemuck::Pod>(&mut self, v: &[T]) -> u64;
     /// Copies `n` elements back from `addr` (after the stream is synchronized).
     fn download<T: bytemuck::Pod>(&mut self, addr: u64, n: usize) -> Vec<T>;
+    /// Frees every buffer uploaded so far (their addresses become invalid).
+    fn reset(&mut self);
 }
 
 /// Host memory (16-byte aligned chunks) and the fiber emulator.
@@ -55,6 +57,9 @@ impl Device for EmuDevice {
             )
         };
         out
+    }
+    fn reset(&mut self) {
+        self.chunks.clear();
     }
 }
 
@@ -95,6 +100,10 @@ impl Device for GpuDevice {
         let mut out = vec![T::zeroed(); n];
         bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&bytes[..len]);
         out
+    }
+    fn reset(&mut self) {
+        self.stream.synchronize().unwrap();
+        self.slices.clear();
     }
 }
 
