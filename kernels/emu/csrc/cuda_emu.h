@@ -5,9 +5,10 @@
 // cooperative fibers (ucontext for the first entry, _setjmp/_longjmp afterwards, which avoids the
 // signal-mask syscall of swapcontext). A fiber runs until it reaches a block barrier
 // (__syncthreads) or a warp collective (__shfl_*_sync, __syncwarp), or returns. The scheduler
-// resumes the runnable fibers in an order drawn from `seed` again at every phase, so a kernel that
-// reads shared memory written by another thread without a barrier in between sees different data
-// under different seeds, and the tests compare seeds bit for bit.
+// resumes the runnable fibers in an order drawn from `seed` again at every round, and between two
+// block barriers it holds a random half of the warps back until the others cannot move, so a
+// kernel that reads shared memory written by another warp without a barrier in between sees
+// different data under different seeds, and the tests compare seeds bit for bit.
 //
 // Strictness, to catch divergence bugs the hardware might forgive: a block barrier or a warp
 // collective that some thread of the block (of the warp) can never reach, because it already
