@@ -799,3 +799,59 @@ pub fn log_softmax_backward_on<T: crate::cuda::LossDtype, I: TargetDtype>(
     unsafe { log_softmax_backward(&b, &rows, &g, opts, LsmTuning::default()) }?;
     b.synchronize().map_err(KernelError::Backend)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_point_is_in_the_ptx() {
+        assert!(PTX.contains(".version 8.2") && PTX.contains(".target sm_80"));
+        for k in LsmKernel::ALL {
+            assert!(
+                PTX.contains(&format!(".entry {}(", k.name())),
+                "{} missing from kernels/ptx/logsoftmax.ptx",
+                k.name()
+            );
+            assert_eq!(
+                LsmKernel::ALL[k.index()],
+                k,
+                "index() is the position in ALL"
+            );
+        }
+    }
+
+    #[test]
+    fn geometry_has_no_row_limit_and_picks_the_team() {
+        // Far more rows than a grid dimension holds: the grid is capped and the teams stride.
+        let (g, block) = lsm_geometry(5_000_000_000, 151_936, LsmTuning::default());
+        assert!(block);
+        assert_eq!(g.grid, (i32::MAX as u32, 1, 1));
+        assert_eq!(g.block, (LSM_BLOCK, 1, 1));
+        // Small vocabularies: one warp per row, 8 rows per 256-thread block.
+        let (g, block) = lsm_geometry(100_001, 2048, LsmTuning::default());
+        assert!(!block);
+        assert_eq!(g.grid.0, 100_001u32.div_ceil(8));
+        // Overrides.
+        let t = LsmTuning {
+            threads: Some(64),
+            block_team: Some(false),
+            max_blocks: Some(3),
+        };
+        let (g, block) = lsm_geometry(1000, 151_936, t);
+        assert!(!block);
+        assert_eq!((g.grid.0, g.block.0), (3, 64));
+        // No rows still gives a valid (never launched) geometry.
+        assert_eq!(lsm_geometry(0, 10, LsmTuning::default()).0.grid.0, 1);
+    }
+
+    #[test]
+    fn tolerance_grows_with_the_row_scale_and_output_dtype() {
+        let t = LSM_TOLERANCE;
+        assert!(t.forward(1e4) > t.forward(1.0));
+        let b = t.backward(Dtype::Bf16, 1.0, 1.0, 0.5);
+        let f = t.backward(Dtype::F32, 1.0, 1.0, 0.5);
+        assert!(b > f && (b - f - 0.5 / 256.0 - 1e-38).abs() < 1e-12);
+    }
+}
