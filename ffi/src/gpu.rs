@@ -47,7 +47,7 @@ const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
 /// A device address: NULL is `None` when the buffer is optional and `CARE_ERR_NULL_POINTER`
 /// when it is required; `len` must be `want` (the lengths are checked against each other,
 /// since device allocations cannot be inspected).
-fn dev<T>(p: *const T, len: usize, want: usize, required: bool) -> Result<u64, care_result> {
+pub(crate) fn dev<T>(p: *const T, len: usize, want: usize, required: bool) -> Result<u64, care_result> {
     if p.is_null() {
         return if len == 0 && (!required || want == 0) {
             Ok(0)
@@ -64,7 +64,7 @@ fn dev<T>(p: *const T, len: usize, want: usize, required: bool) -> Result<u64, c
     Ok(p as u64)
 }
 
-fn workspace(p: *mut c_void, len: usize) -> Result<u64, care_result> {
+pub(crate) fn workspace(p: *mut c_void, len: usize) -> Result<u64, care_result> {
     if p.is_null() {
         return Err(care_result::CARE_ERR_NULL_POINTER);
     }
@@ -83,7 +83,7 @@ fn to_u32(n: usize) -> Result<u32, care_result> {
 
 /// Maps a driver error to a CUDA code: missing driver/device, kernel image problems, or any
 /// other driver failure.
-fn driver_code(e: DriverError) -> care_result {
+pub(crate) fn driver_code(e: DriverError) -> care_result {
     use sys::CUresult::*;
     match e.0 {
         CUDA_ERROR_NO_DEVICE
@@ -103,7 +103,7 @@ fn driver_code(e: DriverError) -> care_result {
     }
 }
 
-fn kernel_code(e: KernelError<DriverError>) -> care_result {
+pub(crate) fn kernel_code(e: KernelError<DriverError>) -> care_result {
     match e {
         KernelError::Core(e) => map_error(e),
         KernelError::Backend(e) => driver_code(e),
