@@ -47,7 +47,12 @@ const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
 /// A device address: NULL is `None` when the buffer is optional and `CARE_ERR_NULL_POINTER`
 /// when it is required; `len` must be `want` (the lengths are checked against each other,
 /// since device allocations cannot be inspected).
-pub(crate) fn dev<T>(p: *const T, len: usize, want: usize, required: bool) -> Result<u64, care_result> {
+pub(crate) fn dev<T>(
+    p: *const T,
+    len: usize,
+    want: usize,
+    required: bool,
+) -> Result<u64, care_result> {
     if p.is_null() {
         return if len == 0 && (!required || want == 0) {
             Ok(0)
