@@ -20,7 +20,12 @@ Examples:
 
 /// `care`: CARE empathy rubrics as RL rewards, on JSON Lines.
 #[derive(Debug, Parser)]
-#[command(name = "care", version, about, after_help = MAIN_AFTER)]
+#[command(
+    name = "care",
+    version,
+    about = "CARE empathy rubrics as RL rewards: validate, score, pref, advantages and loss on JSON Lines",
+    after_help = MAIN_AFTER
+)]
 pub struct Cli {
     /// The subcommand.
     #[command(subcommand)]
@@ -338,19 +343,19 @@ pub struct AdvArgs {
     /// Start from an anchor trainer's options.
     #[arg(long, value_enum)]
     pub preset: Option<AdvPresetArg>,
-    /// Baseline.
+    /// Baseline (default mean; rloo: leave_one_out).
     #[arg(long, value_enum)]
     pub baseline: Option<BaselineArg>,
-    /// Scale.
+    /// Scale (default group_std; trl_batch: batch_std; dr_grpo, rloo: none).
     #[arg(long, value_enum)]
     pub scale: Option<AdvScaleArg>,
-    /// Std estimator.
+    /// Std estimator (default unbiased).
     #[arg(long, value_enum)]
     pub std: Option<StdArg>,
-    /// Added to the std before dividing.
+    /// Added to the std before dividing (default 1e-6; trl 1e-4; openrlhf 1e-9).
     #[arg(long)]
     pub eps: Option<f64>,
-    /// Groups with one valid sample.
+    /// Groups with one valid sample (default zero; verl: raw; openrlhf: error).
     #[arg(long, value_enum)]
     pub singleton: Option<SingletonArg>,
 }
@@ -410,37 +415,37 @@ pub struct LossArgs {
     /// Start from an anchor trainer's options.
     #[arg(long, value_enum)]
     pub preset: Option<LossPresetArg>,
-    /// eps_low: the ratio is clipped below at 1 - X.
+    /// eps_low: the ratio is clipped below at 1 - X (default 0.2).
     #[arg(long, value_name = "X")]
     pub clip_low: Option<f64>,
-    /// eps_high: the ratio is clipped above at 1 + X.
+    /// eps_high: the ratio is clipped above at 1 + X (default 0.2; DAPO uses 0.28).
     #[arg(long, value_name = "X")]
     pub clip_high: Option<f64>,
-    /// Dual clip constant c > 1 (0 turns it off).
+    /// Dual clip constant c > 1 (default 0 = off; verl preset 3).
     #[arg(long, value_name = "C")]
     pub dual_clip: Option<f64>,
-    /// Token or sequence (GSPO) ratio.
+    /// Token (default) or sequence (GSPO) ratio.
     #[arg(long, value_enum)]
     pub ratio: Option<RatioArg>,
-    /// KL estimator.
+    /// KL estimator (default k3); `none` turns the KL term off whatever --beta says.
     #[arg(long, value_enum)]
     pub kl: Option<KlArg>,
-    /// KL coefficient.
+    /// KL coefficient beta (default 0: no KL term; needs logp_ref in the input).
     #[arg(long)]
     pub beta: Option<f64>,
-    /// Aggregation.
+    /// Aggregation (default token_mean).
     #[arg(long, value_enum)]
     pub agg: Option<AggArg>,
-    /// Global counted-token count (all ranks, all micro-batches).
+    /// Global counted-token count N_tok (all ranks, all micro-batches; default: this line's).
     #[arg(long, value_name = "N")]
     pub global_tokens: Option<f64>,
-    /// Global sequence count.
+    /// Global sequence count N_seq (default: this line's sequences with a counted token).
     #[arg(long, value_name = "N")]
     pub global_seqs: Option<f64>,
-    /// Horizon H of seq_mean_token_sum_norm.
+    /// Horizon H of seq_mean_token_sum_norm (default: the longest sequence of the line).
     #[arg(long, value_name = "H")]
     pub horizon: Option<f64>,
-    /// Bound of the log-ratio clamp.
+    /// Bound of the log-ratio clamp |logp - logp_old| (default 20).
     #[arg(long, value_name = "X")]
     pub log_ratio_clamp: Option<f64>,
 }
