@@ -17,13 +17,14 @@ use care_kernels::logsoftmax::{
     LogitsLossBuffers, LsmCuda, LsmGrads, LsmOutputs, LsmRows, LsmTuning, log_softmax_backward,
     log_softmax_forward, logits_loss_forward, lsm_status,
 };
-use care_kernels::{Dtype, KernelError, WORKSPACE_BYTES};
+use care_kernels::{Dtype, WORKSPACE_BYTES};
 use cudarc::driver::result as cu;
-use cudarc::driver::{DriverError, sys};
 use half::{bf16, f16};
 
 use crate::args;
-use crate::gpu::{CARE_GPU_LOSS_STATS_BYTES, CARE_GPU_WORKSPACE_BYTES};
+use crate::gpu::{
+    CARE_GPU_LOSS_STATS_BYTES, CARE_GPU_WORKSPACE_BYTES, dev, driver_code, kernel_code, workspace,
+};
 use crate::loss::{self, care_loss_options};
 use crate::result::{care_result, map_error};
 
@@ -275,66 +276,6 @@ pub unsafe extern "C" fn care_log_softmax_backward(
 }
 
 // ---- GPU ------------------------------------------------------------------------------------
-// The device-pointer helpers mirror those of `gpu.rs` (which keeps its own private).
-
-/// A device address: NULL is `None` (0) when optional with `len == 0`; `len` must be `want`.
-fn dev<T>(p: *const T, len: usize, want: usize, required: bool) -> Result<u64, care_result> {
-    if p.is_null() {
-        return if len == 0 && (!required || want == 0) {
-            Ok(0)
-        } else {
-            Err(care_result::CARE_ERR_NULL_POINTER)
-        };
-    }
-    if !p.is_aligned() {
-        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
-    }
-    if len != want {
-        return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
-    }
-    Ok(p as u64)
-}
-
-fn workspace(p: *const c_void, len: usize) -> Result<u64, care_result> {
-    if p.is_null() {
-        return Err(care_result::CARE_ERR_NULL_POINTER);
-    }
-    if !(p as usize).is_multiple_of(16) {
-        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
-    }
-    if len < CARE_GPU_WORKSPACE_BYTES {
-        return Err(care_result::CARE_ERR_BUFFER_TOO_SMALL);
-    }
-    Ok(p as u64)
-}
-
-fn driver_code(e: DriverError) -> care_result {
-    use sys::CUresult::*;
-    match e.0 {
-        CUDA_ERROR_NO_DEVICE
-        | CUDA_ERROR_NOT_INITIALIZED
-        | CUDA_ERROR_DEINITIALIZED
-        | CUDA_ERROR_INVALID_DEVICE
-        | CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
-        | CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE => care_result::CARE_ERR_CUDA_UNAVAILABLE,
-        CUDA_ERROR_INVALID_PTX
-        | CUDA_ERROR_UNSUPPORTED_PTX_VERSION
-        | CUDA_ERROR_NO_BINARY_FOR_GPU
-        | CUDA_ERROR_INVALID_IMAGE
-        | CUDA_ERROR_NOT_FOUND
-        | CUDA_ERROR_JIT_COMPILER_NOT_FOUND
-        | CUDA_ERROR_SHARED_OBJECT_INIT_FAILED => care_result::CARE_ERR_CUDA_COMPILE,
-        _ => care_result::CARE_ERR_CUDA_DRIVER,
-    }
-}
-
-fn kernel_code(e: KernelError<DriverError>) -> care_result {
-    match e {
-        KernelError::Core(e) => map_error(e),
-        KernelError::Backend(e) => driver_code(e),
-    }
-}
-
 /// # Safety
 /// `stream` is NULL or a live `CUstream`; `any_ptr` a device address.
 unsafe fn backend(stream: *mut c_void, any_ptr: u64) -> Result<LsmCuda, care_result> {
@@ -428,7 +369,7 @@ pub unsafe extern "C" fn care_gpu_log_softmax(
             logp: tri!(dev(d_logp_out.cast_const(), logp_len, rows, true)),
             entropy: tri!(dev(d_entropy_out.cast_const(), entropy_len, rows, false)),
             lse: tri!(dev(d_lse_out.cast_const(), lse_len, rows, false)),
-            status: tri!(workspace(d_workspace.cast_const(), workspace_len)),
+            status: tri!(workspace(d_workspace, workspace_len)),
         };
         let opts = tri!(options(temperature));
         // SAFETY: forwarded contract.
@@ -451,7 +392,7 @@ pub unsafe extern "C" fn care_gpu_log_softmax_status(
     stream: *mut c_void,
 ) -> care_result {
     ffi_panic_boundary! {
-        let ws = tri!(workspace(d_workspace, workspace_len));
+        let ws = tri!(workspace(d_workspace.cast_mut(), workspace_len));
         // SAFETY: forwarded contract.
         let b = tri!(unsafe { backend(stream, ws) });
         if let Err(e) = b.synchronize() {
@@ -592,7 +533,7 @@ pub unsafe extern "C" fn care_gpu_logits_policy_loss(
             _ => return care_result::CARE_ERR_INVALID_ARGUMENT,
         };
         let adv_want = if per_token { rows } else { n_seq };
-        let ws = tri!(workspace(d_workspace.cast_const(), workspace_len));
+        let ws = tri!(workspace(d_workspace, workspace_len));
         let buf = LogitsLossBuffers {
             logp: tri!(dev(d_logp_out.cast_const(), logp_len, rows, true)),
             lse: tri!(dev(d_lse_out.cast_const(), lse_len, rows, true)),
