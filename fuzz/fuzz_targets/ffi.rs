@@ -7,6 +7,7 @@
 
 use care::advantage::care_group_advantages;
 use care::care_result::{self, *};
+use care::loss::{care_loss_stats, care_policy_loss_f32};
 use care::reward::{care_judge_output_parse, care_policy_reward, care_policy_reward_batch};
 use care::rubric::*;
 use libfuzzer_sys::fuzz_target;
@@ -20,6 +21,7 @@ fn ok(r: care_result) -> bool {
 
 fuzz_target!(|data: &[u8]| {
     advantages(data);
+    loss(data);
     let (head, text) = data.split_at(data.len().min(4));
     let b = |i: usize| head.get(i).copied().unwrap_or(0);
     let tp = text.as_ptr().cast::<c_char>();
@@ -184,5 +186,70 @@ fn advantages(data: &[u8]) {
             0,
         );
         ok(r);
+    }
+}
+
+/// The f32 policy loss through the C ABI: every (pointer, length) pair gets a length taken from
+/// the input (so most calls mismatch), a buffer of exactly that length, and NULL for an
+/// optional input when its length byte says so; the offsets come from the input too.
+fn loss(data: &[u8]) {
+    let b = |i: usize| data.get(i).copied().unwrap_or(0);
+    let t = usize::from(b(4) % 17);
+    let len = |k: usize| {
+        let x = b(k);
+        if x & 0x80 != 0 {
+            t
+        } else {
+            usize::from(x % 19)
+        }
+    };
+    let logp: Vec<f32> = (0..len(5)).map(|i| -f32::from(b(i)) / 16.0).collect();
+    let old: Vec<f32> = (0..len(6)).map(|i| -f32::from(b(i + 1)) / 16.0).collect();
+    let rf: Vec<f32> = (0..len(7)).map(|i| -f32::from(b(i + 2)) / 16.0).collect();
+    let mask: Vec<u8> = (0..len(8)).map(|i| b(i) & 1).collect();
+    let offsets: Vec<u32> = (0..usize::from(b(9) % 6))
+        .map(|i| u32::from(b(10 + i) % 20))
+        .collect();
+    let adv: Vec<f32> = (0..len(11))
+        .map(|i| f32::from(b(i + 3)) / 64.0 - 2.0)
+        .collect();
+    let mut grad = vec![0.0f32; len(12)];
+    let opt = |v: &[f32], flag: bool| {
+        if flag && v.is_empty() {
+            null()
+        } else {
+            v.as_ptr()
+        }
+    };
+    let mut loss = 0.0f64;
+    let mut stats = unsafe { std::mem::zeroed::<care_loss_stats>() };
+    unsafe {
+        let r = care_policy_loss_f32(
+            logp.as_ptr(),
+            logp.len(),
+            opt(&old, b(13) & 1 != 0),
+            old.len(),
+            opt(&rf, b(13) & 2 != 0),
+            rf.len(),
+            offsets.as_ptr(),
+            offsets.len(),
+            if b(13) & 4 != 0 && mask.is_empty() {
+                null()
+            } else {
+                mask.as_ptr()
+            },
+            mask.len(),
+            adv.as_ptr(),
+            adv.len(),
+            u32::from(b(14) % 3),
+            null(),
+            grad.as_mut_ptr(),
+            grad.len(),
+            &mut loss,
+            &mut stats,
+        );
+        if ok(r) {
+            assert_eq!(grad.len(), logp.len());
+        }
     }
 }
