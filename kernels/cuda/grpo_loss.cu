@@ -3,14 +3,13 @@
 // One block per (sequence, chunk): grid = (n_seq, chunks), blockDim.x a multiple of 32. Block
 // (i, y) owns the tokens start_i + y*blockDim.x + k*chunks*blockDim.x of sequence i, so a long
 // sequence is spread over `chunks` blocks and every block reads coalesced runs. The token-level
-// path reads each input once and writes the gradient once; only seq_mean_token_mean (and the
-// `sequences` stat of a sequence split over several blocks) first scans the u8 mask for the
-// per-sequence count n_i. The sequence-level ratio (GSPO) needs the mean log ratio and a masked
-// sum over the whole sequence before any gradient can be written, so that path reads the
-// sequence twice more (each chunk block does it).
+// path reads each input once and writes the gradient once; only seq_mean_token_mean first scans
+// the u8 mask for the per-sequence count n_i. The sequence-level ratio (GSPO) needs the mean log
+// ratio and a masked sum over the whole sequence before any gradient can be written, so that
+// path reads the sequence twice more (each chunk block does it).
 //
-// Stats are reduced per warp with shuffles and added to the caller's device struct with atomics;
-// the caller initializes it (sums 0, ratio_min +inf, ratio_max 0), so micro-batches accumulate.
+// Stats are reduced per block and added to the caller's device struct with atomics; the caller
+// initializes it (sums 0, ratio_min +inf, ratio_max 0), so micro-batches accumulate.
 // Float atomics make the last bits of the sums depend on the block schedule; the gradient does
 // not depend on any atomic.
 #include "common.cuh"
@@ -180,11 +179,10 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
 
     // n_i: counted tokens of the sequence. Without a mask it is the length. With one, a u8 scan
     // of the sequence, done only where n_i is needed before the main pass: the weight of
-    // seq_mean_token_mean, the GSPO mean, or the `sequences` stat of a sequence split over
-    // several blocks. Otherwise the main pass counts it (see care_grpo_loss), so each input is
-    // read once. Counts are summed as float, exact below 2^24 tokens per sequence.
-    s.scanned = p.mask == 0 || p.agg == CARE_AGG_SEQ_MEAN_TOKEN_MEAN || p.seq_level != 0 ||
-                (p.stats != 0 && gridDim.y > 1);
+    // seq_mean_token_mean and the GSPO mean. Otherwise nothing needs it (the `sequences` stat
+    // looks for the first counted token instead, see care_grpo_loss), so each input is read
+    // once. Counts are summed as float, exact below 2^24 tokens per sequence.
+    s.scanned = p.mask == 0 || p.agg == CARE_AGG_SEQ_MEAN_TOKEN_MEAN || p.seq_level != 0;
     if (p.mask == 0) {
         s.n_counted = s.end - s.start;
     } else if (!s.scanned) {
@@ -342,46 +340,84 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
     if (p.stats == 0) {
         return; // uniform over the block: no barrier follows
     }
-    // Warp-level reduction of the stats, then one atomic per field per warp.
-    float loss = care_warp_sum(st.loss);
-    float ppo_kl = care_warp_sum(st.ppo_kl);
-    float kl = care_warp_sum(st.kl);
-    float rsum = care_warp_sum(st.ratio_sum);
-    float rmin = care_warp_min(st.ratio_min);
-    float rmax = care_warp_max(st.ratio_max);
-    care_u32 tokens = care_warp_sum(st.tokens);
-    care_u32 clipped = care_warp_sum(st.clipped);
-    care_u32 clow = care_warp_sum(st.clipped_low);
-    care_u32 chigh = care_warp_sum(st.clipped_high);
-    care_u32 dual = care_warp_sum(st.dual);
-    care_u32 clamped = care_warp_sum(st.clamped);
-    care_u32 nonfin = care_warp_sum(st.non_finite);
-    if ((threadIdx.x & (CARE_WARP - 1)) == 0 && tokens > 0) {
-        CareLossStats* s = p.stats;
-        atomicAdd(&s->loss, loss);
-        atomicAdd(&s->ppo_kl_sum, ppo_kl);
-        if (kl_on) {
-            atomicAdd(&s->kl_sum, kl);
-        }
-        atomicAdd(&s->ratio_sum, rsum);
-        if (rmax >= rmin) { // at least one finite ratio
-            care_atomic_min_nonneg(&s->ratio_min, rmin);
-            care_atomic_max_nonneg(&s->ratio_max, rmax);
-        }
-        atomicAdd(&s->tokens, tokens);
-        atomicAdd(&s->clipped, clipped);
-        atomicAdd(&s->clipped_low, clow);
-        atomicAdd(&s->clipped_high, chigh);
-        atomicAdd(&s->dual_clipped, dual);
-        atomicAdd(&s->clamped_log_ratios, clamped);
-        atomicAdd(&s->non_finite, nonfin);
+    // Stats: reduced over the warp with shuffles, then over the block through shared memory, then
+    // one atomic per field per block (every block adds into the same 14 addresses, so fewer
+    // atomics means less serialization in L2).
+    __shared__ float fpart[6][CARE_WARP];
+    __shared__ care_u32 upart[7][CARE_WARP];
+    const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
+    const care_u32 warp = threadIdx.x / CARE_WARP;
+    const care_u32 nwarps = (blockDim.x + CARE_WARP - 1) / CARE_WARP;
+    float f[6] = {st.loss, st.ppo_kl, st.kl, st.ratio_sum, st.ratio_min, st.ratio_max};
+    care_u32 u[7] = {st.tokens, st.clipped, st.clipped_low, st.clipped_high,
+                     st.dual,   st.clamped, st.non_finite};
+    for (int k = 0; k < 4; ++k) {
+        f[k] = care_warp_sum(f[k]);
     }
-    care_u32 n_counted = si.n_counted;
-    if (!si.scanned) {
-        // Single-chunk sequence (grid.y == 1): this block saw all of its tokens.
-        n_counted = (care_u32)care_block_sum((float)st.tokens, scratch);
+    f[4] = care_warp_min(f[4]);
+    f[5] = care_warp_max(f[5]);
+    for (int k = 0; k < 7; ++k) {
+        u[k] = care_warp_sum(u[k]);
     }
-    if (threadIdx.x == 0 && blockIdx.y == 0 && n_counted > 0) {
+    if (lane == 0) {
+        for (int k = 0; k < 6; ++k) {
+            fpart[k][warp] = f[k];
+        }
+        for (int k = 0; k < 7; ++k) {
+            upart[k][warp] = u[k];
+        }
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const bool in = lane < nwarps;
+        for (int k = 0; k < 4; ++k) {
+            f[k] = care_warp_sum(in ? fpart[k][lane] : 0.0f);
+        }
+        f[4] = care_warp_min(in ? fpart[4][lane] : __uint_as_float(0x7f800000u));
+        f[5] = care_warp_max(in ? fpart[5][lane] : 0.0f);
+        for (int k = 0; k < 7; ++k) {
+            u[k] = care_warp_sum(in ? upart[k][lane] : 0u);
+        }
+        if (lane == 0 && u[0] > 0) {
+            CareLossStats* s = p.stats;
+            atomicAdd(&s->loss, f[0]);
+            atomicAdd(&s->ppo_kl_sum, f[1]);
+            if (kl_on) {
+                atomicAdd(&s->kl_sum, f[2]);
+            }
+            atomicAdd(&s->ratio_sum, f[3]);
+            if (f[5] >= f[4]) { // at least one finite ratio
+                care_atomic_min_nonneg(&s->ratio_min, f[4]);
+                care_atomic_max_nonneg(&s->ratio_max, f[5]);
+            }
+            atomicAdd(&s->tokens, u[0]);
+            atomicAdd(&s->clipped, u[1]);
+            atomicAdd(&s->clipped_low, u[2]);
+            atomicAdd(&s->clipped_high, u[3]);
+            atomicAdd(&s->dual_clipped, u[4]);
+            atomicAdd(&s->clamped_log_ratios, u[5]);
+            atomicAdd(&s->non_finite, u[6]);
+        }
+    }
+
+    // `sequences`: counted once per sequence with a counted token, by chunk 0. Without n_i, chunk
+    // 0 searches for a counted token from the start of the sequence, block-wide: a few mask
+    // bytes in the usual case, the whole mask only for a fully masked sequence.
+    bool add = false;
+    if (si.scanned) {
+        add = blockIdx.y == 0 && si.n_counted > 0;
+    } else if (blockIdx.y == 0) { // uniform over the block
+        __shared__ care_u32 uscratch[CARE_WARP];
+        const care_u32 none = 0xffffffffu;
+        care_u32 first = none; // the smallest counted token index (any would do)
+        for (care_u32 base = si.start; base < si.end && first == none; base += blockDim.x) {
+            care_u32 t = base + threadIdx.x;
+            care_u32 mine = (t < si.end && p.mask[t] != 0) ? t : none;
+            first = care_block_min(mine, uscratch, none); // uniform: every thread sees it
+        }
+        add = first != none;
+    }
+    if (threadIdx.x == 0 && add) {
         atomicAdd(&p.stats->sequences, 1u);
     }
 }

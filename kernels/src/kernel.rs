@@ -149,20 +149,40 @@ pub fn batch_std_geometry(tuning: Tuning) -> Geometry {
     }
 }
 
-/// Geometry of `grpo_loss_*`: `grid = (n_seq, chunks)` with `chunks = ceil(max_len / 2048)`
-/// (at most 65535), so a long sequence spreads over several blocks. `max_len` is the caller's
-/// hint of the longest sequence (0: the mean length `n_tok / n_seq`).
-pub fn loss_geometry(n_seq: u32, n_tok: u32, max_len: u32, tuning: Tuning) -> Geometry {
+/// Blocks the loss launch aims for when sequences are few: two per SM of an H100/H200 (132
+/// SMs), so a micro-batch of a handful of long sequences still spreads over the whole GPU.
+pub const LOSS_TARGET_BLOCKS: u32 = 264;
+
+/// Geometry of `grpo_loss_*`: `grid = (n_seq, chunks)`, so a long sequence spreads over several
+/// blocks. `max_len` is the caller's hint of the longest sequence (0: the mean length
+/// `n_tok / n_seq`).
+///
+/// `chunks` is at least `ceil(len / 2048)` (8 tokens per thread) and at most 65535. When no
+/// block re-reads its whole sequence (`rescans` false: token-level ratio, and no mask scan for
+/// `seq_mean_token_mean`), it grows toward [`LOSS_TARGET_BLOCKS`] blocks in all, down to one
+/// token per thread; with `rescans` every extra chunk would read the sequence again, so it stays
+/// at the minimum.
+pub fn loss_geometry(
+    n_seq: u32,
+    n_tok: u32,
+    max_len: u32,
+    rescans: bool,
+    tuning: Tuning,
+) -> Geometry {
     let block = tuning.threads.unwrap_or(BLOCK);
     let len = if max_len > 0 {
         max_len
     } else {
         n_tok.checked_div(n_seq).unwrap_or(0)
     };
-    let chunks = tuning
-        .loss_chunks
-        .unwrap_or(len.div_ceil(block * 8))
-        .clamp(1, 65535);
+    let min_chunks = len.div_ceil(block * 8);
+    let auto = if rescans {
+        min_chunks
+    } else {
+        let spread = LOSS_TARGET_BLOCKS.div_ceil(n_seq.max(1));
+        min_chunks.max(spread.min(len.div_ceil(block)))
+    };
+    let chunks = tuning.loss_chunks.unwrap_or(auto).clamp(1, 65535);
     Geometry {
         grid: (n_seq.max(1), chunks, 1),
         block: (block, 1, 1),
@@ -213,12 +233,22 @@ mod tests {
         assert!(!warp);
         let (g, _) = advantages_geometry(5000, 1, false, Tuning::default());
         assert_eq!(g.block.0, 1024);
-        // Loss: one block row per sequence, chunks of 2048 tokens.
-        let g = loss_geometry(3, 0, 4097, Tuning::default());
+        // Loss: one block row per sequence; chunks of at most 2048 tokens, more (down to 256
+        // tokens) while the grid is small, unless every chunk re-reads its sequence.
+        let g = loss_geometry(3, 0, 4097, true, Tuning::default());
         assert_eq!((g.grid.0, g.grid.1), (3, 3));
-        let g = loss_geometry(4, 400, 0, Tuning::default());
+        let g = loss_geometry(3, 0, 4097, false, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (3, 17));
+        let g = loss_geometry(8, 0, 32768, false, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (8, 33));
+        let g = loss_geometry(1024, 0, 4096, false, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (1024, 2));
+        let g = loss_geometry(4, 400, 0, false, Tuning::default());
         assert_eq!((g.grid.0, g.grid.1), (4, 1));
-        assert_eq!(loss_geometry(0, 0, 0, Tuning::default()).grid, (1, 1, 1));
+        assert_eq!(
+            loss_geometry(0, 0, 0, false, Tuning::default()).grid,
+            (1, 1, 1)
+        );
         assert_eq!(denoms_geometry(5000, Tuning::default()).grid.0, 1024);
     }
 }

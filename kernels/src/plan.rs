@@ -5,7 +5,7 @@
 //! launch order and the geometry exactly as a GPU run uses them.
 
 use care_core::Error;
-use care_core::grpo::{AdvantageOptions, LossOptions, Scale};
+use care_core::grpo::{AdvantageOptions, Aggregation, LossOptions, RatioLevel, Scale};
 
 use crate::kernel::{
     Geometry, Kernel, Tuning, advantages_geometry, batch_std_geometry, denoms_geometry,
@@ -480,7 +480,11 @@ pub unsafe fn grpo_loss<B: Backend>(
         }
         .map_err(KernelError::Backend)?;
     }
-    let geometry = loss_geometry(buf.n_seq, buf.n_tok, buf.max_seq_len, tuning);
+    // Chunks re-read their whole sequence for the GSPO mean and for the mask scan of
+    // seq_mean_token_mean.
+    let rescans = opts.ratio_level == RatioLevel::Sequence
+        || (buf.mask != 0 && opts.aggregation == Aggregation::SeqMeanTokenMean);
+    let geometry = loss_geometry(buf.n_seq, buf.n_tok, buf.max_seq_len, rescans, tuning);
     let args = [(&raw mut p).cast::<core::ffi::c_void>()];
     // SAFETY: `p` matches `CareLossParams`; buffers have the documented sizes and dtype (caller
     // contract); grid.x = n_seq as the kernel's sequence indexing assumes.

@@ -808,3 +808,25 @@ proptest! {
         prop_assert!(tol.accepts(sa.loss + sb.loss, sw.loss, scale), "{} + {} vs {}", sa.loss, sb.loss, sw.loss);
     }
 }
+
+#[test]
+fn sequences_stat_with_a_late_first_token_split_over_chunks() {
+    // 200 tokens, the first 70 masked: with 32 threads and 3 chunks the first counted token
+    // (70) falls in chunk 2, which alone must count the sequence; the second sequence is fully
+    // masked and must not count.
+    let mut c = base_case(vec![200, 40]);
+    let mut m = vec![1u8; 240];
+    m[..70].fill(0);
+    m[200..].fill(0);
+    c.mask = Some(m);
+    for chunks in [1, 2, 3, 7] {
+        let t = Tuning {
+            threads: Some(32),
+            warp_per_group: None,
+            loss_chunks: Some(chunks),
+        };
+        let (_, s) = run_kernel::<f32>(&c, t, 5, false);
+        assert_eq!((s.sequences, s.tokens), (1.0, 130.0), "chunks {chunks}");
+        check_all_dtypes(&c, t, 5, false);
+    }
+}
