@@ -70,22 +70,16 @@ pub fn driver_available() -> bool {
 /// Loaded modules and functions of one context.
 struct ContextEntry {
     ctx: usize,
-    modules: [usize; 2],
-    functions: [usize; 6],
+    modules: [usize; Module::ALL.len()],
+    functions: [usize; Kernel::ALL.len()],
 }
 
 /// Per-context cache (handles stored as integers: they are process-global driver handles).
 static CACHE: Mutex<Vec<ContextEntry>> = Mutex::new(Vec::new());
 
+/// Position of `k` in [`Kernel::ALL`] (the function cache's index).
 fn kernel_index(k: Kernel) -> usize {
-    match k {
-        Kernel::GroupAdvantagesF32 => 0,
-        Kernel::BatchStdF32 => 1,
-        Kernel::GrpoLossF32 => 2,
-        Kernel::GrpoLossBf16 => 3,
-        Kernel::GrpoLossF16 => 4,
-        Kernel::GrpoLossDenoms => 5,
-    }
+    Kernel::ALL.iter().position(|&x| x == k).unwrap_or(0)
 }
 
 /// Runs kernels on a caller's stream in a caller's context.
@@ -153,8 +147,8 @@ impl CudaBackend {
             None => {
                 cache.push(ContextEntry {
                     ctx,
-                    modules: [0; 2],
-                    functions: [0; 6],
+                    modules: [0; Module::ALL.len()],
+                    functions: [0; Kernel::ALL.len()],
                 });
                 cache.len() - 1
             }
@@ -429,6 +423,19 @@ pub fn grpo_loss_on<T: LossDtype>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_indices_are_distinct() {
+        let mut seen = [false; Kernel::ALL.len()];
+        for k in Kernel::ALL {
+            let i = kernel_index(k);
+            assert!(!seen[i], "{k:?}");
+            seen[i] = true;
+        }
+        for (i, m) in Module::ALL.iter().enumerate() {
+            assert_eq!(m.index(), i);
+        }
+    }
 
     #[test]
     fn backend_without_a_driver_is_an_error_not_a_panic() {
