@@ -214,8 +214,45 @@ impl Backend for CudaBackend {
     }
 }
 
-/// Error of the safe API.
+/// Error of the CUDA entry points.
 pub type CudaError = KernelError<DriverError>;
+
+/// Group advantages on raw device pointers and the caller's stream (asynchronous): the
+/// entry point for C++ and PyTorch trainers. Runs [`plan::group_advantages`] in the current
+/// context, or the primary context of `buf.rewards`' device. The status word is the first `u32`
+/// of `buf.workspace`; read it after the stream (map it with [`plan::advantage_status`]).
+///
+/// # Safety
+/// `stream` is null or a live stream of that context; every address in `buf` is device memory
+/// of that context with the sizes documented on [`AdvantageBuffers`], valid until the stream
+/// has run the launches.
+pub unsafe fn group_advantages_raw(
+    stream: sys::CUstream,
+    buf: &AdvantageBuffers,
+    opts: &AdvantageOptions,
+) -> Result<(), CudaError> {
+    // SAFETY: forwarded caller contract.
+    let backend = unsafe { CudaBackend::new(stream, buf.rewards) }.map_err(KernelError::Backend)?;
+    // SAFETY: forwarded caller contract.
+    unsafe { plan::group_advantages(&backend, buf, opts, Tuning::default()) }
+}
+
+/// The fused loss on raw device pointers and the caller's stream (asynchronous). The stats
+/// struct `buf.stats` (a `LossStatsRaw`, initialized by the caller) holds the loss and stats
+/// after the stream has run.
+///
+/// # Safety
+/// As [`group_advantages_raw`], for the buffers of [`LossBuffers`].
+pub unsafe fn grpo_loss_raw(
+    stream: sys::CUstream,
+    buf: &LossBuffers,
+    opts: &LossOptions,
+) -> Result<(), CudaError> {
+    // SAFETY: forwarded caller contract.
+    let backend = unsafe { CudaBackend::new(stream, buf.logp) }.map_err(KernelError::Backend)?;
+    // SAFETY: forwarded caller contract.
+    unsafe { plan::grpo_loss(&backend, buf, opts, Tuning::default()) }
+}
 
 fn ptr_of<T, S: DevicePtr<T>>(s: &S, stream: &CudaStream) -> u64 {
     // The guard only records an event when the context tracks events; the launch below is on
