@@ -6,8 +6,9 @@ nvidia-cuda-nvcc-cu12 12.2.140) into the gitignored .venv-ptx and runs this file
 
     gen-ptx.py            write kernels/ptx/<name>.ptx for every kernels/cuda/<name>.cu
     gen-ptx.py --check    regenerate into memory and fail on any difference with the files
-    gen-ptx.py --ptxas    assemble every checked-in .ptx for sm_90 with ptxas -v; print registers
-                          and spills per kernel, fail on any spill
+    gen-ptx.py --ptxas    assemble every checked-in .ptx for sm_90 with ptxas -v, print registers
+                          and spills per kernel, fail on any spill; also assemble for sm_80
+                          (spills there are reported, not failed)
 
 Why NVRTC 12.2: it emits PTX ISA 8.2, which the CUDA 12.2+ drivers (and the CUDA 13.0 driver of
 the H200 machine) load; PTX from CUDA 13.1+ would not load there. compute_80 keeps the PTX valid
@@ -111,34 +112,42 @@ def generate(check_only: bool) -> int:
 
 
 def ptxas() -> int:
+    """Assembles every checked-in PTX for sm_90 (the tuned target: registers printed, spills
+    fail) and for sm_80 (the oldest supported: must assemble; spills are reported only)."""
     exe = nvidia_dir() / "cuda_nvcc" / "bin" / "ptxas"
-    failed = 0
-    for ptx in sorted(PTX_DIR.glob("*.ptx")):
-        with tempfile.TemporaryDirectory() as tmp:
-            proc = subprocess.run([str(exe), "-arch=sm_90", "-v", "-O3", str(ptx),
-                                   "-o", os.path.join(tmp, "out.cubin")],
-                                  capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(proc.stdout + proc.stderr)
-            print(f"ptxas: {ptx.name} failed to assemble")
-            failed += 1
-            continue
-        kernel, spills = None, 0
-        for line in (proc.stdout + proc.stderr).splitlines():
-            m = re.search(r"Compiling entry function '(\w+)'", line)
-            if m:
-                kernel = m.group(1)
-            m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
-            if m:
-                spills = int(m.group(1)) + int(m.group(2))
-                if spills:
-                    failed += 1
-                    print(f"ptxas: {ptx.name} {kernel}: SPILLS {line.strip()}")
-            m = re.search(r"Used (\d+) registers", line)
-            if m:
-                rest = line.split(",", 1)[1].strip() if "," in line else ""
-                print(f"ptxas sm_90: {ptx.name:16} {kernel:24} {m.group(1):>3} registers, "
-                      f"{spills} bytes spilled, {rest}")
+    failed = warned = 0
+    for arch in ("sm_90", "sm_80"):
+        for ptx in sorted(PTX_DIR.glob("*.ptx")):
+            with tempfile.TemporaryDirectory() as tmp:
+                proc = subprocess.run([str(exe), f"-arch={arch}", "-v", "-O3", str(ptx),
+                                       "-o", os.path.join(tmp, "out.cubin")],
+                                      capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(proc.stdout + proc.stderr)
+                print(f"ptxas {arch}: {ptx.name} failed to assemble")
+                failed += 1
+                continue
+            kernel, spills = None, 0
+            for line in (proc.stdout + proc.stderr).splitlines():
+                m = re.search(r"Compiling entry function '(\w+)'", line)
+                if m:
+                    kernel = m.group(1)
+                m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+                if m:
+                    spills = int(m.group(1)) + int(m.group(2))
+                    if spills and arch == "sm_90":
+                        failed += 1
+                        print(f"ptxas {arch}: {ptx.name} {kernel}: SPILLS {line.strip()}")
+                    elif spills:
+                        warned += 1
+                        print(f"ptxas {arch}: warning: {ptx.name} {kernel} spills: {line.strip()}")
+                m = re.search(r"Used (\d+) registers", line)
+                if m and arch == "sm_90":
+                    rest = line.split(",", 1)[1].strip() if "," in line else ""
+                    print(f"ptxas {arch}: {ptx.name:16} {kernel:24} {m.group(1):>3} registers, "
+                          f"{spills} bytes spilled, {rest}")
+        if arch == "sm_80" and not failed:
+            print(f"ptxas sm_80: every kernel assembles ({warned} with spills)")
     if failed:
         print(f"ptxas: {failed} failure(s) (spills or assembly errors)")
     return 1 if failed else 0
