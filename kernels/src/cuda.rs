@@ -4,8 +4,11 @@
 //! * [`CudaBackend`] runs the plans of [`crate::plan`] on a raw `CUstream` and raw device
 //!   pointers, as a PyTorch or C++ trainer holds them. It uses the context current on the calling
 //!   thread, or else the primary context of the device that owns the given pointer.
+//! * [`group_advantages_raw`] and [`grpo_loss_raw`] are that for a trainer's pointers and stream
+//!   (asynchronous).
 //! * Each PTX module is loaded once per context and kept for the life of the process.
-//! * [`group_advantages_on`] and [`grpo_loss_on`] are the safe API over `cudarc` buffers.
+//! * [`group_advantages_on`] and [`grpo_loss_on`] are the safe API over `cudarc` buffers
+//!   (synchronous: they wait for the stream and read the status and stats back).
 //!
 //! Creating a context without a driver panics inside `cudarc`, so everything here first checks
 //! [`driver_available`] (`cudarc::driver::sys::is_culib_present()`).
