@@ -6,9 +6,9 @@
 //! score (Eq. 5), the generator's reward from a preference pair (Eq. 4), group advantages, and
 //! one clipped-ratio loss step.
 //!
-//! The GRPO step goes through [`Backend`]; [`backend`] returns the CPU reference today. A GPU
-//! backend (care-kernels) only has to implement the trait and be returned from [`backend`] when
-//! a device is present; the table then names it.
+//! The GRPO step goes through [`Backend`]: [`backend`] returns the CUDA kernels of
+//! `care-kernels` when a driver and a device are present, else the CPU reference; the table
+//! names the one that ran.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -41,14 +41,14 @@ pub trait Backend {
         opts: &AdvantageOptions,
         out: &mut [f32],
         stats: &mut [GroupStats],
-    ) -> care_core::Result<()>;
+    ) -> Result<(), String>;
     /// The clipped-ratio loss and its gradient, as [`care_core::grpo::policy_loss`].
     fn loss(
         &self,
         inputs: &LossInputs<'_, f32>,
         opts: &LossOptions,
         grad: &mut [f32],
-    ) -> care_core::Result<LossOutput>;
+    ) -> Result<LossOutput, String>;
 }
 
 /// The CPU reference of `care-core`.
@@ -57,7 +57,7 @@ pub struct Cpu;
 
 impl Backend for Cpu {
     fn name(&self) -> String {
-        "CPU (care-core reference; no GPU backend is wired into the CLI)".to_owned()
+        "CPU (care-core reference)".to_owned()
     }
     fn advantages(
         &self,
@@ -66,22 +66,26 @@ impl Backend for Cpu {
         opts: &AdvantageOptions,
         out: &mut [f32],
         stats: &mut [GroupStats],
-    ) -> care_core::Result<()> {
-        group_advantages(rewards, None, layout, opts, out, Some(stats))
+    ) -> Result<(), String> {
+        group_advantages(rewards, None, layout, opts, out, Some(stats)).map_err(|e| e.to_string())
     }
     fn loss(
         &self,
         inputs: &LossInputs<'_, f32>,
         opts: &LossOptions,
         grad: &mut [f32],
-    ) -> care_core::Result<LossOutput> {
-        policy_loss(inputs, opts, grad)
+    ) -> Result<LossOutput, String> {
+        policy_loss(inputs, opts, grad).map_err(|e| e.to_string())
     }
 }
 
-/// The backend the demo uses. The place to return a GPU backend when one is present.
+/// The backend the demo uses: the CUDA kernels when a driver and a device are present, else
+/// the CPU reference (the table names the one that ran).
 pub fn backend() -> Box<dyn Backend> {
-    Box::new(Cpu)
+    match crate::gpu::Gpu::open() {
+        Some(gpu) => Box::new(gpu),
+        None => Box::new(Cpu),
+    }
 }
 
 #[derive(Deserialize)]
@@ -122,7 +126,7 @@ pub fn demo_loss_options() -> LossOptions {
     }
 }
 
-fn err(context: &str) -> impl Fn(care_core::Error) -> String + '_ {
+fn err<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> String + '_ {
     move |e| format!("demo: {context}: {e}")
 }
 

@@ -798,22 +798,28 @@ fn score_and_pref_agree_with_the_library() {
 
 #[test]
 fn demo_prints_the_whole_loop_on_the_cpu() {
+    // The CPU rendering is pure, so it is the golden; the binary prints it verbatim when no GPU
+    // driver is present (on a GPU machine the device line and the last digits may differ).
+    let rendered = care_cli::demo::render(&care_cli::demo::Cpu).unwrap();
+    let exp = data("demo.out.txt");
+    if std::env::var_os("CARE_BLESS").is_some() {
+        std::fs::write(&exp, &rendered).unwrap();
+    }
+    assert_eq!(rendered, std::fs::read_to_string(&exp).unwrap());
+    assert!(rendered.contains("Device: CPU"));
+    // Response 1 of the demo scores 0.9250 (checked by hand in score_golden) and the rubric
+    // passes the format contract.
+    assert!(rendered.contains("r_fmt = 1, 0 violations"));
+    assert!(rendered.contains("0.9250"));
+
     let out = care(&["demo"], None);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
-    let exp = data("demo.out.txt");
-    if std::env::var_os("CARE_BLESS").is_some() {
-        std::fs::write(&exp, &text).unwrap();
+    if care_kernels::cuda::driver_available() {
+        assert!(text.contains("Device: "), "{text}");
+    } else {
+        assert_eq!(text, rendered);
     }
-    assert_eq!(text, std::fs::read_to_string(&exp).unwrap());
-    assert!(text.contains("Device: CPU"));
-    // Response 1 of the demo scores 0.9250 (checked by hand in score_golden) and the rubric
-    // passes the format contract.
-    assert!(text.contains("r_fmt = 1, 0 violations"));
-    assert!(text.contains("0.9250"));
-    // The same rewards through the library: the table prints them to 4 decimals.
-    let rendered = care_cli::demo::render(&care_cli::demo::Cpu).unwrap();
-    assert_eq!(rendered, text);
 }
 
 #[test]
