@@ -437,3 +437,23 @@ fn every_hostile_rubric_agrees_with_the_oracle() {
         oracle::compare(c).unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+#[test]
+fn judge_output_duplicate_keys_and_items_keep_the_first() {
+    let text = rubric1();
+    let mut scratch = vec![0u8; text.len()];
+    let v = validate(&text, &FormatPolicy::PAPER, &mut scratch);
+    let rubric = RubricBuf::from(v.rubric.as_ref().unwrap());
+    let r = rubric.rubric();
+    let c = &r.criteria(Dimension::Cognitive)[0];
+    let title = c.title;
+    let judge = format!(
+        r#"{{"criterion_scores":[
+            {{"category":"Cognitive Empathy","criterion_title":"{title}","score":4,"score":1}},
+            {{"category":"Cognitive Empathy","criterion_title":"{title}","score":2}}]}}"#
+    );
+    let mut out = vec![0.0; r.total_criteria()];
+    let rep = parse_judge_output(judge.as_bytes(), &r, &mut out).unwrap();
+    assert_eq!(out[0], 4.0, "the first `score` key and the first item win");
+    assert_eq!((rep.matched, rep.duplicates), (1, 1));
+}
