@@ -320,7 +320,9 @@ pub fn pref_reward_fixed(
         reward += wd * *mean;
     }
     Ok(PrefReward {
-        reward,
+        // As in Eq. 5, rounding can pass 1 by an ulp (found by fuzzing); clamp is odd, so
+        // antisymmetry is kept.
+        reward: reward.clamp(-1.0, 1.0),
         dim_means,
         weights: w,
         fired,

@@ -35,6 +35,37 @@ fn pref_reward_swapped_sides_fail_together() {
     assert!(named.contains(&Error::MissingScore) || named.contains(&Error::ScoreOutOfRange));
 }
 
+/// Found by the `rewards` campaign (artifacts `crash-14bfae44...` and `crash-374949c6...`):
+/// weights like `[2.2525263425771594e-23, 2.252526342575774e-23, 2.252526342575774e-23]`
+/// L1-normalize to three values whose sum is `1 + 2^-52`; with every `tanh` saturated at 1
+/// (chosen 5s, rejected 0s, a tiny `tau`) Eq. 3 gave `r_pref = 1.0000000000000002`, outside
+/// the contract's `(-1, 1)` (and its antisymmetric twin `-1.0000000000000002`). Eq. 5 already
+/// clamped for the same reason; Eq. 3 now clamps to `[-1, 1]` too (core/src/reward.rs,
+/// `pref_reward_fixed`), which keeps it antisymmetric because clamping is an odd function.
+#[test]
+fn pref_reward_stays_within_one_when_normalized_weights_round_up() {
+    let w = [
+        2.2525263425771594e-23,
+        2.252526342575774e-23,
+        2.252526342575774e-23,
+    ];
+    // The premise: the normalized weights really sum past 1.
+    let sw = care_core::simplex::scoring_weights(w);
+    assert!(sw.iter().sum::<f64>() > 1.0, "{sw:?}");
+    let pref = PrefOptions {
+        tau: 1e-300,
+        ..PrefOptions::PAPER
+    };
+    let opts = ScoreOptions::default();
+    let counts = [1, 1, 1];
+    let hi = [5.0, 5.0, 5.0];
+    let lo = [0.0, 0.0, 0.0];
+    let a = pref_reward_fixed(w, counts, &hi, &lo, &opts, &pref).unwrap();
+    let b = pref_reward_fixed(w, counts, &lo, &hi, &opts, &pref).unwrap();
+    assert!(a.reward <= 1.0 && b.reward >= -1.0, "{a:?} {b:?}");
+    assert_eq!(a.reward, -b.reward);
+}
+
 /// Rewards near `f32::MAX` are finite, and the advantage computed from them in f64 is finite,
 /// but narrowing it to the f32 output overflows: under Dr. GRPO (mean baseline, no scale)
 /// `[MAX, -MAX, MAX]` gives `A[1] = -4/3 * MAX`, written as `-inf` with `Ok(())`. Found while
