@@ -96,10 +96,10 @@ fuzz_target!(|inp: Input| {
     match res {
         Ok(()) => {
             assert_eq!(out_len, n);
-            for i in 0..n {
-                assert!(out[i].is_finite(), "A[{i}] = {} for {inp:?}", out[i]);
+            for (i, a) in out.iter().enumerate() {
+                assert!(a.is_finite(), "A[{i}] = {a} for {inp:?}");
                 if !is_valid(i) {
-                    assert_eq!(out[i], 0.0, "invalid sample {i}: {}", out[i]);
+                    assert_eq!(*a, 0.0, "invalid sample {i}: {a}");
                 }
             }
             // The f32 output agrees with the f64 one rounded, and stays finite in range.
