@@ -5,6 +5,13 @@
 //! of overflowing the stack), then a [`Cursor`] walks the checked text and hands out borrowed
 //! strings and numbers. The cursor never panics and always makes progress, even on text that was
 //! not checked, so a bug in the caller degrades into a wrong report, never a crash.
+//!
+//! Surrogate escapes are checked like serde_json does: a `\uD800`..`\uDBFF` escape must be
+//! followed at once by a `\uDC00`..`\uDFFF` escape (the pair decodes to one character above
+//! U+FFFF), and any other surrogate escape (a lone high one, a lone low one, a high one followed
+//! by anything else) is a syntax error at the offset of the offending backslash. Callers report
+//! it as they report every syntax error (`not_json` in rubric validation; the judge-output
+//! parser skips the candidate object).
 
 /// Deepest nesting of arrays and objects accepted (a rubric needs 5).
 pub(crate) const MAX_DEPTH: usize = 64;
@@ -53,11 +60,31 @@ fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
                 match b.get(j + 1) {
                     Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => j += 2,
                     Some(b'u') => {
-                        let hex = b.get(j + 2..j + 6).ok_or(err(j, "truncated \\u escape"))?;
-                        if !hex.iter().all(u8::is_ascii_hexdigit) {
-                            return Err(err(j, "invalid \\u escape"));
+                        if b.get(j + 2..j + 6).is_none() {
+                            return Err(err(j, "truncated \\u escape"));
                         }
+                        let at = j;
+                        let cp = hex4(b, j + 2).ok_or(err(at, "invalid \\u escape"))?;
                         j += 6;
+                        // A surrogate escape is only meaningful as a high-low pair (RFC 8259
+                        // §7). The grammar admits a lone one but it names no character (§8.2:
+                        // "unpredictable"), so, like serde_json, reject it at its backslash.
+                        if (0xDC00..0xE000).contains(&cp) {
+                            return Err(err(at, "lone low surrogate in \\u escape"));
+                        }
+                        if (0xD800..0xDC00).contains(&cp) {
+                            let lo = match b.get(j..j + 2) {
+                                Some(b"\\u") => hex4(b, j + 2),
+                                _ => None,
+                            };
+                            if !lo.is_some_and(|lo| (0xDC00..0xE000).contains(&lo)) {
+                                return Err(err(
+                                    at,
+                                    "lone high surrogate in \\u escape (no low surrogate follows)",
+                                ));
+                            }
+                            j += 6;
+                        }
                     }
                     _ => return Err(err(j, "invalid escape")),
                 }
@@ -66,6 +93,13 @@ fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
             _ => j += 1,
         }
     }
+}
+
+/// The value of the four hex digits at `b[at..at + 4]`; `None` when short or not hex.
+fn hex4(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at + 4)?
+        .iter()
+        .try_fold(0u32, |v, &c| Some(v * 16 + char::from(c).to_digit(16)?))
 }
 
 fn scan_digits(b: &[u8], mut j: usize) -> usize {
@@ -278,7 +312,9 @@ impl<'a> JStr<'a> {
     }
 }
 
-/// Decoding iterator over a JSON string body (lone surrogates become U+FFFD).
+/// Decoding iterator over a JSON string body. Only built for strings that passed
+/// `scan_string`, so every surrogate escape it meets is half of a valid pair; the U+FFFD
+/// fallbacks below keep it total (no panic) should it ever see unchecked text.
 #[derive(Clone, Debug)]
 pub(crate) struct JChars<'a> {
     s: core::str::Chars<'a>,
@@ -588,7 +624,7 @@ mod tests {
 
     #[test]
     fn decode_escapes() {
-        let text = r#""a\"b\\c\/\n\u00e9\ud83d\ude00\ud800x""#;
+        let text = r#""a\"b\\c\/\n\u00e9\ud83d\ude00\uFFFDx""#;
         let mut c = Cursor::new(text, 0);
         let s = c.string().unwrap();
         let d: std::string::String = s.chars().collect();
@@ -600,6 +636,84 @@ mod tests {
         let mut tiny = [0u8; 3];
         let mut scratch: &mut [u8] = &mut tiny;
         assert_eq!(s.materialize(&mut scratch), None);
+    }
+
+    /// Scans `text` as one value; on error also checks that the cursor refuses the string.
+    fn scan_err(text: &str) -> SyntaxError {
+        assert!(Cursor::new(text, 0).string().is_none(), "{text}");
+        scan_value(text.as_bytes(), 0).unwrap_err()
+    }
+
+    #[test]
+    fn lone_high_surrogate_is_rejected() {
+        // At the end of the string, before a plain character, and before a short escape.
+        for (text, at) in [
+            (r#""\ud800""#, 1),
+            (r#""ab\uD800x""#, 3),
+            (r#""\udbff\n""#, 1),
+            (r#""\ud800\""#, 1),
+        ] {
+            let e = scan_err(text);
+            assert_eq!(e.offset, at, "{text}");
+            assert!(e.what.contains("lone high surrogate"), "{text}: {e:?}");
+            assert!(!e.too_deep);
+        }
+        // Inside a container the error keeps the absolute offset of the escape.
+        let text = r#"{"k": ["x", "\ud83d"]}"#;
+        let e = scan_value(text.as_bytes(), 0).unwrap_err();
+        assert_eq!(e.offset, text.find('\\').unwrap());
+    }
+
+    #[test]
+    fn lone_low_surrogate_is_rejected() {
+        for (text, at) in [(r#""\udc00""#, 1), (r#""x\uDFFFy""#, 2)] {
+            let e = scan_err(text);
+            assert_eq!(e.offset, at, "{text}");
+            assert!(e.what.contains("lone low surrogate"), "{text}: {e:?}");
+        }
+        // A low surrogate after a complete pair is lone too (the pair consumed its partner).
+        let e = scan_err(r#""\ud83d\ude00\ude00""#);
+        assert_eq!(e.offset, 13);
+        // Two low surrogates in a row (reversed pair): the first is already lone.
+        assert_eq!(scan_err(r#""\udc00\ud800""#).offset, 1);
+    }
+
+    #[test]
+    fn high_surrogate_followed_by_non_low_escape_is_rejected() {
+        // A BMP escape, a second high surrogate, a truncated or non-hex \u: the error points
+        // at the high surrogate, not at what follows.
+        for text in [
+            r#""\ud800\u0041""#,
+            r#""\ud800\ud800""#,
+            r#""\udbff\uE000""#,
+            r#""\ud800\u12""#,
+            r#""\ud800\uzzzz""#,
+        ] {
+            let e = scan_err(text);
+            assert_eq!(e.offset, 1, "{text}");
+            assert!(e.what.contains("lone high surrogate"), "{text}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn valid_surrogate_pair_decodes() {
+        for (text, want) in [
+            (r#""\ud83d\ude00""#, "😀"),
+            (r#""\uD800\uDC00""#, "\u{10000}"),
+            (r#""a\udbff\udfffb""#, "a\u{10FFFF}b"),
+            (r#""\ud83d\ude00\ud83d\ude00""#, "😀😀"),
+        ] {
+            assert_eq!(scan_value(text.as_bytes(), 0), Ok(text.len()), "{text}");
+            let s = Cursor::new(text, 0).string().unwrap();
+            let d: std::string::String = s.chars().collect();
+            assert_eq!(d, want, "{text}");
+            assert!(s.eq_str(want));
+            assert_eq!(s.decoded_len(), want.len());
+        }
+        // Non-surrogate escapes next to the surrogate range stay valid on their own.
+        for text in [r#""\ud7ff""#, r#""\ue000""#, r#""\uffff""#] {
+            assert_eq!(scan_value(text.as_bytes(), 0), Ok(text.len()), "{text}");
+        }
     }
 
     #[test]

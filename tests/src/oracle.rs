@@ -102,8 +102,8 @@ pub enum JsonReject {
     /// A number whose magnitude overflows `f64` (`1e999`): valid JSON grammar, which
     /// `care-core` reads as an infinite weight (`weight_range`) instead.
     NumberOutOfRange,
-    /// A `\uD800`-style escape without its pair: `care-core` decodes it to U+FFFD (documented
-    /// in `core/src/json.rs`) where serde_json refuses the text.
+    /// A `\uD800`-style escape without its pair: like serde_json, `care-core` rejects it as a
+    /// syntax error at the escape (`not_json`, or `trailing_text` after lenient recovery).
     LoneSurrogate,
     /// Nesting beyond serde_json's limit of 128 (`care-core`'s own limit is 64).
     TooDeep,
@@ -300,8 +300,8 @@ pub fn reference(bytes: &[u8]) -> RefOutcome {
 ///   must not report `not_json` or `trailing_text`; when serde_json finds a syntax error, the
 ///   core must report `not_json`, `trailing_text` or `capacity`.
 ///
-/// Known, documented divergences are not reported: lone surrogate escapes (the core decodes
-/// them to U+FFFD), numbers beyond `f64` (the core reads infinity, then `weight_range`) and
+/// Lone surrogate escapes count as syntax errors on both sides. Known, documented divergences
+/// are not reported: numbers beyond `f64` (the core reads infinity, then `weight_range`) and
 /// nesting between the two libraries' depth limits.
 pub fn compare(bytes: &[u8]) -> Result<(), String> {
     let mut scratch = vec![0u8; bytes.len()];
@@ -311,10 +311,11 @@ pub fn compare(bytes: &[u8]) -> Result<(), String> {
         || v.report.has(ViolationCode::TrailingText)
         || v.report.has(ViolationCode::Capacity);
     match &reference {
-        RefOutcome::NotJson(JsonReject::LoneSurrogate) => return Ok(()),
-        RefOutcome::NotJson(JsonReject::Syntax) if !syntax_flagged => {
+        RefOutcome::NotJson(why @ (JsonReject::Syntax | JsonReject::LoneSurrogate))
+            if !syntax_flagged =>
+        {
             return Err(format!(
-                "serde_json: syntax error; care-core reported no syntax problem: {}",
+                "serde_json: {why:?}; care-core reported no syntax problem: {}",
                 v.report
             ));
         }
@@ -405,6 +406,9 @@ mod tests {
         assert_eq!(r("1e999"), Err(JsonReject::NumberOutOfRange));
         assert_eq!(r(r#""\ud800""#), Err(JsonReject::LoneSurrogate));
         assert_eq!(r(r#""\ud800x""#), Err(JsonReject::LoneSurrogate));
+        assert_eq!(r(r#""\udc00""#), Err(JsonReject::LoneSurrogate));
+        assert_eq!(r(r#""\ud800\u0041""#), Err(JsonReject::LoneSurrogate));
+        assert_eq!(r(r#""\ud83d\ude00""#), Ok(()));
         assert_eq!(r(&"[".repeat(200)), Err(JsonReject::TooDeep));
         assert_eq!(r("{"), Err(JsonReject::Syntax));
         assert_eq!(r("-0"), Ok(()));

@@ -288,31 +288,81 @@ fn invalid_utf8_is_not_json_with_its_offset() {
 }
 
 #[test]
-fn lone_surrogate_escapes_decode_to_the_replacement_character() {
-    // Documented in core/src/json.rs: the validator decodes an unpaired surrogate escape to
-    // U+FFFD instead of rejecting the text (serde_json, and so the CLI, rejects it). The
-    // differential oracle lists this as a known divergence; see the reliability report.
+fn lone_surrogate_escapes_are_not_json() {
+    // An unpaired surrogate escape names no character: the validator rejects the text like
+    // serde_json does (so the differential oracle agrees), with the offset of the escape.
+    let base = rubric1();
+    let at = base
+        .windows(b"Accurately".len())
+        .position(|w| w == b"Accurately")
+        .unwrap();
     for esc in ["\\ud800", "\\udc00", "\\ud800\\u0041", "\\udbff\\ud800"] {
-        let text = replace_once(
-            &rubric1(),
-            "Accurately",
-            format!("{esc}Accurately").as_bytes(),
-        );
+        let text = replace_once(&base, "Accurately", format!("{esc}Accurately").as_bytes());
         check(&text, |v| {
-            assert!(v.is_valid(), "{esc}: {}", v.report);
-            let title = v.rubric.as_ref().unwrap().criteria(Dimension::Cognitive)[0].title;
-            assert!(title.starts_with('\u{FFFD}'), "{esc}: {title:?}");
+            assert!(v.rubric.is_none(), "{esc}");
+            assert_eq!(codes(v), ["not_json"], "{esc}: {}", v.report);
+            let viol = &v.report.violations()[0];
+            assert_eq!(viol.offset, Some(at), "{esc}: {viol}");
+            assert!(viol.to_string().contains("surrogate"), "{esc}: {viol}");
         });
+        assert_eq!(ffi_parse(&text), care_result::CARE_ERR_NOT_JSON, "{esc}");
         assert_eq!(
             oracle::reference(&text),
             oracle::RefOutcome::NotJson(oracle::JsonReject::LoneSurrogate),
             "{esc}"
         );
+        assert_eq!(oracle::compare(&text), Ok(()), "{esc}");
     }
+    // A valid pair in the same place still decodes.
+    let text = replace_once(&base, "Accurately", b"\\ud83d\\ude00Accurately");
+    check(&text, |v| {
+        assert!(v.is_valid(), "{}", v.report);
+        let title = v.rubric.as_ref().unwrap().criteria(Dimension::Cognitive)[0].title;
+        assert!(title.starts_with("\u{1F600}Accurately"), "{title:?}");
+    });
+    assert_eq!(oracle::compare(&text), Ok(()));
     assert_eq!(
         cli_error(br#"{"rewards":[1,0],"group_size":2,"id":"\ud800"}"#).as_deref(),
         Some("not_json")
     );
+}
+
+#[test]
+fn judge_output_with_a_lone_surrogate_is_not_json() {
+    // The judge parser skips candidate objects that are not valid JSON; a lone surrogate in a
+    // title makes the whole answer unusable (no other object holds criterion_scores) rather
+    // than a U+FFFD title that matches nothing.
+    let text = rubric1();
+    let mut scratch = vec![0u8; text.len()];
+    let v = validate(&text, &FormatPolicy::PAPER, &mut scratch);
+    let rb = RubricBuf::from(v.rubric.as_ref().unwrap());
+    let r = rb.rubric();
+    let title = r.criteria(Dimension::Cognitive)[0].title;
+    let mut out = vec![0.0; r.total_criteria()];
+    let answer = |t: &str| {
+        format!(
+            r#"{{"criterion_scores":[{{"category":"Cognitive Empathy","criterion_title":"{t}","score":4}}]}}"#
+        )
+    };
+    for esc in ["\\ud800", "\\udc00", "\\ud800\\u0041"] {
+        let judge = answer(&format!("{esc}{title}"));
+        assert_eq!(
+            parse_judge_output(judge.as_bytes(), &r, &mut out),
+            Err(Error::NoJudgeJson),
+            "{esc}"
+        );
+        assert!(out.iter().all(|x| x.is_nan()));
+        // Lenient about the envelope: a valid object after the broken one is still found.
+        let two = format!("{judge}\n{}", answer(title));
+        let rep = parse_judge_output(two.as_bytes(), &r, &mut out).unwrap();
+        assert_eq!(rep.matched, 1, "{esc}");
+        assert_eq!(out[0], 4.0);
+    }
+    // An escaped title with a valid pair decodes and is compared as text (it matches nothing
+    // here, so it is unknown, not an error).
+    let judge = answer(&format!("\\ud83d\\ude00{title}"));
+    let rep = parse_judge_output(judge.as_bytes(), &r, &mut out).unwrap();
+    assert_eq!((rep.matched, rep.unknown), (0, 1));
 }
 
 #[test]
