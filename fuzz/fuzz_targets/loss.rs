@@ -2,8 +2,9 @@
 //! options: no panic, no out-of-bounds, masked tokens get a gradient of exactly 0 whatever their
 //! inputs, nothing is written on error, the stats count the counted tokens, and the loss and
 //! gradient are finite whenever every counted input is finite and the options are in a
-//! realistic range (|A| <= 1e6, beta <= 1e6, clamp bounds <= 50, global denominators 0 or >= 1;
-//! outside it an f32 gradient can legitimately overflow).
+//! realistic range (beta <= 1e6, clamp bounds <= 50, global denominators 0 or >= 1; outside it
+//! `exp` of a clamp bound can overflow). Any finite advantage is in range: the f32 gradient
+//! saturates at `f32::MAX` (see `care-tests`' regressions).
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -96,7 +97,7 @@ fn options(o: &Opts) -> LossOptions {
 
 fn realistic(o: &LossOptions, adv: &[f32]) -> bool {
     let denom = |x: f64| x == 0.0 || x >= 1.0;
-    adv.iter().all(|a| a.abs() <= 1e6)
+    adv.iter().all(|a| a.is_finite())
         && o.beta <= 1e6
         && o.log_ratio_clamp <= 50.0
         && o.seq_log_ratio_max <= 50.0

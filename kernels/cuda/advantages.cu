@@ -125,7 +125,7 @@ __device__ __forceinline__ float care_adv_of(const CareAdvParams& p, const CareG
         return 0.0f;
     }
     if (c.kind == 1) {
-        return (float)((double)r * c.inv_scale);
+        return care_narrow((double)r * c.inv_scale);
     }
     double d = (double)r - c.mean;
     if (p.baseline == CARE_BASELINE_LOO) {
@@ -134,7 +134,7 @@ __device__ __forceinline__ float care_adv_of(const CareAdvParams& p, const CareG
     } else if (p.baseline == CARE_BASELINE_NONE) {
         d = (double)r;
     }
-    return (float)(d * c.inv_scale);
+    return care_narrow(d * c.inv_scale);
 }
 
 // Launch geometry (see `care_kernels::advantages_geometry`): warp mode: grid.x =
@@ -281,8 +281,8 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
     if (lane == 0 && p.group_stats != 0) {
         CareGroupStats gs;
         gs.count = (care_u32)cnt;
-        gs.mean = (float)mean;
-        gs.std = (float)std;
+        gs.mean = care_narrow(mean);
+        gs.std = care_narrow(std);
         gs.zero_variance = (cnt >= 1.0 && (cnt == 1.0 || all_equal)) ? 1u : 0u;
         p.group_stats[g] = gs;
     }
@@ -328,7 +328,7 @@ extern "C" __global__ void __launch_bounds__(1024) batch_std_f32(CareBatchStdPar
         q = care_block_sum(q, scratch);
         if (threadIdx.x == 0) {
             double denom = p.unbiased != 0 ? n - 1.0 : n;
-            p.out_std[0] = denom > 0.0 ? (float)sqrt(q / denom) : 0.0f;
+            p.out_std[0] = denom > 0.0 ? care_narrow(sqrt(q / denom)) : 0.0f;
         }
         return; // uniform over the block
     }
@@ -359,6 +359,6 @@ extern "C" __global__ void __launch_bounds__(1024) batch_std_f32(CareBatchStdPar
         } else {
             var = cnt > 0.0 ? ss / cnt : 0.0;
         }
-        p.out_std[0] = (float)sqrt(var);
+        p.out_std[0] = care_narrow(sqrt(var));
     }
 }

@@ -121,6 +121,26 @@ __device__ __forceinline__ bool care_isnan(float x) {
     return (__float_as_uint(x) & 0x7fffffffu) > 0x7f800000u;
 }
 
+// Narrowing to f32 as the CPU reference does (`care_core::grpo::narrow_f32`): a finite double
+// beyond the f32 range saturates at +-FLT_MAX instead of becoming +-inf, so finite inputs give
+// finite outputs; +-inf and NaN pass through.
+__device__ __forceinline__ float care_narrow(double x) {
+    const double f32_max = 3.4028234663852886e38, f64_max = 1.7976931348623157e308;
+    if (x > f32_max && x <= f64_max) {
+        return 3.40282347e38f;
+    }
+    if (x < -f32_max && x >= -f64_max) {
+        return -3.40282347e38f;
+    }
+    return (float)x;
+}
+
+// For f32 arithmetic on finite inputs: an overflow to +-inf saturates at +-FLT_MAX, matching
+// `care_narrow` of the reference's f64 value. Callers apply it only when the inputs were finite.
+__device__ __forceinline__ float care_saturate(float x) {
+    return (care_isfinite(x) || care_isnan(x)) ? x : (x > 0.0f ? 3.40282347e38f : -3.40282347e38f);
+}
+
 // ---- reductions ------------------------------------------------------------------------------
 // All reductions require every lane of the warp (and, for block reductions, every thread of the
 // block) to call them: the launch code only uses block sizes that are multiples of 32.

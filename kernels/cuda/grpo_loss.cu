@@ -301,7 +301,9 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
             if (p.seq_level != 0) {
                 g = (si.seq_hit || clamped) ? 0.0f : si.gspo_coef;
             } else {
-                g = (su.unclipped && !clamped) ? -a * rho * si.w : 0.0f;
+                // rho * w first: it cannot overflow (rho <= e^clamp), so the product overflows
+                // only when the f64 reference value does.
+                g = (su.unclipped && !clamped) ? -a * (rho * si.w) : 0.0f;
             }
             if (kl_on) {
                 float k, dk;
@@ -326,6 +328,9 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
             bool fin = care_isfinite(lp) && care_isfinite(lo) && care_isfinite(a) &&
                        (!kl_on || care_isfinite(lr));
             st.non_finite += fin ? 0u : 1u;
+            if (fin) {
+                g = care_saturate(g); // finite inputs give a finite gradient, as on the CPU
+            }
         }
         if (p.grad != 0) {
             // A token with mask 0 gets exactly 0, whatever its inputs.

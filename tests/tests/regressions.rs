@@ -1,7 +1,7 @@
 //! Named regression tests: one per problem that the fuzz targets, the differential oracle or
-//! the hostile-input probes found, each with its story. Open findings (a fix is needed in a
-//! crate this suite does not own) are `#[ignore]`d with the reason, fail today, and pass once
-//! fixed: run them with `cargo test -p care-tests --test regressions -- --ignored`.
+//! the hostile-input probes found, each with its story. An open finding (a fix needed in a
+//! crate this suite does not own) is `#[ignore]`d with the reason until it is fixed (run them
+//! with `cargo test -p care-tests --test regressions -- --ignored`); none is open now.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
@@ -71,11 +71,10 @@ fn pref_reward_stays_within_one_when_normalized_weights_round_up() {
 /// `[MAX, -MAX, MAX]` gives `A[1] = -4/3 * MAX`, written as `-inf` with `Ok(())`. Found while
 /// writing the `advantages` fuzz target's "finite in, finite out" check (the target now bounds
 /// rewards to `|r| <= 1e37` so that the campaign can look for other problems).
-/// Fix needed in `care-core` (`group_advantages` / `AdvantageValue for f32`): return
-/// `Error::NonFinite` (or saturate, and say so) when an f32 output would overflow, as SPEC §9
-/// already does for an infinite input.
+/// Fixed in `care-core`: every f64-to-f32 narrowing goes through `grpo::narrow_f32`, which
+/// saturates finite values at `±f32::MAX` (documented in the `grpo` module; the kernels mirror
+/// it), so finite rewards give finite advantages and group statistics.
 #[test]
-#[ignore = "open finding: f32 advantage overflow with finite rewards (fix in care-core grpo)"]
 fn advantage_f32_output_never_overflows_to_infinity() {
     let rewards = [f32::MAX, -f32::MAX, f32::MAX];
     let opts = AdvantageOptions::preset(Preset::DrGrpo);
@@ -100,9 +99,8 @@ fn advantage_f32_output_never_overflows_to_infinity() {
 /// The same overflow seen from the CLI: `care advantages --preset dr_grpo` on
 /// `[3.4e38, -3.4e38, 3.4e38]` writes a *success* line whose advantages and group std hold
 /// `null` (the JSON writer's spelling of a non-finite float), which a trainer reading the
-/// output would take for data. Fix needed as above (the CLI then reports the core's error).
+/// output would take for data. Fixed by the saturation above: the line holds `±f32::MAX`.
 #[test]
-#[ignore = "open finding: null advantages in a CLI success line (fix in care-core grpo)"]
 fn cli_success_line_holds_no_null_advantage() {
     let cmd = Command::Advantages(AdvantageOptions::preset(Preset::DrGrpo));
     let (out, ok) = care_cli::process_line(
@@ -117,11 +115,9 @@ fn cli_success_line_holds_no_null_advantage() {
 
 /// The loss's f64 gradient narrowed to f32 overflows the same way once `|A| * rho * w` passes
 /// `f32::MAX` (here `A = -3e38` and `rho = e^0.5`: the unclipped branch is active for `A < 0`
-/// and `rho > 1`). The `loss` fuzz target checks finiteness only for `|A| <= 1e6`; a fix
-/// (saturate or report) belongs in `care-core` `policy_loss`, or the documented domain of the
-/// advantages should say that they are bounded.
+/// and `rho > 1`). Fixed in `care-core` `policy_loss`: the gradient narrows with
+/// `grpo::narrow_f32` and saturates at `f32::MAX` (`-A * rho * w > 0` here).
 #[test]
-#[ignore = "open finding: f32 gradient overflow with finite inputs (fix or document in care-core grpo)"]
 fn loss_f32_gradient_never_overflows_to_infinity() {
     use care_core::grpo::{Advantages, LossInputs, LossOptions, policy_loss};
     let logp = [0.0f32];

@@ -192,14 +192,15 @@ mod sealed {
 /// An advantage output element: `f32` or `f64`. Everything is computed in `f64`; `f32` output
 /// rounds once at the end.
 pub trait AdvantageValue: Copy + sealed::Sealed {
-    /// Rounds (for `f32`) or passes through (for `f64`) a value computed in `f64`.
+    /// Rounds (for `f32`, saturating with [`super::narrow_f32`]) or passes through (for `f64`)
+    /// a value computed in `f64`.
     fn from_f64(x: f64) -> Self;
 }
 
 impl AdvantageValue for f32 {
     #[inline]
     fn from_f64(x: f64) -> Self {
-        x as f32
+        super::narrow_f32(x)
     }
 }
 
@@ -408,8 +409,12 @@ pub(super) fn write_group<O: AdvantageValue>(
 pub(super) fn group_stats(n: f64, sum: f64, map: &GroupMap) -> GroupStats {
     GroupStats {
         count: n as u32,
-        mean: if n > 0.0 { (sum / n) as f32 } else { 0.0 },
-        std: map.std as f32,
+        mean: if n > 0.0 {
+            super::narrow_f32(sum / n)
+        } else {
+            0.0
+        },
+        std: super::narrow_f32(map.std),
         zero_variance: u32::from(map.zero_variance),
     }
 }

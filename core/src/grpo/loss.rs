@@ -678,7 +678,7 @@ pub fn policy_loss<T: LogProb>(
                     tt
                 }
             };
-            grad[t] = (wt * tt.grad) as f32;
+            grad[t] = super::narrow_f32(wt * tt.grad);
             st.loss += wt * tt.loss;
             st.clipped += f64::from(u8::from(tt.surrogate.clipped));
             st.clipped_low += f64::from(u8::from(tt.surrogate.clipped_low));
@@ -706,7 +706,7 @@ pub fn policy_loss<T: LogProb>(
                 if let Some(r) = ref_at(t) {
                     g += wt * opts.beta * kl_term(r - lp, opts).dk_dlogp;
                 }
-                grad[t] = g as f32;
+                grad[t] = super::narrow_f32(g);
             }
         }
     }

@@ -9,6 +9,10 @@
 //!
 //! Layouts use `u32` offsets, like the `uint32_t` arrays of the C ABI and the kernels:
 //! [`GroupLayout`] for groups of samples and CSR sequence offsets for tokens.
+//!
+//! Outputs narrow from `f64` to `f32` with [`narrow_f32`]: a finite value beyond the `f32` range
+//! saturates at `±f32::MAX`, so finite inputs always give finite outputs (a trainer treats `inf`
+//! as a poisoned batch); non-finite values pass through unchanged.
 
 mod advantage;
 mod dist;
@@ -28,3 +32,16 @@ pub use loss::{
     LossStats, RatioLevel, Surrogate, TokenTerms, aggregation_weight, kl_term, log_ratio,
     policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
 };
+
+/// Narrows an `f64` result to `f32`, saturating finite values at `±f32::MAX` instead of
+/// overflowing to infinity; `±inf` and NaN pass through (they only come from non-finite inputs,
+/// which the statistics count). The CUDA kernels mirror this (`care_narrow`, `care_saturate`).
+#[inline]
+pub fn narrow_f32(x: f64) -> f32 {
+    const MAX: f64 = f32::MAX as f64;
+    if x.is_finite() {
+        x.clamp(-MAX, MAX) as f32
+    } else {
+        x as f32
+    }
+}

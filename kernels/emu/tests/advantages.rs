@@ -442,6 +442,26 @@ fn all_equal_and_near_equal_groups() {
     check_case(&c, 64, 2);
 }
 
+/// Finite rewards near `f32::MAX` under Dr. GRPO give `A[1] = -4/3 * MAX` in f64: the kernel
+/// saturates at `-f32::MAX` like the reference's `narrow_f32` (found by the `advantages` fuzz
+/// target on the CPU side), and the group std (beyond the f32 range too) saturates as well.
+#[test]
+fn advantages_beyond_the_f32_range_saturate_like_the_reference() {
+    let c = simple(
+        vec![f32::MAX, -f32::MAX, f32::MAX],
+        Layout::Fixed(3),
+        AdvantageOptions::preset(Preset::DrGrpo),
+    );
+    let k = run_kernel(&mut EmuDevice::default(), &c, Tuning::default(), 1).unwrap();
+    let r = run_reference(&c).unwrap();
+    assert_eq!(k.status, 0);
+    assert!(k.adv.iter().all(|a| a.is_finite()), "{:?}", k.adv);
+    assert_eq!(k.adv[1], -f32::MAX);
+    assert_eq!(k.adv, r.0);
+    assert_eq!(k.stats[0].std, f32::MAX);
+    assert_eq!(k.stats[0].std, r.1[0].std);
+}
+
 #[test]
 fn infinite_reward_reports_non_finite() {
     let c = simple(

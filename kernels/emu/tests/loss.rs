@@ -739,6 +739,29 @@ fn gpu_loss_matches_reference() {
     check_all_dtypes_on(&mut gpu, &base_case(vec![1]), Tuning::default(), 0, false);
 }
 
+/// Finite inputs whose gradient `|A| * rho * w` passes `f32::MAX` (here `A = -3e38`,
+/// `rho = e^0.5`, unclipped since `A < 0` and `rho > 1`): the reference narrows with
+/// `narrow_f32` and the kernel saturates its f32 product the same way, so the gradient is
+/// `f32::MAX` on both, not `inf` (found by the `loss` fuzz target on the CPU side).
+#[test]
+fn f32_gradient_beyond_the_f32_range_saturates_like_the_reference() {
+    let c = Case {
+        lens: vec![1],
+        logp: vec![0.0],
+        logp_old: Some(vec![-0.5]),
+        logp_ref: None,
+        adv: vec![-3.0e38],
+        adv_per_token: false,
+        mask: None,
+        opts: LossOptions::default(),
+    };
+    let (gk, sk) = run_kernel::<f32>(&c, Tuning::default(), 1, false);
+    let (gr, sr) = run_reference::<f32>(&c);
+    assert_eq!(gk, vec![f32::MAX]); // -A * rho * w > 0 for A < 0
+    assert_eq!(gk, gr);
+    assert_eq!((sk.non_finite, sr.non_finite), (0.0, 0.0));
+}
+
 #[test]
 fn gradient_beyond_the_f16_range_is_infinite_in_f16_and_finite_in_f32() {
     // Found by the property test: token_sum weights and |A| = 1e5 give |g| > 65504, the largest
