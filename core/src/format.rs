@@ -1205,20 +1205,33 @@ fn check_levels(desc: &str) -> Result<(), (&'static str, Arg)> {
             Arg::Text(ShortText::new(LEVEL_SUFFIX)),
         ));
     };
+    // One pass over the body finds every anchor (`[` digit `]`; three bytes cannot overlap
+    // another match), then the anchors are judged in order, so the first problem reported is
+    // the same as searching for `[0]`, then `[1]`, ... one at a time.
     let mut pos = [0usize; 6];
-    for (k, a) in ANCHORS.iter().enumerate() {
-        let mut it = body.match_indices(a);
-        let Some((p, _)) = it.next() else {
-            return Err(("missing anchor", Arg::Text(ShortText::new(a))));
-        };
-        if it.next().is_some() {
-            return Err((
-                "anchor appears more than once:",
-                Arg::Text(ShortText::new(a)),
-            ));
+    let mut seen = [0u32; 6];
+    let bytes = body.as_bytes();
+    for (p, w) in bytes.windows(3).enumerate() {
+        if let [b'[', d @ b'0'..=b'5', b']'] = *w {
+            let k = usize::from(d - b'0');
+            if let (Some(n), Some(slot)) = (seen.get_mut(k), pos.get_mut(k)) {
+                if *n == 0 {
+                    *slot = p;
+                }
+                *n += 1;
+            }
         }
-        if let Some(slot) = pos.get_mut(k) {
-            *slot = p;
+    }
+    for (k, a) in ANCHORS.iter().enumerate() {
+        match seen.get(k).copied().unwrap_or(0) {
+            0 => return Err(("missing anchor", Arg::Text(ShortText::new(a)))),
+            1 => {}
+            _ => {
+                return Err((
+                    "anchor appears more than once:",
+                    Arg::Text(ShortText::new(a)),
+                ));
+            }
         }
     }
     for k in 0..6 {

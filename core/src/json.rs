@@ -50,6 +50,7 @@ fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
     let mut j = i + 1;
     let mut escaped = false;
     loop {
+        j = skip_plain(b, j);
         let Some(&c) = b.get(j) else {
             return Err(err(i, "unterminated string"));
         };
@@ -93,6 +94,35 @@ fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
             _ => j += 1,
         }
     }
+}
+
+/// Skips string bytes that need no attention (anything but `"`, `\\` and control characters),
+/// eight at a time: rubric text is mostly long plain descriptions, and a byte-at-a-time scan
+/// was the validator's largest cost. Returns the start of the first 8-byte word that holds a
+/// byte of interest (or of the tail shorter than 8 bytes); the caller looks at it byte by byte.
+#[inline]
+fn skip_plain(b: &[u8], mut j: usize) -> usize {
+    // Classic SWAR tests (exact as booleans): `has_less(v, n)` is non-zero iff some byte of `v`
+    // is below `n` (n <= 128; bytes >= 0x80, i.e. non-ASCII UTF-8, never match).
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const fn has_less(v: u64, n: u64) -> u64 {
+        v.wrapping_sub(ONES.wrapping_mul(n)) & !v & HIGH
+    }
+    while let Some(chunk) = b.get(j..j + 8) {
+        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let v = u64::from_le_bytes(word);
+        let special = has_less(v, 0x20)
+            | has_less(v ^ ONES.wrapping_mul(u64::from(b'"')), 1)
+            | has_less(v ^ ONES.wrapping_mul(u64::from(b'\\')), 1);
+        if special != 0 {
+            break;
+        }
+        j += 8;
+    }
+    j
 }
 
 /// The value of the four hex digits at `b[at..at + 4]`; `None` when short or not hex.
@@ -577,6 +607,30 @@ pub(crate) fn trimmed_eq(
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    /// The SWAR skip stops at or before every byte of interest, never more than 7 bytes before
+    /// it, and skips everything else (plain ASCII, DEL and non-ASCII bytes included).
+    #[test]
+    fn skip_plain_stops_within_the_word_of_the_first_special_byte() {
+        for special in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
+            for filler in [b'a', b' ', 0x7f, 0x80, 0xc3, 0xff] {
+                for len in 0..40 {
+                    for at in 0..len {
+                        let mut buf = vec![filler; len];
+                        buf[at] = special;
+                        let j = skip_plain(&buf, 0);
+                        assert!(
+                            j <= at && at - j < 8,
+                            "special {special:#x} at {at}, stop {j}"
+                        );
+                    }
+                    let plain = vec![filler; len];
+                    let j = skip_plain(&plain, 0);
+                    assert!(j <= len && j + 8 > len, "plain {len}: stop {j}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn scan_accepts_and_rejects() {
