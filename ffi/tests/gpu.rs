@@ -19,7 +19,14 @@ use cudarc::driver::{CudaContext, DevicePtr, DevicePtrMut};
 #[test]
 fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
     if care_gpu_available() != CARE_OK {
-        eprintln!("skipped: no CUDA driver or device (CARE_ERR_CUDA_UNAVAILABLE)");
+        // Like the kernel crates' GPU tests: a visible skip, or a failure where a GPU is required.
+        assert!(
+            std::env::var("CARE_REQUIRE_GPU").as_deref() != Ok("1"),
+            "CARE_REQUIRE_GPU=1 but no CUDA driver or device (CARE_ERR_CUDA_UNAVAILABLE)"
+        );
+        eprintln!(
+            "skipped GPU test: no CUDA driver or device (CARE_ERR_CUDA_UNAVAILABLE; set CARE_REQUIRE_GPU=1 to make this a failure)"
+        );
         return;
     }
     let ctx = CudaContext::new(0).unwrap();
