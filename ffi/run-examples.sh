@@ -4,7 +4,7 @@
 # starting with "gpu" depend on the machine and are not compared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fixtures="${CARE_FIXTURES:-../shared/fixtures}"
+fixtures="${CARE_FIXTURES:-cli/data}"  # the bundled copies of the paper fixtures
 cargo build -q -p care-ffi
 cargo build -q -p care-ffi --example reference
 bin="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug"

@@ -10,10 +10,10 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-/// The paper's first appendix rubric (valid; a copy of `shared/fixtures/rubric_sft_1.json`).
-pub const FIXTURE_1: &str = include_str!("../data/rubric_sft_1.json");
-/// The paper's second appendix rubric (valid; a copy of `shared/fixtures/rubric_sft_2.json`).
-pub const FIXTURE_2: &str = include_str!("../data/rubric_sft_2.json");
+/// The paper's first appendix rubric (valid; the bundled copy in `cli/data`).
+pub const FIXTURE_1: &str = include_str!("../../cli/data/rubric_sft_1.json");
+/// The paper's second appendix rubric (valid; the bundled copy in `cli/data`).
+pub const FIXTURE_2: &str = include_str!("../../cli/data/rubric_sft_2.json");
 
 /// The three category names in canonical order (SPEC §1).
 pub const CATEGORIES: [&str; 3] = [

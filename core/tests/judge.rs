@@ -184,7 +184,7 @@ fn escaped_titles_match() {
 #[test]
 fn prompt_lists_everything() {
     let text = std::fs::read(format!(
-        "{}/../../shared/fixtures/rubric_sft_2.json",
+        "{}/../cli/data/rubric_sft_2.json",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();

@@ -32,10 +32,7 @@ fn any_weights() -> impl Strategy<Value = [f64; 3]> {
 }
 
 fn fixture(name: &str) -> Vec<u8> {
-    let p = format!(
-        "{}/../../shared/fixtures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let p = format!("{}/../cli/data/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&p).unwrap()
 }
 

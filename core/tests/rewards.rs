@@ -30,10 +30,7 @@ const CHOSEN: [f64; 6] = [4.0, 5.0, 4.0, 5.0, 5.0, 5.0];
 const REJECTED: [f64; 6] = [3.0, 5.0, 4.0, 2.0, 5.0, 4.0];
 
 fn fixture(name: &str) -> Vec<u8> {
-    let p = format!(
-        "{}/../../shared/fixtures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let p = format!("{}/../cli/data/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&p).unwrap_or_else(|e| panic!("read {p}: {e}"))
 }
 

@@ -6,10 +6,7 @@ use care_core::format::{FormatPolicy, ViolationCode as V, find_meta_word, r_fmt,
 use care_core::rubric::Dimension;
 
 fn fixture(name: &str) -> Vec<u8> {
-    let p = format!(
-        "{}/../../shared/fixtures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let p = format!("{}/../cli/data/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&p).unwrap_or_else(|e| panic!("read {p}: {e}"))
 }
 

@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 use std::sync::LazyLock;
 
 static RUBRIC: LazyLock<RubricBuf> = LazyLock::new(|| {
-    let text = include_bytes!("../../../shared/fixtures/rubric_sft_1.json");
+    let text = include_bytes!("../../cli/data/rubric_sft_1.json");
     let mut scratch = vec![0u8; text.len()];
     let v = validate(text, &FormatPolicy::PAPER, &mut scratch);
     RubricBuf::from(v.rubric.as_ref().expect("the paper fixture parses"))

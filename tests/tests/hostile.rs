@@ -23,10 +23,7 @@ use care_core::{
 use care_tests::oracle;
 
 fn fixture(name: &str) -> Vec<u8> {
-    let path = format!(
-        "{}/../../shared/fixtures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/../cli/data/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 

@@ -14,13 +14,9 @@ pub fn header() -> String {
     std::fs::read_to_string(repo_root().join("include").join("care.h")).expect("include/care.h")
 }
 
-/// A fixture of `../shared/fixtures` (next to the repository, as in CI).
+/// A paper fixture, from the repository's bundled copies in `cli/data`.
 pub fn fixture(name: &str) -> Vec<u8> {
-    let p = repo_root()
-        .join("..")
-        .join("shared")
-        .join("fixtures")
-        .join(name);
+    let p = repo_root().join("cli").join("data").join(name);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
