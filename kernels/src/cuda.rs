@@ -58,7 +58,7 @@ use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DriverError};
 
-use crate::kernel::{Geometry, Kernel, Module, Tuning};
+use crate::kernel::{Geometry, Kernel, Tuning};
 use crate::params::LossStatsRaw;
 use crate::plan::{
     self, AdvantageBuffers, Backend, DeviceGroups, Dtype, KernelError, LossBuffers, WORKSPACE_BYTES,
@@ -70,19 +70,64 @@ pub fn driver_available() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-/// Loaded modules and functions of one context.
+/// Modules and functions loaded into one context, keyed by the PTX image's address and the
+/// entry point's name (handles stored as integers: they are process-global driver handles).
 struct ContextEntry {
     ctx: usize,
-    modules: [usize; Module::ALL.len()],
-    functions: [usize; Kernel::ALL.len()],
+    modules: Vec<(usize, usize)>,
+    functions: Vec<(&'static str, usize)>,
 }
 
-/// Per-context cache (handles stored as integers: they are process-global driver handles).
+/// The one per-context cache of every kernel family (advantages, loss, log-softmax): each PTX
+/// module is loaded once per context, each function looked up once.
 static CACHE: Mutex<Vec<ContextEntry>> = Mutex::new(Vec::new());
 
-/// Position of `k` in [`Kernel::ALL`] (the function cache's index).
-fn kernel_index(k: Kernel) -> usize {
-    Kernel::ALL.iter().position(|&x| x == k).unwrap_or(0)
+/// The function `name` of the module `ptx` in `ctx`, loading the module on first use.
+/// `ctx` must be current on the calling thread.
+pub(crate) fn cached_function(
+    ctx: sys::CUcontext,
+    ptx: &'static str,
+    name: &'static str,
+) -> Result<sys::CUfunction, DriverError> {
+    let mut cache = CACHE
+        .lock()
+        .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN))?;
+    let ctx = ctx as usize;
+    let pos = match cache.iter().position(|e| e.ctx == ctx) {
+        Some(p) => p,
+        None => {
+            cache.push(ContextEntry {
+                ctx,
+                modules: Vec::new(),
+                functions: Vec::new(),
+            });
+            cache.len() - 1
+        }
+    };
+    let entry = cache
+        .get_mut(pos)
+        .ok_or(DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN))?;
+    if let Some(&(_, f)) = entry.functions.iter().find(|(n, _)| *n == name) {
+        return Ok(f as sys::CUfunction);
+    }
+    let key = ptx.as_ptr() as usize;
+    let module = match entry.modules.iter().find(|(k, _)| *k == key) {
+        Some(&(_, m)) => m,
+        None => {
+            let src = CString::new(ptx)
+                .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_INVALID_PTX))?;
+            // SAFETY: `ctx` is current on this thread (caller contract), and `src` is a
+            // NUL-terminated PTX image.
+            let m = unsafe { cu::module::load_data(src.as_ptr().cast::<c_void>()) }? as usize;
+            entry.modules.push((key, m));
+            m
+        }
+    };
+    let cname = CString::new(name).map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND))?;
+    // SAFETY: the module handle is live (modules are never unloaded).
+    let f = unsafe { cu::module::get_function(module as sys::CUmodule, cname) }?;
+    entry.functions.push((name, f as usize));
+    Ok(f)
 }
 
 /// Runs kernels on a caller's stream in a caller's context.
@@ -141,42 +186,7 @@ impl CudaBackend {
 
     /// The function handle of `kernel`, loading its module into this context on first use.
     fn function(&self, kernel: Kernel) -> Result<sys::CUfunction, DriverError> {
-        let mut cache = CACHE
-            .lock()
-            .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN))?;
-        let ctx = self.ctx as usize;
-        let pos = match cache.iter().position(|e| e.ctx == ctx) {
-            Some(p) => p,
-            None => {
-                cache.push(ContextEntry {
-                    ctx,
-                    modules: [0; Module::ALL.len()],
-                    functions: [0; Kernel::ALL.len()],
-                });
-                cache.len() - 1
-            }
-        };
-        let entry = &mut cache[pos];
-        let ki = kernel_index(kernel);
-        if entry.functions[ki] != 0 {
-            return Ok(entry.functions[ki] as sys::CUfunction);
-        }
-        let module: Module = kernel.module();
-        let mi = module.index();
-        if entry.modules[mi] == 0 {
-            let src = CString::new(module.ptx())
-                .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_INVALID_PTX))?;
-            // SAFETY: `ctx` is current on this thread (bound by the caller of `function`), and
-            // `src` is a NUL-terminated PTX image.
-            let m = unsafe { cu::module::load_data(src.as_ptr().cast::<c_void>()) }?;
-            entry.modules[mi] = m as usize;
-        }
-        let name = CString::new(kernel.name())
-            .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND))?;
-        // SAFETY: the module handle is live (modules are never unloaded).
-        let f = unsafe { cu::module::get_function(entry.modules[mi] as sys::CUmodule, name) }?;
-        entry.functions[ki] = f as usize;
-        Ok(f)
+        cached_function(self.ctx, kernel.module().ptx(), kernel.name())
     }
 
     fn bind(&self) -> Result<(), DriverError> {
@@ -465,15 +475,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cache_indices_are_distinct() {
-        let mut seen = [false; Kernel::ALL.len()];
-        for k in Kernel::ALL {
-            let i = kernel_index(k);
-            assert!(!seen[i], "{k:?}");
-            seen[i] = true;
+    fn cache_keys_are_distinct() {
+        use crate::kernel::Module;
+        // The cache keys functions by name and modules by PTX image: no two may collide.
+        for (i, a) in Kernel::ALL.iter().enumerate() {
+            for b in &Kernel::ALL[i + 1..] {
+                assert_ne!(a.name(), b.name());
+            }
         }
         for (i, m) in Module::ALL.iter().enumerate() {
             assert_eq!(m.index(), i);
+            for n in &Module::ALL[i + 1..] {
+                assert_ne!(m.ptx().as_ptr(), n.ptx().as_ptr());
+            }
         }
     }
 

@@ -14,8 +14,6 @@
 //! with its own per-context cache), so adding it changed nothing in the existing plans.
 
 use core::ffi::c_void;
-use std::ffi::CString;
-use std::sync::Mutex;
 
 use care_core::Error;
 use care_core::grpo::LossOptions;
@@ -129,10 +127,6 @@ impl LsmKernel {
             Dtype::Bf16 => LsmKernel::BwdBf16,
             Dtype::F16 => LsmKernel::BwdF16,
         }
-    }
-
-    const fn index(self) -> usize {
-        self as usize
     }
 }
 
@@ -517,16 +511,8 @@ pub unsafe fn logits_loss_forward<B: LsmBackend>(
 
 // ---- the CUDA driver backend --------------------------------------------------------------------
 
-struct LsmCacheEntry {
-    ctx: usize,
-    module: usize,
-    functions: [usize; 6],
-}
-
-static LSM_CACHE: Mutex<Vec<LsmCacheEntry>> = Mutex::new(Vec::new());
-
 /// The driver backend for the log-softmax kernels: a [`CudaBackend`] (for memsets and the loss
-/// kernels) plus the `logsoftmax` module, loaded once per context.
+/// kernels) plus the `logsoftmax` module, loaded once per context through the shared cache.
 #[derive(Debug, Clone, Copy)]
 pub struct LsmCuda {
     inner: CudaBackend,
@@ -560,45 +546,7 @@ impl LsmCuda {
     }
 
     fn function(&self, kernel: LsmKernel) -> Result<sys::CUfunction, DriverError> {
-        let mut cache = LSM_CACHE
-            .lock()
-            .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN))?;
-        let ctx = self.ctx as usize;
-        let pos = match cache.iter().position(|e| e.ctx == ctx) {
-            Some(p) => p,
-            None => {
-                cache.push(LsmCacheEntry {
-                    ctx,
-                    module: 0,
-                    functions: [0; 6],
-                });
-                cache.len() - 1
-            }
-        };
-        let entry = cache
-            .get_mut(pos)
-            .ok_or(DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN))?;
-        let ki = kernel.index();
-        if let Some(&f) = entry.functions.get(ki)
-            && f != 0
-        {
-            return Ok(f as sys::CUfunction);
-        }
-        if entry.module == 0 {
-            let src = CString::new(PTX)
-                .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_INVALID_PTX))?;
-            // SAFETY: `ctx` is current (bound by the caller); `src` is a NUL-terminated image.
-            let m = unsafe { cu::module::load_data(src.as_ptr().cast::<c_void>()) }?;
-            entry.module = m as usize;
-        }
-        let name = CString::new(kernel.name())
-            .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND))?;
-        // SAFETY: the module handle is live (modules are never unloaded).
-        let f = unsafe { cu::module::get_function(entry.module as sys::CUmodule, name) }?;
-        if let Some(slot) = entry.functions.get_mut(ki) {
-            *slot = f as usize;
-        }
-        Ok(f)
+        crate::cuda::cached_function(self.ctx, PTX, kernel.name())
     }
 }
 
@@ -814,10 +762,18 @@ mod tests {
                 "{} missing from kernels/ptx/logsoftmax.ptx",
                 k.name()
             );
+            // The shared module cache keys functions by name, across every kernel family.
+            assert!(
+                crate::Kernel::ALL.iter().all(|o| o.name() != k.name()),
+                "{} collides with another family's kernel",
+                k.name()
+            );
             assert_eq!(
-                LsmKernel::ALL[k.index()],
-                k,
-                "index() is the position in ALL"
+                LsmKernel::ALL
+                    .iter()
+                    .filter(|o| o.name() == k.name())
+                    .count(),
+                1
             );
         }
     }
