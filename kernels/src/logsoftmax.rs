@@ -10,8 +10,9 @@
 //! [`log_softmax_on`] / [`log_softmax_backward_on`], the safe synchronous API over `cudarc`
 //! buffers.
 //!
-//! The kernel module is separate from [`crate::kernel::Module`] (it is loaded by [`LsmCuda`]
-//! with its own per-context cache), so adding it changed nothing in the existing plans.
+//! The kernel module is separate from [`crate::kernel::Module`] (its own [`LsmKernel`] entry
+//! points and [`LsmBackend`] trait), so adding it changed nothing in the existing plans; it is
+//! loaded through the same per-context cache as the other modules.
 
 use core::ffi::c_void;
 
