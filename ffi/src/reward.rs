@@ -279,6 +279,15 @@ unsafe fn read_pref(p: *const care_pref_options) -> Result<PrefOptions, care_res
     })
 }
 
+/// The optional detail output of the policy and preference rewards.
+fn reward_detail(dim_means: [f64; 3], weights: [f64; 3], fired: &Fired) -> care_reward_detail {
+    care_reward_detail {
+        dim_means,
+        weights,
+        fired: fired_to_c(fired),
+    }
+}
+
 fn fired_to_c(f: &Fired) -> care_fired {
     care_fired {
         missing_zeroed: f.missing_zeroed,
@@ -385,12 +394,7 @@ pub unsafe extern "C" fn care_policy_reward(
         };
         unsafe { out.write(p.reward) };
         if let Some(d) = detail {
-            let c = care_reward_detail {
-                dim_means: p.dim_means,
-                weights: p.weights,
-                fired: fired_to_c(&p.fired),
-            };
-            unsafe { d.write(c) };
+            unsafe { d.write(reward_detail(p.dim_means, p.weights, &p.fired)) };
         }
         care_result::CARE_OK
     }
@@ -487,12 +491,7 @@ pub unsafe extern "C" fn care_preference_reward(
         };
         unsafe { out.write(p.reward) };
         if let Some(d) = detail {
-            let c = care_reward_detail {
-                dim_means: p.dim_means,
-                weights: p.weights,
-                fired: fired_to_c(&p.fired),
-            };
-            unsafe { d.write(c) };
+            unsafe { d.write(reward_detail(p.dim_means, p.weights, &p.fired)) };
         }
         care_result::CARE_OK
     }
