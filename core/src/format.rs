@@ -9,7 +9,7 @@
 use core::fmt::{self, Write};
 
 use crate::json::{self, Cursor, JStr, Kind};
-use crate::rubric::{Criterion, Dimension, MAX_CRITERIA, Rubric};
+use crate::rubric::{Criterion, Dimension, MAX_CRITERIA, MAX_TOTAL_CRITERIA, Rubric};
 
 /// Most violations a [`Report`] holds; more set [`Report::overflowed`].
 pub const MAX_VIOLATIONS: usize = 64;
@@ -477,6 +477,10 @@ pub fn validate<'a>(
     }
 }
 
+/// Strings indexed by the syntax pass: a paper rubric has 67 (1 + 3 x (6 + 4 x 4)); strings
+/// past this are scanned twice, which costs time, never correctness.
+const STRING_INDEX_CAPACITY: usize = 128;
+
 struct Validator<'a, 'p> {
     report: Report,
     policy: &'p FormatPolicy,
@@ -543,7 +547,9 @@ impl<'a> Validator<'a, '_> {
             );
             return None;
         }
-        let (start, end) = match json::scan_value(b, start) {
+        // Strings the syntax pass meets are indexed, so the walk below never scans one again.
+        let mut index = json::StringIndex::<STRING_INDEX_CAPACITY>::new();
+        let (start, end) = match json::scan_value_indexed(b, start, &mut index) {
             Ok(end) => (start, end),
             Err(e) => {
                 // Lenient recovery: JSON after some leading prose is still a rubric (reported as
@@ -554,7 +560,11 @@ impl<'a> Validator<'a, '_> {
                     b.get(start..)
                         .and_then(|t| t.iter().position(|&c| c == b'{'))
                         .map(|p| start + p)
-                        .and_then(|s| json::scan_value(b, s).ok().map(|end| (s, end)))
+                        .and_then(|s| {
+                            json::scan_value_indexed(b, s, &mut index)
+                                .ok()
+                                .map(|end| (s, end))
+                        })
                 };
                 match retry {
                     Some((s, end)) => {
@@ -589,7 +599,7 @@ impl<'a> Validator<'a, '_> {
                 Arg::None,
             );
         }
-        let cur = Cursor::new(region, start);
+        let cur = Cursor::with_index(region, start, index.spans());
         self.top(cur)
     }
 
@@ -627,7 +637,7 @@ impl<'a> Validator<'a, '_> {
         (lo, hi.max(lo))
     }
 
-    fn top(&mut self, mut cur: Cursor<'a>) -> Option<Rubric<'a>> {
+    fn top(&mut self, mut cur: Cursor<'a, '_>) -> Option<Rubric<'a>> {
         if cur.kind() != Kind::Object {
             let k = cur.kind();
             self.push(
@@ -639,8 +649,8 @@ impl<'a> Validator<'a, '_> {
             );
             return None;
         }
-        let mut categories: Option<Cursor<'a>> = None;
-        let mut envelope_rubric: Option<Cursor<'a>> = None;
+        let mut categories: Option<Cursor<'a, '_>> = None;
+        let mut envelope_rubric: Option<Cursor<'a, '_>> = None;
         let mut seen_analysis = false;
         cur.enter(b'{');
         while let Some(k) = cur.next_key() {
@@ -732,7 +742,7 @@ impl<'a> Validator<'a, '_> {
         }
     }
 
-    fn categories(&mut self, mut cur: Cursor<'a>) -> Option<Rubric<'a>> {
+    fn categories(&mut self, mut cur: Cursor<'a, '_>) -> Option<Rubric<'a>> {
         let mut rubric = Rubric::new();
         let mut pos_of: [Option<u8>; 3] = [None; 3];
         let mut weight_ok = [false; 3];
@@ -756,9 +766,7 @@ impl<'a> Validator<'a, '_> {
                 cur.skip_value();
                 continue;
             }
-            let obj = cur;
-            cur.skip_value();
-            let parsed = self.category(obj, loc);
+            let parsed = walk(&mut cur, |c| self.category(c, loc));
             let Some(d) = parsed.dimension else { continue };
             let Some(slot) = pos_of.get_mut(d.index()) else {
                 continue;
@@ -842,33 +850,39 @@ impl<'a> Validator<'a, '_> {
     }
 
     fn duplicate_titles(&mut self, rubric: &Rubric<'a>, pos_of: &[Option<u8>; 3]) {
-        let flat = || rubric.iter_flat();
-        for (j, (dj, cj)) in flat().enumerate() {
-            let dup = flat()
+        // Trim each title once (not once per pair); blank titles are never duplicates (they
+        // are reported as empty_text).
+        let mut titles: heapless::Vec<(Dimension, usize, &str), MAX_TOTAL_CRITERIA> =
+            heapless::Vec::new();
+        for d in Dimension::ALL {
+            for (k, c) in rubric.criteria(d).iter().enumerate() {
+                // Cannot fail: a rubric holds at most MAX_TOTAL_CRITERIA criteria.
+                let _ = titles.push((d, k, c.title.trim()));
+            }
+        }
+        for (j, &(d, k, title)) in titles.iter().enumerate() {
+            let dup = titles
+                .iter()
                 .take(j)
-                .any(|(_, ci)| ci.title.trim().eq_ignore_ascii_case(cj.title.trim()));
-            if dup && !is_blank(cj.title) {
-                let k = rubric
-                    .criteria(dj)
-                    .iter()
-                    .position(|c| core::ptr::eq(c, cj))
-                    .unwrap_or(0);
+                .any(|&(_, _, earlier)| earlier.eq_ignore_ascii_case(title));
+            if dup && !title.is_empty() {
                 self.push(
                     ViolationCode::DuplicateTitle,
                     Loc {
-                        category: pos_of.get(dj.index()).copied().flatten(),
-                        dimension: Some(dj),
+                        category: pos_of.get(d.index()).copied().flatten(),
+                        dimension: Some(d),
                         criterion: Some(idx(k)),
                     },
                     None,
                     "duplicate title",
-                    Arg::Text(ShortText::new(cj.title.trim())),
+                    Arg::Text(ShortText::new(title)),
                 );
             }
         }
     }
 
-    fn category(&mut self, obj: Cursor<'a>, loc0: Loc) -> ParsedCategory<'a> {
+    /// Walks the category object at `c`, leaving `c` after it.
+    fn category(&mut self, c: &mut Cursor<'a, '_>, loc0: Loc) -> ParsedCategory<'a> {
         const KEYS: [&str; 4] = [
             "category",
             "weight_rationale",
@@ -879,7 +893,7 @@ impl<'a> Validator<'a, '_> {
         // First pass: the name, so that every violation inside can name its dimension.
         let mut loc = loc0;
         {
-            let mut c = obj;
+            let mut c = *c;
             c.enter(b'{');
             while let Some(k) = c.next_key() {
                 if k.eq_str("category") {
@@ -892,7 +906,6 @@ impl<'a> Validator<'a, '_> {
                 c.skip_value();
             }
         }
-        let mut c = obj;
         c.enter(b'{');
         let mut seen = [false; 4];
         let mut last = 0usize;
@@ -929,7 +942,7 @@ impl<'a> Validator<'a, '_> {
                             );
                         }
                     }
-                    None => self.wrong_type(&mut c, loc, "\"category\" must be a string, found"),
+                    None => self.wrong_type(c, loc, "\"category\" must be a string, found"),
                 },
                 1 => match c.string() {
                     Some(s) => {
@@ -946,9 +959,7 @@ impl<'a> Validator<'a, '_> {
                         self.meta(loc, t);
                         out.rationale = t;
                     }
-                    None => {
-                        self.wrong_type(&mut c, loc, "\"weight_rationale\" must be a string, found")
-                    }
+                    None => self.wrong_type(c, loc, "\"weight_rationale\" must be a string, found"),
                 },
                 2 => match c.number() {
                     Some(n) => {
@@ -964,17 +975,13 @@ impl<'a> Validator<'a, '_> {
                         }
                         out.weight = Some(w);
                     }
-                    None => {
-                        self.wrong_type(&mut c, loc, "\"category_weight\" must be a number, found")
-                    }
+                    None => self.wrong_type(c, loc, "\"category_weight\" must be a number, found"),
                 },
                 _ => {
                     if c.kind() == Kind::Array {
-                        let arr = c;
-                        c.skip_value();
-                        self.criteria(arr.clone_and_enter(), loc, &mut out);
+                        walk(c, |c| self.criteria(c, loc, &mut out));
                     } else {
-                        self.wrong_type(&mut c, loc, "\"criteria\" must be an array, found");
+                        self.wrong_type(c, loc, "\"criteria\" must be an array, found");
                     }
                 }
             }
@@ -1002,7 +1009,7 @@ impl<'a> Validator<'a, '_> {
         out
     }
 
-    fn wrong_type(&mut self, c: &mut Cursor<'a>, loc: Loc, note: &'static str) {
+    fn wrong_type(&mut self, c: &mut Cursor<'a, '_>, loc: Loc, note: &'static str) {
         let k = c.kind();
         let pos = c.pos;
         self.push(
@@ -1015,7 +1022,9 @@ impl<'a> Validator<'a, '_> {
         c.skip_value();
     }
 
-    fn criteria(&mut self, mut cur: Cursor<'a>, loc: Loc, out: &mut ParsedCategory<'a>) {
+    /// Walks the criteria array at `cur`, leaving `cur` after it.
+    fn criteria(&mut self, cur: &mut Cursor<'a, '_>, loc: Loc, out: &mut ParsedCategory<'a>) {
+        cur.enter(b'[');
         let mut n = 0usize;
         let mut capacity_reported = false;
         while cur.next_item() {
@@ -1036,9 +1045,7 @@ impl<'a> Validator<'a, '_> {
                 cur.skip_value();
                 continue;
             }
-            let obj = cur;
-            cur.skip_value();
-            let crit = self.criterion(obj, cloc);
+            let crit = walk(cur, |c| self.criterion(c, cloc));
             if out.criteria.push(crit).is_err() && !capacity_reported {
                 capacity_reported = true;
                 self.push(
@@ -1065,13 +1072,13 @@ impl<'a> Validator<'a, '_> {
         }
     }
 
-    fn criterion(&mut self, obj: Cursor<'a>, loc: Loc) -> Criterion<'a> {
+    /// Walks the criterion object at `c`, leaving `c` after it.
+    fn criterion(&mut self, c: &mut Cursor<'a, '_>, loc: Loc) -> Criterion<'a> {
         const KEYS: [&str; 2] = ["title", "description"];
         let mut crit = Criterion {
             title: "",
             description: "",
         };
-        let mut c = obj;
         c.enter(b'{');
         let mut seen = [false; 2];
         let mut order_bad = false;
@@ -1098,7 +1105,7 @@ impl<'a> Validator<'a, '_> {
                 } else {
                     "\"description\" must be a string, found"
                 };
-                self.wrong_type(&mut c, loc, note);
+                self.wrong_type(c, loc, note);
                 continue;
             };
             let t = self.text(loc, &s);
@@ -1171,9 +1178,9 @@ impl<'a> Validator<'a, '_> {
     }
 }
 
-impl<'a> Cursor<'a> {
+impl<'a, 'i> Cursor<'a, 'i> {
     /// A copy of the cursor positioned inside the container that starts here.
-    fn clone_and_enter(&self) -> Cursor<'a> {
+    fn clone_and_enter(&self) -> Cursor<'a, 'i> {
         let mut c = *self;
         c.enter(b'{');
         if c.pos == self.pos {
@@ -1181,6 +1188,31 @@ impl<'a> Cursor<'a> {
         }
         c
     }
+}
+
+/// Runs `f`, which walks the container at `cur` and leaves `cur` just after it: the walkers
+/// consume every value and the closing bracket, so on checked text (all [`validate`] walks)
+/// this is exact, and each value is walked once instead of being skipped first and walked
+/// after. Debug builds (tests, fuzzing) check that against [`Cursor::skip_value`]; should a walk
+/// ever fail to advance, `cur` is skipped past the container, so callers always make progress.
+fn walk<'a, 'i, R>(cur: &mut Cursor<'a, 'i>, f: impl FnOnce(&mut Cursor<'a, 'i>) -> R) -> R {
+    let start = *cur;
+    let r = f(cur);
+    let skipped = || {
+        let mut s = start;
+        s.skip_value();
+        s
+    };
+    debug_assert_eq!(
+        cur.pos,
+        skipped().pos,
+        "walk and skip disagree at {}",
+        start.pos
+    );
+    if cur.pos <= start.pos {
+        *cur = skipped();
+    }
+    r
 }
 
 #[derive(Default)]
@@ -1211,8 +1243,10 @@ fn check_levels(desc: &str) -> Result<(), (&'static str, Arg)> {
     let mut pos = [0usize; 6];
     let mut seen = [0u32; 6];
     let bytes = body.as_bytes();
-    for (p, w) in bytes.windows(3).enumerate() {
-        if let [b'[', d @ b'0'..=b'5', b']'] = *w {
+    let mut from = 0usize;
+    while let Some(p) = json::find_byte(bytes, from, b'[') {
+        from = p + 1;
+        if let Some(&[d @ b'0'..=b'5', b']']) = bytes.get(p + 1..p + 3) {
             let k = usize::from(d - b'0');
             if let (Some(n), Some(slot)) = (seen.get_mut(k), pos.get_mut(k)) {
                 if *n == 0 {
@@ -1220,6 +1254,7 @@ fn check_levels(desc: &str) -> Result<(), (&'static str, Arg)> {
                 }
                 *n += 1;
             }
+            from = p + 3;
         }
     }
     for (k, a) in ANCHORS.iter().enumerate() {

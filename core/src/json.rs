@@ -3,7 +3,10 @@
 //! Two stages: [`scan_value`] checks the syntax of one value iteratively (no recursion, nesting
 //! bounded by [`MAX_DEPTH`], so hostile inputs such as 100k open brackets return an error instead
 //! of overflowing the stack), then a [`Cursor`] walks the checked text and hands out borrowed
-//! strings and numbers. The cursor never panics and always makes progress, even on text that was
+//! strings and numbers. The syntax pass can record where every string ends in a [`StringIndex`]
+//! (simdjson's idea of a structural index, on a small fixed scale): a cursor given that index
+//! finds a string's end by lookup instead of scanning its bytes a second time, which matters
+//! because rubric text is mostly long descriptions. The cursor never panics and always makes progress, even on text that was
 //! not checked, so a bug in the caller degrades into a wrong report, never a crash.
 //!
 //! Surrogate escapes are checked like serde_json does: a `\uD800`..`\uDBFF` escape must be
@@ -125,6 +128,30 @@ fn skip_plain(b: &[u8], mut j: usize) -> usize {
     j
 }
 
+/// The offset of the first `needle` in `b[from..]`, eight bytes at a time (the level-anchor
+/// check looks for `[` in every description, and descriptions are most of a rubric's bytes).
+#[inline]
+pub(crate) fn find_byte(b: &[u8], from: usize, needle: u8) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let pattern = ONES.wrapping_mul(u64::from(needle));
+    let mut j = from;
+    while let Some(chunk) = b.get(j..j + 8) {
+        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let v = u64::from_le_bytes(word) ^ pattern;
+        // Non-zero iff some byte of `v` is zero; the lowest set bit is exact (borrows only
+        // propagate upwards from a zero byte), so it names the first match.
+        let zero = v.wrapping_sub(ONES) & !v & HIGH;
+        if zero != 0 {
+            return Some(j + (zero.trailing_zeros() / 8) as usize);
+        }
+        j += 8;
+    }
+    b.get(j..)?.iter().position(|&c| c == needle).map(|p| j + p)
+}
+
 /// The value of the four hex digits at `b[at..at + 4]`; `None` when short or not hex.
 fn hex4(b: &[u8], at: usize) -> Option<u32> {
     b.get(at..at + 4)?
@@ -183,6 +210,17 @@ enum State {
 /// Checks that one JSON value starts at `i` (after optional whitespace); returns the offset just
 /// after it. Nothing after the value is looked at.
 pub(crate) fn scan_value(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
+    scan_value_indexed(b, i, &mut StringIndex::<0>::new())
+}
+
+/// [`scan_value`] that also records the strings it meets in `index` (in text order, as many as
+/// fit; the index is cleared first). On error the index holds the strings before the error.
+pub(crate) fn scan_value_indexed<const N: usize>(
+    b: &[u8],
+    i: usize,
+    index: &mut StringIndex<N>,
+) -> Result<usize, SyntaxError> {
+    index.clear();
     // Bit k of `stack` is 1 when the container at depth k+1 is an object.
     let mut stack: u64 = 0;
     let mut depth: usize = 0;
@@ -224,7 +262,11 @@ pub(crate) fn scan_value(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
                             };
                             continue;
                         }
-                        b'"' => i = scan_string(b, i)?.0,
+                        b'"' => {
+                            let (end, escaped) = scan_string(b, i)?;
+                            index.record(i, end, escaped);
+                            i = end;
+                        }
                         b'-' | b'0'..=b'9' => i = scan_number(b, i)?,
                         b't' | b'f' | b'n' => {
                             let lit: &[u8] = match c {
@@ -248,7 +290,9 @@ pub(crate) fn scan_value(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
                     depth = depth.saturating_sub(1);
                     state = State::After;
                 } else if c == b'"' {
-                    i = skip_ws(b, scan_string(b, i)?.0);
+                    let (end, escaped) = scan_string(b, i)?;
+                    index.record(i, end, escaped);
+                    i = skip_ws(b, end);
                     if b.get(i) != Some(&b':') {
                         return Err(err(i, "expected ':' after an object key"));
                     }
@@ -280,6 +324,54 @@ pub(crate) fn scan_value(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
         if depth == 0 && matches!(state, State::After) {
             return Ok(i);
         }
+    }
+}
+
+/// Where one string of checked text starts and ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Span {
+    /// Offset of the opening quote.
+    start: u32,
+    /// Offset just after the closing quote.
+    end: u32,
+    /// The string holds at least one escape.
+    escaped: bool,
+}
+
+/// The first `N` strings of a checked value, in text order (so sorted by start), filled by
+/// [`scan_value_indexed`]. Strings past capacity, or in text longer than `u32::MAX` bytes, are
+/// simply not recorded: a cursor falls back to scanning them, so the index only ever saves
+/// work and never changes a result.
+#[derive(Clone, Debug)]
+pub(crate) struct StringIndex<const N: usize> {
+    spans: heapless::Vec<Span, N>,
+}
+
+impl<const N: usize> StringIndex<N> {
+    pub fn new() -> Self {
+        StringIndex {
+            spans: heapless::Vec::new(),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.spans.clear();
+    }
+
+    #[inline]
+    fn record(&mut self, start: usize, end: usize, escaped: bool) {
+        if let (Ok(start), Ok(end)) = (u32::try_from(start), u32::try_from(end)) {
+            // Full: later strings are scanned again by the cursor.
+            let _ = self.spans.push(Span {
+                start,
+                end,
+                escaped,
+            });
+        }
+    }
+
+    pub fn spans(&self) -> &[Span] {
+        &self.spans
     }
 }
 
@@ -426,16 +518,68 @@ impl Kind {
     }
 }
 
-/// A position in JSON text; walks values without recursion.
+/// A position in JSON text; walks values without recursion. `'i` borrows the string index of
+/// the text (empty for a cursor without one).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Cursor<'a> {
+pub(crate) struct Cursor<'a, 'i> {
     pub text: &'a str,
     pub pos: usize,
+    /// Strings of `text` recorded by the syntax pass, sorted by start.
+    spans: &'i [Span],
+    /// Where in `spans` the next string probably is: cursors walk forward, so the string after
+    /// the last one looked up is the usual next one, and a hit costs one comparison.
+    hint: usize,
 }
 
-impl<'a> Cursor<'a> {
+/// A cursor without a string index.
+pub(crate) type PlainCursor<'a> = Cursor<'a, 'static>;
+
+impl<'a> Cursor<'a, 'static> {
+    /// A cursor without a string index.
     pub fn new(text: &'a str, pos: usize) -> Self {
-        Cursor { text, pos }
+        Cursor {
+            text,
+            pos,
+            spans: &[],
+            hint: 0,
+        }
+    }
+}
+
+impl<'a, 'i> Cursor<'a, 'i> {
+    /// A cursor that looks strings up in `spans` (from [`scan_value_indexed`] over `text`).
+    pub fn with_index(text: &'a str, pos: usize, spans: &'i [Span]) -> Self {
+        Cursor {
+            text,
+            pos,
+            spans,
+            hint: 0,
+        }
+    }
+
+    /// The string starting at `b[i]` (a quote): the offset after its closing quote and whether
+    /// it has escapes, from the index when it holds the string, else by scanning it.
+    #[inline]
+    fn string_end(&mut self, i: usize) -> Result<(usize, bool), SyntaxError> {
+        let at = |s: &Span| usize::try_from(s.start).ok() == Some(i);
+        let found = match self.spans.get(self.hint) {
+            Some(s) if at(s) => Some(self.hint),
+            _ => u32::try_from(i)
+                .ok()
+                .and_then(|key| self.spans.binary_search_by_key(&key, |s| s.start).ok()),
+        };
+        if let Some(k) = found
+            && let Some(s) = self.spans.get(k)
+            && let Ok(end) = usize::try_from(s.end)
+            // The index belongs to this text only when the span's bytes are a string here;
+            // this check keeps a mismatched index from ever producing a bad slice.
+            && end > i + 1
+            && self.b().get(end - 1) == Some(&b'"')
+        {
+            self.hint = k + 1;
+            return Ok((end, s.escaped));
+        }
+        scan_string(self.b(), i)
     }
 
     fn b(&self) -> &'a [u8] {
@@ -468,7 +612,7 @@ impl<'a> Cursor<'a> {
             return;
         };
         match first {
-            b'"' => i = scan_string(b, i).map_or(b.len(), |(e, _)| e),
+            b'"' => i = self.string_end(i).map_or(b.len(), |(e, _)| e),
             b'{' | b'[' => {
                 // Bracket counting is enough on checked text; strings are skipped whole so
                 // brackets inside them do not count.
@@ -476,7 +620,7 @@ impl<'a> Cursor<'a> {
                 while let Some(&c) = b.get(i) {
                     match c {
                         b'"' => {
-                            i = scan_string(b, i).map_or(b.len(), |(e, _)| e);
+                            i = self.string_end(i).map_or(b.len(), |(e, _)| e);
                             continue;
                         }
                         b'{' | b'[' => depth += 1,
@@ -511,7 +655,7 @@ impl<'a> Cursor<'a> {
             return None;
         }
         let start = self.pos;
-        let (end, escaped) = scan_string(self.b(), start).ok()?;
+        let (end, escaped) = self.string_end(start).ok()?;
         self.pos = end;
         let raw = self.text.get(start + 1..end - 1)?;
         Some(JStr {
@@ -630,6 +774,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `find_byte` agrees with a byte-by-byte search for every position of the needle, with
+    /// and without earlier bytes that differ from it only in the high bit or by one.
+    #[test]
+    fn find_byte_matches_a_plain_search() {
+        for len in 0..40 {
+            for from in 0..=len {
+                for at in 0..len {
+                    for filler in [b'a', b'Z', 0xdb, 0x5c, 0x5a, 0x00] {
+                        let mut buf = vec![filler; len];
+                        buf[at] = b'[';
+                        if at + 1 < len {
+                            buf[at + 1] = b'[';
+                        }
+                        let want = buf[from..]
+                            .iter()
+                            .position(|&c| c == b'[')
+                            .map(|p| p + from);
+                        assert_eq!(find_byte(&buf, from, b'['), want, "{len} {from} {at}");
+                    }
+                }
+                assert_eq!(find_byte(&vec![b'x'; len], from, b'['), None);
+            }
+        }
+        assert_eq!(find_byte(b"ab", 5, b'a'), None);
     }
 
     #[test]
@@ -778,6 +948,52 @@ mod tests {
         assert!(!trimmed_eq("AB".chars(), "ab".chars(), false));
         assert!(trimmed_eq("AB".chars(), " ab".chars(), true));
         assert!(!trimmed_eq("a b".chars(), "ab".chars(), true));
+    }
+
+    /// Walks every key and string value of `text` (an object of strings and arrays of
+    /// strings), returning what the cursor read.
+    fn read_all(mut c: Cursor<'_, '_>) -> Vec<(String, usize, bool)> {
+        let mut got = Vec::new();
+        let mut push = |s: JStr<'_>| got.push((s.raw.to_string(), s.offset, s.escaped));
+        assert!(c.enter(b'{'));
+        while let Some(k) = c.next_key() {
+            push(k);
+            if c.enter(b'[') {
+                while c.next_item() {
+                    push(c.string().unwrap());
+                }
+            } else {
+                push(c.string().unwrap());
+            }
+        }
+        got
+    }
+
+    /// The string index only saves work: a cursor reads the same strings with a full index, a
+    /// partial one (capacity smaller than the number of strings) and none.
+    #[test]
+    fn indexed_cursor_reads_what_a_plain_cursor_reads() {
+        let text = r#"{"a": "x\"y", "bb": ["1", "", "\u00e9"], "c": "plain text"}"#;
+        let plain = read_all(Cursor::new(text, 0));
+        assert_eq!(plain.len(), 8);
+        let mut full = StringIndex::<16>::new();
+        assert_eq!(scan_value_indexed(text.as_bytes(), 0, &mut full), Ok(text.len()));
+        assert_eq!(full.spans().len(), 8);
+        assert_eq!(read_all(Cursor::with_index(text, 0, full.spans())), plain);
+        let mut partial = StringIndex::<3>::new();
+        assert_eq!(scan_value_indexed(text.as_bytes(), 0, &mut partial), Ok(text.len()));
+        assert_eq!(partial.spans().len(), 3);
+        assert_eq!(read_all(Cursor::with_index(text, 0, partial.spans())), plain);
+        // The index of some other text (never built by this crate) gives wrong strings but no
+        // panic and no slice outside the text: the cursor still makes progress to the end.
+        let other = r#"{"zzzzzzzzzzzzzzzzzzzzzzzzz": 1}"#;
+        let mut wrong = StringIndex::<4>::new();
+        assert!(scan_value_indexed(other.as_bytes(), 0, &mut wrong).is_ok());
+        let mut c = Cursor::with_index(text, 0, wrong.spans());
+        c.skip_value();
+        assert!(c.pos > 0 && c.pos <= text.len());
+        let mut c = Cursor::with_index(text, 1, wrong.spans());
+        assert!(c.string().is_none_or(|s| s.raw.len() < text.len()));
     }
 
     #[test]

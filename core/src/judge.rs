@@ -7,7 +7,7 @@
 
 use core::fmt::{self, Write};
 
-use crate::json::{self, Cursor, JStr, Kind, trimmed_eq};
+use crate::json::{self, Cursor, JStr, Kind, PlainCursor, trimmed_eq};
 use crate::rubric::{Dimension, MAX_TOTAL_CRITERIA, Rubric};
 use crate::{Error, Result};
 
@@ -142,7 +142,7 @@ pub fn parse_judge_output(
         let (mut cat, mut title, mut score): (
             Option<JStr<'_>>,
             Option<JStr<'_>>,
-            Option<Cursor<'_>>,
+            Option<PlainCursor<'_>>,
         ) = (None, None, None);
         while let Some(k) = item.next_key() {
             if k.eq_str("category") && cat.is_none() {
@@ -186,7 +186,7 @@ pub fn parse_judge_output(
 }
 
 /// The `criterion_scores` array (cursor inside it) of the preferred candidate object.
-fn find_scores(body: &str) -> Option<Cursor<'_>> {
+fn find_scores(body: &str) -> Option<PlainCursor<'_>> {
     // 1. The last fenced block whose info string is `json` (or empty).
     let mut last_fenced: Option<(usize, usize)> = None;
     let mut rest = 0usize;
@@ -222,7 +222,7 @@ fn find_scores(body: &str) -> Option<Cursor<'_>> {
     first_object_with_scores(body, 0)
 }
 
-fn first_object_with_scores(text: &str, from: usize) -> Option<Cursor<'_>> {
+fn first_object_with_scores(text: &str, from: usize) -> Option<PlainCursor<'_>> {
     let b = text.as_bytes();
     let mut i = from;
     for _ in 0..MAX_CANDIDATES {
@@ -240,7 +240,7 @@ fn first_object_with_scores(text: &str, from: usize) -> Option<Cursor<'_>> {
     None
 }
 
-fn scores_array(mut c: Cursor<'_>) -> Option<Cursor<'_>> {
+fn scores_array(mut c: PlainCursor<'_>) -> Option<PlainCursor<'_>> {
     c.enter(b'{');
     while let Some(k) = c.next_key() {
         if k.eq_str("criterion_scores") && c.kind() == Kind::Array {
@@ -280,7 +280,7 @@ fn match_criterion(rubric: &Rubric<'_>, cat: &JStr<'_>, title: &JStr<'_>) -> Opt
 }
 
 /// A score: a JSON number, or a string holding one; `None` when neither or not finite.
-fn read_score(mut c: Cursor<'_>) -> Option<f64> {
+fn read_score(mut c: PlainCursor<'_>) -> Option<f64> {
     let v = match c.kind() {
         Kind::Number => c.number()?.parse::<f64>().ok()?,
         Kind::String => {
