@@ -977,13 +977,22 @@ mod tests {
         let plain = read_all(Cursor::new(text, 0));
         assert_eq!(plain.len(), 8);
         let mut full = StringIndex::<16>::new();
-        assert_eq!(scan_value_indexed(text.as_bytes(), 0, &mut full), Ok(text.len()));
+        assert_eq!(
+            scan_value_indexed(text.as_bytes(), 0, &mut full),
+            Ok(text.len())
+        );
         assert_eq!(full.spans().len(), 8);
         assert_eq!(read_all(Cursor::with_index(text, 0, full.spans())), plain);
         let mut partial = StringIndex::<3>::new();
-        assert_eq!(scan_value_indexed(text.as_bytes(), 0, &mut partial), Ok(text.len()));
+        assert_eq!(
+            scan_value_indexed(text.as_bytes(), 0, &mut partial),
+            Ok(text.len())
+        );
         assert_eq!(partial.spans().len(), 3);
-        assert_eq!(read_all(Cursor::with_index(text, 0, partial.spans())), plain);
+        assert_eq!(
+            read_all(Cursor::with_index(text, 0, partial.spans())),
+            plain
+        );
         // The index of some other text (never built by this crate) gives wrong strings but no
         // panic and no slice outside the text: the cursor still makes progress to the end.
         let other = r#"{"zzzzzzzzzzzzzzzzzzzzzzzzz": 1}"#;
