@@ -6,7 +6,7 @@
 //! GRPO advantage step (SPEC §9) treats as an invalid sample; the call itself only fails on a
 //! layout problem. Nothing here allocates.
 
-use crate::reward::{Fired, ScoreOptions, policy_reward_fixed};
+use crate::reward::{Fired, MAX_SCORE, ScoreOptions, effective_weights, policy_reward_fixed};
 use crate::rubric::Rubric;
 use crate::{Error, Result};
 
@@ -56,9 +56,22 @@ pub fn score_group_fixed(
         return Err(Error::LengthMismatch);
     }
     let mut report = GroupReport::default();
+    // The weights and the denominators do not depend on the response: resolve them once. A
+    // response whose scores are all integers in 0..=5 (the usual case) is then scored by the
+    // loop below with the same operations in the same order as `policy_reward_fixed`, so the
+    // reward is bit-identical; any other response takes `policy_reward_fixed` itself, which
+    // applies the missing and range policies and reports what fired.
+    let mut weight_flags = Fired::default();
+    let w = effective_weights(weights, opts, &mut weight_flags);
+    let denom = counts.map(|n| MAX_SCORE * n as f64);
     // `total == 0` is allowed: every response then scores 0 (no criterion, no evidence).
     for (j, o) in out.iter_mut().enumerate() {
         let s = scores.get(j * total..(j + 1) * total).unwrap_or(&[]);
+        if let Some(r) = plain_reward(s, counts, w, denom) {
+            *o = r;
+            report.scored = report.scored.saturating_add(1);
+            continue;
+        }
         match policy_reward_fixed(weights, counts, s, opts) {
             Ok(r) => {
                 *o = r.reward;
@@ -74,5 +87,40 @@ pub fn score_group_fixed(
             }
         }
     }
+    if report.scored > 0 {
+        // What `policy_reward_fixed` reports for every scored response.
+        report.fired.merge(&weight_flags);
+    }
     Ok(report)
+}
+
+/// Eq. 5 of one response whose raw scores are all integers in `0..=5`, `None` otherwise. The
+/// arithmetic is that of `policy_reward_fixed` (sequential sums of the raw scores, one division
+/// per dimension, the weighted sum in dimension order, the clamp).
+#[inline]
+fn plain_reward(s: &[f64], counts: [usize; 3], w: [f64; 3], denom: [f64; 3]) -> Option<f64> {
+    let mut rest = s;
+    let mut reward = 0.0;
+    for ((&n, &wd), &dn) in counts.iter().zip(w.iter()).zip(denom.iter()) {
+        let (dim, tail) = rest.split_at_checked(n)?;
+        rest = tail;
+        // Integer sums: `policy_reward_fixed` adds the same integers in f64, which is exact
+        // (below 2^53), so the sum is the same number, without the latency of a
+        // chain of f64 additions.
+        let mut sum = 0u64;
+        let mut plain = true;
+        for &raw in dim {
+            // `raw as u8` truncates (and saturates); equal back only for an integer in range.
+            // NaN fails the range test.
+            let q = raw as u8;
+            plain &= (0.0..=MAX_SCORE).contains(&raw) && f64::from(q) == raw;
+            sum += u64::from(q);
+        }
+        if !plain {
+            return None;
+        }
+        let mean = if n > 0 { sum as f64 / dn } else { 0.0 };
+        reward += wd * mean;
+    }
+    Some(reward.clamp(0.0, 1.0))
 }

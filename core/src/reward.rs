@@ -112,7 +112,11 @@ pub(crate) fn resolve_raw(raw: f64, opts: &ScoreOptions, fired: &mut Fired) -> R
 }
 
 /// The weights to score with, and whether that changed them.
-fn effective_weights(weights: [f64; 3], opts: &ScoreOptions, fired: &mut Fired) -> [f64; 3] {
+pub(crate) fn effective_weights(
+    weights: [f64; 3],
+    opts: &ScoreOptions,
+    fired: &mut Fired,
+) -> [f64; 3] {
     if opts.uniform_weights {
         fired.uniform_weights = true;
         return uniform();

@@ -2,9 +2,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_core::align::alignment;
+use care_core::batch::{GroupReport, score_group_fixed};
 use care_core::format::{FormatPolicy, validate};
 use care_core::judge::parse_judge_output;
-use care_core::reward::{PrefOptions, ScoreOptions, policy_reward_fixed, pref_reward_fixed};
+use care_core::reward::{
+    MissingPolicy, PrefOptions, RangePolicy, ScoreOptions, policy_reward_fixed, pref_reward_fixed,
+};
 use care_core::rubric::{Dimension, Rubric};
 use care_core::simplex::{is_on_simplex, normalize_l1, project_to_simplex, scoring_weights};
 use proptest::prelude::*;
@@ -31,12 +34,75 @@ fn any_weights() -> impl Strategy<Value = [f64; 3]> {
     [w.clone(), w.clone(), w]
 }
 
+/// A group of `m` responses under `counts` whose scores are mostly valid, with NaN, fractional,
+/// negative, too large and infinite ones mixed in.
+fn group_layout() -> impl Strategy<Value = ([usize; 3], usize, Vec<f64>)> {
+    ([0usize..=6, 0usize..=6, 0usize..=6], 0usize..8).prop_flat_map(|(c, m)| {
+        let n = c.iter().sum::<usize>() * m;
+        let score = prop_oneof![
+            12 => (0u8..=5).prop_map(f64::from),
+            1 => Just(f64::NAN),
+            1 => -1.0f64..7.0,
+            1 => prop_oneof![Just(f64::INFINITY), Just(-0.0), Just(5.5), Just(-1.0), Just(6.0)],
+        ];
+        (Just(c), Just(m), prop::collection::vec(score, n))
+    })
+}
+
+fn any_score_options() -> impl Strategy<Value = ScoreOptions> {
+    (0u8..3, any::<bool>(), any::<bool>()).prop_map(|(missing, clamp, uniform_weights)| {
+        ScoreOptions {
+            missing: [
+                MissingPolicy::Error,
+                MissingPolicy::Zero,
+                MissingPolicy::Skip,
+            ][usize::from(missing)],
+            out_of_range: if clamp {
+                RangePolicy::Clamp
+            } else {
+                RangePolicy::Error
+            },
+            uniform_weights,
+        }
+    })
+}
+
 fn fixture(name: &str) -> Vec<u8> {
     let p = format!("{}/../cli/data/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&p).unwrap()
 }
 
 proptest! {
+    /// Scoring a group (which has a fast path for plain integer scores) gives every response
+    /// exactly, bit for bit, the reward `policy_reward_fixed` gives it alone (NaN for a failure),
+    /// and the report counts and merges what the single calls report.
+    #[test]
+    fn group_scoring_is_bit_identical_to_scoring_each_response(
+        w in any_weights(),
+        (counts, m, s) in group_layout(),
+        opts in any_score_options(),
+    ) {
+        let mut out = vec![0.25; m];
+        let rep = score_group_fixed(w, counts, &opts, &s, &mut out).unwrap();
+        let total: usize = counts.iter().sum();
+        let mut want = GroupReport::default();
+        for (j, &got) in out.iter().enumerate() {
+            match policy_reward_fixed(w, counts, &s[j * total..(j + 1) * total], &opts) {
+                Ok(r) => {
+                    prop_assert_eq!(got.to_bits(), r.reward.to_bits(), "response {}", j);
+                    want.scored += 1;
+                    want.fired.merge(&r.fired);
+                }
+                Err(e) => {
+                    prop_assert!(got.is_nan(), "response {}: {}", j, got);
+                    want.failed += 1;
+                    want.first_error = want.first_error.or(Some((j, e)));
+                }
+            }
+        }
+        prop_assert_eq!(rep, want);
+    }
+
     /// r_theta in [0, 1] for any weights and any in-range scores.
     #[test]
     fn r_theta_in_unit_interval(w in any_weights(), (counts, s) in layout()) {
