@@ -477,6 +477,25 @@ pub fn validate<'a>(
     }
 }
 
+/// [`validate`] for text that is already a `&str` (decoded JSON, a `String`): the same checks
+/// and report, without checking the UTF-8 a second time.
+pub fn validate_str<'a>(
+    text: &'a str,
+    policy: &FormatPolicy,
+    scratch: &'a mut [u8],
+) -> Validation<'a> {
+    let mut v = Validator {
+        report: Report::default(),
+        policy,
+        scratch,
+    };
+    let rubric = v.run_str(text);
+    Validation {
+        rubric,
+        report: v.report,
+    }
+}
+
 /// Strings indexed by the syntax pass: a paper rubric has 67 (1 + 3 x (6 + 4 x 4)); strings
 /// past this are scanned twice, which costs time, never correctness.
 const STRING_INDEX_CAPACITY: usize = 128;
@@ -524,15 +543,18 @@ impl<'a> Validator<'a, '_> {
     }
 
     fn run(&mut self, bytes: &'a [u8]) -> Option<Rubric<'a>> {
-        let text = match core::str::from_utf8(bytes) {
-            Ok(t) => t,
+        match core::str::from_utf8(bytes) {
+            Ok(text) => self.run_str(text),
             Err(e) => {
                 let mut v = Violation::new(ViolationCode::NotJson, "the text is not valid UTF-8");
                 v.offset = Some(e.valid_up_to());
                 self.report.push(v);
-                return None;
+                None
             }
-        };
+        }
+    }
+
+    fn run_str(&mut self, text: &'a str) -> Option<Rubric<'a>> {
         let (lo, hi) = self.strip_envelope_text(text);
         let region = text.get(..hi).unwrap_or("");
         let b = region.as_bytes();

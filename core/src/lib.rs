@@ -59,7 +59,9 @@ pub use error::{Error, Result};
 
 pub use align::{Alignment, alignment, r_align};
 pub use batch::{GroupReport, score_group, score_group_fixed};
-pub use format::{FormatPolicy, Report, Validation, Violation, ViolationCode, validate};
+pub use format::{
+    FormatPolicy, Report, Validation, Violation, ViolationCode, validate, validate_str,
+};
 pub use judge::{JudgeReport, parse_judge_output, render_judge_prompt};
 pub use reward::{
     GeneratorOptions, GeneratorReward, MissingPolicy, PolicyReward, PrefOptions, PrefReward,

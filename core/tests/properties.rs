@@ -3,7 +3,7 @@
 
 use care_core::align::alignment;
 use care_core::batch::{GroupReport, score_group_fixed};
-use care_core::format::{FormatPolicy, validate};
+use care_core::format::{FormatPolicy, validate, validate_str};
 use care_core::judge::parse_judge_output;
 use care_core::reward::{
     MissingPolicy, PrefOptions, RangePolicy, ScoreOptions, policy_reward_fixed, pref_reward_fixed,
@@ -101,6 +101,27 @@ proptest! {
             }
         }
         prop_assert_eq!(rep, want);
+    }
+
+    /// `validate_str` (no UTF-8 check) reports exactly what `validate` reports on the same
+    /// text, for arbitrary text and for corrupted copies of a paper fixture.
+    #[test]
+    fn validate_str_agrees_with_validate(
+        text in prop_oneof!["\\PC{0,64}", "[{}\\[\\]\",: 0-9a-z\\\\]{0,64}"],
+        cut in 0usize..4000,
+    ) {
+        let fixture = String::from_utf8(fixture("rubric_sft_1.json")).unwrap();
+        let mut end = cut.min(fixture.len());
+        while !fixture.is_char_boundary(end) {
+            end -= 1;
+        }
+        for t in [text.clone(), format!("{}{}", &fixture[..end], text)] {
+            let mut s1 = vec![0u8; t.len()];
+            let mut s2 = vec![0u8; t.len()];
+            let a = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut s1);
+            let b = validate_str(&t, &FormatPolicy::PAPER, &mut s2);
+            prop_assert_eq!(a, b);
+        }
     }
 
     /// r_theta in [0, 1] for any weights and any in-range scores.

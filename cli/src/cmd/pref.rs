@@ -1,11 +1,11 @@
 //! `care pref`: the generator reward (Eq. 4) of a rubric from one preference pair.
 
 use care_core::reward::generator_reward_validated;
-use care_core::{GeneratorOptions, validate};
+use care_core::{GeneratorOptions, validate_str};
 use serde_json::Value;
 
 use super::rubric::{
-    explain_score_error, flatten_scores, locate_score_error, member_text, write_fired,
+    Scratch, explain_score_error, flatten_scores, locate_score_error, member_text, write_fired,
 };
 use crate::input::{object, required, score_matrix, str_array};
 use crate::json::{LineError, Obj};
@@ -25,8 +25,8 @@ pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result
     let tactics = str_array(required(m, "chosen_tactics")?, "chosen_tactics")?;
     let chosen_v = required(m, "chosen_scores")?;
     let rejected_v = required(m, "rejected_scores")?;
-    let mut scratch = vec![0u8; text.len()];
-    let v = validate(text.as_bytes(), &opts.format, &mut scratch);
+    let mut scratch = Scratch::take(text.len());
+    let v = validate_str(&text, &opts.format, scratch.buf());
     let (chosen, rejected) = match v.rubric.as_ref() {
         Some(r) => (
             flatten_scores(r, score_matrix(chosen_v, "chosen_scores")?, "chosen_scores")?,

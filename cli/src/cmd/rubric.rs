@@ -2,6 +2,7 @@
 //! validation is written.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use care_core::{Report, Rubric};
@@ -9,6 +10,44 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::json::{Arr, LineError, Obj};
+
+/// A scratch buffer of at least `len` bytes for `care_core::validate_str`, reused across the
+/// lines a worker thread processes: a fresh zeroed buffer per line was a visible cost of
+/// `care validate` on JSONL. The buffer goes back to the thread when the guard drops, unless it
+/// grew past [`Scratch::KEEP_MAX`] (a rare huge line does not pin its memory).
+pub struct Scratch(Vec<u8>);
+
+thread_local! {
+    static SCRATCH: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+impl Scratch {
+    /// Largest buffer kept for the next line.
+    pub const KEEP_MAX: usize = 1 << 20;
+
+    /// Takes the thread's buffer, grown to at least `len` bytes.
+    pub fn take(len: usize) -> Self {
+        let mut buf = SCRATCH.with(Cell::take);
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        Scratch(buf)
+    }
+
+    /// The buffer (its old contents are irrelevant: the validator writes before it reads).
+    pub fn buf(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.0.len() <= Self::KEEP_MAX {
+            let buf = std::mem::take(&mut self.0);
+            SCRATCH.with(|c| c.set(buf));
+        }
+    }
+}
 
 /// The rubric text of member `key`: a JSON string is the raw generator output itself; any other
 /// JSON value (normally an object) is validated as the exact text it has in the line, so key

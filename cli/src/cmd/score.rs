@@ -2,11 +2,12 @@
 
 use care_core::reward::{Fired, PolicyReward};
 use care_core::{
-    FormatPolicy, JudgeReport, Rubric, ScoreOptions, parse_judge_output, policy_reward, validate,
+    FormatPolicy, JudgeReport, Rubric, ScoreOptions, parse_judge_output, policy_reward,
+    validate_str,
 };
 use serde_json::{Map, Value};
 
-use super::rubric::{explain_score_error, flatten_scores, member_text, write_fired};
+use super::rubric::{Scratch, explain_score_error, flatten_scores, member_text, write_fired};
 use crate::input::{object, score_matrix};
 use crate::json::{LineError, Obj};
 
@@ -25,8 +26,8 @@ pub struct Options {
 pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
     let m = object(value)?;
     let text = member_text(line, value, "rubric")?;
-    let mut scratch = vec![0u8; text.len()];
-    let v = validate(text.as_bytes(), &opts.format, &mut scratch);
+    let mut scratch = Scratch::take(text.len());
+    let v = validate_str(&text, &opts.format, scratch.buf());
     let Some(rubric) = v.rubric.as_ref() else {
         let first = v
             .report

@@ -1,9 +1,9 @@
 //! `care validate`: the format contract (SPEC §3) on generated rubrics.
 
-use care_core::{FormatPolicy, validate};
+use care_core::{FormatPolicy, validate_str};
 use serde_json::Value;
 
-use super::rubric::{write_shape, write_violations};
+use super::rubric::{Scratch, write_shape, write_violations};
 use crate::json::{LineError, Obj};
 
 /// Resolved options: the core's [`FormatPolicy`].
@@ -19,8 +19,8 @@ pub fn run(policy: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Resu
         None => line,
     };
     // Decoding JSON escapes never makes a string longer, so the text's length always suffices.
-    let mut scratch = vec![0u8; text.len()];
-    let v = validate(text.as_bytes(), policy, &mut scratch);
+    let mut scratch = Scratch::take(text.len());
+    let v = validate_str(text, policy, scratch.buf());
     // r_fmt is 0 or 1; printed as an integer so that `== 1` works in every JSON tool.
     o.u64("format_reward", u64::from(v.r_fmt() == 1.0));
     write_violations(o, &v.report);
