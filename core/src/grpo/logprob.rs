@@ -37,6 +37,7 @@ pub trait LogProb: Copy + bytemuck::Pod + sealed::Sealed {
 
 impl LogProb for f32 {
     const NAME: &'static str = "f32";
+    #[inline]
     fn to_f64(self) -> f64 {
         f64::from(self)
     }
@@ -44,6 +45,7 @@ impl LogProb for f32 {
 
 impl LogProb for f64 {
     const NAME: &'static str = "f64";
+    #[inline]
     fn to_f64(self) -> f64 {
         self
     }
@@ -51,13 +53,22 @@ impl LogProb for f64 {
 
 impl LogProb for half::bf16 {
     const NAME: &'static str = "bf16";
+    /// Non-NaN values widen through `f32` (a bf16 is the top half of an `f32`; both steps are
+    /// exact), which is branch-free; NaN takes `half`'s conversion, so every one of the 65536
+    /// inputs gives the bits of `half::bf16::to_f64` (tested exhaustively).
+    #[inline]
     fn to_f64(self) -> f64 {
-        half::bf16::to_f64(self)
+        if self.is_nan() {
+            half::bf16::to_f64(self)
+        } else {
+            f64::from(f32::from_bits(u32::from(self.to_bits()) << 16))
+        }
     }
 }
 
 impl LogProb for half::f16 {
     const NAME: &'static str = "f16";
+    #[inline]
     fn to_f64(self) -> f64 {
         half::f16::to_f64(self)
     }
@@ -67,6 +78,18 @@ impl LogProb for half::f16 {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bf16_widening_matches_half_for_every_value() {
+        for bits in 0..=u16::MAX {
+            let x = half::bf16::from_bits(bits);
+            assert_eq!(
+                LogProb::to_f64(x).to_bits(),
+                half::bf16::to_f64(x).to_bits(),
+                "{bits:#06x}"
+            );
+        }
+    }
 
     #[test]
     fn widening_is_exact_and_bytes_cast() {
