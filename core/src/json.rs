@@ -360,6 +360,9 @@ impl<const N: usize> StringIndex<N> {
 
     #[inline]
     fn record(&mut self, start: usize, end: usize, escaped: bool) {
+        if N == 0 {
+            return; // plain `scan_value`: folded away
+        }
         if let (Ok(start), Ok(end)) = (u32::try_from(start), u32::try_from(end)) {
             // Full: later strings are scanned again by the cursor.
             let _ = self.spans.push(Span {
@@ -407,6 +410,21 @@ impl<'a> JStr<'a> {
             return self.raw == s;
         }
         self.chars().eq(s.chars())
+    }
+
+    /// [`trimmed_eq`] of the decoded string and `t`; on a string without escapes, a
+    /// comparison of the two trimmed `&str` (the same relation: `str::trim` trims
+    /// `char::is_whitespace`, and ASCII case folding by byte or by char agree on UTF-8).
+    pub fn trimmed_eq_str(&self, t: &str, ignore_ascii_case: bool) -> bool {
+        if self.escaped {
+            return trimmed_eq(self.chars(), t.chars(), ignore_ascii_case);
+        }
+        let (a, b) = (self.raw.trim(), t.trim());
+        if ignore_ascii_case {
+            a.eq_ignore_ascii_case(b)
+        } else {
+            a == b
+        }
     }
 
     /// The string itself when it has no escapes, else decoded into the front of `scratch`
@@ -561,6 +579,9 @@ impl<'a, 'i> Cursor<'a, 'i> {
     /// it has escapes, from the index when it holds the string, else by scanning it.
     #[inline]
     fn string_end(&mut self, i: usize) -> Result<(usize, bool), SyntaxError> {
+        if self.spans.is_empty() {
+            return scan_string(self.b(), i);
+        }
         let at = |s: &Span| usize::try_from(s.start).ok() == Some(i);
         let found = match self.spans.get(self.hint) {
             Some(s) if at(s) => Some(self.hint),
@@ -937,6 +958,42 @@ mod tests {
         // Non-surrogate escapes next to the surrogate range stay valid on their own.
         for text in [r#""\ud7ff""#, r#""\ue000""#, r#""\uffff""#] {
             assert_eq!(scan_value(text.as_bytes(), 0), Ok(text.len()), "{text}");
+        }
+    }
+
+    /// The `&str` fast path of `trimmed_eq_str` is the iterator comparison.
+    #[test]
+    fn trimmed_eq_str_agrees_with_trimmed_eq() {
+        let words = [
+            "",
+            " ",
+            "ab",
+            " ab ",
+            "AB",
+            "a b",
+            "\u{a0}ab",
+            "ab\u{2003}",
+            "ÄB",
+            "äb",
+            "é",
+            "E",
+            "\tab\n",
+        ];
+        for x in words {
+            for y in words {
+                let s = JStr {
+                    raw: x,
+                    escaped: false,
+                    offset: 0,
+                };
+                for ci in [false, true] {
+                    assert_eq!(
+                        s.trimmed_eq_str(y, ci),
+                        trimmed_eq(x.chars(), y.chars(), ci),
+                        "{x:?} {y:?} {ci}"
+                    );
+                }
+            }
         }
     }
 

@@ -7,7 +7,7 @@
 
 use core::fmt::{self, Write};
 
-use crate::json::{self, Cursor, JStr, Kind, PlainCursor, trimmed_eq};
+use crate::json::{self, Cursor, JStr, Kind, PlainCursor};
 use crate::rubric::{Dimension, MAX_TOTAL_CRITERIA, Rubric};
 use crate::{Error, Result};
 
@@ -256,22 +256,22 @@ fn scores_array(mut c: PlainCursor<'_>) -> Option<PlainCursor<'_>> {
 fn match_criterion(rubric: &Rubric<'_>, cat: &JStr<'_>, title: &JStr<'_>) -> Option<(usize, bool)> {
     let dim = Dimension::ALL
         .into_iter()
-        .find(|d| trimmed_eq(cat.chars(), d.json_name().chars(), false))
+        .find(|d| cat.trimmed_eq_str(d.json_name(), false))
         .or_else(|| {
             Dimension::ALL
                 .into_iter()
-                .find(|d| trimmed_eq(cat.chars(), d.json_name().chars(), true))
+                .find(|d| cat.trimmed_eq_str(d.json_name(), true))
         })?;
     let crits = rubric.criteria(dim);
     let (i, ci) = match crits
         .iter()
-        .position(|c| trimmed_eq(title.chars(), c.title.chars(), false))
+        .position(|c| title.trimmed_eq_str(c.title, false))
     {
         Some(i) => (i, false),
         None => (
             crits
                 .iter()
-                .position(|c| trimmed_eq(title.chars(), c.title.chars(), true))?,
+                .position(|c| title.trimmed_eq_str(c.title, true))?,
             true,
         ),
     };
