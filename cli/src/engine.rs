@@ -143,8 +143,11 @@ impl<R: BufRead> LineReader<R> {
         )))
     }
 
-    fn read_chunk(&mut self, opts: &EngineOptions) -> io::Result<Chunk> {
-        let mut chunk = Chunk::default();
+    /// Refills `chunk` (emptied first, its buffers reused) with the next lines.
+    fn read_chunk(&mut self, opts: &EngineOptions, chunk: &mut Chunk) -> io::Result<()> {
+        chunk.data.clear();
+        chunk.items.clear();
+        chunk.bytes_read = 0;
         while chunk.items.len() < opts.chunk_lines.max(1) && chunk.data.len() < opts.chunk_bytes {
             match self.next_into(&mut chunk.data)? {
                 Some((item, n)) => {
@@ -154,7 +157,7 @@ impl<R: BufRead> LineReader<R> {
                 None => break,
             }
         }
-        Ok(chunk)
+        Ok(())
     }
 }
 
@@ -282,13 +285,17 @@ pub fn run<R: BufRead, W: Write>(
     let mut reader = LineReader { inner: input, max };
     let mut summary = Summary::default();
     let mut progress = Progress::new(opts);
-    let mut cur = reader.read_chunk(opts)?;
+    // Two chunks take turns: the workers process one while this thread refills the other.
+    // Reusing their buffers (instead of a fresh 8 MiB chunk each time) saves the page faults
+    // and page clearing that were a visible share of `care validate`'s time.
+    let mut cur = Chunk::default();
+    let mut spare = Chunk::default();
+    reader.read_chunk(opts, &mut cur)?;
     while !cur.items.is_empty() {
         let first_line = summary.lines + 1;
-        // Read the next chunk on this thread while the workers process the current one.
         let (blocks, next) = std::thread::scope(|s| {
             let worker = s.spawn(|| process_chunk(proc_, &cur, first_line, threads, max));
-            let next = reader.read_chunk(opts);
+            let next = reader.read_chunk(opts, &mut spare);
             (worker.join(), next)
         });
         let blocks = blocks.map_err(|_| io::Error::other("a worker thread died"))?;
@@ -298,7 +305,8 @@ pub fn run<R: BufRead, W: Write>(
         }
         summary.lines += cur.items.len() as u64;
         progress.update(summary.lines, cur.bytes_read);
-        cur = next?;
+        next?;
+        std::mem::swap(&mut cur, &mut spare);
     }
     out.flush()?;
     progress.finish();
