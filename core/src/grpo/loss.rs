@@ -26,12 +26,12 @@
 //!
 //! The common case (token ratio level, no KL term) runs a specialized loop over blocks of
 //! tokens that performs the same operations in the same order on each value, so its gradient,
-//! loss and statistics have the same bits as the general loop (a test-only copy of that loop
-//! checks this by property test).
+//! loss and statistics have the same bits as the general loop (a property test runs both on
+//! the same inputs and compares every bit).
 
 #[cfg(test)]
-#[path = "loss_reference.rs"]
-mod reference;
+#[path = "loss_fast_path_tests.rs"]
+mod fast_path_tests;
 
 use super::layout::validate_offsets;
 use super::logprob::LogProb;
@@ -866,6 +866,17 @@ pub fn policy_loss<T: LogProb>(
     opts: &LossOptions,
     grad: &mut [f32],
 ) -> Result<LossOutput> {
+    policy_loss_with(inputs, opts, grad, true)
+}
+
+/// [`policy_loss`], with the specialized token-level loop allowed or not (`false`: every case
+/// runs the general loop, which tests compare the specialized one with).
+fn policy_loss_with<T: LogProb>(
+    inputs: &LossInputs<'_, T>,
+    opts: &LossOptions,
+    grad: &mut [f32],
+    allow_fast_path: bool,
+) -> Result<LossOutput> {
     opts.validate()?;
     let n_tokens = inputs.logp.len();
     let b = validate_offsets(inputs.seq_offsets, n_tokens)?;
@@ -903,7 +914,7 @@ pub fn policy_loss<T: LogProb>(
     let h = pick(opts.horizon, loc_h);
 
     let kl_on = opts.beta > 0.0 && inputs.logp_ref.is_some();
-    if opts.ratio_level == RatioLevel::Token && !kl_on {
+    if allow_fast_path && opts.ratio_level == RatioLevel::Token && !kl_on {
         let mut st = token_level_no_kl(inputs, opts, grad, [n_tok, n_seq, h]);
         st.tokens = loc_tok;
         st.sequences = loc_seq;
