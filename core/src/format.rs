@@ -465,15 +465,18 @@ pub fn validate<'a>(
     policy: &FormatPolicy,
     scratch: &'a mut [u8],
 ) -> Validation<'a> {
-    let mut v = Validator {
-        report: Report::default(),
-        policy,
-        scratch,
-    };
-    let rubric = v.run(text);
-    Validation {
-        rubric,
-        report: v.report,
+    match core::str::from_utf8(text) {
+        Ok(text) => validate_str(text, policy, scratch),
+        Err(e) => {
+            let mut v = Violation::new(ViolationCode::NotJson, "the text is not valid UTF-8");
+            v.offset = Some(e.valid_up_to());
+            let mut report = Report::default();
+            report.push(v);
+            Validation {
+                rubric: None,
+                report,
+            }
+        }
     }
 }
 
@@ -540,18 +543,6 @@ impl<'a> Validator<'a, '_> {
             note,
             arg,
         });
-    }
-
-    fn run(&mut self, bytes: &'a [u8]) -> Option<Rubric<'a>> {
-        match core::str::from_utf8(bytes) {
-            Ok(text) => self.run_str(text),
-            Err(e) => {
-                let mut v = Violation::new(ViolationCode::NotJson, "the text is not valid UTF-8");
-                v.offset = Some(e.valid_up_to());
-                self.report.push(v);
-                None
-            }
-        }
     }
 
     fn run_str(&mut self, text: &'a str) -> Option<Rubric<'a>> {

@@ -99,28 +99,37 @@ fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
     }
 }
 
+// SWAR ("SIMD within a register") helpers for the two byte searches below, eight bytes per
+// step without `unsafe`. `has_less(v, n)` is non-zero iff some byte of `v` is below `n`
+// (n <= 128; bytes >= 0x80, i.e. non-ASCII UTF-8, never match), and its lowest set bit is
+// exact: borrows only propagate upwards from a matching byte, so it names the first match.
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+const fn has_less(v: u64, n: u64) -> u64 {
+    v.wrapping_sub(ONES.wrapping_mul(n)) & !v & HIGH
+}
+
+/// Non-zero iff some byte of `v` equals `c` (lowest set bit exact, as for [`has_less`]).
+const fn has_byte(v: u64, c: u8) -> u64 {
+    has_less(v ^ ONES.wrapping_mul(c as u64), 1)
+}
+
+/// The little-endian word of `b[j..j + 8]`, `None` for a shorter tail.
+#[inline]
+fn word_at(b: &[u8], j: usize) -> Option<u64> {
+    let chunk = b.get(j..j + 8)?;
+    <[u8; 8]>::try_from(chunk).ok().map(u64::from_le_bytes)
+}
+
 /// Skips string bytes that need no attention (anything but `"`, `\\` and control characters),
 /// eight at a time: rubric text is mostly long plain descriptions, and a byte-at-a-time scan
 /// was the validator's largest cost. Returns the start of the first 8-byte word that holds a
 /// byte of interest (or of the tail shorter than 8 bytes); the caller looks at it byte by byte.
 #[inline]
 fn skip_plain(b: &[u8], mut j: usize) -> usize {
-    // Classic SWAR tests (exact as booleans): `has_less(v, n)` is non-zero iff some byte of `v`
-    // is below `n` (n <= 128; bytes >= 0x80, i.e. non-ASCII UTF-8, never match).
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    const fn has_less(v: u64, n: u64) -> u64 {
-        v.wrapping_sub(ONES.wrapping_mul(n)) & !v & HIGH
-    }
-    while let Some(chunk) = b.get(j..j + 8) {
-        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
-            break;
-        };
-        let v = u64::from_le_bytes(word);
-        let special = has_less(v, 0x20)
-            | has_less(v ^ ONES.wrapping_mul(u64::from(b'"')), 1)
-            | has_less(v ^ ONES.wrapping_mul(u64::from(b'\\')), 1);
-        if special != 0 {
+    while let Some(v) = word_at(b, j) {
+        if (has_less(v, 0x20) | has_byte(v, b'"') | has_byte(v, b'\\')) != 0 {
             break;
         }
         j += 8;
@@ -132,20 +141,11 @@ fn skip_plain(b: &[u8], mut j: usize) -> usize {
 /// check looks for `[` in every description, and descriptions are most of a rubric's bytes).
 #[inline]
 pub(crate) fn find_byte(b: &[u8], from: usize, needle: u8) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let pattern = ONES.wrapping_mul(u64::from(needle));
     let mut j = from;
-    while let Some(chunk) = b.get(j..j + 8) {
-        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
-            break;
-        };
-        let v = u64::from_le_bytes(word) ^ pattern;
-        // Non-zero iff some byte of `v` is zero; the lowest set bit is exact (borrows only
-        // propagate upwards from a zero byte), so it names the first match.
-        let zero = v.wrapping_sub(ONES) & !v & HIGH;
-        if zero != 0 {
-            return Some(j + (zero.trailing_zeros() / 8) as usize);
+    while let Some(v) = word_at(b, j) {
+        let hit = has_byte(v, needle);
+        if hit != 0 {
+            return Some(j + (hit.trailing_zeros() / 8) as usize);
         }
         j += 8;
     }
