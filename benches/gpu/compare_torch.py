@@ -5,7 +5,7 @@
     python benches/gpu/compare_torch.py --out r.json   # also write every row as JSON
 
 Needs torch and numpy in the Python environment and libcare (`cargo build --release -p
-care-ffi`, or `CARE_LIB`). For each size it reports the median time (CUDA events, 50 timed
+libcare`, or `CARE_LIB`). For each size it reports the median time (CUDA events, 50 timed
 runs after warm-up on a GPU; wall clock on the CPU), bytes moved by the minimal algorithm,
 effective GB/s, that as a percentage of the device-to-device copy bandwidth measured in the
 same run, and the extra peak memory of one call (CUDA only). Every implementation's result is

@@ -11,13 +11,13 @@ use std::collections::BTreeSet;
 use std::ffi::{c_char, c_void};
 use std::ptr::{null, null_mut};
 
-use care::advantage::*;
-use care::gpu::*;
-use care::loss::*;
-use care::reward::*;
-use care::rubric::*;
-use care::version::*;
-use care::{care_result, result::care_result_message};
+use care_ffi::advantage::*;
+use care_ffi::gpu::*;
+use care_ffi::loss::*;
+use care_ffi::reward::*;
+use care_ffi::rubric::*;
+use care_ffi::version::*;
+use care_ffi::{care_result, result::care_result_message};
 
 use care_result::*;
 
@@ -1288,7 +1288,7 @@ fn every_exported_function_checks_pointers_and_lengths() {
         let targets = [2i32, 0];
         let mut lp = [9f32; 2];
         cov.nulls("care_log_softmax", 3, CARE_OK, |k| {
-            care::logsoftmax::care_log_softmax(
+            care_ffi::logsoftmax::care_log_softmax(
                 0,
                 p(k, 0, logits.as_ptr().cast()),
                 6,
@@ -1311,7 +1311,7 @@ fn every_exported_function_checks_pointers_and_lengths() {
         });
         lp = [9.0; 2];
         assert_eq!(
-            care::logsoftmax::care_log_softmax(
+            care_ffi::logsoftmax::care_log_softmax(
                 0,
                 logits.as_ptr().cast(),
                 6,
@@ -1337,7 +1337,7 @@ fn every_exported_function_checks_pointers_and_lengths() {
         let dlogp = [1.0f32, -0.5];
         let mut dl = [0f32; 6];
         cov.nulls("care_log_softmax_backward", 4, CARE_OK, |k| {
-            care::logsoftmax::care_log_softmax_backward(
+            care_ffi::logsoftmax::care_log_softmax_backward(
                 0,
                 p(k, 0, logits.as_ptr().cast()),
                 6,
@@ -1359,7 +1359,7 @@ fn every_exported_function_checks_pointers_and_lengths() {
             )
         });
         cover_gpu(&mut cov, "care_gpu_log_softmax", 4, &mut |k| {
-            care::logsoftmax::care_gpu_log_softmax(
+            care_ffi::logsoftmax::care_gpu_log_softmax(
                 0,
                 p(k, 0, fake::<c_void>()),
                 2,
@@ -1383,10 +1383,10 @@ fn every_exported_function_checks_pointers_and_lengths() {
             )
         });
         cover_gpu(&mut cov, "care_gpu_log_softmax_status", 1, &mut |k| {
-            care::logsoftmax::care_gpu_log_softmax_status(p(k, 0, ws.cast_const()), 64, null_mut())
+            care_ffi::logsoftmax::care_gpu_log_softmax_status(p(k, 0, ws.cast_const()), 64, null_mut())
         });
         cover_gpu(&mut cov, "care_gpu_log_softmax_backward", 4, &mut |k| {
-            care::logsoftmax::care_gpu_log_softmax_backward(
+            care_ffi::logsoftmax::care_gpu_log_softmax_backward(
                 0,
                 p(k, 0, fake::<c_void>()),
                 2,
@@ -1412,7 +1412,7 @@ fn every_exported_function_checks_pointers_and_lengths() {
             )
         });
         cover_gpu(&mut cov, "care_gpu_logits_policy_loss", 8, &mut |k| {
-            care::logsoftmax::care_gpu_logits_policy_loss(
+            care_ffi::logsoftmax::care_gpu_logits_policy_loss(
                 0,
                 p(k, 0, fake::<c_void>()),
                 2,

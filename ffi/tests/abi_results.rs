@@ -10,11 +10,11 @@ mod common;
 use std::ffi::c_char;
 use std::ptr::{null, null_mut};
 
-use care::advantage::*;
-use care::care_result::*;
-use care::loss::*;
-use care::reward::*;
-use care::rubric::*;
+use care_ffi::advantage::*;
+use care_ffi::care_result::*;
+use care_ffi::loss::*;
+use care_ffi::reward::*;
+use care_ffi::rubric::*;
 use care_core::grpo::{
     AdvantageOptions, Advantages, GroupLayout, LossInputs, LossOptions, LossPreset, Preset,
 };

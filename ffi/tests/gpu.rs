@@ -8,10 +8,10 @@
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 
-use care::advantage::*;
-use care::care_result::*;
-use care::gpu::*;
-use care::loss::*;
+use care_ffi::advantage::*;
+use care_ffi::care_result::*;
+use care_ffi::gpu::*;
+use care_ffi::loss::*;
 use care_kernels::Dtype;
 use care_kernels::tolerance::{Quantity, tolerance};
 use cudarc::driver::{CudaContext, DevicePtr, DevicePtrMut};

@@ -152,14 +152,14 @@ fn header_version_macros_match_the_crate() {
     assert_eq!(v, env!("CARGO_PKG_VERSION"));
     assert_eq!(
         get("CARE_ABI_VERSION"),
-        Some(care::version::CARE_ABI_VERSION.to_string())
+        Some(care_ffi::version::CARE_ABI_VERSION.to_string())
     );
 }
 
 #[test]
 fn header_result_codes_match_the_rust_enum() {
     let header = common::header();
-    for r in care::care_result::ALL {
+    for r in care_ffi::care_result::ALL {
         let want = format!("  {r:?} = {},", r as u32);
         assert!(header.contains(&want), "care.h lacks `{}`", want.trim());
     }
@@ -167,10 +167,10 @@ fn header_result_codes_match_the_rust_enum() {
 
 /// `(C name, size, alignment)` of every `#[repr(C)]` struct of the API, as Rust lays them out.
 fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
-    use care::advantage::*;
-    use care::loss::*;
-    use care::reward::*;
-    use care::rubric::*;
+    use care_ffi::advantage::*;
+    use care_ffi::loss::*;
+    use care_ffi::reward::*;
+    use care_ffi::rubric::*;
     use std::mem::{align_of, size_of};
     macro_rules! layouts {
         ($($t:ident),* $(,)?) => { vec![$((stringify!($t), size_of::<$t>(), align_of::<$t>())),*] };

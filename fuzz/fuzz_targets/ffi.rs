@@ -5,11 +5,11 @@
 //! AddressSanitizer catches any overrun; no call may panic (`CARE_ERR_PANIC`).
 #![no_main]
 
-use care::advantage::care_group_advantages;
-use care::care_result::{self, *};
-use care::loss::{care_loss_stats, care_policy_loss_f32};
-use care::reward::{care_judge_output_parse, care_policy_reward, care_policy_reward_batch};
-use care::rubric::*;
+use care_ffi::advantage::care_group_advantages;
+use care_ffi::care_result::{self, *};
+use care_ffi::loss::{care_loss_stats, care_policy_loss_f32};
+use care_ffi::reward::{care_judge_output_parse, care_policy_reward, care_policy_reward_batch};
+use care_ffi::rubric::*;
 use libfuzzer_sys::fuzz_target;
 use std::ffi::c_char;
 use std::ptr::{null, null_mut};

@@ -5,7 +5,7 @@
 clipped-ratio policy loss (SPEC §10) as a differentiable scalar whose backward is the fused
 analytic gradient. CPU tensors run the Rust reference, CUDA tensors the ``care`` kernels on
 the current torch stream. No build step: build ``libcare`` once with
-``cargo build --release -p care-ffi`` (or set ``CARE_LIB``) and put ``python/`` on the path.
+``cargo build --release -p libcare`` (or set ``CARE_LIB``) and put ``python/`` on the path.
 
 Only ``care_torch._lib`` (ctypes, no torch) is imported eagerly; the torch functions load
 torch on first use, so the ctypes layer also serves numpy callers.

@@ -242,7 +242,7 @@ def lib() -> ctypes.CDLL:
             break
     else:
         raise OSError(
-            "libcare not found (build it with `cargo build --release -p care-ffi` or set "
+            "libcare not found (build it with `cargo build --release -p libcare` or set "
             "CARE_LIB); tried: " + ", ".join(tried)
         )
     for name, (restype, argtypes) in _SIGNATURES.items():

@@ -2,7 +2,7 @@
 tensors against the SPEC §9-10 formulas written with torch ops (and against autograd).
 
 Run: ``python -m pytest python/care_torch/tests`` (or ``python -m unittest discover -s
-python/care_torch/tests``) after ``cargo build --release -p care-ffi``. The torch tests skip
+python/care_torch/tests``) after ``cargo build --release -p libcare``. The torch tests skip
 when torch is not installed; the CUDA test skips without a GPU.
 """
 
