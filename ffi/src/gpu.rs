@@ -11,7 +11,7 @@ use care_core::grpo::LossStats;
 use care_kernels::cuda::{CudaBackend, driver_available};
 use care_kernels::params::LossStatsRaw;
 use care_kernels::{
-    AdvantageBuffers, DeviceGroups, Dtype, KernelError, LossBuffers, Tuning, WORKSPACE_BYTES,
+    AdvantageBuffers, DeviceGroups, KernelError, LossBuffers, Tuning, WORKSPACE_BYTES,
 };
 use cudarc::driver::result as cu;
 use cudarc::driver::{DriverError, sys};
@@ -28,21 +28,6 @@ pub const CARE_GPU_LOSS_STATS_BYTES: usize = 56;
 
 const _: () = assert!(CARE_GPU_WORKSPACE_BYTES == WORKSPACE_BYTES);
 const _: () = assert!(CARE_GPU_LOSS_STATS_BYTES == size_of::<LossStatsRaw>());
-
-/// The log-prob dtype of `care_gpu_policy_loss`.
-#[allow(non_camel_case_types)]
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum care_dtype {
-    /// `float`.
-    CARE_DTYPE_F32 = 0,
-    /// bfloat16 (raw 16-bit patterns).
-    CARE_DTYPE_BF16 = 1,
-    /// IEEE half (raw 16-bit patterns).
-    CARE_DTYPE_F16 = 2,
-}
-
-const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
 
 /// A device address: NULL is `None` when the buffer is optional and `CARE_ERR_NULL_POINTER`
 /// when it is required; `len` must be `want` (the lengths are checked against each other,
@@ -346,7 +331,7 @@ pub unsafe extern "C" fn care_gpu_policy_loss(
     stream: *mut c_void,
 ) -> care_result {
     ffi_panic_boundary! {
-        let dtype = tri!(crate::args::enum_arg(dtype, &DTYPES));
+        let dtype = tri!(loss::read_dtype(dtype));
         let t = logp_len;
         let logp = tri!(dev(d_logp, logp_len, t, true));
         let logp_old = tri!(dev(d_logp_old, logp_old_len, t, false));
@@ -401,12 +386,6 @@ pub unsafe extern "C" fn care_gpu_policy_loss(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dtype_values_index_the_kernel_table() {
-        assert_eq!(DTYPES[care_dtype::CARE_DTYPE_BF16 as usize], Dtype::Bf16);
-        assert_eq!(DTYPES[care_dtype::CARE_DTYPE_F16 as usize], Dtype::F16);
-    }
 
     #[test]
     fn driver_errors_map_to_cuda_codes() {

@@ -45,23 +45,28 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
             CARE_OK
         );
         let mut want = vec![0f32; n];
-        // SAFETY: valid host buffers.
-        let code = unsafe {
-            care_group_advantages(
-                rewards.as_ptr(),
-                n,
-                null(),
-                0,
-                g,
-                null(),
-                0,
-                &o,
-                want.as_mut_ptr(),
-                n,
-                null_mut(),
-                0,
-            )
+        let c_rewards = care_rewards {
+            struct_size: size_of::<care_rewards>() as u32,
+            rewards: rewards.as_ptr(),
+            rewards_len: n,
+            valid: null(),
+            valid_len: 0,
         };
+        let layout = care_group_layout {
+            struct_size: size_of::<care_group_layout>() as u32,
+            group_size: g,
+            offsets: null(),
+            offsets_len: 0,
+        };
+        let out = care_advantage_outputs {
+            struct_size: size_of::<care_advantage_outputs>() as u32,
+            advantages: want.as_mut_ptr(),
+            advantages_len: n,
+            stats: null_mut(),
+            stats_len: 0,
+        };
+        // SAFETY: valid host buffers.
+        let code = unsafe { care_group_advantages(&c_rewards, &layout, &o, &out) };
         assert_eq!(code, CARE_OK);
 
         let d_r = stream.clone_htod(&rewards).unwrap();
@@ -128,22 +133,28 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
     assert_eq!(unsafe { care_loss_options_preset(0, &mut lo) }, CARE_OK);
     let mut want_grad = vec![0f32; t];
     let mut want_loss = 0.0;
+    let inputs = care_loss_inputs {
+        struct_size: size_of::<care_loss_inputs>() as u32,
+        dtype: care_dtype::CARE_DTYPE_F32 as u32,
+        logp: logp.as_ptr().cast(),
+        logp_len: t,
+        logp_old: old.as_ptr().cast(),
+        logp_old_len: t,
+        logp_ref: null(),
+        logp_ref_len: 0,
+        seq_offsets: seq.as_ptr(),
+        seq_offsets_len: seq.len(),
+        mask: mask.as_ptr(),
+        mask_len: t,
+        advantages: adv.as_ptr(),
+        advantages_len: 4,
+        advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
+        max_seq_len: 0,
+    };
     // SAFETY: valid host buffers.
     let code = unsafe {
-        care_policy_loss_f32(
-            logp.as_ptr(),
-            t,
-            old.as_ptr(),
-            t,
-            null(),
-            0,
-            seq.as_ptr(),
-            seq.len(),
-            mask.as_ptr(),
-            t,
-            adv.as_ptr(),
-            4,
-            0,
+        care_policy_loss(
+            &inputs,
             &lo,
             want_grad.as_mut_ptr(),
             t,

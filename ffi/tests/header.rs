@@ -168,6 +168,7 @@ fn header_result_codes_match_the_rust_enum() {
 /// `(C name, size, alignment)` of every `#[repr(C)]` struct of the API, as Rust lays them out.
 fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
     use care_ffi::advantage::*;
+    use care_ffi::logsoftmax::*;
     use care_ffi::loss::*;
     use care_ffi::reward::*;
     use care_ffi::rubric::*;
@@ -176,17 +177,28 @@ fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
         ($($t:ident),* $(,)?) => { vec![$((stringify!($t), size_of::<$t>(), align_of::<$t>())),*] };
     }
     layouts![
+        care_rewards,
+        care_group_layout,
+        care_advantage_outputs,
         care_advantage_options,
         care_group_stats,
         care_group_sums,
+        care_loss_inputs,
         care_loss_options,
         care_loss_stats,
+        care_logits,
+        care_log_softmax_outputs,
+        care_log_softmax_grads,
+        care_logits_loss_outputs,
         care_score_options,
-        care_pref_options,
+        care_preference_options,
         care_generator_options,
+        care_preference_pair,
+        care_generator_inputs,
+        care_judge_prompt_inputs,
         care_fired,
         care_reward_detail,
-        care_batch_report,
+        care_group_report,
         care_strategy_counts,
         care_generator_result,
         care_judge_report,
