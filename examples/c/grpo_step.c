@@ -148,14 +148,14 @@ int main(int argc, char **argv) {
   size_t ctx_len[] = {strlen(ctx[0])};
   const char *seeker = "Should I just tell her how I feel?";
   const char *resp = "It makes sense that this feels awkward. What would you like her to know?";
+  care_judge_prompt_inputs dialogue = {sizeof dialogue, ctx, ctx_len, 1, seeker, strlen(seeker),
+                                       resp, strlen(resp)};
   size_t need = 0;
-  care_result r = care_judge_prompt_render(rubric, ctx, ctx_len, 1, seeker, strlen(seeker), resp,
-                                           strlen(resp), NULL, 0, &need);
+  care_result r = care_judge_prompt_render(rubric, &dialogue, NULL, 0, &need);
   if (r != CARE_ERR_BUFFER_TOO_SMALL) CHECK(r);
   char *prompt = malloc(need);
   size_t prompt_len = 0;
-  CHECK(care_judge_prompt_render(rubric, ctx, ctx_len, 1, seeker, strlen(seeker), resp,
-                                 strlen(resp), prompt, need, &prompt_len));
+  CHECK(care_judge_prompt_render(rubric, &dialogue, prompt, need, &prompt_len));
   printf("judge prompt: %zu bytes\n", prompt_len);
   free(prompt);
 
@@ -169,8 +169,8 @@ int main(int argc, char **argv) {
     if (jr.matched != total) { fprintf(stderr, "judge matched %u\n", jr.matched); return 1; }
   }
   double rewards[N];
-  care_batch_report br;
-  CHECK(care_policy_reward_batch(rubric, scores, N * total, NULL, rewards, N, &br));
+  care_group_report br;
+  CHECK(care_policy_reward_group(rubric, scores, N * total, NULL, rewards, N, &br));
   printf("rewards:");
   for (int j = 0; j < N; j++) printf(" %.6f", rewards[j]);
   printf(" (scored %u)\n", br.scored);
@@ -181,7 +181,10 @@ int main(int argc, char **argv) {
   care_advantage_options ao;
   CHECK(care_advantage_options_preset_by_name("verl", 4, &ao));
   care_group_stats gs[B];
-  CHECK(care_group_advantages(rf, N, NULL, 0, G, NULL, 0, &ao, adv, N, gs, B));
+  care_rewards batch = {sizeof batch, rf, N, NULL, 0};            /* all samples valid */
+  care_group_layout groups = {sizeof groups, G, NULL, 0};         /* B groups of G */
+  care_advantage_outputs aout = {sizeof aout, adv, N, gs, B};
+  CHECK(care_group_advantages(&batch, &groups, &ao, &aout));
   printf("advantages:");
   for (int j = 0; j < N; j++) printf(" %.6f", adv[j]);
   printf("\n");
@@ -204,8 +207,9 @@ int main(int argc, char **argv) {
   CHECK(care_loss_options_preset(CARE_LOSS_PRESET_VERL, &lo));
   double loss;
   care_loss_stats st;
-  CHECK(care_policy_loss_f32(logp, T, old, T, NULL, 0, seq, N + 1, mask, T, adv, N,
-                             CARE_ADVANTAGES_PER_SEQUENCE, &lo, grad, T, &loss, &st));
+  care_loss_inputs li = {sizeof li, CARE_DTYPE_F32, logp, T, old, T, NULL, 0, seq, N + 1,
+                         mask, T, adv, N, CARE_ADVANTAGES_PER_SEQUENCE, 0};
+  CHECK(care_policy_loss(&li, &lo, grad, T, &loss, &st));
   printf("loss: %.6f tokens %.0f clipped %.0f ratio %.6f..%.6f\n", loss, st.tokens, st.clipped,
          st.ratio_min, st.ratio_max);
   printf("grad:");

@@ -152,7 +152,7 @@ int main(int argc, char **argv) try {
   }
   for (auto &t : workers) t.join();
 
-  care_batch_report br{};
+  care_group_report br{};
   std::vector<double> rewards = rubric.policy_rewards(scores, nullptr, &br);
   std::printf("rewards:");
   for (double r : rewards) std::printf(" %.6f", r);
