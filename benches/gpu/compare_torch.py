@@ -147,12 +147,15 @@ def bench_advantages(args, device, timer, copy_bw, rows):
                         "care_gpu_group_advantages",
                     )  # fmt: skip
             else:
+                rewards = _lib.Rewards(rewards=r.data_ptr(), rewards_len=n)
+                layout = _lib.GroupLayout(group_size=g)
+                outputs = _lib.AdvantageOutputs(advantages=out.data_ptr(), advantages_len=n)
 
                 def care():
                     _lib.check(
                         lib.care_group_advantages(
-                            r.data_ptr(), n, None, 0, g, None, 0, ctypes.byref(opts),
-                            out.data_ptr(), n, None, 0,
+                            ctypes.byref(rewards), ctypes.byref(layout), ctypes.byref(opts),
+                            ctypes.byref(outputs),
                         ),
                         "care_group_advantages",
                     )  # fmt: skip

@@ -11,11 +11,8 @@ from ._lib import check
 
 __all__ = ["advantages", "policy_loss", "PolicyLoss", "gpu_available"]
 
-_DTYPES = {
-    torch.float32: (_lib.DTYPE_F32, "care_policy_loss_f32"),
-    torch.bfloat16: (_lib.DTYPE_BF16, "care_policy_loss_bf16"),
-    torch.float16: (_lib.DTYPE_F16, "care_policy_loss_f16"),
-}
+#: ``care_dtype`` by torch dtype, from the one table in ``_lib``.
+DTYPES = {getattr(torch, name): code for name, code in _lib.DTYPES.items()}
 
 
 def gpu_available() -> bool:
@@ -140,13 +137,18 @@ def advantages(
                 "care_gpu_group_advantages",
             )
     else:
+        rw = _lib.Rewards(rewards=r.data_ptr(), rewards_len=n, valid=_ptr(v), valid_len=_n(v))
+        layout = _lib.GroupLayout(group_size=gs, offsets=_ptr(offs), offsets_len=_n(offs))
+        outputs = _lib.AdvantageOutputs(
+            advantages=out.data_ptr(), advantages_len=n, stats=_ptr(stats),
+            stats_len=0 if stats is None else n_groups,
+        )  # fmt: skip
         check(
             lib.care_group_advantages(
-                r.data_ptr(), n, _ptr(v), _n(v), gs, _ptr(offs), _n(offs), ctypes.byref(opts),
-                out.data_ptr(), n, _ptr(stats), 0 if stats is None else n_groups,
+                ctypes.byref(rw), ctypes.byref(layout), ctypes.byref(opts), ctypes.byref(outputs)
             ),
             "care_group_advantages",
-        )  # fmt: skip
+        )
     out = out.reshape(shape)
     if not return_stats:
         return out
@@ -160,7 +162,7 @@ def advantages(
 def _loss_call(logp, logp_old, logp_ref, adv, adv_kind, offs, mask, opts, max_len, want_grad):
     """One libcare loss call; returns (loss float32 0-d tensor, grad or None, LossStats)."""
     lib = _lib.lib()
-    dtype_code, cpu_fn = _DTYPES[logp.dtype]
+    dtype_code = DTYPES[logp.dtype]
     t = logp.numel()
     device = logp.device
     # The CPU entry points always write the gradient; the GPU one may skip it (forward only).
@@ -195,15 +197,22 @@ def _loss_call(logp, logp_old, logp_ref, adv, adv_kind, offs, mask, opts, max_le
         )
         loss = torch.tensor(stats.loss, dtype=torch.float32, device=device)
     else:
+        inputs = _lib.LossInputs(
+            dtype=dtype_code, logp=logp.data_ptr(), logp_len=t,
+            logp_old=_ptr(logp_old), logp_old_len=_n(logp_old),
+            logp_ref=_ptr(logp_ref), logp_ref_len=_n(logp_ref),
+            seq_offsets=offs.data_ptr(), seq_offsets_len=offs.numel(),
+            mask=_ptr(mask), mask_len=_n(mask),
+            advantages=adv.data_ptr(), advantages_len=adv.numel(), advantages_kind=adv_kind,
+            max_seq_len=max_len,
+        )  # fmt: skip
         loss_out = ctypes.c_double()
         check(
-            getattr(lib, cpu_fn)(
-                logp.data_ptr(), t, _ptr(logp_old), _n(logp_old), _ptr(logp_ref), _n(logp_ref),
-                offs.data_ptr(), offs.numel(), _ptr(mask), _n(mask),
-                adv.data_ptr(), adv.numel(), adv_kind, ctypes.byref(opts),
-                _ptr(grad), _n(grad), ctypes.byref(loss_out), ctypes.byref(stats),
+            lib.care_policy_loss(
+                ctypes.byref(inputs), ctypes.byref(opts), _ptr(grad), _n(grad),
+                ctypes.byref(loss_out), ctypes.byref(stats),
             ),
-            cpu_fn,
+            "care_policy_loss",
         )  # fmt: skip
         loss = torch.tensor(loss_out.value, dtype=torch.float32)
     return loss, grad, stats
@@ -266,7 +275,7 @@ def policy_loss(
     """
     logp_t = torch.as_tensor(logp)
     device, dtype = logp_t.device, logp_t.dtype
-    if dtype not in _DTYPES:
+    if dtype not in DTYPES:
         raise TypeError(f"logp dtype {dtype}: expected float32, bfloat16 or float16")
     max_len = 0
     if logp_t.dim() == 2 and seq_offsets is None:

@@ -21,58 +21,7 @@ from ._lib import check
 
 __all__ = ["selective_log_softmax", "logits_policy_loss", "SelectiveLogSoftmax"]
 
-_u32, _f64, _sz, _vp = ctypes.c_uint32, ctypes.c_double, ctypes.c_size_t, ctypes.c_void_p
-_P = ctypes.POINTER
-
-_CPU_FWD = [_u32, _vp, _sz, _sz, _sz, _sz, _vp, _sz, _u32, _vp, _sz, _f64,
-            _vp, _sz, _vp, _sz, _vp, _sz]  # fmt: skip
-_CPU_BWD = [_u32, _vp, _sz, _sz, _sz, _sz, _vp, _sz, _u32, _vp, _sz, _f64,
-            _vp, _sz, _vp, _sz, _vp, _sz]  # fmt: skip
-_SIGNATURES = {
-    "care_log_softmax": (_u32, _CPU_FWD),
-    "care_log_softmax_backward": (_u32, _CPU_BWD),
-    "care_gpu_log_softmax": (
-        _u32,
-        [_u32, _vp, _sz, _u32, _sz, _vp, _sz, _u32, _vp, _sz, _f64,
-         _vp, _sz, _vp, _sz, _vp, _sz, _vp, _sz, _vp],
-    ),
-    "care_gpu_log_softmax_status": (_u32, [_vp, _sz, _vp]),
-    "care_gpu_log_softmax_backward": (
-        _u32,
-        [_u32, _vp, _sz, _u32, _sz, _vp, _sz, _u32, _vp, _sz, _f64,
-         _vp, _sz, _vp, _sz, _vp, _sz, _vp, _sz, _vp, _sz, _vp],
-    ),
-    "care_gpu_logits_policy_loss": (
-        _u32,
-        [_u32, _vp, _sz, _u32, _sz, _vp, _sz, _u32, _vp, _sz, _f64,
-         _vp, _sz,  # logp_old
-         _vp, _sz,  # logp_ref
-         _vp, _sz,  # seq_offsets
-         _vp, _sz, _u32,  # advantages, kind
-         _P(_lib.LossOptions), _u32,  # options, max_seq_len
-         _vp, _sz, _vp, _sz, _vp, _sz,  # logp, lse, dlogp outputs
-         _vp, _sz, _vp, _sz, _vp],  # stats, workspace, stream
-    ),
-}  # fmt: skip
-
-_DTYPES = {
-    torch.float32: _lib.DTYPE_F32,
-    torch.bfloat16: _lib.DTYPE_BF16,
-    torch.float16: _lib.DTYPE_F16,
-}
-_DECLARED = None
-
-
-def _lib_handle():
-    """``libcare`` with the log-softmax signatures declared (once)."""
-    global _DECLARED
-    handle = _lib.lib()
-    if _DECLARED is not handle:
-        for name, (restype, argtypes) in _SIGNATURES.items():
-            fn = getattr(handle, name)
-            fn.restype, fn.argtypes = restype, argtypes
-        _DECLARED = handle
-    return handle
+from ._torch import DTYPES
 
 
 def _ptr(t):
@@ -94,7 +43,7 @@ def _rows_view(logits):
     if logits.dim() < 1:
         raise ValueError("logits must have a vocabulary dimension")
     v = logits.shape[-1]
-    if logits.dtype not in _DTYPES:
+    if logits.dtype not in DTYPES:
         raise TypeError(f"logits dtype {logits.dtype}: expected float32, bfloat16 or float16")
     x = logits.detach()
     if x.dim() == 1:
@@ -127,13 +76,23 @@ def _mask(mask, rows, device):
     return (m != 0).to(torch.uint8).contiguous()
 
 
+def _host_logits(x2, rows, v, stride, y, i64, m, temperature):
+    """The ``care_logits`` of host rows (``(rows - 1) * stride + v`` elements readable)."""
+    n_el = (rows - 1) * stride + v if rows else 0
+    return _lib.Logits(
+        dtype=DTYPES[x2.dtype], logits=x2.data_ptr(), logits_len=n_el,
+        rows=rows, vocab=v, row_stride=stride, targets=y.data_ptr(), targets_len=rows,
+        targets_i64=i64, mask=_ptr(m), mask_len=_n(m), temperature=float(temperature),
+    )  # fmt: skip
+
+
 def _forward(x2, rows, v, stride, y, i64, m, temperature, want_entropy):
-    lib = _lib_handle()
+    lib = _lib.lib()
     device = x2.device
     logp = torch.empty(rows, dtype=torch.float32, device=device)
     lse = torch.empty(rows, dtype=torch.float32, device=device)
     ent = torch.empty(rows, dtype=torch.float32, device=device) if want_entropy else None
-    code = _DTYPES[x2.dtype]
+    code = DTYPES[x2.dtype]
     if device.type == "cuda":
         ws = torch.empty(_lib.GPU_WORKSPACE_BYTES // 4, dtype=torch.int32, device=device)
         stream = _stream(device)
@@ -146,22 +105,23 @@ def _forward(x2, rows, v, stride, y, i64, m, temperature, want_entropy):
             "care_gpu_log_softmax",
         )  # fmt: skip
         return logp, ent, lse, ws
-    n_el = (rows - 1) * stride + v if rows else 0
-    check(
-        lib.care_log_softmax(
-            code, x2.data_ptr(), n_el, rows, v, stride, y.data_ptr(), rows, i64, _ptr(m), _n(m),
-            float(temperature), logp.data_ptr(), rows, _ptr(ent), _n(ent), lse.data_ptr(), rows,
-        ),
-        "care_log_softmax",
+    c = _host_logits(x2, rows, v, stride, y, i64, m, temperature)
+    out = _lib.LogSoftmaxOutputs(
+        logp=logp.data_ptr(), logp_len=rows, entropy=_ptr(ent), entropy_len=_n(ent),
+        lse=lse.data_ptr(), lse_len=rows,
     )  # fmt: skip
+    check(
+        lib.care_selective_log_softmax(ctypes.byref(c), ctypes.byref(out)),
+        "care_selective_log_softmax",
+    )
     return logp, ent, lse, None
 
 
 def _backward(x2, rows, v, stride, y, i64, m, temperature, lse, ent, g, ge, inplace):
     """dlogits as a ``[rows, V]`` tensor in the logits dtype (``x2`` itself when ``inplace``)."""
-    lib = _lib_handle()
+    lib = _lib.lib()
     device = x2.device
-    code = _DTYPES[x2.dtype]
+    code = DTYPES[x2.dtype]
     if device.type == "cuda":
         out = x2 if inplace else torch.empty((rows, v), dtype=x2.dtype, device=device)
         ostride = stride if inplace else v
@@ -176,15 +136,16 @@ def _backward(x2, rows, v, stride, y, i64, m, temperature, lse, ent, g, ge, inpl
         )  # fmt: skip
         return out
     out = torch.empty((rows, v), dtype=torch.float32)
-    n_el = (rows - 1) * stride + v if rows else 0
-    gz = g if g is not None else torch.zeros(rows, dtype=torch.float32)
+    c = _host_logits(x2, rows, v, stride, y, i64, m, temperature)
+    grads = _lib.LogSoftmaxGrads(
+        dlogp=_ptr(g), dlogp_len=_n(g), dentropy=_ptr(ge), dentropy_len=_n(ge)
+    )
     check(
-        lib.care_log_softmax_backward(
-            code, x2.data_ptr(), n_el, rows, v, stride, y.data_ptr(), rows, i64, _ptr(m), _n(m),
-            float(temperature), gz.data_ptr(), rows, _ptr(ge), _n(ge), out.data_ptr(), rows * v,
+        lib.care_selective_log_softmax_backward(
+            ctypes.byref(c), ctypes.byref(grads), out.data_ptr(), rows * v
         ),
-        "care_log_softmax_backward",
-    )  # fmt: skip
+        "care_selective_log_softmax_backward",
+    )
     return out.to(x2.dtype)
 
 
@@ -201,7 +162,7 @@ class SelectiveLogSoftmax(torch.autograd.Function):
         logp, ent, lse, ws = _forward(x2, rows, v, stride, y, i64, m, temperature, want_entropy)
         if ws is not None and check_targets:
             check(
-                _lib_handle().care_gpu_log_softmax_status(
+                _lib.lib().care_gpu_log_softmax_status(
                     ws.data_ptr(), _lib.GPU_WORKSPACE_BYTES, _stream(logits.device)
                 ),
                 "care_gpu_log_softmax (targets)",
@@ -267,7 +228,7 @@ class _LogitsPolicyLoss(torch.autograd.Function):
                 inplace, sink):  # fmt: skip
         x2, rows, v, stride = _rows_view(logits)
         device = logits.device
-        lib = _lib_handle()
+        lib = _lib.lib()
         logp = torch.empty(rows, dtype=torch.float32, device=device)
         lse = torch.empty_like(logp)
         dlogp = torch.empty_like(logp)
@@ -280,7 +241,7 @@ class _LogitsPolicyLoss(torch.autograd.Function):
         )
         check(
             lib.care_gpu_logits_policy_loss(
-                _DTYPES[x2.dtype], x2.data_ptr(), rows, v, stride, y.data_ptr(), rows, i64,
+                DTYPES[x2.dtype], x2.data_ptr(), rows, v, stride, y.data_ptr(), rows, i64,
                 _ptr(m), _n(m), temperature, _ptr(old), _n(old), _ptr(ref), _n(ref),
                 offs.data_ptr(), offs.numel(), adv.data_ptr(), adv.numel(), kind,
                 ctypes.byref(opts), max_len, logp.data_ptr(), rows, lse.data_ptr(), rows,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import array
 import ctypes
 import math
+import re
+import struct
 import sys
 import unittest
 from pathlib import Path
@@ -29,16 +31,97 @@ def _addr(buf):
     return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf)) if len(buf) else None
 
 
+REPO = Path(__file__).resolve().parents[3]
+_C_TYPES = {
+    ctypes.c_uint32: "uint32_t",
+    ctypes.c_float: "float",
+    ctypes.c_double: "double",
+    ctypes.c_size_t: "size_t",
+    ctypes.c_void_p: "pointer",
+}
+
+
+def header_structs(text):
+    """``{name: [(field, c type), ...]}`` of every ``typedef struct`` in care.h (pointers of any
+    type as ``"pointer"``, the only way this binding declares them)."""
+    structs = {}
+    for m in re.finditer(r"typedef struct (\w+) \{(.*?)\} \1;", text, re.S):
+        fields = []
+        for line in m.group(2).splitlines():
+            line = line.strip()
+            if not line or line.startswith("//"):
+                continue
+            decl = re.fullmatch(r"([\w\s*]+?)\s*\b(\w+)(\[\d+\])?;", line)
+            if decl is None:
+                raise AssertionError(f"unparsed field line in {m.group(1)}: {line!r}")
+            ctype, name, array = decl.groups()
+            ctype = "pointer" if "*" in ctype else ctype.split()[-1] + (array or "")
+            fields.append((name, ctype))
+        structs[m.group(1)] = fields
+    return structs
+
+
+def header_constants(text):
+    """Every ``CARE_*`` enum value and ``#define`` of care.h, by name."""
+    consts = {k: int(v) for k, v in re.findall(r"^#define (CARE_\w+) (\d+)$", text, re.M)}
+    consts.update({k: int(v) for k, v in re.findall(r"^  (CARE_\w+) = (\d+),$", text, re.M)})
+    return consts
+
+
+def _bf16_bits(x):
+    """The bfloat16 nearest to ``x`` (ties to even), as its 16 bits."""
+    b = struct.unpack("<I", struct.pack("<f", x))[0]
+    return (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+
+
+def _f16_bits(x):
+    return struct.unpack("<H", struct.pack("<e", x))[0]
+
+
 class CtypesLayer(unittest.TestCase):
-    """The ctypes declarations against libcare, with stdlib arrays only."""
+    """The ctypes declarations against libcare and care.h, with stdlib arrays only."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.header = (REPO / "include" / "care.h").read_text()
+
+    def test_every_struct_matches_the_header(self):
+        structs = header_structs(self.header)
+        self.assertIn("care_loss_inputs", structs)
+        for name, cls in _lib.STRUCTS.items():
+            with self.subTest(struct=name):
+                got = [(f, _C_TYPES[t]) for f, t in cls._fields_]
+                self.assertEqual(got, structs[name])
+
+    def test_constants_and_enum_tables_match_the_header(self):
+        c = header_constants(self.header)
+        self.assertEqual(c["CARE_ABI_VERSION"], _lib.ABI_VERSION)
+        self.assertEqual(c["CARE_GPU_WORKSPACE_BYTES"], _lib.GPU_WORKSPACE_BYTES)
+        self.assertEqual(c["CARE_GPU_LOSS_STATS_BYTES"], _lib.GPU_LOSS_STATS_BYTES)
+        self.assertEqual(c["CARE_ADVANTAGES_PER_SEQUENCE"], _lib.ADV_PER_SEQUENCE)
+        self.assertEqual(c["CARE_ADVANTAGES_PER_TOKEN"], _lib.ADV_PER_TOKEN)
+        c_dtypes = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
+        self.assertEqual(
+            {c[f"CARE_DTYPE_{c_dtypes[n]}"]: n for n in _lib.DTYPES},
+            {v: n for n, v in _lib.DTYPES.items()},
+        )
+        self.assertEqual(len(_lib.DTYPES), sum(k.startswith("CARE_DTYPE_") for k in c))
+        for prefix, table in [
+            ("CARE_BASELINE_", _lib.BASELINES),
+            ("CARE_SCALE_", _lib.SCALES),
+            ("CARE_STD_", _lib.STD_KINDS),
+            ("CARE_SINGLETON_", _lib.SINGLETONS),
+            ("CARE_AGGREGATION_", _lib.AGGREGATIONS),
+            ("CARE_KL_", _lib.KL_ESTIMATORS),
+            ("CARE_RATIO_", _lib.RATIO_LEVELS),
+        ]:
+            with self.subTest(enum=prefix):
+                want = {k[len(prefix) :].lower(): v for k, v in c.items() if k.startswith(prefix)}
+                self.assertEqual(table, want)
 
     def test_abi_and_presets(self):
         lib = _lib.lib()
         self.assertEqual(lib.care_abi_version(), _lib.ABI_VERSION)
-        self.assertEqual(ctypes.sizeof(_lib.AdvantageOptions), 32)
-        self.assertEqual(ctypes.sizeof(_lib.GroupStats), 16)
-        self.assertEqual(ctypes.sizeof(_lib.LossStats), 14 * 8)
-        self.assertEqual(ctypes.sizeof(_lib.LossOptions), 16 + 11 * 8)
         verl = _lib.advantage_options("verl")
         trl = _lib.advantage_options("trl")
         self.assertEqual((verl.eps, trl.eps), (1e-6, 1e-4))
@@ -54,15 +137,19 @@ class CtypesLayer(unittest.TestCase):
             _lib.loss_options(aggregation="token_sum").aggregation, _lib.AGGREGATIONS["token_sum"]
         )
 
+    def _advantages(self, rewards, group_size, opts):
+        out = array.array("f", [0.0] * len(rewards))
+        code = _lib.lib().care_group_advantages(
+            ctypes.byref(_lib.Rewards(rewards=_addr(rewards), rewards_len=len(rewards))),
+            ctypes.byref(_lib.GroupLayout(group_size=group_size)),
+            opts,
+            ctypes.byref(_lib.AdvantageOutputs(advantages=_addr(out), advantages_len=len(out))),
+        )
+        return code, out
+
     def test_group_advantages_on_plain_buffers(self):
-        lib = _lib.lib()
         rewards = array.array("f", [1.0, 0.0, 0.5, 0.5, 0.2, 0.2, 0.9, 0.1])
-        out = array.array("f", [0.0] * 8)
-        opts = _lib.advantage_options("trl")
-        code = lib.care_group_advantages(
-            _addr(rewards), 8, None, 0, 4, None, 0, ctypes.byref(opts),
-            _addr(out), 8, None, 0,
-        )  # fmt: skip
+        code, out = self._advantages(rewards, 4, ctypes.byref(_lib.advantage_options("trl")))
         _lib.check(code, "care_group_advantages")
         for g in range(2):
             grp = rewards[4 * g : 4 * g + 4]
@@ -73,15 +160,84 @@ class CtypesLayer(unittest.TestCase):
                 self.assertAlmostEqual(out[4 * g + i], want, places=5)
 
     def test_errors_carry_the_care_result(self):
-        lib = _lib.lib()
-        rewards = array.array("f", [1.0, 0.0, 0.5])
-        out = array.array("f", [0.0] * 3)
-        code = lib.care_group_advantages(
-            _addr(rewards), 3, None, 0, 2, None, 0, None, _addr(out), 3, None, 0
-        )
+        code, out = self._advantages(array.array("f", [1.0, 0.0, 0.5]), 2, None)
         self.assertEqual(code, 401)  # CARE_ERR_INVALID_LAYOUT: 2 does not divide 3
+        self.assertEqual(list(out), [0.0, 0.0, 0.0], "outputs untouched on failure")
         with self.assertRaisesRegex(_lib.CareError, "401"):
             _lib.check(code, "care_group_advantages")
+        bad = _lib.Rewards(rewards=_addr(array.array("f", [1.0])), rewards_len=1)
+        bad.struct_size -= 1
+        out = array.array("f", [0.0])
+        code = _lib.lib().care_group_advantages(
+            ctypes.byref(bad),
+            ctypes.byref(_lib.GroupLayout(group_size=1)),
+            None,
+            ctypes.byref(_lib.AdvantageOutputs(advantages=_addr(out), advantages_len=1)),
+        )
+        self.assertEqual(code, 151)  # CARE_ERR_STRUCT_SIZE
+
+    def test_policy_loss_reads_every_dtype(self):
+        # Values exact in all three dtypes: the loss and gradient must not depend on the dtype.
+        logp = [-0.5, -1.0, -0.25, -2.0, -0.75]
+        old = [-0.75, -1.0, -0.5, -1.5, -0.75]
+        seq = array.array("I", [0, 3, 5])
+        adv = array.array("f", [1.0, -0.5])
+        encodings = {
+            "float32": ("f", lambda v: v),
+            "bfloat16": ("H", _bf16_bits),
+            "float16": ("H", _f16_bits),
+        }
+        results = {}
+        for name, (code, enc) in encodings.items():
+            lp, lo = array.array(code, map(enc, logp)), array.array(code, map(enc, old))
+            inputs = _lib.LossInputs(
+                dtype=_lib.DTYPES[name], logp=_addr(lp), logp_len=5, logp_old=_addr(lo),
+                logp_old_len=5, seq_offsets=_addr(seq), seq_offsets_len=3, advantages=_addr(adv),
+                advantages_len=2, advantages_kind=_lib.ADV_PER_SEQUENCE,
+            )  # fmt: skip
+            grad = array.array("f", [0.0] * 5)
+            loss, stats = ctypes.c_double(), _lib.LossStats()
+            _lib.check(
+                _lib.lib().care_policy_loss(
+                    ctypes.byref(inputs), None, _addr(grad), 5, ctypes.byref(loss),
+                    ctypes.byref(stats),
+                ),
+                f"care_policy_loss {name}",
+            )  # fmt: skip
+            results[name] = (loss.value, list(grad), stats.as_dict())
+        self.assertEqual(results["float32"], results["bfloat16"])
+        self.assertEqual(results["float32"], results["float16"])
+        # SPEC §10 token mean, eps 0.2: l = max(-A rho, -A clip(rho)), rho = exp(logp - old).
+        want = 0.0
+        for t in range(5):
+            a = adv[0] if t < 3 else adv[1]
+            rho = math.exp(logp[t] - old[t])
+            want += max(-a * rho, -a * min(max(rho, 0.8), 1.2)) / 5
+        self.assertAlmostEqual(results["float32"][0], want, places=12)
+        self.assertEqual(results["float32"][2]["tokens"], 5.0)
+
+    def test_selective_log_softmax_on_plain_buffers(self):
+        x = array.array("f", [0.5, -1.0, 2.0, 9.0, 0.0, 1.0, -0.5, 9.0])  # 2 rows, V = 3, stride 4
+        y = array.array("q", [2, 0])
+        logits = _lib.Logits(
+            dtype=_lib.DTYPES["float32"], logits=_addr(x), logits_len=7, rows=2, vocab=3,
+            row_stride=4, targets=_addr(y), targets_len=2, targets_i64=1, temperature=0.5,
+        )  # fmt: skip
+        logp = array.array("f", [0.0, 0.0])
+        out = _lib.LogSoftmaxOutputs(logp=_addr(logp), logp_len=2)
+        _lib.check(
+            _lib.lib().care_selective_log_softmax(ctypes.byref(logits), ctypes.byref(out)),
+            "care_selective_log_softmax",
+        )
+        for r in range(2):
+            z = [x[4 * r + j] / 0.5 for j in range(3)]
+            lse = math.log(sum(math.exp(v) for v in z))
+            self.assertAlmostEqual(logp[r], z[y[r]] - lse, places=5)
+        logits.targets_i64 = 2
+        self.assertEqual(
+            _lib.lib().care_selective_log_softmax(ctypes.byref(logits), ctypes.byref(out)),
+            153,  # CARE_ERR_INVALID_BOOL
+        )
 
 
 def _ref_advantages(r, g, eps, singleton_raw=False):
