@@ -587,6 +587,25 @@ typedef struct care_group_sums {
   double sum;
 } care_group_sums;
 
+// Where a GPU call runs and its scratch memory; every GPU function but `care_gpu_available`
+// takes one as its last argument. The kernels run asynchronously on `stream` in the CUDA
+// context current on the calling thread (else the primary context of the pointers' device).
+// `workspace` is caller-allocated device memory of at least `CARE_GPU_WORKSPACE_BYTES`, 16-byte
+// aligned (`CARE_ERR_BUFFER_TOO_SMALL`, `CARE_ERR_INVALID_ARGUMENT`); it holds the status word
+// that the `_status` functions read, so keep it until they have been called. The backward pass
+// and the loss-statistics functions use no workspace: there it may be (NULL, 0).
+typedef struct care_gpu_launch {
+  // `sizeof(care_gpu_launch)`.
+  uint32_t struct_size;
+  // A `CUstream` (for example `torch.cuda.current_stream().cuda_stream`); NULL is the
+  // legacy default stream.
+  void *stream;
+  // Device scratch memory, or NULL where none is used.
+  void *workspace;
+  // Bytes at `workspace`.
+  size_t workspace_len;
+} care_gpu_launch;
+
 // Loss statistics as sums that add across micro-batches and ranks (all-reduce the first
 // twelve with a sum, `ratio_min` with min, `ratio_max` with max).
 typedef struct care_loss_stats {
@@ -619,6 +638,52 @@ typedef struct care_loss_stats {
   // Largest `rho` (`-inf` when no token counted).
   double ratio_max;
 } care_loss_stats;
+
+// The inputs of the policy loss for one micro-batch (SPEC §10), shared by `care_policy_loss`,
+// `care_gpu_policy_loss` and (without `logp`) the fused logits paths; host memory for the CPU
+// functions, device memory for the GPU ones.
+//
+// Token layout: `seq_offsets[B + 1]` CSR offsets (first 0, non-decreasing, last `T`). `logp`
+// has `T` elements of `dtype`; `logp_old` (absent: on-policy) and `logp_ref` (the KL term,
+// used when `beta > 0`) are optional, of `dtype`, `T` elements each; `mask` is optional
+// (non-zero = counted, `T` entries); `advantages` has `B` (per sequence) or `T` (per token)
+// values as `advantages_kind` says. Optional arrays are (NULL, 0); every per-token length
+// must equal `logp_len` (`CARE_ERR_LENGTH_MISMATCH`).
+typedef struct care_loss_inputs {
+  // `sizeof(care_loss_inputs)`.
+  uint32_t struct_size;
+  // A `care_dtype`: the element type of `logp`, `logp_old` and `logp_ref`.
+  uint32_t dtype;
+  // Current policy log-probs `[T]`.
+  const void *logp;
+  // `T`.
+  size_t logp_len;
+  // Log-probs of the policy that sampled the batch `[T]`, or (NULL, 0).
+  const void *logp_old;
+  // 0 or `T`.
+  size_t logp_old_len;
+  // Reference-model log-probs `[T]`, or (NULL, 0).
+  const void *logp_ref;
+  // 0 or `T`.
+  size_t logp_ref_len;
+  // CSR sequence offsets `[B + 1]`.
+  const uint32_t *seq_offsets;
+  // `B + 1`.
+  size_t seq_offsets_len;
+  // Token mask `[T]`, or (NULL, 0) for all counted.
+  const uint8_t *mask;
+  // 0 or `T`.
+  size_t mask_len;
+  // Advantages `[B]` or `[T]`.
+  const float *advantages;
+  // `B` or `T`, per `advantages_kind`.
+  size_t advantages_len;
+  // A `care_advantages_kind`.
+  uint32_t advantages_kind;
+  // The longest sequence if known, else 0: a hint for the GPU launch geometry only (any
+  // value gives the same results; the CPU does not read it).
+  uint32_t max_seq_len;
+} care_loss_inputs;
 
 // Options of the policy loss. Initialize with `care_loss_options_default` or
 // `care_loss_options_preset` (they set `struct_size`), then change fields. A denominator of
@@ -739,52 +804,6 @@ typedef struct care_log_softmax_grads {
   // 0 or `rows`.
   size_t entropy_len;
 } care_log_softmax_grads;
-
-// The inputs of the policy loss for one micro-batch (SPEC §10), shared by `care_policy_loss`,
-// `care_gpu_policy_loss` and (without `logp`) the fused logits paths; host memory for the CPU
-// functions, device memory for the GPU ones.
-//
-// Token layout: `seq_offsets[B + 1]` CSR offsets (first 0, non-decreasing, last `T`). `logp`
-// has `T` elements of `dtype`; `logp_old` (absent: on-policy) and `logp_ref` (the KL term,
-// used when `beta > 0`) are optional, of `dtype`, `T` elements each; `mask` is optional
-// (non-zero = counted, `T` entries); `advantages` has `B` (per sequence) or `T` (per token)
-// values as `advantages_kind` says. Optional arrays are (NULL, 0); every per-token length
-// must equal `logp_len` (`CARE_ERR_LENGTH_MISMATCH`).
-typedef struct care_loss_inputs {
-  // `sizeof(care_loss_inputs)`.
-  uint32_t struct_size;
-  // A `care_dtype`: the element type of `logp`, `logp_old` and `logp_ref`.
-  uint32_t dtype;
-  // Current policy log-probs `[T]`.
-  const void *logp;
-  // `T`.
-  size_t logp_len;
-  // Log-probs of the policy that sampled the batch `[T]`, or (NULL, 0).
-  const void *logp_old;
-  // 0 or `T`.
-  size_t logp_old_len;
-  // Reference-model log-probs `[T]`, or (NULL, 0).
-  const void *logp_ref;
-  // 0 or `T`.
-  size_t logp_ref_len;
-  // CSR sequence offsets `[B + 1]`.
-  const uint32_t *seq_offsets;
-  // `B + 1`.
-  size_t seq_offsets_len;
-  // Token mask `[T]`, or (NULL, 0) for all counted.
-  const uint8_t *mask;
-  // 0 or `T`.
-  size_t mask_len;
-  // Advantages `[B]` or `[T]`.
-  const float *advantages;
-  // `B` or `T`, per `advantages_kind`.
-  size_t advantages_len;
-  // A `care_advantages_kind`.
-  uint32_t advantages_kind;
-  // The longest sequence if known, else 0: a hint for the GPU launch geometry only (any
-  // value gives the same results; the CPU does not read it).
-  uint32_t max_seq_len;
-} care_loss_inputs;
 
 // What the fused logits-to-loss forward writes besides the loss and its statistics, one
 // `float` per row: the log-probs, the log-sum-exp (required on the GPU, whose backward pass
@@ -1119,81 +1138,53 @@ care_result care_broadcast_to_tokens(const float *advantages,
 // `CARE_ERR_CUDA_UNAVAILABLE`. Creates no context.
 care_result care_gpu_available(void);
 
-// Group advantages on the GPU, asynchronously on `stream` (a `CUstream`, NULL = legacy default
-// stream), in the context current on this thread (else the primary context of the pointer's
-// device). All `d_` pointers are device memory: `d_rewards[n]`; `d_valid[valid_len]` optional
-// (`valid_len` 0 or `n`); fixed `group_size`, or CSR `d_group_offsets[group_offsets_len]` with
-// `group_size == 0`; `d_advantages_out[advantages_len]` (`== n`); `d_stats_out[stats_len]`
-// optional (one per group); `d_workspace` at least `CARE_GPU_WORKSPACE_BYTES`, 16-byte
-// aligned, kept until `care_gpu_advantage_status` has been called; `d_batch_std` optional: one
-// device `float` with the batch std to use under `CARE_SCALE_BATCH_STD` (for example one
-// all-reduced across ranks), NULL to compute it from this call's rewards. Same results as
-// `care_group_advantages` within the documented tolerance; a singleton group under the
-// `error` policy or an infinite reward is reported by `care_gpu_advantage_status`.
-care_result care_gpu_group_advantages(const float *d_rewards,
-                                      size_t n,
-                                      const uint8_t *d_valid,
-                                      size_t valid_len,
-                                      uint32_t group_size,
-                                      const uint32_t *d_group_offsets,
-                                      size_t group_offsets_len,
+// Group advantages on the GPU, asynchronously on `launch->stream`: as `care_group_advantages`
+// (same structs, device memory) within the documented tolerance. `d_batch_std` is optional:
+// one device `float` with the batch std to use under `CARE_SCALE_BATCH_STD` (for example one
+// all-reduced across ranks); NULL computes it from this call's rewards. A singleton group under
+// the `error` policy or an infinite reward cannot stop the kernel: it is reported by
+// `care_gpu_group_advantages_status`, which reads `launch->workspace`.
+care_result care_gpu_group_advantages(const struct care_rewards *rewards,
+                                      const struct care_group_layout *layout,
                                       const struct care_advantage_options *options,
-                                      float *d_advantages_out,
-                                      size_t advantages_len,
-                                      struct care_group_stats *d_stats_out,
-                                      size_t stats_len,
+                                      const struct care_advantage_outputs *outputs,
                                       const float *d_batch_std,
-                                      void *d_workspace,
-                                      size_t workspace_len,
-                                      void *stream);
+                                      const struct care_gpu_launch *launch);
 
-// Synchronizes `stream` and reads the status word that `care_gpu_group_advantages` left in
-// `d_workspace`: `CARE_OK`, `CARE_ERR_NON_FINITE` (an infinite valid reward) or
+// Synchronizes `launch->stream` and reads the status that `care_gpu_group_advantages` left in
+// `launch->workspace`: `CARE_OK`, `CARE_ERR_NON_FINITE` (an infinite valid reward) or
 // `CARE_ERR_SINGLETON_GROUP` (singleton policy `error`).
-care_result care_gpu_advantage_status(const void *d_workspace, size_t workspace_len, void *stream);
+care_result care_gpu_group_advantages_status(const struct care_gpu_launch *launch);
 
-// Synchronizes `stream`, then resets the device loss-statistics accumulator `d_stats`
-// (`CARE_GPU_LOSS_STATS_BYTES`) to empty. `care_gpu_policy_loss` adds into it, so one accumulator
-// can collect several micro-batches.
-care_result care_gpu_loss_stats_reset(void *d_stats, size_t stats_len, void *stream);
+// Synchronizes `launch->stream`, then resets the device loss-statistics accumulator `d_stats`
+// (`stats_len == CARE_GPU_LOSS_STATS_BYTES`) to empty. `care_gpu_policy_loss` adds into it, so
+// one accumulator can collect several micro-batches.
+care_result care_gpu_loss_stats_reset(void *d_stats,
+                                      size_t stats_len,
+                                      const struct care_gpu_launch *launch);
 
-// Synchronizes `stream` and reads the device loss-statistics accumulator into `*stats_out`.
+// Synchronizes `launch->stream` and reads the device loss-statistics accumulator `d_stats`
+// into `*stats_out`.
 care_result care_gpu_loss_stats_read(const void *d_stats,
                                      size_t stats_len,
-                                     void *stream,
+                                     const struct care_gpu_launch *launch,
                                      struct care_loss_stats *stats_out);
 
-// The fused clipped-ratio loss on the GPU, asynchronously on `stream`: writes the gradient
-// `d_grad_out[grad_len]` (`== logp_len`; `float`, or the input dtype when
-// `grad_in_input_dtype` is 1) and adds this call's statistics into `d_stats`
-// (`CARE_GPU_LOSS_STATS_BYTES`, see `care_gpu_loss_stats_reset` / `_read`; the loss is
-// `stats.loss`). Log-prob arrays hold `dtype` (`care_dtype`) elements; optional ones are
-// (NULL, 0); every given per-token length must equal `logp_len`. `max_seq_len` is the longest
-// sequence if known (geometry only), else 0. Other arguments as `care_policy_loss_f32`.
-care_result care_gpu_policy_loss(uint32_t dtype,
-                                 const void *d_logp,
-                                 size_t logp_len,
-                                 const void *d_logp_old,
-                                 size_t logp_old_len,
-                                 const void *d_logp_ref,
-                                 size_t logp_ref_len,
-                                 const uint32_t *d_seq_offsets,
-                                 size_t seq_offsets_len,
-                                 const uint8_t *d_mask,
-                                 size_t mask_len,
-                                 const float *d_advantages,
-                                 size_t advantages_len,
-                                 uint32_t advantages_kind,
+// The fused clipped-ratio loss on the GPU, asynchronously on `launch->stream`: the inputs and
+// options of `care_policy_loss` (device memory), the gradient into `d_grad_out[grad_len]`
+// (`== T`; (NULL, 0) for loss and statistics only) as `grad_dtype` elements
+// (`CARE_DTYPE_F32`, or the inputs' dtype), and this call's statistics added into the device
+// accumulator `d_stats` (`CARE_GPU_LOSS_STATS_BYTES`; see `care_gpu_loss_stats_reset` /
+// `_read`; the loss is `stats.loss`; (NULL, 0) to skip). Same results as `care_policy_loss`
+// within the documented tolerance.
+care_result care_gpu_policy_loss(const struct care_loss_inputs *inputs,
                                  const struct care_loss_options *options,
-                                 uint32_t max_seq_len,
                                  void *d_grad_out,
                                  size_t grad_len,
-                                 uint32_t grad_in_input_dtype,
+                                 uint32_t grad_dtype,
                                  void *d_stats,
                                  size_t stats_len,
-                                 void *d_workspace,
-                                 size_t workspace_len,
-                                 void *stream);
+                                 const struct care_gpu_launch *launch);
 
 // Selective log-softmax on the CPU (the `f64` reference, outputs rounded to `float`): for
 // every row `i`, `outputs->logp[i] = log softmax(x_i / T)[y_i]`, and the entropy and
@@ -1234,115 +1225,48 @@ care_result care_logits_policy_loss(const struct care_logits *logits,
                                     double *loss_out,
                                     struct care_loss_stats *stats_out);
 
-// Selective log-softmax on the GPU, asynchronously on `stream` (NULL = legacy default stream)
-// in the context current on this thread (else the primary context of the pointer's device).
-// `d_logits` holds `rows` rows of `vocab` `dtype` elements, `row_stride` elements apart (any
-// stride `>= vocab`, any alignment of the element type; 16-byte aligned rows are fastest);
-// `d_targets[targets_len]` (`== rows`) `int32_t` or `int64_t` (`targets_i64`); `d_mask`
-// optional. Writes `d_logp_out[rows]` and, when given, `d_entropy_out[rows]` and
-// `d_lse_out[rows]` (the backward pass needs `lse`). `d_workspace`: at least
-// `CARE_GPU_WORKSPACE_BYTES`, 16-byte aligned; `care_gpu_log_softmax_status` reads it.
-// Same results as `care_log_softmax` within the documented tolerance; a bad target gives NaN
-// and is reported by `care_gpu_log_softmax_status`.
-care_result care_gpu_log_softmax(uint32_t dtype,
-                                 const void *d_logits,
-                                 size_t rows,
-                                 uint32_t vocab,
-                                 size_t row_stride,
-                                 const void *d_targets,
-                                 size_t targets_len,
-                                 uint32_t targets_i64,
-                                 const uint8_t *d_mask,
-                                 size_t mask_len,
-                                 double temperature,
-                                 float *d_logp_out,
-                                 size_t logp_len,
-                                 float *d_entropy_out,
-                                 size_t entropy_len,
-                                 float *d_lse_out,
-                                 size_t lse_len,
-                                 void *d_workspace,
-                                 size_t workspace_len,
-                                 void *stream);
+// Selective log-softmax on the GPU, asynchronously on `launch->stream`: as
+// `care_selective_log_softmax` (the same structs, device memory; any row stride `>= vocab`
+// and any alignment of the element type, 16-byte aligned rows being fastest) within the
+// documented tolerance. A counted row's target outside `0..vocab` cannot stop the kernel: the
+// row's `logp` is NaN and `care_gpu_selective_log_softmax_status` reports it.
+care_result care_gpu_selective_log_softmax(const struct care_logits *logits,
+                                           const struct care_log_softmax_outputs *outputs,
+                                           const struct care_gpu_launch *launch);
 
-// Synchronizes `stream` and reads the status word that `care_gpu_log_softmax` or
-// `care_gpu_logits_policy_loss` left in `d_workspace`: `CARE_OK`, or
+// Synchronizes `launch->stream` and reads the status that `care_gpu_selective_log_softmax` or
+// `care_gpu_logits_policy_loss` left in `launch->workspace`: `CARE_OK`, or
 // `CARE_ERR_INVALID_ARGUMENT` when a counted row's target was outside `0..vocab`.
-care_result care_gpu_log_softmax_status(const void *d_workspace,
-                                        size_t workspace_len,
-                                        void *stream);
+care_result care_gpu_selective_log_softmax_status(const struct care_gpu_launch *launch);
 
-// Backward of `care_gpu_log_softmax`, asynchronously on `stream`: writes
-// `d_dlogits_out` (`dtype`, `rows` rows `dlogits_row_stride` elements apart) =
-// `(g / T) * (onehot - softmax) - (e / T) * p * (log p + H)` from `d_dlogp[rows]` (optional:
-// (NULL, 0) is 0) and `d_dentropy[rows]` (optional; needs the forward's `d_entropy`), using
-// the forward's `d_lse[rows]`. Pass `d_dlogits_out = d_logits` with the same stride to
-// overwrite the logits in place. Masked rows get zeros.
-care_result care_gpu_log_softmax_backward(uint32_t dtype,
-                                          const void *d_logits,
-                                          size_t rows,
-                                          uint32_t vocab,
-                                          size_t row_stride,
-                                          const void *d_targets,
-                                          size_t targets_len,
-                                          uint32_t targets_i64,
-                                          const uint8_t *d_mask,
-                                          size_t mask_len,
-                                          double temperature,
-                                          const float *d_lse,
-                                          size_t lse_len,
-                                          const float *d_entropy,
-                                          size_t entropy_len,
-                                          const float *d_dlogp,
-                                          size_t dlogp_len,
-                                          const float *d_dentropy,
-                                          size_t dentropy_len,
-                                          void *d_dlogits_out,
-                                          size_t dlogits_row_stride,
-                                          void *stream);
+// Backward of `care_gpu_selective_log_softmax`, asynchronously on `launch->stream`: writes
+// `d_dlogits_out` (the logits' dtype; `rows` rows `dlogits_row_stride` elements apart,
+// `dlogits_len >= (rows - 1) * dlogits_row_stride + vocab`) =
+// `(g / T) * (onehot - softmax) - (e / T) * p * (log p + H)` from `grads` (its `lse` is
+// required, its `entropy` with `dentropy`). Pass `d_dlogits_out = logits->logits` with the same
+// stride to overwrite the logits in place. Masked rows get zeros. Uses no workspace.
+care_result care_gpu_selective_log_softmax_backward(const struct care_logits *logits,
+                                                    const struct care_log_softmax_grads *grads,
+                                                    void *d_dlogits_out,
+                                                    size_t dlogits_len,
+                                                    size_t dlogits_row_stride,
+                                                    const struct care_gpu_launch *launch);
 
-// The fused path from logits to the policy loss (SPEC §10, token-level layout over the rows),
-// forward half, asynchronously on `stream`: the selective log-softmax writes
-// `d_logp_out[rows]` and `d_lse_out[rows]`, then the loss writes `d_dlogp_out[rows]`
-// (`dL/dlogp`, `float`) and adds its statistics into `d_stats` (see
-// `care_gpu_loss_stats_reset` / `_read`). Then call `care_gpu_log_softmax_backward` with
-// `d_dlogp_out` and `d_lse_out` (in place over the logits if they are not needed any more)
-// to get `dlogits`. `d_logp_old` / `d_logp_ref` are `float` (optional); sequences, mask,
-// advantages and `options` as `care_gpu_policy_loss`. The status word in `d_workspace`
-// reports bad targets (`care_gpu_log_softmax_status`).
-care_result care_gpu_logits_policy_loss(uint32_t dtype,
-                                        const void *d_logits,
-                                        size_t rows,
-                                        uint32_t vocab,
-                                        size_t row_stride,
-                                        const void *d_targets,
-                                        size_t targets_len,
-                                        uint32_t targets_i64,
-                                        const uint8_t *d_mask,
-                                        size_t mask_len,
-                                        double temperature,
-                                        const float *d_logp_old,
-                                        size_t logp_old_len,
-                                        const float *d_logp_ref,
-                                        size_t logp_ref_len,
-                                        const uint32_t *d_seq_offsets,
-                                        size_t seq_offsets_len,
-                                        const float *d_advantages,
-                                        size_t advantages_len,
-                                        uint32_t advantages_kind,
-                                        const struct care_loss_options *options_,
-                                        uint32_t max_seq_len,
-                                        float *d_logp_out,
-                                        size_t logp_len,
-                                        float *d_lse_out,
-                                        size_t lse_len,
-                                        float *d_dlogp_out,
-                                        size_t dlogp_len,
+// The fused path from logits to the policy loss on the GPU, forward half, asynchronously on
+// `launch->stream`: as `care_logits_policy_loss` (the same structs, device memory; `lse` is
+// required), except that the loss statistics are added into the device accumulator `d_stats`
+// (`CARE_GPU_LOSS_STATS_BYTES`, see `care_gpu_loss_stats_reset` / `_read`; the loss is
+// `stats.loss`; (NULL, 0) to skip). Then `care_gpu_selective_log_softmax_backward` with
+// `outputs->dlogp` and `outputs->lse` (in place over the logits if they are not needed any
+// more) gives `dL/dlogits`. Bad targets are reported by
+// `care_gpu_selective_log_softmax_status`.
+care_result care_gpu_logits_policy_loss(const struct care_logits *logits,
+                                        const struct care_loss_inputs *inputs,
+                                        const struct care_loss_options *options,
+                                        const struct care_logits_loss_outputs *outputs,
                                         void *d_stats,
                                         size_t stats_len,
-                                        void *d_workspace,
-                                        size_t workspace_len,
-                                        void *stream);
+                                        const struct care_gpu_launch *launch);
 
 // Writes the SPEC §10 default loss options into `*options_out` (eps 0.2/0.2, no dual clip,
 // clamps 20/10/20/10, beta 0, k3, token ratio, token mean, local denominators).

@@ -224,10 +224,13 @@ int main(int argc, char **argv) {
   } else {
     CUdeviceptr d_r = to_device(rf, sizeof rf), d_adv = to_device(NULL, sizeof adv);
     CUdeviceptr d_ws = to_device(NULL, CARE_GPU_WORKSPACE_BYTES);
-    CHECK(care_gpu_group_advantages((const float *)(uintptr_t)d_r, N, NULL, 0, G, NULL, 0, &ao,
-                                    (float *)(uintptr_t)d_adv, N, NULL, 0, NULL, (void *)(uintptr_t)d_ws,
-                                    CARE_GPU_WORKSPACE_BYTES, NULL));
-    CHECK(care_gpu_advantage_status((const void *)(uintptr_t)d_ws, CARE_GPU_WORKSPACE_BYTES, NULL));
+    /* The CPU structs again, with device addresses; NULL stream = the legacy default stream. */
+    care_gpu_launch launch = {sizeof launch, NULL, (void *)(uintptr_t)d_ws, CARE_GPU_WORKSPACE_BYTES};
+    care_rewards d_batch = batch;
+    d_batch.rewards = (const float *)(uintptr_t)d_r;
+    care_advantage_outputs d_aout = {sizeof d_aout, (float *)(uintptr_t)d_adv, N, NULL, 0};
+    CHECK(care_gpu_group_advantages(&d_batch, &groups, &ao, &d_aout, NULL, &launch));
+    CHECK(care_gpu_group_advantages_status(&launch));
     float gadv[N];
     cu.dtoh(gadv, d_adv, sizeof gadv);
     double adv_diff = max_abs_diff(gadv, adv, N);
@@ -237,17 +240,17 @@ int main(int argc, char **argv) {
     CUdeviceptr d_seq = to_device(seq, sizeof seq), d_mask = to_device(mask, T);
     CUdeviceptr d_grad = to_device(NULL, T * sizeof(float));
     CUdeviceptr d_stats = to_device(NULL, CARE_GPU_LOSS_STATS_BYTES);
-    CHECK(care_gpu_loss_stats_reset((void *)(uintptr_t)d_stats, CARE_GPU_LOSS_STATS_BYTES, NULL));
-    CHECK(care_gpu_policy_loss(CARE_DTYPE_F32, (const void *)(uintptr_t)d_logp, T,
-                               (const void *)(uintptr_t)d_old, T, NULL, 0,
-                               (const uint32_t *)(uintptr_t)d_seq, N + 1,
-                               (const uint8_t *)(uintptr_t)d_mask, T,
-                               (const float *)(uintptr_t)d_adv, N, CARE_ADVANTAGES_PER_SEQUENCE, &lo,
-                               0, (void *)(uintptr_t)d_grad, T, 0, (void *)(uintptr_t)d_stats,
-                               CARE_GPU_LOSS_STATS_BYTES, (void *)(uintptr_t)d_ws,
-                               CARE_GPU_WORKSPACE_BYTES, NULL));
+    care_loss_inputs d_li = li;
+    d_li.logp = (const void *)(uintptr_t)d_logp;
+    d_li.logp_old = (const void *)(uintptr_t)d_old;
+    d_li.seq_offsets = (const uint32_t *)(uintptr_t)d_seq;
+    d_li.mask = (const uint8_t *)(uintptr_t)d_mask;
+    d_li.advantages = (const float *)(uintptr_t)d_adv;
+    CHECK(care_gpu_loss_stats_reset((void *)(uintptr_t)d_stats, CARE_GPU_LOSS_STATS_BYTES, &launch));
+    CHECK(care_gpu_policy_loss(&d_li, &lo, (void *)(uintptr_t)d_grad, T, CARE_DTYPE_F32,
+                               (void *)(uintptr_t)d_stats, CARE_GPU_LOSS_STATS_BYTES, &launch));
     care_loss_stats gst;
-    CHECK(care_gpu_loss_stats_read((const void *)(uintptr_t)d_stats, CARE_GPU_LOSS_STATS_BYTES, NULL, &gst));
+    CHECK(care_gpu_loss_stats_read((const void *)(uintptr_t)d_stats, CARE_GPU_LOSS_STATS_BYTES, &launch, &gst));
     float *ggrad = malloc(T * sizeof(float));
     cu.dtoh(ggrad, d_grad, T * sizeof(float));
     printf("gpu loss: %.6f (cpu %.6f) tokens %.0f max |grad diff| %.3g\n", gst.loss, loss,

@@ -167,7 +167,8 @@ fn to_c(o: &AdvantageOptions) -> care_advantage_options {
     }
 }
 
-/// Reads the caller's options (NULL: SPEC defaults), checking every enum value.
+/// Reads the caller's options (NULL: SPEC defaults): every enum value decoded, then the
+/// core's `AdvantageOptions::validate`.
 ///
 /// # Safety
 /// As for [`args::options`].
@@ -181,13 +182,17 @@ pub(crate) unsafe fn read_options(
         // callers' garbage.
         return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
     }
-    Ok(AdvantageOptions {
+    let o = AdvantageOptions {
         baseline: args::enum_arg(c.baseline, &BASELINES)?,
         scale: args::enum_arg(c.scale, &SCALES)?,
         std_kind: args::enum_arg(c.std_kind, &STD_KINDS)?,
         singleton: args::enum_arg(c.singleton, &SINGLETONS)?,
         eps: c.eps,
-    })
+    };
+    // The core's own rules, checked here too so that a GPU call reports them before it needs
+    // a driver, exactly as the CPU does.
+    o.validate().map_err(crate::result::map_error)?;
+    Ok(o)
 }
 
 /// The rewards of a batch: `rewards[rewards_len]` and which of them are valid. `valid` is

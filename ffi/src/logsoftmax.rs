@@ -17,12 +17,12 @@ use care_kernels::logsoftmax::{
     log_softmax_forward, logits_loss_forward, lsm_status,
 };
 use care_kernels::{Dtype, WORKSPACE_BYTES};
-use cudarc::driver::result as cu;
 use half::{bf16, f16};
 
 use crate::args::{self, Out};
 use crate::gpu::{
-    CARE_GPU_LOSS_STATS_BYTES, CARE_GPU_WORKSPACE_BYTES, dev, driver_code, kernel_code, workspace,
+    CARE_GPU_LOSS_STATS_BYTES, CARE_GPU_WORKSPACE_BYTES, care_gpu_launch, dev, device_loss,
+    driver_code, kernel_code, read_launch,
 };
 use crate::loss::{
     self, care_loss_inputs, care_loss_options, care_loss_stats, read_dtype as dtype_arg,
@@ -498,94 +498,81 @@ unsafe fn backend(stream: *mut c_void, any_ptr: u64) -> Result<LsmCuda, care_res
     unsafe { LsmCuda::new(stream.cast(), any_ptr) }.map_err(driver_code)
 }
 
-/// The checked row description shared by the GPU entry points.
-#[allow(clippy::too_many_arguments)]
-fn gpu_rows(
-    dtype: u32,
-    d_logits: *const c_void,
+/// A device matrix of `rows` rows of `vocab` elements of `dtype`, `stride` apart, at `p` with
+/// `len` elements readable: the address, after the checks the CPU makes on host rows (shape,
+/// then length), plus NULL and the dtype's alignment.
+fn device_matrix(
+    p: *const c_void,
+    len: usize,
+    dtype: Dtype,
     rows: usize,
-    vocab: u32,
-    row_stride: usize,
-    d_targets: *const c_void,
-    targets_len: usize,
-    targets_i64: u32,
-    d_mask: *const u8,
-    mask_len: usize,
-) -> Result<LsmRows, care_result> {
-    let dtype = dtype_arg(dtype)?;
-    matrix_len(rows, vocab as usize, row_stride)?;
-    let i64t = match targets_i64 {
-        0 => false,
-        1 => true,
-        _ => return Err(care_result::CARE_ERR_INVALID_ARGUMENT),
-    };
-    let logits = dev(d_logits.cast::<u8>(), rows, rows, true)?;
-    if !(logits as usize).is_multiple_of(dtype.size()) {
+    vocab: usize,
+    stride: usize,
+) -> Result<u64, care_result> {
+    let need = matrix_len(rows, vocab, stride)?;
+    if p.is_null() && len != 0 {
+        return Err(care_result::CARE_ERR_NULL_POINTER);
+    }
+    if len < need {
+        return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
+    }
+    if !(p as usize).is_multiple_of(dtype.size()) {
         return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
     }
-    let targets = if i64t {
-        dev(d_targets.cast::<i64>(), targets_len, rows, true)?
-    } else {
-        dev(d_targets.cast::<i32>(), targets_len, rows, true)?
-    };
-    Ok(LsmRows {
-        dtype,
-        logits,
-        rows: rows as u64,
-        vocab,
-        stride: row_stride as u64,
-        targets,
-        targets_i64: i64t,
-        mask: dev(d_mask, mask_len, rows, false)?,
-    })
+    Ok(p as u64)
 }
 
-/// Selective log-softmax on the GPU, asynchronously on `stream` (NULL = legacy default stream)
-/// in the context current on this thread (else the primary context of the pointer's device).
-/// `d_logits` holds `rows` rows of `vocab` `dtype` elements, `row_stride` elements apart (any
-/// stride `>= vocab`, any alignment of the element type; 16-byte aligned rows are fastest);
-/// `d_targets[targets_len]` (`== rows`) `int32_t` or `int64_t` (`targets_i64`); `d_mask`
-/// optional. Writes `d_logp_out[rows]` and, when given, `d_entropy_out[rows]` and
-/// `d_lse_out[rows]` (the backward pass needs `lse`). `d_workspace`: at least
-/// `CARE_GPU_WORKSPACE_BYTES`, 16-byte aligned; `care_gpu_log_softmax_status` reads it.
-/// Same results as `care_log_softmax` within the documented tolerance; a bad target gives NaN
-/// and is reported by `care_gpu_log_softmax_status`.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// The checked device view of a `care_logits` and its temperature.
+///
+/// # Safety
+/// As for [`args::input`].
+unsafe fn device_rows(p: *const care_logits) -> Result<(LsmRows, LogSoftmaxOptions), care_result> {
+    // SAFETY: forwarded contract.
+    let c = unsafe { args::input(p) }?;
+    let dtype = dtype_arg(c.dtype)?;
+    let i64t = args::flag(c.targets_i64)?;
+    let logits = device_matrix(c.logits, c.logits_len, dtype, c.rows, c.vocab, c.row_stride)?;
+    let vocab = u32::try_from(c.vocab).map_err(|_| care_result::CARE_ERR_INVALID_ARGUMENT)?;
+    let targets = if i64t {
+        dev(c.targets.cast::<i64>(), c.targets_len, c.rows, true)?
+    } else {
+        dev(c.targets.cast::<i32>(), c.targets_len, c.rows, true)?
+    };
+    let rows = LsmRows {
+        dtype,
+        logits,
+        rows: c.rows as u64,
+        vocab,
+        stride: c.row_stride as u64,
+        targets,
+        targets_i64: i64t,
+        mask: dev(c.mask, c.mask_len, c.rows, false)?,
+    };
+    Ok((rows, options(c.temperature)?))
+}
+
+/// Selective log-softmax on the GPU, asynchronously on `launch->stream`: as
+/// `care_selective_log_softmax` (the same structs, device memory; any row stride `>= vocab`
+/// and any alignment of the element type, 16-byte aligned rows being fastest) within the
+/// documented tolerance. A counted row's target outside `0..vocab` cannot stop the kernel: the
+/// row's `logp` is NaN and `care_gpu_selective_log_softmax_status` reports it.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_gpu_log_softmax(
-    dtype: u32,
-    d_logits: *const c_void,
-    rows: usize,
-    vocab: u32,
-    row_stride: usize,
-    d_targets: *const c_void,
-    targets_len: usize,
-    targets_i64: u32,
-    d_mask: *const u8,
-    mask_len: usize,
-    temperature: f64,
-    d_logp_out: *mut f32,
-    logp_len: usize,
-    d_entropy_out: *mut f32,
-    entropy_len: usize,
-    d_lse_out: *mut f32,
-    lse_len: usize,
-    d_workspace: *mut c_void,
-    workspace_len: usize,
-    stream: *mut c_void,
+pub unsafe extern "C" fn care_gpu_selective_log_softmax(
+    logits: *const care_logits,
+    outputs: *const care_log_softmax_outputs,
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        let r = tri!(gpu_rows(dtype, d_logits, rows, vocab, row_stride, d_targets, targets_len,
-                              targets_i64, d_mask, mask_len));
-        let out = LsmOutputs {
-            logp: tri!(dev(d_logp_out.cast_const(), logp_len, rows, true)),
-            entropy: tri!(dev(d_entropy_out.cast_const(), entropy_len, rows, false)),
-            lse: tri!(dev(d_lse_out.cast_const(), lse_len, rows, false)),
-            status: tri!(workspace(d_workspace, workspace_len)),
-        };
-        let opts = tri!(options(temperature));
-        // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(stream, out.status) });
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let (r, opts) = tri!(unsafe { device_rows(logits) });
+        let o = tri!(unsafe { args::input(outputs) });
+        let n = r.rows as usize;
+        let logp = tri!(dev(o.logp.cast_const(), o.logp_len, n, true));
+        let entropy = tri!(dev(o.entropy.cast_const(), o.entropy_len, n, false));
+        let lse = tri!(dev(o.lse.cast_const(), o.lse_len, n, false));
+        let l = tri!(unsafe { read_launch(launch, true) });
+        let out = LsmOutputs { logp, entropy, lse, status: l.workspace };
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
         match unsafe { log_softmax_forward(&b, &r, &out, &opts, LsmTuning::default()) } {
             Ok(()) => care_result::CARE_OK,
@@ -594,177 +581,112 @@ pub unsafe extern "C" fn care_gpu_log_softmax(
     }
 }
 
-/// Synchronizes `stream` and reads the status word that `care_gpu_log_softmax` or
-/// `care_gpu_logits_policy_loss` left in `d_workspace`: `CARE_OK`, or
+/// Synchronizes `launch->stream` and reads the status that `care_gpu_selective_log_softmax` or
+/// `care_gpu_logits_policy_loss` left in `launch->workspace`: `CARE_OK`, or
 /// `CARE_ERR_INVALID_ARGUMENT` when a counted row's target was outside `0..vocab`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_gpu_log_softmax_status(
-    d_workspace: *const c_void,
-    workspace_len: usize,
-    stream: *mut c_void,
+pub unsafe extern "C" fn care_gpu_selective_log_softmax_status(
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        let ws = tri!(workspace(d_workspace.cast_mut(), workspace_len));
         // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(stream, ws) });
-        if let Err(e) = b.synchronize() {
-            return driver_code(e);
-        }
-        let mut word = [0u8; 4];
-        // SAFETY: the stream is idle (synchronized); `ws` holds at least 4 bytes.
-        if let Err(e) = unsafe { cu::memcpy_dtoh_sync(&mut word, ws) } {
-            return driver_code(e);
-        }
-        match lsm_status(u32::from_ne_bytes(word)) {
+        let word = tri!(unsafe { crate::gpu::read_status(launch) });
+        match lsm_status(word) {
             Ok(()) => care_result::CARE_OK,
             Err(e) => map_error(e),
         }
     }
 }
 
-/// Backward of `care_gpu_log_softmax`, asynchronously on `stream`: writes
-/// `d_dlogits_out` (`dtype`, `rows` rows `dlogits_row_stride` elements apart) =
-/// `(g / T) * (onehot - softmax) - (e / T) * p * (log p + H)` from `d_dlogp[rows]` (optional:
-/// (NULL, 0) is 0) and `d_dentropy[rows]` (optional; needs the forward's `d_entropy`), using
-/// the forward's `d_lse[rows]`. Pass `d_dlogits_out = d_logits` with the same stride to
-/// overwrite the logits in place. Masked rows get zeros.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// Backward of `care_gpu_selective_log_softmax`, asynchronously on `launch->stream`: writes
+/// `d_dlogits_out` (the logits' dtype; `rows` rows `dlogits_row_stride` elements apart,
+/// `dlogits_len >= (rows - 1) * dlogits_row_stride + vocab`) =
+/// `(g / T) * (onehot - softmax) - (e / T) * p * (log p + H)` from `grads` (its `lse` is
+/// required, its `entropy` with `dentropy`). Pass `d_dlogits_out = logits->logits` with the same
+/// stride to overwrite the logits in place. Masked rows get zeros. Uses no workspace.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_gpu_log_softmax_backward(
-    dtype: u32,
-    d_logits: *const c_void,
-    rows: usize,
-    vocab: u32,
-    row_stride: usize,
-    d_targets: *const c_void,
-    targets_len: usize,
-    targets_i64: u32,
-    d_mask: *const u8,
-    mask_len: usize,
-    temperature: f64,
-    d_lse: *const f32,
-    lse_len: usize,
-    d_entropy: *const f32,
-    entropy_len: usize,
-    d_dlogp: *const f32,
-    dlogp_len: usize,
-    d_dentropy: *const f32,
-    dentropy_len: usize,
+pub unsafe extern "C" fn care_gpu_selective_log_softmax_backward(
+    logits: *const care_logits,
+    grads: *const care_log_softmax_grads,
     d_dlogits_out: *mut c_void,
+    dlogits_len: usize,
     dlogits_row_stride: usize,
-    stream: *mut c_void,
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        let r = tri!(gpu_rows(dtype, d_logits, rows, vocab, row_stride, d_targets, targets_len,
-                              targets_i64, d_mask, mask_len));
-        tri!(matrix_len(rows, vocab as usize, dlogits_row_stride));
-        let g = LsmGrads {
-            lse: tri!(dev(d_lse, lse_len, rows, true)),
-            entropy: tri!(dev(d_entropy, entropy_len, rows, false)),
-            dlogp: tri!(dev(d_dlogp, dlogp_len, rows, false)),
-            dentropy: tri!(dev(d_dentropy, dentropy_len, rows, false)),
-            dlogits: tri!(dev(d_dlogits_out.cast_const().cast::<u8>(), rows, rows, true)),
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let (r, opts) = tri!(unsafe { device_rows(logits) });
+        let n = r.rows as usize;
+        let g = tri!(unsafe { args::input(grads) });
+        let dlogits = tri!(device_matrix(d_dlogits_out.cast_const(), dlogits_len, r.dtype, n,
+                                         r.vocab as usize, dlogits_row_stride));
+        let grads = LsmGrads {
+            lse: tri!(dev(g.lse, g.lse_len, n, true)),
+            entropy: tri!(dev(g.entropy, g.entropy_len, n, false)),
+            dlogp: tri!(dev(g.dlogp, g.dlogp_len, n, false)),
+            dentropy: tri!(dev(g.dentropy, g.dentropy_len, n, false)),
+            dlogits,
             dstride: dlogits_row_stride as u64,
         };
-        if !(g.dlogits as usize).is_multiple_of(r.dtype.size()) {
-            return care_result::CARE_ERR_INVALID_ARGUMENT;
+        if grads.dentropy != 0 && grads.entropy == 0 {
+            return care_result::CARE_ERR_INVALID_ARGUMENT; // the entropy term needs the entropy
         }
-        let opts = tri!(options(temperature));
-        if rows == 0 {
+        let l = tri!(unsafe { read_launch(launch, false) });
+        if n == 0 {
             return care_result::CARE_OK;
         }
-        // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(stream, g.lse) });
+        let b = tri!(unsafe { backend(l.stream, grads.lse) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { log_softmax_backward(&b, &r, &g, &opts, LsmTuning::default()) } {
+        match unsafe { log_softmax_backward(&b, &r, &grads, &opts, LsmTuning::default()) } {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }
     }
 }
 
-/// The fused path from logits to the policy loss (SPEC §10, token-level layout over the rows),
-/// forward half, asynchronously on `stream`: the selective log-softmax writes
-/// `d_logp_out[rows]` and `d_lse_out[rows]`, then the loss writes `d_dlogp_out[rows]`
-/// (`dL/dlogp`, `float`) and adds its statistics into `d_stats` (see
-/// `care_gpu_loss_stats_reset` / `_read`). Then call `care_gpu_log_softmax_backward` with
-/// `d_dlogp_out` and `d_lse_out` (in place over the logits if they are not needed any more)
-/// to get `dlogits`. `d_logp_old` / `d_logp_ref` are `float` (optional); sequences, mask,
-/// advantages and `options` as `care_gpu_policy_loss`. The status word in `d_workspace`
-/// reports bad targets (`care_gpu_log_softmax_status`).
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// The fused path from logits to the policy loss on the GPU, forward half, asynchronously on
+/// `launch->stream`: as `care_logits_policy_loss` (the same structs, device memory; `lse` is
+/// required), except that the loss statistics are added into the device accumulator `d_stats`
+/// (`CARE_GPU_LOSS_STATS_BYTES`, see `care_gpu_loss_stats_reset` / `_read`; the loss is
+/// `stats.loss`; (NULL, 0) to skip). Then `care_gpu_selective_log_softmax_backward` with
+/// `outputs->dlogp` and `outputs->lse` (in place over the logits if they are not needed any
+/// more) gives `dL/dlogits`. Bad targets are reported by
+/// `care_gpu_selective_log_softmax_status`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_gpu_logits_policy_loss(
-    dtype: u32,
-    d_logits: *const c_void,
-    rows: usize,
-    vocab: u32,
-    row_stride: usize,
-    d_targets: *const c_void,
-    targets_len: usize,
-    targets_i64: u32,
-    d_mask: *const u8,
-    mask_len: usize,
-    temperature: f64,
-    d_logp_old: *const f32,
-    logp_old_len: usize,
-    d_logp_ref: *const f32,
-    logp_ref_len: usize,
-    d_seq_offsets: *const u32,
-    seq_offsets_len: usize,
-    d_advantages: *const f32,
-    advantages_len: usize,
-    advantages_kind: u32,
-    options_: *const care_loss_options,
-    max_seq_len: u32,
-    d_logp_out: *mut f32,
-    logp_len: usize,
-    d_lse_out: *mut f32,
-    lse_len: usize,
-    d_dlogp_out: *mut f32,
-    dlogp_len: usize,
+    logits: *const care_logits,
+    inputs: *const care_loss_inputs,
+    options: *const care_loss_options,
+    outputs: *const care_logits_loss_outputs,
     d_stats: *mut c_void,
     stats_len: usize,
-    d_workspace: *mut c_void,
-    workspace_len: usize,
-    stream: *mut c_void,
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        let r = tri!(gpu_rows(dtype, d_logits, rows, vocab, row_stride, d_targets, targets_len,
-                              targets_i64, d_mask, mask_len));
-        let Some(n_seq) = seq_offsets_len.checked_sub(1) else {
-            return if d_seq_offsets.is_null() {
-                care_result::CARE_ERR_NULL_POINTER
-            } else {
-                care_result::CARE_ERR_INVALID_LAYOUT
-            };
-        };
-        let per_token = match advantages_kind {
-            0 => false,
-            1 => true,
-            _ => return care_result::CARE_ERR_INVALID_ARGUMENT,
-        };
-        let adv_want = if per_token { rows } else { n_seq };
-        let ws = tri!(workspace(d_workspace, workspace_len));
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let (r, opts) = tri!(unsafe { device_rows(logits) });
+        let n = r.rows as usize;
+        let c = tri!(unsafe { logits_loss_inputs(inputs) });
+        let d = tri!(device_loss(&c, n, false));
+        let o = tri!(unsafe { args::input(outputs) });
+        let stats = tri!(dev(d_stats.cast_const(), stats_len, CARE_GPU_LOSS_STATS_BYTES, false));
+        let loss_opts = tri!(unsafe { loss::read_options(options) });
+        let l = tri!(unsafe { read_launch(launch, true) });
         let buf = LogitsLossBuffers {
-            logp: tri!(dev(d_logp_out.cast_const(), logp_len, rows, true)),
-            lse: tri!(dev(d_lse_out.cast_const(), lse_len, rows, true)),
-            dlogp: tri!(dev(d_dlogp_out.cast_const(), dlogp_len, rows, true)),
-            logp_old: tri!(dev(d_logp_old, logp_old_len, rows, false)),
-            logp_ref: tri!(dev(d_logp_ref, logp_ref_len, rows, false)),
-            adv: tri!(dev(d_advantages, advantages_len, adv_want, true)),
-            adv_per_token: per_token,
-            seq_offsets: tri!(dev(d_seq_offsets, seq_offsets_len, seq_offsets_len, true)),
-            n_seq: tri!(u32::try_from(n_seq).map_err(|_| care_result::CARE_ERR_INVALID_ARGUMENT)),
-            max_seq_len,
-            stats: tri!(dev(d_stats.cast_const(), stats_len, CARE_GPU_LOSS_STATS_BYTES, false)),
-            workspace: ws,
+            logp: tri!(dev(o.logp.cast_const(), o.logp_len, n, true)),
+            lse: tri!(dev(o.lse.cast_const(), o.lse_len, n, true)),
+            dlogp: tri!(dev(o.dlogp.cast_const(), o.dlogp_len, n, true)),
+            logp_old: d.logp_old,
+            logp_ref: d.logp_ref,
+            adv: d.adv,
+            adv_per_token: d.per_token,
+            seq_offsets: d.seq_offsets,
+            n_seq: d.n_seq,
+            max_seq_len: d.max_seq_len,
+            stats,
+            workspace: l.workspace,
         };
-        let opts = tri!(options(temperature));
-        // SAFETY: forwarded contract.
-        let loss_opts = tri!(unsafe { loss::read_options(options_) });
-        // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(stream, ws) });
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
         match unsafe { logits_loss_forward(&b, &r, &buf, &opts, &loss_opts, LsmTuning::default()) } {
             Ok(()) => care_result::CARE_OK,
@@ -907,116 +829,53 @@ mod tests {
     }
 
     #[test]
-    fn gpu_checks_arguments_before_the_driver() {
-        // SAFETY: every call is rejected before any device access.
-        unsafe {
-            let r = care_gpu_log_softmax(
-                0,
-                null(),
-                4,
-                8,
-                8,
-                null(),
-                4,
-                0,
-                null(),
-                0,
-                1.0,
-                null_mut(),
-                4,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-            );
-            assert_eq!(r, care_result::CARE_ERR_NULL_POINTER);
-            let r = care_gpu_log_softmax(
-                7,
-                null(),
-                0,
-                8,
-                8,
-                null(),
-                0,
-                0,
-                null(),
-                0,
-                1.0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-            );
-            assert_eq!(r, care_result::CARE_ERR_INVALID_ARGUMENT);
-            let r = care_gpu_log_softmax(
-                0,
-                null(),
-                0,
-                8,
-                4,
-                null(),
-                0,
-                0,
-                null(),
-                0,
-                1.0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-            );
-            assert_eq!(r, care_result::CARE_ERR_INVALID_ARGUMENT, "stride < vocab");
-        }
-    }
-
-    #[test]
-    fn gpu_without_a_driver_is_unavailable() {
-        if care_kernels::cuda::driver_available() {
-            return; // covered by the GPU tests
-        }
+    fn gpu_without_a_driver_is_unavailable_after_the_argument_checks() {
         #[repr(align(16))]
         struct Ws([u8; 64]);
         let ws = Ws([0; 64]);
-        // Fake (aligned, non-NULL) addresses: the call must stop at the driver check.
+        // Fake (aligned, non-NULL) device addresses: the call must stop before touching them.
         let p = 0x1000usize as *mut f32;
-        // SAFETY: nothing is dereferenced without a driver.
-        let r = unsafe {
-            care_gpu_log_softmax(
-                0,
-                p.cast(),
-                2,
-                8,
-                8,
-                p.cast(),
-                2,
-                0,
-                null(),
-                0,
-                1.0,
-                p,
-                2,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                ws.0.as_ptr().cast_mut().cast(),
-                64,
-                null_mut(),
-            )
+        let mut c = rows(&[], &[]);
+        c.logits = p.cast_const().cast();
+        c.targets = p.cast_const().cast();
+        c.targets_len = 2;
+        c.logits_len = 7;
+        let out = care_log_softmax_outputs {
+            struct_size: size_of::<care_log_softmax_outputs>() as u32,
+            logp: p,
+            logp_len: 2,
+            entropy: null_mut(),
+            entropy_len: 0,
+            lse: null_mut(),
+            lse_len: 0,
         };
-        assert_eq!(r, care_result::CARE_ERR_CUDA_UNAVAILABLE);
+        let mut launch = care_gpu_launch {
+            struct_size: size_of::<care_gpu_launch>() as u32,
+            stream: null_mut(),
+            workspace: ws.0.as_ptr().cast_mut().cast(),
+            workspace_len: 64,
+        };
+        // SAFETY: nothing is dereferenced before the driver check, which fails here.
+        unsafe {
+            launch.workspace_len = 32;
+            assert_eq!(
+                care_gpu_selective_log_softmax(&c, &out, &launch),
+                care_result::CARE_ERR_BUFFER_TOO_SMALL
+            );
+            launch.workspace_len = 64;
+            c.row_stride = 2;
+            assert_eq!(
+                care_gpu_selective_log_softmax(&c, &out, &launch),
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                "stride < vocab"
+            );
+            c.row_stride = 4;
+            if !care_kernels::cuda::driver_available() {
+                assert_eq!(
+                    care_gpu_selective_log_softmax(&c, &out, &launch),
+                    care_result::CARE_ERR_CUDA_UNAVAILABLE
+                );
+            }
+        }
     }
 }

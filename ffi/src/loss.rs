@@ -148,13 +148,23 @@ pub struct care_loss_inputs {
     pub max_seq_len: u32,
 }
 
-/// Advantages of the kind the C enum says; an unknown kind is `CARE_ERR_INVALID_ARGUMENT`.
-pub(crate) fn advantages(kind: u32, adv: &[f32]) -> Result<Advantages<'_>, care_result> {
+/// Whether a `care_advantages_kind` is per token; an unknown kind is
+/// `CARE_ERR_INVALID_ARGUMENT`.
+pub(crate) fn per_token(kind: u32) -> Result<bool, care_result> {
     match kind {
-        0 => Ok(Advantages::PerSequence(adv)),
-        1 => Ok(Advantages::PerToken(adv)),
+        0 => Ok(false),
+        1 => Ok(true),
         _ => Err(care_result::CARE_ERR_INVALID_ARGUMENT),
     }
+}
+
+/// Advantages of the kind the C enum says.
+pub(crate) fn advantages(kind: u32, adv: &[f32]) -> Result<Advantages<'_>, care_result> {
+    Ok(if per_token(kind)? {
+        Advantages::PerToken(adv)
+    } else {
+        Advantages::PerSequence(adv)
+    })
 }
 
 /// The host slices of `c` as the core's loss inputs with log-probs of type `T`.
@@ -327,14 +337,15 @@ pub(crate) fn stats_to_c(s: &LossStats) -> care_loss_stats {
     }
 }
 
-/// Reads the caller's loss options (NULL: SPEC defaults), checking every enum value.
+/// Reads the caller's loss options (NULL: SPEC defaults): every enum value decoded, then the
+/// core's `LossOptions::validate`.
 ///
 /// # Safety
 /// As for [`args::options`].
 pub(crate) unsafe fn read_options(p: *const care_loss_options) -> Result<LossOptions, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, to_c(&LossOptions::default())) }?;
-    Ok(LossOptions {
+    let o = LossOptions {
         eps_low: c.eps_low,
         eps_high: c.eps_high,
         dual_clip: c.dual_clip,
@@ -349,7 +360,11 @@ pub(crate) unsafe fn read_options(p: *const care_loss_options) -> Result<LossOpt
         aggregation: args::enum_arg(c.aggregation, &AGGREGATIONS)?,
         ratio_level: args::enum_arg(c.ratio_level, &RATIO_LEVELS)?,
         kl_estimator: args::enum_arg(c.kl_estimator, &KL_ESTIMATORS)?,
-    })
+    };
+    // The core's own rules, checked here too so that a GPU call reports them before it needs
+    // a driver, exactly as the CPU does.
+    o.validate().map_err(map_error)?;
+    Ok(o)
 }
 
 /// Writes the SPEC §10 default loss options into `*options_out` (eps 0.2/0.2, no dual clip,

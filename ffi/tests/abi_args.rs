@@ -128,6 +128,23 @@ struct Fx {
     lold: Vec<f32>,
     ladv: Vec<f32>,
     lli: care_loss_inputs,
+    // ---- GPU inputs: fake device addresses (every fault is found before a driver call)
+    launch: care_gpu_launch,
+    d_rw: care_rewards,
+    d_layout: care_group_layout,
+    d_ado: care_advantage_outputs,
+    d_batch_std: *const f32,
+    d_li: care_loss_inputs,
+    d_grad_len: usize,
+    grad_dtype: u32,
+    d_stats_len: usize,
+    d_lg: care_logits,
+    d_lsm_out: care_log_softmax_outputs,
+    d_grads: care_log_softmax_grads,
+    d_dlogits_len: usize,
+    d_dlogits_stride: usize,
+    d_lli: care_loss_inputs,
+    d_llo: care_logits_loss_outputs,
     // ---- outputs
     adv: Vec<f32>,
     group_stats: Vec<care_group_stats>,
@@ -266,6 +283,118 @@ impl Fx {
             lold: vec![-1.5, -0.4],
             ladv: vec![1.0, -1.0],
             lli: junk(),
+            launch: care_gpu_launch {
+                struct_size: sz::<care_gpu_launch>(),
+                stream: null_mut(),
+                workspace: fake(),
+                workspace_len: CARE_GPU_WORKSPACE_BYTES,
+            },
+            d_rw: care_rewards {
+                struct_size: sz::<care_rewards>(),
+                rewards: fake(),
+                rewards_len: 8,
+                valid: fake(),
+                valid_len: 8,
+            },
+            d_layout: care_group_layout {
+                struct_size: sz::<care_group_layout>(),
+                group_size: 4,
+                offsets: null(),
+                offsets_len: 0,
+            },
+            d_ado: care_advantage_outputs {
+                struct_size: sz::<care_advantage_outputs>(),
+                advantages: fake(),
+                advantages_len: 8,
+                stats: fake(),
+                stats_len: 2,
+            },
+            d_batch_std: null(),
+            d_li: care_loss_inputs {
+                struct_size: sz::<care_loss_inputs>(),
+                dtype: care_dtype::CARE_DTYPE_F32 as u32,
+                logp: fake(),
+                logp_len: T_TOK,
+                logp_old: fake(),
+                logp_old_len: T_TOK,
+                logp_ref: null(),
+                logp_ref_len: 0,
+                seq_offsets: fake(),
+                seq_offsets_len: 3,
+                mask: fake(),
+                mask_len: T_TOK,
+                advantages: fake(),
+                advantages_len: 2,
+                advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
+                max_seq_len: 0,
+            },
+            d_grad_len: T_TOK,
+            grad_dtype: care_dtype::CARE_DTYPE_F32 as u32,
+            d_stats_len: CARE_GPU_LOSS_STATS_BYTES,
+            d_lg: care_logits {
+                struct_size: sz::<care_logits>(),
+                dtype: care_dtype::CARE_DTYPE_F32 as u32,
+                logits: fake(),
+                logits_len: 6,
+                rows: 2,
+                vocab: 3,
+                row_stride: 3,
+                targets: fake(),
+                targets_len: 2,
+                targets_i64: 0,
+                mask: fake(),
+                mask_len: 2,
+                temperature: 1.0,
+            },
+            d_lsm_out: care_log_softmax_outputs {
+                struct_size: sz::<care_log_softmax_outputs>(),
+                logp: fake(),
+                logp_len: 2,
+                entropy: fake(),
+                entropy_len: 2,
+                lse: fake(),
+                lse_len: 2,
+            },
+            d_grads: care_log_softmax_grads {
+                struct_size: sz::<care_log_softmax_grads>(),
+                dlogp: fake(),
+                dlogp_len: 2,
+                dentropy: fake(),
+                dentropy_len: 2,
+                lse: fake(),
+                lse_len: 2,
+                entropy: fake(),
+                entropy_len: 2,
+            },
+            d_dlogits_len: 6,
+            d_dlogits_stride: 3,
+            d_lli: care_loss_inputs {
+                struct_size: sz::<care_loss_inputs>(),
+                dtype: care_dtype::CARE_DTYPE_F32 as u32,
+                logp: null(),
+                logp_len: 0,
+                logp_old: fake(),
+                logp_old_len: 2,
+                logp_ref: null(),
+                logp_ref_len: 0,
+                seq_offsets: fake(),
+                seq_offsets_len: 3,
+                mask: null(),
+                mask_len: 0,
+                advantages: fake(),
+                advantages_len: 2,
+                advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
+                max_seq_len: 0,
+            },
+            d_llo: care_logits_loss_outputs {
+                struct_size: sz::<care_logits_loss_outputs>(),
+                logp: fake(),
+                logp_len: 2,
+                lse: fake(),
+                lse_len: 2,
+                dlogp: fake(),
+                dlogp_len: 2,
+            },
             adv: vec![7.0; 4],
             group_stats: vec![junk(); 2],
             ado: junk(),
@@ -724,8 +853,52 @@ fn logits_rows() -> Vec<Row> {
         "logits.mask_len != rows": |f| f.lg.mask_len = 1 => CARE_ERR_LENGTH_MISMATCH,
         "logits.temperature 0": |f| f.lg.temperature = 0.0 => CARE_ERR_INVALID_ARGUMENT,
         "logits.temperature inf": |f| f.lg.temperature = f64::INFINITY => CARE_ERR_INVALID_ARGUMENT,
-        "a counted row's target outside 0..V": |f| f.targets[1] = 3 => CARE_ERR_INVALID_ARGUMENT,
     ]
+}
+
+/// The faults the GPU finds too, on a device `care_logits` (`f.d_lg`).
+fn device_logits_rows() -> Vec<Row> {
+    rows![
+        "logits.struct_size short": |f| f.d_lg.struct_size -= 8 => CARE_ERR_STRUCT_SIZE,
+        "logits.dtype unknown": |f| f.d_lg.dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
+        "logits.logits NULL": |f| f.d_lg.logits = null() => CARE_ERR_NULL_POINTER,
+        "logits.logits_len short": |f| f.d_lg.logits_len = 5 => CARE_ERR_LENGTH_MISMATCH,
+        "logits misaligned": |f| f.d_lg.logits = 0x1002 as *const c_void => CARE_ERR_INVALID_ARGUMENT,
+        "logits.vocab 0": |f| f.d_lg.vocab = 0 => CARE_ERR_INVALID_ARGUMENT,
+        "logits.vocab over u32": |f| {
+            f.d_lg.vocab = 1 << 33;
+            f.d_lg.row_stride = 1 << 33;
+            f.d_lg.logits_len = usize::MAX
+        } => CARE_ERR_INVALID_ARGUMENT,
+        "logits.row_stride < vocab": |f| f.d_lg.row_stride = 2 => CARE_ERR_INVALID_ARGUMENT,
+        "logits.targets NULL": |f| f.d_lg.targets = null() => CARE_ERR_NULL_POINTER,
+        "logits.targets_len != rows": |f| f.d_lg.targets_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+        "logits.targets_i64 2": |f| f.d_lg.targets_i64 = 2 => CARE_ERR_INVALID_BOOL,
+        "logits.mask NULL": |f| f.d_lg.mask = null() => CARE_ERR_NULL_POINTER,
+        "logits.mask_len != rows": |f| f.d_lg.mask_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+        "logits.temperature 0": |f| f.d_lg.temperature = 0.0 => CARE_ERR_INVALID_ARGUMENT,
+    ]
+}
+
+/// The faults of a `care_gpu_launch` (`workspace`: whether the call needs one).
+fn launch_rows(workspace: bool) -> Vec<Row> {
+    let mut rows = rows![
+        "launch.struct_size short": |f| f.launch.struct_size = 8 => CARE_ERR_STRUCT_SIZE,
+        "launch.workspace too small": |f| f.launch.workspace_len = 63 => CARE_ERR_BUFFER_TOO_SMALL,
+        "launch.workspace misaligned": |f| {
+            f.launch.workspace = 0x1008 as *mut c_void
+        } => CARE_ERR_INVALID_ARGUMENT,
+    ];
+    if workspace {
+        rows.extend(rows![
+            "launch.workspace NULL": |f| f.launch.workspace = null_mut() => CARE_ERR_NULL_POINTER,
+            "launch.workspace (NULL, 0)": |f| {
+                f.launch.workspace = null_mut();
+                f.launch.workspace_len = 0
+            } => CARE_ERR_NULL_POINTER,
+        ]);
+    }
+    rows
 }
 
 /// The tables of every CPU entry point.
@@ -980,6 +1153,7 @@ fn cpu_cases() -> Vec<Case> {
         // ---- selective log-softmax -------------------------------------------------------
         case! { |f, k| care_selective_log_softmax(p(k, 0, &f.lg), p(k, 1, &f.lsm_out)), 2,
             [logits_rows(), rows![
+                "a target outside 0..V": |f| f.targets[1] = 3 => CARE_ERR_INVALID_ARGUMENT,
                 "outputs.struct_size short": |f| f.lsm_out.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
                 "outputs.logp NULL": |f| f.lsm_out.logp = null_mut() => CARE_ERR_NULL_POINTER,
                 "outputs.logp_len != rows": |f| f.lsm_out.logp_len = 1 => CARE_ERR_LENGTH_MISMATCH,
@@ -1046,7 +1220,15 @@ fn every_exported_function_checks_its_arguments() {
         case.run();
         assert!(covered.insert(case.name.to_string()), "{} twice", case.name);
     }
-    gpu_legacy(&mut covered);
+    assert!(matches!(
+        care_gpu_available(),
+        CARE_OK | CARE_ERR_CUDA_UNAVAILABLE
+    ));
+    covered.insert("care_gpu_available".to_string());
+    for case in gpu_cases() {
+        case.run();
+        assert!(covered.insert(case.name.to_string()), "{} twice", case.name);
+    }
 
     let declared = common::declared_functions(&common::header());
     let missed: Vec<_> = declared.difference(&covered).collect();
@@ -1058,308 +1240,135 @@ fn every_exported_function_checks_its_arguments() {
     assert!(unknown.is_empty(), "called but not in care.h: {unknown:?}");
 }
 
-/// The GPU entry points with fake device addresses: their arguments are checked before any
-/// driver call.
-fn gpu_legacy(cov: &mut BTreeSet<String>) {
-    fn nulls(
-        name: &str,
-        required: usize,
-        ok: care_result,
-        f: &mut dyn FnMut(Option<usize>) -> care_result,
-    ) {
-        assert_eq!(f(None), ok, "{name}: the valid call");
-        for i in 0..required {
-            assert_eq!(f(Some(i)), CARE_ERR_NULL_POINTER, "{name}: pointer #{i}");
-        }
-    }
-    // SAFETY (whole function): fake device addresses are never dereferenced on the host.
-    unsafe {
-        // ---- GPU (fake device addresses: arguments are checked before any driver call) -------
-        let gpu_ok = care_gpu_available();
-        cov.insert("care_gpu_available".to_string());
-        let no_gpu = gpu_ok != CARE_OK;
-        let expect = if no_gpu {
-            CARE_ERR_CUDA_UNAVAILABLE
-        } else {
-            CARE_OK
-        };
-        let ws = fake::<c_void>();
-        let cover_gpu = |cov: &mut BTreeSet<String>,
-                         name: &str,
-                         required: usize,
-                         f: &mut dyn FnMut(Option<usize>) -> care_result| {
-            if no_gpu {
-                nulls(name, required, expect, f);
+/// The tables of the GPU entry points, on fake device addresses: every fault is found before
+/// any driver call. The valid call gives `CARE_ERR_CUDA_UNAVAILABLE` without a driver; with
+/// one it is not made (it would launch on the fake addresses).
+fn gpu_cases() -> Vec<Case> {
+    // SAFETY (every call below): host structs are valid; device addresses are never touched.
+    let cases = vec![
+        case! { |f, k| care_gpu_group_advantages(
+                p(k, 0, &f.d_rw), p(k, 1, &f.d_layout), &f.ao, p(k, 2, &f.d_ado), f.d_batch_std,
+                p(k, 3, &f.launch)), 4,
+            [advantage_options_rows(), launch_rows(true), rows![
+                "rewards.struct_size short": |f| f.d_rw.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+                "rewards.rewards NULL": |f| f.d_rw.rewards = null() => CARE_ERR_NULL_POINTER,
+                "rewards.valid_len != N": |f| f.d_rw.valid_len = 7 => CARE_ERR_LENGTH_MISMATCH,
+                "rewards misaligned": |f| f.d_rw.rewards = 0x1002 as *const f32 => CARE_ERR_INVALID_ARGUMENT,
+                "layout.struct_size short": |f| f.d_layout.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+                "layout: G does not divide N": |f| f.d_layout.group_size = 3 => CARE_ERR_INVALID_LAYOUT,
+                "layout: G 0": |f| f.d_layout.group_size = 0 => CARE_ERR_INVALID_LAYOUT,
+                "layout: G and offsets": |f| {
+                    f.d_layout.offsets = fake();
+                    f.d_layout.offsets_len = 3
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "layout.offsets NULL": |f| f.d_layout.offsets_len = 3 => CARE_ERR_NULL_POINTER,
+                "outputs.struct_size short": |f| f.d_ado.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+                "outputs.advantages NULL": |f| f.d_ado.advantages = null_mut() => CARE_ERR_NULL_POINTER,
+                "advantages_len != N": |f| f.d_ado.advantages_len = 7 => CARE_ERR_LENGTH_MISMATCH,
+                "stats_len != B": |f| f.d_ado.stats_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+                "batch_std misaligned": |f| f.d_batch_std = 0x1001 as *const f32 => CARE_ERR_INVALID_ARGUMENT,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_group_advantages_status(p(k, 0, &f.launch)), 1, launch_rows(true) },
+        case! { |f, k| care_gpu_loss_stats_reset(
+                m(k, 0, fake::<c_void>()), f.d_stats_len, p(k, 1, &f.launch)), 2,
+            [launch_rows(false), rows![
+                "stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| f.d_stats_len = 8 => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_loss_stats_read(
+                p(k, 0, fake::<c_void>()), f.d_stats_len, p(k, 1, &f.launch),
+                m(k, 2, &raw mut f.stats)), 3,
+            [launch_rows(false), rows![
+                "stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| f.d_stats_len = 64 => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_policy_loss(
+                p(k, 0, &f.d_li), &f.lo, fake(), f.d_grad_len, f.grad_dtype, fake(),
+                f.d_stats_len, p(k, 1, &f.launch)), 2,
+            [loss_options_rows(), launch_rows(true), rows![
+                "inputs.struct_size short": |f| f.d_li.struct_size -= 4 => CARE_ERR_STRUCT_SIZE,
+                "inputs.dtype unknown": |f| f.d_li.dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.logp NULL": |f| f.d_li.logp = null() => CARE_ERR_NULL_POINTER,
+                "inputs.logp_old_len != T": |f| f.d_li.logp_old_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.seq_offsets NULL": |f| f.d_li.seq_offsets = null() => CARE_ERR_NULL_POINTER,
+                "inputs: no sequence offsets": |f| f.d_li.seq_offsets_len = 0 => CARE_ERR_INVALID_LAYOUT,
+                "inputs.mask_len != T": |f| f.d_li.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "advantages_len != B": |f| f.d_li.advantages_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+                "unknown adv. kind": |f| f.d_li.advantages_kind = 7 => CARE_ERR_INVALID_ARGUMENT,
+                "grad_len != T": |f| f.d_grad_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "grad_dtype unknown": |f| f.grad_dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
+                "grad_dtype neither f32 nor the inputs'": |f| f.grad_dtype = 1 => CARE_ERR_INVALID_ARGUMENT,
+                "stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| f.d_stats_len = 8 => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_selective_log_softmax(
+                p(k, 0, &f.d_lg), p(k, 1, &f.d_lsm_out), p(k, 2, &f.launch)), 3,
+            [device_logits_rows(), launch_rows(true), rows![
+                "outputs.struct_size short": |f| f.d_lsm_out.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+                "outputs.logp NULL": |f| f.d_lsm_out.logp = null_mut() => CARE_ERR_NULL_POINTER,
+                "outputs.logp_len != rows": |f| f.d_lsm_out.logp_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+                "entropy_len != rows": |f| f.d_lsm_out.entropy_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_selective_log_softmax_status(p(k, 0, &f.launch)), 1,
+            launch_rows(true)
+        },
+        case! { |f, k| care_gpu_selective_log_softmax_backward(
+                p(k, 0, &f.d_lg), p(k, 1, &f.d_grads), m(k, 2, fake::<c_void>()), f.d_dlogits_len,
+                f.d_dlogits_stride, p(k, 3, &f.launch)), 4,
+            [device_logits_rows(), launch_rows(false), rows![
+                "grads.struct_size short": |f| f.d_grads.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+                "grads.lse (NULL, 0)": |f| {
+                    f.d_grads.lse = null();
+                    f.d_grads.lse_len = 0
+                } => CARE_ERR_NULL_POINTER,
+                "dentropy without entropy": |f| {
+                    f.d_grads.entropy = null();
+                    f.d_grads.entropy_len = 0
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "grads.dlogp_len != rows": |f| f.d_grads.dlogp_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+                "dlogits_len short": |f| f.d_dlogits_len = 5 => CARE_ERR_LENGTH_MISMATCH,
+                "dlogits stride < vocab": |f| f.d_dlogits_stride = 2 => CARE_ERR_INVALID_ARGUMENT,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_logits_policy_loss(
+                p(k, 0, &f.d_lg), p(k, 1, &f.d_lli), &f.lo, p(k, 2, &f.d_llo), fake(),
+                f.d_stats_len, p(k, 3, &f.launch)), 4,
+            [device_logits_rows(), loss_options_rows(), launch_rows(true), rows![
+                "inputs.logp given": |f| {
+                    f.d_lli.logp = fake();
+                    f.d_lli.logp_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.mask given": |f| {
+                    f.d_lli.mask = fake();
+                    f.d_lli.mask_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.dtype not f32": |f| f.d_lli.dtype = 2 => CARE_ERR_INVALID_ARGUMENT,
+                "logp_old_len != rows": |f| f.d_lli.logp_old_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.advantages NULL": |f| f.d_lli.advantages = null() => CARE_ERR_NULL_POINTER,
+                "outputs.struct_size short": |f| f.d_llo.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+                "outputs.lse (NULL, 0)": |f| {
+                    f.d_llo.lse = null_mut();
+                    f.d_llo.lse_len = 0
+                } => CARE_ERR_NULL_POINTER,
+                "outputs.dlogp_len != rows": |f| f.d_llo.dlogp_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+                "stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| f.d_stats_len = 8 => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+    ];
+    // SAFETY: no pointer arguments.
+    let gpu = care_gpu_available() == CARE_OK;
+    cases
+        .into_iter()
+        .map(|c| Case {
+            valid: if gpu {
+                None
             } else {
-                // Only the NULL checks: the valid call would launch on fake addresses.
-                for i in 0..required {
-                    assert_eq!(f(Some(i)), CARE_ERR_NULL_POINTER, "{name}: pointer #{i}");
-                }
-            }
-            cov.insert(name.to_string());
-        };
-        cover_gpu(cov, "care_gpu_group_advantages", 3, &mut |k| {
-            care_gpu_group_advantages(
-                p(k, 0, fake::<f32>()),
-                8,
-                null(),
-                0,
-                4,
-                null(),
-                0,
-                null(),
-                m(k, 1, fake::<f32>()),
-                8,
-                null_mut(),
-                0,
-                null(),
-                m(k, 2, ws),
-                64,
-                null_mut(),
-            )
-        });
-        assert_eq!(
-            care_gpu_group_advantages(
-                fake::<f32>(),
-                8,
-                null(),
-                0,
-                4,
-                null(),
-                0,
-                null(),
-                fake::<f32>(),
-                7,
-                null_mut(),
-                0,
-                null(),
-                ws,
-                64,
-                null_mut()
-            ),
-            CARE_ERR_LENGTH_MISMATCH
-        );
-        assert_eq!(
-            care_gpu_group_advantages(
-                fake::<f32>(),
-                8,
-                null(),
-                0,
-                4,
-                null(),
-                0,
-                null(),
-                fake::<f32>(),
-                8,
-                null_mut(),
-                0,
-                null(),
-                ws,
-                32,
-                null_mut()
-            ),
-            CARE_ERR_BUFFER_TOO_SMALL
-        );
-        cover_gpu(cov, "care_gpu_advantage_status", 1, &mut |k| {
-            care_gpu_advantage_status(p(k, 0, ws.cast_const()), 64, null_mut())
-        });
-        cover_gpu(cov, "care_gpu_loss_stats_reset", 1, &mut |k| {
-            care_gpu_loss_stats_reset(m(k, 0, ws), CARE_GPU_LOSS_STATS_BYTES, null_mut())
-        });
-        assert_eq!(
-            care_gpu_loss_stats_reset(ws, 8, null_mut()),
-            CARE_ERR_LENGTH_MISMATCH
-        );
-        let mut gst = std::mem::zeroed::<care_loss_stats>();
-        let gst_ptr = &raw mut gst;
-        cover_gpu(cov, "care_gpu_loss_stats_read", 2, &mut |k| {
-            care_gpu_loss_stats_read(
-                p(k, 0, ws.cast_const()),
-                CARE_GPU_LOSS_STATS_BYTES,
-                null_mut(),
-                m(k, 1, gst_ptr),
-            )
-        });
-        cover_gpu(cov, "care_gpu_policy_loss", 4, &mut |k| {
-            care_gpu_policy_loss(
-                0,
-                p(k, 0, fake::<c_void>()),
-                5,
-                null(),
-                0,
-                null(),
-                0,
-                p(k, 1, fake::<u32>()),
-                3,
-                null(),
-                0,
-                p(k, 2, fake::<f32>()),
-                2,
-                0,
-                null(),
-                0,
-                fake::<c_void>(),
-                5,
-                0,
-                null_mut(),
-                0,
-                m(k, 3, ws),
-                64,
-                null_mut(),
-            )
-        });
-        assert_eq!(
-            care_gpu_policy_loss(
-                0,
-                fake::<c_void>(),
-                5,
-                fake::<c_void>(),
-                4,
-                null(),
-                0,
-                fake::<u32>(),
-                3,
-                null(),
-                0,
-                fake::<f32>(),
-                2,
-                0,
-                null(),
-                0,
-                null_mut(),
-                0,
-                0,
-                null_mut(),
-                0,
-                ws,
-                64,
-                null_mut()
-            ),
-            CARE_ERR_LENGTH_MISMATCH
-        );
-        assert_eq!(
-            care_gpu_policy_loss(
-                3,
-                fake::<c_void>(),
-                5,
-                null(),
-                0,
-                null(),
-                0,
-                fake::<u32>(),
-                3,
-                null(),
-                0,
-                fake::<f32>(),
-                2,
-                0,
-                null(),
-                0,
-                null_mut(),
-                0,
-                0,
-                null_mut(),
-                0,
-                ws,
-                64,
-                null_mut()
-            ),
-            CARE_ERR_INVALID_ARGUMENT
-        );
-
-        cover_gpu(cov, "care_gpu_log_softmax", 4, &mut |k| {
-            care_ffi::logsoftmax::care_gpu_log_softmax(
-                0,
-                p(k, 0, fake::<c_void>()),
-                2,
-                3,
-                3,
-                p(k, 1, fake::<c_void>()),
-                2,
-                0,
-                null(),
-                0,
-                1.0,
-                m(k, 2, fake::<f32>()),
-                2,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                m(k, 3, ws),
-                64,
-                null_mut(),
-            )
-        });
-        cover_gpu(cov, "care_gpu_log_softmax_status", 1, &mut |k| {
-            care_ffi::logsoftmax::care_gpu_log_softmax_status(
-                p(k, 0, ws.cast_const()),
-                64,
-                null_mut(),
-            )
-        });
-        cover_gpu(cov, "care_gpu_log_softmax_backward", 4, &mut |k| {
-            care_ffi::logsoftmax::care_gpu_log_softmax_backward(
-                0,
-                p(k, 0, fake::<c_void>()),
-                2,
-                3,
-                3,
-                p(k, 1, fake::<c_void>()),
-                2,
-                0,
-                null(),
-                0,
-                1.0,
-                p(k, 2, fake::<f32>()),
-                2,
-                null(),
-                0,
-                fake::<f32>(),
-                2,
-                null(),
-                0,
-                m(k, 3, fake::<c_void>()),
-                3,
-                null_mut(),
-            )
-        });
-        cover_gpu(cov, "care_gpu_logits_policy_loss", 8, &mut |k| {
-            care_ffi::logsoftmax::care_gpu_logits_policy_loss(
-                0,
-                p(k, 0, fake::<c_void>()),
-                2,
-                3,
-                3,
-                p(k, 1, fake::<c_void>()),
-                2,
-                0,
-                null(),
-                0,
-                1.0,
-                null(),
-                0,
-                null(),
-                0,
-                p(k, 2, fake::<u32>()),
-                2,
-                p(k, 3, fake::<f32>()),
-                1,
-                0,
-                null(),
-                0,
-                m(k, 4, fake::<f32>()),
-                2,
-                m(k, 5, fake::<f32>()),
-                2,
-                m(k, 6, fake::<f32>()),
-                2,
-                null_mut(),
-                0,
-                m(k, 7, ws),
-                64,
-                null_mut(),
-            )
-        });
-    }
+                Some(CARE_ERR_CUDA_UNAVAILABLE)
+            },
+            writes: false,
+            ..c
+        })
+        .collect()
 }

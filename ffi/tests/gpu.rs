@@ -76,35 +76,22 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
             let (pr, _a) = d_r.device_ptr(&stream);
             let (pa, _b) = d_adv.device_ptr_mut(&stream);
             let (pw, _c) = d_ws.device_ptr_mut(&stream);
+            // The same structs as the CPU call, holding device addresses.
+            let d_rewards = care_rewards {
+                rewards: pr as *const f32,
+                ..c_rewards
+            };
+            let d_out = care_advantage_outputs {
+                advantages: pa as *mut f32,
+                ..out
+            };
+            let launch = launch(cu_stream, pw as *mut c_void);
             // SAFETY: device buffers of the stated sizes on this stream's context.
             unsafe {
-                let code = care_gpu_group_advantages(
-                    pr as *const f32,
-                    n,
-                    null(),
-                    0,
-                    g,
-                    null(),
-                    0,
-                    &o,
-                    pa as *mut f32,
-                    n,
-                    null_mut(),
-                    0,
-                    null(),
-                    pw as *mut c_void,
-                    CARE_GPU_WORKSPACE_BYTES,
-                    cu_stream,
-                );
+                let code =
+                    care_gpu_group_advantages(&d_rewards, &layout, &o, &d_out, null(), &launch);
                 assert_eq!(code, CARE_OK);
-                assert_eq!(
-                    care_gpu_advantage_status(
-                        pw as *const c_void,
-                        CARE_GPU_WORKSPACE_BYTES,
-                        cu_stream
-                    ),
-                    CARE_OK
-                );
+                assert_eq!(care_gpu_group_advantages_status(&launch), CARE_OK);
             }
         }
         let got = stream.clone_dtoh(&d_adv).unwrap();
@@ -182,46 +169,36 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
         let (pg, _f) = d_grad.device_ptr_mut(&stream);
         let (pst, _g) = d_stats.device_ptr_mut(&stream);
         let (pw, _h) = d_ws.device_ptr_mut(&stream);
+        let d_inputs = care_loss_inputs {
+            logp: pl as *const c_void,
+            logp_old: po as *const c_void,
+            seq_offsets: ps as *const u32,
+            mask: pm as *const u8,
+            advantages: pa as *const f32,
+            ..inputs
+        };
+        let launch = launch(cu_stream, pw as *mut c_void);
+        let pst = pst as *mut c_void;
+        let f32_code = care_dtype::CARE_DTYPE_F32 as u32;
         // SAFETY: device buffers of the stated sizes on this stream's context.
         unsafe {
             assert_eq!(
-                care_gpu_loss_stats_reset(pst as *mut c_void, CARE_GPU_LOSS_STATS_BYTES, cu_stream),
+                care_gpu_loss_stats_reset(pst, CARE_GPU_LOSS_STATS_BYTES, &launch),
                 CARE_OK
             );
             let code = care_gpu_policy_loss(
-                0,
-                pl as *const c_void,
-                t,
-                po as *const c_void,
-                t,
-                null(),
-                0,
-                ps as *const u32,
-                seq.len(),
-                pm as *const u8,
-                t,
-                pa as *const f32,
-                4,
-                0,
+                &d_inputs,
                 &lo,
-                0,
                 pg as *mut c_void,
                 t,
-                0,
-                pst as *mut c_void,
+                f32_code,
+                pst,
                 CARE_GPU_LOSS_STATS_BYTES,
-                pw as *mut c_void,
-                CARE_GPU_WORKSPACE_BYTES,
-                cu_stream,
+                &launch,
             );
             assert_eq!(code, CARE_OK);
             assert_eq!(
-                care_gpu_loss_stats_read(
-                    pst as *const c_void,
-                    CARE_GPU_LOSS_STATS_BYTES,
-                    cu_stream,
-                    &mut st
-                ),
+                care_gpu_loss_stats_read(pst, CARE_GPU_LOSS_STATS_BYTES, &launch, &mut st),
                 CARE_OK
             );
         }
@@ -243,4 +220,14 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
         );
     }
     assert_eq!(st.tokens, mask.iter().filter(|&&m| m != 0).count() as f64);
+}
+
+/// A `care_gpu_launch` on `stream` with the workspace at `ws`.
+fn launch(stream: *mut c_void, ws: *mut c_void) -> care_gpu_launch {
+    care_gpu_launch {
+        struct_size: size_of::<care_gpu_launch>() as u32,
+        stream,
+        workspace: ws,
+        workspace_len: CARE_GPU_WORKSPACE_BYTES,
+    }
 }

@@ -168,6 +168,7 @@ fn header_result_codes_match_the_rust_enum() {
 /// `(C name, size, alignment)` of every `#[repr(C)]` struct of the API, as Rust lays them out.
 fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
     use care_ffi::advantage::*;
+    use care_ffi::gpu::*;
     use care_ffi::logsoftmax::*;
     use care_ffi::loss::*;
     use care_ffi::reward::*;
@@ -190,6 +191,7 @@ fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
         care_log_softmax_outputs,
         care_log_softmax_grads,
         care_logits_loss_outputs,
+        care_gpu_launch,
         care_score_options,
         care_preference_options,
         care_generator_options,

@@ -261,6 +261,17 @@ class LogitsLossOutputs(Versioned):
     ]
 
 
+class GpuLaunch(Versioned):
+    """``care_gpu_launch``."""
+
+    _fields_ = [
+        ("struct_size", _u32),
+        ("stream", _vp),
+        ("workspace", _vp),
+        ("workspace_len", _sz),
+    ]
+
+
 #: Every struct declared here, by its C name (the tests compare each with care.h).
 STRUCTS = {
     "care_advantage_options": AdvantageOptions,
@@ -275,6 +286,7 @@ STRUCTS = {
     "care_log_softmax_outputs": LogSoftmaxOutputs,
     "care_log_softmax_grads": LogSoftmaxGrads,
     "care_logits_loss_outputs": LogitsLossOutputs,
+    "care_gpu_launch": GpuLaunch,
 }
 
 
@@ -324,54 +336,29 @@ _SIGNATURES = {
     "care_gpu_available": (_u32, []),
     "care_gpu_group_advantages": (
         _u32,
-        [_vp, _sz, _vp, _sz, _u32, _vp, _sz, _P(AdvantageOptions), _vp, _sz, _vp, _sz,
-         _vp,  # d_batch_std (optional)
-         _vp, _sz, _vp],
-    ),  # fmt: skip
-    "care_gpu_advantage_status": (_u32, [_vp, _sz, _vp]),
-    "care_gpu_loss_stats_reset": (_u32, [_vp, _sz, _vp]),
-    "care_gpu_loss_stats_read": (_u32, [_vp, _sz, _vp, _P(LossStats)]),
+        [_P(Rewards), _P(GroupLayout), _P(AdvantageOptions), _P(AdvantageOutputs), _vp,
+         _P(GpuLaunch)],
+    ),
+    "care_gpu_group_advantages_status": (_u32, [_P(GpuLaunch)]),
+    "care_gpu_loss_stats_reset": (_u32, [_vp, _sz, _P(GpuLaunch)]),
+    "care_gpu_loss_stats_read": (_u32, [_vp, _sz, _P(GpuLaunch), _P(LossStats)]),
     "care_gpu_policy_loss": (
         _u32,
-        [
-            _u32,  # dtype
-            _vp, _sz,  # logp
-            _vp, _sz,  # logp_old
-            _vp, _sz,  # logp_ref
-            _vp, _sz,  # seq_offsets
-            _vp, _sz,  # mask
-            _vp, _sz,  # advantages
-            _u32,  # advantages_kind
-            _P(LossOptions),
-            _u32,  # max_seq_len
-            _vp, _sz,  # grad_out
-            _u32,  # grad_in_input_dtype
-            _vp, _sz,  # stats
-            _vp, _sz,  # workspace
-            _vp,  # stream
-        ],
+        [_P(LossInputs), _P(LossOptions), _vp, _sz, _u32, _vp, _sz, _P(GpuLaunch)],
     ),
-    "care_gpu_log_softmax": (
+    "care_gpu_selective_log_softmax": (
         _u32,
-        [_u32, _vp, _sz, _u32, _sz, _vp, _sz, _u32, _vp, _sz, _f64,
-         _vp, _sz, _vp, _sz, _vp, _sz, _vp, _sz, _vp],
+        [_P(Logits), _P(LogSoftmaxOutputs), _P(GpuLaunch)],
     ),
-    "care_gpu_log_softmax_status": (_u32, [_vp, _sz, _vp]),
-    "care_gpu_log_softmax_backward": (
+    "care_gpu_selective_log_softmax_status": (_u32, [_P(GpuLaunch)]),
+    "care_gpu_selective_log_softmax_backward": (
         _u32,
-        [_u32, _vp, _sz, _u32, _sz, _vp, _sz, _u32, _vp, _sz, _f64,
-         _vp, _sz, _vp, _sz, _vp, _sz, _vp, _sz, _vp, _sz, _vp],
+        [_P(Logits), _P(LogSoftmaxGrads), _vp, _sz, _sz, _P(GpuLaunch)],
     ),
     "care_gpu_logits_policy_loss": (
         _u32,
-        [_u32, _vp, _sz, _u32, _sz, _vp, _sz, _u32, _vp, _sz, _f64,
-         _vp, _sz,  # logp_old
-         _vp, _sz,  # logp_ref
-         _vp, _sz,  # seq_offsets
-         _vp, _sz, _u32,  # advantages, kind
-         _P(LossOptions), _u32,  # options, max_seq_len
-         _vp, _sz, _vp, _sz, _vp, _sz,  # logp, lse, dlogp outputs
-         _vp, _sz, _vp, _sz, _vp],  # stats, workspace, stream
+        [_P(Logits), _P(LossInputs), _P(LossOptions), _P(LogitsLossOutputs), _vp, _sz,
+         _P(GpuLaunch)],
     ),
 }  # fmt: skip
 

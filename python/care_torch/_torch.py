@@ -33,6 +33,16 @@ def _stream(device):
     return torch.cuda.current_stream(device).cuda_stream
 
 
+def _launch(device):
+    """A ``care_gpu_launch`` on torch's current stream with a fresh workspace; the caller keeps
+    the returned workspace tensor alive until the call's status has been read."""
+    ws = torch.empty(_lib.GPU_WORKSPACE_BYTES // 4, dtype=torch.int32, device=device)
+    launch = _lib.GpuLaunch(
+        stream=_stream(device), workspace=ws.data_ptr(), workspace_len=_lib.GPU_WORKSPACE_BYTES
+    )
+    return launch, ws
+
+
 def _flat(t, dtype, device, name):
     """A contiguous 1-D view (or copy) of ``t`` with ``dtype`` on ``device``."""
     if t is None:
@@ -120,35 +130,27 @@ def advantages(
         # care_group_stats is {u32, f32, f32, u32}: 16 bytes per group.
         stats = torch.empty((max(n_groups, 0), 4), dtype=torch.int32, device=device)
     lib = _lib.lib()
+    # One set of structs for both devices: host addresses for the CPU, device ones for CUDA.
+    rw = _lib.Rewards(rewards=r.data_ptr(), rewards_len=n, valid=_ptr(v), valid_len=_n(v))
+    layout = _lib.GroupLayout(group_size=gs, offsets=_ptr(offs), offsets_len=_n(offs))
+    outputs = _lib.AdvantageOutputs(
+        advantages=out.data_ptr(), advantages_len=n, stats=_ptr(stats),
+        stats_len=0 if stats is None else n_groups,
+    )  # fmt: skip
+    args = (ctypes.byref(rw), ctypes.byref(layout), ctypes.byref(opts), ctypes.byref(outputs))
     if device.type == "cuda":
-        ws = torch.empty(_lib.GPU_WORKSPACE_BYTES // 4, dtype=torch.int32, device=device)
-        stream = _stream(device)
+        launch, _ws = _launch(device)
         check(
-            lib.care_gpu_group_advantages(
-                r.data_ptr(), n, _ptr(v), _n(v), gs, _ptr(offs), _n(offs), ctypes.byref(opts),
-                out.data_ptr(), n, _ptr(stats), 0 if stats is None else n_groups,
-                _ptr(bstd), ws.data_ptr(), _lib.GPU_WORKSPACE_BYTES, stream,
-            ),
+            lib.care_gpu_group_advantages(*args, _ptr(bstd), ctypes.byref(launch)),
             "care_gpu_group_advantages",
-        )  # fmt: skip
+        )
         if check_status:
             check(
-                lib.care_gpu_advantage_status(ws.data_ptr(), _lib.GPU_WORKSPACE_BYTES, stream),
+                lib.care_gpu_group_advantages_status(ctypes.byref(launch)),
                 "care_gpu_group_advantages",
             )
     else:
-        rw = _lib.Rewards(rewards=r.data_ptr(), rewards_len=n, valid=_ptr(v), valid_len=_n(v))
-        layout = _lib.GroupLayout(group_size=gs, offsets=_ptr(offs), offsets_len=_n(offs))
-        outputs = _lib.AdvantageOutputs(
-            advantages=out.data_ptr(), advantages_len=n, stats=_ptr(stats),
-            stats_len=0 if stats is None else n_groups,
-        )  # fmt: skip
-        check(
-            lib.care_group_advantages(
-                ctypes.byref(rw), ctypes.byref(layout), ctypes.byref(opts), ctypes.byref(outputs)
-            ),
-            "care_group_advantages",
-        )
+        check(lib.care_group_advantages(*args), "care_group_advantages")
     out = out.reshape(shape)
     if not return_stats:
         return out
@@ -169,43 +171,39 @@ def _loss_call(logp, logp_old, logp_ref, adv, adv_kind, offs, mask, opts, max_le
     need = want_grad or device.type != "cuda"
     grad = torch.empty(t, dtype=torch.float32, device=device) if need else None
     stats = _lib.LossStats()
+    inputs = _lib.LossInputs(
+        dtype=dtype_code, logp=logp.data_ptr(), logp_len=t,
+        logp_old=_ptr(logp_old), logp_old_len=_n(logp_old),
+        logp_ref=_ptr(logp_ref), logp_ref_len=_n(logp_ref),
+        seq_offsets=offs.data_ptr(), seq_offsets_len=offs.numel(),
+        mask=_ptr(mask), mask_len=_n(mask),
+        advantages=adv.data_ptr(), advantages_len=adv.numel(), advantages_kind=adv_kind,
+        max_seq_len=max_len,
+    )  # fmt: skip
     if device.type == "cuda":
-        stream = _stream(device)
+        launch, _ws = _launch(device)
         d_stats = torch.empty(_lib.GPU_LOSS_STATS_BYTES // 4, dtype=torch.int32, device=device)
-        ws = torch.empty(_lib.GPU_WORKSPACE_BYTES // 4, dtype=torch.int32, device=device)
+        nbytes = _lib.GPU_LOSS_STATS_BYTES
         check(
-            lib.care_gpu_loss_stats_reset(d_stats.data_ptr(), _lib.GPU_LOSS_STATS_BYTES, stream),
+            lib.care_gpu_loss_stats_reset(d_stats.data_ptr(), nbytes, ctypes.byref(launch)),
             "care_gpu_loss_stats_reset",
         )
         check(
             lib.care_gpu_policy_loss(
-                dtype_code, logp.data_ptr(), t, _ptr(logp_old), _n(logp_old),
-                _ptr(logp_ref), _n(logp_ref), offs.data_ptr(), offs.numel(),
-                _ptr(mask), _n(mask), adv.data_ptr(), adv.numel(), adv_kind,
-                ctypes.byref(opts), max_len, _ptr(grad), _n(grad), 0,
-                d_stats.data_ptr(), _lib.GPU_LOSS_STATS_BYTES,
-                ws.data_ptr(), _lib.GPU_WORKSPACE_BYTES, stream,
+                ctypes.byref(inputs), ctypes.byref(opts), _ptr(grad), _n(grad),
+                _lib.DTYPES["float32"], d_stats.data_ptr(), nbytes, ctypes.byref(launch),
             ),
             "care_gpu_policy_loss",
         )  # fmt: skip
         # Reading the stats synchronizes the stream (the loss is one of them).
         check(
             lib.care_gpu_loss_stats_read(
-                d_stats.data_ptr(), _lib.GPU_LOSS_STATS_BYTES, stream, ctypes.byref(stats)
+                d_stats.data_ptr(), nbytes, ctypes.byref(launch), ctypes.byref(stats)
             ),
             "care_gpu_loss_stats_read",
         )
         loss = torch.tensor(stats.loss, dtype=torch.float32, device=device)
     else:
-        inputs = _lib.LossInputs(
-            dtype=dtype_code, logp=logp.data_ptr(), logp_len=t,
-            logp_old=_ptr(logp_old), logp_old_len=_n(logp_old),
-            logp_ref=_ptr(logp_ref), logp_ref_len=_n(logp_ref),
-            seq_offsets=offs.data_ptr(), seq_offsets_len=offs.numel(),
-            mask=_ptr(mask), mask_len=_n(mask),
-            advantages=adv.data_ptr(), advantages_len=adv.numel(), advantages_kind=adv_kind,
-            max_seq_len=max_len,
-        )  # fmt: skip
         loss_out = ctypes.c_double()
         check(
             lib.care_policy_loss(

@@ -16,24 +16,11 @@ import ctypes
 
 import torch
 
-from . import _lib
+from . import _lib, _torch
 from ._lib import check
+from ._torch import DTYPES, _n, _ptr, _stream
 
 __all__ = ["selective_log_softmax", "logits_policy_loss", "SelectiveLogSoftmax"]
-
-from ._torch import DTYPES
-
-
-def _ptr(t):
-    return None if t is None else t.data_ptr()
-
-
-def _n(t):
-    return 0 if t is None else t.numel()
-
-
-def _stream(device):
-    return torch.cuda.current_stream(device).cuda_stream
 
 
 def _rows_view(logits):
@@ -76,40 +63,47 @@ def _mask(mask, rows, device):
     return (m != 0).to(torch.uint8).contiguous()
 
 
-def _host_logits(x2, rows, v, stride, y, i64, m, temperature):
-    """The ``care_logits`` of host rows (``(rows - 1) * stride + v`` elements readable)."""
-    n_el = (rows - 1) * stride + v if rows else 0
+def _logits(x2, rows, v, stride, y, i64, m, temperature):
+    """The ``care_logits`` of the rows (host or device: the same struct for both)."""
     return _lib.Logits(
-        dtype=DTYPES[x2.dtype], logits=x2.data_ptr(), logits_len=n_el,
+        dtype=DTYPES[x2.dtype], logits=x2.data_ptr(), logits_len=_matrix_len(rows, v, stride),
         rows=rows, vocab=v, row_stride=stride, targets=y.data_ptr(), targets_len=rows,
         targets_i64=i64, mask=_ptr(m), mask_len=_n(m), temperature=float(temperature),
     )  # fmt: skip
 
 
+def _matrix_len(rows, v, stride):
+    """Elements of ``rows`` rows of ``v`` elements, ``stride`` apart."""
+    return (rows - 1) * stride + v if rows else 0
+
+
+def _no_workspace(device):
+    """A ``care_gpu_launch`` on torch's current stream for calls that need no workspace."""
+    return _lib.GpuLaunch(stream=_stream(device))
+
+
 def _forward(x2, rows, v, stride, y, i64, m, temperature, want_entropy):
+    """``(logp, entropy or None, lse, launch)``; ``launch`` (with its workspace tensor) is the
+    GPU call's, for the status read, or ``None`` on the CPU."""
     lib = _lib.lib()
     device = x2.device
     logp = torch.empty(rows, dtype=torch.float32, device=device)
     lse = torch.empty(rows, dtype=torch.float32, device=device)
     ent = torch.empty(rows, dtype=torch.float32, device=device) if want_entropy else None
-    code = DTYPES[x2.dtype]
-    if device.type == "cuda":
-        ws = torch.empty(_lib.GPU_WORKSPACE_BYTES // 4, dtype=torch.int32, device=device)
-        stream = _stream(device)
-        check(
-            lib.care_gpu_log_softmax(
-                code, x2.data_ptr(), rows, v, stride, y.data_ptr(), rows, i64, _ptr(m), _n(m),
-                float(temperature), logp.data_ptr(), rows, _ptr(ent), _n(ent), lse.data_ptr(),
-                rows, ws.data_ptr(), _lib.GPU_WORKSPACE_BYTES, stream,
-            ),
-            "care_gpu_log_softmax",
-        )  # fmt: skip
-        return logp, ent, lse, ws
-    c = _host_logits(x2, rows, v, stride, y, i64, m, temperature)
+    c = _logits(x2, rows, v, stride, y, i64, m, temperature)
     out = _lib.LogSoftmaxOutputs(
         logp=logp.data_ptr(), logp_len=rows, entropy=_ptr(ent), entropy_len=_n(ent),
         lse=lse.data_ptr(), lse_len=rows,
     )  # fmt: skip
+    if device.type == "cuda":
+        launch = _torch._launch(device)
+        check(
+            lib.care_gpu_selective_log_softmax(
+                ctypes.byref(c), ctypes.byref(out), ctypes.byref(launch[0])
+            ),
+            "care_gpu_selective_log_softmax",
+        )
+        return logp, ent, lse, launch
     check(
         lib.care_selective_log_softmax(ctypes.byref(c), ctypes.byref(out)),
         "care_selective_log_softmax",
@@ -121,25 +115,25 @@ def _backward(x2, rows, v, stride, y, i64, m, temperature, lse, ent, g, ge, inpl
     """dlogits as a ``[rows, V]`` tensor in the logits dtype (``x2`` itself when ``inplace``)."""
     lib = _lib.lib()
     device = x2.device
-    code = DTYPES[x2.dtype]
+    c = _logits(x2, rows, v, stride, y, i64, m, temperature)
+    # The entropy term needs the forward's entropy (the CPU recomputes it, the GPU reads it).
+    e = ent if ge is not None else None
+    grads = _lib.LogSoftmaxGrads(
+        dlogp=_ptr(g), dlogp_len=_n(g), dentropy=_ptr(ge), dentropy_len=_n(ge),
+        lse=_ptr(lse), lse_len=_n(lse), entropy=_ptr(e), entropy_len=_n(e),
+    )  # fmt: skip
     if device.type == "cuda":
         out = x2 if inplace else torch.empty((rows, v), dtype=x2.dtype, device=device)
         ostride = stride if inplace else v
         check(
-            lib.care_gpu_log_softmax_backward(
-                code, x2.data_ptr(), rows, v, stride, y.data_ptr(), rows, i64, _ptr(m), _n(m),
-                float(temperature), lse.data_ptr(), rows, _ptr(ent) if ge is not None else None,
-                _n(ent) if ge is not None else 0, _ptr(g), _n(g), _ptr(ge), _n(ge),
-                out.data_ptr(), ostride, _stream(device),
+            lib.care_gpu_selective_log_softmax_backward(
+                ctypes.byref(c), ctypes.byref(grads), out.data_ptr(),
+                _matrix_len(rows, v, ostride), ostride, ctypes.byref(_no_workspace(device)),
             ),
-            "care_gpu_log_softmax_backward",
+            "care_gpu_selective_log_softmax_backward",
         )  # fmt: skip
         return out
     out = torch.empty((rows, v), dtype=torch.float32)
-    c = _host_logits(x2, rows, v, stride, y, i64, m, temperature)
-    grads = _lib.LogSoftmaxGrads(
-        dlogp=_ptr(g), dlogp_len=_n(g), dentropy=_ptr(ge), dentropy_len=_n(ge)
-    )
     check(
         lib.care_selective_log_softmax_backward(
             ctypes.byref(c), ctypes.byref(grads), out.data_ptr(), rows * v
@@ -159,13 +153,13 @@ class SelectiveLogSoftmax(torch.autograd.Function):
         x2, rows, v, stride = _rows_view(logits)
         y, i64 = _targets(targets, rows, logits.device)
         m = _mask(mask, rows, logits.device)
-        logp, ent, lse, ws = _forward(x2, rows, v, stride, y, i64, m, temperature, want_entropy)
-        if ws is not None and check_targets:
+        logp, ent, lse, launch = _forward(
+            x2, rows, v, stride, y, i64, m, temperature, want_entropy
+        )
+        if launch is not None and check_targets:
             check(
-                _lib.lib().care_gpu_log_softmax_status(
-                    ws.data_ptr(), _lib.GPU_WORKSPACE_BYTES, _stream(logits.device)
-                ),
-                "care_gpu_log_softmax (targets)",
+                _lib.lib().care_gpu_selective_log_softmax_status(ctypes.byref(launch[0])),
+                "care_gpu_selective_log_softmax (targets)",
             )
         ctx.meta = (rows, v, stride, i64, float(temperature), inplace_backward, logits.shape)
         ctx.save_for_backward(x2, y, m if m is not None else torch.empty(0), lse,
@@ -232,30 +226,39 @@ class _LogitsPolicyLoss(torch.autograd.Function):
         logp = torch.empty(rows, dtype=torch.float32, device=device)
         lse = torch.empty_like(logp)
         dlogp = torch.empty_like(logp)
-        stream = _stream(device)
+        launch, _ws = _torch._launch(device)
         d_stats = torch.empty(_lib.GPU_LOSS_STATS_BYTES // 4, dtype=torch.int32, device=device)
-        ws = torch.empty(_lib.GPU_WORKSPACE_BYTES // 4, dtype=torch.int32, device=device)
+        nbytes = _lib.GPU_LOSS_STATS_BYTES
+        c = _logits(x2, rows, v, stride, y, i64, m, temperature)
+        inputs = _lib.LossInputs(
+            dtype=_lib.DTYPES["float32"], logp_old=_ptr(old), logp_old_len=_n(old),
+            logp_ref=_ptr(ref), logp_ref_len=_n(ref), seq_offsets=offs.data_ptr(),
+            seq_offsets_len=offs.numel(), advantages=adv.data_ptr(), advantages_len=adv.numel(),
+            advantages_kind=kind, max_seq_len=max_len,
+        )  # fmt: skip
+        outputs = _lib.LogitsLossOutputs(
+            logp=logp.data_ptr(), logp_len=rows, lse=lse.data_ptr(), lse_len=rows,
+            dlogp=dlogp.data_ptr(), dlogp_len=rows,
+        )  # fmt: skip
         check(
-            lib.care_gpu_loss_stats_reset(d_stats.data_ptr(), _lib.GPU_LOSS_STATS_BYTES, stream),
+            lib.care_gpu_loss_stats_reset(d_stats.data_ptr(), nbytes, ctypes.byref(launch)),
             "care_gpu_loss_stats_reset",
         )
         check(
             lib.care_gpu_logits_policy_loss(
-                DTYPES[x2.dtype], x2.data_ptr(), rows, v, stride, y.data_ptr(), rows, i64,
-                _ptr(m), _n(m), temperature, _ptr(old), _n(old), _ptr(ref), _n(ref),
-                offs.data_ptr(), offs.numel(), adv.data_ptr(), adv.numel(), kind,
-                ctypes.byref(opts), max_len, logp.data_ptr(), rows, lse.data_ptr(), rows,
-                dlogp.data_ptr(), rows, d_stats.data_ptr(), _lib.GPU_LOSS_STATS_BYTES,
-                ws.data_ptr(), _lib.GPU_WORKSPACE_BYTES, stream,
+                ctypes.byref(c), ctypes.byref(inputs), ctypes.byref(opts), ctypes.byref(outputs),
+                d_stats.data_ptr(), nbytes, ctypes.byref(launch),
             ),
             "care_gpu_logits_policy_loss",
         )  # fmt: skip
-        check(lib.care_gpu_log_softmax_status(ws.data_ptr(), _lib.GPU_WORKSPACE_BYTES, stream),
-              "care_gpu_logits_policy_loss (targets)")  # fmt: skip
+        check(
+            lib.care_gpu_selective_log_softmax_status(ctypes.byref(launch)),
+            "care_gpu_logits_policy_loss (targets)",
+        )
         stats = _lib.LossStats()
         check(
             lib.care_gpu_loss_stats_read(
-                d_stats.data_ptr(), _lib.GPU_LOSS_STATS_BYTES, stream, ctypes.byref(stats)
+                d_stats.data_ptr(), nbytes, ctypes.byref(launch), ctypes.byref(stats)
             ),
             "care_gpu_loss_stats_read",
         )
@@ -300,8 +303,6 @@ def logits_policy_loss(
     ``[T, V]`` with CSR ``seq_offsets``; ``logp_old`` / ``logp_ref`` are float32 here. With
     ``return_stats`` returns ``(loss, stats_dict, logp)``.
     """
-    from . import _torch
-
     logits = torch.as_tensor(logits)
     device = logits.device
     if device.type != "cuda":
