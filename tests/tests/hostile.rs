@@ -11,8 +11,8 @@
 
 use std::io::{self, Read};
 
-use care::care_result;
-use care::rubric::{care_rubric_free, care_rubric_parse};
+use care_ffi::care_result;
+use care_ffi::rubric::{care_rubric_free, care_rubric_parse};
 use care_cli::Command;
 use care_cli::engine::{self, EngineOptions, LineProcessor};
 use care_core::grpo::AdvantageOptions;
