@@ -101,11 +101,17 @@ const _: () = {
     let mut end = 0;
     let mut i = 0;
     while i < LOSS_STATS_LAYOUT.len() {
-        assert!(LOSS_STATS_LAYOUT[i].offset == end, "LOSS_STATS_LAYOUT out of order");
+        assert!(
+            LOSS_STATS_LAYOUT[i].offset == end,
+            "LOSS_STATS_LAYOUT out of order"
+        );
         end += LOSS_STATS_LAYOUT[i].kind.size();
         i += 1;
     }
-    assert!(end == LOSS_STATS_SIZE, "LOSS_STATS_LAYOUT misses a field of LossStats");
+    assert!(
+        end == LOSS_STATS_SIZE,
+        "LOSS_STATS_LAYOUT misses a field of LossStats"
+    );
 };
 
 #[cfg(test)]
@@ -115,7 +121,13 @@ mod tests {
 
     fn get(s: &LossStats, f: &StatsField) -> f64 {
         // SAFETY: the compile-time check above puts an f64 at every offset of the table.
-        unsafe { (&raw const *s).cast::<u8>().add(f.offset).cast::<f64>().read() }
+        unsafe {
+            (&raw const *s)
+                .cast::<u8>()
+                .add(f.offset)
+                .cast::<f64>()
+                .read()
+        }
     }
 
     fn with_values(base: f64) -> LossStats {
