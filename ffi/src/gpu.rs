@@ -10,7 +10,7 @@ use core::ffi::c_void;
 use core::mem::size_of;
 
 use care_core::grpo::LossStats;
-use care_kernels::cuda::{CudaBackend, driver_available};
+use care_kernels::cuda::{CudaLauncher, driver_available};
 use care_kernels::params::LossStatsRaw;
 use care_kernels::{
     AdvantageBuffers, DeviceGroups, Dtype, KernelError, LossBuffers, Tuning, WORKSPACE_BYTES,
@@ -104,19 +104,19 @@ pub(crate) fn kernel_code(e: KernelError<DriverError>) -> care_result {
     }
 }
 
-/// A backend on the caller's stream, or the CUDA code saying why there is none.
+/// A launcher on the caller's stream, or the CUDA code saying why there is none.
 ///
 /// # Safety
 /// `stream` is NULL (legacy default stream) or a live `CUstream`; `any_ptr` a device address.
 pub(crate) unsafe fn backend(
     stream: *mut c_void,
     any_ptr: u64,
-) -> Result<CudaBackend, care_result> {
+) -> Result<CudaLauncher, care_result> {
     if !driver_available() {
         return Err(care_result::CARE_ERR_CUDA_UNAVAILABLE);
     }
     // SAFETY: forwarded contract.
-    unsafe { CudaBackend::new(stream.cast(), any_ptr) }.map_err(driver_code)
+    unsafe { CudaLauncher::new(stream.cast(), any_ptr) }.map_err(driver_code)
 }
 
 /// Where a GPU call runs and its scratch memory; every GPU function but `care_gpu_available`

@@ -12,17 +12,17 @@ use care_core::grpo::{Advantages, LogProb, LossInputs, LossOptions, LossOutput};
 use care_core::logsoftmax::{
     LogSoftmaxOptions, Logits, TokenId, selective_log_softmax, selective_log_softmax_backward,
 };
-use care_kernels::logsoftmax::{
-    LogitsLossBuffers, LsmCuda, LsmGrads, LsmOutputs, LsmRows, LsmTuning, log_softmax_backward,
-    log_softmax_forward, logits_loss_forward, lsm_status,
+use care_kernels::{
+    Dtype, LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, Tuning,
+    WORKSPACE_BYTES, log_softmax_backward, log_softmax_forward, log_softmax_status,
+    logits_loss_forward,
 };
-use care_kernels::{Dtype, WORKSPACE_BYTES};
 use half::{bf16, f16};
 
 use crate::args::{self, Out};
 use crate::gpu::{
-    CARE_GPU_LOSS_STATS_BYTES, CARE_GPU_WORKSPACE_BYTES, care_gpu_launch, dev, device_loss,
-    driver_code, kernel_code, read_launch,
+    CARE_GPU_LOSS_STATS_BYTES, CARE_GPU_WORKSPACE_BYTES, backend, care_gpu_launch, dev,
+    device_loss, kernel_code, read_launch,
 };
 use crate::loss::{
     self, care_loss_inputs, care_loss_options, care_loss_stats, read_dtype as dtype_arg,
@@ -488,16 +488,6 @@ pub unsafe extern "C" fn care_logits_policy_loss(
 }
 
 // ---- GPU ------------------------------------------------------------------------------------
-/// # Safety
-/// `stream` is NULL or a live `CUstream`; `any_ptr` a device address.
-unsafe fn backend(stream: *mut c_void, any_ptr: u64) -> Result<LsmCuda, care_result> {
-    if !care_kernels::cuda::driver_available() {
-        return Err(care_result::CARE_ERR_CUDA_UNAVAILABLE);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { LsmCuda::new(stream.cast(), any_ptr) }.map_err(driver_code)
-}
-
 /// A device matrix of `rows` rows of `vocab` elements of `dtype`, `stride` apart, at `p` with
 /// `len` elements readable: the address, after the checks the CPU makes on host rows (shape,
 /// then length), plus NULL and the dtype's alignment.
@@ -526,7 +516,9 @@ fn device_matrix(
 ///
 /// # Safety
 /// As for [`args::input`].
-unsafe fn device_rows(p: *const care_logits) -> Result<(LsmRows, LogSoftmaxOptions), care_result> {
+unsafe fn device_rows(
+    p: *const care_logits,
+) -> Result<(LogitsBuffers, LogSoftmaxOptions), care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::input(p) }?;
     let dtype = dtype_arg(c.dtype)?;
@@ -538,7 +530,7 @@ unsafe fn device_rows(p: *const care_logits) -> Result<(LsmRows, LogSoftmaxOptio
     } else {
         dev(c.targets.cast::<i32>(), c.targets_len, c.rows, true)?
     };
-    let rows = LsmRows {
+    let rows = LogitsBuffers {
         dtype,
         logits,
         rows: c.rows as u64,
@@ -571,10 +563,10 @@ pub unsafe extern "C" fn care_gpu_selective_log_softmax(
         let entropy = tri!(dev(o.entropy.cast_const(), o.entropy_len, n, false));
         let lse = tri!(dev(o.lse.cast_const(), o.lse_len, n, false));
         let l = tri!(unsafe { read_launch(launch, true) });
-        let out = LsmOutputs { logp, entropy, lse, status: l.workspace };
+        let out = LogSoftmaxOutputs { logp, entropy, lse, status: l.workspace };
         let b = tri!(unsafe { backend(l.stream, l.workspace) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { log_softmax_forward(&b, &r, &out, &opts, LsmTuning::default()) } {
+        match unsafe { log_softmax_forward(&b, &r, &out, &opts, Tuning::default()) } {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }
@@ -591,7 +583,7 @@ pub unsafe extern "C" fn care_gpu_selective_log_softmax_status(
     ffi_panic_boundary! {
         // SAFETY: forwarded contract.
         let word = tri!(unsafe { crate::gpu::read_status(launch) });
-        match lsm_status(word) {
+        match log_softmax_status(word) {
             Ok(()) => care_result::CARE_OK,
             Err(e) => map_error(e),
         }
@@ -620,7 +612,7 @@ pub unsafe extern "C" fn care_gpu_selective_log_softmax_backward(
         let g = tri!(unsafe { args::input(grads) });
         let dlogits = tri!(device_matrix(d_dlogits_out.cast_const(), dlogits_len, r.dtype, n,
                                          r.vocab as usize, dlogits_row_stride));
-        let grads = LsmGrads {
+        let grads = LogSoftmaxGrads {
             lse: tri!(dev(g.lse, g.lse_len, n, true)),
             entropy: tri!(dev(g.entropy, g.entropy_len, n, false)),
             dlogp: tri!(dev(g.dlogp, g.dlogp_len, n, false)),
@@ -637,7 +629,7 @@ pub unsafe extern "C" fn care_gpu_selective_log_softmax_backward(
         }
         let b = tri!(unsafe { backend(l.stream, grads.lse) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { log_softmax_backward(&b, &r, &grads, &opts, LsmTuning::default()) } {
+        match unsafe { log_softmax_backward(&b, &r, &grads, &opts, Tuning::default()) } {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }
@@ -688,7 +680,7 @@ pub unsafe extern "C" fn care_gpu_logits_policy_loss(
         };
         let b = tri!(unsafe { backend(l.stream, l.workspace) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { logits_loss_forward(&b, &r, &buf, &opts, &loss_opts, LsmTuning::default()) } {
+        match unsafe { logits_loss_forward(&b, &r, &buf, &opts, &loss_opts, Tuning::default()) } {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }

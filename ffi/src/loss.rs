@@ -3,11 +3,11 @@
 use core::ffi::{c_char, c_void};
 use core::mem::{align_of, size_of};
 
+use care_core::Dtype;
 use care_core::grpo::{
     Advantages, Aggregation, KlEstimator, LogProb, LossInputs, LossOptions, LossOutput, LossPreset,
     LossStats, RatioLevel,
 };
-use care_kernels::Dtype;
 use half::{bf16, f16};
 
 use crate::args::{self, Out};
@@ -93,10 +93,10 @@ pub enum care_dtype {
     CARE_DTYPE_F16 = 2,
 }
 
-/// The one table from `care_dtype` values to dtypes: `Dtype::ALL` is in `care_dtype` order
-/// (checked by a test).
+/// A `care_dtype` value as the dtype of that stable number (`care_core::Dtype`, the one dtype
+/// table; a test checks the C constants against it).
 pub(crate) fn read_dtype(value: u32) -> Result<Dtype, care_result> {
-    args::enum_arg(value, &Dtype::ALL)
+    Dtype::from_number(value).map_err(map_error)
 }
 
 /// The inputs of the policy loss for one micro-batch (SPEC §10), shared by `care_policy_loss`,
@@ -547,6 +547,7 @@ mod tests {
             (care_dtype::CARE_DTYPE_BF16, Dtype::Bf16),
             (care_dtype::CARE_DTYPE_F16, Dtype::F16),
         ] {
+            assert_eq!(c as u32, d.number());
             assert_eq!(read_dtype(c as u32), Ok(d));
         }
         assert_eq!(read_dtype(3), Err(care_result::CARE_ERR_INVALID_ARGUMENT));
@@ -593,5 +594,37 @@ mod tests {
             care_result::CARE_OK
         );
         assert_eq!(acc, stats_to_c(&want));
+    }
+
+    #[test]
+    fn c_stats_struct_is_the_core_layout() {
+        use care_core::grpo::{LOSS_STATS_LAYOUT, LOSS_STATS_SIZE};
+        assert_eq!(size_of::<care_loss_stats>(), LOSS_STATS_SIZE);
+        // A distinct value in every field of the core struct, placed through the table; the C
+        // struct must hold each at the table's offset (same order, and `stats_to_c` copies
+        // every field by its own name).
+        let mut s = LossStats::EMPTY;
+        for (i, f) in LOSS_STATS_LAYOUT.iter().enumerate() {
+            // SAFETY: the table puts an f64 at every offset of `LossStats` (checked in core).
+            unsafe {
+                (&raw mut s)
+                    .cast::<u8>()
+                    .add(f.offset)
+                    .cast::<f64>()
+                    .write(i as f64 + 0.5)
+            };
+        }
+        let c = stats_to_c(&s);
+        for (i, f) in LOSS_STATS_LAYOUT.iter().enumerate() {
+            // SAFETY: same size (asserted above); all fields are f64.
+            let got = unsafe {
+                (&raw const c)
+                    .cast::<u8>()
+                    .add(f.offset)
+                    .cast::<f64>()
+                    .read()
+            };
+            assert_eq!(got, i as f64 + 0.5, "care_loss_stats.{}", f.name);
+        }
     }
 }
