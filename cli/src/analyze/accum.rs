@@ -273,7 +273,10 @@ impl Acc {
         }
         if let Some(ids) = &rec.tactics {
             v.tactics.push(ids);
-            match rec.emotion.and_then(|e| v.tactics_by_emotion.get_mut(usize::from(e))) {
+            match rec
+                .emotion
+                .and_then(|e| v.tactics_by_emotion.get_mut(usize::from(e)))
+            {
                 Some(t) => t.push(ids),
                 None => v.responses_without_emotion += 1,
             }
@@ -317,7 +320,10 @@ fn add_rubric(v: &mut VariantAcc, r: &RubricObs, rec: &Record, tol: f64) {
                 Some(t) => v.by_turn.entry(t).or_default().push(w),
                 None => v.valid_without_turn += 1,
             }
-            match rec.emotion.and_then(|e| v.by_emotion.get_mut(usize::from(e))) {
+            match rec
+                .emotion
+                .and_then(|e| v.by_emotion.get_mut(usize::from(e)))
+            {
                 Some(acc) => acc.push(w),
                 None => v.valid_without_emotion += 1,
             }

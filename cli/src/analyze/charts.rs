@@ -164,7 +164,8 @@ fn render(
                 (FONT, 22).into_font().style(FontStyle::Bold).color(&BLACK),
             ))?;
             let (_, rest) = root.split_vertically(40);
-            let (legend_area, body_area) = rest.split_vertically(if legend.is_empty() { 0 } else { 30 });
+            let (legend_area, body_area) =
+                rest.split_vertically(if legend.is_empty() { 0 } else { 30 });
             draw_legend(&legend_area, legend)?;
             body(&body_area)?;
             root.present()?;
@@ -289,6 +290,7 @@ pub fn preference(acc: &Acc) -> Result<Option<Chart>, String> {
             .label_style((FONT, 15))
             .axis_desc_style((FONT, 15))
             .axis_style(AXIS)
+            .light_line_style(TRANSPARENT)
             .draw()?;
         let bw = 0.26;
         for (i, (_, counts)) in rows.iter().enumerate() {
@@ -306,7 +308,10 @@ pub fn preference(acc: &Acc) -> Result<Option<Chart>, String> {
                 chart.draw_series(std::iter::once(Text::new(
                     format!("{:.1}%", p * 100.0),
                     (x, p),
-                    (FONT, 13).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Bottom)),
+                    (FONT, 13)
+                        .into_font()
+                        .color(&BLACK)
+                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
                 )))?;
             }
         }
@@ -398,21 +403,23 @@ pub fn weights_by_turn(acc: &Acc) -> Result<Option<Chart>, String> {
                 .label_style((FONT, 14))
                 .axis_desc_style((FONT, 15))
                 .axis_style(AXIS)
-                .light_line_style(WHITE)
+                .light_line_style(TRANSPARENT)
                 .draw()?;
             for (d, color) in DIM_COLORS.iter().enumerate() {
                 let pts: Vec<(f64, f64, f64, f64)> = v
                     .by_turn
                     .iter()
                     .filter_map(|(t, a)| {
-                        band(&a.w[d]).map(|(m, lo, hi)| {
-                            (f64::from(*t), m, lo.max(yr.start), hi.min(yr.end))
-                        })
+                        band(&a.w[d])
+                            .map(|(m, lo, hi)| (f64::from(*t), m, lo.max(yr.start), hi.min(yr.end)))
                     })
                     .collect();
                 let mut poly: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, p.3)).collect();
                 poly.extend(pts.iter().rev().map(|p| (p.0, p.2)));
-                chart.draw_series(std::iter::once(Polygon::new(poly, color.mix(0.18).filled())))?;
+                chart.draw_series(std::iter::once(Polygon::new(
+                    poly,
+                    color.mix(0.18).filled(),
+                )))?;
                 chart.draw_series(std::iter::once(PathElement::new(
                     pts.iter().map(|p| (p.0, p.1)).collect::<Vec<_>>(),
                     color.stroke_width(3),
@@ -422,7 +429,13 @@ pub fn weights_by_turn(acc: &Acc) -> Result<Option<Chart>, String> {
                         .map(|p| Circle::new((p.0, p.1), 4, color.filled())),
                 )?;
             }
-            let max_n = v.by_turn.values().map(WeightAcc::n).max().unwrap_or(1).max(1) as f64;
+            let max_n = v
+                .by_turn
+                .values()
+                .map(WeightAcc::n)
+                .max()
+                .unwrap_or(1)
+                .max(1) as f64;
             let mut counts = ChartBuilder::on(&bottom)
                 .margin_left(12)
                 .margin_right(12)
@@ -442,10 +455,14 @@ pub fn weights_by_turn(acc: &Acc) -> Result<Option<Chart>, String> {
                 .label_style((FONT, 14))
                 .axis_desc_style((FONT, 15))
                 .axis_style(AXIS)
+                .light_line_style(TRANSPARENT)
                 .draw()?;
             counts.draw_series(v.by_turn.iter().map(|(t, a)| {
                 let x = f64::from(*t);
-                Rectangle::new([(x - 0.35, 0.0), (x + 0.35, a.n() as f64)], TIE_COLOR.mix(0.6).filled())
+                Rectangle::new(
+                    [(x - 0.35, 0.0), (x + 0.35, a.n() as f64)],
+                    TIE_COLOR.mix(0.6).filled(),
+                )
             }))?;
         }
         Ok(())
@@ -489,6 +506,7 @@ fn stacked_panels(
                 .label_style((FONT, 14))
                 .axis_desc_style((FONT, 15))
                 .axis_style(AXIS)
+                .light_line_style(TRANSPARENT)
                 .draw()?;
             for (i, shares) in values.iter().enumerate() {
                 let x = i as f64;
@@ -522,7 +540,11 @@ pub fn dominant_by_turn(acc: &Acc) -> Result<Option<Chart>, String> {
         .filter(|(_, v)| !v.by_turn.is_empty())
         .map(|(n, v)| {
             let cats = v.by_turn.keys().map(|t| t.to_string()).collect();
-            let vals = v.by_turn.values().map(|a| dominant_shares(a).to_vec()).collect();
+            let vals = v
+                .by_turn
+                .values()
+                .map(|a| dominant_shares(a).to_vec())
+                .collect();
             (variant_name(n), cats, vals)
         })
         .collect();
@@ -564,7 +586,9 @@ fn emotion_groups(
 
 /// Figure 4: the composition of the mean weights per emotion.
 pub fn weights_by_emotion(acc: &Acc) -> Result<Option<Chart>, String> {
-    let groups = emotion_groups(acc, |a| a.w.iter().map(|w| w.mean().unwrap_or(0.0)).collect());
+    let groups = emotion_groups(acc, |a| {
+        a.w.iter().map(|w| w.mean().unwrap_or(0.0)).collect()
+    });
     if groups.is_empty() {
         return Ok(None);
     }
@@ -606,6 +630,7 @@ fn hbars(
     x_desc: &str,
     cats: &[String],
     series: &[(String, RGBColor, Vec<(u64, u64)>)],
+    whiskers: bool,
 ) -> Result<Chart, String> {
     let legend: Vec<(String, RGBColor)> = series.iter().map(|(n, c, _)| (n.clone(), *c)).collect();
     let per = series.len().max(1) as f64;
@@ -616,7 +641,11 @@ fn hbars(
     let max_rate = series
         .iter()
         .flat_map(|(_, _, v)| v.iter())
-        .map(|&(k, n)| super::stats::wilson95(k, n).map_or(0.0, |c| c.hi))
+        .map(|&(k, n)| match super::stats::wilson95(k, n) {
+            Some(c) if whiskers => c.hi,
+            Some(_) => k as f64 / n as f64,
+            None => 0.0,
+        })
         .fold(0.0f64, f64::max);
     let x_max = ((max_rate * 10.0).ceil() / 10.0).clamp(0.1, 1.0);
     let svg = render(label_w + 640, h, title, &legend, |area| {
@@ -635,6 +664,7 @@ fn hbars(
             .label_style((FONT, 14))
             .axis_desc_style((FONT, 15))
             .axis_style(AXIS)
+            .light_line_style(TRANSPARENT)
             .draw()?;
         let bh = 0.8 / per;
         for (s, (_, color, values)) in series.iter().enumerate() {
@@ -646,10 +676,14 @@ fn hbars(
                 let y = (cats.len() - 1 - i) as f64 + 0.4 - bh * (s as f64 + 0.5);
                 let p = k as f64 / n as f64;
                 chart.draw_series(std::iter::once(Rectangle::new(
-                    [(0.0, y - bh / 2.0 + 0.01), (p.min(x_max), y + bh / 2.0 - 0.01)],
+                    [
+                        (0.0, y - bh / 2.0 + 0.01),
+                        (p.min(x_max), y + bh / 2.0 - 0.01),
+                    ],
                     color.filled(),
                 )))?;
-                if let Some(ci) = super::stats::wilson95(k, n) {
+                // A zero count keeps its interval in the table; drawn, it only clutters.
+                if let (true, true, Some(ci)) = (whiskers, k > 0, super::stats::wilson95(k, n)) {
                     chart.draw_series(hwhisker(y, ci.lo, ci.hi.min(x_max), bh / 5.0))?;
                 }
             }
@@ -699,6 +733,7 @@ pub fn strategy_by_variant(acc: &Acc) -> Result<Option<Chart>, String> {
         "share of responses using the tactic",
         &cats,
         &series,
+        true,
     )
     .map(Some)
 }
@@ -714,12 +749,20 @@ pub fn slug(name: &str) -> String {
         }
     }
     let s: String = s.trim_matches('-').chars().take(40).collect();
-    if s.is_empty() { "variant".to_owned() } else { s }
+    if s.is_empty() {
+        "variant".to_owned()
+    } else {
+        s
+    }
 }
 
 /// The heatmap colour of a rate in `[0, 1]`: white to dark blue.
 pub fn heat(p: f64) -> RGBColor {
-    let p = if p.is_finite() { p.clamp(0.0, 1.0) } else { 0.0 };
+    let p = if p.is_finite() {
+        p.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     let lerp = |a: u8, b: u8| (f64::from(a) + (f64::from(b) - f64::from(a)) * p).round() as u8;
     RGBColor(lerp(0xF7, 0x08), lerp(0xFB, 0x30), lerp(0xFF, 0x6B))
 }
@@ -779,6 +822,7 @@ pub fn strategy_by_emotion(acc: &Acc) -> Result<Vec<Chart>, String> {
                 .label_style((FONT, 14))
                 .axis_desc_style((FONT, 15))
                 .axis_style(AXIS)
+                .light_line_style(TRANSPARENT)
                 .draw()?;
             for (c, (_, t)) in cols.iter().enumerate() {
                 for (r, &id) in labels.iter().enumerate() {
@@ -819,13 +863,20 @@ fn draw_scale(area: &Area<'_>) -> Res {
     for i in 0..steps {
         let p = (i as f64 + 0.5) / steps as f64;
         let y = y0 + (steps - 1 - i) * step_h;
-        area.draw(&Rectangle::new([(x0, y), (x0 + 20, y + step_h)], heat(p).filled()))?;
+        area.draw(&Rectangle::new(
+            [(x0, y), (x0 + 20, y + step_h)],
+            heat(p).filled(),
+        ))?;
     }
     area.draw(&Rectangle::new(
         [(x0, y0), (x0 + 20, y0 + steps * step_h)],
         AXIS.stroke_width(1),
     ))?;
-    for (label, y) in [("100%", y0), ("50%", y0 + steps * step_h / 2), ("0%", y0 + steps * step_h)] {
+    for (label, y) in [
+        ("100%", y0),
+        ("50%", y0 + steps * step_h / 2),
+        ("0%", y0 + steps * step_h),
+    ] {
         area.draw(&Text::new(
             label,
             (x0 + 26, y),
@@ -861,6 +912,7 @@ pub fn format_valid(acc: &Acc) -> Result<Option<Chart>, String> {
             .label_style((FONT, 15))
             .axis_desc_style((FONT, 15))
             .axis_style(AXIS)
+            .light_line_style(TRANSPARENT)
             .draw()?;
         for (pos, (i, _, color)) in vars.iter().enumerate() {
             let r = &acc.variants[*i].1.rubrics;
@@ -876,7 +928,10 @@ pub fn format_valid(acc: &Acc) -> Result<Option<Chart>, String> {
             chart.draw_series(std::iter::once(Text::new(
                 format!("{}/{}", r.valid, r.total),
                 (x, p),
-                (FONT, 13).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Bottom)),
+                (FONT, 13)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Center, VPos::Bottom)),
             )))?;
         }
         Ok(())
@@ -924,6 +979,7 @@ pub fn violations(acc: &Acc) -> Result<Option<Chart>, String> {
         "share of rubrics with the code",
         &cats,
         &series,
+        false,
     )
     .map(Some)
 }
@@ -963,6 +1019,7 @@ pub fn criteria_counts(acc: &Acc) -> Result<Option<Chart>, String> {
                 .label_style((FONT, 14))
                 .axis_desc_style((FONT, 15))
                 .axis_style(AXIS)
+                .light_line_style(TRANSPARENT)
                 .draw()?;
             let n = v.rubrics.parsed.max(1) as f64;
             for (d, color) in DIM_COLORS.iter().enumerate() {
@@ -1012,15 +1069,29 @@ pub fn weight_sum_error(acc: &Acc) -> Result<Option<Chart>, String> {
             .label_style((FONT, 14))
             .axis_desc_style((FONT, 15))
             .axis_style(AXIS)
+            .light_line_style(TRANSPARENT)
             .draw()?;
         let bw = 0.8 / per;
         for (s, (i, _, color)) in vars.iter().enumerate() {
             let r = &acc.variants[*i].1.rubrics;
             let n = r.parsed as f64;
-            chart.draw_series(r.wsum.iter().enumerate().filter(|(_, k)| **k > 0).map(|(b, &k)| {
+            for (b, &k) in r.wsum.iter().enumerate().filter(|(_, k)| **k > 0) {
                 let x = b as f64 - 0.4 + bw * (s as f64 + 0.5);
-                Rectangle::new([(x - bw / 2.0 + 0.01, 0.0), (x + bw / 2.0 - 0.01, k as f64 / n)], color.filled())
-            }))?;
+                let p = k as f64 / n;
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(x - bw / 2.0 + 0.01, 0.0), (x + bw / 2.0 - 0.01, p)],
+                    color.filled(),
+                )))?;
+                // The count, so that a bin of one rubric among hundreds is still visible.
+                chart.draw_series(std::iter::once(Text::new(
+                    k.to_string(),
+                    (x, p),
+                    (FONT, 12)
+                        .into_font()
+                        .color(&BLACK)
+                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                )))?;
+            }
         }
         Ok(())
     })?;

@@ -84,7 +84,9 @@ fn is_report_file(name: &str) -> bool {
     const FIXED: [&str; 3] = ["report.md", "index.html", "errors.jsonl"];
     FIXED.contains(&name)
         || (name.ends_with(".csv") || name.ends_with(".svg"))
-            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-.".contains(&b))
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-.".contains(&b))
 }
 
 /// Creates `dir`, or clears an earlier report in it. A non-empty directory that is not a
@@ -183,7 +185,12 @@ pub fn run(
     let mut errors = BufWriter::new(errors_file);
     let acc = match file {
         None => super::analyze(&opts, io::stdin().lock(), &eopts, &mut errors),
-        Some(f) => super::analyze(&opts, BufReader::with_capacity(1 << 16, f), &eopts, &mut errors),
+        Some(f) => super::analyze(
+            &opts,
+            BufReader::with_capacity(1 << 16, f),
+            &eopts,
+            &mut errors,
+        ),
     }
     .map_err(|e| format!("I/O error: {e}"))?;
     errors

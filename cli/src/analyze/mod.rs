@@ -147,10 +147,7 @@ pub fn analyze<R: BufRead>(
     engine_opts: &EngineOptions,
     errors: &mut dyn Write,
 ) -> io::Result<Acc> {
-    let mut acc = Acc::new(
-        opts.emotions.names().to_vec(),
-        opts.format.weight_tolerance,
-    );
+    let mut acc = Acc::new(opts.emotions.names().to_vec(), opts.format.weight_tolerance);
     let mut fold = Fold {
         acc: &mut acc,
         errors,

@@ -307,18 +307,15 @@ fn emotion(m: &Map<String, Value>, vocab: &Emotions) -> Result<Option<u8>, LineE
     let Some(label) = group_string(m, "emotion")? else {
         return Ok(None);
     };
-    vocab
-        .lookup(label)
-        .map(|i| Some(i as u8))
-        .ok_or_else(|| {
-            LineError::new(
-                "unknown_emotion",
-                format!(
-                    "unknown emotion {label:?}; expected one of {} (--emotions sets the list)",
-                    vocab.names().join(", ")
-                ),
-            )
-        })
+    vocab.lookup(label).map(|i| Some(i as u8)).ok_or_else(|| {
+        LineError::new(
+            "unknown_emotion",
+            format!(
+                "unknown emotion {label:?}; expected one of {} (--emotions sets the list)",
+                vocab.names().join(", ")
+            ),
+        )
+    })
 }
 
 /// Where the line's rubric comes from.
@@ -399,9 +396,9 @@ fn observe(v: &Validation<'_>) -> RubricObs {
 /// A validation as `care validate` writes it: `format_reward`, `violations`, and `weights` and
 /// `criteria` when the text parsed.
 fn precomputed(m: &Map<String, Value>, prefix: &str) -> Result<RubricObs, LineError> {
-    let fr = m.get("format_reward").ok_or_else(|| {
-        LineError::schema(format!("missing key \"{prefix}format_reward\""))
-    })?;
+    let fr = m
+        .get("format_reward")
+        .ok_or_else(|| LineError::schema(format!("missing key \"{prefix}format_reward\"")))?;
     let valid = match fr.as_f64() {
         Some(x) if x == 1.0 => true,
         Some(x) if x == 0.0 => false,
@@ -543,8 +540,14 @@ fn scored_pair(
     m: &Map<String, Value>,
     v: Option<&Validation<'_>>,
 ) -> Result<PairObs, LineError> {
-    let chosen_m = score_matrix(need(m, "chosen_scores", "rejected_scores")?, "chosen_scores")?;
-    let rejected_m = score_matrix(need(m, "rejected_scores", "chosen_scores")?, "rejected_scores")?;
+    let chosen_m = score_matrix(
+        need(m, "chosen_scores", "rejected_scores")?,
+        "chosen_scores",
+    )?;
+    let rejected_m = score_matrix(
+        need(m, "rejected_scores", "chosen_scores")?,
+        "rejected_scores",
+    )?;
     let unscored = PairObs {
         outcome: Outcome::Unscored,
         r_pref: None,
@@ -667,7 +670,9 @@ fn tactics(v: &Value, policy: UnknownLabelPolicy) -> Result<(Vec<u8>, u32), Line
             },
         }
     }
-    let ids = (0..LABEL_IDS as u8).filter(|i| seen & (1 << i) != 0).collect();
+    let ids = (0..LABEL_IDS as u8)
+        .filter(|i| seen & (1 << i) != 0)
+        .collect();
     Ok((ids, unknown))
 }
 

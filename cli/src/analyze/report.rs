@@ -33,7 +33,10 @@ pub type Written = Vec<String>;
 /// The report's sections in order, each with its charts.
 fn views<'a>(acc: &Acc, charts: &'a [Chart]) -> Vec<View<'a>> {
     let pick = |prefix: &str| -> Vec<&'a Chart> {
-        charts.iter().filter(|c| c.file.starts_with(prefix)).collect()
+        charts
+            .iter()
+            .filter(|c| c.file.starts_with(prefix))
+            .collect()
     };
     vec![
         View {
@@ -113,11 +116,23 @@ pub fn write(dir: &Path, acc: &Acc, meta: &Meta) -> Result<Written, String> {
     for c in &charts {
         put(&c.file, &c.svg, &mut written)?;
     }
-    for t in views.iter().map(|v| &v.table).chain(std::iter::once(&skipped)) {
+    for t in views
+        .iter()
+        .map(|v| &v.table)
+        .chain(std::iter::once(&skipped))
+    {
         put(&format!("{}.csv", t.name), &csv(t), &mut written)?;
     }
-    put("report.md", &markdown(acc, meta, &views, &skipped), &mut written)?;
-    put("index.html", &html(acc, meta, &views, &skipped), &mut written)?;
+    put(
+        "report.md",
+        &markdown(acc, meta, &views, &skipped),
+        &mut written,
+    )?;
+    put(
+        "index.html",
+        &html(acc, meta, &views, &skipped),
+        &mut written,
+    )?;
     Ok(written)
 }
 
@@ -201,11 +216,18 @@ fn pct(p: f64) -> String {
     format!("{:.1}%", p * 100.0)
 }
 
+/// Three decimals (a value that rounds to zero prints as `0.000`, without a sign).
 fn short_num(x: f64) -> String {
+    let s = format!("{x:.3}");
+    if s == "-0.000" { "0.000".to_owned() } else { s }
+}
+
+/// A small magnitude such as a rounding error: three significant digits.
+fn tiny_num(x: f64) -> String {
     if x != 0.0 && x.abs() < 1e-3 {
         format!("{x:.2e}")
     } else {
-        format!("{x:.3}")
+        short_num(x)
     }
 }
 
@@ -214,7 +236,7 @@ pub fn display(cell: &Cell) -> String {
     match cell {
         Cell::Text(s) => s.clone(),
         Cell::Int(k) => k.to_string(),
-        Cell::Num(x) => short_num(*x),
+        Cell::Num(x) => tiny_num(*x),
         Cell::Rate(p, Some(ci)) => format!(
             "{} [{}, {}]",
             pct(*p),
@@ -223,7 +245,12 @@ pub fn display(cell: &Cell) -> String {
         ),
         Cell::Rate(p, None) => pct(*p),
         Cell::Mean(m, Some(ci)) => {
-            format!("{} [{}, {}]", short_num(*m), short_num(ci.lo), short_num(ci.hi))
+            format!(
+                "{} [{}, {}]",
+                short_num(*m),
+                short_num(ci.lo),
+                short_num(ci.hi)
+            )
         }
         Cell::Mean(m, None) => short_num(*m),
         Cell::Share(_, 0) => "–".to_owned(),
@@ -267,7 +294,11 @@ fn md_table(out: &mut String, t: &Table) {
             .iter()
             .enumerate()
             .map(|(i, _)| {
-                let numeric = t.rows.first().and_then(|r| r.get(i)).is_some_and(is_numeric);
+                let numeric = t
+                    .rows
+                    .first()
+                    .and_then(|r| r.get(i))
+                    .is_some_and(is_numeric);
                 if numeric { "---:" } else { "---" }
             })
             .collect::<Vec<_>>()
@@ -521,7 +552,11 @@ fn html(acc: &Acc, meta: &Meta, views: &[View<'_>], skipped: &Table) -> String {
     if skipped.rows.is_empty() {
         out.push_str("<p>No line was skipped.</p>\n");
     } else {
-        let _ = writeln!(out, "<p class=\"caption\">{}</p>", html_escape(&skipped.caption));
+        let _ = writeln!(
+            out,
+            "<p class=\"caption\">{}</p>",
+            html_escape(&skipped.caption)
+        );
         html_table(&mut out, skipped);
         out.push_str("<p>First skipped lines:</p>\n<ul>\n");
         for e in &acc.examples {

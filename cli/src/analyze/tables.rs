@@ -166,7 +166,11 @@ fn weight_columns(group: &str) -> Vec<Column> {
         col(group, Kind::Plain),
         col("n", Kind::Plain),
     ];
-    c.extend(DIM_NAMES.iter().map(|d| col(&d.to_lowercase(), Kind::Interval)));
+    c.extend(
+        DIM_NAMES
+            .iter()
+            .map(|d| col(&d.to_lowercase(), Kind::Interval)),
+    );
     c
 }
 
@@ -176,7 +180,11 @@ fn dominant_columns(group: &str) -> Vec<Column> {
         col(group, Kind::Plain),
         col("n", Kind::Plain),
     ];
-    c.extend(DOMINANT_NAMES.iter().map(|d| col(&d.to_lowercase(), Kind::Share)));
+    c.extend(
+        DOMINANT_NAMES
+            .iter()
+            .map(|d| col(&d.to_lowercase(), Kind::Share)),
+    );
     c
 }
 
@@ -535,6 +543,18 @@ pub fn wsum_labels(tol: f64) -> [String; WSUM_BINS] {
     ]
 }
 
+/// Column names of the weight-sum error bins (`tol` is the policy's tolerance), in the order of
+/// [`wsum_labels`].
+pub const WSUM_KEYS: [&str; WSUM_BINS] = [
+    "err_below_-0.1",
+    "err_-0.1_to_-0.01",
+    "err_-0.01_to_-tol",
+    "err_within_tol",
+    "err_tol_to_0.01",
+    "err_0.01_to_0.1",
+    "err_above_0.1",
+];
+
 /// Distribution of the weight-sum error.
 pub fn weight_sum_error(acc: &Acc) -> Table {
     let labels = wsum_labels(acc.tolerance);
@@ -551,15 +571,17 @@ pub fn weight_sum_error(acc: &Acc) -> Table {
         rows.push(row);
     }
     let mut columns = vec![col("variant", Kind::Plain), col("parsed", Kind::Plain)];
-    columns.extend(labels.iter().map(|l| col(&format!("sum-1 {l}"), Kind::Share)));
+    columns.extend(WSUM_KEYS.iter().map(|k| col(k, Kind::Share)));
     columns.push(col("mean_error", Kind::Interval));
     columns.push(col("max_abs_error", Kind::Plain));
     Table {
         name: "weight_sum_error",
         title: "Format health: weight-sum error".to_owned(),
         caption: format!(
-            "Parsed rubrics by the error of their weights' sum, sum(w) - 1 (weights as written; \
-             a missing category counts 0). Within ±{} passes the weight_sum check.",
+            "Parsed rubrics by the error of their weights' sum, e = sum(w) - 1 (weights as \
+             written; a missing category counts 0), in the bins {} (tol = {}: within it the \
+             weight_sum check passes), with the mean error and the largest |e|.",
+            labels.join(", "),
             acc.tolerance
         ),
         columns,
