@@ -55,7 +55,7 @@ fn rubric(w: [f64; 3], n: [usize; 3], tag: &str) -> String {
 /// A rubric line: half of them as text to validate, half as `care validate` would report them
 /// (both routes must give the same statistics).
 fn rubric_line(variant: &str, turn: u32, emotion: &str, w: [f64; 3], k: usize) -> String {
-    if k % 2 == 0 {
+    if k.is_multiple_of(2) {
         format!(
             "{{\"variant\":\"{variant}\",\"turn\":{turn},\"emotion\":\"{emotion}\",\"rubric\":{}}}",
             rubric(w, [2, 2, 2], &format!("{variant}{turn}x{k}"))
@@ -98,24 +98,26 @@ fn planted() -> Vec<(&'static str, u32, &'static str, [f64; 3], usize)> {
 }
 
 const PAIR_RUBRIC_W: [f64; 3] = [0.5, 0.25, 0.25];
+/// Raw judge scores, two criteria per dimension.
+type Scores = [[u8; 2]; 3];
 /// Scores of a win: the chosen response is better on Cognitive only.
-const WIN: ([[u8; 2]; 3], [[u8; 2]; 3]) = ([[5, 5], [3, 3], [3, 3]], [[4, 4], [3, 3], [3, 3]]);
+const WIN: (Scores, Scores) = ([[5, 5], [3, 3], [3, 3]], [[4, 4], [3, 3], [3, 3]]);
 /// Three kinds of tie: identical, the same scores in another order, and dimensions that cancel
 /// exactly (0.5 * 0.2 = 0.25 * 0.4) although f64 rounding makes the naive sums differ.
-const TIES: [([[u8; 2]; 3], [[u8; 2]; 3]); 3] = [
+const TIES: [(Scores, Scores); 3] = [
     ([[4, 4], [2, 3], [1, 5]], [[4, 4], [2, 3], [1, 5]]),
     ([[3, 4], [2, 5], [0, 1]], [[4, 3], [5, 2], [1, 0]]),
     ([[3, 3], [2, 2], [2, 2]], [[2, 2], [4, 4], [2, 2]]),
 ];
 
-fn matrix(m: [[u8; 2]; 3]) -> String {
+fn matrix(m: Scores) -> String {
     format!(
         "[[{},{}],[{},{}],[{},{}]]",
         m[0][0], m[0][1], m[1][0], m[1][1], m[2][0], m[2][1]
     )
 }
 
-fn pair_line(variant: &str, chosen: [[u8; 2]; 3], rejected: [[u8; 2]; 3], k: usize) -> String {
+fn pair_line(variant: &str, chosen: Scores, rejected: Scores, k: usize) -> String {
     format!(
         "{{\"variant\":\"{variant}\",\"rubric\":{},\"chosen_scores\":{},\"rejected_scores\":{}}}",
         rubric(PAIR_RUBRIC_W, [2, 2, 2], &format!("p{variant}{k}")),
@@ -159,7 +161,8 @@ fn golden_lines() -> Vec<String> {
     for k in 0..2 {
         lines.push(format!(
             "{{\"variant\":\"sft\",\"turn\":1,\"emotion\":\"joy\",\"text\":{}}}",
-            serde_json::to_string(&rubric([0.5, 0.2, 0.25], [2, 2, 2], &format!("bad{k}"))).unwrap()
+            serde_json::to_string(&rubric([0.5, 0.2, 0.25], [2, 2, 2], &format!("bad{k}")))
+                .unwrap()
         ));
     }
     lines.push(format!(
@@ -304,7 +307,8 @@ fn golden_weights_and_dominance_match_the_planted_values() {
 
     let by_turn = csv(&dir, "weights_by_turn");
     let dom_turn = csv(&dir, "dominant_by_turn");
-    let mut groups: BTreeMap<(&str, u32), Vec<([f64; 3], usize)>> = BTreeMap::new();
+    type Planted = Vec<([f64; 3], usize)>;
+    let mut groups: BTreeMap<(&str, u32), Planted> = BTreeMap::new();
     for (v, t, _, w, d) in planted() {
         groups.entry((v, t)).or_default().push((w, d));
     }

@@ -234,10 +234,8 @@ impl Acc {
     /// (a group limit of the report).
     pub fn add(&mut self, rec: &Record) -> Result<(), (&'static str, String)> {
         let n_emotions = self.emotions.len();
-        if let Some(e) = rec.emotion {
-            if usize::from(e) >= n_emotions {
-                return Err(("internal_error", "emotion index out of range".to_owned()));
-            }
+        if rec.emotion.is_some_and(|e| usize::from(e) >= n_emotions) {
+            return Err(("internal_error", "emotion index out of range".to_owned()));
         }
         let pos = match self.variants.iter().position(|(v, _)| *v == rec.variant) {
             Some(p) => p,

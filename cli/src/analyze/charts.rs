@@ -15,7 +15,6 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::accum::{Acc, VariantAcc, WeightAcc};
-use super::record::LABEL_IDS;
 use super::tables::{
     DIM_NAMES, DOMINANT_NAMES, OUTCOME_NAMES, dominant_shares, label_cells, tactic_emotions,
     used_labels, variant_name, violation_counts, wsum_labels,
@@ -70,6 +69,10 @@ pub struct Chart {
 }
 
 type Res = Result<(), Box<dyn Error>>;
+/// A panel of stacked bars: its name, category labels, and the stacked values per category.
+type StackedPanel = (String, Vec<String>, Vec<Vec<f64>>);
+/// A series of bars: name, colour, and `(k, n)` per category.
+type CountSeries = (String, RGBColor, Vec<(u64, u64)>);
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 /// `#RRGGBB` of a colour, as the SVG backend writes it.
@@ -484,7 +487,7 @@ fn stacked_panels(
     colors: &[RGBColor],
     x_desc: &str,
     y_desc: &str,
-    groups: &[(String, Vec<String>, Vec<Vec<f64>>)],
+    groups: &[StackedPanel],
 ) -> Result<Chart, String> {
     let (w, h) = grid_size(groups.len(), 2, (620, 400), 70);
     let svg = render(w, h, title, &legend, |area| {
@@ -564,10 +567,7 @@ pub fn dominant_by_turn(acc: &Acc) -> Result<Option<Chart>, String> {
 }
 
 /// Emotions with valid rubrics in any variant, as `(index, "label (n=..)")` per variant.
-fn emotion_groups(
-    acc: &Acc,
-    value: impl Fn(&WeightAcc) -> Vec<f64>,
-) -> Vec<(String, Vec<String>, Vec<Vec<f64>>)> {
+fn emotion_groups(acc: &Acc, value: impl Fn(&WeightAcc) -> Vec<f64>) -> Vec<StackedPanel> {
     acc.variants
         .iter()
         .filter(|(_, v)| v.by_emotion.iter().any(|a| a.n() > 0))
@@ -629,7 +629,7 @@ fn hbars(
     title: &str,
     x_desc: &str,
     cats: &[String],
-    series: &[(String, RGBColor, Vec<(u64, u64)>)],
+    series: &[CountSeries],
     whiskers: bool,
 ) -> Result<Chart, String> {
     let legend: Vec<(String, RGBColor)> = series.iter().map(|(n, c, _)| (n.clone(), *c)).collect();
@@ -1131,6 +1131,5 @@ pub fn all(acc: &Acc) -> Result<Vec<Chart>, String> {
     {
         out.push(c);
     }
-    debug_assert!(LABEL_IDS <= 32);
     Ok(out)
 }

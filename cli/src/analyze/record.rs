@@ -277,12 +277,10 @@ fn variant(m: &Map<String, Value>) -> Result<Option<String>, LineError> {
         }
         (a, b) => a.or(b),
     };
-    if let Some(n) = name {
-        if n.chars().count() > MAX_VARIANT_CHARS {
-            return Err(LineError::schema(format!(
-                "\"variant\" is longer than {MAX_VARIANT_CHARS} characters"
-            )));
-        }
+    if name.is_some_and(|n| n.chars().count() > MAX_VARIANT_CHARS) {
+        return Err(LineError::schema(format!(
+            "\"variant\" is longer than {MAX_VARIANT_CHARS} characters"
+        )));
     }
     Ok(name.map(str::to_owned))
 }
@@ -400,8 +398,8 @@ fn precomputed(m: &Map<String, Value>, prefix: &str) -> Result<RubricObs, LineEr
         .get("format_reward")
         .ok_or_else(|| LineError::schema(format!("missing key \"{prefix}format_reward\"")))?;
     let valid = match fr.as_f64() {
-        Some(x) if x == 1.0 => true,
-        Some(x) if x == 0.0 => false,
+        Some(1.0) => true,
+        Some(0.0) => false,
         _ => {
             return Err(LineError::schema(format!(
                 "\"{prefix}format_reward\" must be 0 or 1"
@@ -682,4 +680,206 @@ pub fn label(id: u8) -> Option<(&'static str, Dimension)> {
         .iter()
         .find(|l| l.id == id)
         .map(|l| (l.name, l.dimension))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compare_is_exact_when_dimensions_agree() {
+        let w = [0.4, 0.35, 0.25];
+        assert_eq!(compare(w, [0.8, 0.6, 1.0], [0.8, 0.6, 1.0]), Outcome::Tie);
+        assert_eq!(compare(w, [0.8, 0.6, 1.0], [0.8, 0.6, 0.9]), Outcome::Win);
+        assert_eq!(compare(w, [0.7, 0.6, 1.0], [0.8, 0.6, 1.0]), Outcome::Loss);
+        // A difference only in a dimension of weight 0 is a tie: it does not enter r_theta.
+        assert_eq!(
+            compare([0.5, 0.5, 0.0], [0.8, 0.6, 1.0], [0.8, 0.6, 0.0]),
+            Outcome::Tie
+        );
+        // Tiny but real differences in one direction are never rounded away.
+        assert_eq!(
+            compare(w, [0.8, 0.6, 1e-300], [0.8, 0.6, 0.0]),
+            Outcome::Win
+        );
+    }
+
+    /// Relation: when dimensions cancel exactly in real arithmetic, the outcome is a tie even
+    /// though the naive f64 reward difference is not zero.
+    #[test]
+    fn compare_ties_cancelling_dimensions_that_f64_rounding_splits() {
+        let w = [0.5, 0.25, 0.25];
+        let (c, r) = ([3.0 / 5.0, 2.0 / 5.0, 0.4], [2.0 / 5.0, 4.0 / 5.0, 0.4]);
+        let naive: f64 =
+            (0..3).map(|d| w[d] * c[d]).sum::<f64>() - (0..3).map(|d| w[d] * r[d]).sum::<f64>();
+        let diff: f64 = (0..3).map(|d| w[d] * (c[d] - r[d])).sum();
+        assert!(
+            naive != 0.0 || diff != 0.0,
+            "the case must be one rounding splits"
+        );
+        assert_eq!(compare(w, c, r), Outcome::Tie);
+        // A genuine mixed-direction win stays a win.
+        assert_eq!(compare(w, [0.8, 0.6, 0.4], [0.6, 0.8, 0.4]), Outcome::Win);
+    }
+
+    #[test]
+    fn emotions_vocabulary() {
+        let e = Emotions::default();
+        assert_eq!(e.lookup(" Sadness "), Some(3));
+        assert_eq!(e.lookup("happiness"), Some(0));
+        assert_eq!(e.lookup("boredom"), None);
+        let custom = Emotions::parse_list("calm, Joy ,neutral").unwrap();
+        assert_eq!(custom.names(), ["calm", "Joy", "neutral"]);
+        assert_eq!(
+            custom.lookup("happiness"),
+            None,
+            "aliases belong to the default list"
+        );
+        assert!(Emotions::parse_list("joy,,fear").is_err());
+        assert!(Emotions::parse_list("joy,JOY").is_err());
+        let many = (0..33)
+            .map(|i| format!("e{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(Emotions::parse_list(&many).is_err());
+    }
+
+    fn read_str(line: &str) -> Result<Record, LineError> {
+        let v = crate::json::parse_strict(line)?;
+        read(&Options::default(), line, &v)
+    }
+
+    #[test]
+    fn grouping_fields() {
+        let r = read_str(r#"{"model":"m1","turn":0,"emotion":null,"tactics":[]}"#).unwrap();
+        assert_eq!(
+            (r.variant.as_deref(), r.turn, r.emotion),
+            (Some("m1"), Some(0), None)
+        );
+        assert_eq!(r.tactics, Some(vec![]));
+        let same = read_str(r#"{"model":"m1","variant":"m1","tactics":[]}"#).unwrap();
+        assert_eq!(same.variant.as_deref(), Some("m1"));
+        assert_eq!(
+            read_str(r#"{"model":"a","variant":"b","tactics":[]}"#)
+                .unwrap_err()
+                .code,
+            "schema"
+        );
+        assert_eq!(
+            read_str(r#"{"turn":1001,"tactics":[]}"#).unwrap_err().code,
+            "turn_out_of_range"
+        );
+        assert_eq!(
+            read_str(r#"{"turn":2.5,"tactics":[]}"#).unwrap_err().code,
+            "turn_out_of_range"
+        );
+        assert_eq!(
+            read_str(r#"{"emotion":"","tactics":[]}"#).unwrap_err().code,
+            "empty_group"
+        );
+        assert_eq!(read_str(r#"[1]"#).unwrap_err().code, "schema");
+    }
+
+    #[test]
+    fn rubric_sources() {
+        let fixture = include_str!("../../data/rubric_sft_1.json");
+        let v = serde_json::to_string(fixture).unwrap();
+        let text = read_str(&format!("{{\"text\":{v}}}"))
+            .unwrap()
+            .rubric
+            .unwrap();
+        let obj = read_str(&format!("{{\"rubric\":{}}}", fixture.trim()))
+            .unwrap()
+            .rubric
+            .unwrap();
+        assert_eq!(text, obj, "a rubric as text and as an object read the same");
+        assert!(text.valid && text.status == RubricStatus::Parsed && text.codes.is_empty());
+        let null = read_str(r#"{"rubric":null}"#).unwrap().rubric.unwrap();
+        assert_eq!(null.status, RubricStatus::Missing);
+        let bad = read_str(r#"{"text":"```json\n{}\n```"}"#)
+            .unwrap()
+            .rubric
+            .unwrap();
+        assert!(!bad.valid && !bad.codes.is_empty());
+        assert_eq!(
+            read_str(r#"{"text":"x","rubric":"y"}"#).unwrap_err().code,
+            "schema"
+        );
+        let nested = read_str(
+            r#"{"validation":{"format_reward":0,"violations":[{"code":"weight_sum"},"weight_sum"],"weights":[0.5,0.5,0.5],"criteria":[2,2,2]}}"#,
+        )
+        .unwrap()
+        .rubric
+        .unwrap();
+        let ws = ViolationCode::WeightSum.number();
+        assert_eq!(nested.codes, vec![(ws, 2)]);
+        assert_eq!(nested.status, RubricStatus::Parsed);
+        let half = read_str(r#"{"format_reward":0,"weights":[0.5,0.5,0]}"#).unwrap_err();
+        assert!(half.message.contains("both"), "{}", half.message);
+        let many = read_str(r#"{"format_reward":0,"weights":[1,0,0],"criteria":[17,2,2]}"#);
+        assert_eq!(many.unwrap_err().code, "schema");
+    }
+
+    #[test]
+    fn tactic_sets() {
+        let r = read_str(r#"{"tactics":["advice","Advice","[Question]","Questions"]}"#).unwrap();
+        assert_eq!(r.tactics, Some(vec![0, 19]));
+        let opts = Options {
+            labels: UnknownLabelPolicy::Ignore,
+            ..Options::default()
+        };
+        let line = r#"{"tactics":["hug","advice","pat"]}"#;
+        let v = crate::json::parse_strict(line).unwrap();
+        let r = read(&opts, line, &v).unwrap();
+        assert_eq!((r.tactics, r.unknown_tactics), (Some(vec![19]), 2));
+        assert_eq!(
+            read_str(r#"{"tactics":"advice"}"#).unwrap_err().code,
+            "schema"
+        );
+    }
+
+    #[test]
+    fn reward_pairs_compare_exactly() {
+        let p = |line: &str| read_str(line).unwrap().pair.unwrap();
+        assert_eq!(
+            p(r#"{"chosen_reward":0.3,"rejected_reward":0.1}"#).outcome,
+            Outcome::Win
+        );
+        assert_eq!(
+            p(r#"{"chosen_reward":0.3,"rejected_reward":0.3}"#).outcome,
+            Outcome::Tie
+        );
+        let l = p(r#"{"chosen_reward":0,"rejected_reward":1,"r_pref":-0.5}"#);
+        assert_eq!((l.outcome, l.r_pref), (Outcome::Loss, Some(-0.5)));
+        assert_eq!(
+            read_str(r#"{"chosen_reward":0.3}"#).unwrap_err().code,
+            "schema"
+        );
+        assert_eq!(
+            read_str(r#"{"chosen_reward":0.3,"rejected_reward":0.1,"r_pref":2}"#)
+                .unwrap_err()
+                .code,
+            "schema"
+        );
+        assert_eq!(
+            read_str(r#"{"chosen_reward":1,"rejected_reward":0,"chosen_scores":[[],[],[]]}"#)
+                .unwrap_err()
+                .code,
+            "schema"
+        );
+        // Scores need a rubric; a null rubric leaves the pair unscored.
+        let s = r#""chosen_scores":[[1],[1],[1]],"rejected_scores":[[1],[1],[1]]"#;
+        assert_eq!(read_str(&format!("{{{s}}}")).unwrap_err().code, "schema");
+        let u = read_str(&format!("{{\"rubric\":null,{s}}}"))
+            .unwrap()
+            .pair
+            .unwrap();
+        assert_eq!((u.outcome, u.r_pref), (Outcome::Unscored, None));
+        let u = read_str(&format!("{{\"rubric\":\"no rubric\",{s}}}"))
+            .unwrap()
+            .pair
+            .unwrap();
+        assert_eq!(u.outcome, Outcome::Unscored);
+    }
 }

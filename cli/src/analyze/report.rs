@@ -237,12 +237,9 @@ pub fn display(cell: &Cell) -> String {
         Cell::Text(s) => s.clone(),
         Cell::Int(k) => k.to_string(),
         Cell::Num(x) => tiny_num(*x),
-        Cell::Rate(p, Some(ci)) => format!(
-            "{} [{}, {}]",
-            pct(*p),
-            format!("{:.1}", ci.lo * 100.0),
-            format!("{:.1}", ci.hi * 100.0)
-        ),
+        Cell::Rate(p, Some(ci)) => {
+            format!("{} [{:.1}, {:.1}]", pct(*p), ci.lo * 100.0, ci.hi * 100.0)
+        }
         Cell::Rate(p, None) => pct(*p),
         Cell::Mean(m, Some(ci)) => {
             format!(

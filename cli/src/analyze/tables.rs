@@ -443,7 +443,7 @@ pub fn violation_counts(v: &VariantAcc) -> Vec<(ViolationCode, u64, u64)> {
         })
         .collect();
     // Most rubrics first; ties in code order (stable sort keeps ALL's order).
-    out.sort_by(|a, b| b.1.cmp(&a.1));
+    out.sort_by_key(|&(_, k, _)| core::cmp::Reverse(k));
     out
 }
 
