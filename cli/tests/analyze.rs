@@ -897,3 +897,35 @@ fn the_binary_refuses_a_directory_that_is_not_a_report() {
     ]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// The README shows the demo's Figure 3 chart from `docs/img/`; it must be what `care analyze`
+/// draws for the bundled demo today (`CARE_BLESS=1` rewrites it after an intended change).
+#[test]
+fn the_readme_chart_is_the_demo_chart() {
+    let dir = scratch_dir("readme_chart");
+    let input = std::fs::read(demo()).unwrap();
+    let mut errors = Vec::new();
+    let acc = analyze(
+        &Options::default(),
+        &input[..],
+        &EngineOptions::default(),
+        &mut errors,
+    )
+    .unwrap();
+    let chart = charts::weights_by_turn(&acc).unwrap().unwrap();
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/img/analyze-weights-by-turn.svg");
+    if std::env::var_os("CARE_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &chart.svg).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (CARE_BLESS=1 writes it)", path.display()));
+    std::fs::write(dir.join("now.svg"), &chart.svg).unwrap();
+    assert!(
+        checked_in == chart.svg,
+        "{} differs from the demo's chart (now in {}); rerun with CARE_BLESS=1 if intended",
+        path.display(),
+        dir.join("now.svg").display()
+    );
+}
