@@ -929,3 +929,103 @@ fn the_readme_chart_is_the_demo_chart() {
         dir.join("now.svg").display()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Hostile input.
+
+mod hostile {
+    use super::*;
+    use proptest::prelude::*;
+
+    const KEYS: [&str; 18] = [
+        "variant",
+        "model",
+        "turn",
+        "emotion",
+        "text",
+        "rubric",
+        "validation",
+        "format_reward",
+        "violations",
+        "weights",
+        "criteria",
+        "chosen_scores",
+        "rejected_scores",
+        "chosen_reward",
+        "rejected_reward",
+        "r_pref",
+        "tactics",
+        "code",
+    ];
+
+    fn value() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::{Value, json};
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            prop_oneof![
+                Just(0.0),
+                Just(1.0),
+                Just(-0.0),
+                Just(1e308),
+                Just(-1e308),
+                Just(0.5)
+            ]
+            .prop_map(|x| json!(x)),
+            any::<f64>()
+                .prop_filter("finite", |x| x.is_finite())
+                .prop_map(|x| json!(x)),
+            prop_oneof![
+                Just("joy"),
+                Just(""),
+                Just(" "),
+                Just("advice"),
+                Just("weight_sum"),
+                Just("{}"),
+                Just("[Question]"),
+                Just("é\u{0}"),
+            ]
+            .prop_map(|s| json!(s)),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(serde_json::Value::Array),
+                prop::collection::vec((prop::sample::select(KEYS.to_vec()), inner), 0..6).prop_map(
+                    |kv| {
+                        serde_json::Value::Object(
+                            kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+                        )
+                    }
+                ),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Relation: any line gives either a record or a skip with a known code, never a panic
+        /// (`internal_error` is what the engine turns a panic into), and the report renders.
+        #[test]
+        fn any_line_is_analyzed_or_skipped_with_a_code(lines in prop::collection::vec(value(), 1..12)) {
+            let text: Vec<String> = lines.iter().map(|v| v.to_string()).collect();
+            let input = text.join("\n") + "\n";
+            let mut errors = Vec::new();
+            let acc = analyze(&Options::default(), input.as_bytes(), &EngineOptions::default(), &mut errors).unwrap();
+            prop_assert_eq!(acc.lines, lines.len() as u64);
+            let errors = String::from_utf8(errors).unwrap();
+            prop_assert!(!errors.contains("internal_error"), "{}", errors);
+            prop_assert_eq!(errors.lines().count() as u64, acc.skipped_lines());
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("analyze/hostile");
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            report::write(&dir, &acc, &Meta::default()).unwrap();
+            for name in ["report.md", "index.html"] {
+                let text = std::fs::read_to_string(dir.join(name)).unwrap();
+                // A largest |sum(w) - 1| may be inf (the sum of 1e308s); a mean is never NaN.
+                prop_assert!(!text.contains("NaN"), "{}", name);
+            }
+        }
+    }
+}

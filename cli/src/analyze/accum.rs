@@ -307,7 +307,11 @@ fn add_rubric(v: &mut VariantAcc, r: &RubricObs, rec: &Record, tol: f64) {
         // Summed as the validator sums them, so "within tolerance" agrees with `weight_sum`.
         let e = w.iter().sum::<f64>() - 1.0;
         a.wsum[wsum_bin(e, tol)] += 1;
-        a.wsum_err.push(e);
+        // Finite weights can still overflow the sum (category_weight 1e308 is a JSON number);
+        // such a rubric is in the top bin and the maximum, not in the mean.
+        if e.is_finite() {
+            a.wsum_err.push(e);
+        }
         a.wsum_max_abs = a.wsum_max_abs.max(e.abs());
     }
     if r.valid {

@@ -474,6 +474,11 @@ fn precomputed(m: &Map<String, Value>, prefix: &str) -> Result<RubricObs, LineEr
             "\"{prefix}format_reward\" is 1 but \"{prefix}weights\" is missing"
         )));
     }
+    if valid && weights.is_some_and(|w| w.iter().any(|x| !(0.0..=1.0).contains(x))) {
+        return Err(LineError::schema(format!(
+            "\"{prefix}format_reward\" is 1 but a weight is outside [0, 1]"
+        )));
+    }
     Ok(RubricObs {
         status: if weights.is_some() {
             RubricStatus::Parsed

@@ -84,9 +84,11 @@ pub const DOMINANT_NAMES: [&str; 4] = ["Cognitive", "Affective", "Proactive", "t
 /// Pair outcome names.
 pub const OUTCOME_NAMES: [&str; 3] = ["win", "tie", "loss"];
 
+/// A mean with its interval; nothing when undefined, and never a NaN or infinite number (a
+/// sum of huge inputs can overflow).
 fn mean_cell(w: &super::stats::Welford) -> Cell {
-    match w.mean() {
-        Some(m) => Cell::Mean(m, w.ci95()),
+    match w.mean().filter(|m| m.is_finite()) {
+        Some(m) => Cell::Mean(m, w.ci95().filter(|c| c.lo.is_finite() && c.hi.is_finite())),
         None => Cell::Empty,
     }
 }
