@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use care_core::{PrefOptions, ScoreScale, UnknownLabelPolicy};
 use clap::Args;
 
-use super::record::{Emotions, Options};
+use super::record::{DEFAULT_EMOTIONS, Emotions, Options};
 use super::report::{self, Meta};
 use crate::app::{EXIT_LINE_FAILED, EXIT_OK};
 use crate::args::{FormatArgs, IoArgs, ScaleArg, ScoreArgs, UnknownLabelArg};
@@ -36,9 +36,9 @@ pub struct AnalyzeArgs {
     /// report, whose files are replaced).
     #[arg(short, long, value_name = "DIR")]
     pub out: PathBuf,
-    /// Emotion labels in report order, comma-separated [default: joy,surprise,fear,sadness,disgust,anger].
-    #[arg(long, value_name = "LIST")]
-    pub emotions: Option<String>,
+    /// Emotion labels in report order, comma-separated (`happiness` is read as `joy`).
+    #[arg(long, value_name = "LIST", default_value = DEFAULT_EMOTIONS)]
+    pub emotions: String,
     /// Temperature of r_pref (Eq. 3) for pairs given as scores.
     #[arg(long, default_value_t = PrefOptions::PAPER.tau)]
     pub tau: f64,
@@ -72,10 +72,7 @@ pub fn options(a: &AnalyzeArgs, score: &ScoreArgs, format: &FormatArgs) -> Resul
             UnknownLabelArg::Error => UnknownLabelPolicy::Error,
             UnknownLabelArg::Ignore => UnknownLabelPolicy::Ignore,
         },
-        emotions: match &a.emotions {
-            Some(list) => Emotions::parse_list(list)?,
-            None => Emotions::default(),
-        },
+        emotions: Emotions::parse_list(&a.emotions)?,
     })
 }
 

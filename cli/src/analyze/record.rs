@@ -39,22 +39,25 @@ pub struct Emotions {
     aliases: Vec<(String, usize)>,
 }
 
+/// The default vocabulary: Ekman's six basic emotions (the labels the paper assigns to user
+/// turns), from positive to negative valence as the paper reads Figure 4.
+pub const DEFAULT_EMOTIONS: &str = "joy,surprise,fear,sadness,disgust,anger";
+
 impl Default for Emotions {
-    /// Ekman's six basic emotions (the labels the paper assigns to user turns), from positive
-    /// to negative valence as the paper reads Figure 4; `happiness` is accepted for `joy`.
     fn default() -> Self {
-        Emotions {
-            names: ["joy", "surprise", "fear", "sadness", "disgust", "anger"]
-                .map(String::from)
-                .to_vec(),
-            aliases: vec![("happiness".to_owned(), 0)],
-        }
+        // DEFAULT_EMOTIONS is a valid list (tested); an empty vocabulary is the fallback that
+        // can never happen.
+        Emotions::parse_list(DEFAULT_EMOTIONS).unwrap_or(Emotions {
+            names: Vec::new(),
+            aliases: Vec::new(),
+        })
     }
 }
 
 impl Emotions {
     /// A vocabulary from a comma-separated list (trimmed, case-insensitive, no duplicates,
-    /// at most [`MAX_EMOTIONS`]).
+    /// at most [`MAX_EMOTIONS`]). `happiness` is accepted for `joy` when the list has `joy`
+    /// and not `happiness`.
     pub fn parse_list(list: &str) -> Result<Self, String> {
         let mut names: Vec<String> = Vec::new();
         for raw in list.split(',') {
@@ -73,10 +76,13 @@ impl Emotions {
                 names.len()
             ));
         }
-        Ok(Emotions {
-            names,
-            aliases: Vec::new(),
-        })
+        let joy = names.iter().position(|n| n.eq_ignore_ascii_case("joy"));
+        let has_happiness = names.iter().any(|n| n.eq_ignore_ascii_case("happiness"));
+        let aliases = match joy {
+            Some(i) if !has_happiness => vec![("happiness".to_owned(), i)],
+            _ => Vec::new(),
+        };
+        Ok(Emotions { names, aliases })
     }
 
     /// The labels in report order.
@@ -736,11 +742,18 @@ mod tests {
         assert_eq!(e.lookup("boredom"), None);
         let custom = Emotions::parse_list("calm, Joy ,neutral").unwrap();
         assert_eq!(custom.names(), ["calm", "Joy", "neutral"]);
+        assert_eq!(custom.lookup("happiness"), Some(1));
+        let own = Emotions::parse_list("joy,happiness").unwrap();
         assert_eq!(
-            custom.lookup("happiness"),
-            None,
-            "aliases belong to the default list"
+            own.lookup("happiness"),
+            Some(1),
+            "a listed label is its own"
         );
+        assert_eq!(
+            Emotions::parse_list("calm").unwrap().lookup("happiness"),
+            None
+        );
+        assert_eq!(e.names().len(), 6);
         assert!(Emotions::parse_list("joy,,fear").is_err());
         assert!(Emotions::parse_list("joy,JOY").is_err());
         let many = (0..33)
