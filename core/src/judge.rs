@@ -82,7 +82,9 @@ pub(crate) fn write_prompt_criterion<W: Write + ?Sized>(
         levels.trim()
     )?;
     if pitfall {
-        w.write_str("  pitfall: score how strongly the response shows this problem (higher is worse)\n")?;
+        w.write_str(
+            "  pitfall: score how strongly the response shows this problem (higher is worse)\n",
+        )?;
     }
     Ok(())
 }

@@ -51,6 +51,7 @@ pub mod grpo;
 mod json;
 pub mod judge;
 pub mod logsoftmax;
+pub mod profile;
 pub mod reward;
 pub mod rubric;
 pub mod simplex;
