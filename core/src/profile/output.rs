@@ -409,21 +409,26 @@ pub(super) fn check<'t>(p: &Profile<'_>, output: &'t [u8]) -> OutputCheck<'t> {
             });
         };
         let (o, c) = (opens[k], closes[k]);
-        if o.count == 0 {
-            push(
+        match (o.count, c.count) {
+            (0, 0) => push(
+                OutputCode::MissingSpan,
+                None,
+                "missing span (neither tag found):",
+                &tags.open[k],
+            ),
+            (0, _) => push(
                 OutputCode::MissingSpan,
                 None,
                 "missing begin tag",
                 &tags.open[k],
-            );
-        }
-        if c.count == 0 {
-            push(
+            ),
+            (_, 0) => push(
                 OutputCode::MissingSpan,
                 None,
                 "missing end tag",
                 &tags.close[k],
-            );
+            ),
+            _ => {}
         }
         if o.count > 1 {
             push(
@@ -468,7 +473,7 @@ pub(super) fn check<'t>(p: &Profile<'_>, output: &'t [u8]) -> OutputCheck<'t> {
             push(
                 OutputCode::SpanOrder,
                 Some(os),
-                "span starts before the previous span ends:",
+                "span starts before the end of a span that must come before it:",
                 &tags.open[k],
             );
         }
@@ -513,7 +518,11 @@ pub(super) fn check<'t>(p: &Profile<'_>, output: &'t [u8]) -> OutputCheck<'t> {
                 span: None,
                 offset: Some(off),
                 note: "text outside the spans:",
-                arg: Arg::Text(ShortText::new(text.get(off..).unwrap_or(""))),
+                arg: Arg::Text(ShortText::new(
+                    text.get(off..gap_end)
+                        .unwrap_or("")
+                        .trim_end_matches(|c: char| c.is_ascii_whitespace()),
+                )),
             });
         }
         match block {
