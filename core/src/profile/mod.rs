@@ -453,6 +453,7 @@ impl<'a> Profile<'a> {
 #[cfg(feature = "alloc")]
 mod owned {
     use super::*;
+    use alloc::boxed::Box;
     use alloc::string::String;
 
     /// An owned profile (feature `alloc`): the JSON text and the decoded strings in two
@@ -470,12 +471,12 @@ mod owned {
         ///
         /// # Errors
         /// The full report when the profile is invalid.
-        pub fn parse(text: &[u8]) -> core::result::Result<ProfileBuf, ProfileReport> {
+        pub fn parse(text: &[u8]) -> core::result::Result<ProfileBuf, Box<ProfileReport>> {
             let mut scratch = alloc::vec![0u8; text.len()];
             let v = parse_profile(text, &mut scratch);
             match v.profile {
                 Some(p) => Ok(ProfileBuf::from(&p)),
-                None => Err(v.report),
+                None => Err(Box::new(v.report)),
             }
         }
 

@@ -157,13 +157,20 @@ impl<'p> Resolved<'p> {
         let mut first = 0usize;
         let mut reward = 0.0;
         let mut vetoed = None;
-        for d in 0..self.n {
-            let n = self.counts[d];
+        let dims = self
+            .counts
+            .iter()
+            .zip(&self.equal)
+            .zip(&self.veto)
+            .zip(&self.weights)
+            .zip(values.iter_mut())
+            .take(self.n)
+            .enumerate();
+        for (d, ((((&n, &equal), &veto), &wd), slot)) in dims {
             let (dim, tail) = rest.split_at(n.min(rest.len()));
             rest = tail;
-            let veto = self.veto[d];
             let mut veto_hit = false;
-            let value = if self.equal[d] {
+            let value = if equal {
                 // Sum the raw integer scores first (exact, independent of the criteria order),
                 // then one division: the arithmetic of `policy_reward`.
                 let (mut sum, mut k) = (0.0, 0usize);
@@ -203,8 +210,8 @@ impl<'p> Resolved<'p> {
             if veto_hit && vetoed.is_none() {
                 vetoed = u8::try_from(d).ok();
             }
-            values[d] = value;
-            reward += self.weights[d] * value;
+            *slot = value;
+            reward += wd * value;
         }
         // Rounding of the weighted sum can pass 1 by an ulp; the contract says [0, 1].
         Ok((reward.clamp(0.0, 1.0), vetoed))
