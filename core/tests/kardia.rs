@@ -162,14 +162,14 @@ fn every_format_violation_is_reported() {
         (
             format!("{U}{E}{R}{S}"),
             vec![format!(
-                "span_order: span starts before the end of a span that must come before it: \"<|emotion_begin|>\" (byte 45); {hint_order}"
+                "span_order: span starts before the end of the span that must come before it: \"<|emotion_begin|>\" (byte 45); {hint_order}"
             )],
         ),
         // A span nested in another.
         (
             format!("<|understanding_begin|>u{R}<|understanding_end|>{E}{S}"),
             vec![format!(
-                "span_order: span starts before the end of a span that must come before it: \"<|reasoning_begin|>\" (byte 24); {hint_order}"
+                "span_order: span starts before the end of the span that must come before it: \"<|reasoning_begin|>\" (byte 24); {hint_order}"
             )],
         ),
         // An end tag before its begin tag.
