@@ -284,3 +284,22 @@ fn group_agrees_with_the_core_group_api() {
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&cli), bits(&rewards));
 }
+
+#[test]
+fn demo_shows_a_kardia_step() {
+    // Hand-checked: judge scores 5,5,4,5,5 -> 0.8 * 0.96 + 0.2 = 0.968 ("Sad" = sadness);
+    // 4,4,3,5,4 -> 0.8 * 0.8 = 0.64 ("anxious" is not sadness); 3,1,2,4,5 -> 0.8 * 0.6 + 0.2 =
+    // 0.68; the two malformed outputs score 0 without a judge.
+    let text = care_cli::demo::render(&care_cli::demo::Cpu).unwrap();
+    let step = &text[text
+        .find("5. The same step under the built-in profile kardia")
+        .unwrap()..];
+    assert_eq!(step.matches("(judge not called)").count(), 2, "{step}");
+    for want in ["0.9680", "0.6400", "0.6800"] {
+        assert!(step.contains(want), "{want}: {step}");
+    }
+    assert!(
+        step.contains("text_outside") && step.contains("missing_span"),
+        "{step}"
+    );
+}
