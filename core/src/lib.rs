@@ -77,3 +77,8 @@ pub use strategy::{StrategyCounts, UnknownLabelPolicy, count_labels};
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+// The Rust example of docs/PROFILES.md runs as a doctest.
+#[doc = include_str!("../../docs/PROFILES.md")]
+#[cfg(doctest)]
+pub struct ProfilesDoctests;
