@@ -56,8 +56,11 @@ mod score;
 
 pub use emotion::{EmotionSpec, normalize_label};
 pub use judge::{parse_profile_judge_output, render_profile_judge_prompt};
-pub use output::{OutputCheck, OutputCode, OutputReport, OutputViolation};
-pub use parse::{ProfileCode, ProfileReport, ProfileValidation, ProfileViolation, parse_profile};
+pub use output::{MAX_OUTPUT_VIOLATIONS, OutputCheck, OutputCode, OutputReport, OutputViolation};
+pub use parse::{
+    MAX_CRITERION_WEIGHT, MAX_PROFILE_VIOLATIONS, PROFILE_WEIGHT_TOLERANCE, ProfileCode,
+    ProfilePath, ProfileReport, ProfileValidation, ProfileViolation, parse_profile,
+};
 pub use score::{ProfileGroupReport, ProfileReward, profile_reward, profile_reward_group};
 
 use heapless::Vec;

@@ -368,6 +368,8 @@ pub(super) fn check<'t>(p: &Profile<'_>, output: &'t [u8]) -> OutputCheck<'t> {
             return out;
         }
     };
+    // A profile has tags exactly when it has an output format (the parser guarantees a
+    // non-empty text before `{name}` in both templates).
     let Some(tags) = Tags::new(p) else {
         // No output format: nothing to check, the judge sees everything.
         out.judge = Some(text);
