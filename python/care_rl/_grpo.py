@@ -3,6 +3,7 @@ the policy loss with its gradient. ``care_rl.torch`` has the same functions for 
 
 from __future__ import annotations
 
+import math
 from typing import Dict, Optional, Sequence, Union
 
 import numpy as np
@@ -153,7 +154,7 @@ def advantage_kind(adv_shape, logp_shape, n_tok: int, n_seq: int, per_token: Opt
     """Whether advantages of ``adv_shape`` are per token (else per sequence): a padded
     ``[B, L]`` layout decides by shape, a flat one by count (per sequence when both fit,
     unless ``per_token`` says otherwise)."""
-    size = int(np.prod(adv_shape)) if len(adv_shape) else 1
+    size = math.prod(adv_shape)
     if per_token is None:
         if len(logp_shape) == 2 and tuple(adv_shape) == tuple(logp_shape):
             per_token = True
