@@ -34,6 +34,12 @@ pub const EXIT_USAGE: u8 = 2;
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         CliCommand::Demo => crate::demo::run(&mut io::stdout().lock()).map(|()| EXIT_OK),
+        CliCommand::Analyze {
+            analyze,
+            score,
+            format,
+            io,
+        } => crate::analyze::cli::run(&analyze, &score, &format, &io),
         CliCommand::Advantages { adv, io } => {
             advantage_options(&adv).and_then(|o| stream(&Command::Advantages(o), &io))
         }
