@@ -72,7 +72,7 @@ fn opt_ptr<T: Elem>(t: Option<&Tensor<'_>>, dev: Device, n: usize, what: &str) -
 
 fn workspace_ptr(ws: &Tensor<'_>, dev: Device) -> PyResult<u64> {
     let p = ws.device_ptr::<u32>(dev)?;
-    if ws.numel() * 4 < WORKSPACE_BYTES || p % 16 != 0 {
+    if ws.numel() * 4 < WORKSPACE_BYTES || !p.is_multiple_of(16) {
         return Err(invalid(format!(
             "workspace: needs {WORKSPACE_BYTES} bytes, 16-byte aligned (int32 [{}])",
             WORKSPACE_BYTES / 4

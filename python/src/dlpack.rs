@@ -414,7 +414,7 @@ impl<'py> Tensor<'py> {
                 device
             )));
         }
-        if self.numel() > 0 && self.addr() % std::mem::align_of::<T>() as u64 != 0 {
+        if self.numel() > 0 && !self.addr().is_multiple_of(std::mem::align_of::<T>() as u64) {
             return Err(invalid(format!("{}: data is not aligned", self.name)));
         }
         Ok(())

@@ -62,7 +62,7 @@ fn groups(n: usize, group_size: usize, offsets: Option<&Tensor<'_>>) -> PyResult
     match offsets {
         Some(o) => Ok(o.numel().saturating_sub(1)),
         None => {
-            if group_size == 0 || n % group_size != 0 {
+            if group_size == 0 || !n.is_multiple_of(group_size) {
                 return Err(crate::error::core_err(
                     &format!("group_size={group_size} for {n} rewards"),
                     care_core::Error::InvalidLayout,
@@ -405,6 +405,7 @@ fn write_loss_stats(s: &LossStats, out: &mut Tensor<'_>) -> PyResult<()> {
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)] // the pieces of one loss call
 fn host_loss<T: LogProb + Elem>(
     py: Python<'_>,
     logp: &Tensor<'_>,
