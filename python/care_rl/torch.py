@@ -696,7 +696,7 @@ def group_partial_sums(rewards: Tensor, group_size=None, *, group_offsets=None, 
     Every rank passes the same ``B`` groups (empty CSR ranges for groups it does not hold)."""
     r = torch.as_tensor(rewards)
     gs, offs, b = _groups(r, group_size, group_offsets)
-    flat = _flat(r, torch.float32, r.device, "rewards")
+    flat = _flat(r.detach(), torch.float32, r.device, "rewards")
     out = torch.empty((b, 2), dtype=torch.float64, device=r.device)
     with _On(flat):
         _care.group_partial_sums(
@@ -713,11 +713,11 @@ def group_partial_squares(
     (``sums`` all-reduced). ``all_reduce`` it (SUM)."""
     r = torch.as_tensor(rewards)
     gs, offs, b = _groups(r, group_size, group_offsets)
-    flat = _flat(r, torch.float32, r.device, "rewards")
+    flat = _flat(r.detach(), torch.float32, r.device, "rewards")
     out = torch.empty(b, dtype=torch.float64, device=r.device)
     with _On(flat):
         _care.group_partial_squares(
-            _dl(flat), _dl(sums.contiguous()), _dl(out), gs, _dl(offs),
+            _dl(flat), _dl(sums.detach().contiguous()), _dl(out), gs, _dl(offs),
             _dl(_mask(valid, r.device)), _stream(flat), _dl(_workspace(flat)),
         )  # fmt: skip
     return out
@@ -741,12 +741,12 @@ def group_advantages_finalize(
     ``dtype`` float64 is available on the CPU (the value computed in float64, not rounded)."""
     r = torch.as_tensor(rewards)
     gs, offs, b = _groups(r, group_size, group_offsets)
-    flat = _flat(r, torch.float32, r.device, "rewards")
+    flat = _flat(r.detach(), torch.float32, r.device, "rewards")
     out = torch.empty(flat.shape, dtype=dtype, device=r.device)
     opts = options if options is not None else advantage_options(preset, **overrides)
     with _On(flat):
         _care.group_advantages_finalize(
-            _dl(flat), _dl(sums.contiguous()), _dl(m2.contiguous()), _dl(out), opts, gs,
+            _dl(flat), _dl(sums.detach().contiguous()), _dl(m2.detach().contiguous()), _dl(out), opts, gs,
             _dl(offs), _dl(_mask(valid, r.device)), None, _stream(flat), _dl(_workspace(flat)),
         )  # fmt: skip
     return out.reshape(r.shape)
