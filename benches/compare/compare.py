@@ -118,21 +118,16 @@ def rubric_rows(args, care_bin):
     row("validate JSONL", "Python json + hand-written checks", t_py, size, "B/s")
     row("validate JSONL", "Python pydantic v2 model", t_pd, size, "B/s")
 
-    # Do all three agree on the 100-rubric mix? (ctypes care_format_reward is the library
-    # verdict.)
+    # Do all three agree on the 100-rubric mix? (ctypes care_r_fmt is the library verdict.)
     lib = _lib.lib()
-    lib.care_format_reward.restype = ctypes.c_uint32
-    lib.care_format_reward.argtypes = [
-        ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
-    ]  # fmt: skip
+    lib.care_r_fmt.restype = ctypes.c_uint32
+    lib.care_r_fmt.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
     texts = [json.loads(x)["text"] for x in head]
     lib_r = []
     for t in texts:
         b = t.encode()
         out = ctypes.c_double()
-        _lib.check(
-            lib.care_format_reward(b, len(b), None, ctypes.byref(out)), "care_format_reward"
-        )
+        _lib.check(lib.care_r_fmt(b, len(b), None, ctypes.byref(out)), "care_r_fmt")
         lib_r.append(int(out.value))
     hand_r = [bl.validate_handwritten(t)[0] for t in texts]
     model = bl.make_pydantic_model()
@@ -189,15 +184,12 @@ def advantage_rows(args):
     for n, g in ((8192, 16), (1 << 20, 64), (1 << 22, 64)):
         r = (rng.integers(0, 31, n) / 30).astype(np.float32)
         out = np.empty(n, dtype=np.float32)
-        rewards = _lib.Rewards(rewards=r.ctypes.data, rewards_len=n)
-        layout = _lib.GroupLayout(group_size=g)
-        outputs = _lib.AdvantageOutputs(advantages=out.ctypes.data, advantages_len=n)
 
         def care():
             _lib.check(
                 lib.care_group_advantages(
-                    ctypes.byref(rewards), ctypes.byref(layout), ctypes.byref(opts),
-                    ctypes.byref(outputs),
+                    r.ctypes.data, n, None, 0, g, None, 0, ctypes.byref(opts),
+                    out.ctypes.data, n, None, 0,
                 ),
                 "care_group_advantages",
             )  # fmt: skip
@@ -234,20 +226,15 @@ def loss_rows(args):
         adv = rng.standard_normal(b).astype(np.float32)
         grad = np.empty(t, dtype=np.float32)
         loss_out = ctypes.c_double()
-        inputs = _lib.LossInputs(
-            dtype=_lib.DTYPES["float32"], logp=logp.ctypes.data, logp_len=t,
-            logp_old=old.ctypes.data, logp_old_len=t, seq_offsets=offs.ctypes.data,
-            seq_offsets_len=b + 1, mask=mask.ctypes.data, mask_len=t, advantages=adv.ctypes.data,
-            advantages_len=b, advantages_kind=_lib.ADV_PER_SEQUENCE,
-        )  # fmt: skip
 
         def care():
             _lib.check(
-                lib.care_policy_loss(
-                    ctypes.byref(inputs), ctypes.byref(opts), grad.ctypes.data, t,
-                    ctypes.byref(loss_out), None,
+                lib.care_policy_loss_f32(
+                    logp.ctypes.data, t, old.ctypes.data, t, None, 0, offs.ctypes.data, b + 1,
+                    mask.ctypes.data, t, adv.ctypes.data, b, _lib.ADV_PER_SEQUENCE,
+                    ctypes.byref(opts), grad.ctypes.data, t, ctypes.byref(loss_out), None,
                 ),
-                "care_policy_loss",
+                "care_policy_loss_f32",
             )  # fmt: skip
             return loss_out.value, grad
 

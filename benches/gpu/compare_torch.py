@@ -5,7 +5,7 @@
     python benches/gpu/compare_torch.py --out r.json   # also write every row as JSON
 
 Needs torch and numpy in the Python environment and libcare (`cargo build --release -p
-libcare`, or `CARE_LIB`). For each size it reports the median time (CUDA events, 50 timed
+care-ffi`, or `CARE_LIB`). For each size it reports the median time (CUDA events, 50 timed
 runs after warm-up on a GPU; wall clock on the CPU), bytes moved by the minimal algorithm,
 effective GB/s, that as a percentage of the device-to-device copy bandwidth measured in the
 same run, and the extra peak memory of one call (CUDA only). Every implementation's result is
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
 import care_torch  # noqa: E402
-from care_torch import _lib, _torch  # noqa: E402
+from care_torch import _lib  # noqa: E402
 
 EPS = 1e-6
 
@@ -134,17 +134,15 @@ def bench_advantages(args, device, timer, copy_bw, rows):
             want = adv_torch(r, g)
             out = torch.empty_like(r)
             opts = _lib.advantage_options("verl")
-            rewards = _lib.Rewards(rewards=r.data_ptr(), rewards_len=n)
-            layout = _lib.GroupLayout(group_size=g)
-            outputs = _lib.AdvantageOutputs(advantages=out.data_ptr(), advantages_len=n)
             if device.type == "cuda":
-                launch, _ws = _torch._launch(device)
+                ws = torch.empty(16, dtype=torch.int32, device=device)
 
                 def care():
+                    stream = torch.cuda.current_stream(device).cuda_stream
                     _lib.check(
                         lib.care_gpu_group_advantages(
-                            ctypes.byref(rewards), ctypes.byref(layout), ctypes.byref(opts),
-                            ctypes.byref(outputs), None, ctypes.byref(launch),
+                            r.data_ptr(), n, None, 0, g, None, 0, ctypes.byref(opts),
+                            out.data_ptr(), n, None, 0, None, ws.data_ptr(), 64, stream,
                         ),
                         "care_gpu_group_advantages",
                     )  # fmt: skip
@@ -153,8 +151,8 @@ def bench_advantages(args, device, timer, copy_bw, rows):
                 def care():
                     _lib.check(
                         lib.care_group_advantages(
-                            ctypes.byref(rewards), ctypes.byref(layout), ctypes.byref(opts),
-                            ctypes.byref(outputs),
+                            r.data_ptr(), n, None, 0, g, None, 0, ctypes.byref(opts),
+                            out.data_ptr(), n, None, 0,
                         ),
                         "care_group_advantages",
                     )  # fmt: skip
@@ -255,31 +253,23 @@ def care_launch(logp, old, adv, mask):
     device = logp.device
     t = logp.numel()
     b, length = logp.shape
-    code = _torch.DTYPES[logp.dtype]
+    code, _ = {torch.float32: (0, 0), torch.bfloat16: (1, 0), torch.float16: (2, 0)}[logp.dtype]
     offs = (torch.arange(b + 1, device=device) * length).to(torch.int32)
     m = mask.reshape(-1).to(torch.uint8)
     grad = torch.empty(t, dtype=logp.dtype, device=device)
-    nbytes = _lib.GPU_LOSS_STATS_BYTES
-    stats = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
+    stats = torch.empty(14, dtype=torch.int32, device=device)
+    ws = torch.empty(16, dtype=torch.int32, device=device)
     opts = _lib.loss_options()
-    launch, _ws = _torch._launch(device)
-    _lib.check(
-        lib.care_gpu_loss_stats_reset(stats.data_ptr(), nbytes, ctypes.byref(launch)),
-        "stats reset",
-    )
+    stream = torch.cuda.current_stream(device).cuda_stream
+    _lib.check(lib.care_gpu_loss_stats_reset(stats.data_ptr(), 56, stream), "stats reset")
     x = logp.detach()
-    inputs = _lib.LossInputs(
-        dtype=code, logp=x.data_ptr(), logp_len=t, logp_old=old.data_ptr(), logp_old_len=t,
-        seq_offsets=offs.data_ptr(), seq_offsets_len=b + 1, mask=m.data_ptr(), mask_len=t,
-        advantages=adv.data_ptr(), advantages_len=b, advantages_kind=_lib.ADV_PER_SEQUENCE,
-        max_seq_len=length,
-    )  # fmt: skip
 
     def run():
         _lib.check(
             lib.care_gpu_policy_loss(
-                ctypes.byref(inputs), ctypes.byref(opts), grad.data_ptr(), t, code,
-                stats.data_ptr(), nbytes, ctypes.byref(launch),
+                code, x.data_ptr(), t, old.data_ptr(), t, None, 0, offs.data_ptr(), b + 1,
+                m.data_ptr(), t, adv.data_ptr(), b, _lib.ADV_PER_SEQUENCE, ctypes.byref(opts),
+                length, grad.data_ptr(), t, 1, stats.data_ptr(), 56, ws.data_ptr(), 64, stream,
             ),
             "care_gpu_policy_loss",
         )  # fmt: skip
@@ -471,34 +461,34 @@ def lsm_care_launch(x, y, t, backward=False):
     forward, and with `backward` also the backward pass in place over `x`."""
     from care_torch import logsoftmax as lsm
 
-    lib = _lib.lib()
+    lib = lsm._lib_handle()
     device = x.device
     n, vocab = x.shape
     y32 = y.to(torch.int32)
     logp = torch.empty(n, dtype=torch.float32, device=device)
     lse = torch.empty_like(logp)
     g = torch.randn(n, device=device)
-    launch, _ws = _torch._launch(device)
+    ws = torch.empty(16, dtype=torch.int32, device=device)
+    stream = torch.cuda.current_stream(device).cuda_stream
+    code = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
     stride = x.stride(0)
-    c = lsm._logits(x, n, vocab, stride, y32, 0, None, t)
-    out = _lib.LogSoftmaxOutputs(logp=logp.data_ptr(), logp_len=n, lse=lse.data_ptr(), lse_len=n)
-    grads = _lib.LogSoftmaxGrads(dlogp=g.data_ptr(), dlogp_len=n, lse=lse.data_ptr(), lse_len=n)
-    n_el = lsm._matrix_len(n, vocab, stride)
 
     def run():
         _lib.check(
-            lib.care_gpu_selective_log_softmax(
-                ctypes.byref(c), ctypes.byref(out), ctypes.byref(launch)
+            lib.care_gpu_log_softmax(
+                code, x.data_ptr(), n, vocab, stride, y32.data_ptr(), n, 0, None, 0, t,
+                logp.data_ptr(), n, None, 0, lse.data_ptr(), n, ws.data_ptr(), 64, stream,
             ),
-            "care_gpu_selective_log_softmax",
-        )
+            "care_gpu_log_softmax",
+        )  # fmt: skip
         if backward:
             _lib.check(
-                lib.care_gpu_selective_log_softmax_backward(
-                    ctypes.byref(c), ctypes.byref(grads), x.data_ptr(), n_el, stride,
-                    ctypes.byref(launch),
+                lib.care_gpu_log_softmax_backward(
+                    code, x.data_ptr(), n, vocab, stride, y32.data_ptr(), n, 0, None, 0, t,
+                    lse.data_ptr(), n, None, 0, g.data_ptr(), n, None, 0, x.data_ptr(), stride,
+                    stream,
                 ),
-                "care_gpu_selective_log_softmax_backward",
+                "care_gpu_log_softmax_backward",
             )  # fmt: skip
 
     return run
