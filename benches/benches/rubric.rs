@@ -4,8 +4,8 @@ use std::hint::black_box;
 
 use care_benches::{FIXTURE_1, FIXTURE_2, Rng, compact, group_scores, judge_output, rubric_mix};
 use care_core::{
-    FormatPolicy, GeneratorOptions, PrefOptions, ScoreOptions, generator_reward,
-    parse_judge_output, pref_reward, score_group, validate,
+    FormatPolicy, GeneratorOptions, PreferenceOptions, ScoreOptions, generator_reward,
+    parse_judge_output, policy_reward_group, preference_reward, validate,
 };
 use criterion::{BenchmarkId, Criterion, Throughput};
 
@@ -72,13 +72,14 @@ fn scoring(c: &mut Criterion) {
     let total = rubric.total_criteria();
     let opts = ScoreOptions::default();
 
+    // Benchmark ids keep their names from before the renames so that saved baselines compare.
     let mut g = c.benchmark_group("rubric/score_group");
     for m in [6usize, 64] {
         let scores = group_scores(&mut Rng::new(m as u64), total, m);
         let mut out = vec![0.0; m];
         g.throughput(Throughput::Elements(m as u64));
         g.bench_with_input(BenchmarkId::new("policy_reward", m), &scores, |b, s| {
-            b.iter(|| score_group(&rubric, &opts, black_box(s), &mut out).map(|r| r.scored))
+            b.iter(|| policy_reward_group(&rubric, &opts, black_box(s), &mut out).map(|r| r.scored))
         });
     }
     g.finish();
@@ -87,11 +88,12 @@ fn scoring(c: &mut Criterion) {
     let mut rng = Rng::new(11);
     let chosen = group_scores(&mut rng, total, 1);
     let rejected = group_scores(&mut rng, total, 1);
-    let pref = PrefOptions::default();
+    let pref = PreferenceOptions::default();
     g.throughput(Throughput::Elements(1));
     g.bench_function(BenchmarkId::new("pref_reward", "fixture_1"), |b| {
         b.iter(|| {
-            pref_reward(&rubric, black_box(&chosen), &rejected, &opts, &pref).map(|r| r.reward)
+            preference_reward(&rubric, black_box(&chosen), &rejected, &opts, &pref)
+                .map(|r| r.reward)
         })
     });
     // Eq. 4 from the raw generator text: validation + r_pref + r_align.

@@ -11,7 +11,7 @@ use care_core::grpo::{
 };
 
 use care_core::{
-    FormatPolicy, GeneratorOptions, MissingPolicy, PrefOptions, RangePolicy, ScoreOptions,
+    FormatPolicy, GeneratorOptions, MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions,
     ScoreScale, UnknownLabelPolicy,
 };
 
@@ -268,7 +268,7 @@ pub fn generator_options(
     Ok(GeneratorOptions {
         lambda: p.lambda,
         gamma: p.gamma,
-        pref: PrefOptions {
+        preference: PreferenceOptions {
             tau: p.tau,
             scale: match p.scale {
                 ScaleArg::Normalized => ScoreScale::Normalized,

@@ -825,8 +825,10 @@ fn demo_prints_the_whole_loop_on_the_cpu() {
 #[test]
 fn group_scoring_agrees_with_the_core_batch_api() {
     // The demo group (six judge answers under rubric_sft_1) through `care score` and through
-    // care_core::score_group on the same parsed scores: identical rewards, bit for bit.
-    use care_core::{FormatPolicy, ScoreOptions, parse_judge_output, score_group, validate};
+    // care_core::policy_reward_group on the same parsed scores: identical rewards, bit for bit.
+    use care_core::{
+        FormatPolicy, ScoreOptions, parse_judge_output, policy_reward_group, validate,
+    };
     let line = std::fs::read_to_string(data("score_valid.jsonl"))
         .unwrap()
         .lines()
@@ -847,7 +849,7 @@ fn group_scoring_agrees_with_the_core_batch_api() {
         flat.extend(s);
     }
     let mut rewards = vec![0.0; 6];
-    let rep = score_group(rubric, &ScoreOptions::default(), &flat, &mut rewards).unwrap();
+    let rep = policy_reward_group(rubric, &ScoreOptions::default(), &flat, &mut rewards).unwrap();
     assert_eq!(rep.failed, 0);
     let cli: Vec<f64> = o["rewards"]
         .as_array()

@@ -27,21 +27,21 @@ pub struct GroupReport {
 ///
 /// # Errors
 /// [`Error::LengthMismatch`] when `scores.len() != out.len() * rubric.total_criteria()`.
-pub fn score_group(
+pub fn policy_reward_group(
     rubric: &Rubric<'_>,
     opts: &ScoreOptions,
     scores: &[f64],
     out: &mut [f64],
 ) -> Result<GroupReport> {
-    score_group_fixed(rubric.weights(), rubric.counts(), opts, scores, out)
+    policy_reward_group_fixed(rubric.weights(), rubric.counts(), opts, scores, out)
 }
 
-/// [`score_group`] under caller-given weights and criteria counts per dimension (the
+/// [`policy_reward_group`] under caller-given weights and criteria counts per dimension (the
 /// fixed-rubric ablation, and the C ABI path).
 ///
 /// # Errors
-/// As [`score_group`], with `counts` defining the per-response layout.
-pub fn score_group_fixed(
+/// As [`policy_reward_group`], with `counts` defining the per-response layout.
+pub fn policy_reward_group_fixed(
     weights: [f64; 3],
     counts: [usize; 3],
     opts: &ScoreOptions,

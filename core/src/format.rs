@@ -446,7 +446,7 @@ impl Validation<'_> {
 }
 
 /// `r_fmt` of `text` under `policy`: `validate(text, policy, scratch).r_fmt()`.
-pub fn r_fmt(text: &[u8], policy: &FormatPolicy, scratch: &mut [u8]) -> f64 {
+pub fn format_reward(text: &[u8], policy: &FormatPolicy, scratch: &mut [u8]) -> f64 {
     validate(text, policy, scratch).r_fmt()
 }
 

@@ -57,20 +57,22 @@ pub mod simplex;
 pub mod strategy;
 pub use error::{Error, Result};
 
-pub use align::{Alignment, alignment, r_align};
-pub use batch::{GroupReport, score_group, score_group_fixed};
+pub use align::{Alignment, alignment, alignment_reward};
+pub use batch::{GroupReport, policy_reward_group, policy_reward_group_fixed};
 pub use format::{
-    FormatPolicy, Report, Validation, Violation, ViolationCode, validate, validate_str,
+    FormatPolicy, Report, Validation, Violation, ViolationCode, format_reward, validate,
+    validate_str,
 };
 pub use judge::{JudgeReport, parse_judge_output, render_judge_prompt};
 pub use reward::{
-    GeneratorOptions, GeneratorReward, MissingPolicy, PolicyReward, PrefOptions, PrefReward,
-    RangePolicy, ScoreOptions, ScoreScale, generator_reward, policy_reward, pref_reward,
+    GeneratorOptions, GeneratorReward, MissingPolicy, PolicyReward, PreferenceOptions,
+    PreferenceReward, RangePolicy, ScoreOptions, ScoreScale, generator_reward, policy_reward,
+    preference_reward,
 };
 #[cfg(feature = "alloc")]
 pub use rubric::RubricBuf;
 pub use rubric::{Criterion, Dimension, Rubric};
-pub use strategy::{StrategyCounts, UnknownLabelPolicy, count_labels};
+pub use strategy::{StrategyCounts, UnknownLabelPolicy, strategy_counts};
 
 // The README's Rust example runs as a doctest.
 #[doc = include_str!("../../README.md")]

@@ -9,7 +9,7 @@ use crate::align::{Alignment, alignment};
 use crate::format::{FormatPolicy, Validation, validate};
 use crate::rubric::Rubric;
 use crate::simplex::{scoring_weights, uniform};
-use crate::strategy::{StrategyCounts, UnknownLabelPolicy, count_labels};
+use crate::strategy::{StrategyCounts, UnknownLabelPolicy, strategy_counts};
 use crate::{Error, Result};
 
 /// The highest raw judge score; normalized score is `raw / MAX_SCORE`.
@@ -220,22 +220,22 @@ pub enum ScoreScale {
 
 /// Options of the preference reward (Eq. 3).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PrefOptions {
+pub struct PreferenceOptions {
     /// Temperature `tau > 0` (default 0.7).
     pub tau: f64,
     /// Score scale (default normalized).
     pub scale: ScoreScale,
 }
 
-impl PrefOptions {
+impl PreferenceOptions {
     /// The paper defaults: `tau = 0.7`, normalized scores.
-    pub const PAPER: PrefOptions = PrefOptions {
+    pub const PAPER: PreferenceOptions = PreferenceOptions {
         tau: 0.7,
         scale: ScoreScale::Normalized,
     };
 }
 
-impl Default for PrefOptions {
+impl Default for PreferenceOptions {
     fn default() -> Self {
         Self::PAPER
     }
@@ -243,7 +243,7 @@ impl Default for PrefOptions {
 
 /// The preference reward with what produced it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PrefReward {
+pub struct PreferenceReward {
     /// `r_pref = sum_d w_d * mean_i tanh((s+ - s-) / tau)`, in `(-1, 1)`.
     pub reward: f64,
     /// Per-dimension mean of `tanh((s+ - s-) / tau)` (0 for an empty dimension).
@@ -261,14 +261,14 @@ pub struct PrefReward {
 /// # Errors
 /// [`Error::InvalidArgument`] when `tau` is not finite and positive; otherwise as
 /// [`policy_reward`].
-pub fn pref_reward(
+pub fn preference_reward(
     rubric: &Rubric<'_>,
     chosen: &[f64],
     rejected: &[f64],
     score: &ScoreOptions,
-    pref: &PrefOptions,
-) -> Result<PrefReward> {
-    pref_reward_fixed(
+    pref: &PreferenceOptions,
+) -> Result<PreferenceReward> {
+    preference_reward_fixed(
         rubric.weights(),
         rubric.counts(),
         chosen,
@@ -281,15 +281,15 @@ pub fn pref_reward(
 /// Eq. 3 under fixed weights and criteria counts (see [`policy_reward_fixed`]).
 ///
 /// # Errors
-/// As [`pref_reward`].
-pub fn pref_reward_fixed(
+/// As [`preference_reward`].
+pub fn preference_reward_fixed(
     weights: [f64; 3],
     counts: [usize; 3],
     chosen: &[f64],
     rejected: &[f64],
     score: &ScoreOptions,
-    pref: &PrefOptions,
-) -> Result<PrefReward> {
+    pref: &PreferenceOptions,
+) -> Result<PreferenceReward> {
     if !(pref.tau.is_finite() && pref.tau > 0.0) {
         return Err(Error::InvalidArgument);
     }
@@ -323,7 +323,7 @@ pub fn pref_reward_fixed(
         }
         reward += wd * *mean;
     }
-    Ok(PrefReward {
+    Ok(PreferenceReward {
         // As in Eq. 5, rounding can pass 1 by an ulp (found by fuzzing); clamp is odd, so
         // antisymmetry is kept.
         reward: reward.clamp(-1.0, 1.0),
@@ -341,7 +341,7 @@ pub struct GeneratorOptions {
     /// Weight of `r_fmt` (default 0.3).
     pub gamma: f64,
     /// Options of `r_pref`.
-    pub pref: PrefOptions,
+    pub preference: PreferenceOptions,
     /// Score policies of `r_pref`.
     pub score: ScoreOptions,
     /// The format contract behind `r_fmt`.
@@ -355,7 +355,7 @@ impl GeneratorOptions {
     pub const PAPER: GeneratorOptions = GeneratorOptions {
         lambda: 0.1,
         gamma: 0.3,
-        pref: PrefOptions::PAPER,
+        preference: PreferenceOptions::PAPER,
         score: ScoreOptions {
             missing: MissingPolicy::Error,
             out_of_range: RangePolicy::Error,
@@ -400,7 +400,7 @@ pub struct GeneratorReward {
 /// rubric's criteria (ignored when it does not parse).
 ///
 /// # Errors
-/// [`Error::UnknownLabel`] under the `error` label policy; score errors as [`pref_reward`];
+/// [`Error::UnknownLabel`] under the `error` label policy; score errors as [`preference_reward`];
 /// [`Error::InvalidArgument`] for non-finite `lambda`/`gamma` or a bad `tau`.
 pub fn generator_reward<S: AsRef<str>>(
     rubric_text: &[u8],
@@ -429,10 +429,10 @@ pub fn generator_reward_validated<S: AsRef<str>>(
     if !(opts.lambda.is_finite() && opts.gamma.is_finite()) {
         return Err(Error::InvalidArgument);
     }
-    if !(opts.pref.tau.is_finite() && opts.pref.tau > 0.0) {
+    if !(opts.preference.tau.is_finite() && opts.preference.tau > 0.0) {
         return Err(Error::InvalidArgument);
     }
-    let counts = count_labels(chosen_tactics, opts.labels)?;
+    let counts = strategy_counts(chosen_tactics, opts.labels)?;
     let r_fmt = v.r_fmt();
     let violations = u32::try_from(v.report.violations().len()).unwrap_or(u32::MAX);
     let Some(rubric) = v.rubric.as_ref() else {
@@ -452,7 +452,7 @@ pub fn generator_reward_validated<S: AsRef<str>>(
             fired: Fired::default(),
         });
     };
-    let p = pref_reward(rubric, chosen, rejected, &opts.score, &opts.pref)?;
+    let p = preference_reward(rubric, chosen, rejected, &opts.score, &opts.preference)?;
     let a = alignment(rubric.weights(), counts.counts);
     Ok(GeneratorReward {
         reward: p.reward + opts.lambda * a.reward + opts.gamma * r_fmt,

@@ -111,7 +111,7 @@ pub struct StrategyCounts {
 ///
 /// # Errors
 /// [`Error::UnknownLabel`] for an unknown label under [`UnknownLabelPolicy::Error`].
-pub fn count_labels<S: AsRef<str>>(
+pub fn strategy_counts<S: AsRef<str>>(
     labels: &[S],
     policy: UnknownLabelPolicy,
 ) -> Result<StrategyCounts> {
@@ -167,7 +167,7 @@ mod tests {
 
     #[test]
     fn counts_are_over_a_set() {
-        let c = count_labels(
+        let c = strategy_counts(
             &[
                 "Question",
                 "[Questions]",
@@ -182,17 +182,17 @@ mod tests {
         assert_eq!(c.counts, [1, 1, 2]);
         assert_eq!(c.duplicates, 2);
         let fixture =
-            count_labels(&["questioning", "information"], UnknownLabelPolicy::Error).unwrap();
+            strategy_counts(&["questioning", "information"], UnknownLabelPolicy::Error).unwrap();
         assert_eq!(fixture.counts, [1, 0, 1]);
     }
 
     #[test]
     fn unknown_policy() {
         assert_eq!(
-            count_labels(&["hug"], UnknownLabelPolicy::Error),
+            strategy_counts(&["hug"], UnknownLabelPolicy::Error),
             Err(Error::UnknownLabel)
         );
-        let c = count_labels(&["hug", "advice"], UnknownLabelPolicy::Ignore).unwrap();
+        let c = strategy_counts(&["hug", "advice"], UnknownLabelPolicy::Ignore).unwrap();
         assert_eq!((c.counts, c.unknown), ([0, 0, 1], 1));
     }
 }

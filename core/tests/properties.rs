@@ -2,11 +2,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_core::align::alignment;
-use care_core::batch::{GroupReport, score_group_fixed};
+use care_core::batch::{GroupReport, policy_reward_group_fixed};
 use care_core::format::{FormatPolicy, validate, validate_str};
 use care_core::judge::parse_judge_output;
 use care_core::reward::{
-    MissingPolicy, PrefOptions, RangePolicy, ScoreOptions, policy_reward_fixed, pref_reward_fixed,
+    MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions, policy_reward_fixed,
+    preference_reward_fixed,
 };
 use care_core::rubric::{Dimension, Rubric};
 use care_core::simplex::{is_on_simplex, normalize_l1, project_to_simplex, scoring_weights};
@@ -83,7 +84,7 @@ proptest! {
         opts in any_score_options(),
     ) {
         let mut out = vec![0.25; m];
-        let rep = score_group_fixed(w, counts, &opts, &s, &mut out).unwrap();
+        let rep = policy_reward_group_fixed(w, counts, &opts, &s, &mut out).unwrap();
         let total: usize = counts.iter().sum();
         let mut want = GroupReport::default();
         for (j, &got) in out.iter().enumerate() {
@@ -140,9 +141,9 @@ proptest! {
     ) {
         let b: Vec<f64> = a.iter().zip(seed.iter().cycle()).map(|(_, &x)| f64::from(x)).collect();
         let o = ScoreOptions::default();
-        let p = PrefOptions::default();
-        let ab = pref_reward_fixed(w, counts, &a, &b, &o, &p).unwrap().reward;
-        let ba = pref_reward_fixed(w, counts, &b, &a, &o, &p).unwrap().reward;
+        let p = PreferenceOptions::default();
+        let ab = preference_reward_fixed(w, counts, &a, &b, &o, &p).unwrap().reward;
+        let ba = preference_reward_fixed(w, counts, &b, &a, &o, &p).unwrap().reward;
         prop_assert!(ab > -1.0 && ab < 1.0, "{ab}");
         prop_assert_eq!(ab, -ba);
     }

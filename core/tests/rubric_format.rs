@@ -2,7 +2,9 @@
 //! code has one failing input that produces it at the right location.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use care_core::format::{FormatPolicy, ViolationCode as V, find_meta_word, r_fmt, validate};
+use care_core::format::{
+    FormatPolicy, ViolationCode as V, find_meta_word, format_reward, validate,
+};
 use care_core::rubric::Dimension;
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -81,7 +83,7 @@ fn paper_fixtures_are_valid() {
 fn built_valid_rubric_is_valid() {
     assert_eq!(codes(&valid()), vec![]);
     assert_eq!(
-        r_fmt(valid().as_bytes(), &FormatPolicy::PAPER, &mut []),
+        format_reward(valid().as_bytes(), &FormatPolicy::PAPER, &mut []),
         1.0
     );
 }

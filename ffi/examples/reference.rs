@@ -69,7 +69,8 @@ fn run() -> Result<String, Box<dyn std::error::Error>> {
         }
     }
     let mut rewards = [0.0f64; N];
-    let rep = care_core::score_group(&rubric, &ScoreOptions::default(), &scores, &mut rewards)?;
+    let rep =
+        care_core::policy_reward_group(&rubric, &ScoreOptions::default(), &scores, &mut rewards)?;
     write!(out, "rewards:")?;
     for r in rewards {
         write!(out, " {r:.6}")?;

@@ -354,7 +354,7 @@ fn rewards_judge_and_generator_match_the_core() {
     let lp: Vec<*const c_char> = labels.iter().map(|s| s.as_ptr().cast()).collect();
     let ll: Vec<usize> = labels.iter().map(|s| s.len()).collect();
     let want_counts =
-        care_core::count_labels(&labels, care_core::UnknownLabelPolicy::Error).unwrap();
+        care_core::strategy_counts(&labels, care_core::UnknownLabelPolicy::Error).unwrap();
     let mut sc = unsafe { std::mem::zeroed::<care_strategy_counts>() };
     // SAFETY: valid buffers.
     assert_eq!(
@@ -372,7 +372,7 @@ fn rewards_judge_and_generator_match_the_core() {
         unsafe { care_alignment_reward(w.as_ptr(), 3, sc.counts.as_ptr(), 3, &mut align) },
         CARE_OK
     );
-    assert_eq!(align, care_core::r_align(w, want_counts.counts));
+    assert_eq!(align, care_core::alignment_reward(w, want_counts.counts));
 
     let chosen: Vec<f64> = (0..total).map(|i| (i % 6) as f64).collect();
     let rejected: Vec<f64> = (0..total).map(|i| ((i + 2) % 6) as f64).collect();
