@@ -1,0 +1,62 @@
+//! The options of the format contract.
+
+/// The options of the format contract. [`FormatPolicy::PAPER`] (the `Default`) is the policy
+/// behind `r_fmt`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FormatPolicy {
+    /// Strip a leading `<think>...</think>` block, or everything up to a lone `</think>`.
+    pub allow_think: bool,
+    /// Accept one ```` ```json ```` code fence around the value.
+    pub allow_code_fence: bool,
+    /// Accept the envelope `{"analysis": ..., "rubric": {...}}`.
+    pub allow_envelope: bool,
+    /// Allowed `|sum(w) - 1|`.
+    pub weight_tolerance: f64,
+    /// Require categories in the order Cognitive, Affective, Proactive.
+    pub require_order: bool,
+    /// Require the key order of categories and criteria.
+    pub require_key_order: bool,
+    /// Fewest criteria per category.
+    pub min_criteria: u8,
+    /// Most criteria per category.
+    pub max_criteria: u8,
+    /// Lint for meta words (gold, reference, ...).
+    pub meta_words: bool,
+}
+
+impl FormatPolicy {
+    /// The paper's contract (SPEC §3 defaults).
+    pub const PAPER: FormatPolicy = FormatPolicy {
+        allow_think: false,
+        allow_code_fence: false,
+        allow_envelope: false,
+        weight_tolerance: 1e-3,
+        require_order: true,
+        require_key_order: true,
+        min_criteria: 2,
+        max_criteria: 4,
+        meta_words: false,
+    };
+
+    /// The paper's contract (same as [`FormatPolicy::PAPER`]).
+    pub const fn paper() -> Self {
+        Self::PAPER
+    }
+
+    /// A lenient policy for reading model output that is not being rewarded: think blocks,
+    /// code fences and the envelope accepted; everything else as [`FormatPolicy::PAPER`].
+    pub const fn lenient() -> Self {
+        FormatPolicy {
+            allow_think: true,
+            allow_code_fence: true,
+            allow_envelope: true,
+            ..Self::PAPER
+        }
+    }
+}
+
+impl Default for FormatPolicy {
+    fn default() -> Self {
+        Self::PAPER
+    }
+}
