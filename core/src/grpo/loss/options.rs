@@ -1,0 +1,181 @@
+//! The options of the policy loss, their enums and presets.
+
+use crate::{Error, Result};
+
+/// How per-token losses are combined into `L = sum_t w_t * l_t` (SPEC §10).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Aggregation {
+    /// `w = 1 / N_tok` (default; verl `token-mean`, TRL `dapo`, OpenRLHF).
+    #[default]
+    TokenMean = 0,
+    /// `w = 1 / (n_i * N_seq)` (original GRPO, TRL `grpo`, GSPO).
+    SeqMeanTokenMean = 1,
+    /// `w = 1 / N_seq` (verl `seq-mean-token-sum`).
+    SeqMeanTokenSum = 2,
+    /// `w = 1 / (N_seq * H)` (Dr. GRPO, verl `seq-mean-token-sum-norm`).
+    SeqMeanTokenSumNorm = 3,
+    /// `w = 1`.
+    TokenSum = 4,
+}
+
+/// The KL-to-reference estimator, with `x = logp_ref - logp` (clamped).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum KlEstimator {
+    /// `k1 = -x` (verl `kl`/`k1`).
+    K1 = 0,
+    /// `|x|` (verl `abs`).
+    Abs = 1,
+    /// `x^2 / 2` (verl `mse`/`k2`).
+    K2 = 2,
+    /// `clamp(exp(x) - x - 1, -Ko, Ko)` (verl `low_var_kl`/`k3`, TRL; default).
+    #[default]
+    K3 = 3,
+}
+
+/// Whether the ratio is per token (PPO/GRPO) or per sequence (GSPO).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum RatioLevel {
+    /// `rho_t = exp(delta_t)` (default).
+    #[default]
+    Token = 0,
+    /// GSPO: `rho_i = exp(min(mean_t delta_t, seq_log_ratio_max))` over the counted tokens of
+    /// sequence `i`, used for each of its tokens; the gradient flows through the mean.
+    Sequence = 1,
+}
+
+/// Options of [`policy_loss`](super::policy_loss). Plain `#[repr(C)]` data, mirrored by the C ABI and the kernels.
+///
+/// Field order (C): the eleven `f64` fields in declaration order (`eps_low` ... `horizon`), then
+/// `aggregation: u32, ratio_level: u32, kl_estimator: u32`, then 4 bytes of tail padding
+/// (104 bytes). A denominator field of `0.0` means "use this call's own count".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossOptions {
+    /// Lower clip width: `rho` is clipped below at `1 - eps_low` (0.2). Finite, `>= 0`.
+    pub eps_low: f64,
+    /// Upper clip width: `rho` is clipped above at `1 + eps_high` (0.2; DAPO uses 0.28).
+    pub eps_high: f64,
+    /// Dual-clip constant `c`: for `A < 0`, `l = min(l, -A * c)`. Off when `<= 1` (0 = off,
+    /// default; the `verl` preset uses 3).
+    pub dual_clip: f64,
+    /// Bound on `|logp - logp_old|` before `exp` (20). `> 0`; `f64::INFINITY` turns it off.
+    pub log_ratio_clamp: f64,
+    /// GSPO only: upper bound on the mean log ratio before `exp` (10). Not NaN.
+    pub seq_log_ratio_max: f64,
+    /// KL coefficient `beta` (0 = no KL term). Finite, `>= 0`.
+    pub beta: f64,
+    /// Bound on `|logp_ref - logp|` before the KL estimator (20). `> 0`.
+    pub kl_input_clamp: f64,
+    /// Bound on the `k3` value (10). `> 0`.
+    pub kl_output_clamp: f64,
+    /// Global counted-token count `N_tok` (all ranks, all micro-batches); 0 = this call's.
+    pub global_tokens: f64,
+    /// Global count `N_seq` of sequences with a counted token; 0 = this call's.
+    pub global_sequences: f64,
+    /// Dr. GRPO horizon `H`; 0 = the longest sequence of this call (`seq[i+1] - seq[i]`).
+    pub horizon: f64,
+    /// How token losses are combined.
+    pub aggregation: Aggregation,
+    /// Token- or sequence-level ratio.
+    pub ratio_level: RatioLevel,
+    /// KL estimator used when `beta > 0` and `logp_ref` is given.
+    pub kl_estimator: KlEstimator,
+}
+
+/// Named loss option sets that match an anchor trainer.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LossPreset {
+    /// verl `vanilla` policy loss: eps 0.2/0.2, dual clip `c = 3`, log-ratio clamp 20,
+    /// `token-mean`, KL `k3` (off: `beta = 0`, as verl's `use_kl_loss = False`).
+    Verl = 0,
+    /// TRL `loss_type="dapo"` (default): eps 0.2/0.2, no dual clip, token mean over the global
+    /// token count, KL `k3` (off: TRL's default `beta = 0`). TRL does not clamp the log ratio;
+    /// the preset keeps the clamp at 20, which agrees with TRL wherever TRL's result is finite.
+    Trl = 1,
+}
+
+impl LossPreset {
+    /// Every preset, in number order.
+    pub const ALL: [LossPreset; 2] = [LossPreset::Verl, LossPreset::Trl];
+
+    /// The preset's name: `verl` or `trl`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LossPreset::Verl => "verl",
+            LossPreset::Trl => "trl",
+        }
+    }
+
+    /// Looks a preset up by its exact name; `None` for an unknown name.
+    pub fn from_name(name: &str) -> Option<LossPreset> {
+        LossPreset::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl Default for LossOptions {
+    /// SPEC §10 defaults: eps 0.2/0.2, no dual clip, clamps 20/10/20/10, `beta = 0`, `k3`,
+    /// token ratio, token mean, local denominators.
+    fn default() -> Self {
+        LossOptions {
+            eps_low: 0.2,
+            eps_high: 0.2,
+            dual_clip: 0.0,
+            log_ratio_clamp: 20.0,
+            seq_log_ratio_max: 10.0,
+            beta: 0.0,
+            kl_input_clamp: 20.0,
+            kl_output_clamp: 10.0,
+            global_tokens: 0.0,
+            global_sequences: 0.0,
+            horizon: 0.0,
+            aggregation: Aggregation::TokenMean,
+            ratio_level: RatioLevel::Token,
+            kl_estimator: KlEstimator::K3,
+        }
+    }
+}
+
+impl LossOptions {
+    /// The options of a preset.
+    pub fn preset(preset: LossPreset) -> Self {
+        let base = LossOptions::default();
+        match preset {
+            LossPreset::Verl => LossOptions {
+                dual_clip: 3.0,
+                ..base
+            },
+            LossPreset::Trl => base,
+        }
+    }
+
+    /// Checks the numeric fields (see each field's domain).
+    /// Errors: [`Error::InvalidArgument`].
+    pub fn validate(&self) -> Result<()> {
+        let fin_nonneg = |x: f64| x.is_finite() && x >= 0.0;
+        let pos = |x: f64| x > 0.0; // false for NaN; true for +inf
+        let ok = fin_nonneg(self.eps_low)
+            && fin_nonneg(self.eps_high)
+            && fin_nonneg(self.dual_clip)
+            && pos(self.log_ratio_clamp)
+            && !self.seq_log_ratio_max.is_nan()
+            && fin_nonneg(self.beta)
+            && pos(self.kl_input_clamp)
+            && pos(self.kl_output_clamp)
+            && fin_nonneg(self.global_tokens)
+            && fin_nonneg(self.global_sequences)
+            && fin_nonneg(self.horizon);
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument)
+        }
+    }
+
+    pub(super) fn dual_clip_on(&self) -> bool {
+        self.dual_clip > 1.0
+    }
+}
