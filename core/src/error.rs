@@ -8,6 +8,9 @@
 
 use core::fmt;
 
+#[cfg(doc)]
+use crate::Named;
+
 /// Why an operation of `care-core` failed. Small and `Copy`, like `serde_json_core::de::Error`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -87,7 +90,10 @@ impl Error {
         Error::NonFinite,
     ];
 
-    /// The stable snake_case code (CLI output, logs).
+    /// The stable codes, in the order of [`Error::ALL`].
+    pub const NAMES: [&'static str; 20] = crate::names::names_of!(Error, Error::ALL, code);
+
+    /// The stable snake_case code (CLI output, logs); the error's [`Named`] name.
     pub const fn code(self) -> &'static str {
         match self {
             Error::LengthMismatch => "length_mismatch",
@@ -165,6 +171,26 @@ impl Error {
         }
     }
 }
+
+impl Error {
+    /// The error whose [`Error::code`] is exactly `code`.
+    pub fn from_code(code: &str) -> Option<Error> {
+        Error::ALL.into_iter().find(|e| e.code() == code)
+    }
+
+    // The `Named` vocabulary, as inherent functions so that `impl_named!` applies.
+    const fn name(self) -> &'static str {
+        self.code()
+    }
+    const fn help(self) -> &'static str {
+        self.message()
+    }
+    fn from_name(code: &str) -> Option<Error> {
+        Error::from_code(code)
+    }
+}
+
+crate::names::impl_named!(Error, "error code");
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -51,11 +51,13 @@ pub mod grpo;
 mod json;
 pub mod judge;
 pub mod logsoftmax;
+pub mod names;
 pub mod reward;
 pub mod rubric;
 pub mod simplex;
 pub mod strategy;
 pub use error::{Error, Result};
+pub use names::{Named, UnknownName};
 
 pub use align::{Alignment, alignment, alignment_reward};
 pub use batch::{GroupReport, policy_reward_group, policy_reward_group_fixed};

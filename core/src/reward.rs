@@ -7,6 +7,7 @@
 
 use crate::align::{Alignment, alignment};
 use crate::format::{FormatPolicy, Validation, validate};
+use crate::names::named_enum;
 use crate::rubric::Rubric;
 use crate::simplex::{scoring_weights, uniform};
 use crate::strategy::{StrategyCounts, UnknownLabelPolicy, strategy_counts};
@@ -27,6 +28,12 @@ pub enum MissingPolicy {
     Skip,
 }
 
+named_enum!(MissingPolicy, "missing-score policy", {
+    Error => "error", "Fail with missing_score";
+    Zero => "zero", "Score it 0";
+    Skip => "skip", "Drop it from its dimension's mean";
+});
+
 /// What to do with a score outside `0..=5` or not an integer (including `±inf`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum RangePolicy {
@@ -36,6 +43,11 @@ pub enum RangePolicy {
     /// Round to the nearest integer, then clamp to `0..=5`.
     Clamp,
 }
+
+named_enum!(RangePolicy, "out-of-range policy", {
+    Error => "error", "Fail with score_out_of_range";
+    Clamp => "clamp", "Round to the nearest integer, then clamp to 0..=5";
+});
 
 /// Options shared by every score-based reward.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -217,6 +229,11 @@ pub enum ScoreScale {
     /// Differences of raw `0..=5` scores (saturates quickly with `tau = 0.7`).
     Raw,
 }
+
+named_enum!(ScoreScale, "score scale", {
+    Normalized => "normalized", "Differences of normalized scores raw / 5";
+    Raw => "raw", "Differences of raw 0..=5 scores";
+});
 
 /// Options of the preference reward (Eq. 3).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -4,6 +4,7 @@
 //! trimmed and ASCII-case-insensitive, and ESConv's bracketed form `[Question]` is accepted. The
 //! tactic list `A+` is a **set**: a label repeated (in any accepted spelling) counts once.
 
+use crate::names::named_enum;
 use crate::rubric::Dimension;
 use crate::{Error, Result};
 
@@ -16,6 +17,11 @@ pub enum Taxonomy {
     Mint,
 }
 
+named_enum!(Taxonomy, "taxonomy", {
+    Esconv => "esconv", "ESConv support strategies";
+    Mint => "mint", "MINT empathy tactics";
+});
+
 /// What to do with a label that maps to no dimension.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum UnknownLabelPolicy {
@@ -25,6 +31,11 @@ pub enum UnknownLabelPolicy {
     /// Skip it (counted in [`StrategyCounts::unknown`]).
     Ignore,
 }
+
+named_enum!(UnknownLabelPolicy, "unknown-label policy", {
+    Error => "error", "Fail with unknown_label";
+    Ignore => "ignore", "Leave the label out of the counts";
+});
 
 /// A known strategy label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

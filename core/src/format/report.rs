@@ -68,7 +68,11 @@ impl ViolationCode {
         ViolationCode::MetaWord,
     ];
 
-    /// The stable snake_case code of SPEC §3.
+    /// The stable codes, in the order of [`ViolationCode::ALL`].
+    pub const NAMES: [&'static str; 16] =
+        crate::names::names_of!(ViolationCode, ViolationCode::ALL, as_str);
+
+    /// The stable snake_case code of SPEC §3 (its [`crate::Named`] name).
     pub const fn as_str(self) -> &'static str {
         match self {
             ViolationCode::NotJson => "not_json",
@@ -100,9 +104,20 @@ impl ViolationCode {
         ViolationCode::ALL.into_iter().find(|c| c.number() == n)
     }
 
-    /// The code whose [`ViolationCode::as_str`] is `s`.
+    /// The code whose [`ViolationCode::as_str`] is exactly `s`.
     pub fn from_str_code(s: &str) -> Option<ViolationCode> {
         ViolationCode::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    // The `Named` vocabulary, as inherent functions so that `impl_named!` applies.
+    const fn name(self) -> &'static str {
+        self.as_str()
+    }
+    const fn help(self) -> &'static str {
+        self.hint()
+    }
+    fn from_name(s: &str) -> Option<ViolationCode> {
+        ViolationCode::from_str_code(s)
     }
 
     /// How to fix it, one clause (used at the end of every message).
@@ -142,9 +157,11 @@ impl ViolationCode {
     }
 }
 
+crate::names::impl_named!(ViolationCode, "violation code");
+
 impl fmt::Display for ViolationCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::layout::GroupLayout;
 use super::layout::validate_offsets;
+use crate::names::named_enum;
 use crate::{Error, Result};
 
 /// What is subtracted from a reward before scaling.
@@ -18,6 +19,12 @@ pub enum Baseline {
     None = 2,
 }
 
+named_enum!(Baseline, "baseline", {
+    Mean => "mean", "The group mean";
+    LeaveOneOut => "leave_one_out", "The mean of the other samples (RLOO)";
+    None => "none", "Nothing subtracted";
+});
+
 /// What the centered reward is divided by (`std + eps`), if anything.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -31,6 +38,12 @@ pub enum Scale {
     None = 2,
 }
 
+named_enum!(Scale, "scale", {
+    GroupStd => "group_std", "The group's std";
+    BatchStd => "batch_std", "The std of all valid rewards of the batch";
+    None => "none", "No scaling";
+});
+
 /// Which variance estimator the std uses.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -41,6 +54,11 @@ pub enum StdKind {
     /// Divides by `n`.
     Biased = 1,
 }
+
+named_enum!(StdKind, "std estimator", {
+    Unbiased => "unbiased", "Divide by n - 1";
+    Biased => "biased", "Divide by n";
+});
 
 /// What a group with exactly one valid sample gets.
 #[repr(u32)]
@@ -55,6 +73,12 @@ pub enum SingletonPolicy {
     /// Fail with [`Error::SingletonGroup`] (OpenRLHF asserts `G > 1`).
     Error = 2,
 }
+
+named_enum!(SingletonPolicy, "singleton policy", {
+    Zero => "zero", "Advantage 0";
+    Raw => "raw", "Baseline 0, std 1 (verl)";
+    Error => "error", "Fail with singleton_group";
+});
 
 /// Options of [`group_advantages`]. Plain `#[repr(C)]` data, mirrored by the C ABI.
 ///
@@ -106,34 +130,14 @@ pub enum Preset {
     Rloo = 5,
 }
 
-impl Preset {
-    /// Every preset, in number order.
-    pub const ALL: [Preset; 6] = [
-        Preset::Verl,
-        Preset::Trl,
-        Preset::TrlBatch,
-        Preset::OpenRlhf,
-        Preset::DrGrpo,
-        Preset::Rloo,
-    ];
-
-    /// The preset's name: `verl`, `trl`, `trl_batch`, `openrlhf`, `dr_grpo`, `rloo`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Preset::Verl => "verl",
-            Preset::Trl => "trl",
-            Preset::TrlBatch => "trl_batch",
-            Preset::OpenRlhf => "openrlhf",
-            Preset::DrGrpo => "dr_grpo",
-            Preset::Rloo => "rloo",
-        }
-    }
-
-    /// Looks a preset up by its exact [`Preset::name`]; `None` for an unknown name.
-    pub fn from_name(name: &str) -> Option<Preset> {
-        Preset::ALL.into_iter().find(|p| p.name() == name)
-    }
-}
+named_enum!(Preset, "advantage preset", {
+    Verl => "verl", "verl grpo: mean, group std, unbiased, eps 1e-6, singleton raw";
+    Trl => "trl", "TRL: mean, group std, unbiased, eps 1e-4, singleton zero";
+    TrlBatch => "trl_batch", "TRL with the batch std";
+    OpenRlhf => "openrlhf", "OpenRLHF group_norm: eps 1e-9, singleton error";
+    DrGrpo => "dr_grpo", "Dr. GRPO: mean baseline, no scale";
+    Rloo => "rloo", "RLOO: leave-one-out baseline, no scale";
+});
 
 impl AdvantageOptions {
     /// The options of a preset.

@@ -1,5 +1,6 @@
 //! The options of the policy loss, their enums and presets.
 
+use crate::names::named_enum;
 use crate::{Error, Result};
 
 /// How per-token losses are combined into `L = sum_t w_t * l_t` (SPEC §10).
@@ -19,6 +20,14 @@ pub enum Aggregation {
     TokenSum = 4,
 }
 
+named_enum!(Aggregation, "aggregation", {
+    TokenMean => "token_mean", "Mean over all counted tokens";
+    SeqMeanTokenMean => "seq_mean_token_mean", "Mean over sequences of the per-sequence token mean";
+    SeqMeanTokenSum => "seq_mean_token_sum", "Mean over sequences of the per-sequence token sum";
+    SeqMeanTokenSumNorm => "seq_mean_token_sum_norm", "Token sum per sequence over N_seq * horizon (Dr. GRPO)";
+    TokenSum => "token_sum", "Plain sum";
+});
+
 /// The KL-to-reference estimator, with `x = logp_ref - logp` (clamped).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -34,6 +43,13 @@ pub enum KlEstimator {
     K3 = 3,
 }
 
+named_enum!(KlEstimator, "KL estimator", {
+    K1 => "k1", "k1 = -x";
+    Abs => "abs", "|x|";
+    K2 => "k2", "x^2 / 2";
+    K3 => "k3", "exp(x) - x - 1, clamped";
+});
+
 /// Whether the ratio is per token (PPO/GRPO) or per sequence (GSPO).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -45,6 +61,11 @@ pub enum RatioLevel {
     /// sequence `i`, used for each of its tokens; the gradient flows through the mean.
     Sequence = 1,
 }
+
+named_enum!(RatioLevel, "ratio level", {
+    Token => "token", "Per-token ratio (PPO/GRPO)";
+    Sequence => "sequence", "Per-sequence ratio (GSPO)";
+});
 
 /// Options of [`policy_loss`](super::policy_loss). Plain `#[repr(C)]` data, mirrored by the C ABI and the kernels.
 ///
@@ -98,23 +119,10 @@ pub enum LossPreset {
     Trl = 1,
 }
 
-impl LossPreset {
-    /// Every preset, in number order.
-    pub const ALL: [LossPreset; 2] = [LossPreset::Verl, LossPreset::Trl];
-
-    /// The preset's name: `verl` or `trl`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            LossPreset::Verl => "verl",
-            LossPreset::Trl => "trl",
-        }
-    }
-
-    /// Looks a preset up by its exact name; `None` for an unknown name.
-    pub fn from_name(name: &str) -> Option<LossPreset> {
-        LossPreset::ALL.into_iter().find(|p| p.name() == name)
-    }
-}
+named_enum!(LossPreset, "loss preset", {
+    Verl => "verl", "verl: dual clip c = 3";
+    Trl => "trl", "TRL (dapo): the defaults";
+});
 
 impl Default for LossOptions {
     /// SPEC §10 defaults: eps 0.2/0.2, no dual clip, clamps 20/10/20/10, `beta = 0`, `k3`,
