@@ -155,7 +155,8 @@ pub fn render(be: &dyn Backend) -> Result<String, String> {
 
     // 1. The generated rubric and its format reward.
     let mut scratch = vec![0u8; RUBRIC.len()];
-    let v = validate(RUBRIC.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(RUBRIC.as_bytes(), &FormatPolicy::PAPER, &mut scratch)
+        .map_err(err("validating the bundled rubric"))?;
     let rubric = v
         .rubric
         .as_ref()

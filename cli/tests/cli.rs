@@ -747,7 +747,7 @@ fn score_and_pref_agree_with_the_library() {
         };
         let text = rubric_text(inp);
         let mut scratch = vec![0u8; text.len()];
-        let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+        let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
         let flat: Vec<f64> = scores
             .as_array()
             .unwrap()
@@ -839,7 +839,7 @@ fn group_scoring_agrees_with_the_core_batch_api() {
     let o: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rubric_text = include_str!("../data/rubric_sft_1.json");
     let mut scratch = vec![0u8; rubric_text.len()];
-    let v = validate(rubric_text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(rubric_text.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
     let rubric = v.rubric.as_ref().unwrap();
     let i: serde_json::Value = serde_json::from_str(&line).unwrap();
     let mut flat = Vec::new();

@@ -26,7 +26,8 @@ pub struct GroupReport {
 /// Eq. 5 for every response of a group under `rubric`; `out[j]` gets response `j`'s reward.
 ///
 /// # Errors
-/// [`Error::LengthMismatch`] when `scores.len() != out.len() * rubric.total_criteria()`.
+/// [`Error::LengthMismatch`] when `scores.len() != out.len() * rubric.total_criteria()`;
+/// [`Error::InvalidArgument`] for invalid options ([`ScoreOptions::check`]).
 pub fn policy_reward_group(
     rubric: &Rubric<'_>,
     opts: &ScoreOptions,
@@ -48,6 +49,7 @@ pub fn policy_reward_group_fixed(
     scores: &[f64],
     out: &mut [f64],
 ) -> Result<GroupReport> {
+    opts.validate()?;
     let total = counts
         .iter()
         .try_fold(0usize, |a, &c| a.checked_add(c))

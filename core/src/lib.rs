@@ -12,7 +12,7 @@
 //!
 //! let text = include_str!("../../cli/data/rubric_sft_1.json"); // the bundled paper fixture
 //! let mut scratch = [0u8; 16 * 1024]; // strings with escapes are decoded here
-//! let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+//! let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch)?;
 //! assert_eq!(v.r_fmt(), 1.0, "{}", v.report);
 //! let rubric = v.rubric.as_ref().ok_or(care_core::Error::FormatViolation)?;
 //!
@@ -56,7 +56,7 @@ pub mod reward;
 pub mod rubric;
 pub mod simplex;
 pub mod strategy;
-pub use error::{Error, Result};
+pub use error::{Error, InvalidOption, Result};
 pub use names::{Named, UnknownName};
 
 pub use align::{Alignment, alignment, alignment_reward};

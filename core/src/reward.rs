@@ -6,6 +6,7 @@
 //! [`Rubric::total_criteria`]. `NaN` means "the judge gave no score". Nothing here allocates.
 
 use crate::align::{Alignment, alignment};
+use crate::error::{InvalidOption, domain};
 use crate::format::{FormatPolicy, Validation, validate};
 use crate::names::named_enum;
 use crate::rubric::Rubric;
@@ -58,6 +59,26 @@ pub struct ScoreOptions {
     pub out_of_range: RangePolicy,
     /// Ablation: ignore the rubric's weights and use `1/3` each (paper Table 3).
     pub uniform_weights: bool,
+}
+
+impl ScoreOptions {
+    /// Checks the fields. Every combination of the policies is valid, so this always succeeds;
+    /// it exists (and the scoring functions call it) so that every options struct has the same
+    /// shape and a field added later gets its check in one place.
+    ///
+    /// # Errors
+    /// None today.
+    pub const fn check(&self) -> core::result::Result<(), InvalidOption> {
+        Ok(())
+    }
+
+    /// [`ScoreOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// None today.
+    pub const fn validate(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Which policies fired while scoring (no silent defaults). Counts add up across calls.
@@ -188,6 +209,7 @@ pub fn policy_reward_fixed(
     scores: &[f64],
     opts: &ScoreOptions,
 ) -> Result<PolicyReward> {
+    opts.validate()?;
     check_counts(counts, scores.len())?;
     let mut fired = Fired::default();
     let w = effective_weights(weights, opts, &mut fired);
@@ -238,7 +260,7 @@ named_enum!(ScoreScale, "score scale", {
 /// Options of the preference reward (Eq. 3).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PreferenceOptions {
-    /// Temperature `tau > 0` (default 0.7).
+    /// Temperature `tau`, finite and `> 0` (default 0.7).
     pub tau: f64,
     /// Score scale (default normalized).
     pub scale: ScoreScale,
@@ -250,6 +272,26 @@ impl PreferenceOptions {
         tau: 0.7,
         scale: ScoreScale::Normalized,
     };
+
+    /// Checks the fields: `tau` finite and `> 0`.
+    ///
+    /// # Errors
+    /// The first field outside its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
+        InvalidOption::require(
+            domain::finite_positive(self.tau),
+            "tau",
+            domain::FINITE_POSITIVE,
+        )
+    }
+
+    /// [`PreferenceOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a field is outside its domain.
+    pub fn validate(&self) -> Result<()> {
+        self.check().map_err(Error::from)
+    }
 }
 
 impl Default for PreferenceOptions {
@@ -276,7 +318,7 @@ pub struct PreferenceReward {
 /// side lacks a score, which keeps the reward antisymmetric.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when `tau` is not finite and positive; otherwise as
+/// [`Error::InvalidArgument`] for invalid options ([`PreferenceOptions::check`]); otherwise as
 /// [`policy_reward`].
 pub fn preference_reward(
     rubric: &Rubric<'_>,
@@ -307,9 +349,8 @@ pub fn preference_reward_fixed(
     score: &ScoreOptions,
     pref: &PreferenceOptions,
 ) -> Result<PreferenceReward> {
-    if !(pref.tau.is_finite() && pref.tau > 0.0) {
-        return Err(Error::InvalidArgument);
-    }
+    score.validate()?;
+    pref.validate()?;
     check_counts(counts, chosen.len())?;
     check_counts(counts, rejected.len())?;
     let mut fired = Fired::default();
@@ -353,9 +394,9 @@ pub fn preference_reward_fixed(
 /// Options of the generator reward (Eq. 4).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GeneratorOptions {
-    /// Weight of `r_align` (default 0.1).
+    /// Weight of `r_align`, finite (default 0.1).
     pub lambda: f64,
-    /// Weight of `r_fmt` (default 0.3).
+    /// Weight of `r_fmt`, finite (default 0.3).
     pub gamma: f64,
     /// Options of `r_pref`.
     pub preference: PreferenceOptions,
@@ -381,6 +422,29 @@ impl GeneratorOptions {
         format: FormatPolicy::PAPER,
         labels: UnknownLabelPolicy::Error,
     };
+}
+
+impl GeneratorOptions {
+    /// Checks the fields: `lambda` and `gamma` finite, then the nested preference, score and
+    /// format options.
+    ///
+    /// # Errors
+    /// The first field outside its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
+        InvalidOption::require(self.lambda.is_finite(), "lambda", domain::FINITE)?;
+        InvalidOption::require(self.gamma.is_finite(), "gamma", domain::FINITE)?;
+        self.preference.check()?;
+        self.score.check()?;
+        self.format.check()
+    }
+
+    /// [`GeneratorOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a field is outside its domain.
+    pub fn validate(&self) -> Result<()> {
+        self.check().map_err(Error::from)
+    }
 }
 
 impl Default for GeneratorOptions {
@@ -417,8 +481,9 @@ pub struct GeneratorReward {
 /// rubric's criteria (ignored when it does not parse).
 ///
 /// # Errors
-/// [`Error::UnknownLabel`] under the `error` label policy; score errors as [`preference_reward`];
-/// [`Error::InvalidArgument`] for non-finite `lambda`/`gamma` or a bad `tau`.
+/// [`Error::InvalidArgument`] for invalid options ([`GeneratorOptions::check`]);
+/// [`Error::UnknownLabel`] under the `error` label policy; score errors as
+/// [`preference_reward`].
 pub fn generator_reward<S: AsRef<str>>(
     rubric_text: &[u8],
     scratch: &mut [u8],
@@ -427,12 +492,14 @@ pub fn generator_reward<S: AsRef<str>>(
     chosen_tactics: &[S],
     opts: &GeneratorOptions,
 ) -> Result<GeneratorReward> {
-    let v = validate(rubric_text, &opts.format, scratch);
+    opts.validate()?;
+    let v = validate(rubric_text, &opts.format, scratch)?;
     generator_reward_validated(&v, chosen, rejected, chosen_tactics, opts)
 }
 
 /// Eq. 4 from an existing [`Validation`] (so a caller can also show its report). The format
-/// policy in `opts` is not used here; `v` was produced under whatever policy the caller chose.
+/// policy in `opts` is checked with the rest of `opts` but not used here; `v` was produced
+/// under whatever policy the caller chose.
 ///
 /// # Errors
 /// As [`generator_reward`].
@@ -443,12 +510,7 @@ pub fn generator_reward_validated<S: AsRef<str>>(
     chosen_tactics: &[S],
     opts: &GeneratorOptions,
 ) -> Result<GeneratorReward> {
-    if !(opts.lambda.is_finite() && opts.gamma.is_finite()) {
-        return Err(Error::InvalidArgument);
-    }
-    if !(opts.preference.tau.is_finite() && opts.preference.tau > 0.0) {
-        return Err(Error::InvalidArgument);
-    }
+    opts.validate()?;
     let counts = strategy_counts(chosen_tactics, opts.labels)?;
     let r_fmt = v.r_fmt();
     let violations = u32::try_from(v.report.violations().len()).unwrap_or(u32::MAX);

@@ -119,8 +119,8 @@ proptest! {
         for t in [text.clone(), format!("{}{}", &fixture[..end], text)] {
             let mut s1 = vec![0u8; t.len()];
             let mut s2 = vec![0u8; t.len()];
-            let a = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut s1);
-            let b = validate_str(&t, &FormatPolicy::PAPER, &mut s2);
+            let a = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut s1).unwrap();
+            let b = validate_str(&t, &FormatPolicy::PAPER, &mut s2).unwrap();
             prop_assert_eq!(a, b);
         }
     }
@@ -221,7 +221,7 @@ proptest! {
     #[test]
     fn validate_any_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         let mut scratch = [0u8; 256];
-        let v = validate(&bytes, &FormatPolicy::lenient(), &mut scratch);
+        let v = validate(&bytes, &FormatPolicy::lenient(), &mut scratch).unwrap();
         let f = v.r_fmt();
         prop_assert!(f == 0.0 || f == 1.0);
         prop_assert!(f == 0.0 || v.rubric.is_some());
@@ -254,7 +254,7 @@ proptest! {
         }
         for policy in [FormatPolicy::PAPER, FormatPolicy { meta_words: true, ..FormatPolicy::lenient() }] {
             let mut scratch = [0u8; 64];
-            let v = validate(&text, &policy, &mut scratch);
+            let v = validate(&text, &policy, &mut scratch).unwrap();
             for x in v.report.violations() {
                 prop_assert!(!x.to_string().is_empty());
             }
@@ -310,7 +310,7 @@ proptest! {
             r#"{{"categories":[{{"category":"Cognitive Empathy","weight_rationale":{enc},"category_weight":1,"criteria":[{{"title":{enc},"description":"{d}"}},{{"title":"other","description":"{d}"}}]}}]}}"#
         );
         let mut scratch = vec![0u8; text.len()];
-        let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+        let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
         prop_assert!(!v.report.has(care_core::ViolationCode::Capacity));
         let r = v.rubric.unwrap();
         prop_assert_eq!(r.criteria(Dimension::Cognitive)[0].title, title.as_str());

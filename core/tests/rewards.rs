@@ -275,7 +275,7 @@ fn generator_reward_on_paper_fixtures() {
     assert_eq!((g.r_fmt, g.r_align, g.violations), (1.0, 1.0, 0));
     assert_eq!(g.counts.counts, [1, 0, 1]);
     let mut s2 = [0u8; 1024];
-    let v = validate(&text, &FormatPolicy::PAPER, &mut s2);
+    let v = validate(&text, &FormatPolicy::PAPER, &mut s2).unwrap();
     let p = preference_reward(
         v.rubric.as_ref().unwrap(),
         &chosen,
@@ -360,7 +360,7 @@ fn generator_reward_broken_and_unparseable_rubrics() {
     );
     // The validated variant gives the same numbers.
     let mut s = [0u8; 16];
-    let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut s);
+    let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut s).unwrap();
     let h = generator_reward_validated(&v, &chosen, &rejected, &["hug"], &lenient).unwrap();
     assert_eq!(g, h);
 }

@@ -39,7 +39,7 @@ fn run() -> Result<String, Box<dyn std::error::Error>> {
     writeln!(out, "care abi {}", care::version::CARE_ABI_VERSION)?;
 
     let mut scratch = vec![0u8; text.len()];
-    let v = care_core::validate(&text, &FormatPolicy::PAPER, &mut scratch);
+    let v = care_core::validate(&text, &FormatPolicy::PAPER, &mut scratch)?;
     if !v.is_valid() {
         return Err(format!("invalid rubric:\n{}", v.report).into());
     }

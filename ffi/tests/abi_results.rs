@@ -73,7 +73,7 @@ impl Drop for Rubric {
 
 fn core_rubric(text: &[u8]) -> care_core::RubricBuf {
     let mut scratch = vec![0u8; text.len()];
-    let v = care_core::validate(text, &FormatPolicy::PAPER, &mut scratch);
+    let v = care_core::validate(text, &FormatPolicy::PAPER, &mut scratch).unwrap();
     assert!(v.is_valid());
     care_core::RubricBuf::from(v.rubric.unwrap())
 }
@@ -121,7 +121,7 @@ fn rubric_accessors_match_the_core() {
 fn validation_report_matches_the_core() {
     let text = br#"{"categories":[{"category":"Cognitive Empathy","weight_rationale":"r","category_weight":1.5,"criteria":[]}]} x"#;
     let mut scratch = vec![0u8; text.len()];
-    let want = care_core::validate(text, &FormatPolicy::PAPER, &mut scratch);
+    let want = care_core::validate(text, &FormatPolicy::PAPER, &mut scratch).unwrap();
     let mut rep = null_mut();
     // SAFETY: valid pointers throughout; the report is freed once.
     unsafe {

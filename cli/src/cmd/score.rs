@@ -27,7 +27,7 @@ pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result
     let m = object(value)?;
     let text = member_text(line, value, "rubric")?;
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(&text, &opts.format, scratch.buf());
+    let v = validate_str(&text, &opts.format, scratch.buf())?;
     let Some(rubric) = v.rubric.as_ref() else {
         let first = v
             .report

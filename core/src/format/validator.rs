@@ -4,12 +4,16 @@
 use super::checks::{check_levels, find_meta_word, is_blank};
 use super::policy::FormatPolicy;
 use super::report::{Arg, Report, ShortText, Validation, Violation, ViolationCode};
+use crate::Result;
 use crate::json::{self, Cursor, JStr, Kind};
 use crate::rubric::{Criterion, Dimension, MAX_CRITERIA, MAX_TOTAL_CRITERIA, Rubric};
 
-/// `r_fmt` of `text` under `policy`: `validate(text, policy, scratch).r_fmt()`.
-pub fn format_reward(text: &[u8], policy: &FormatPolicy, scratch: &mut [u8]) -> f64 {
-    validate(text, policy, scratch).r_fmt()
+/// `r_fmt` of `text` under `policy`: `validate(text, policy, scratch)?.r_fmt()`.
+///
+/// # Errors
+/// As [`validate`]: only an invalid `policy`.
+pub fn format_reward(text: &[u8], policy: &FormatPolicy, scratch: &mut [u8]) -> Result<f64> {
+    Ok(validate(text, policy, scratch)?.r_fmt())
 }
 
 /// Validates rubric JSON against the format contract and recovers the rubric.
@@ -22,43 +26,52 @@ pub fn format_reward(text: &[u8], policy: &FormatPolicy, scratch: &mut [u8]) -> 
 /// never makes a string longer, so a scratch buffer of `text.len()` bytes always suffices. Never
 /// panics, never allocates; time is linear in the input (plus a quadratic title check bounded by
 /// the criteria capacity).
+///
+/// # Errors
+/// [`crate::Error::InvalidArgument`] when `policy` is invalid ([`FormatPolicy::check`] says
+/// which field). Everything wrong with the text is in the report, never an error.
 pub fn validate<'a>(
     text: &'a [u8],
     policy: &FormatPolicy,
     scratch: &'a mut [u8],
-) -> Validation<'a> {
+) -> Result<Validation<'a>> {
     match core::str::from_utf8(text) {
         Ok(text) => validate_str(text, policy, scratch),
         Err(e) => {
+            policy.validate()?;
             let mut v = Violation::new(ViolationCode::NotJson, "the text is not valid UTF-8");
             v.offset = Some(e.valid_up_to());
             let mut report = Report::default();
             report.push(v);
-            Validation {
+            Ok(Validation {
                 rubric: None,
                 report,
-            }
+            })
         }
     }
 }
 
 /// [`validate`] for text that is already a `&str` (decoded JSON, a `String`): the same checks
 /// and report, without checking the UTF-8 a second time.
+///
+/// # Errors
+/// As [`validate`]: only an invalid `policy`.
 pub fn validate_str<'a>(
     text: &'a str,
     policy: &FormatPolicy,
     scratch: &'a mut [u8],
-) -> Validation<'a> {
+) -> Result<Validation<'a>> {
+    policy.validate()?;
     let mut v = Validator {
         report: Report::default(),
         policy,
         scratch,
     };
     let rubric = v.run_str(text);
-    Validation {
+    Ok(Validation {
         rubric,
         report: v.report,
-    }
+    })
 }
 
 /// Strings indexed by the syntax pass: a paper rubric has 67 (1 + 3 x (6 + 4 x 4)); strings

@@ -2,6 +2,7 @@
 
 use super::layout::GroupLayout;
 use super::layout::validate_offsets;
+use crate::error::{InvalidOption, domain};
 use crate::names::named_enum;
 use crate::{Error, Result};
 
@@ -177,13 +178,24 @@ impl AdvantageOptions {
         }
     }
 
-    /// Checks the numeric fields. Errors: [`Error::InvalidArgument`] for a negative or
-    /// non-finite `eps`.
+    /// Checks the fields: `eps` finite and `>= 0`.
+    ///
+    /// # Errors
+    /// The first field outside its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
+        InvalidOption::require(
+            domain::finite_non_negative(self.eps),
+            "eps",
+            domain::FINITE_NON_NEGATIVE,
+        )
+    }
+
+    /// [`AdvantageOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a field is outside its domain.
     pub fn validate(&self) -> Result<()> {
-        if !(self.eps.is_finite() && self.eps >= 0.0) {
-            return Err(Error::InvalidArgument);
-        }
-        Ok(())
+        self.check().map_err(Error::from)
     }
 }
 

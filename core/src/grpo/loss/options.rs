@@ -1,5 +1,6 @@
 //! The options of the policy loss, their enums and presets.
 
+use crate::error::{InvalidOption, domain};
 use crate::names::named_enum;
 use crate::{Error, Result};
 
@@ -160,27 +161,44 @@ impl LossOptions {
         }
     }
 
-    /// Checks the numeric fields (see each field's domain).
-    /// Errors: [`Error::InvalidArgument`].
-    pub fn validate(&self) -> Result<()> {
-        let fin_nonneg = |x: f64| x.is_finite() && x >= 0.0;
+    /// Checks every field against the domain its documentation gives.
+    ///
+    /// # Errors
+    /// The first field outside its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
+        use domain::{FINITE_NON_NEGATIVE, NOT_NAN, POSITIVE, finite_non_negative as fin};
         let pos = |x: f64| x > 0.0; // false for NaN; true for +inf
-        let ok = fin_nonneg(self.eps_low)
-            && fin_nonneg(self.eps_high)
-            && fin_nonneg(self.dual_clip)
-            && pos(self.log_ratio_clamp)
-            && !self.seq_log_ratio_max.is_nan()
-            && fin_nonneg(self.beta)
-            && pos(self.kl_input_clamp)
-            && pos(self.kl_output_clamp)
-            && fin_nonneg(self.global_tokens)
-            && fin_nonneg(self.global_sequences)
-            && fin_nonneg(self.horizon);
-        if ok {
-            Ok(())
-        } else {
-            Err(Error::InvalidArgument)
-        }
+        InvalidOption::require(fin(self.eps_low), "eps_low", FINITE_NON_NEGATIVE)?;
+        InvalidOption::require(fin(self.eps_high), "eps_high", FINITE_NON_NEGATIVE)?;
+        InvalidOption::require(fin(self.dual_clip), "dual_clip", FINITE_NON_NEGATIVE)?;
+        InvalidOption::require(pos(self.log_ratio_clamp), "log_ratio_clamp", POSITIVE)?;
+        InvalidOption::require(
+            !self.seq_log_ratio_max.is_nan(),
+            "seq_log_ratio_max",
+            NOT_NAN,
+        )?;
+        InvalidOption::require(fin(self.beta), "beta", FINITE_NON_NEGATIVE)?;
+        InvalidOption::require(pos(self.kl_input_clamp), "kl_input_clamp", POSITIVE)?;
+        InvalidOption::require(pos(self.kl_output_clamp), "kl_output_clamp", POSITIVE)?;
+        InvalidOption::require(
+            fin(self.global_tokens),
+            "global_tokens",
+            FINITE_NON_NEGATIVE,
+        )?;
+        InvalidOption::require(
+            fin(self.global_sequences),
+            "global_sequences",
+            FINITE_NON_NEGATIVE,
+        )?;
+        InvalidOption::require(fin(self.horizon), "horizon", FINITE_NON_NEGATIVE)
+    }
+
+    /// [`LossOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a field is outside its domain.
+    pub fn validate(&self) -> Result<()> {
+        self.check().map_err(Error::from)
     }
 
     pub(super) fn dual_clip_on(&self) -> bool {
