@@ -1,4 +1,5 @@
-//! `care pref`: the generator reward (Eq. 4) of a rubric from one preference pair.
+//! `care generator-reward` (alias `care pref`): the generator reward (Eq. 4) of a rubric from
+//! one preference pair.
 
 use care_core::reward::generator_reward_validated;
 use care_core::{GeneratorOptions, validate_str};
