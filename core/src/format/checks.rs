@@ -1,5 +1,6 @@
 //! The checks of a single text: the level anchors of a description and the meta-word lint.
 
+use super::notes::{self, Note};
 use super::report::{Arg, ShortText};
 use crate::json;
 
@@ -13,12 +14,12 @@ pub const LEVEL_SUFFIX: &str = "value: 0, 1, 2, 3, 4, 5";
 
 /// Checks the level anchors of a description (SPEC §3 `level_format`); the error is the first
 /// problem found.
-pub(super) fn check_levels(desc: &str) -> Result<(), (&'static str, Arg)> {
+pub(super) fn check_levels(desc: &str) -> Result<(), (Note, Arg)> {
     const ANCHORS: [&str; 6] = ["[0]", "[1]", "[2]", "[3]", "[4]", "[5]"];
     let trimmed = desc.trim_end();
     let Some(body) = trimmed.strip_suffix(LEVEL_SUFFIX) else {
         return Err((
-            "description must end with",
+            notes::LEVEL_SUFFIX_MISSING,
             Arg::Text(ShortText::new(LEVEL_SUFFIX)),
         ));
     };
@@ -44,13 +45,10 @@ pub(super) fn check_levels(desc: &str) -> Result<(), (&'static str, Arg)> {
     }
     for (k, a) in ANCHORS.iter().enumerate() {
         match seen.get(k).copied().unwrap_or(0) {
-            0 => return Err(("missing anchor", Arg::Text(ShortText::new(a)))),
+            0 => return Err((notes::ANCHOR_MISSING, Arg::Text(ShortText::new(a)))),
             1 => {}
             _ => {
-                return Err((
-                    "anchor appears more than once:",
-                    Arg::Text(ShortText::new(a)),
-                ));
+                return Err((notes::ANCHOR_TWICE, Arg::Text(ShortText::new(a))));
             }
         }
     }
@@ -64,12 +62,15 @@ pub(super) fn check_levels(desc: &str) -> Result<(), (&'static str, Arg)> {
         let anchor = ANCHORS.get(k).copied().unwrap_or("");
         if end < start {
             return Err((
-                "anchors out of order at",
+                notes::ANCHORS_OUT_OF_ORDER,
                 Arg::Text(ShortText::new(ANCHORS.get(k + 1).copied().unwrap_or(""))),
             ));
         }
         if body.get(start..end).is_none_or(is_blank) {
-            return Err(("no text after anchor", Arg::Text(ShortText::new(anchor))));
+            return Err((
+                notes::ANCHOR_WITHOUT_TEXT,
+                Arg::Text(ShortText::new(anchor)),
+            ));
         }
     }
     Ok(())

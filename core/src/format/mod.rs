@@ -11,6 +11,7 @@
 //! of a single text (level anchors, meta words).
 
 mod checks;
+pub(crate) mod notes;
 mod policy;
 mod report;
 mod validator;

@@ -3,6 +3,7 @@
 
 use core::fmt::{self, Write};
 
+use super::notes::Note;
 use crate::rubric::{Dimension, Rubric};
 
 /// Most violations a [`Report`] holds; more set [`Report::overflowed`].
@@ -253,14 +254,14 @@ pub struct Violation {
 }
 
 impl Violation {
-    pub(super) fn new(code: ViolationCode, note: &'static str) -> Self {
+    pub(super) fn new(code: ViolationCode, note: Note) -> Self {
         Violation {
             code,
             category: None,
             dimension: None,
             criterion: None,
             offset: None,
-            note,
+            note: note.as_str(),
             arg: Arg::None,
         }
     }

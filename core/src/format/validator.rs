@@ -2,6 +2,7 @@
 //! violation of the contract.
 
 use super::checks::{check_levels, find_meta_word, is_blank};
+use super::notes::{self, Note};
 use super::policy::FormatPolicy;
 use super::report::{Arg, Report, ShortText, Validation, Violation, ViolationCode};
 use crate::Result;
@@ -39,7 +40,7 @@ pub fn validate<'a>(
         Ok(text) => validate_str(text, policy, scratch),
         Err(e) => {
             policy.validate()?;
-            let mut v = Violation::new(ViolationCode::NotJson, "the text is not valid UTF-8");
+            let mut v = Violation::new(ViolationCode::NotJson, notes::NOT_UTF8);
             v.offset = Some(e.valid_up_to());
             let mut report = Report::default();
             report.push(v);
@@ -97,21 +98,14 @@ fn idx(i: usize) -> u8 {
 }
 
 impl<'a> Validator<'a, '_> {
-    fn push(
-        &mut self,
-        code: ViolationCode,
-        loc: Loc,
-        offset: Option<usize>,
-        note: &'static str,
-        arg: Arg,
-    ) {
+    fn push(&mut self, code: ViolationCode, loc: Loc, offset: Option<usize>, note: Note, arg: Arg) {
         self.report.push(Violation {
             code,
             category: loc.category,
             dimension: loc.dimension,
             criterion: loc.criterion,
             offset,
-            note,
+            note: note.as_str(),
             arg,
         });
     }
@@ -126,7 +120,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::NotJson,
                 Loc::default(),
                 Some(start),
-                "the text is empty",
+                notes::EMPTY_TEXT,
                 Arg::None,
             );
             return None;
@@ -156,7 +150,7 @@ impl<'a> Validator<'a, '_> {
                             ViolationCode::TrailingText,
                             Loc::default(),
                             Some(start),
-                            "text before the JSON value",
+                            notes::TEXT_BEFORE,
                             Arg::None,
                         );
                         (s, end)
@@ -179,7 +173,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::TrailingText,
                 Loc::default(),
                 Some(after),
-                "text after the JSON value",
+                notes::TEXT_AFTER,
                 Arg::None,
             );
         }
@@ -228,7 +222,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::Schema,
                 Loc::default(),
                 Some(cur.pos),
-                "the rubric must be a JSON object, found",
+                notes::RUBRIC_NOT_OBJECT,
                 Arg::Text(ShortText::new(k.name())),
             );
             return None;
@@ -240,7 +234,7 @@ impl<'a> Validator<'a, '_> {
         while let Some(k) = cur.next_key() {
             if k.eq_str("categories") {
                 if categories.is_some() {
-                    self.key_problem(Loc::default(), &k, "duplicate key");
+                    self.key_problem(Loc::default(), &k, notes::DUPLICATE_KEY);
                 } else {
                     categories = Some(cur);
                 }
@@ -250,7 +244,7 @@ impl<'a> Validator<'a, '_> {
             } else if self.policy.allow_envelope && k.eq_str("analysis") && !seen_analysis {
                 seen_analysis = true;
             } else {
-                self.key_problem(Loc::default(), &k, "unknown key");
+                self.key_problem(Loc::default(), &k, notes::UNKNOWN_KEY);
             }
             cur.skip_value();
         }
@@ -262,7 +256,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Schema,
                     Loc::default(),
                     Some(r.pos),
-                    "\"rubric\" must be an object",
+                    notes::ENVELOPE_RUBRIC_NOT_OBJECT,
                     Arg::None,
                 );
                 return None;
@@ -272,7 +266,7 @@ impl<'a> Validator<'a, '_> {
                 if k.eq_str("categories") && categories.is_none() {
                     categories = Some(r);
                 } else {
-                    self.key_problem(Loc::default(), &k, "unknown key in \"rubric\"");
+                    self.key_problem(Loc::default(), &k, notes::UNKNOWN_KEY_IN_RUBRIC);
                 }
                 r.skip_value();
             }
@@ -282,7 +276,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::Schema,
                 Loc::default(),
                 None,
-                "missing key",
+                notes::MISSING_KEY,
                 Arg::Text(ShortText::new("categories")),
             );
             return None;
@@ -292,7 +286,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::Schema,
                 Loc::default(),
                 Some(cats.pos),
-                "\"categories\" must be an array",
+                notes::CATEGORIES_NOT_ARRAY,
                 Arg::None,
             );
             return None;
@@ -300,7 +294,7 @@ impl<'a> Validator<'a, '_> {
         self.categories(cats.clone_and_enter())
     }
 
-    fn key_problem(&mut self, loc: Loc, k: &JStr<'a>, note: &'static str) {
+    fn key_problem(&mut self, loc: Loc, k: &JStr<'a>, note: Note) {
         self.push(
             ViolationCode::Schema,
             loc,
@@ -318,7 +312,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Capacity,
                     loc,
                     Some(s.offset),
-                    "string too long for the scratch buffer",
+                    notes::STRING_TOO_LONG,
                     Arg::None,
                 );
                 ""
@@ -344,7 +338,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Schema,
                     loc,
                     Some(cur.pos),
-                    "a category must be an object, found",
+                    notes::CATEGORY_NOT_OBJECT,
                     Arg::Text(ShortText::new(k.name())),
                 );
                 cur.skip_value();
@@ -363,7 +357,7 @@ impl<'a> Validator<'a, '_> {
                         ..loc
                     },
                     None,
-                    "category given more than once:",
+                    notes::CATEGORY_TWICE,
                     Arg::Text(ShortText::new(d.json_name())),
                 );
                 continue;
@@ -380,7 +374,7 @@ impl<'a> Validator<'a, '_> {
                         ..loc
                     },
                     None,
-                    "category out of order, it must come before",
+                    notes::CATEGORY_OUT_OF_ORDER,
                     Arg::Text(ShortText::new(m.json_name())),
                 );
             }
@@ -403,7 +397,7 @@ impl<'a> Validator<'a, '_> {
                         ..Loc::default()
                     },
                     None,
-                    "category missing",
+                    notes::CATEGORY_MISSING,
                     Arg::None,
                 );
             }
@@ -421,7 +415,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::WeightSum,
                     Loc::default(),
                     None,
-                    "category weights sum to",
+                    notes::WEIGHTS_SUM_TO,
                     Arg::Number(sum),
                 );
             }
@@ -458,7 +452,7 @@ impl<'a> Validator<'a, '_> {
                         criterion: Some(idx(k)),
                     },
                     None,
-                    "duplicate title",
+                    notes::DUPLICATE_TITLE,
                     Arg::Text(ShortText::new(title)),
                 );
             }
@@ -496,12 +490,12 @@ impl<'a> Validator<'a, '_> {
         let mut order_bad = false;
         while let Some(k) = c.next_key() {
             let Some(ki) = KEYS.iter().position(|n| k.eq_str(n)) else {
-                self.key_problem(loc, &k, "unknown key");
+                self.key_problem(loc, &k, notes::UNKNOWN_KEY);
                 c.skip_value();
                 continue;
             };
             if seen.get(ki).copied().unwrap_or(false) {
-                self.key_problem(loc, &k, "duplicate key");
+                self.key_problem(loc, &k, notes::DUPLICATE_KEY);
                 c.skip_value();
                 continue;
             }
@@ -521,12 +515,12 @@ impl<'a> Validator<'a, '_> {
                                 ViolationCode::UnknownCategory,
                                 loc,
                                 Some(s.offset),
-                                "unknown category",
+                                notes::UNKNOWN_CATEGORY,
                                 Arg::Text(ShortText::from_chars(s.chars())),
                             );
                         }
                     }
-                    None => self.wrong_type(c, loc, "\"category\" must be a string, found"),
+                    None => self.wrong_type(c, loc, notes::CATEGORY_NOT_STRING),
                 },
                 1 => match c.string() {
                     Some(s) => {
@@ -536,14 +530,14 @@ impl<'a> Validator<'a, '_> {
                                 ViolationCode::EmptyText,
                                 loc,
                                 Some(s.offset),
-                                "blank weight_rationale",
+                                notes::BLANK_RATIONALE,
                                 Arg::None,
                             );
                         }
                         self.meta(loc, t);
                         out.rationale = t;
                     }
-                    None => self.wrong_type(c, loc, "\"weight_rationale\" must be a string, found"),
+                    None => self.wrong_type(c, loc, notes::RATIONALE_NOT_STRING),
                 },
                 2 => match c.number() {
                     Some(n) => {
@@ -553,19 +547,19 @@ impl<'a> Validator<'a, '_> {
                                 ViolationCode::WeightRange,
                                 loc,
                                 None,
-                                "category_weight outside [0, 1]:",
+                                notes::WEIGHT_OUT_OF_RANGE,
                                 Arg::Number(w),
                             );
                         }
                         out.weight = Some(w);
                     }
-                    None => self.wrong_type(c, loc, "\"category_weight\" must be a number, found"),
+                    None => self.wrong_type(c, loc, notes::WEIGHT_NOT_NUMBER),
                 },
                 _ => {
                     if c.kind() == Kind::Array {
                         walk(c, |c| self.criteria(c, loc, &mut out));
                     } else {
-                        self.wrong_type(c, loc, "\"criteria\" must be an array, found");
+                        self.wrong_type(c, loc, notes::CRITERIA_NOT_ARRAY);
                     }
                 }
             }
@@ -576,7 +570,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Schema,
                     loc,
                     None,
-                    "missing key",
+                    notes::MISSING_KEY,
                     Arg::Text(ShortText::new(name)),
                 );
             }
@@ -586,14 +580,14 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::KeyOrder,
                 loc,
                 None,
-                "keys must be in the order category, weight_rationale, category_weight, criteria",
+                notes::CATEGORY_KEY_ORDER,
                 Arg::None,
             );
         }
         out
     }
 
-    fn wrong_type(&mut self, c: &mut Cursor<'a, '_>, loc: Loc, note: &'static str) {
+    fn wrong_type(&mut self, c: &mut Cursor<'a, '_>, loc: Loc, note: Note) {
         let k = c.kind();
         let pos = c.pos;
         self.push(
@@ -623,7 +617,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Schema,
                     cloc,
                     Some(cur.pos),
-                    "a criterion must be an object, found",
+                    notes::CRITERION_NOT_OBJECT,
                     Arg::Text(ShortText::new(k.name())),
                 );
                 cur.skip_value();
@@ -636,7 +630,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Capacity,
                     cloc,
                     None,
-                    "more criteria than this library stores per category:",
+                    notes::TOO_MANY_CRITERIA,
                     Arg::Count(MAX_CRITERIA as u32),
                 );
             }
@@ -650,7 +644,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::CriteriaCount,
                 loc,
                 None,
-                "wrong number of criteria:",
+                notes::CRITERIA_COUNT,
                 Arg::Count(u32::try_from(n).unwrap_or(u32::MAX)),
             );
         }
@@ -668,12 +662,12 @@ impl<'a> Validator<'a, '_> {
         let mut order_bad = false;
         while let Some(k) = c.next_key() {
             let Some(ki) = KEYS.iter().position(|n| k.eq_str(n)) else {
-                self.key_problem(loc, &k, "unknown key");
+                self.key_problem(loc, &k, notes::UNKNOWN_KEY);
                 c.skip_value();
                 continue;
             };
             if seen.get(ki).copied().unwrap_or(false) {
-                self.key_problem(loc, &k, "duplicate key");
+                self.key_problem(loc, &k, notes::DUPLICATE_KEY);
                 c.skip_value();
                 continue;
             }
@@ -685,9 +679,9 @@ impl<'a> Validator<'a, '_> {
             }
             let Some(s) = c.string() else {
                 let note = if ki == 0 {
-                    "\"title\" must be a string, found"
+                    notes::TITLE_NOT_STRING
                 } else {
-                    "\"description\" must be a string, found"
+                    notes::DESCRIPTION_NOT_STRING
                 };
                 self.wrong_type(c, loc, note);
                 continue;
@@ -695,9 +689,9 @@ impl<'a> Validator<'a, '_> {
             let t = self.text(loc, &s);
             if is_blank(t) && s.chars().all(char::is_whitespace) {
                 let note = if ki == 0 {
-                    "blank title"
+                    notes::BLANK_TITLE
                 } else {
-                    "blank description"
+                    notes::BLANK_DESCRIPTION
                 };
                 self.push(
                     ViolationCode::EmptyText,
@@ -729,7 +723,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Schema,
                     loc,
                     None,
-                    "missing key",
+                    notes::MISSING_KEY,
                     Arg::Text(ShortText::new(name)),
                 );
             }
@@ -739,7 +733,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::KeyOrder,
                 loc,
                 None,
-                "keys must be in the order title, description",
+                notes::CRITERION_KEY_ORDER,
                 Arg::None,
             );
         }
@@ -755,7 +749,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::MetaWord,
                 loc,
                 None,
-                "forbidden meta word",
+                notes::META_WORD,
                 Arg::Text(ShortText::new(w)),
             );
         }
