@@ -5,6 +5,7 @@ use crate::simplex::scoring_weights;
 
 /// `r_align` with the violations that produced it.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Alignment {
     /// `max(0, 1 - 0.5 * violations)`: one of `0`, `0.5`, `1`.
     pub reward: f64,

@@ -12,6 +12,7 @@ use crate::{Error, Result};
 
 /// What happened while scoring a group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GroupReport {
     /// Responses with a finite reward.
     pub scored: u32,

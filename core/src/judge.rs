@@ -67,6 +67,7 @@ pub fn render_judge_prompt<W: Write + ?Sized>(
 
 /// What the judge-output parser found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct JudgeReport {
     /// Criteria that received a score.
     pub matched: u32,

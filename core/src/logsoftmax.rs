@@ -123,6 +123,11 @@ impl<'a, T: LogProb> Logits<'a, T> {
 
 /// Options of the selective log-softmax.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct LogSoftmaxOptions {
     /// Sampling temperature `T` (finite, `> 0`; the logits are divided by it). Default 1.
     pub temperature: f64,

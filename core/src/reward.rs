@@ -52,6 +52,11 @@ named_enum!(RangePolicy, "out-of-range policy", {
 
 /// Options shared by every score-based reward.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct ScoreOptions {
     /// Missing-score policy.
     pub missing: MissingPolicy,
@@ -83,6 +88,7 @@ impl ScoreOptions {
 
 /// Which policies fired while scoring (no silent defaults). Counts add up across calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Fired {
     /// Missing scores replaced by 0 ([`MissingPolicy::Zero`]).
     pub missing_zeroed: u32,
@@ -174,6 +180,7 @@ fn check_counts(counts: [usize; 3], len: usize) -> Result<()> {
 
 /// The policy reward of one response with what produced it.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PolicyReward {
     /// `r_theta = sum_d w_d * mean_i s_{d,i}`, in `[0, 1]`.
     pub reward: f64,
@@ -259,6 +266,11 @@ named_enum!(ScoreScale, "score scale", {
 
 /// Options of the preference reward (Eq. 3).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct PreferenceOptions {
     /// Temperature `tau`, finite and `> 0` (default 0.7).
     pub tau: f64,
@@ -302,6 +314,7 @@ impl Default for PreferenceOptions {
 
 /// The preference reward with what produced it.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PreferenceReward {
     /// `r_pref = sum_d w_d * mean_i tanh((s+ - s-) / tau)`, in `(-1, 1)`.
     pub reward: f64,
@@ -393,6 +406,11 @@ pub fn preference_reward_fixed(
 
 /// Options of the generator reward (Eq. 4).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct GeneratorOptions {
     /// Weight of `r_align`, finite (default 0.1).
     pub lambda: f64,
@@ -455,6 +473,7 @@ impl Default for GeneratorOptions {
 
 /// The generator reward and its parts.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GeneratorReward {
     /// `r_phi = r_pref + lambda * r_align + gamma * r_fmt`.
     pub reward: f64,

@@ -3,7 +3,7 @@
 //!
 //! [`Rubric`] borrows its text (`&'a str` into the caller's input, or into a caller scratch
 //! buffer for JSON strings with escapes) and stores criteria in fixed-capacity `heapless`
-//! vectors, so building and reading one never allocates. [`RubricBuf`] (feature `alloc`) is the
+//! vectors, so building and reading one never allocates. `RubricBuf` (feature `alloc`) is the
 //! owned form for handles that outlive the input (C ABI, CLI).
 
 use crate::{Error, Result};

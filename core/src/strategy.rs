@@ -109,6 +109,7 @@ pub fn dimension_of(label: &str) -> Option<Dimension> {
 
 /// Per-dimension counts of a tactic set.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct StrategyCounts {
     /// `n_d`: distinct known labels per dimension, canonical order.
     pub counts: [u32; 3],

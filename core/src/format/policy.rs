@@ -6,6 +6,11 @@ use crate::{Error, Result};
 /// The options of the format contract. [`FormatPolicy::PAPER`] (the `Default`) is the policy
 /// behind `r_fmt`.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct FormatPolicy {
     /// Strip a leading `<think>...</think>` block, or everything up to a lone `</think>`.
     pub allow_think: bool,

@@ -212,6 +212,13 @@ impl ShortText {
     pub fn is_truncated(&self) -> bool {
         self.truncated
     }
+
+    /// The same text with the truncation flag set as given (for deserialization).
+    #[cfg(feature = "serde")]
+    pub(crate) fn with_truncated(mut self, truncated: bool) -> Self {
+        self.truncated = truncated;
+        self
+    }
 }
 
 impl fmt::Debug for ShortText {
@@ -222,6 +229,11 @@ impl fmt::Debug for ShortText {
 
 /// The variable part of a violation message.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 pub enum Arg {
     /// Nothing.
     #[default]
@@ -309,8 +321,10 @@ impl fmt::Display for Violation {
 
 /// All violations found, in input order (whole-rubric checks last).
 #[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Report {
     violations: heapless::Vec<Violation, MAX_VIOLATIONS>,
+    #[cfg_attr(feature = "serde", serde(rename = "overflowed"))]
     overflow: bool,
 }
 
@@ -372,6 +386,7 @@ impl fmt::Display for Report {
 
 /// The result of [`validate`](super::validate): the rubric when it parsed far enough, and the report.
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Validation<'a> {
     /// The rubric, when the text is JSON with a `categories` array holding at least one
     /// recognised category (it may still break the contract; see `report`).

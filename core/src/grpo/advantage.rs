@@ -87,6 +87,11 @@ named_enum!(SingletonPolicy, "singleton policy", {
 /// (24 bytes, no padding). `A = (r - b) / (std + eps)`; see SPEC §9.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct AdvantageOptions {
     /// The baseline subtracted from each reward.
     pub baseline: Baseline,
@@ -232,6 +237,7 @@ impl AdvantageValue for f64 {
 /// Field order (C): `count: u32, mean: f32, std: f32, zero_variance: u32` (16 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GroupStats {
     /// Valid samples in the group.
     pub count: u32,

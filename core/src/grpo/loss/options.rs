@@ -75,6 +75,11 @@ named_enum!(RatioLevel, "ratio level", {
 /// (104 bytes). A denominator field of `0.0` means "use this call's own count".
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct LossOptions {
     /// Lower clip width: `rho` is clipped below at `1 - eps_low` (0.2). Finite, `>= 0`.
     pub eps_low: f64,
@@ -84,14 +89,18 @@ pub struct LossOptions {
     /// default; the `verl` preset uses 3).
     pub dual_clip: f64,
     /// Bound on `|logp - logp_old|` before `exp` (20). `> 0`; `f64::INFINITY` turns it off.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub log_ratio_clamp: f64,
     /// GSPO only: upper bound on the mean log ratio before `exp` (10). Not NaN.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub seq_log_ratio_max: f64,
     /// KL coefficient `beta` (0 = no KL term). Finite, `>= 0`.
     pub beta: f64,
     /// Bound on `|logp_ref - logp|` before the KL estimator (20). `> 0`.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub kl_input_clamp: f64,
     /// Bound on the `k3` value (10). `> 0`.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub kl_output_clamp: f64,
     /// Global counted-token count `N_tok` (all ranks, all micro-batches); 0 = this call's.
     pub global_tokens: f64,

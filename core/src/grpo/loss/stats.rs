@@ -9,36 +9,51 @@
 /// `clipfrac = clipped / tokens`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LossStats {
     /// Counted tokens (mask 1).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub tokens: f64,
     /// Sequences with at least one counted token.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub sequences: f64,
     /// This call's part of the loss, `sum_t w_t * l_t` (sums to `L` with global denominators).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub loss: f64,
     /// Tokens where the clipped branch binds (`pg2 > pg1`).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub clipped: f64,
     /// Tokens with `rho < 1 - eps_low` and `A < 0`.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub clipped_low: f64,
     /// Tokens with `rho > 1 + eps_high` and `A > 0`.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub clipped_high: f64,
     /// Tokens where the dual clip binds (`A < 0`, `-A * c < max(pg1, pg2)`).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub dual_clipped: f64,
     /// `sum (logp_old - logp)` with the clamped log ratio (verl `ppo_kl`; 0 on-policy).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub ppo_kl_sum: f64,
     /// `sum k` of the KL estimator (unweighted, no `beta`; 0 when the KL term is off).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub kl_sum: f64,
     /// `sum rho` (GSPO: the sequence ratio, once per counted token).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub ratio_sum: f64,
     /// Counted tokens whose log ratio hit the clamp (`|logp - logp_old| > log_ratio_clamp`).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub log_ratio_clamped: f64,
     /// Counted tokens with at least one non-finite input that the loss reads (`logp`,
     /// `logp_old` if given, `logp_ref` if the KL term is on, the advantage). When non-zero, the
     /// loss and gradient may be non-finite.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub non_finite: f64,
     /// Smallest `rho` (`+inf` when no token counted).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub ratio_min: f64,
     /// Largest `rho` (`-inf` when no token counted).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub ratio_max: f64,
 }
 
@@ -88,6 +103,7 @@ impl Default for LossStats {
 
 /// Result of [`policy_loss`](super::policy_loss).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LossOutput {
     /// `L = sum_t w_t * l_t` over this call's counted tokens (equal to `stats.loss`).
     pub loss: f64,

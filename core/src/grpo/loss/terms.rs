@@ -4,6 +4,7 @@ use super::options::{Aggregation, KlEstimator, LossOptions};
 
 /// The clipped surrogate of one token at ratio `rho`: the loss and its derivative in `rho`.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Surrogate {
     /// `min(max(pg1, pg2), -A * c)` (the `min` only with the dual clip on and `A < 0`).
     pub loss: f64,
@@ -58,6 +59,7 @@ pub fn surrogate(rho: f64, a: f64, opts: &LossOptions) -> Surrogate {
 
 /// One KL estimator value and its derivative in `logp`.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct KlTerm {
     /// The estimator value `k`.
     pub k: f64,
@@ -127,6 +129,7 @@ pub fn kl_term(x_raw: f64, opts: &LossOptions) -> KlTerm {
 
 /// Everything one token contributes, before the aggregation weight.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TokenTerms {
     /// `l_t`: surrogate plus `beta * k`.
     pub loss: f64,
