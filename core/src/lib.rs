@@ -73,6 +73,7 @@ extern crate alloc;
 
 pub mod align;
 pub mod batch;
+mod dtype;
 pub mod error;
 pub mod format;
 pub mod grpo;
@@ -86,6 +87,7 @@ pub mod rubric;
 mod serde_impls;
 pub mod simplex;
 pub mod strategy;
+pub use dtype::Dtype;
 pub use error::{Error, InvalidOption, Result};
 pub use names::{Named, UnknownName};
 

@@ -274,6 +274,7 @@ mod tests {
         check::<KlEstimator>();
         check::<RatioLevel>();
         check::<LossPreset>();
+        check::<crate::Dtype>();
     }
 
     #[test]
