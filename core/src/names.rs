@@ -275,6 +275,9 @@ mod tests {
         check::<RatioLevel>();
         check::<LossPreset>();
         check::<crate::Dtype>();
+        check::<crate::profile::RubricSource>();
+        check::<crate::profile::OutputCode>();
+        check::<crate::profile::ProfileCode>();
     }
 
     #[test]
