@@ -146,14 +146,6 @@ const _: () = {
     assert!(offset_of!(care_group_sums, sum) == offset_of!(GroupSums, sum));
 };
 
-const BASELINES: [Baseline; 3] = [Baseline::Mean, Baseline::LeaveOneOut, Baseline::None];
-const SCALES: [Scale; 3] = [Scale::GroupStd, Scale::BatchStd, Scale::None];
-const STD_KINDS: [StdKind; 2] = [StdKind::Unbiased, StdKind::Biased];
-const SINGLETONS: [SingletonPolicy; 3] = [
-    SingletonPolicy::Zero,
-    SingletonPolicy::Raw,
-    SingletonPolicy::Error,
-];
 
 fn to_c(o: &AdvantageOptions) -> care_advantage_options {
     care_advantage_options {
@@ -183,10 +175,10 @@ pub(crate) unsafe fn read_options(
         return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
     }
     let o = AdvantageOptions {
-        baseline: args::enum_arg(c.baseline, &BASELINES)?,
-        scale: args::enum_arg(c.scale, &SCALES)?,
-        std_kind: args::enum_arg(c.std_kind, &STD_KINDS)?,
-        singleton: args::enum_arg(c.singleton, &SINGLETONS)?,
+        baseline: args::enum_arg(c.baseline, &Baseline::ALL)?,
+        scale: args::enum_arg(c.scale, &Scale::ALL)?,
+        std_kind: args::enum_arg(c.std_kind, &StdKind::ALL)?,
+        singleton: args::enum_arg(c.singleton, &SingletonPolicy::ALL)?,
         eps: c.eps,
     };
     // The core's own rules, checked here too so that a GPU call reports them before it needs
@@ -477,16 +469,16 @@ mod tests {
     #[test]
     fn c_enum_values_index_the_core_tables() {
         assert_eq!(
-            BASELINES[care_baseline::CARE_BASELINE_LEAVE_ONE_OUT as usize],
+            Baseline::ALL[care_baseline::CARE_BASELINE_LEAVE_ONE_OUT as usize],
             Baseline::LeaveOneOut
         );
-        assert_eq!(SCALES[care_scale::CARE_SCALE_NONE as usize], Scale::None);
+        assert_eq!(Scale::ALL[care_scale::CARE_SCALE_NONE as usize], Scale::None);
         assert_eq!(
-            STD_KINDS[care_std_kind::CARE_STD_BIASED as usize],
+            StdKind::ALL[care_std_kind::CARE_STD_BIASED as usize],
             StdKind::Biased
         );
         assert_eq!(
-            SINGLETONS[care_singleton_policy::CARE_SINGLETON_ERROR as usize],
+            SingletonPolicy::ALL[care_singleton_policy::CARE_SINGLETON_ERROR as usize],
             SingletonPolicy::Error
         );
         for (i, p) in Preset::ALL.iter().enumerate() {
@@ -496,14 +488,14 @@ mod tests {
             Preset::ALL[care_advantage_preset::CARE_ADVANTAGE_PRESET_RLOO as usize],
             Preset::Rloo
         );
-        for b in BASELINES {
-            assert_eq!(BASELINES[b as usize], b);
+        for b in Baseline::ALL {
+            assert_eq!(Baseline::ALL[b as usize], b);
         }
-        for s in SCALES {
-            assert_eq!(SCALES[s as usize], s);
+        for s in Scale::ALL {
+            assert_eq!(Scale::ALL[s as usize], s);
         }
-        for s in SINGLETONS {
-            assert_eq!(SINGLETONS[s as usize], s);
+        for s in SingletonPolicy::ALL {
+            assert_eq!(SingletonPolicy::ALL[s as usize], s);
         }
     }
 

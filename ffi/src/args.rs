@@ -212,7 +212,9 @@ unsafe fn versioned<T: Copy>(p: *const T) -> Result<Option<T>, care_result> {
     Ok(Some(unsafe { p.read() }))
 }
 
-/// An options struct (see [`versioned`]); NULL gives `default`.
+/// An options struct (see [`versioned`]); NULL gives `default`. The callers decode it into the
+/// core's options and call the core's `validate()`: the rules of every option live in
+/// `care_core`, and a GPU entry point reports them before it needs a driver.
 ///
 /// # Safety
 /// As for [`versioned`].

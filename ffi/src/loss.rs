@@ -283,20 +283,6 @@ const _: () = {
     assert!(align_of::<care_loss_stats>() == align_of::<LossStats>());
 };
 
-const AGGREGATIONS: [Aggregation; 5] = [
-    Aggregation::TokenMean,
-    Aggregation::SeqMeanTokenMean,
-    Aggregation::SeqMeanTokenSum,
-    Aggregation::SeqMeanTokenSumNorm,
-    Aggregation::TokenSum,
-];
-const RATIO_LEVELS: [RatioLevel; 2] = [RatioLevel::Token, RatioLevel::Sequence];
-const KL_ESTIMATORS: [KlEstimator; 4] = [
-    KlEstimator::K1,
-    KlEstimator::Abs,
-    KlEstimator::K2,
-    KlEstimator::K3,
-];
 
 fn to_c(o: &LossOptions) -> care_loss_options {
     care_loss_options {
@@ -357,9 +343,9 @@ pub(crate) unsafe fn read_options(p: *const care_loss_options) -> Result<LossOpt
         global_tokens: c.global_tokens,
         global_sequences: c.global_sequences,
         horizon: c.horizon,
-        aggregation: args::enum_arg(c.aggregation, &AGGREGATIONS)?,
-        ratio_level: args::enum_arg(c.ratio_level, &RATIO_LEVELS)?,
-        kl_estimator: args::enum_arg(c.kl_estimator, &KL_ESTIMATORS)?,
+        aggregation: args::enum_arg(c.aggregation, &Aggregation::ALL)?,
+        ratio_level: args::enum_arg(c.ratio_level, &RatioLevel::ALL)?,
+        kl_estimator: args::enum_arg(c.kl_estimator, &KlEstimator::ALL)?,
     };
     // The core's own rules, checked here too so that a GPU call reports them before it needs
     // a driver, exactly as the CPU does.
@@ -513,13 +499,13 @@ mod tests {
 
     #[test]
     fn c_enum_values_index_the_core_tables() {
-        for (i, a) in AGGREGATIONS.iter().enumerate() {
+        for (i, a) in Aggregation::ALL.iter().enumerate() {
             assert_eq!(*a as usize, i);
         }
-        for (i, r) in RATIO_LEVELS.iter().enumerate() {
+        for (i, r) in RatioLevel::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i);
         }
-        for (i, k) in KL_ESTIMATORS.iter().enumerate() {
+        for (i, k) in KlEstimator::ALL.iter().enumerate() {
             assert_eq!(*k as usize, i);
         }
         for (i, p) in LossPreset::ALL.iter().enumerate() {

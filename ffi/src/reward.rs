@@ -8,7 +8,7 @@ use core::mem::size_of;
 use care_core::reward::Fired;
 use care_core::strategy::UnknownLabelPolicy;
 use care_core::{
-    GeneratorOptions, MissingPolicy, PrefOptions, RangePolicy, ScoreOptions, ScoreScale,
+    GeneratorOptions, MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions, ScoreScale,
     StrategyCounts,
 };
 
@@ -287,16 +287,8 @@ pub struct care_judge_prompt_inputs {
     pub response_len: usize,
 }
 
-const MISSING: [MissingPolicy; 3] = [
-    MissingPolicy::Error,
-    MissingPolicy::Zero,
-    MissingPolicy::Skip,
-];
-const RANGE: [RangePolicy; 2] = [RangePolicy::Error, RangePolicy::Clamp];
-const SCALES: [ScoreScale; 2] = [ScoreScale::Normalized, ScoreScale::Raw];
-const LABEL_POLICIES: [UnknownLabelPolicy; 2] =
-    [UnknownLabelPolicy::Error, UnknownLabelPolicy::Ignore];
-
+/// The C value of a core enum variant: its position in the core's `ALL` (which holds every
+/// variant, so the fallback is never taken).
 fn index_of<T: PartialEq>(table: &[T], v: &T) -> u32 {
     table.iter().position(|t| t == v).unwrap_or(0) as u32
 }
@@ -304,16 +296,16 @@ fn index_of<T: PartialEq>(table: &[T], v: &T) -> u32 {
 fn score_to_c(o: &ScoreOptions) -> care_score_options {
     care_score_options {
         struct_size: size_of::<care_score_options>() as u32,
-        missing: index_of(&MISSING, &o.missing),
-        out_of_range: index_of(&RANGE, &o.out_of_range),
+        missing: index_of(&MissingPolicy::ALL, &o.missing),
+        out_of_range: index_of(&RangePolicy::ALL, &o.out_of_range),
         uniform_weights: u32::from(o.uniform_weights),
     }
 }
 
-fn pref_to_c(o: &PrefOptions) -> care_preference_options {
+fn pref_to_c(o: &PreferenceOptions) -> care_preference_options {
     care_preference_options {
         struct_size: size_of::<care_preference_options>() as u32,
-        scale: index_of(&SCALES, &o.scale),
+        scale: index_of(&ScoreScale::ALL, &o.scale),
         tau: o.tau,
     }
 }
@@ -321,7 +313,7 @@ fn pref_to_c(o: &PrefOptions) -> care_preference_options {
 fn generator_to_c(o: &GeneratorOptions) -> care_generator_options {
     care_generator_options {
         struct_size: size_of::<care_generator_options>() as u32,
-        unknown_labels: index_of(&LABEL_POLICIES, &o.labels),
+        unknown_labels: index_of(&UnknownLabelPolicy::ALL, &o.labels),
         lambda: o.lambda,
         gamma: o.gamma,
     }
@@ -332,22 +324,28 @@ fn generator_to_c(o: &GeneratorOptions) -> care_generator_options {
 unsafe fn read_score(p: *const care_score_options) -> Result<ScoreOptions, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, score_to_c(&ScoreOptions::default())) }?;
-    Ok(ScoreOptions {
-        missing: args::enum_arg(c.missing, &MISSING)?,
-        out_of_range: args::enum_arg(c.out_of_range, &RANGE)?,
+    let o = ScoreOptions {
+        missing: args::enum_arg(c.missing, &MissingPolicy::ALL)?,
+        out_of_range: args::enum_arg(c.out_of_range, &RangePolicy::ALL)?,
         uniform_weights: args::flag(c.uniform_weights)?,
-    })
+    };
+    o.validate().map_err(map_error)?;
+    Ok(o)
 }
 
 /// # Safety
 /// As for [`args::options`].
-unsafe fn read_pref(p: *const care_preference_options) -> Result<PrefOptions, care_result> {
+unsafe fn read_pref(
+    p: *const care_preference_options,
+) -> Result<PreferenceOptions, care_result> {
     // SAFETY: forwarded contract.
-    let c = unsafe { args::options(p, pref_to_c(&PrefOptions::PAPER)) }?;
-    Ok(PrefOptions {
+    let c = unsafe { args::options(p, pref_to_c(&PreferenceOptions::PAPER)) }?;
+    let o = PreferenceOptions {
         tau: c.tau,
-        scale: args::enum_arg(c.scale, &SCALES)?,
-    })
+        scale: args::enum_arg(c.scale, &ScoreScale::ALL)?,
+    };
+    o.validate().map_err(map_error)?;
+    Ok(o)
 }
 
 /// The optional detail output of the policy and preference rewards.
@@ -417,7 +415,7 @@ pub unsafe extern "C" fn care_preference_options_default(
     ffi_panic_boundary! {
         let out = tri!(Out::new(options_out));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
-        unsafe { out.write(pref_to_c(&PrefOptions::PAPER)) };
+        unsafe { out.write(pref_to_c(&PreferenceOptions::PAPER)) };
         care_result::CARE_OK
     }
 }
@@ -504,7 +502,7 @@ pub unsafe extern "C" fn care_policy_reward_group(
         if rewards_len.checked_mul(r.counts.iter().sum()) != Some(scores.len()) {
             return care_result::CARE_ERR_LENGTH_MISMATCH;
         }
-        let g = match care_core::batch::score_group_fixed(r.weights, r.counts, &opts, scores, out) {
+        let g = match care_core::batch::policy_reward_group_fixed(r.weights, r.counts, &opts, scores, out) {
             Ok(g) => g,
             Err(e) => return map_error(e),
         };
@@ -557,7 +555,7 @@ pub unsafe extern "C" fn care_preference_reward(
         let pref = tri!(unsafe { read_pref(preference_options) });
         let out = tri!(Out::new(reward_out));
         let detail = tri!(Out::optional(detail_out));
-        let p = match care_core::reward::pref_reward_fixed(
+        let p = match care_core::reward::preference_reward_fixed(
             r.weights, r.counts, chosen, rejected, &score, &pref,
         ) {
             Ok(p) => p,
@@ -594,9 +592,9 @@ pub unsafe extern "C" fn care_strategy_counts_from_labels(
     ffi_panic_boundary! {
         // SAFETY: forwarded contract.
         let labels = tri!(unsafe { read_labels(labels, label_lens, count) });
-        let policy = tri!(args::enum_arg(unknown_policy, &LABEL_POLICIES));
+        let policy = tri!(args::enum_arg(unknown_policy, &UnknownLabelPolicy::ALL));
         let out = tri!(Out::new(counts_out));
-        let c = match care_core::count_labels(&labels, policy) {
+        let c = match care_core::strategy_counts(&labels, policy) {
             Ok(c) => c,
             Err(e) => return map_error(e),
         };
@@ -625,7 +623,7 @@ pub unsafe extern "C" fn care_alignment_reward(
             return care_result::CARE_ERR_LENGTH_MISMATCH;
         };
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
-        unsafe { out.write(care_core::r_align(w, n)) };
+        unsafe { out.write(care_core::alignment_reward(w, n)) };
         care_result::CARE_OK
     }
 }
@@ -667,11 +665,12 @@ pub unsafe extern "C" fn care_generator_reward(
         let opts = GeneratorOptions {
             lambda: g.lambda,
             gamma: g.gamma,
-            pref,
+            preference: pref,
             score,
             format,
-            labels: tri!(args::enum_arg(g.unknown_labels, &LABEL_POLICIES)),
+            labels: tri!(args::enum_arg(g.unknown_labels, &UnknownLabelPolicy::ALL)),
         };
+        tri!(opts.validate().map_err(map_error));
         let mut scratch = vec![0u8; text.len()];
         let r = match care_core::generator_reward(
             text, &mut scratch, chosen, rejected, &labels, &opts,
@@ -788,23 +787,23 @@ mod tests {
     #[test]
     fn c_enum_values_index_the_core_tables() {
         assert_eq!(
-            MISSING[care_missing_policy::CARE_MISSING_SKIP as usize],
+            MissingPolicy::ALL[care_missing_policy::CARE_MISSING_SKIP as usize],
             MissingPolicy::Skip
         );
         assert_eq!(
-            MISSING[care_missing_policy::CARE_MISSING_ZERO as usize],
+            MissingPolicy::ALL[care_missing_policy::CARE_MISSING_ZERO as usize],
             MissingPolicy::Zero
         );
         assert_eq!(
-            RANGE[care_range_policy::CARE_RANGE_CLAMP as usize],
+            RangePolicy::ALL[care_range_policy::CARE_RANGE_CLAMP as usize],
             RangePolicy::Clamp
         );
         assert_eq!(
-            SCALES[care_score_scale::CARE_SCORE_SCALE_RAW as usize],
+            ScoreScale::ALL[care_score_scale::CARE_SCORE_SCALE_RAW as usize],
             ScoreScale::Raw
         );
         assert_eq!(
-            LABEL_POLICIES[care_unknown_label_policy::CARE_UNKNOWN_LABEL_IGNORE as usize],
+            UnknownLabelPolicy::ALL[care_unknown_label_policy::CARE_UNKNOWN_LABEL_IGNORE as usize],
             UnknownLabelPolicy::Ignore
         );
     }
@@ -820,7 +819,7 @@ mod tests {
         unsafe {
             assert_eq!(read_score(&score_to_c(&s)), Ok(s));
             assert_eq!(read_score(core::ptr::null()), Ok(ScoreOptions::default()));
-            let p = PrefOptions {
+            let p = PreferenceOptions {
                 tau: 0.5,
                 scale: ScoreScale::Raw,
             };

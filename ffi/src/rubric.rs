@@ -10,7 +10,7 @@ use care_core::{Dimension, FormatPolicy, RubricBuf};
 
 use crate::args::{self, Out};
 use crate::handle::{self, Handle};
-use crate::result::care_result;
+use crate::result::{care_result, map_error};
 
 /// A parsed, valid rubric: immutable and safe to share across threads (reference counted;
 /// `care_rubric_clone` adds a reference, `care_rubric_free` drops one).
@@ -165,7 +165,8 @@ fn policy_to_c(p: &FormatPolicy) -> care_format_policy {
     }
 }
 
-/// Reads the caller's format policy (NULL: the paper's contract).
+/// Reads the caller's format policy (NULL: the paper's contract): flags decoded, then the
+/// core's `FormatPolicy::validate`.
 ///
 /// # Safety
 /// As for [`args::options`].
@@ -174,11 +175,7 @@ pub(crate) unsafe fn read_policy(
 ) -> Result<FormatPolicy, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, policy_to_c(&FormatPolicy::PAPER)) }?;
-    let tol_ok = c.weight_tolerance.is_finite() && c.weight_tolerance >= 0.0;
-    if !tol_ok || c.min_criteria > c.max_criteria {
-        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
-    }
-    Ok(FormatPolicy {
+    let policy = FormatPolicy {
         allow_think: args::flag(c.allow_think)?,
         allow_code_fence: args::flag(c.allow_code_fence)?,
         allow_envelope: args::flag(c.allow_envelope)?,
@@ -188,7 +185,9 @@ pub(crate) unsafe fn read_policy(
         min_criteria: c.min_criteria,
         max_criteria: c.max_criteria,
         meta_words: args::flag(c.meta_words)?,
-    })
+    };
+    policy.validate().map_err(map_error)?;
+    Ok(policy)
 }
 
 /// The code `care_rubric_parse` returns for a text with violations: the parse-level code when
@@ -206,11 +205,14 @@ fn parse_failure(report: &Report) -> care_result {
 
 /// Validates `text` (scratch for strings with escapes: decoding never grows a string, so the
 /// input's length is enough).
-fn validate_owned(text: &[u8], policy: &FormatPolicy) -> (Option<RubricBuf>, Report) {
+fn validate_owned(
+    text: &[u8],
+    policy: &FormatPolicy,
+) -> Result<(Option<RubricBuf>, Report), care_result> {
     let mut scratch = vec![0u8; text.len()];
-    let v = care_core::validate(text, policy, &mut scratch);
+    let v = care_core::validate(text, policy, &mut scratch).map_err(map_error)?;
     let ok = v.is_valid();
-    (v.rubric.filter(|_| ok).map(RubricBuf::from), v.report)
+    Ok((v.rubric.filter(|_| ok).map(RubricBuf::from), v.report))
 }
 
 /// Wraps an owned rubric for a handle.
@@ -285,7 +287,7 @@ pub unsafe extern "C" fn care_rubric_parse(
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let policy = tri!(unsafe { read_policy(policy) });
         let out = tri!(Out::new(rubric_out));
-        let (buf, report) = validate_owned(text, &policy);
+        let (buf, report) = tri!(validate_owned(text, &policy));
         match buf {
             Some(buf) => {
                 unsafe { out.write(handle::arc_into_c::<care_rubric>(rubric_handle(buf))) };
@@ -445,7 +447,7 @@ pub unsafe extern "C" fn care_rubric_validate(
         let policy = tri!(unsafe { read_policy(policy) });
         let out = tri!(Out::new(report_out));
         let mut scratch = vec![0u8; text.len()];
-        let v = care_core::validate(text, &policy, &mut scratch);
+        let v = tri!(care_core::validate(text, &policy, &mut scratch).map_err(map_error));
         let parsed = v.rubric.is_some();
         let rep = ReportHandle { report: v.report, parsed };
         unsafe { out.write(handle::box_into_c::<care_validation_report>(rep)) };
@@ -468,7 +470,7 @@ pub unsafe extern "C" fn care_format_reward(
         let policy = tri!(unsafe { read_policy(policy) });
         let out = tri!(Out::new(reward_out));
         let mut scratch = vec![0u8; text.len()];
-        let r = care_core::validate(text, &policy, &mut scratch).r_fmt();
+        let r = tri!(care_core::format_reward(text, &policy, &mut scratch).map_err(map_error));
         unsafe { out.write(r) };
         care_result::CARE_OK
     }

@@ -1127,6 +1127,8 @@ fn cpu_cases() -> Vec<Case> {
                 "inputs.label_lens NULL": |f| f.gi.label_lens = null() => CARE_ERR_NULL_POINTER,
                 "options.struct_size short": |f| f.go.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
                 "unknown label policy": |f| f.go.unknown_labels = 2 => CARE_ERR_INVALID_ARGUMENT,
+                "options.lambda NaN": |f| f.go.lambda = f64::NAN => CARE_ERR_INVALID_ARGUMENT,
+                "options.gamma infinite": |f| f.go.gamma = f64::INFINITY => CARE_ERR_INVALID_ARGUMENT,
             ]].concat()
         },
         case! { |f, k| care_judge_prompt_render(
