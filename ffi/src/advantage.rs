@@ -146,7 +146,6 @@ const _: () = {
     assert!(offset_of!(care_group_sums, sum) == offset_of!(GroupSums, sum));
 };
 
-
 fn to_c(o: &AdvantageOptions) -> care_advantage_options {
     care_advantage_options {
         struct_size: size_of::<care_advantage_options>() as u32,
@@ -472,7 +471,10 @@ mod tests {
             Baseline::ALL[care_baseline::CARE_BASELINE_LEAVE_ONE_OUT as usize],
             Baseline::LeaveOneOut
         );
-        assert_eq!(Scale::ALL[care_scale::CARE_SCALE_NONE as usize], Scale::None);
+        assert_eq!(
+            Scale::ALL[care_scale::CARE_SCALE_NONE as usize],
+            Scale::None
+        );
         assert_eq!(
             StdKind::ALL[care_std_kind::CARE_STD_BIASED as usize],
             StdKind::Biased

@@ -283,7 +283,6 @@ const _: () = {
     assert!(align_of::<care_loss_stats>() == align_of::<LossStats>());
 };
 
-
 fn to_c(o: &LossOptions) -> care_loss_options {
     care_loss_options {
         struct_size: size_of::<care_loss_options>() as u32,

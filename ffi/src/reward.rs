@@ -335,9 +335,7 @@ unsafe fn read_score(p: *const care_score_options) -> Result<ScoreOptions, care_
 
 /// # Safety
 /// As for [`args::options`].
-unsafe fn read_pref(
-    p: *const care_preference_options,
-) -> Result<PreferenceOptions, care_result> {
+unsafe fn read_pref(p: *const care_preference_options) -> Result<PreferenceOptions, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, pref_to_c(&PreferenceOptions::PAPER)) }?;
     let o = PreferenceOptions {
