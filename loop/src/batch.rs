@@ -50,7 +50,10 @@ enum Read {
 
 /// Reads one line of at most `max` bytes (without its `\n` or `\r\n`); a longer line is
 /// skipped to its end without being held in memory.
-async fn read_line<R: AsyncRead + Unpin>(r: &mut BufReader<R>, max: usize) -> io::Result<Option<Read>> {
+async fn read_line<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    max: usize,
+) -> io::Result<Option<Read>> {
     let mut buf = Vec::new();
     let mut len = 0usize;
     let mut any = false;
@@ -105,7 +108,7 @@ where
     W: Write,
 {
     let mut reader = BufReader::with_capacity(1 << 16, input);
-    let mut pending: VecDeque<tokio::task::JoinHandle<(String, Outcome)>> = VecDeque::new();
+    let mut pending = Pending(VecDeque::new());
     let mut summary = RunSummary::default();
     let width = engine.turn_concurrency().max(1);
     let mut line_no = 0u64;
@@ -116,18 +119,31 @@ where
         line_no += 1;
         let n = line_no;
         let eng = Arc::clone(&engine);
-        pending.push_back(tokio::spawn(async move { process(&eng, n, read, max_line_bytes).await }));
-        while pending.len() >= width {
-            if let Some(h) = pending.pop_front() {
+        pending.0.push_back(tokio::spawn(async move {
+            process(&eng, n, read, max_line_bytes).await
+        }));
+        while pending.0.len() >= width {
+            if let Some(h) = pending.0.pop_front() {
                 write_one(h, out, &mut summary).await?;
             }
         }
     }
-    while let Some(h) = pending.pop_front() {
+    while let Some(h) = pending.0.pop_front() {
         write_one(h, out, &mut summary).await?;
     }
     out.flush()?;
     Ok(summary)
+}
+
+/// The turns in flight; dropped (the run stopped), they stop too.
+struct Pending(VecDeque<tokio::task::JoinHandle<(String, Outcome)>>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
 }
 
 enum Outcome {
@@ -140,7 +156,9 @@ async fn write_one<W: Write>(
     out: &mut W,
     summary: &mut RunSummary,
 ) -> io::Result<()> {
-    let (text, outcome) = h.await.map_err(|e| io::Error::other(format!("a turn task failed: {e}")))?;
+    let (text, outcome) = h
+        .await
+        .map_err(|e| io::Error::other(format!("a turn task failed: {e}")))?;
     summary.lines += 1;
     match outcome {
         Outcome::Turn { rewarded, without } => {
@@ -186,7 +204,10 @@ async fn process(engine: &Arc<Engine>, line: u64, read: Read, max: usize) -> (St
         Ok(r) => {
             let rewarded = r.rewards.iter().flatten().count() as u64;
             let without = r.rewards.len() as u64 - rewarded;
-            (to_json(&Line { line, result: &r }), Outcome::Turn { rewarded, without })
+            (
+                to_json(&Line { line, result: &r }),
+                Outcome::Turn { rewarded, without },
+            )
         }
         Err(e) => (to_json(&ErrLine { line, error: &e }), Outcome::Failed),
     }
@@ -196,6 +217,9 @@ fn to_json<T: Serialize>(v: &T) -> String {
     // Our own types always serialize (no maps with non-string keys, no failing impls);
     // non-finite floats serialize as null.
     serde_json::to_string(v).unwrap_or_else(|e| {
-        format!("{{\"error\":{{\"code\":\"internal\",\"message\":{:?}}}}}", e.to_string())
+        format!(
+            "{{\"error\":{{\"code\":\"internal\",\"message\":{:?}}}}}",
+            e.to_string()
+        )
     })
 }

@@ -85,12 +85,14 @@ impl Cache {
 
     fn init(conn: Connection) -> Result<Cache, String> {
         let e = |e: rusqlite::Error| e.to_string();
-        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(e)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(e)?;
         // `journal_mode` answers with a row; read it rather than execute it.
         let _mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(e)?;
-        conn.execute_batch("PRAGMA synchronous=NORMAL;").map_err(e)?;
+        conn.execute_batch("PRAGMA synchronous=NORMAL;")
+            .map_err(e)?;
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(e)?;
@@ -131,7 +133,10 @@ impl Cache {
     /// # Errors
     /// A database error.
     pub fn get(&self, key: &str) -> Result<Option<Completion>, String> {
-        let conn = self.conn.lock().map_err(|_| "cache lock poisoned".to_owned())?;
+        let conn = self
+            .conn
+            .lock()
+            .map_err(|_| "cache lock poisoned".to_owned())?;
         conn.query_row(
             "SELECT content, prompt_tokens, completion_tokens FROM llm_calls WHERE key = ?1",
             params![key],
@@ -165,7 +170,10 @@ impl Cache {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
-        let conn = self.conn.lock().map_err(|_| "cache lock poisoned".to_owned())?;
+        let conn = self
+            .conn
+            .lock()
+            .map_err(|_| "cache lock poisoned".to_owned())?;
         conn.execute(
             "INSERT OR REPLACE INTO llm_calls
              (key, role, model, attempt, content, prompt_tokens, completion_tokens, created_unix)
@@ -190,7 +198,10 @@ impl Cache {
     /// # Errors
     /// A database error.
     pub fn len(&self) -> Result<u64, String> {
-        let conn = self.conn.lock().map_err(|_| "cache lock poisoned".to_owned())?;
+        let conn = self
+            .conn
+            .lock()
+            .map_err(|_| "cache lock poisoned".to_owned())?;
         conn.query_row("SELECT count(*) FROM llm_calls", [], |r| r.get::<_, i64>(0))
             .map(|n| n.max(0) as u64)
             .map_err(|e| e.to_string())
@@ -220,9 +231,18 @@ mod tests {
         assert_ne!(k, call_key(Role::Judge, "m", "s2", &m, 1));
         assert_ne!(k, call_key(Role::Judge, "m", "s", &m, 2));
         // Field boundaries matter: ("ab","c") is not ("a","bc").
-        let a = vec![ChatMessage::new("user", "ab"), ChatMessage::new("user", "c")];
-        let b = vec![ChatMessage::new("user", "a"), ChatMessage::new("user", "bc")];
-        assert_ne!(call_key(Role::Judge, "m", "s", &a, 1), call_key(Role::Judge, "m", "s", &b, 1));
+        let a = vec![
+            ChatMessage::new("user", "ab"),
+            ChatMessage::new("user", "c"),
+        ];
+        let b = vec![
+            ChatMessage::new("user", "a"),
+            ChatMessage::new("user", "bc"),
+        ];
+        assert_ne!(
+            call_key(Role::Judge, "m", "s", &a, 1),
+            call_key(Role::Judge, "m", "s", &b, 1)
+        );
     }
 
     #[test]

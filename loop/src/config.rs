@@ -96,9 +96,7 @@ impl EndpointConfig {
             ));
         }
         if self.model.trim().is_empty() {
-            return Err(format!(
-                "{role}.model is empty: give the served model name"
-            ));
+            return Err(format!("{role}.model is empty: give the served model name"));
         }
         if let Some(t) = self.temperature
             && !(t.is_finite() && (0.0..=2.0).contains(&t))

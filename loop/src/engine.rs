@@ -240,7 +240,11 @@ impl TurnResult {
                 } else {
                     valid.iter().sum::<f64>() / valid.len() as f64
                 };
-                Ok(self.rewards.iter().map(|r| Some(r.unwrap_or(fill))).collect())
+                Ok(self
+                    .rewards
+                    .iter()
+                    .map(|r| Some(r.unwrap_or(fill)))
+                    .collect())
             }
             OnFailure::Error => {
                 let failed: Vec<String> = self
@@ -335,7 +339,10 @@ impl Engine {
         cfg.check_bounds()?;
         let (generator, judge) = match kind {
             BackendKind::Http => (
-                Backend::Http(Box::new(HttpEndpoint::new(cfg.generator.clone(), Role::Generator)?)),
+                Backend::Http(Box::new(HttpEndpoint::new(
+                    cfg.generator.clone(),
+                    Role::Generator,
+                )?)),
                 Backend::Http(Box::new(HttpEndpoint::new(cfg.judge.clone(), Role::Judge)?)),
             ),
             BackendKind::Scripted => (
@@ -383,7 +390,9 @@ impl Engine {
         };
         let dialogue = Dialogue::new(input.context).map_err(bad)?;
         if input.responses.is_empty() {
-            return Err(bad("responses is empty: give the group's candidate responses".to_owned()));
+            return Err(bad(
+                "responses is empty: give the group's candidate responses".to_owned(),
+            ));
         }
         if input.responses.len() > MAX_RESPONSES {
             return Err(bad(format!(
@@ -425,7 +434,11 @@ impl Engine {
                         }
                         Prepared::Judge(span) => {
                             let me = Arc::clone(self);
-                            let (t, d, c) = (Arc::clone(&text), Arc::clone(&dialogue), Arc::clone(&counter));
+                            let (t, d, c) = (
+                                Arc::clone(&text),
+                                Arc::clone(&dialogue),
+                                Arc::clone(&counter),
+                            );
                             set.spawn(async move { (j, me.judgment(&t, &d, &span, &c).await) });
                         }
                     }
@@ -471,7 +484,9 @@ impl Engine {
                                     judge_attempts: o.attempts,
                                     error: Some(ErrorOut {
                                         code: "score_error".to_owned(),
-                                        message: "the scores do not give a reward under the score policy".to_owned(),
+                                        message:
+                                            "the scores do not give a reward under the score policy"
+                                                .to_owned(),
                                     }),
                                 },
                             },
@@ -522,7 +537,11 @@ impl Engine {
     }
 
     /// The turn's rubric, shared with concurrent requests for the same turn.
-    async fn rubric_for(self: &Arc<Self>, dialogue: &Dialogue, counter: &Arc<Counter>) -> RubricOutcome {
+    async fn rubric_for(
+        self: &Arc<Self>,
+        dialogue: &Dialogue,
+        counter: &Arc<Counter>,
+    ) -> RubricOutcome {
         if let Some(fixed) = self.profile.fixed_rubric() {
             return RubricOutcome {
                 text: Some(fixed.to_owned()),
@@ -543,7 +562,10 @@ impl Engine {
         );
         let me = Arc::clone(self);
         let c = Arc::clone(counter);
-        flight(&self.rubric_flights, key, || async move { me.generate(first, &c).await }).await
+        flight(&self.rubric_flights, key, || async move {
+            me.generate(first, &c).await
+        })
+        .await
     }
 
     /// The repair loop.
@@ -551,7 +573,10 @@ impl Engine {
         let mut messages = first.clone();
         let mut last: Option<(String, RubricCheck)> = None;
         for attempt in 1..=self.rubric_attempts {
-            let answer = match self.call(Role::Generator, &messages, attempt, counter).await {
+            let answer = match self
+                .call(Role::Generator, &messages, attempt, counter)
+                .await
+            {
                 Ok(c) => c.content,
                 Err(e) => {
                     return RubricOutcome {
@@ -579,7 +604,10 @@ impl Engine {
             // messages. Only the latest answer is kept, so the prompt does not grow.
             messages = first.clone();
             messages.push(ChatMessage::new("assistant", answer.clone()));
-            messages.push(ChatMessage::new("user", self.profile.repair_message(&check)));
+            messages.push(ChatMessage::new(
+                "user",
+                self.profile.repair_message(&check),
+            ));
             last = Some((answer, check));
         }
         let (answer, check) = match last {
@@ -611,14 +639,28 @@ impl Engine {
         counter: &Arc<Counter>,
     ) -> JudgeOutcome {
         let first = self.profile.judge_messages(rubric, dialogue, span);
-        let key = call_key(Role::Judge, self.judge.model(), &self.judge.sampling_key(), &first, 0);
+        let key = call_key(
+            Role::Judge,
+            self.judge.model(),
+            &self.judge.sampling_key(),
+            &first,
+            0,
+        );
         let me = Arc::clone(self);
         let c = Arc::clone(counter);
         let rubric = rubric.to_owned();
-        flight(&self.judge_flights, key, || async move { me.judge_loop(&rubric, first, &c).await }).await
+        flight(&self.judge_flights, key, || async move {
+            me.judge_loop(&rubric, first, &c).await
+        })
+        .await
     }
 
-    async fn judge_loop(&self, rubric: &str, first: Vec<ChatMessage>, counter: &Counter) -> JudgeOutcome {
+    async fn judge_loop(
+        &self,
+        rubric: &str,
+        first: Vec<ChatMessage>,
+        counter: &Counter,
+    ) -> JudgeOutcome {
         let mut messages = first.clone();
         let mut problem: Option<JudgeProblem> = None;
         for attempt in 1..=self.judge_attempts {
@@ -641,7 +683,10 @@ impl Engine {
                 Err(p) => {
                     messages = first.clone();
                     messages.push(ChatMessage::new("assistant", answer));
-                    messages.push(ChatMessage::new("user", self.profile.judge_retry_message(&p)));
+                    messages.push(ChatMessage::new(
+                        "user",
+                        self.profile.judge_retry_message(&p),
+                    ));
                     problem = Some(p);
                 }
             }
@@ -674,7 +719,13 @@ impl Engine {
             Role::Generator => &self.generator,
             Role::Judge => &self.judge,
         };
-        let key = call_key(role, backend.model(), &backend.sampling_key(), messages, attempt);
+        let key = call_key(
+            role,
+            backend.model(),
+            &backend.sampling_key(),
+            messages,
+            attempt,
+        );
         if let Some(cache) = &self.cache {
             let (c, k) = (Arc::clone(cache), key.clone());
             match tokio::task::spawn_blocking(move || c.get(&k)).await {
@@ -701,9 +752,17 @@ impl Engine {
                 if let Some(cache) = &self.cache {
                     // Committed before the answer is used: a run stopped after this point
                     // never asks this call again.
-                    let (cc, k, model, stored) =
-                        (Arc::clone(cache), key, backend.model().to_owned(), c.clone());
-                    match tokio::task::spawn_blocking(move || cc.put(&k, role, &model, attempt, &stored)).await {
+                    let (cc, k, model, stored) = (
+                        Arc::clone(cache),
+                        key,
+                        backend.model().to_owned(),
+                        c.clone(),
+                    );
+                    match tokio::task::spawn_blocking(move || {
+                        cc.put(&k, role, &model, attempt, &stored)
+                    })
+                    .await
+                    {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => self.cache_error(&e),
                         Err(e) => self.cache_error(&e.to_string()),
@@ -734,11 +793,15 @@ where
     Fut: std::future::Future<Output = T>,
 {
     let cell = {
-        let mut map = flights.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = flights
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(map.entry(key.clone()).or_default())
     };
     let out = cell.get_or_init(make).await.clone();
-    let mut map = flights.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut map = flights
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
         // Done: later requests find the answers in the cache (or compute afresh without one).
         map.remove(&key);

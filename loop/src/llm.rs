@@ -84,7 +84,11 @@ pub struct CallError {
 
 impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} (after {} attempts)", self.code, self.message, self.attempts)
+        write!(
+            f,
+            "{}: {} (after {} attempts)",
+            self.code, self.message, self.attempts
+        )
     }
 }
 
@@ -223,7 +227,10 @@ impl HttpEndpoint {
             .pool_max_idle_per_host(cfg.max_concurrency)
             .build()
             .map_err(|e| format!("{}: cannot build the HTTP client: {e}", role.as_str()))?;
-        let url = format!("{}/chat/completions", cfg.base_url.trim().trim_end_matches('/'));
+        let url = format!(
+            "{}/chat/completions",
+            cfg.base_url.trim().trim_end_matches('/')
+        );
         Ok(HttpEndpoint {
             permits: Arc::new(Semaphore::new(cfg.max_concurrency)),
             cfg,
@@ -296,7 +303,8 @@ impl HttpEndpoint {
         let secs = match retry_after {
             Some(d) => d.as_secs_f64().min(cap),
             None => {
-                let exp = self.cfg.backoff_initial_secs * 2f64.powi(attempt.saturating_sub(1) as i32);
+                let exp =
+                    self.cfg.backoff_initial_secs * 2f64.powi(attempt.saturating_sub(1) as i32);
                 // Jitter in [0.5, 1]: clients retrying after one outage do not return in step.
                 exp.min(cap) * (0.5 + 0.5 * jitter())
             }

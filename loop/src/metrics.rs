@@ -132,7 +132,10 @@ impl Metrics {
     /// One HTTP request answered.
     pub fn http_request(&self, route: &'static str, status: u16, elapsed: Duration) {
         self.http_requests
-            .get_or_create(&vec![("route", route.to_owned()), ("status", status.to_string())])
+            .get_or_create(&vec![
+                ("route", route.to_owned()),
+                ("status", status.to_string()),
+            ])
             .inc();
         self.http_latency
             .get_or_create(&vec![("route", route.to_owned())])
@@ -167,7 +170,10 @@ impl Metrics {
         for (kind, n) in [("prompt", prompt), ("completion", completion)] {
             if n > 0 {
                 self.llm_tokens
-                    .get_or_create(&vec![("endpoint", endpoint.to_owned()), ("kind", kind.to_owned())])
+                    .get_or_create(&vec![
+                        ("endpoint", endpoint.to_owned()),
+                        ("kind", kind.to_owned()),
+                    ])
                     .inc_by(n);
             }
         }

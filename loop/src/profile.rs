@@ -18,7 +18,8 @@ use serde::Serialize;
 use crate::llm::ChatMessage;
 
 /// The generator's system prompt of the paper (bundled with the CLI's data).
-pub const GENERATOR_SYSTEM_PROMPT: &str = include_str!("../../cli/data/generator_system_prompt.txt");
+pub const GENERATOR_SYSTEM_PROMPT: &str =
+    include_str!("../../cli/data/generator_system_prompt.txt");
 
 /// A dialogue up to the seeker's latest turn, checked: at least one message, the last one
 /// from the `user` (the seeker), roles `system`, `user`, `assistant` only.
@@ -60,7 +61,11 @@ impl Dialogue {
     /// The dialogue as `seeker: ...` / `supporter: ...` lines (system messages left out: they
     /// instruct the policy, they are not part of the conversation), without the last turn.
     pub fn history_lines(&self) -> Vec<String> {
-        let turns: Vec<&ChatMessage> = self.messages.iter().filter(|m| m.role != "system").collect();
+        let turns: Vec<&ChatMessage> = self
+            .messages
+            .iter()
+            .filter(|m| m.role != "system")
+            .collect();
         let n = turns.len().saturating_sub(1);
         turns.iter().take(n).map(|m| line(m)).collect()
     }
@@ -86,7 +91,11 @@ impl Dialogue {
 }
 
 fn line(m: &ChatMessage) -> String {
-    let who = if m.role == "user" { "seeker" } else { "supporter" };
+    let who = if m.role == "user" {
+        "seeker"
+    } else {
+        "supporter"
+    };
     format!("{who}: {}", m.content.trim())
 }
 
@@ -296,7 +305,13 @@ impl RubricProfile for CareProfile {
         if let Some(r) = self.rubric(rubric) {
             let lines = dialogue.history_lines();
             let context: Vec<&str> = lines.iter().map(String::as_str).collect();
-            let _ = render_judge_prompt(&mut prompt, &r.rubric(), &context, dialogue.seeker_turn(), span);
+            let _ = render_judge_prompt(
+                &mut prompt,
+                &r.rubric(),
+                &context,
+                dialogue.seeker_turn(),
+                span,
+            );
         }
         vec![ChatMessage::new("user", prompt)]
     }
@@ -376,10 +391,7 @@ fn check_report(
     if report.out_of_range > 0 {
         return Err(JudgeProblem {
             code: "score_out_of_range",
-            message: format!(
-                "{} scores are not integers in 0..5",
-                report.out_of_range
-            ),
+            message: format!("{} scores are not integers in 0..5", report.out_of_range),
         });
     }
     Ok(())
@@ -425,16 +437,23 @@ mod tests {
     #[test]
     fn dialogue_rules() {
         let d = dialogue();
-        assert_eq!(d.history_lines(), ["seeker: I feel lost.", "supporter: What happened?"]);
+        assert_eq!(
+            d.history_lines(),
+            ["seeker: I feel lost.", "supporter: What happened?"]
+        );
         assert_eq!(d.seeker_turn(), "My friend left.");
         assert!(!d.transcript().contains("be kind"));
         assert!(Dialogue::new(vec![]).is_err());
-        assert!(Dialogue::new(vec![ChatMessage::new("assistant", "hi")])
-            .unwrap_err()
-            .contains("seeker"));
-        assert!(Dialogue::new(vec![ChatMessage::new("tool", "x")])
-            .unwrap_err()
-            .contains("context[0].role"));
+        assert!(
+            Dialogue::new(vec![ChatMessage::new("assistant", "hi")])
+                .unwrap_err()
+                .contains("seeker")
+        );
+        assert!(
+            Dialogue::new(vec![ChatMessage::new("tool", "x")])
+                .unwrap_err()
+                .contains("context[0].role")
+        );
     }
 
     #[test]
@@ -460,7 +479,11 @@ mod tests {
         let one = r#"{"criterion_scores":[{"category":"Cognitive Empathy","criterion_title":"Accurately Understand the Core Dilemma","score":5}]}"#;
         let err = p.parse_answer(RUBRIC, one).unwrap_err();
         assert_eq!(err.code, "missing_score");
-        assert!(err.message.contains("Validate the Feeling of Awkwardness"), "{}", err.message);
+        assert!(
+            err.message.contains("Validate the Feeling of Awkwardness"),
+            "{}",
+            err.message
+        );
         let all5: Vec<f64> = vec![5.0; 8];
         let r = p.score_group(RUBRIC, &[Some(all5), None]);
         assert_eq!(r, vec![Some(1.0), None]);

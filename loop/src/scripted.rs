@@ -25,8 +25,7 @@ const RUBRIC: &str = include_str!("../../cli/data/rubric_sft_1.json");
 const GROUP: &str = include_str!("../../cli/data/demo_group.json");
 
 /// The answer to a response with no recorded judgment (no JSON, so never a score).
-pub const NO_RECORDING: &str =
-    "care scripted backend: no recorded judgment for this response (this backend replays the bundled demo only).";
+pub const NO_RECORDING: &str = "care scripted backend: no recorded judgment for this response (this backend replays the bundled demo only).";
 
 #[derive(Deserialize)]
 struct Group {
@@ -78,7 +77,12 @@ impl Scripted {
             let prompt = messages.first().map_or("", |m| m.content.as_str());
             self.recorded
                 .iter()
-                .find(|(text, _)| prompt.contains(&format!("## Candidate supporter response\n{}\n", text.trim_end())))
+                .find(|(text, _)| {
+                    prompt.contains(&format!(
+                        "## Candidate supporter response\n{}\n",
+                        text.trim_end()
+                    ))
+                })
                 .map_or(NO_RECORDING.to_owned(), |(_, judge)| judge.clone())
         } else if messages.len() > 2 {
             // A repair request (system, user, assistant, user): the paper's rubric.

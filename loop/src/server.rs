@@ -111,18 +111,32 @@ pub async fn shutdown_signal() {
 
 fn error_response(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
     let body = json!({"error": {"code": code, "message": message.into()}});
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn json_response(v: &impl Serialize) -> Response {
     match serde_json::to_string(v) {
-        Ok(s) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], s).into_response(),
+        Ok(s) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            s,
+        )
+            .into_response(),
         Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
     }
 }
 
 /// Counts the request in the metrics whatever the handler answers.
-async fn timed<F: Future<Output = Response>>(state: &AppState, route: &'static str, f: F) -> Response {
+async fn timed<F: Future<Output = Response>>(
+    state: &AppState,
+    route: &'static str,
+    f: F,
+) -> Response {
     let started = Instant::now();
     state.engine.metrics().in_flight(1);
     let resp = f.await;
@@ -152,7 +166,10 @@ async fn metrics(State(s): State<Arc<AppState>>) -> Response {
     timed(&s, "/metrics", async move {
         (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
             text,
         )
             .into_response()
@@ -161,7 +178,10 @@ async fn metrics(State(s): State<Arc<AppState>>) -> Response {
 }
 
 /// Runs turns concurrently; results in input order.
-async fn run_turns(engine: &Arc<Engine>, turns: Vec<TurnInput>) -> Vec<Result<TurnResult, ErrorOut>> {
+async fn run_turns(
+    engine: &Arc<Engine>,
+    turns: Vec<TurnInput>,
+) -> Vec<Result<TurnResult, ErrorOut>> {
     let n = turns.len();
     let mut set = tokio::task::JoinSet::new();
     for (i, t) in turns.into_iter().enumerate() {
@@ -203,7 +223,11 @@ async fn reward_groups(State(s): State<Arc<AppState>>, body: Bytes) -> Response 
             Ok(r) => r,
             Err(e) => return error_response(StatusCode::BAD_REQUEST, "bad_request", e.to_string()),
         };
-        let policy = match req.on_failure.as_deref().map_or(Ok(OnFailure::Null), str::parse) {
+        let policy = match req
+            .on_failure
+            .as_deref()
+            .map_or(Ok(OnFailure::Null), str::parse)
+        {
             Ok(p) => p,
             Err(e) => return error_response(StatusCode::BAD_REQUEST, "bad_request", e),
         };
@@ -213,13 +237,21 @@ async fn reward_groups(State(s): State<Arc<AppState>>, body: Bytes) -> Response 
             let mut r = match r {
                 Ok(r) => r,
                 Err(e) => {
-                    return error_response(StatusCode::BAD_REQUEST, &e.code, format!("turns[{i}]: {}", e.message));
+                    return error_response(
+                        StatusCode::BAD_REQUEST,
+                        &e.code,
+                        format!("turns[{i}]: {}", e.message),
+                    );
                 }
             };
             match r.trainer_rewards(policy) {
                 Ok(rw) => r.rewards = rw,
                 Err(msg) => {
-                    return error_response(StatusCode::BAD_GATEWAY, "no_reward", format!("turns[{i}]: {msg}"));
+                    return error_response(
+                        StatusCode::BAD_GATEWAY,
+                        "no_reward",
+                        format!("turns[{i}]: {msg}"),
+                    );
                 }
             }
             out.push(r);
@@ -327,7 +359,11 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
                 Ok(r) => r,
                 Err(e) => {
                     let first = place.iter().position(|&(tt, _)| tt == t).unwrap_or(0);
-                    return error_response(StatusCode::BAD_REQUEST, &e.code, format!("query[{first}]: {}", e.message));
+                    return error_response(
+                        StatusCode::BAD_REQUEST,
+                        &e.code,
+                        format!("query[{first}]: {}", e.message),
+                    );
                 }
             };
             match r.trainer_rewards(st.opts.openrlhf_on_failure) {
@@ -341,13 +377,25 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
         let mut judge_attempts = Vec::with_capacity(n);
         for &(t, j) in &place {
             let Some((rw, r)) = per_turn.get(t) else {
-                return error_response(StatusCode::INTERNAL_SERVER_ERROR, "internal", "turn result");
+                return error_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "turn result",
+                );
             };
             let resp = r.responses.get(j);
             // `null` only under the `null` policy: honest, and loud in a trainer that needs numbers.
             rewards.push(rw.get(j).copied().flatten());
-            valid.push(if resp.is_some_and(|x| x.reward.is_some()) { 1.0 } else { 0.0 });
-            rubric_ok.push(if r.rubric_status == crate::engine::rubric_status::OK { 1.0 } else { 0.0 });
+            valid.push(if resp.is_some_and(|x| x.reward.is_some()) {
+                1.0
+            } else {
+                0.0
+            });
+            rubric_ok.push(if r.rubric_status == crate::engine::rubric_status::OK {
+                1.0
+            } else {
+                0.0
+            });
             judge_attempts.push(f64::from(resp.map_or(0, |x| x.judge_attempts)));
         }
         json_response(&json!({

@@ -40,7 +40,8 @@ impl StubRequest {
     /// The judged response (judge requests: the text under "Candidate supporter response").
     pub fn judged_response(&self) -> Option<&str> {
         let p = &self.messages.first()?.content;
-        let start = p.find("## Candidate supporter response\n")? + "## Candidate supporter response\n".len();
+        let start = p.find("## Candidate supporter response\n")?
+            + "## Candidate supporter response\n".len();
         let end = p.get(start..)?.find("\n\n## Rubric")? + start;
         p.get(start..end)
     }
@@ -131,7 +132,11 @@ impl Stub {
 
     /// Every request so far.
     pub fn calls(&self) -> Vec<StubRequest> {
-        self.state.calls.lock().map(|c| c.clone()).unwrap_or_default()
+        self.state
+            .calls
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
     }
 
     /// Requests of `role` so far.
@@ -156,7 +161,11 @@ async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {
     };
     let req = StubRequest {
         role,
-        model: v.get("model").and_then(Value::as_str).unwrap_or("").to_owned(),
+        model: v
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
         messages,
         body: v,
     };
@@ -175,7 +184,11 @@ async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {
         }
         StubReply::Status(code, retry_after) => {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut r = (status, json!({"error": {"message": "stub error"}}).to_string()).into_response();
+            let mut r = (
+                status,
+                json!({"error": {"message": "stub error"}}).to_string(),
+            )
+                .into_response();
             if let Some(secs) = retry_after
                 && let Ok(h) = secs.to_string().parse()
             {
@@ -184,7 +197,12 @@ async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {
             r
         }
         StubReply::Stall => std::future::pending().await,
-        StubReply::Raw(text) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], text).into_response(),
+        StubReply::Raw(text) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            text,
+        )
+            .into_response(),
     }
 }
 
@@ -198,7 +216,12 @@ fn completion(req: &StubRequest, content: &str) -> Response {
         // Roughly 4 characters a token, as the usage field of a real server would count.
         "usage": {"prompt_tokens": prompt_chars / 4, "completion_tokens": content.len() / 4},
     });
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// A judge answer giving every criterion of `rubric` the score `score` (bare JSON).
@@ -208,7 +231,12 @@ pub fn judge_answer(rubric: &str, score: u8) -> String {
     if let Some(cats) = v.get("categories").and_then(Value::as_array) {
         for c in cats {
             let cat = c.get("category").and_then(Value::as_str).unwrap_or("");
-            for k in c.get("criteria").and_then(Value::as_array).into_iter().flatten() {
+            for k in c
+                .get("criteria")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 let title = k.get("title").and_then(Value::as_str).unwrap_or("");
                 items.push(json!({"category": cat, "criterion_title": title, "score": score}));
             }

@@ -1,7 +1,12 @@
 //! The loop against an OpenAI-compatible stub server on 127.0.0.1 (real HTTP both ways; the
 //! stub is the test double for the LLM). Timeouts are short so that the whole file runs in a
 //! few seconds.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +14,7 @@ use std::time::Duration;
 use care_loop::engine::{TurnInput, TurnResult, response_status, rubric_status};
 use care_loop::llm::{ChatMessage, Role};
 use care_loop::stub::{PAPER_RUBRIC, Stub, StubReply, StubRequest, judge_answer};
-use care_loop::{BackendKind, Cache, Engine, EndpointConfig, LoopConfig, Metrics};
+use care_loop::{BackendKind, Cache, EndpointConfig, Engine, LoopConfig, Metrics};
 
 fn fast(url: &str, model: &str) -> EndpointConfig {
     EndpointConfig {
@@ -80,22 +85,50 @@ async fn one_rubric_per_group_repaired_once_and_rewards_in_order() {
     let r = eng.run_turn(turn("t1", &[5, 0, 3, 4])).await.unwrap();
     assert_eq!(r.rubric_status, rubric_status::OK);
     assert_eq!(r.rubric_attempts, 2);
-    assert_eq!(rewards(&r), vec![Some(1.0), Some(0.0), Some(0.6), Some(0.8)]);
-    assert!(r.responses.iter().all(|x| x.status == response_status::OK && x.judge_attempts == 1));
-    assert_eq!(r.responses[2].scores.as_ref().unwrap(), &vec![vec![3.0; 3], vec![3.0; 2], vec![3.0; 3]]);
+    assert_eq!(
+        rewards(&r),
+        vec![Some(1.0), Some(0.0), Some(0.6), Some(0.8)]
+    );
+    assert!(
+        r.responses
+            .iter()
+            .all(|x| x.status == response_status::OK && x.judge_attempts == 1)
+    );
+    assert_eq!(
+        r.responses[2].scores.as_ref().unwrap(),
+        &vec![vec![3.0; 3], vec![3.0; 2], vec![3.0; 3]]
+    );
     // One rubric for the whole group: the first answer and one repair, then four judgments.
     assert_eq!(stub.count(Role::Generator), 2);
     assert_eq!(stub.count(Role::Judge), 4);
-    assert_eq!((r.calls.generator, r.calls.judge, r.calls.cached), (2, 4, 0));
+    assert_eq!(
+        (r.calls.generator, r.calls.judge, r.calls.cached),
+        (2, 4, 0)
+    );
     // The repair request quotes the validator and carries the invalid answer.
     let calls = stub.calls();
-    let repair = calls.iter().find(|c| c.role == Role::Generator && c.is_retry()).unwrap();
+    let repair = calls
+        .iter()
+        .find(|c| c.role == Role::Generator && c.is_retry())
+        .unwrap();
     assert_eq!(repair.messages[2].content, bad_rubric());
-    assert!(repair.messages[3].content.contains("weight_sum"), "{}", repair.messages[3].content);
-    assert!(calls.iter().all(|c| c.model == if c.role == Role::Generator { "gen-model" } else { "judge-model" }));
+    assert!(
+        repair.messages[3].content.contains("weight_sum"),
+        "{}",
+        repair.messages[3].content
+    );
+    assert!(calls.iter().all(|c| c.model
+        == if c.role == Role::Generator {
+            "gen-model"
+        } else {
+            "judge-model"
+        }));
     let v = r.validation.unwrap();
     assert_eq!(v.format_reward, 1.0);
-    assert!(r.calls.prompt_tokens > 0, "usage is summed from the answers");
+    assert!(
+        r.calls.prompt_tokens > 0,
+        "usage is summed from the answers"
+    );
 }
 
 #[tokio::test]
@@ -110,10 +143,18 @@ async fn the_repair_loop_is_bounded_and_ends_in_an_explicit_status() {
     let r = eng.run_turn(turn("t", &[5, 5])).await.unwrap();
     assert_eq!(r.rubric_status, rubric_status::INVALID);
     assert_eq!(r.rubric_attempts, 3);
-    assert_eq!(stub.count(Role::Generator), 3, "exactly rubric_attempts answers");
+    assert_eq!(
+        stub.count(Role::Generator),
+        3,
+        "exactly rubric_attempts answers"
+    );
     assert_eq!(stub.count(Role::Judge), 0);
     assert_eq!(rewards(&r), vec![None, None]);
-    assert!(r.responses.iter().all(|x| x.status == response_status::NO_RUBRIC));
+    assert!(
+        r.responses
+            .iter()
+            .all(|x| x.status == response_status::NO_RUBRIC)
+    );
     let v = r.validation.unwrap();
     assert_eq!(v.format_reward, 0.0);
     assert_eq!(v.violations[0].code, "weight_sum");
@@ -130,7 +171,10 @@ async fn malformed_judge_answers_are_retried_a_bounded_number_of_times() {
         Role::Generator => StubReply::Content(PAPER_RUBRIC.into()),
         Role::Judge => match req.judged_response().unwrap() {
             "flaky" if !req.is_retry() => StubReply::Content("{\"criterion_scores\": [".into()),
-            "flaky" => StubReply::Content(format!("<think>ok</think>```json\n{}\n```", judge_answer(PAPER_RUBRIC, 4))),
+            "flaky" => StubReply::Content(format!(
+                "<think>ok</think>```json\n{}\n```",
+                judge_answer(PAPER_RUBRIC, 4)
+            )),
             "partial" => {
                 let full = judge_answer(PAPER_RUBRIC, 2);
                 let cut = full.rfind(",{").unwrap();
@@ -152,7 +196,12 @@ async fn malformed_judge_answers_are_retried_a_bounded_number_of_times() {
     assert_eq!(r.responses[1].error.as_ref().unwrap().code, "no_judge_json");
     assert_eq!(r.responses[2].status, response_status::JUDGE_INVALID);
     assert_eq!(r.responses[2].error.as_ref().unwrap().code, "missing_score");
-    let per = |resp: &str| stub.calls().iter().filter(|c| c.judged_response() == Some(resp)).count();
+    let per = |resp: &str| {
+        stub.calls()
+            .iter()
+            .filter(|c| c.judged_response() == Some(resp))
+            .count()
+    };
     assert_eq!((per("flaky"), per("never"), per("partial")), (2, 3, 3));
     // The retry quotes the problem, naming the missing criterion.
     let calls = stub.calls();
@@ -160,7 +209,13 @@ async fn malformed_judge_answers_are_retried_a_bounded_number_of_times() {
         .iter()
         .find(|c| c.judged_response() == Some("partial") && c.is_retry())
         .unwrap();
-    assert!(retry.messages[2].content.contains("Respect the Seeker's Autonomy and Pace"), "{}", retry.messages[2].content);
+    assert!(
+        retry.messages[2]
+            .content
+            .contains("Respect the Seeker's Autonomy and Pace"),
+        "{}",
+        retry.messages[2].content
+    );
 }
 
 #[tokio::test]
@@ -172,7 +227,9 @@ async fn http_429_and_500_are_retried_then_reported_with_their_code() {
     let stub = Stub::start(move |req, _| match req.role {
         Role::Generator => StubReply::Content(PAPER_RUBRIC.into()),
         Role::Judge => match req.judged_response().unwrap() {
-            "score:3" if b.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 => StubReply::Status(429, Some(0)),
+            "score:3" if b.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 => {
+                StubReply::Status(429, Some(0))
+            }
             "score:3" => StubReply::Content(judge_answer(PAPER_RUBRIC, 3)),
             _ => StubReply::Status(500, None),
         },
@@ -189,14 +246,32 @@ async fn http_429_and_500_are_retried_then_reported_with_their_code() {
     assert_eq!(e.code, "http_500");
     assert!(e.message.contains("after 3 HTTP attempts"), "{}", e.message);
     assert_eq!(busy_seen.load(std::sync::atomic::Ordering::SeqCst), 3);
-    assert_eq!(stub.calls().iter().filter(|c| c.judged_response() == Some("down")).count(), 3);
+    assert_eq!(
+        stub.calls()
+            .iter()
+            .filter(|c| c.judged_response() == Some("down"))
+            .count(),
+        3
+    );
     assert_eq!(r.calls.failed, 1);
     assert_eq!(r.calls.http_attempts, 1 + 3 + 3);
     let m = eng.metrics().render();
-    assert!(m.contains("care_llm_calls_total{endpoint=\"judge\",code=\"http_429\"} 2"), "{m}");
-    assert!(m.contains("care_llm_calls_total{endpoint=\"judge\",code=\"http_500\"} 3"), "{m}");
-    assert!(m.contains("care_llm_retries_total{endpoint=\"judge\"} 4"), "{m}");
-    assert!(m.contains("care_responses_total{status=\"judge_error\"} 1"), "{m}");
+    assert!(
+        m.contains("care_llm_calls_total{endpoint=\"judge\",code=\"http_429\"} 2"),
+        "{m}"
+    );
+    assert!(
+        m.contains("care_llm_calls_total{endpoint=\"judge\",code=\"http_500\"} 3"),
+        "{m}"
+    );
+    assert!(
+        m.contains("care_llm_retries_total{endpoint=\"judge\"} 4"),
+        "{m}"
+    );
+    assert!(
+        m.contains("care_responses_total{status=\"judge_error\"} 1"),
+        "{m}"
+    );
 }
 
 #[tokio::test]
@@ -211,7 +286,10 @@ async fn a_generator_outage_is_a_generator_error_without_judge_calls() {
     let r = eng.run_turn(turn("t", &[1, 2])).await.unwrap();
     assert_eq!(r.rubric_status, rubric_status::GENERATOR_ERROR);
     assert_eq!(r.rubric_error.as_ref().unwrap().code, "http_503");
-    assert_eq!(r.rubric_attempts, 1, "one generator answer was asked for (with 3 HTTP attempts)");
+    assert_eq!(
+        r.rubric_attempts, 1,
+        "one generator answer was asked for (with 3 HTTP attempts)"
+    );
     assert_eq!(stub.count(Role::Generator), 3);
     assert_eq!(rewards(&r), vec![None, None]);
 }
@@ -234,7 +312,10 @@ async fn slow_and_stalled_judges_time_out_per_attempt() {
     t.responses = vec!["slow".into(), "stalled".into()];
     let started = std::time::Instant::now();
     let r = eng.run_turn(t).await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(3), "bounded by 2 attempts x 0.3 s");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "bounded by 2 attempts x 0.3 s"
+    );
     for x in &r.responses {
         assert_eq!(x.status, response_status::JUDGE_ERROR);
         assert_eq!(x.error.as_ref().unwrap().code, "timeout");
@@ -306,12 +387,22 @@ async fn a_rerun_from_the_cache_makes_zero_calls_and_gives_the_same_result() {
     let eng = engine(&cfg, Some(Cache::open(&path).unwrap()));
     let second = eng.run_turn(turn("t", &[1, 2, 3])).await.unwrap();
     assert_eq!(stub.calls().len(), made, "no LLM call on the rerun");
-    assert_eq!((second.calls.generator, second.calls.judge, second.calls.cached), (0, 0, 5));
+    assert_eq!(
+        (
+            second.calls.generator,
+            second.calls.judge,
+            second.calls.cached
+        ),
+        (0, 0, 5)
+    );
     assert_eq!(second.rewards, first.rewards);
     assert_eq!(second.responses, first.responses);
     assert_eq!(second.rubric, first.rubric);
     let m = eng.metrics().render();
-    assert!(m.contains("care_cache_lookups_total{endpoint=\"judge\",result=\"hit\"} 3"), "{m}");
+    assert!(
+        m.contains("care_cache_lookups_total{endpoint=\"judge\",result=\"hit\"} 3"),
+        "{m}"
+    );
     // Another judge model is another key: the judge is asked again, the rubric is not.
     let mut other = cfg.clone();
     other.judge.model = "judge-model-2".into();
@@ -335,12 +426,19 @@ async fn concurrent_requests_for_one_turn_share_one_rubric_and_one_judgment() {
     .await
     .unwrap();
     let eng = engine(&config(&stub), None);
-    let (a, b) = tokio::join!(eng.run_turn(turn("same", &[2, 4])), eng.run_turn(turn("same", &[4])));
+    let (a, b) = tokio::join!(
+        eng.run_turn(turn("same", &[2, 4])),
+        eng.run_turn(turn("same", &[4]))
+    );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.rewards, vec![Some(0.4), Some(0.8)]);
     assert_eq!(b.rewards, vec![Some(0.8)]);
     assert_eq!(stub.count(Role::Generator), 1);
-    assert_eq!(stub.count(Role::Judge), 2, "score:4 is judged once for both requests");
+    assert_eq!(
+        stub.count(Role::Judge),
+        2,
+        "score:4 is judged once for both requests"
+    );
 }
 
 #[tokio::test]
@@ -348,10 +446,17 @@ async fn bad_turns_are_input_errors_not_statuses() {
     let stub = Stub::start(repairing).await.unwrap();
     let eng = engine(&config(&stub), None);
     let mut t = turn("t", &[1]);
-    t.context.push(ChatMessage::new("assistant", "trailing supporter turn"));
+    t.context
+        .push(ChatMessage::new("assistant", "trailing supporter turn"));
     assert_eq!(eng.run_turn(t).await.unwrap_err().code, "bad_input");
     let t = turn("t", &[]);
-    assert!(eng.run_turn(t).await.unwrap_err().message.contains("responses is empty"));
+    assert!(
+        eng.run_turn(t)
+            .await
+            .unwrap_err()
+            .message
+            .contains("responses is empty")
+    );
     assert_eq!(stub.calls().len(), 0);
 }
 
