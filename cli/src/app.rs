@@ -34,6 +34,8 @@ pub const EXIT_USAGE: u8 = 2;
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         CliCommand::Demo => crate::demo::run(&mut io::stdout().lock()).map(|()| EXIT_OK),
+        CliCommand::Reward(a) => crate::reward_loop::run_reward(&a),
+        CliCommand::Serve(a) => crate::reward_loop::run_serve(&a),
         CliCommand::Advantages { adv, io } => {
             advantage_options(&adv).and_then(|o| stream(&Command::Advantages(o), &io))
         }
