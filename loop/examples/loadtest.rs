@@ -14,7 +14,12 @@
 //! ```
 //!
 //! Bounded: it stops issuing requests after `--max-seconds` (default 120) whatever is left.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -24,7 +29,7 @@ use std::time::{Duration, Instant};
 use care_loop::llm::Role;
 use care_loop::server::{ServerOptions, router, serve};
 use care_loop::stub::{PAPER_RUBRIC, Stub, StubReply, judge_answer};
-use care_loop::{BackendKind, Cache, Engine, EndpointConfig, LoopConfig, Metrics};
+use care_loop::{BackendKind, Cache, EndpointConfig, Engine, LoopConfig, Metrics};
 use serde_json::{Value, json};
 
 struct Args {
@@ -50,7 +55,12 @@ fn parse() -> Args {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < argv.len() {
-        let v = || argv.get(i + 1).expect("a value after the flag").parse::<u64>().expect("a number");
+        let v = || {
+            argv.get(i + 1)
+                .expect("a value after the flag")
+                .parse::<u64>()
+                .expect("a number")
+        };
         match argv[i].as_str() {
             "--clients" => a.clients = v() as usize,
             "--requests" => a.requests = v() as usize,
@@ -83,12 +93,19 @@ fn cpu_seconds() -> f64 {
 #[tokio::main]
 async fn main() {
     let a = parse();
-    let (gen_d, judge_d) = (Duration::from_millis(a.generator_ms), Duration::from_millis(a.judge_ms));
+    let (gen_d, judge_d) = (
+        Duration::from_millis(a.generator_ms),
+        Duration::from_millis(a.judge_ms),
+    );
     let stub = Stub::start(move |req, _| match req.role {
         Role::Generator => StubReply::Delayed(PAPER_RUBRIC.into(), gen_d),
         Role::Judge => {
             let r = req.judged_response().unwrap_or("");
-            let n: u8 = r.rsplit("score:").next().and_then(|s| s.parse().ok()).unwrap_or(9);
+            let n: u8 = r
+                .rsplit("score:")
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(9);
             StubReply::Delayed(judge_answer(PAPER_RUBRIC, n), judge_d)
         }
     })
@@ -106,14 +123,21 @@ async fn main() {
     };
     let dir = std::env::temp_dir().join(format!("care-loadtest-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let cache = a.cache.then(|| Cache::open(&dir.join("cache.sqlite")).unwrap());
-    let engine = Arc::new(Engine::new(&cfg, BackendKind::Http, cache, Arc::new(Metrics::new())).unwrap());
+    let cache = a
+        .cache
+        .then(|| Cache::open(&dir.join("cache.sqlite")).unwrap());
+    let engine =
+        Arc::new(Engine::new(&cfg, BackendKind::Http, cache, Arc::new(Metrics::new())).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(listener, router(engine, ServerOptions::default(), "http"), async move {
-        let _ = stop_rx.await;
-    }));
+    let server = tokio::spawn(serve(
+        listener,
+        router(engine, ServerOptions::default(), "http"),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
 
     let url = format!("http://{addr}/get_reward");
     let next = Arc::new(AtomicUsize::new(0));
@@ -184,7 +208,9 @@ async fn main() {
         "clients={} requests={} group={} generator_ms={} judge_ms={} cache={}",
         a.clients, n, a.group, a.generator_ms, a.judge_ms, a.cache
     );
-    println!("| clients | requests x group | stub latency (gen + judge) | p50 ms | p99 ms | p50 over stub ms | requests/s | rewards/s | CPU us / reward |");
+    println!(
+        "| clients | requests x group | stub latency (gen + judge) | p50 ms | p99 ms | p50 over stub ms | requests/s | rewards/s | CPU us / reward |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     println!(
         "| {} | {} x {} | {} + {} ms | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} |",

@@ -169,6 +169,8 @@ pub struct TurnResult {
     pub rubric_attempts: u32,
     /// The validation of the last generator answer (`format_reward`, `violations`).
     pub validation: Option<RubricCheck>,
+    /// The answers before it that broke the contract, with their violation codes.
+    pub repairs: Vec<Repair>,
     /// Why there is no rubric.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rubric_error: Option<ErrorOut>,
@@ -268,9 +270,19 @@ impl TurnResult {
     }
 }
 
+/// One generator answer that broke the format contract.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Repair {
+    /// Which answer (1-based).
+    pub attempt: u32,
+    /// The violation codes the validator reported (the repair request quoted their messages).
+    pub codes: Vec<String>,
+}
+
 #[derive(Clone, Debug)]
 struct RubricOutcome {
     text: Option<String>,
+    repairs: Vec<Repair>,
     status: &'static str,
     attempts: u32,
     last_answer: Option<String>,
@@ -528,6 +540,7 @@ impl Engine {
             rubric: rubric_json,
             rubric_attempts: rubric.attempts,
             validation: rubric.check.clone(),
+            repairs: rubric.repairs.clone(),
             rubric_error: rubric.error.clone(),
             rewards,
             responses: results,
@@ -545,6 +558,7 @@ impl Engine {
         if let Some(fixed) = self.profile.fixed_rubric() {
             return RubricOutcome {
                 text: Some(fixed.to_owned()),
+                repairs: Vec::new(),
                 status: rubric_status::OK,
                 attempts: 0,
                 last_answer: None,
@@ -572,6 +586,7 @@ impl Engine {
     async fn generate(&self, first: Vec<ChatMessage>, counter: &Counter) -> RubricOutcome {
         let mut messages = first.clone();
         let mut last: Option<(String, RubricCheck)> = None;
+        let mut repairs = Vec::new();
         for attempt in 1..=self.rubric_attempts {
             let answer = match self
                 .call(Role::Generator, &messages, attempt, counter)
@@ -579,8 +594,11 @@ impl Engine {
             {
                 Ok(c) => c.content,
                 Err(e) => {
+                    // The last invalid answer (if any) is `validation`; `repairs` the ones before.
+                    repairs.pop();
                     return RubricOutcome {
                         text: None,
+                        repairs,
                         status: rubric_status::GENERATOR_ERROR,
                         attempts: attempt,
                         last_answer: last.as_ref().map(|(a, _)| a.clone()),
@@ -593,6 +611,7 @@ impl Engine {
             if check.is_valid() {
                 return RubricOutcome {
                     text: Some(answer),
+                    repairs,
                     status: rubric_status::OK,
                     attempts: attempt,
                     last_answer: None,
@@ -602,6 +621,13 @@ impl Engine {
             }
             // The repair request: the first request, the invalid answer, the validator's
             // messages. Only the latest answer is kept, so the prompt does not grow.
+            for v in &check.violations {
+                self.metrics.rubric_violation(&v.code);
+            }
+            repairs.push(Repair {
+                attempt,
+                codes: check.violations.iter().map(|v| v.code.clone()).collect(),
+            });
             messages = first.clone();
             messages.push(ChatMessage::new("assistant", answer.clone()));
             messages.push(ChatMessage::new(
@@ -614,8 +640,11 @@ impl Engine {
             Some((a, c)) => (Some(a), Some(c)),
             None => (None, None),
         };
+        // The last answer is `validation`; `repairs` lists the ones before it.
+        repairs.pop();
         RubricOutcome {
             text: None,
+            repairs,
             status: rubric_status::INVALID,
             attempts: self.rubric_attempts,
             error: Some(ErrorOut {

@@ -35,6 +35,7 @@ pub struct Metrics {
     cache_lookups: Family<Labels, Counter>,
     cache_errors: Counter,
     rubrics: Family<Labels, Counter>,
+    violations: Family<Labels, Counter>,
     responses: Family<Labels, Counter>,
     in_flight: Gauge<i64, std::sync::atomic::AtomicI64>,
 }
@@ -59,6 +60,7 @@ impl Metrics {
             cache_lookups: Family::default(),
             cache_errors: Counter::default(),
             rubrics: Family::default(),
+            violations: Family::default(),
             responses: Family::default(),
             in_flight: Gauge::default(),
             registry: Registry::default(),
@@ -112,6 +114,11 @@ impl Metrics {
             "rubrics",
             "Turns by rubric status (ok, invalid_rubric, generator_error)",
             m.rubrics.clone(),
+        );
+        registry.register(
+            "rubric_violations",
+            "Format violations in generator answers, by code (the repair loop's reasons)",
+            m.violations.clone(),
         );
         registry.register(
             "responses",
@@ -199,6 +206,13 @@ impl Metrics {
     pub fn rubric(&self, status: &'static str) {
         self.rubrics
             .get_or_create(&vec![("status", status.to_owned())])
+            .inc();
+    }
+
+    /// A format violation in a generator answer.
+    pub fn rubric_violation(&self, code: &str) {
+        self.violations
+            .get_or_create(&vec![("code", code.to_owned())])
             .inc();
     }
 

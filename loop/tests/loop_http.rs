@@ -123,6 +123,11 @@ async fn one_rubric_per_group_repaired_once_and_rewards_in_order() {
         } else {
             "judge-model"
         }));
+    assert_eq!(r.repairs.len(), 1);
+    assert_eq!(
+        (r.repairs[0].attempt, r.repairs[0].codes.as_slice()),
+        (1, &["weight_sum".to_owned()][..])
+    );
     let v = r.validation.unwrap();
     assert_eq!(v.format_reward, 1.0);
     assert!(
@@ -159,6 +164,16 @@ async fn the_repair_loop_is_bounded_and_ends_in_an_explicit_status() {
     assert_eq!(v.format_reward, 0.0);
     assert_eq!(v.violations[0].code, "weight_sum");
     assert_eq!(r.rubric_error.unwrap().code, "invalid_rubric");
+    assert_eq!(
+        r.repairs.iter().map(|x| x.attempt).collect::<Vec<_>>(),
+        [1, 2],
+        "the third is `validation`"
+    );
+    let m = eng.metrics().render();
+    assert!(
+        m.contains("care_rubric_violations_total{code=\"weight_sum\"} 3"),
+        "{m}"
+    );
     // The output keeps the last invalid answer, so a user can see what the generator wrote.
     assert_eq!(r.rubric, Some(serde_json::Value::String(bad_rubric())));
 }
