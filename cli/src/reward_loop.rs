@@ -11,7 +11,7 @@ use std::sync::Arc;
 use care_loop::engine::OnFailure;
 use care_loop::server::{DEFAULT_MAX_BODY_BYTES, ServerOptions};
 use care_loop::{BackendKind, Cache, Engine, LoopConfig, Metrics};
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 const SCRIPTED_BANNER: &str = "care: --scripted: replaying the bundled paper fixtures; no LLM is called and the rewards are a demo";
 
@@ -61,14 +61,15 @@ pub struct RewardArgs {
     pub max_line_bytes: usize,
 }
 
-/// What `/get_reward` answers for a response without a reward.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-#[value(rename_all = "snake_case")]
-pub enum OnFailureArg {
-    /// The mean of the valid rewards of its group (advantage 0 under GRPO); flagged in extra_logs.
-    GroupMean,
-    /// Answer HTTP 502 naming the failed responses (OpenRLHF retries, then stops).
-    Error,
+/// `--on-failure`: parsed with `care_loop`'s one list of names; `null` is refused, since
+/// OpenRLHF turns the rewards into a tensor and cannot take it.
+fn parse_on_failure(s: &str) -> Result<OnFailure, String> {
+    match s.parse::<OnFailure>()? {
+        OnFailure::Null => Err(
+            "null: OpenRLHF needs a number for every sample; use group_mean or error".to_owned(),
+        ),
+        p => Ok(p),
+    }
 }
 
 /// `care serve` options.
@@ -80,9 +81,10 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// What OpenRLHF's /get_reward gets for a response without a reward.
-    #[arg(long, value_enum, default_value_t = OnFailureArg::GroupMean)]
-    pub on_failure: OnFailureArg,
+    /// What OpenRLHF's /get_reward gets for a response without a reward: group_mean (the
+    /// mean of its group's valid rewards, flagged in extra_logs.care_valid) or error (HTTP 502).
+    #[arg(long, default_value = "group_mean", value_parser = parse_on_failure, value_name = "POLICY")]
+    pub on_failure: OnFailure,
     /// Largest request body in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, value_name = "N")]
     pub max_body_bytes: usize,
@@ -206,10 +208,7 @@ pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
     }
     let (engine, kind) = build(&a.loop_args)?;
     let opts = ServerOptions {
-        openrlhf_on_failure: match a.on_failure {
-            OnFailureArg::GroupMean => OnFailure::GroupMean,
-            OnFailureArg::Error => OnFailure::Error,
-        },
+        openrlhf_on_failure: a.on_failure,
         max_body_bytes: a.max_body_bytes,
     };
     let backend = match kind {
