@@ -36,6 +36,12 @@ pub fn run(cli: Cli) -> ExitCode {
         CliCommand::Demo => crate::demo::run(&mut io::stdout().lock()).map(|()| EXIT_OK),
         CliCommand::Reward(a) => crate::reward_loop::run_reward(&a),
         CliCommand::Serve(a) => crate::reward_loop::run_serve(&a),
+        CliCommand::Analyze {
+            analyze,
+            score,
+            format,
+            io,
+        } => crate::analyze::cli::run(&analyze, &score, &format, &io),
         CliCommand::Advantages { adv, io } => {
             advantage_options(&adv).and_then(|o| stream(&Command::Advantages(o), &io))
         }
