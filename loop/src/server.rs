@@ -256,7 +256,12 @@ async fn reward_groups(State(s): State<Arc<AppState>>, body: Bytes) -> Response 
             }
             out.push(r);
         }
-        json_response(&json!({ "results": out }))
+        // A struct, not `json!`: the results keep the field order of `care reward`'s lines.
+        #[derive(Serialize)]
+        struct Results<'a> {
+            results: &'a [TurnResult],
+        }
+        json_response(&Results { results: &out })
     })
     .await
 }
