@@ -51,12 +51,22 @@ pub fn run(cli: Cli) -> ExitCode {
         CliCommand::Validate { format, io } => {
             format_policy(&format).and_then(|p| stream(&Command::Validate(p), &io))
         }
-        CliCommand::Score { score, format, io } => format_policy(&format).and_then(|format| {
-            let opts = crate::cmd::score::Options {
-                score: score_options(&score),
-                format,
+        CliCommand::Score {
+            profile,
+            score,
+            format,
+            io,
+        } => format_policy(&format).and_then(|format| {
+            let score = score_options(&score);
+            let cmd = match profile {
+                None => Command::Score(crate::cmd::score::Options { score, format }),
+                Some(spec) => Command::ScoreProfile(crate::cmd::score_profile::Options {
+                    profile: std::sync::Arc::new(crate::cmd::score_profile::load_profile(&spec)?),
+                    score,
+                    format,
+                }),
             };
-            stream(&Command::Score(opts), &io)
+            stream(&cmd, &io)
         }),
         CliCommand::Pref {
             pref,

@@ -45,9 +45,13 @@ pub enum CliCommand {
         #[command(flatten)]
         io: IoArgs,
     },
-    /// Score judged responses under a rubric (policy reward, Eq. 5).
+    /// Score judged responses under a rubric (policy reward, Eq. 5), or under a rubric profile.
     #[command(allow_negative_numbers = true, after_help = SCORE_AFTER)]
     Score {
+        /// Score under a rubric profile: a built-in name (care, kardia) or a profile JSON file
+        /// (docs/PROFILES.md). Without it, the CARE policy reward of a line's rubric.
+        #[arg(long, value_name = "NAME|FILE")]
+        profile: Option<String>,
         /// Scoring policy.
         #[command(flatten)]
         score: ScoreArgs,
@@ -141,8 +145,15 @@ Input line: {\"rubric\": <object or raw text>, \"scores\": [[cog..],[aff..],[pro
   or \"responses\": [{\"scores\": ..} | {\"judge\": ..}, ...] for a whole GRPO group.
 Output: reward and per_dimension (or rewards and per_dimension per response for a group).
 
-Example:
-  care score --missing skip judged.jsonl";
+With --profile NAME|FILE (built-in: care, kardia; docs/PROFILES.md):
+Input line: {\"output\": \"<policy output>\", \"scores\": {\"<dimension>\": [..], ..} or \"judge\": \"<judge output>\",
+  \"emotion\": \"<gold label>\"} (plus \"rubric\" for care), or \"responses\": [{\"output\", ..}, ..].
+Output: reward, format_reward, format_violations, judge_needed, emotion_correct, rubric_reward,
+  per_dimension and weights (by dimension name), vetoed_by, fired (arrays for a group).
+
+Examples:
+  care score --missing skip judged.jsonl
+  care score --profile kardia rollouts.jsonl";
 
 const PREF_AFTER: &str = "\
 Input line: {\"rubric\": \"<raw generator output text>\", \"chosen_scores\": [[..],[..],[..]],

@@ -52,6 +52,7 @@ pub mod grpo;
 mod json;
 pub mod judge;
 pub mod logsoftmax;
+pub mod profile;
 pub mod reward;
 pub mod rubric;
 pub mod simplex;
@@ -78,3 +79,8 @@ pub use strategy::{StrategyCounts, UnknownLabelPolicy, count_labels};
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+// The Rust example of docs/PROFILES.md runs as a doctest.
+#[doc = include_str!("../../docs/PROFILES.md")]
+#[cfg(doctest)]
+pub struct ProfilesDoctests;

@@ -9,6 +9,7 @@ pub mod loss;
 pub mod pref;
 pub(crate) mod rubric;
 pub mod score;
+pub mod score_profile;
 pub mod validate;
 
 /// A data subcommand with its options resolved into `care-core` types.
@@ -18,6 +19,8 @@ pub enum Command {
     Validate(validate::Options),
     /// `care score`.
     Score(score::Options),
+    /// `care score --profile`.
+    ScoreProfile(score_profile::Options),
     /// `care pref`.
     Pref(pref::Options),
     /// `care advantages`.
@@ -63,6 +66,7 @@ impl Command {
             match self {
                 Command::Validate(opts) => validate::run(opts, text, &value, o),
                 Command::Score(opts) => score::run(opts, text, &value, o),
+                Command::ScoreProfile(opts) => score_profile::run(opts, text, &value, o),
                 Command::Pref(opts) => pref::run(opts, text, &value, o),
                 Command::Advantages(opts) => advantages::run(opts, &value, o),
                 Command::Loss(opts) => loss::run(opts, &value, o),

@@ -1,32 +1,44 @@
-"""care_rl against a real ``care serve --scripted`` on 127.0.0.1, called the way TRL and verl
-call their reward functions.
+"""care_rl's reward functions against a real ``care serve --scripted`` on 127.0.0.1, called
+the way TRL and verl call their reward functions.
 
-Run: ``cargo build -p care-cli`` then ``python3 -m unittest discover -s python/care_rl/tests``
-(``CARE_BIN`` names another ``care`` binary). The scripted backend replays the bundled demo:
-responses 1-6 of ``cli/data/reward_demo.jsonl`` have recorded judgments (response 1 is the
-paper's worked example, reward 0.925), response 7 has none.
+``python/care_rl/rewards.py`` is stdlib only: the tests load it by path, as verl's
+``custom_reward_function.path`` does (so they also run with a bare ``python3 -m pytest`` or
+``python3 -m unittest`` and no installed package), and check that the installed ``care_rl``
+re-exports the same functions when it is importable. They need the ``care`` binary
+(``cargo build -p care-cli``; ``CARE_BIN`` names another one). The scripted backend replays
+the bundled demo: responses 1-6 of ``cli/data/reward_demo.jsonl`` have recorded judgments
+(response 1 is the paper's worked example, reward 0.925), response 7 has none.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
-import sys
 import threading
 import unittest
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "python"))
+ROOT = Path(__file__).resolve().parents[2]
+REWARDS = ROOT / "python" / "care_rl" / "rewards.py"
 
-from care_rl import (  # noqa: E402
-    CareRewardClient,
-    CareRewardError,
-    TRLReward,
-    compute_score,
-    compute_score_batch,
-)
+
+def _load_by_path():
+    """The module as verl loads a custom reward function: from its file, no package."""
+    spec = importlib.util.spec_from_file_location("care_rl_rewards_by_path", REWARDS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_rw = _load_by_path()
+CareRewardClient = _rw.CareRewardClient
+CareRewardError = _rw.CareRewardError
+TRLReward = _rw.TRLReward
+compute_score = _rw.compute_score
+compute_score_batch = _rw.compute_score_batch
 
 DEMO = json.loads((ROOT / "cli" / "data" / "reward_demo.jsonl").read_text().strip())
 CONTEXT = DEMO["context"]
@@ -148,6 +160,21 @@ class RewardFunctionsTest(unittest.TestCase):
         self.assertEqual([r["status"] for r in results[0]["responses"]], ["ok", "ok"])
         self.assertEqual(results[1]["rewards"], [None])
         self.assertEqual(results[1]["responses"][0]["status"], "judge_invalid")
+
+    def test_stdlib_only_and_reexported_by_the_package(self) -> None:
+        imported = {
+            line.split()[1].split(".")[0]
+            for line in REWARDS.read_text().splitlines()
+            if line.startswith(("import ", "from ")) and not line.startswith("from __future__")
+        }
+        self.assertLessEqual(imported, {"json", "os", "urllib", "typing"}, "stdlib only")
+        try:
+            import care_rl
+        except ImportError:  # the source tree without the built extension: nothing to compare
+            return
+        self.assertEqual(care_rl.TRLReward.__module__, "care_rl.rewards")
+        for name in ("CareRewardClient", "CareRewardError", "TRLReward", "compute_score", "compute_score_batch"):
+            self.assertIn(name, care_rl.__all__)
 
     def test_unreachable_server_is_a_clear_error(self) -> None:
         import socket
