@@ -36,6 +36,10 @@ pub struct LoopArgs {
     /// Judge model name (overrides the config).
     #[arg(long, value_name = "NAME")]
     pub judge_model: Option<String>,
+    /// Rubric profile (overrides the config): care (a rubric generated per turn) or kardia
+    /// (fixed rubric, no generator; malformed outputs get 0 without a judge call).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
     /// SQLite cache of completed LLM calls (a rerun repeats none of them).
     #[arg(long, value_name = "FILE", default_value = "care-cache.sqlite")]
     pub cache: PathBuf,
@@ -130,6 +134,9 @@ fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
             *field = v.clone();
             any = true;
         }
+    }
+    if let Some(p) = &a.profile {
+        cfg.profile = p.clone();
     }
     let kind = if a.scripted {
         if any {

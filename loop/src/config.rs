@@ -187,6 +187,10 @@ pub struct LoopConfig {
     pub lenient_rubric: bool,
     /// Turns processed at once by `care reward` (the server takes what its clients send).
     pub turn_concurrency: usize,
+    /// The rubric profile: `care` (a rubric generated per turn, the paper's loop) or a fixed
+    /// built-in profile of `care-core` (`kardia`: no generator call; malformed outputs get 0
+    /// without a judge call; the judge sees the response span).
+    pub profile: String,
 }
 
 impl Default for LoopConfig {
@@ -198,6 +202,7 @@ impl Default for LoopConfig {
             judge_attempts: 3,
             lenient_rubric: false,
             turn_concurrency: 16,
+            profile: "care".to_owned(),
         }
     }
 }

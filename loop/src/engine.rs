@@ -144,7 +144,8 @@ impl Counter {
 pub struct ResponseResult {
     /// Eq. 5 in `[0, 1]`, `null` unless `status` is `ok` (or a profile's settled status).
     pub reward: Option<f64>,
-    /// `ok`, `judge_invalid`, `judge_error`, `no_rubric`, or a profile's settled status.
+    /// `ok`, `judge_invalid`, `judge_error`, `no_rubric`, or a profile's settled status
+    /// (`malformed_output`).
     pub status: &'static str,
     /// Raw judge scores per dimension (criteria in rubric order), when judged.
     pub scores: Option<Vec<Vec<f64>>>,
@@ -302,7 +303,8 @@ type Flights<T> = Mutex<HashMap<String, Arc<OnceCell<T>>>>;
 #[derive(Debug)]
 pub struct Engine {
     profile: Arc<dyn RubricProfile>,
-    generator: Backend,
+    /// `None` for a profile with a fixed rubric: no generator is configured or called.
+    generator: Option<Backend>,
     judge: Backend,
     cache: Option<Arc<Cache>>,
     metrics: Arc<Metrics>,
@@ -323,7 +325,7 @@ pub enum BackendKind {
 }
 
 impl Engine {
-    /// An engine for `cfg` with the paper's profile.
+    /// An engine for `cfg` with the profile it names (`care`, the paper's, by default).
     ///
     /// # Errors
     /// A configuration message.
@@ -333,7 +335,10 @@ impl Engine {
         cache: Option<Cache>,
         metrics: Arc<Metrics>,
     ) -> Result<Engine, String> {
-        let profile = Arc::new(CareProfile::new(cfg.lenient_rubric));
+        let profile: Arc<dyn RubricProfile> = match cfg.profile.as_str() {
+            "care" => Arc::new(CareProfile::new(cfg.lenient_rubric)),
+            other => Arc::new(crate::fixed::FixedProfile::builtin(other)?),
+        };
         Self::with_profile(cfg, kind, cache, metrics, profile)
     }
 
@@ -349,16 +354,19 @@ impl Engine {
         profile: Arc<dyn RubricProfile>,
     ) -> Result<Engine, String> {
         cfg.check_bounds()?;
+        let needs_generator = profile.fixed_rubric().is_none();
         let (generator, judge) = match kind {
             BackendKind::Http => (
-                Backend::Http(Box::new(HttpEndpoint::new(
-                    cfg.generator.clone(),
-                    Role::Generator,
-                )?)),
+                if needs_generator {
+                    let g = HttpEndpoint::new(cfg.generator.clone(), Role::Generator)?;
+                    Some(Backend::Http(Box::new(g)))
+                } else {
+                    None
+                },
                 Backend::Http(Box::new(HttpEndpoint::new(cfg.judge.clone(), Role::Judge)?)),
             ),
             BackendKind::Scripted => (
-                Backend::Scripted(Scripted::generator()),
+                needs_generator.then(|| Backend::Scripted(Scripted::generator())),
                 Backend::Scripted(Scripted::judge()),
             ),
         };
@@ -469,7 +477,9 @@ impl Engine {
                     .iter()
                     .map(|o| o.as_ref().and_then(|o| o.scores.as_ref().ok().cloned()))
                     .collect();
-                let group = self.profile.score_group(&text, &scores);
+                let group =
+                    self.profile
+                        .score_group(&text, &input.responses, &scores, input.gold.as_ref());
                 let layout = self.profile.layout(&text);
                 for j in 0..n {
                     let r = match (&settled[j], &outcomes[j]) {
@@ -567,13 +577,13 @@ impl Engine {
             };
         }
         let first = self.profile.generator_messages(dialogue);
-        let key = call_key(
-            Role::Generator,
-            self.generator.model(),
-            &self.generator.sampling_key(),
-            &first,
-            0,
-        );
+        let (model, sampling) = self
+            .generator
+            .as_ref()
+            .map_or((String::new(), String::new()), |g| {
+                (g.model().to_owned(), g.sampling_key())
+            });
+        let key = call_key(Role::Generator, &model, &sampling, &first, 0);
         let me = Arc::clone(self);
         let c = Arc::clone(counter);
         flight(&self.rubric_flights, key, || async move {
@@ -745,7 +755,16 @@ impl Engine {
         counter: &Counter,
     ) -> Result<Completion, CallError> {
         let backend = match role {
-            Role::Generator => &self.generator,
+            Role::Generator => match &self.generator {
+                Some(g) => g,
+                None => {
+                    return Err(CallError {
+                        code: "no_generator".to_owned(),
+                        message: "the profile has a fixed rubric and no generator".to_owned(),
+                        attempts: 0,
+                    });
+                }
+            },
             Role::Judge => &self.judge,
         };
         let key = call_key(

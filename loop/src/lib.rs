@@ -21,6 +21,7 @@ pub mod batch;
 pub mod cache;
 pub mod config;
 pub mod engine;
+pub mod fixed;
 pub mod llm;
 pub mod metrics;
 pub mod profile;

@@ -122,7 +122,7 @@ impl Metrics {
         );
         registry.register(
             "responses",
-            "Responses by status (ok, judge_invalid, judge_error, no_rubric, settled)",
+            "Responses by status (ok, judge_invalid, judge_error, no_rubric, or a profile's settled status such as malformed_output)",
             m.responses.clone(),
         );
         Metrics { registry, ..m }

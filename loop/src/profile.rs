@@ -154,8 +154,8 @@ pub struct JudgeProblem {
 /// A rubric format and how its judge is asked and read. Implementations must be pure
 /// functions of their inputs: the cache keys hash the messages they build.
 pub trait RubricProfile: Send + Sync + std::fmt::Debug {
-    /// A short name (`care`).
-    fn name(&self) -> &'static str;
+    /// A short name (`care`, `kardia`).
+    fn name(&self) -> &str;
 
     /// A rubric to use for every turn instead of generating one (`None`: generate).
     fn fixed_rubric(&self) -> Option<&str> {
@@ -199,9 +199,16 @@ pub trait RubricProfile: Send + Sync + std::fmt::Debug {
         )
     }
 
-    /// Rewards of a group under one rubric: `scores[j]` is response `j`'s flat scores, `None`
-    /// when it has none (failed or settled). `None` out: no reward (never a silent 0).
-    fn score_group(&self, rubric: &str, scores: &[Option<Vec<f64>>]) -> Vec<Option<f64>>;
+    /// Rewards of a group under one rubric: `responses[j]` is response `j` as given,
+    /// `scores[j]` its flat scores, `None` when it has none (failed or settled); `gold` is the
+    /// turn's gold metadata. `None` out: no reward (never a silent 0).
+    fn score_group(
+        &self,
+        rubric: &str,
+        responses: &[String],
+        scores: &[Option<Vec<f64>>],
+        gold: Option<&serde_json::Value>,
+    ) -> Vec<Option<f64>>;
 }
 
 /// The paper's profile: the bundled generator prompt, the format contract (`r_fmt`), the judge
@@ -237,7 +244,7 @@ impl CareProfile {
 }
 
 impl RubricProfile for CareProfile {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "care"
     }
 
@@ -340,7 +347,13 @@ impl RubricProfile for CareProfile {
         Ok(scores)
     }
 
-    fn score_group(&self, rubric: &str, scores: &[Option<Vec<f64>>]) -> Vec<Option<f64>> {
+    fn score_group(
+        &self,
+        rubric: &str,
+        _responses: &[String],
+        scores: &[Option<Vec<f64>>],
+        _gold: Option<&serde_json::Value>,
+    ) -> Vec<Option<f64>> {
         let Some(buf) = self.rubric(rubric) else {
             return vec![None; scores.len()];
         };
@@ -485,7 +498,7 @@ mod tests {
             err.message
         );
         let all5: Vec<f64> = vec![5.0; 8];
-        let r = p.score_group(RUBRIC, &[Some(all5), None]);
+        let r = p.score_group(RUBRIC, &["a".into(), "b".into()], &[Some(all5), None], None);
         assert_eq!(r, vec![Some(1.0), None]);
         let msgs = p.judge_messages(RUBRIC, &dialogue(), "I hear you.");
         assert!(msgs[0].content.contains("I hear you."));
