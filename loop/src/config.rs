@@ -1,7 +1,7 @@
 //! Configuration of the loop: one [`EndpointConfig`] per LLM role and the loop's bounds.
 //!
-//! Every field has a default (the table in `docs/REWARD_LOOP.md` is generated from the same
-//! values by [`LoopConfig::default`]); a configuration file is JSON with the same field names,
+//! Every field has a default (the tables of `docs/REWARD_LOOP.md` list them; a test checks them
+//! against [`LoopConfig::default`]); a configuration file is JSON with the same field names,
 //! and unknown fields are errors (a typo never silently falls back to a default).
 
 use std::path::Path;
@@ -237,6 +237,38 @@ impl LoopConfig {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_documented_defaults_are_the_defaults() {
+        let doc = include_str!("../../docs/REWARD_LOOP.md");
+        let e = EndpointConfig::default();
+        let row = |field: &str, value: String| {
+            let want = format!("| `{field}` | {value} |");
+            assert!(
+                doc.contains(&want),
+                "docs/REWARD_LOOP.md lacks the row {want}"
+            );
+        };
+        row("timeout_secs", format!("{}", e.timeout_secs));
+        row(
+            "connect_timeout_secs",
+            format!("{}", e.connect_timeout_secs),
+        );
+        row("max_concurrency", format!("{}", e.max_concurrency));
+        row("max_attempts", format!("{}", e.max_attempts));
+        row(
+            "backoff_initial_secs`, `backoff_max_secs",
+            format!("{}, {}", e.backoff_initial_secs, e.backoff_max_secs),
+        );
+        let c = LoopConfig::default();
+        for (text, v) in [
+            ("`rubric_attempts` (", c.rubric_attempts),
+            ("`judge_attempts` (", c.judge_attempts),
+        ] {
+            assert!(doc.contains(&format!("{text}{v}")), "docs: {text}{v}");
+        }
+        assert!(doc.contains(&format!("`turn_concurrency` ({} ", c.turn_concurrency)));
+    }
 
     #[test]
     fn defaults_check_and_unknown_fields_fail() {
