@@ -290,7 +290,7 @@ fn demo_shows_a_kardia_step() {
     // Hand-checked: judge scores 5,5,4,5,5 -> 0.8 * 0.96 + 0.2 = 0.968 ("Sad" = sadness);
     // 4,4,3,5,4 -> 0.8 * 0.8 = 0.64 ("anxious" is not sadness); 3,1,2,4,5 -> 0.8 * 0.6 + 0.2 =
     // 0.68; the two malformed outputs score 0 without a judge.
-    let text = care_cli::demo::render(&care_cli::demo::Cpu).unwrap();
+    let text = care_cli::demo::render(&care_cli::device::Cpu).unwrap();
     let step = &text[text
         .find("5. The same step under the built-in profile kardia")
         .unwrap()..];

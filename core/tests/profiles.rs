@@ -2,7 +2,7 @@
 //! profile validation, weighted and penalty criteria, and custom score ranges.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use care_core::batch::score_group;
+use care_core::batch::policy_reward_group;
 use care_core::judge::{parse_judge_output, render_judge_prompt};
 use care_core::profile::{
     MAX_SPANS, OutputCode, Profile, ProfileCode, RubricSource, parse_profile,
@@ -153,7 +153,7 @@ proptest! {
         }
     }
 
-    /// Relation: group scoring under the `care` profile is `score_group` bit for bit (rewards,
+    /// Relation: group scoring under the `care` profile is `policy_reward_group` bit for bit (rewards,
     /// NaN for the same failed responses, counts, first error, fired policies).
     #[test]
     fn care_profile_group_is_score_group(
@@ -169,7 +169,7 @@ proptest! {
         let mut got = vec![0.0; m];
         let mut want = vec![0.0; m];
         let g = profile_reward_group(&care(), Some(&r), &outputs, &scores, None, &opts, &mut got).unwrap();
-        let s = score_group(&r, &opts, &scores, &mut want).unwrap();
+        let s = policy_reward_group(&r, &opts, &scores, &mut want).unwrap();
         let gb: Vec<u64> = got.iter().map(|x| x.to_bits()).collect();
         let wb: Vec<u64> = want.iter().map(|x| x.to_bits()).collect();
         prop_assert_eq!(gb, wb);
@@ -505,7 +505,7 @@ fn builtin_care_is_cares_generated_rubric() {
     // A generated profile needs the rubric; a fixed one refuses one.
     let text = include_str!("../../cli/data/rubric_sft_1.json");
     let mut scratch = vec![0u8; text.len()];
-    let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
     let r = v.rubric.unwrap();
     assert_eq!(p.total_criteria(Some(&r)), Ok(8));
     assert_eq!(p.total_criteria(None), Err(Error::InvalidArgument));

@@ -5,13 +5,13 @@
 //! The loop itself ([`crate::engine`]) only moves text: it asks the profile for the messages
 //! to send, hands it each answer, and follows its verdicts. [`CareProfile`] is the paper's
 //! (section 3.4): a rubric generated per turn under the format contract, judged per response,
-//! scored with Eq. 5 for the whole group at once.
+//! scored with Eq. 5 for the whole group at once (`care_core::policy_reward_group`).
 
 use std::fmt::Write as _;
 
 use care_core::{
-    FormatPolicy, JudgeReport, RubricBuf, ScoreOptions, parse_judge_output, render_judge_prompt,
-    score_group, validate_str,
+    FormatPolicy, JudgeReport, RubricBuf, ScoreOptions, parse_judge_output, policy_reward_group,
+    render_judge_prompt, validate_str,
 };
 use serde::Serialize;
 
@@ -238,7 +238,8 @@ impl CareProfile {
     /// scratch buffer outlives the call).
     fn rubric(&self, text: &str) -> Option<RubricBuf> {
         let mut scratch = vec![0u8; text.len()];
-        let v = validate_str(text, &self.policy, &mut scratch);
+        // The policy is one of the two built-in ones, so validation cannot fail on it.
+        let v = validate_str(text, &self.policy, &mut scratch).ok()?;
         v.rubric.as_ref().map(RubricBuf::from)
     }
 }
@@ -257,7 +258,21 @@ impl RubricProfile for CareProfile {
 
     fn check_rubric(&self, text: &str) -> RubricCheck {
         let mut scratch = vec![0u8; text.len()];
-        let v = validate_str(text, &self.policy, &mut scratch);
+        let v = match validate_str(text, &self.policy, &mut scratch) {
+            Ok(v) => v,
+            // Only an invalid policy fails here, and the two policies of this profile are the
+            // core's own constants; report it rather than trust that.
+            Err(e) => {
+                return RubricCheck {
+                    format_reward: 0.0,
+                    violations: vec![ViolationOut {
+                        code: e.code().to_owned(),
+                        message: e.to_string(),
+                    }],
+                    feedback: String::new(),
+                };
+            }
+        };
         let violations = v
             .report
             .violations()
@@ -369,7 +384,7 @@ impl RubricProfile for CareProfile {
             }
         }
         let mut out = vec![f64::NAN; scores.len()];
-        if score_group(&r, &self.score, &flat, &mut out).is_err() {
+        if policy_reward_group(&r, &self.score, &flat, &mut out).is_err() {
             return vec![None; scores.len()];
         }
         out.into_iter()

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::error::{OrRaise, invalid};
-use crate::names::{Named, parse};
+use crate::names::parse;
 
 /// One option set with named fields.
 pub trait OptionSet: Sized {

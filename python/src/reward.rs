@@ -5,8 +5,8 @@
 
 use care_core::reward::{Fired, PolicyReward};
 use care_core::{
-    Dimension, FormatPolicy, GeneratorOptions, MissingPolicy, PrefOptions, RangePolicy, RubricBuf,
-    ScoreOptions, ScoreScale, UnknownLabelPolicy, Validation, Violation,
+    Dimension, FormatPolicy, GeneratorOptions, MissingPolicy, PreferenceOptions, RangePolicy,
+    RubricBuf, ScoreOptions, ScoreScale, UnknownLabelPolicy, Validation, Violation,
 };
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -121,7 +121,7 @@ fn text_bytes(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u8>> {
 
 fn strict_rubric(py: Python<'_>, text: &[u8], policy: &FormatPolicy) -> PyResult<Rubric> {
     let mut scratch = vec![0u8; text.len()];
-    let v = care_core::validate(text, policy, &mut scratch);
+    let v = care_core::validate(text, policy, &mut scratch).or_raise("validate")?;
     match &v.rubric {
         Some(r) if v.report.is_ok() => Ok(Rubric {
             buf: RubricBuf::from(r),
@@ -277,7 +277,7 @@ pub fn validate<'py>(
     let policy = format_policy(policy)?;
     let bytes = text_bytes(text, "text")?;
     let mut scratch = vec![0u8; bytes.len()];
-    let v = care_core::validate(&bytes, &policy, &mut scratch);
+    let v = care_core::validate(&bytes, &policy, &mut scratch).or_raise("validate")?;
     let rubric = v.rubric.as_ref().map(|r| Rubric {
         buf: RubricBuf::from(r),
     });
@@ -298,7 +298,7 @@ pub fn format_reward(text: &Bound<'_, PyAny>, policy: Option<&Bound<'_, PyAny>>)
     let policy = format_policy(policy)?;
     let bytes = text_bytes(text, "text")?;
     let mut scratch = vec![0u8; bytes.len()];
-    Ok(care_core::validate(&bytes, &policy, &mut scratch).r_fmt())
+    care_core::format_reward(&bytes, &policy, &mut scratch).or_raise("format_reward")
 }
 
 fn score_options(
@@ -389,7 +389,7 @@ pub fn policy_reward_group<'py>(
         }
         let scores = s.slice::<f64>()?;
         let out = o.slice_mut::<f64>()?;
-        py.detach(|| care_core::score_group(r, &opts, scores, out))
+        py.detach(|| care_core::policy_reward_group(r, &opts, scores, out))
             .or_raise("policy_reward_group")
     })?;
     dc!(py, "GroupReport", {
@@ -400,8 +400,8 @@ pub fn policy_reward_group<'py>(
     })
 }
 
-fn pref_options(tau: Option<f64>, scale: Option<&str>) -> PyResult<PrefOptions> {
-    let mut p = PrefOptions::default();
+fn pref_options(tau: Option<f64>, scale: Option<&str>) -> PyResult<PreferenceOptions> {
+    let mut p = PreferenceOptions::default();
     if let Some(t) = tau {
         p.tau = t;
     }
@@ -433,7 +433,7 @@ pub fn preference_reward<'py>(
         Tensor::take(rejected, "rejected")?,
     );
     let out = with_rubric(rubric, |rb| {
-        care_core::pref_reward(rb, c.slice::<f64>()?, r.slice::<f64>()?, &opts, &pref)
+        care_core::preference_reward(rb, c.slice::<f64>()?, r.slice::<f64>()?, &opts, &pref)
             .or_raise("preference_reward")
     })?;
     dc!(py, "PreferenceReward", {
@@ -490,7 +490,7 @@ pub fn generator_reward<'py>(
     if let Some(g) = gamma {
         o.gamma = g;
     }
-    o.pref = pref_options(tau.or(Some(o.pref.tau)), scale)?;
+    o.preference = pref_options(tau.or(Some(o.preference.tau)), scale)?;
     o.score = score_options(missing, out_of_range, uniform_weights)?;
     if let Some(u) = unknown_label {
         o.labels = parse::<UnknownLabelPolicy>("unknown_label", u)?;
@@ -546,7 +546,7 @@ pub fn strategy_counts<'py>(
         Some(u) => parse::<UnknownLabelPolicy>("unknown_label", u)?,
         None => UnknownLabelPolicy::default(),
     };
-    let c = care_core::count_labels(&labels, policy).or_raise("strategy_counts")?;
+    let c = care_core::strategy_counts(&labels, policy).or_raise("strategy_counts")?;
     strategy_result(py, &c)
 }
 

@@ -4,13 +4,13 @@ use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
-use care_core::{PrefOptions, ScoreScale, UnknownLabelPolicy};
+use care_core::{PreferenceOptions, ScoreScale, UnknownLabelPolicy};
 use clap::Args;
 
 use super::record::{DEFAULT_EMOTIONS, Emotions, Options};
 use super::report::{self, Meta};
 use crate::app::{EXIT_LINE_FAILED, EXIT_OK};
-use crate::args::{FormatArgs, IoArgs, ScaleArg, ScoreArgs, UnknownLabelArg};
+use crate::args::{FormatArgs, IoArgs, ScoreArgs, named};
 use crate::engine::EngineOptions;
 
 /// Help text after the options.
@@ -40,14 +40,14 @@ pub struct AnalyzeArgs {
     #[arg(long, value_name = "LIST", default_value = DEFAULT_EMOTIONS)]
     pub emotions: String,
     /// Temperature of r_pref (Eq. 3) for pairs given as scores.
-    #[arg(long, default_value_t = PrefOptions::PAPER.tau)]
+    #[arg(long, default_value_t = PreferenceOptions::PAPER.tau)]
     pub tau: f64,
     /// Score scale of r_pref.
-    #[arg(long, value_enum, default_value_t = ScaleArg::Normalized)]
-    pub scale: ScaleArg,
+    #[arg(long, value_parser = named::<ScoreScale>(), default_value_t = PreferenceOptions::PAPER.scale)]
+    pub scale: ScoreScale,
     /// Unknown tactic label policy.
-    #[arg(long, value_enum, default_value_t = UnknownLabelArg::Error)]
-    pub unknown_label: UnknownLabelArg,
+    #[arg(long, value_parser = named::<UnknownLabelPolicy>(), default_value_t = UnknownLabelPolicy::Error)]
+    pub unknown_label: UnknownLabelPolicy,
     /// Title of the report.
     #[arg(long, default_value = "care analyze report")]
     pub title: String,
@@ -55,23 +55,16 @@ pub struct AnalyzeArgs {
 
 /// Resolves the options of one run.
 pub fn options(a: &AnalyzeArgs, score: &ScoreArgs, format: &FormatArgs) -> Result<Options, String> {
-    if !(a.tau.is_finite() && a.tau > 0.0) {
-        return Err("--tau must be finite and > 0".to_owned());
-    }
+    let pref = PreferenceOptions {
+        tau: a.tau,
+        scale: a.scale,
+    };
+    pref.check().map_err(crate::app::invalid)?;
     Ok(Options {
         format: crate::app::format_policy(format)?,
         score: crate::app::score_options(score),
-        pref: PrefOptions {
-            tau: a.tau,
-            scale: match a.scale {
-                ScaleArg::Normalized => ScoreScale::Normalized,
-                ScaleArg::Raw => ScoreScale::Raw,
-            },
-        },
-        labels: match a.unknown_label {
-            UnknownLabelArg::Error => UnknownLabelPolicy::Error,
-            UnknownLabelArg::Ignore => UnknownLabelPolicy::Ignore,
-        },
+        pref,
+        labels: a.unknown_label,
         emotions: Emotions::parse_list(&a.emotions)?,
     })
 }

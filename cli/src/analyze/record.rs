@@ -8,8 +8,8 @@
 use care_core::reward::policy_reward;
 use care_core::strategy::{LABELS, lookup};
 use care_core::{
-    Dimension, FormatPolicy, PrefOptions, ScoreOptions, UnknownLabelPolicy, Validation,
-    ViolationCode, pref_reward, validate_str,
+    Dimension, FormatPolicy, PreferenceOptions, ScoreOptions, UnknownLabelPolicy, Validation,
+    ViolationCode, preference_reward, validate_str,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -113,7 +113,7 @@ pub struct Options {
     /// Scoring policies for pair scores (`r_theta`).
     pub score: ScoreOptions,
     /// `tau` and scale of `r_pref`.
-    pub pref: PrefOptions,
+    pub pref: PreferenceOptions,
     /// What an unknown tactic label does.
     pub labels: UnknownLabelPolicy,
     /// The emotion vocabulary.
@@ -125,7 +125,7 @@ impl Default for Options {
         Options {
             format: FormatPolicy::PAPER,
             score: ScoreOptions::default(),
-            pref: PrefOptions::PAPER,
+            pref: PreferenceOptions::PAPER,
             labels: UnknownLabelPolicy::Error,
             emotions: Emotions::default(),
         }
@@ -229,7 +229,7 @@ pub fn read(opts: &Options, line: &str, value: &Value) -> Result<Record, LineErr
         Source::Text(key) => {
             let text = member_text(line, value, key)?;
             let mut scratch = Scratch::take(text.len());
-            let v = validate_str(&text, &opts.format, scratch.buf());
+            let v = validate_str(&text, &opts.format, scratch.buf())?;
             rec.rubric = Some(observe(&v));
             rec.pair = pair(opts, m, Some(&v))?;
         }
@@ -579,7 +579,7 @@ fn scored_pair(
         .map_err(|e| explain_score_error(e, r, &chosen, "chosen_scores"))?;
     let j = policy_reward(r, &rejected, &opts.score)
         .map_err(|e| explain_score_error(e, r, &rejected, "rejected_scores"))?;
-    let p = pref_reward(r, &chosen, &rejected, &opts.score, &opts.pref)
+    let p = preference_reward(r, &chosen, &rejected, &opts.score, &opts.pref)
         .map_err(|e| explain_score_error(e, r, &chosen, "chosen_scores"))?;
     Ok(PairObs {
         outcome: compare(c.weights, c.dim_means, j.dim_means),

@@ -83,7 +83,7 @@ pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result
     } else {
         text = member_text(line, value, "rubric")?;
         scratch = Scratch::take(text.len());
-        v = validate_str(&text, &opts.format, scratch.buf());
+        v = validate_str(&text, &opts.format, scratch.buf())?;
         let Some(r) = v.rubric.as_ref() else {
             let first = v
                 .report

@@ -106,13 +106,15 @@ pub enum RubricSource {
     Generated,
 }
 
+crate::names::named_enum!(RubricSource, "rubric source", {
+    Fixed => "fixed", "The profile holds the rubric";
+    Generated => "generated", "A rubric generated per prompt supplies weights and criteria";
+});
+
 impl RubricSource {
-    /// The JSON spelling (`"fixed"`, `"generated"`).
+    /// The JSON spelling (`"fixed"`, `"generated"`): [`RubricSource::name`].
     pub const fn as_str(self) -> &'static str {
-        match self {
-            RubricSource::Fixed => "fixed",
-            RubricSource::Generated => "generated",
-        }
+        self.name()
     }
 }
 

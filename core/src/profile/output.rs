@@ -52,7 +52,11 @@ impl OutputCode {
         OutputCode::TextOutside,
     ];
 
-    /// The stable snake_case code.
+    /// The stable codes, in the order of [`OutputCode::ALL`].
+    pub const NAMES: [&'static str; 6] =
+        crate::names::names_of!(OutputCode, OutputCode::ALL, as_str);
+
+    /// The stable snake_case code (its [`crate::Named`] name).
     pub const fn as_str(self) -> &'static str {
         match self {
             OutputCode::InvalidUtf8 => "invalid_utf8",
@@ -91,9 +95,24 @@ impl OutputCode {
     }
 }
 
+impl OutputCode {
+    // The `Named` vocabulary, as inherent functions so that `impl_named!` applies.
+    const fn name(self) -> &'static str {
+        self.as_str()
+    }
+    const fn help(self) -> &'static str {
+        self.hint()
+    }
+    fn from_name(s: &str) -> Option<OutputCode> {
+        OutputCode::from_str_code(s)
+    }
+}
+
+crate::names::impl_named!(OutputCode, "output code");
+
 impl fmt::Display for OutputCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

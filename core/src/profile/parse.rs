@@ -156,9 +156,28 @@ impl ProfileCode {
     }
 }
 
+impl ProfileCode {
+    /// The stable codes, in the order of [`ProfileCode::ALL`].
+    pub const NAMES: [&'static str; 16] =
+        crate::names::names_of!(ProfileCode, ProfileCode::ALL, as_str);
+
+    // The `Named` vocabulary, as inherent functions so that `impl_named!` applies.
+    const fn name(self) -> &'static str {
+        self.as_str()
+    }
+    const fn help(self) -> &'static str {
+        self.hint()
+    }
+    fn from_name(s: &str) -> Option<ProfileCode> {
+        ProfileCode::from_str_code(s)
+    }
+}
+
+crate::names::impl_named!(ProfileCode, "profile code");
+
 impl fmt::Display for ProfileCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -442,7 +461,13 @@ impl<'a> Parser<'a> {
                 } else {
                     ProfileCode::NotJson
                 };
-                self.push(code, ProfilePath::Root, Some(e.offset), e.what, Arg::None);
+                self.push(
+                    code,
+                    ProfilePath::Root,
+                    Some(e.offset),
+                    e.what.as_str(),
+                    Arg::None,
+                );
                 return;
             }
         };
