@@ -963,8 +963,14 @@ care_result care_gpu_policy_loss(uint32_t dtype,
 // (rows - 1) * row_stride + vocab`; `targets[targets_len]` (`== rows`) are `int64_t` when
 // `targets_i64` is 1, else `int32_t`; `mask` optional (`mask_len` 0 or `rows`).
 //
-// Errors: `CARE_ERR_INVALID_ARGUMENT` for `temperature` not finite and positive, `vocab == 0`,
-// `row_stride < vocab`, or a counted row's target outside `0..vocab` (nothing is written).
+// On `CARE_OK` no output is NaN: `logp` is finite, or `-INFINITY` for a target whose logit
+// is `-inf`.
+//
+// Errors (nothing is written): `CARE_ERR_INVALID_ARGUMENT` for `temperature` not finite, not
+// positive, or below `1 / FLT_MAX` (about `2.94e-39`, where `1 / temperature` overflows a
+// `float`), `vocab == 0`, `row_stride < vocab`, or a counted row's target outside `0..vocab`;
+// `CARE_ERR_NON_FINITE` for a counted row (mask 1 or no mask) that has a NaN or `+inf`
+// logit or only `-inf` logits (no softmax exists).
 care_result care_log_softmax(uint32_t dtype,
                              const void *logits,
                              size_t logits_len,
@@ -986,7 +992,8 @@ care_result care_log_softmax(uint32_t dtype,
 
 // Backward of `care_log_softmax` on the CPU: `dlogits_out[rows * vocab]` (dense, `float`) =
 // `dL/dx` from `dlogp[rows]` and, optionally, `dentropy[rows]` ((NULL, 0) for no entropy
-// term). Masked rows get exact zeros. Arguments and errors as `care_log_softmax`.
+// term). Masked rows get exact zeros. Arguments and errors as `care_log_softmax`, and
+// `CARE_ERR_NON_FINITE` for a NaN or infinite `dlogp` or `dentropy` on a counted row.
 care_result care_log_softmax_backward(uint32_t dtype,
                                       const void *logits,
                                       size_t logits_len,
