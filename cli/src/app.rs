@@ -92,7 +92,7 @@ fn stream(cmd: &Command, io: &IoArgs) -> Result<u8, String> {
         opts.total_bytes = file.metadata().ok().map(|m| m.len());
         (file, io.input.display().to_string())
     };
-    let summary = match engine::run(cmd, input, out, &opts) {
+    let summary = match engine::run(cmd, engine::Input::new(input), out, &opts) {
         Ok(s) => s,
         // A closed pipe (`care ... | head`) is the reader's choice, not an error of ours.
         Err(EngineError::Write(e)) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(EXIT_OK),

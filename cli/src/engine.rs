@@ -187,6 +187,57 @@ fn closed_at_start(bit: u8) -> io::Result<()> {
     }
 }
 
+/// A file descriptor read so that a short read means "nothing more to read right now": after a
+/// read that did not fill the buffer, it reads again as long as `poll` says more is ready. A
+/// pipe hands out at most its 64 KiB buffer per read, so without this every read from a fast
+/// pipe would look like a pause and cut a chunk. The engine cuts chunks (and answers) on short
+/// reads ([`run`]).
+#[derive(Debug)]
+pub struct Input {
+    file: std::fs::File,
+}
+
+impl Input {
+    /// Reads from `file` (stdin, a file, a pipe).
+    pub fn new(file: std::fs::File) -> Self {
+        Input { file }
+    }
+
+    #[cfg(unix)]
+    fn ready_now(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut p = libc::pollfd {
+            fd: self.file.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
+    }
+
+    #[cfg(not(unix))]
+    fn ready_now(&self) -> bool {
+        false
+    }
+}
+
+impl Read for Input {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut n = self.file.read(buf)?;
+        while n > 0 && n < buf.len() && self.ready_now() {
+            match self.file.read(buf.get_mut(n..).unwrap_or_default()) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // The bytes read so far are returned; the error comes back on the next read.
+                Err(_) => break,
+            }
+        }
+        Ok(n)
+    }
+}
+
 /// The process's stdout as a handle of its own (a duplicate of fd 1). `std::io::Stdout`
 /// silently discards what is written to a stdout closed later (EBADF); care reports it.
 ///
@@ -558,24 +609,35 @@ impl Gate {
     }
 }
 
-/// The watch hook: cuts a line off at its output limit (the buffer is truncated to the line's
-/// start and stays there), and makes a batch that is not the head wait at the soft limit.
+/// The payload that stops a line's processing once its output passed the limit: raised with
+/// `resume_unwind` (which runs no panic hook, so nothing is printed) and caught by
+/// `process_item`, which gives the line an `output_too_long` error line. Stopping at once
+/// saves formatting the rest of an answer that could be hundreds of megabytes.
+struct OutputLimit;
+
+/// The watch hook: stops a line at its output limit (its partial output is dropped), and makes
+/// a batch that is not the head wait at the soft limit.
 fn watch_hook(buf: &mut String) -> usize {
-    GATE.with_borrow_mut(|g| {
-        let Some(g) = g else {
-            return usize::MAX;
-        };
-        if g.over || buf.len().saturating_sub(g.line_start) > g.cap {
+    let next = GATE.with_borrow_mut(|g| {
+        let g = g.as_mut()?;
+        if buf.len().saturating_sub(g.line_start) > g.cap {
             g.over = true;
             buf.truncate(g.line_start);
-            return g.line_start;
+            return None;
         }
         if !g.head && buf.len() > g.soft {
             g.order.wait_head(g.seq);
             g.head = true;
         }
-        g.next_watch()
-    })
+        Some(g.next_watch())
+    });
+    match next {
+        Some(at) => at,
+        None if GATE.with_borrow(|g| g.as_ref().is_some_and(|g| g.over)) => {
+            std::panic::resume_unwind(Box::new(OutputLimit))
+        }
+        None => usize::MAX,
+    }
 }
 
 /// Work handed to the workers: the current chunk and the next batch to take.
@@ -828,6 +890,11 @@ fn process_item(
             // of the stream down with it; the line gets an error line instead.
             match catch_unwind(AssertUnwindSafe(|| proc_.process(line, bytes, out))) {
                 Ok(ok) => ok,
+                // The caller writes the `output_too_long` line (the gate says `over`).
+                Err(payload) if payload.is::<OutputLimit>() => {
+                    out.truncate(mark);
+                    false
+                }
                 Err(_) => {
                     out.truncate(mark);
                     let err = LineError::new("internal_error", "internal error (a bug in care)");
