@@ -1126,7 +1126,7 @@ impl Progress {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::panic)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 
@@ -1238,5 +1238,248 @@ mod tests {
         assert_eq!(lines.len(), 3);
         assert!(lines[1].starts_with(r#"{"line":2,"error":{"code":"internal_error""#));
         assert_eq!(s.failed, 1);
+    }
+
+    /// Writes `{"line":n,"x":[1,1,...]}` with as many elements as the line's number after `n=`,
+    /// through `Obj`/`Arr` (so the output watch sees it).
+    struct Sized;
+    impl LineProcessor for Sized {
+        fn process(&self, line: u64, bytes: &[u8], out: &mut String) -> bool {
+            let n: usize = std::str::from_utf8(bytes)
+                .ok()
+                .and_then(|t| t.strip_prefix("n="))
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0);
+            crate::json::Obj::write(out, |o| {
+                o.u64("line", line).arr("x", |a| {
+                    for _ in 0..n {
+                        a.u64(1);
+                    }
+                });
+            });
+            true
+        }
+    }
+
+    fn run_sized(input: &str, opts: &EngineOptions) -> (Vec<String>, Summary) {
+        let mut out = Vec::new();
+        let s = run(&Sized, input.as_bytes(), &mut out, opts).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        (text.lines().map(str::to_owned).collect(), s)
+    }
+
+    #[test]
+    fn an_output_over_the_limit_becomes_an_error_line_and_the_rest_goes_on() {
+        // 1 MiB is the smallest output limit; 600k elements are 1.2 MB.
+        let input = "n=3\nn=600000\nn=5\nn=600000\nn=400000\n";
+        for threads in [1, 2, 4] {
+            let opts = EngineOptions {
+                max_line_bytes: 64,
+                threads,
+                ..Default::default()
+            };
+            assert_eq!(opts.max_output_bytes(), MIN_OUTPUT_LIMIT);
+            let (lines, s) = run_sized(input, &opts);
+            assert_eq!(lines.len(), 5);
+            assert_eq!(lines[0], r#"{"line":1,"x":[1,1,1]}"#);
+            for k in [1, 3] {
+                assert!(
+                    lines[k].starts_with(&format!(
+                        r#"{{"line":{},"error":{{"code":"output_too_long""#,
+                        k + 1
+                    )),
+                    "{}",
+                    &lines[k][..80]
+                );
+            }
+            assert_eq!(lines[2], r#"{"line":3,"x":[1,1,1,1,1]}"#);
+            assert_eq!(
+                lines[4].len(),
+                r#"{"line":5,"x":[]}"#.len() + 2 * 400_000 - 1
+            );
+            assert_eq!(
+                s,
+                Summary {
+                    lines: 5,
+                    failed: 2
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn large_outputs_from_many_workers_keep_input_order() {
+        // Outputs of 0 to 120 kB per line, far over the soft limit of small chunks (16 KiB),
+        // so batches wait to become the head and the head hands over parts.
+        let mut input = String::new();
+        for k in 0..300usize {
+            input.push_str(&format!("n={}\n", (k * 7919) % 60_000));
+        }
+        let one = EngineOptions {
+            threads: 1,
+            ..Default::default()
+        };
+        let (want, _) = run_sized(&input, &one);
+        assert_eq!(want.len(), 300);
+        for threads in [2, 3, 8] {
+            for chunk_bytes in [64, 1 << 20] {
+                let opts = EngineOptions {
+                    threads,
+                    chunk_bytes,
+                    chunk_lines: 37,
+                    ..Default::default()
+                };
+                let (got, s) = run_sized(&input, &opts);
+                assert_eq!(s.lines, 300);
+                assert!(got == want, "threads {threads}, chunk_bytes {chunk_bytes}");
+            }
+        }
+    }
+
+    /// A writer that fails after `left` bytes.
+    struct FailAfter {
+        left: usize,
+        kind: std::io::ErrorKind,
+    }
+    impl Write for FailAfter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.left == 0 {
+                return Err(std::io::Error::from(self.kind));
+            }
+            let n = buf.len().min(self.left);
+            self.left -= n;
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failing_writer_stops_the_run_with_its_error() {
+        let mut input = String::new();
+        for k in 0..20_000usize {
+            input.push_str(&format!("n={}\n", k % 50));
+        }
+        for threads in [1, 2, 8] {
+            for left in [0, 10, 100_000] {
+                let opts = EngineOptions {
+                    threads,
+                    chunk_lines: 100,
+                    ..Default::default()
+                };
+                let out = FailAfter {
+                    left,
+                    kind: std::io::ErrorKind::StorageFull,
+                };
+                match run(&Sized, input.as_bytes(), out, &opts) {
+                    Err(EngineError::Write(e)) => {
+                        assert_eq!(e.kind(), std::io::ErrorKind::StorageFull);
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+    }
+
+    /// A reader that gives `data`, then fails.
+    struct FailingReader<'a> {
+        data: &'a [u8],
+    }
+    impl Read for FailingReader<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.data.is_empty() {
+                return Err(std::io::Error::from(std::io::ErrorKind::InvalidData));
+            }
+            let n = buf.len().min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_read_error_comes_after_the_lines_read_before_it() {
+        let mut out = Vec::new();
+        let input = FailingReader {
+            data: b"n=1\nn=2\nn=3",
+        };
+        let opts = EngineOptions {
+            threads: 2,
+            ..Default::default()
+        };
+        match run(&Sized, input, &mut out, &opts) {
+            Err(EngineError::Read(e)) => assert_eq!(e.kind(), std::io::ErrorKind::InvalidData),
+            other => panic!("{other:?}"),
+        }
+        // The two complete lines are answered; the unterminated third one is not a line yet.
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"line\":1,\"x\":[1]}\n{\"line\":2,\"x\":[1,1]}\n"
+        );
+    }
+
+    /// A reader fed from a channel: `recv` blocks like a pipe whose writer is quiet.
+    struct ChannelReader(std::sync::mpsc::Receiver<Vec<u8>>);
+    impl Read for ChannelReader {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            match self.0.recv() {
+                Ok(v) => {
+                    assert!(v.len() <= buf.len());
+                    buf[..v.len()].copy_from_slice(&v);
+                    Ok(v.len())
+                }
+                Err(_) => Ok(0),
+            }
+        }
+    }
+
+    /// A writer that reports each flush's content on a channel.
+    struct FlushReporter {
+        buf: Vec<u8>,
+        tx: std::sync::mpsc::Sender<String>,
+    }
+    impl Write for FlushReporter {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.buf.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            if !self.buf.is_empty() {
+                let text = String::from_utf8(std::mem::take(&mut self.buf)).unwrap();
+                let _ = self.tx.send(text);
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn each_line_is_answered_and_flushed_while_the_input_waits() {
+        let (in_tx, in_rx) = std::sync::mpsc::channel();
+        let (out_tx, out_rx) = std::sync::mpsc::channel();
+        let engine = std::thread::spawn(move || {
+            let out = FlushReporter {
+                buf: Vec::new(),
+                tx: out_tx,
+            };
+            let opts = EngineOptions {
+                threads: 2,
+                ..Default::default()
+            };
+            run(&Sized, ChannelReader(in_rx), out, &opts).unwrap()
+        });
+        let hang = std::time::Duration::from_secs(60);
+        for k in 1..=20u64 {
+            // Line k arrives in two pieces; its answer must come before line k + 1 is sent.
+            in_tx.send(b"n=".to_vec()).unwrap();
+            in_tx.send(format!("{k}\n").into_bytes()).unwrap();
+            let got = out_rx
+                .recv_timeout(hang)
+                .expect("an answer while the input waits");
+            assert!(got.starts_with(&format!("{{\"line\":{k},")), "{got}");
+            assert_eq!(got.lines().count(), 1);
+        }
+        drop(in_tx);
+        assert_eq!(engine.join().unwrap().lines, 20);
     }
 }

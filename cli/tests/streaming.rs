@@ -192,7 +192,7 @@ fn a_pipe_that_pauses_often_gives_the_same_bytes_as_a_file() {
             stdin.flush().unwrap();
             at += n;
             k += 1;
-            if k % 50 == 0 {
+            if k.is_multiple_of(50) {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
@@ -563,7 +563,7 @@ fn a_scored_group_with_lines_near_the_maximum_stays_within_the_memory_bound() {
             if k > 0 {
                 s.push(',');
             }
-            s.push_str(if k % 2 == 0 {
+            s.push_str(if k.is_multiple_of(2) {
                 r#"{"judge":"x"}"#
             } else {
                 r#"{"scores":[[1,2],[3,4],[5,0]]}"#
