@@ -13,7 +13,7 @@ use std::cell::Cell;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::json::{KeySeed, LineError, check_strict};
+use crate::json::{KeySeed, LineError, TopStrings, check_strict_top};
 
 /// The members of a JSON object, as raw text borrowed from the line, in line order (keys are
 /// unique: the strict check refused duplicates).
@@ -69,15 +69,18 @@ impl<'de> Visitor<'de> for MembersVisitor {
 pub struct Line<'a> {
     text: &'a str,
     members: Option<Members<'a>>,
+    /// The string-valued members, decoded once by the check.
+    strings: TopStrings<'a>,
 }
 
 impl<'a> Line<'a> {
     /// Checks `text` (see [`check_strict`]) and splits out its top-level members.
     pub fn parse(text: &'a str) -> Result<Self, LineError> {
-        check_strict(text)?;
+        let strings = check_strict_top(text)?;
         Ok(Line {
             text,
             members: Members::parse(text),
+            strings,
         })
     }
 
@@ -89,6 +92,14 @@ impl<'a> Line<'a> {
     /// The member `key` of the line's object (`None` when absent or the line is no object).
     pub fn get(&self, key: &str) -> Option<&'a RawValue> {
         self.members.as_ref().and_then(|m| m.get(key))
+    }
+
+    /// The decoded text of member `key` when it is a JSON string (see [`string`]).
+    pub fn string(&self, key: &str) -> Option<&str> {
+        self.strings
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_ref())
     }
 }
 

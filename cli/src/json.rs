@@ -82,9 +82,112 @@ pub fn line_text(bytes: &[u8]) -> Result<&str, LineError> {
 /// allocated but the key sets of the objects being read, so a line's check costs about its
 /// own size; [`crate::input::Line`] then reads the members it needs straight from the text.
 pub fn check_strict(text: &str) -> Result<(), LineError> {
+    check_strict_top(text).map(|_| ())
+}
+
+/// [`check_strict`] that also returns the top-level members whose values are strings,
+/// decoded (borrowed from `text` when they hold no escapes): the check decodes them anyway,
+/// and a second decoding pass over a rubric's text was a visible share of `care validate`.
+pub(crate) fn check_strict_top(text: &str) -> Result<TopStrings<'_>, LineError> {
     let mut de = serde_json::Deserializer::from_str(text);
-    StrictSeed.deserialize(&mut de).map_err(json_error)?;
-    de.end().map_err(json_error)
+    let top = de.deserialize_any(TopVisitor).map_err(json_error)?;
+    de.end().map_err(json_error)?;
+    Ok(top)
+}
+
+/// The string-valued top-level members of a line, decoded, in line order.
+pub(crate) type TopStrings<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+
+/// The root value: checked like any value; for an object, its string members are kept.
+struct TopVisitor;
+
+impl<'de> Visitor<'de> for TopVisitor {
+    type Value = TopStrings<'de>;
+
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        StrictVisitor.visit_f64(v).map(|()| Vec::new())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        StrictVisitor.visit_seq(seq).map(|()| Vec::new())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut keys = KeySet::default();
+        let mut strings = Vec::new();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            if !keys.insert(key.clone()) {
+                return Err(de::Error::custom(format_args!("{DUPLICATE_KEY} {key:?}")));
+            }
+            if let Some(text) = map.next_value_seed(MemberSeed)? {
+                strings.push((key, text));
+            }
+        }
+        Ok(strings)
+    }
+}
+
+/// A top-level member's value: checked; `Some` with the decoded text when it is a string.
+struct MemberSeed;
+
+impl<'de> DeserializeSeed<'de> for MemberSeed {
+    type Value = Option<Cow<'de, str>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(MemberVisitor)
+    }
+}
+
+struct MemberVisitor;
+
+impl<'de> Visitor<'de> for MemberVisitor {
+    type Value = Option<Cow<'de, str>>;
+
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        StrictVisitor.visit_f64(v).map(|()| None)
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Owned(v.to_owned())))
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        StrictVisitor.visit_seq(seq).map(|()| None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        StrictVisitor.visit_map(map).map(|()| None)
+    }
 }
 
 /// Maps a serde_json error to a line error (`duplicate_key` for our own check, else `not_json`).

@@ -26,7 +26,7 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
     let chosen_v = required(m, "chosen_scores")?;
     let rejected_v = required(m, "rejected_scores")?;
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(&text, &opts.format, scratch.buf());
+    let v = validate_str(text, &opts.format, scratch.buf());
     let (chosen, rejected) = match v.rubric.as_ref() {
         Some(r) => (
             flatten_scores(r, score_matrix(chosen_v, "chosen_scores")?, "chosen_scores")?,

@@ -1,10 +1,9 @@
 //! Shared by `validate`, `score` and `pref`: where a line's rubric text comes from, and how a
 //! validation is written.
 
-use std::borrow::Cow;
 use std::cell::Cell;
 
-use crate::input::{Line, string};
+use crate::input::Line;
 use crate::json::{Arr, LineError, Obj};
 use care_core::{Report, Rubric};
 
@@ -49,11 +48,11 @@ impl Drop for Scratch {
 /// The rubric text of member `key`: a JSON string is the raw generator output itself; any other
 /// JSON value (normally an object) is validated as the exact text it has in the line, so key
 /// order and number spelling reach the validator unchanged.
-pub fn member_text<'a>(line: &Line<'a>, key: &str) -> Result<Cow<'a, str>, LineError> {
+pub fn member_text<'l>(line: &'l Line<'_>, key: &str) -> Result<&'l str, LineError> {
     let raw = line
         .get(key)
         .ok_or_else(|| LineError::schema(format!("missing key \"{key}\"")))?;
-    Ok(string(raw).unwrap_or(Cow::Borrowed(raw.get())))
+    Ok(line.string(key).unwrap_or(raw.get()))
 }
 
 /// Writes `violations` (code, category and criterion indices or null, message) and, when the

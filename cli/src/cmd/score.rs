@@ -28,7 +28,7 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
     let m = object(line)?;
     let text = member_text(line, "rubric")?;
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(&text, &opts.format, scratch.buf());
+    let v = validate_str(text, &opts.format, scratch.buf());
     let Some(rubric) = v.rubric.as_ref() else {
         let first = v
             .report

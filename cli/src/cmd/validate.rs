@@ -1,10 +1,9 @@
 //! `care validate`: the format contract (SPEC §3) on generated rubrics.
 
 use care_core::{FormatPolicy, validate_str};
-use std::borrow::Cow;
 
 use super::rubric::{Scratch, write_shape, write_violations};
-use crate::input::{Line, string};
+use crate::input::Line;
 use crate::json::{LineError, Obj};
 
 /// Resolved options: the core's [`FormatPolicy`].
@@ -15,12 +14,14 @@ pub type Options = FormatPolicy;
 /// when the text parsed, `weights` and `criteria`.
 pub fn run(policy: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
     let text = match line.get("text") {
-        Some(v) => string(v).ok_or_else(|| LineError::schema("\"text\" must be a string"))?,
-        None => Cow::Borrowed(line.text()),
+        Some(_) => line
+            .string("text")
+            .ok_or_else(|| LineError::schema("\"text\" must be a string"))?,
+        None => line.text(),
     };
     // Decoding JSON escapes never makes a string longer, so the text's length always suffices.
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(&text, policy, scratch.buf());
+    let v = validate_str(text, policy, scratch.buf());
     // r_fmt is 0 or 1; printed as an integer so that `== 1` works in every JSON tool.
     o.u64("format_reward", u64::from(v.r_fmt() == 1.0));
     write_violations(o, &v.report);
