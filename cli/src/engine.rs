@@ -433,12 +433,16 @@ impl<R: Read> LineReader<R> {
     ) -> io::Result<Cut> {
         chunk.clear();
         loop {
-            if chunk.items.len() >= opts.chunk_lines.max(1) || chunk.data.len() >= opts.chunk_bytes
-            {
+            let full = chunk.items.len() >= opts.chunk_lines.max(1)
+                || (!chunk.items.is_empty() && chunk.data.len() >= opts.chunk_bytes);
+            if full {
                 return Ok(Cut::Full);
             }
             if self.pos < self.end {
-                let avail = self.buf.get(self.pos..self.end).unwrap_or_default();
+                // Taken out for the loop body so that the line state can be updated while
+                // looking at the bytes (given back below; a move, not a copy).
+                let buf = std::mem::take(&mut self.buf);
+                let avail = buf.get(self.pos..self.end).unwrap_or_default();
                 match memchr::memchr(b'\n', avail) {
                     Some(i) => {
                         if !self.line_open && i <= self.max {
@@ -456,19 +460,17 @@ impl<R: Read> LineReader<R> {
                             });
                             chunk.bytes_read += i as u64 + 1;
                         } else {
-                            let (head, _) = avail.split_at(i);
-                            let head = head.to_vec();
-                            self.extend_line(&head);
+                            self.extend_line(avail.get(..i).unwrap_or_default());
                             self.end_line(chunk, true);
                         }
                         self.pos += i + 1;
                     }
                     None => {
-                        let rest = avail.to_vec();
-                        self.extend_line(&rest);
+                        self.extend_line(avail);
                         self.pos = self.end;
                     }
                 }
+                self.buf = buf;
                 continue;
             }
             if self.eof {
@@ -1179,6 +1181,15 @@ mod tests {
                 let opts = EngineOptions {
                     threads,
                     chunk_lines,
+                    ..Default::default()
+                };
+                assert_eq!(run_str(&input, &opts), (expect.clone(), s1));
+            }
+            // Chunks cut by bytes, down to one line per chunk (and no endless empty chunks).
+            for chunk_bytes in [0, 1, 100] {
+                let opts = EngineOptions {
+                    threads,
+                    chunk_bytes,
                     ..Default::default()
                 };
                 assert_eq!(run_str(&input, &opts), (expect.clone(), s1));
