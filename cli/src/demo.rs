@@ -4,9 +4,10 @@
 //! responses with judge output text, and synthetic log-probs (`cli/data/demo_group.json`). The
 //! steps are the ones a trainer runs: validate the rubric (`r_fmt`), parse each judge answer,
 //! score (Eq. 5), the generator's reward from a preference pair (Eq. 4), group advantages, and
-//! one clipped-ratio loss step.
+//! one clipped-ratio loss step. A last step scores a Kardia-style group
+//! (`cli/data/demo_kardia.json`) under the built-in `kardia` profile.
 //!
-//! The GRPO step goes through [`Backend`]: [`backend`] returns the CUDA kernels of
+//! The GRPO step goes through a [`GrpoDevice`]: [`device`] returns the CUDA kernels of
 //! `care-kernels` when a driver and a device are present, else the CPU reference; the table
 //! names the one that ran.
 
@@ -15,8 +16,9 @@ use std::io::Write;
 
 use care_core::grpo::{
     AdvantageOptions, Advantages, GroupLayout, GroupStats, KlEstimator, LossInputs, LossOptions,
-    LossOutput, LossPreset, Preset, group_advantages, policy_loss,
+    LossPreset, Preset,
 };
+use care_core::profile::{Profile, parse_profile_judge_output, profile_reward};
 use care_core::reward::generator_reward_validated;
 use care_core::{
     Dimension, FormatPolicy, GeneratorOptions, ScoreOptions, parse_judge_output, policy_reward,
@@ -24,64 +26,18 @@ use care_core::{
 };
 use serde::Deserialize;
 
+use crate::device::{Cpu, GrpoDevice};
+
 /// The rubric the demo's generator "produced": the paper's Appendix rubric.
 pub const RUBRIC: &str = include_str!("../data/rubric_sft_1.json");
 /// The demo's group: context, six responses with judge output text and log-probs.
 pub const GROUP: &str = include_str!("../data/demo_group.json");
+/// The Kardia-style group: a persona, five four-stage outputs, judge answers, the gold emotion.
+pub const KARDIA_GROUP: &str = include_str!("../data/demo_kardia.json");
 
-/// The GRPO step (advantages and loss) on some device.
-pub trait Backend {
-    /// The device as printed in the table, e.g. `"CPU (care-core reference)"`.
-    fn name(&self) -> String;
-    /// Group advantages, as [`care_core::grpo::group_advantages`].
-    fn advantages(
-        &self,
-        rewards: &[f32],
-        layout: GroupLayout<'_>,
-        opts: &AdvantageOptions,
-        out: &mut [f32],
-        stats: &mut [GroupStats],
-    ) -> Result<(), String>;
-    /// The clipped-ratio loss and its gradient, as [`care_core::grpo::policy_loss`].
-    fn loss(
-        &self,
-        inputs: &LossInputs<'_, f32>,
-        opts: &LossOptions,
-        grad: &mut [f32],
-    ) -> Result<LossOutput, String>;
-}
-
-/// The CPU reference of `care-core`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Cpu;
-
-impl Backend for Cpu {
-    fn name(&self) -> String {
-        "CPU (care-core reference)".to_owned()
-    }
-    fn advantages(
-        &self,
-        rewards: &[f32],
-        layout: GroupLayout<'_>,
-        opts: &AdvantageOptions,
-        out: &mut [f32],
-        stats: &mut [GroupStats],
-    ) -> Result<(), String> {
-        group_advantages(rewards, None, layout, opts, out, Some(stats)).map_err(|e| e.to_string())
-    }
-    fn loss(
-        &self,
-        inputs: &LossInputs<'_, f32>,
-        opts: &LossOptions,
-        grad: &mut [f32],
-    ) -> Result<LossOutput, String> {
-        policy_loss(inputs, opts, grad).map_err(|e| e.to_string())
-    }
-}
-
-/// The backend the demo uses: the CUDA kernels when a driver and a device are present, else
+/// The device the demo uses: the CUDA kernels when a driver and a device are present, else
 /// the CPU reference (the table names the one that ran).
-pub fn backend() -> Box<dyn Backend> {
+pub fn device() -> Box<dyn GrpoDevice> {
     match crate::gpu::Gpu::open() {
         Some(gpu) => Box::new(gpu),
         None => Box::new(Cpu),
@@ -112,6 +68,21 @@ struct Response {
     logp_ref: Vec<f32>,
 }
 
+#[derive(Deserialize)]
+struct KardiaGroup {
+    persona: String,
+    seeker: String,
+    gold_emotion: String,
+    responses: Vec<KardiaResponse>,
+}
+
+#[derive(Deserialize)]
+struct KardiaResponse {
+    output: String,
+    /// The judge's answer; `None` for a malformed output, where the judge is not called.
+    judge: Option<String>,
+}
+
 /// The advantage options of the demo: verl's GRPO.
 pub fn demo_advantage_options() -> AdvantageOptions {
     AdvantageOptions::preset(Preset::Verl)
@@ -130,16 +101,16 @@ fn err<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> String + '_ {
     move |e| format!("demo: {context}: {e}")
 }
 
-/// Runs the demo on the bundled data and the [`backend`], writing the table to `out`.
+/// Runs the demo on the bundled data and the [`device`], writing the table to `out`.
 pub fn run(out: &mut dyn Write) -> Result<(), String> {
-    let text = render(backend().as_ref())?;
+    let text = render(device().as_ref())?;
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(|e| format!("demo: {e}"))
 }
 
 /// Renders the whole demo with `be` (pure: no I/O, so tests can compare it whole).
-pub fn render(be: &dyn Backend) -> Result<String, String> {
+pub fn render(be: &dyn GrpoDevice) -> Result<String, String> {
     let group: Group =
         serde_json::from_str(GROUP).map_err(|e| format!("demo: bundled data: {e}"))?;
     let mut s = String::new();
@@ -155,7 +126,8 @@ pub fn render(be: &dyn Backend) -> Result<String, String> {
 
     // 1. The generated rubric and its format reward.
     let mut scratch = vec![0u8; RUBRIC.len()];
-    let v = validate(RUBRIC.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(RUBRIC.as_bytes(), &FormatPolicy::PAPER, &mut scratch)
+        .map_err(err("validating the bundled rubric"))?;
     let rubric = v
         .rubric
         .as_ref()
@@ -354,6 +326,132 @@ pub fn render(be: &dyn Backend) -> Result<String, String> {
         st.ratio_max,
         grad_norm
     );
+    kardia_step(&mut s, be)?;
     let _ = writeln!(s, "\nDevice: {}", be.name());
     Ok(s)
+}
+
+/// Step 5: the same GRPO step under the built-in `kardia` profile (Kardia-R1's rubric-as-judge
+/// reward as we read it): the format gate, the judge on the response stage, the emotion term.
+fn kardia_step(s: &mut String, be: &dyn GrpoDevice) -> Result<(), String> {
+    let group: KardiaGroup = serde_json::from_str(KARDIA_GROUP)
+        .map_err(|e| format!("demo: bundled Kardia data: {e}"))?;
+    let k = Profile::builtin("kardia").map_err(err("kardia profile"))?;
+    let opts = ScoreOptions::default();
+    let mut rows = Vec::with_capacity(group.responses.len());
+    let mut rewards = Vec::with_capacity(group.responses.len());
+    for (j, r) in group.responses.iter().enumerate() {
+        let check = k.check_output(r.output.as_bytes());
+        let mut scores = vec![f64::NAN; k.dimension_count()];
+        match (&r.judge, check.judge_needed()) {
+            (Some(judge), true) => {
+                parse_profile_judge_output(judge.as_bytes(), &k, None, &mut scores)
+                    .map_err(err(&format!("Kardia judge output {}", j + 1)))?;
+            }
+            (None, false) => {}
+            _ => {
+                return Err(format!(
+                    "demo: bundled Kardia response {} has a judge answer exactly when its output is malformed",
+                    j + 1
+                ));
+            }
+        }
+        let p = profile_reward(&k, None, &check, &scores, Some(&group.gold_emotion), &opts)
+            .map_err(err(&format!("scoring Kardia response {}", j + 1)))?;
+        rewards.push(p.reward as f32);
+        let first = check.report().violations().first().map(|v| v.code.as_str());
+        let format = match (first, check.report().violations().len()) {
+            (None, _) => "ok".to_owned(),
+            (Some(code), 1) => code.to_owned(),
+            (Some(code), n) => format!("{code} +{}", n - 1),
+        };
+        let emotion = check.span(2).unwrap_or("-").to_owned();
+        rows.push((format, emotion, p, check.judge_text().map(str::to_owned)));
+    }
+    let adv_opts = demo_advantage_options();
+    let mut adv = vec![0.0f32; rewards.len()];
+    let mut stats = [GroupStats::default()];
+    be.advantages(
+        &rewards,
+        GroupLayout::Fixed {
+            group_size: rewards.len(),
+        },
+        &adv_opts,
+        &mut adv,
+        &mut stats,
+    )
+    .map_err(err("Kardia advantages"))?;
+    let _ = writeln!(
+        s,
+        "\n5. The same step under the built-in profile kardia (Kardia-R1's rubric-as-judge reward, our reading)"
+    );
+    let _ = writeln!(s, "   persona: {}", group.persona);
+    let _ = writeln!(s, "   user: {}", group.seeker);
+    let _ = writeln!(
+        s,
+        "   The policy writes four stages in special tokens; the judge scores the response stage on five\n   \
+         dimensions (0..5); the emotion stage is checked against the gold label \"{}\".",
+        group.gold_emotion
+    );
+    let _ = writeln!(
+        s,
+        "   {:>2}  {:<16} {:<9} {:>3} {:>5} {:>5} {:>5} {:>5} {:>5} {:>7} {:>7} {:>9}  response stage",
+        "#",
+        "format",
+        "emotion",
+        "ok",
+        "Rel",
+        "Emp",
+        "Per",
+        "Saf",
+        "Flu",
+        "rubric",
+        "reward",
+        "advantage"
+    );
+    for (j, (format, emotion, p, judge_text)) in rows.iter().enumerate() {
+        let ok = match p.emotion_correct {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "-",
+        };
+        let dims = if p.judge_needed {
+            p.dim_values()
+                .iter()
+                .map(|v| format!("{v:>5.2}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        } else {
+            format!("{:<29}", "(judge not called)")
+        };
+        let preview = judge_text.as_deref().map_or_else(
+            || "-".to_owned(),
+            |t| {
+                let mut p: String = t.chars().take(30).collect();
+                if t.chars().count() > 30 {
+                    p.push_str("...");
+                }
+                p
+            },
+        );
+        let _ = writeln!(
+            s,
+            "   {:>2}  {:<16} {:<9} {:>3} {} {:>7.4} {:>7.4} {:>+9.4}  {}",
+            j + 1,
+            format,
+            emotion,
+            ok,
+            dims,
+            p.rubric_reward,
+            p.reward,
+            adv.get(j).copied().unwrap_or(f32::NAN),
+            preview
+        );
+    }
+    let _ = writeln!(
+        s,
+        "   r = r_fmt * ((1 - 0.2) * sum_d 0.2 * v_d + 0.2 * r_emo); a malformed output scores 0 and\n   \
+         is never judged. Advantages as in step 2 (verl)."
+    );
+    Ok(())
 }

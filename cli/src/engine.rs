@@ -167,6 +167,15 @@ impl fmt::Display for EngineError {
 
 impl std::error::Error for EngineError {}
 
+impl From<EngineError> for io::Error {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Read(e) | EngineError::Write(e) => e,
+            spawn @ EngineError::Spawn { .. } => io::Error::other(spawn.to_string()),
+        }
+    }
+}
+
 /// Standard descriptors found closed when the process started (bit 0: stdin, bit 1: stdout),
 /// as recorded by [`note_closed_at_start`]. The Rust runtime reopens a closed fd 0, 1 or 2 on
 /// `/dev/null` before `main` (so that no file gets their numbers by accident), which would
@@ -937,25 +946,51 @@ pub fn run<R: Read, W: Write + Send>(
     };
     let mut reader = LineReader::new(input, opts.max_line_bytes);
     let mut progress = Progress::new(opts);
+    // Started threads, for the start-up handshake below.
+    let up = (Mutex::new(0usize), Condvar::new());
     thread::scope(|s| {
+        // Threads start one at a time: each says it is up before the next is started, so the
+        // memory its start-up takes (std maps a signal stack in the new thread) is taken before
+        // the next thread's stack. Under a memory limit, starting then fails cleanly in
+        // `spawn`, never in a thread that already runs (which would abort the process). The
+        // handshake allocates nothing (a channel would, in the new thread).
+        let up = &up;
+        let say_up = move || {
+            *lock(&up.0) += 1;
+            up.1.notify_all();
+        };
+        let wait_up = |n: usize| {
+            let mut g = lock(&up.0);
+            while *g < n {
+                g = wait(&up.1, g);
+            }
+        };
+        let shared_ref = &shared;
         let writer = thread::Builder::new()
             .name("care-writer".to_owned())
-            .spawn_scoped(s, || {
-                let written = shared.write_all(&mut out);
+            .spawn_scoped(s, move || {
+                say_up();
+                let written = shared_ref.write_all(&mut out);
                 if written.is_err() {
-                    shared.abort();
+                    shared_ref.abort();
                 }
                 written
             })
             .map_err(|error| EngineError::Spawn { threads, error })?;
+        wait_up(1);
         let mut spawned = Vec::new();
         let mut spawn_error = None;
         for k in 0..threads {
             match thread::Builder::new()
                 .name(format!("care-worker-{k}"))
-                .spawn_scoped(s, || shared.work())
-            {
-                Ok(h) => spawned.push(h),
+                .spawn_scoped(s, move || {
+                    say_up();
+                    shared_ref.work();
+                }) {
+                Ok(h) => {
+                    spawned.push(h);
+                    wait_up(k + 2);
+                }
                 Err(e) => {
                     spawn_error = Some(e);
                     break;

@@ -1,4 +1,4 @@
-//! The demo's GRPO step on a CUDA device, through `care-kernels`.
+//! The GRPO step ([`GrpoDevice`]) on a CUDA device, through `care-kernels`.
 //!
 //! Used only when [`care_kernels::cuda::driver_available`] finds a driver and device 0 opens;
 //! everything is copied to the device, run with the synchronous `*_on` API, and copied back,
@@ -9,10 +9,10 @@ use std::sync::Arc;
 use care_core::grpo::{
     AdvantageOptions, Advantages, GroupLayout, GroupStats, LossInputs, LossOptions, LossOutput,
 };
-use care_kernels::cuda::{self, DeviceLossInputs};
+use care_kernels::cuda::{self, DeviceAdvantageInputs, DeviceLossInputs};
 use cudarc::driver::{CudaContext, CudaStream};
 
-use crate::demo::Backend;
+use crate::device::GrpoDevice;
 
 /// Device 0's default stream.
 #[derive(Debug)]
@@ -41,7 +41,7 @@ fn driver<E: std::fmt::Debug>(e: E) -> String {
     format!("CUDA: {e:?}")
 }
 
-impl Backend for Gpu {
+impl GrpoDevice for Gpu {
     fn name(&self) -> String {
         format!("GPU: {} (care-kernels)", self.name)
     }
@@ -64,17 +64,14 @@ impl Backend for Gpu {
             ),
             GroupLayout::Offsets(o) => (0, Some(s.clone_htod(o).map_err(driver)?)),
         };
-        cuda::group_advantages_on(
-            s,
-            &d_rewards,
-            None,
+        let inputs = DeviceAdvantageInputs {
+            rewards: &d_rewards,
+            valid: None,
             group_size,
-            offsets.as_ref(),
-            opts,
-            &mut d_out,
-            Some(stats),
-        )
-        .map_err(|e| e.to_string())?;
+            offsets: offsets.as_ref(),
+        };
+        cuda::group_advantages_on(s, &inputs, opts, &mut d_out, Some(stats))
+            .map_err(|e| e.to_string())?;
         let host = s.clone_dtoh(&d_out).map_err(driver)?;
         out.copy_from_slice(&host);
         Ok(())

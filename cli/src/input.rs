@@ -42,6 +42,11 @@ impl<'a> Members<'a> {
         self.list.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
     }
 
+    /// The members in line order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &'a RawValue)> + '_ {
+        self.list.iter().map(|(k, v)| (k.as_ref(), *v))
+    }
+
     /// Whether the member `key` is present (even as `null`).
     pub fn contains_key(&self, key: &str) -> bool {
         self.get(key).is_some()
@@ -281,6 +286,16 @@ impl<'de, 'b, T, F: FnMut(Scalar) -> Option<T>> Visitor<'de> for ScalarsVisitor<
             }
         }
         Ok(out)
+    }
+}
+
+/// One value that must be a number or `null`: `Some(None)` for `null`, `Some(Some(x))` for a
+/// number (as `f64`, like `serde_json::Value::as_f64`), `None` for anything else.
+pub fn number_or_null(v: &RawValue) -> Option<Option<f64>> {
+    let mut de = serde_json::Deserializer::from_str(v.get());
+    match ScalarSeed.deserialize(&mut de).ok()? {
+        Scalar::Null => Some(None),
+        s => s.as_f64().map(Some),
     }
 }
 

@@ -190,6 +190,14 @@ impl<'de> Visitor<'de> for MemberVisitor {
     }
 }
 
+/// Parses one JSON value strictly ([`check_strict`]) into a `serde_json::Value`: for `care
+/// analyze`, which reads small records. The streaming subcommands read typed values straight
+/// from the line's text instead ([`crate::input::Line`]), without the tree.
+pub fn parse_strict(text: &str) -> Result<serde_json::Value, LineError> {
+    check_strict(text)?;
+    serde_json::from_str(text).map_err(json_error)
+}
+
 /// Maps a serde_json error to a line error (`duplicate_key` for our own check, else `not_json`).
 fn json_error(err: serde_json::Error) -> LineError {
     let msg = err.to_string();
@@ -564,6 +572,16 @@ impl<'a> Arr<'a> {
     /// A `null` element.
     pub fn null(&mut self) -> &mut Self {
         self.sep().push_str("null");
+        self
+    }
+    /// A boolean element.
+    pub fn bool(&mut self, v: bool) -> &mut Self {
+        self.sep().push_str(if v { "true" } else { "false" });
+        self
+    }
+    /// A nested array element.
+    pub fn arr(&mut self, f: impl FnOnce(&mut Arr<'_>)) -> &mut Self {
+        Arr::write(self.sep(), f);
         self
     }
     /// A nested array of `f64` element.

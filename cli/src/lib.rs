@@ -5,10 +5,12 @@
 //! streaming engine ([`engine::run`]) can be driven on any reader and writer.
 #![deny(missing_docs)]
 
+pub mod analyze;
 pub mod app;
 pub mod args;
 pub mod cmd;
 pub mod demo;
+pub mod device;
 pub mod engine;
 pub mod gpu;
 pub mod input;

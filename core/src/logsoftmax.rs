@@ -31,6 +31,7 @@
 //!
 //! Everything accumulates in `f64` and nothing allocates: outputs go into caller slices.
 
+use crate::error::{InvalidOption, domain};
 use crate::grpo::{LogProb, LossInputs, LossOptions, LossOutput, policy_loss};
 use crate::{Error, Result};
 
@@ -128,6 +129,11 @@ impl<'a, T: LogProb> Logits<'a, T> {
 
 /// Options of the selective log-softmax.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct LogSoftmaxOptions {
     /// Sampling temperature `T` (finite, `> 0`; the logits are divided by it). Default 1.
     pub temperature: f64,
@@ -139,17 +145,32 @@ impl Default for LogSoftmaxOptions {
     }
 }
 
+/// The temperature's domain, as [`LogSoftmaxOptions::check`] words it.
+const TEMPERATURE_DOMAIN: &str =
+    "finite and at least 1/f32::MAX (about 2.94e-39: 1/T must be a finite f32)";
+
 impl LogSoftmaxOptions {
-    /// Errors: [`Error::InvalidArgument`] unless the temperature is finite, positive and at
-    /// least `1 / f32::MAX` (about `2.94e-39`), so that the scale `1 / T` is a finite `f32`
-    /// (the kernel's scale; a smaller `T` gave NaN log-probs).
-    pub fn validate(&self) -> Result<()> {
+    /// Checks the fields: `temperature` finite, `> 0` and at least `1 / f32::MAX` (about
+    /// `2.94e-39`), so that the scale `1 / T` is a finite `f32` (the kernel's scale; a smaller
+    /// `T` gave NaN log-probs).
+    ///
+    /// # Errors
+    /// The first field outside its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
         let t = self.temperature;
-        if t.is_finite() && t > 0.0 && 1.0 / t <= f64::from(f32::MAX) {
-            Ok(())
-        } else {
-            Err(Error::InvalidArgument)
-        }
+        InvalidOption::require(
+            domain::finite_positive(t) && 1.0 / t <= f64::from(f32::MAX),
+            "temperature",
+            TEMPERATURE_DOMAIN,
+        )
+    }
+
+    /// [`LogSoftmaxOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a field is outside its domain.
+    pub fn validate(&self) -> Result<()> {
+        self.check().map_err(Error::from)
     }
 }
 
@@ -356,6 +377,9 @@ pub fn logits_policy_loss<T: LogProb, I: TokenId>(
     loss: &LossOptions,
     buf: LogitsLossBuffers<'_>,
 ) -> Result<LossOutput> {
+    // Both option sets are checked before the forward pass writes anything.
+    lsm.validate()?;
+    loss.validate()?;
     selective_log_softmax(logits, targets, inputs.mask, lsm, buf.logp, None, None)?;
     let li = LossInputs {
         logp: &*buf.logp,

@@ -6,10 +6,11 @@ use crate::input::Line;
 use crate::json::{LineError, Obj, line_text, push_error_line};
 
 pub mod advantages;
+pub mod generator_reward;
 pub mod loss;
-pub mod pref;
-mod rubric;
+pub(crate) mod rubric;
 pub mod score;
+pub mod score_profile;
 pub mod validate;
 
 /// A data subcommand with its options resolved into `care-core` types.
@@ -19,8 +20,10 @@ pub enum Command {
     Validate(validate::Options),
     /// `care score`.
     Score(score::Options),
-    /// `care pref`.
-    Pref(pref::Options),
+    /// `care score --profile`.
+    ScoreProfile(score_profile::Options),
+    /// `care generator-reward` (alias `care pref`).
+    GeneratorReward(generator_reward::Options),
     /// `care advantages`.
     Advantages(advantages::Options),
     /// `care loss`.
@@ -65,7 +68,8 @@ impl Command {
             match self {
                 Command::Validate(opts) => validate::run(opts, &input, o),
                 Command::Score(opts) => score::run(opts, &input, o),
-                Command::Pref(opts) => pref::run(opts, &input, o),
+                Command::ScoreProfile(opts) => score_profile::run(opts, &input, o),
+                Command::GeneratorReward(opts) => generator_reward::run(opts, &input, o),
                 Command::Advantages(opts) => advantages::run(opts, &input, o),
                 Command::Loss(opts) => loss::run(opts, &input, o),
             }

@@ -2,6 +2,8 @@
 
 use super::layout::GroupLayout;
 use super::layout::validate_offsets;
+use crate::error::{InvalidOption, domain};
+use crate::names::named_enum;
 use crate::{Error, Result};
 
 /// What is subtracted from a reward before scaling.
@@ -18,6 +20,12 @@ pub enum Baseline {
     None = 2,
 }
 
+named_enum!(Baseline, "baseline", {
+    Mean => "mean", "The group mean";
+    LeaveOneOut => "leave_one_out", "The mean of the other samples (RLOO)";
+    None => "none", "Nothing subtracted";
+});
+
 /// What the centered reward is divided by (`std + eps`), if anything.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -31,6 +39,12 @@ pub enum Scale {
     None = 2,
 }
 
+named_enum!(Scale, "scale", {
+    GroupStd => "group_std", "The group's std";
+    BatchStd => "batch_std", "The std of all valid rewards of the batch";
+    None => "none", "No scaling";
+});
+
 /// Which variance estimator the std uses.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -41,6 +55,11 @@ pub enum StdKind {
     /// Divides by `n`.
     Biased = 1,
 }
+
+named_enum!(StdKind, "std estimator", {
+    Unbiased => "unbiased", "Divide by n - 1";
+    Biased => "biased", "Divide by n";
+});
 
 /// What a group with exactly one valid sample gets.
 #[repr(u32)]
@@ -56,12 +75,23 @@ pub enum SingletonPolicy {
     Error = 2,
 }
 
+named_enum!(SingletonPolicy, "singleton policy", {
+    Zero => "zero", "Advantage 0";
+    Raw => "raw", "Baseline 0, std 1 (verl)";
+    Error => "error", "Fail with singleton_group";
+});
+
 /// Options of [`group_advantages`]. Plain `#[repr(C)]` data, mirrored by the C ABI.
 ///
 /// Field order (C): `baseline: u32, scale: u32, std_kind: u32, singleton: u32, eps: f64`
 /// (24 bytes, no padding). `A = (r - b) / (std + eps)`; see SPEC §9.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct AdvantageOptions {
     /// The baseline subtracted from each reward.
     pub baseline: Baseline,
@@ -106,34 +136,14 @@ pub enum Preset {
     Rloo = 5,
 }
 
-impl Preset {
-    /// Every preset, in number order.
-    pub const ALL: [Preset; 6] = [
-        Preset::Verl,
-        Preset::Trl,
-        Preset::TrlBatch,
-        Preset::OpenRlhf,
-        Preset::DrGrpo,
-        Preset::Rloo,
-    ];
-
-    /// The preset's name: `verl`, `trl`, `trl_batch`, `openrlhf`, `dr_grpo`, `rloo`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Preset::Verl => "verl",
-            Preset::Trl => "trl",
-            Preset::TrlBatch => "trl_batch",
-            Preset::OpenRlhf => "openrlhf",
-            Preset::DrGrpo => "dr_grpo",
-            Preset::Rloo => "rloo",
-        }
-    }
-
-    /// Looks a preset up by its exact [`Preset::name`]; `None` for an unknown name.
-    pub fn from_name(name: &str) -> Option<Preset> {
-        Preset::ALL.into_iter().find(|p| p.name() == name)
-    }
-}
+named_enum!(Preset, "advantage preset", {
+    Verl => "verl", "verl grpo: mean, group std, unbiased, eps 1e-6, singleton raw";
+    Trl => "trl", "TRL: mean, group std, unbiased, eps 1e-4, singleton zero";
+    TrlBatch => "trl_batch", "TRL with the batch std";
+    OpenRlhf => "openrlhf", "OpenRLHF group_norm: eps 1e-9, singleton error";
+    DrGrpo => "dr_grpo", "Dr. GRPO: mean baseline, no scale";
+    Rloo => "rloo", "RLOO: leave-one-out baseline, no scale";
+});
 
 impl AdvantageOptions {
     /// The options of a preset.
@@ -173,13 +183,24 @@ impl AdvantageOptions {
         }
     }
 
-    /// Checks the numeric fields. Errors: [`Error::InvalidArgument`] for a negative or
-    /// non-finite `eps`.
+    /// Checks the fields: `eps` finite and `>= 0`.
+    ///
+    /// # Errors
+    /// The first field outside its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
+        InvalidOption::require(
+            domain::finite_non_negative(self.eps),
+            "eps",
+            domain::FINITE_NON_NEGATIVE,
+        )
+    }
+
+    /// [`AdvantageOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a field is outside its domain.
     pub fn validate(&self) -> Result<()> {
-        if !(self.eps.is_finite() && self.eps >= 0.0) {
-            return Err(Error::InvalidArgument);
-        }
-        Ok(())
+        self.check().map_err(Error::from)
     }
 }
 
@@ -216,6 +237,7 @@ impl AdvantageValue for f64 {
 /// Field order (C): `count: u32, mean: f32, std: f32, zero_variance: u32` (16 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GroupStats {
     /// Valid samples in the group.
     pub count: u32,

@@ -19,6 +19,7 @@ mod dist;
 mod layout;
 mod logprob;
 mod loss;
+mod stats_layout;
 
 pub use advantage::{
     AdvantageOptions, AdvantageValue, Baseline, GroupStats, Preset, Scale, SingletonPolicy,
@@ -32,6 +33,7 @@ pub use loss::{
     LossStats, RatioLevel, Surrogate, TokenTerms, aggregation_weight, kl_term, log_ratio,
     policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
 };
+pub use stats_layout::{Combine, FieldKind, LOSS_STATS_LAYOUT, LOSS_STATS_SIZE, StatsField};
 
 /// Narrows an `f64` result to `f32`, saturating finite values at `±f32::MAX` instead of
 /// overflowing to infinity; `±inf` and NaN pass through (they only come from non-finite inputs,
