@@ -4,7 +4,7 @@
 //! split out, as borrowed raw JSON text ([`RawValue`]). Each subcommand reads the members it
 //! needs straight into typed vectors (`Vec<f32>` for a log-prob array, not a tree of
 //! `serde_json::Value`s): the memory a line needs stays a small multiple of its length
-//! (a `Value` per number cost 16 to 48 times the number's text), and a member is echoed or
+//! (a `Value` per number costs 16 to 48 times the number's text), and a member is echoed or
 //! validated as the exact text it has in the line (the `"id"`, a rubric object).
 
 use std::borrow::Cow;

@@ -87,7 +87,7 @@ pub fn check_strict(text: &str) -> Result<(), LineError> {
 
 /// [`check_strict`] that also returns the top-level members whose values are strings,
 /// decoded (borrowed from `text` when they hold no escapes): the check decodes them anyway,
-/// and a second decoding pass over a rubric's text was a visible share of `care validate`.
+/// and a second decoding pass over a rubric's text would be a visible share of `care validate`.
 pub(crate) fn check_strict_top(text: &str) -> Result<TopStrings<'_>, LineError> {
     let mut de = serde_json::Deserializer::from_str(text);
     let top = de.deserialize_any(TopVisitor).map_err(json_error)?;

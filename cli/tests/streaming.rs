@@ -418,8 +418,8 @@ const MAX_LINE: usize = 4 * MIB;
 /// `C` = 8 MiB chunks, `T` = 2 workers and `O` = max(L, 1 MiB): input `2 (C + L) + L`, work
 /// `K min(C + L, T L)` with `K` = 16, output `0.75 C + 3 O`, plus the process itself (binary,
 /// stacks, allocator), which a debug build keeps under 64 MiB of address space. About
-/// 240 MiB: what this needs before holding a chunk's output, or a `serde_json::Value` per
-/// number, was 320 to 550 MiB for the same lines.
+/// 240 MiB, where holding a chunk's output or a `serde_json::Value` per number needs 320 to
+/// 550 MiB for the same lines.
 fn address_space_limit() -> u64 {
     let (c, l, t, k) = (8 * MIB, MAX_LINE, 2, 16);
     let o = l.max(MIB);

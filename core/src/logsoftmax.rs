@@ -152,7 +152,7 @@ const TEMPERATURE_DOMAIN: &str =
 impl LogSoftmaxOptions {
     /// Checks the fields: `temperature` finite, `> 0` and at least `1 / f32::MAX` (about
     /// `2.94e-39`), so that the scale `1 / T` is a finite `f32` (the kernel's scale; a smaller
-    /// `T` gave NaN log-probs).
+    /// `T` would give NaN log-probs).
     ///
     /// # Errors
     /// The first field outside its domain.

@@ -50,7 +50,8 @@ const SNIPPETS: [&str; 10] = [
 fn the_answer_is_found_after_any_number_of_brace_snippets() {
     let (want_r, want) = parse(ANSWER);
     assert_eq!(want_r.unwrap().matched, 3);
-    // 63 was the last count the old bounded search (64 candidates) accepted.
+    // Counts around 64 (a natural bound for a search that tries candidates one by one) and far
+    // beyond it.
     for n in [0usize, 1, 63, 64, 65, 1000, 20_000] {
         for snippet in SNIPPETS {
             let mut text = String::from("Let me think about the template.\n");
