@@ -26,6 +26,8 @@ pub const EXIT_USAGE: u8 = 2;
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         CliCommand::Demo => crate::demo::run(&mut io::stdout().lock()).map(|()| EXIT_OK),
+        CliCommand::Reward(a) => crate::reward_loop::run_reward(&a),
+        CliCommand::Serve(a) => crate::reward_loop::run_serve(&a),
         CliCommand::Analyze {
             analyze,
             score,

@@ -159,6 +159,12 @@ pub enum CliCommand {
         after_help = "Example:\n  cargo run --release -p care-cli -- demo"
     )]
     Demo,
+    /// The reward loop on JSON Lines: generate a rubric per turn, judge every response, reward.
+    #[command(after_help = crate::reward_loop::REWARD_AFTER)]
+    Reward(crate::reward_loop::RewardArgs),
+    /// The reward server (OpenRLHF /get_reward, a JSON API for groups, health, metrics).
+    #[command(after_help = crate::reward_loop::SERVE_AFTER)]
+    Serve(crate::reward_loop::ServeArgs),
 }
 
 const VALIDATE_AFTER: &str = "\

@@ -98,7 +98,8 @@ pub struct care_advantage_options {
     pub std_kind: u32,
     /// A `care_singleton_policy`.
     pub singleton: u32,
-    /// Reserved, set to 0 (keeps `eps` 8-byte aligned on every target).
+    /// Reserved, must be 0 (`CARE_ERR_INVALID_ARGUMENT` otherwise); keeps `eps` 8-byte
+    /// aligned on every target.
     pub reserved: u32,
     /// Added to the std before dividing; finite and `>= 0` (default 1e-6).
     pub eps: f64,
@@ -145,15 +146,6 @@ const _: () = {
     assert!(offset_of!(care_group_sums, sum) == offset_of!(GroupSums, sum));
 };
 
-const BASELINES: [Baseline; 3] = [Baseline::Mean, Baseline::LeaveOneOut, Baseline::None];
-const SCALES: [Scale; 3] = [Scale::GroupStd, Scale::BatchStd, Scale::None];
-const STD_KINDS: [StdKind; 2] = [StdKind::Unbiased, StdKind::Biased];
-const SINGLETONS: [SingletonPolicy; 3] = [
-    SingletonPolicy::Zero,
-    SingletonPolicy::Raw,
-    SingletonPolicy::Error,
-];
-
 fn to_c(o: &AdvantageOptions) -> care_advantage_options {
     care_advantage_options {
         struct_size: size_of::<care_advantage_options>() as u32,
@@ -166,7 +158,8 @@ fn to_c(o: &AdvantageOptions) -> care_advantage_options {
     }
 }
 
-/// Reads the caller's options (NULL: SPEC defaults), checking every enum value.
+/// Reads the caller's options (NULL: SPEC defaults): every enum value decoded, then the
+/// core's `AdvantageOptions::validate`.
 ///
 /// # Safety
 /// As for [`args::options`].
@@ -175,33 +168,124 @@ pub(crate) unsafe fn read_options(
 ) -> Result<AdvantageOptions, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, to_c(&AdvantageOptions::default())) }?;
-    Ok(AdvantageOptions {
-        baseline: args::enum_arg(c.baseline, &BASELINES)?,
-        scale: args::enum_arg(c.scale, &SCALES)?,
-        std_kind: args::enum_arg(c.std_kind, &STD_KINDS)?,
-        singleton: args::enum_arg(c.singleton, &SINGLETONS)?,
+    if c.reserved != 0 {
+        // Zero today so that a later version can give it a meaning without misreading old
+        // callers' garbage.
+        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+    }
+    let o = AdvantageOptions {
+        baseline: args::enum_arg(c.baseline, &Baseline::ALL)?,
+        scale: args::enum_arg(c.scale, &Scale::ALL)?,
+        std_kind: args::enum_arg(c.std_kind, &StdKind::ALL)?,
+        singleton: args::enum_arg(c.singleton, &SingletonPolicy::ALL)?,
         eps: c.eps,
-    })
+    };
+    // The core's own rules, checked here too so that a GPU call reports them before it needs
+    // a driver, exactly as the CPU does.
+    o.validate().map_err(crate::result::map_error)?;
+    Ok(o)
 }
 
-/// The group layout: fixed `group_size` when `group_offsets` is NULL, CSR offsets otherwise
-/// (then `group_size` must be 0, so that a caller never passes both by mistake).
+/// The rewards of a batch: `rewards[rewards_len]` and which of them are valid. `valid` is
+/// optional ((NULL, 0): all valid; else `valid_len == rewards_len`, non-zero = valid); a NaN
+/// reward is invalid too. Host memory for the CPU functions, device memory for the GPU ones.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_rewards {
+    /// `sizeof(care_rewards)`.
+    pub struct_size: u32,
+    /// One reward per sample, groups contiguous.
+    pub rewards: *const f32,
+    /// Number of samples `N`.
+    pub rewards_len: usize,
+    /// Optional validity flags, one per sample.
+    pub valid: *const u8,
+    /// 0 or `rewards_len`.
+    pub valid_len: usize,
+}
+
+/// How samples form groups (one group = the responses to one prompt): `group_size` samples per
+/// group when `offsets` is (NULL, 0), else CSR `offsets[B + 1]` (first 0, non-decreasing, last
+/// `N`) with `group_size` 0, so that a layout never says two things at once
+/// (`CARE_ERR_INVALID_ARGUMENT`). Host or device memory like the rewards it describes.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_group_layout {
+    /// `sizeof(care_group_layout)`.
+    pub struct_size: u32,
+    /// Samples per group (fixed layout; must divide `N`), or 0 with `offsets`.
+    pub group_size: u32,
+    /// CSR group offsets (ragged groups), or NULL.
+    pub offsets: *const u32,
+    /// `B + 1`, or 0.
+    pub offsets_len: usize,
+}
+
+/// Where the advantage functions write: `advantages[advantages_len]` (`== N`) and, optionally,
+/// one `care_group_stats` per group (`stats_len == B`; (NULL, 0) to skip).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_advantage_outputs {
+    /// `sizeof(care_advantage_outputs)`.
+    pub struct_size: u32,
+    /// One advantage per sample.
+    pub advantages: *mut f32,
+    /// `N`.
+    pub advantages_len: usize,
+    /// Optional per-group statistics.
+    pub stats: *mut care_group_stats,
+    /// 0 or `B`.
+    pub stats_len: usize,
+}
+
+/// The checked rewards of a `care_rewards` struct.
 ///
 /// # Safety
-/// As for [`args::opt_slice`].
+/// As for [`args::input`]; the struct's pointers are valid for their lengths.
+pub(crate) unsafe fn read_rewards<'a>(
+    p: *const care_rewards,
+) -> Result<(&'a [f32], Option<&'a [u8]>), care_result> {
+    // SAFETY (all blocks): forwarded contract.
+    let r = unsafe { args::input(p) }?;
+    let rewards = unsafe { args::slice(r.rewards, r.rewards_len) }?;
+    let valid = unsafe { args::opt_slice(r.valid, r.valid_len) }?;
+    Ok((rewards, valid))
+}
+
+/// The group layout of a `care_group_layout` struct.
+///
+/// # Safety
+/// As for [`args::input`]; `offsets` is valid for `offsets_len` elements.
 pub(crate) unsafe fn read_layout<'a>(
-    group_size: u32,
-    offsets: *const u32,
-    offsets_len: usize,
+    p: *const care_group_layout,
 ) -> Result<GroupLayout<'a>, care_result> {
-    // SAFETY: forwarded contract.
-    match unsafe { args::opt_slice(offsets, offsets_len) }? {
+    // SAFETY (both blocks): forwarded contract.
+    let l = unsafe { args::input(p) }?;
+    match unsafe { args::opt_slice(l.offsets, l.offsets_len) }? {
         None => Ok(GroupLayout::Fixed {
-            group_size: group_size as usize,
+            group_size: l.group_size as usize,
         }),
-        Some(o) if group_size == 0 => Ok(GroupLayout::Offsets(o)),
+        Some(o) if l.group_size == 0 => Ok(GroupLayout::Offsets(o)),
         Some(_) => Err(care_result::CARE_ERR_INVALID_ARGUMENT),
     }
+}
+
+/// The checked output slices of a `care_advantage_outputs` struct (stats as the core's type).
+///
+/// # Safety
+/// As for [`args::input`]; the struct's pointers are valid for writes of their lengths.
+unsafe fn read_outputs<'a>(
+    p: *const care_advantage_outputs,
+) -> Result<(&'a mut [f32], Option<&'a mut [GroupStats]>), care_result> {
+    // SAFETY (all blocks): forwarded contract; `care_group_stats` is laid out as `GroupStats`
+    // (checked at compile time above).
+    let o = unsafe { args::input(p) }?;
+    let adv = unsafe { args::slice_mut(o.advantages, o.advantages_len) }?;
+    let stats = unsafe { args::opt_slice_mut(o.stats.cast::<GroupStats>(), o.stats_len) }?;
+    Ok((adv, stats))
 }
 
 /// Writes the SPEC §9 default advantage options (mean, group std, unbiased, eps 1e-6,
@@ -260,66 +344,46 @@ pub unsafe extern "C" fn care_advantage_options_preset_by_name(
     }
 }
 
-/// Group-relative advantages of one batch (single rank, CPU).
-///
-/// `rewards[n]`; `valid[valid_len]` optional (NULL, 0: all valid; else `valid_len == n`, non-zero =
-/// valid; a NaN reward is invalid too); layout: `group_size` samples per group when
-/// `group_offsets` is NULL, else CSR `group_offsets[B + 1]` with `group_size == 0`; `options`
-/// NULL for the defaults. Writes `advantages_out[n]` and, if not NULL, `stats_out[B]`.
+/// Group-relative advantages of one batch (single rank, CPU): `rewards` (with their validity),
+/// grouped by `layout`, under `options` (NULL: the defaults), into `outputs`.
 ///
 /// ```c
+/// care_rewards in = {sizeof in, rewards, 8, NULL, 0};
+/// care_group_layout groups = {sizeof groups, 4, NULL, 0};       /* two groups of four */
 /// float adv[8];
-/// care_result r = care_group_advantages(rewards, 8, NULL, 0, 4, NULL, 0, NULL,
-///                                       adv, 8, NULL, 0);
+/// care_advantage_outputs out = {sizeof out, adv, 8, NULL, 0};
+/// care_result r = care_group_advantages(&in, &groups, NULL, &out);
 /// ```
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_group_advantages(
-    rewards: *const f32,
-    n: usize,
-    valid: *const u8,
-    valid_len: usize,
-    group_size: u32,
-    group_offsets: *const u32,
-    group_offsets_len: usize,
+    rewards: *const care_rewards,
+    layout: *const care_group_layout,
     options: *const care_advantage_options,
-    advantages_out: *mut f32,
-    advantages_len: usize,
-    stats_out: *mut care_group_stats,
-    stats_len: usize,
+    outputs: *const care_advantage_outputs,
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let rewards = tri!(unsafe { args::slice(rewards, n) });
-        let valid = tri!(unsafe { args::opt_slice(valid, valid_len) });
-        let layout = tri!(unsafe { read_layout(group_size, group_offsets, group_offsets_len) });
+        let (rewards, valid) = tri!(unsafe { read_rewards(rewards) });
+        let layout = tri!(unsafe { read_layout(layout) });
         let opts = tri!(unsafe { read_options(options) });
-        let out = tri!(unsafe { args::slice_mut(advantages_out, advantages_len) });
-        let stats = tri!(unsafe { args::opt_slice_mut(stats_out.cast::<GroupStats>(), stats_len) });
+        let (out, stats) = tri!(unsafe { read_outputs(outputs) });
         to_code(care_core::grpo::group_advantages(rewards, valid, layout, &opts, out, stats))
     }
 }
 
-/// Cross-rank step 1: this rank's count and sum per group into `sums_out[B]` (all-reduce the
-/// `2 * B` doubles with a sum). Arguments as `care_group_advantages`.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// Cross-rank step 1: this rank's count and sum of valid rewards per group into `sums_out[B]`
+/// (all-reduce the `2 * B` doubles with a sum). Arguments as `care_group_advantages`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_group_partial_sums(
-    rewards: *const f32,
-    n: usize,
-    valid: *const u8,
-    valid_len: usize,
-    group_size: u32,
-    group_offsets: *const u32,
-    group_offsets_len: usize,
+    rewards: *const care_rewards,
+    layout: *const care_group_layout,
     sums_out: *mut care_group_sums,
     sums_len: usize,
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let rewards = tri!(unsafe { args::slice(rewards, n) });
-        let valid = tri!(unsafe { args::opt_slice(valid, valid_len) });
-        let layout = tri!(unsafe { read_layout(group_size, group_offsets, group_offsets_len) });
+        let (rewards, valid) = tri!(unsafe { read_rewards(rewards) });
+        let layout = tri!(unsafe { read_layout(layout) });
         let out = tri!(unsafe { args::slice_mut(sums_out.cast::<GroupSums>(), sums_len) });
         to_code(care_core::grpo::group_partial_sums(rewards, valid, layout, out))
     }
@@ -327,16 +391,10 @@ pub unsafe extern "C" fn care_group_partial_sums(
 
 /// Cross-rank step 2: centered sums of squares around the reduced (global) group means into
 /// `m2_out[B]` (all-reduce with a sum). `sums[B]` are the all-reduced step-1 sums.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_group_partial_squares(
-    rewards: *const f32,
-    n: usize,
-    valid: *const u8,
-    valid_len: usize,
-    group_size: u32,
-    group_offsets: *const u32,
-    group_offsets_len: usize,
+    rewards: *const care_rewards,
+    layout: *const care_group_layout,
     sums: *const care_group_sums,
     sums_len: usize,
     m2_out: *mut f64,
@@ -344,9 +402,8 @@ pub unsafe extern "C" fn care_group_partial_squares(
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let rewards = tri!(unsafe { args::slice(rewards, n) });
-        let valid = tri!(unsafe { args::opt_slice(valid, valid_len) });
-        let layout = tri!(unsafe { read_layout(group_size, group_offsets, group_offsets_len) });
+        let (rewards, valid) = tri!(unsafe { read_rewards(rewards) });
+        let layout = tri!(unsafe { read_layout(layout) });
         let sums = tri!(unsafe { args::slice(sums.cast::<GroupSums>(), sums_len) });
         let out = tri!(unsafe { args::slice_mut(m2_out, m2_len) });
         to_code(care_core::grpo::group_partial_squares(rewards, valid, layout, sums, out))
@@ -355,36 +412,25 @@ pub unsafe extern "C" fn care_group_partial_squares(
 
 /// Cross-rank step 3: this rank's advantages from the all-reduced `sums[B]` and `m2[B]`;
 /// equal to `care_group_advantages` on the whole batch. Other arguments as there.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_group_advantages_finalize(
-    rewards: *const f32,
-    n: usize,
-    valid: *const u8,
-    valid_len: usize,
-    group_size: u32,
-    group_offsets: *const u32,
-    group_offsets_len: usize,
+    rewards: *const care_rewards,
+    layout: *const care_group_layout,
     sums: *const care_group_sums,
     sums_len: usize,
     m2: *const f64,
     m2_len: usize,
     options: *const care_advantage_options,
-    advantages_out: *mut f32,
-    advantages_len: usize,
-    stats_out: *mut care_group_stats,
-    stats_len: usize,
+    outputs: *const care_advantage_outputs,
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let rewards = tri!(unsafe { args::slice(rewards, n) });
-        let valid = tri!(unsafe { args::opt_slice(valid, valid_len) });
-        let layout = tri!(unsafe { read_layout(group_size, group_offsets, group_offsets_len) });
+        let (rewards, valid) = tri!(unsafe { read_rewards(rewards) });
+        let layout = tri!(unsafe { read_layout(layout) });
         let sums = tri!(unsafe { args::slice(sums.cast::<GroupSums>(), sums_len) });
         let m2 = tri!(unsafe { args::slice(m2, m2_len) });
         let opts = tri!(unsafe { read_options(options) });
-        let out = tri!(unsafe { args::slice_mut(advantages_out, advantages_len) });
-        let stats = tri!(unsafe { args::opt_slice_mut(stats_out.cast::<GroupStats>(), stats_len) });
+        let (out, stats) = tri!(unsafe { read_outputs(outputs) });
         to_code(care_core::grpo::group_advantages_finalize(
             rewards, valid, layout, sums, m2, &opts, out, stats,
         ))
@@ -394,7 +440,6 @@ pub unsafe extern "C" fn care_group_advantages_finalize(
 /// Broadcasts per-sequence advantages onto tokens: `tokens_out[t] = advantages[seq(t)] *
 /// mask[t]`. `seq_offsets[B + 1]` is the CSR token layout (last entry = `tokens_len`);
 /// `advantages[B]`; `mask[mask_len]` optional (`mask_len == tokens_len`).
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_broadcast_to_tokens(
     advantages: *const f32,
@@ -423,16 +468,19 @@ mod tests {
     #[test]
     fn c_enum_values_index_the_core_tables() {
         assert_eq!(
-            BASELINES[care_baseline::CARE_BASELINE_LEAVE_ONE_OUT as usize],
+            Baseline::ALL[care_baseline::CARE_BASELINE_LEAVE_ONE_OUT as usize],
             Baseline::LeaveOneOut
         );
-        assert_eq!(SCALES[care_scale::CARE_SCALE_NONE as usize], Scale::None);
         assert_eq!(
-            STD_KINDS[care_std_kind::CARE_STD_BIASED as usize],
+            Scale::ALL[care_scale::CARE_SCALE_NONE as usize],
+            Scale::None
+        );
+        assert_eq!(
+            StdKind::ALL[care_std_kind::CARE_STD_BIASED as usize],
             StdKind::Biased
         );
         assert_eq!(
-            SINGLETONS[care_singleton_policy::CARE_SINGLETON_ERROR as usize],
+            SingletonPolicy::ALL[care_singleton_policy::CARE_SINGLETON_ERROR as usize],
             SingletonPolicy::Error
         );
         for (i, p) in Preset::ALL.iter().enumerate() {
@@ -442,14 +490,14 @@ mod tests {
             Preset::ALL[care_advantage_preset::CARE_ADVANTAGE_PRESET_RLOO as usize],
             Preset::Rloo
         );
-        for b in BASELINES {
-            assert_eq!(BASELINES[b as usize], b);
+        for b in Baseline::ALL {
+            assert_eq!(Baseline::ALL[b as usize], b);
         }
-        for s in SCALES {
-            assert_eq!(SCALES[s as usize], s);
+        for s in Scale::ALL {
+            assert_eq!(Scale::ALL[s as usize], s);
         }
-        for s in SINGLETONS {
-            assert_eq!(SINGLETONS[s as usize], s);
+        for s in SingletonPolicy::ALL {
+            assert_eq!(SingletonPolicy::ALL[s as usize], s);
         }
     }
 

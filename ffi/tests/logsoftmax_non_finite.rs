@@ -1,43 +1,54 @@
-//! `care_log_softmax` (the CPU entry point) never returns `CARE_OK` with NaN in its outputs:
-//! inputs without a softmax are errors, named by code, and nothing is written.
+//! `care_selective_log_softmax` (the CPU entry point) and its backward pass never return
+//! `CARE_OK` with NaN in their outputs: inputs without a softmax are errors, named by code,
+//! and nothing is written.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::ptr::{null, null_mut};
+use std::ptr::null;
 
-use care::care_result::{self, CARE_ERR_INVALID_ARGUMENT, CARE_ERR_NON_FINITE, CARE_OK};
-use care::logsoftmax::{care_log_softmax, care_log_softmax_backward};
+use care_ffi::care_result::{self, CARE_ERR_INVALID_ARGUMENT, CARE_ERR_NON_FINITE, CARE_OK};
+use care_ffi::logsoftmax::{
+    care_log_softmax_grads, care_log_softmax_outputs, care_logits, care_selective_log_softmax,
+    care_selective_log_softmax_backward,
+};
 
-/// Forward on `f32` logits `[rows, v]` (target 0 on every row, optional mask), returning the
-/// result and the three outputs (pre-filled with 7.0).
+/// `f32` logits `[rows, v]`, target 0 on every row, optional mask.
+fn logits<'a>(x: &'a [f32], v: usize, y: &'a [i32], mask: Option<&'a [u8]>, t: f64) -> care_logits {
+    care_logits {
+        struct_size: size_of::<care_logits>() as u32,
+        dtype: 0,
+        logits: x.as_ptr().cast(),
+        logits_len: x.len(),
+        rows: x.len() / v,
+        vocab: v,
+        row_stride: v,
+        targets: y.as_ptr().cast(),
+        targets_len: y.len(),
+        targets_i64: 0,
+        mask: mask.map_or(null(), <[u8]>::as_ptr),
+        mask_len: mask.map_or(0, <[u8]>::len),
+        temperature: t,
+    }
+}
+
+/// Forward, returning the result and the three outputs (pre-filled with 7.0).
 fn forward(x: &[f32], v: usize, mask: Option<&[u8]>, t: f64) -> (care_result, Vec<f32>) {
     let rows = x.len() / v;
     let y = vec![0i32; rows];
     let mut out = vec![7.0f32; 3 * rows];
     let (lp, rest) = out.split_at_mut(rows);
     let (h, lse) = rest.split_at_mut(rows);
-    // SAFETY: every pointer is valid for the length passed with it.
-    let r = unsafe {
-        care_log_softmax(
-            0,
-            x.as_ptr().cast(),
-            x.len(),
-            rows,
-            v,
-            v,
-            y.as_ptr().cast(),
-            rows,
-            0,
-            mask.map_or(null(), <[u8]>::as_ptr),
-            mask.map_or(0, <[u8]>::len),
-            t,
-            lp.as_mut_ptr(),
-            rows,
-            h.as_mut_ptr(),
-            rows,
-            lse.as_mut_ptr(),
-            rows,
-        )
+    let o = care_log_softmax_outputs {
+        struct_size: size_of::<care_log_softmax_outputs>() as u32,
+        logp: lp.as_mut_ptr(),
+        logp_len: rows,
+        entropy: h.as_mut_ptr(),
+        entropy_len: rows,
+        lse: lse.as_mut_ptr(),
+        lse_len: rows,
     };
+    let l = logits(x, v, &y, mask, t);
+    // SAFETY: every pointer is valid for the length passed with it.
+    let r = unsafe { care_selective_log_softmax(&l, &o) };
     (r, out)
 }
 
@@ -45,29 +56,20 @@ fn backward(x: &[f32], v: usize, g: &[f32], t: f64) -> (care_result, Vec<f32>) {
     let rows = x.len() / v;
     let y = vec![0i32; rows];
     let mut d = vec![7.0f32; rows * v];
-    // SAFETY: as in `forward`.
-    let r = unsafe {
-        care_log_softmax_backward(
-            0,
-            x.as_ptr().cast(),
-            x.len(),
-            rows,
-            v,
-            v,
-            y.as_ptr().cast(),
-            rows,
-            0,
-            null(),
-            0,
-            t,
-            g.as_ptr(),
-            g.len(),
-            null_mut(),
-            0,
-            d.as_mut_ptr(),
-            d.len(),
-        )
+    let grads = care_log_softmax_grads {
+        struct_size: size_of::<care_log_softmax_grads>() as u32,
+        dlogp: g.as_ptr(),
+        dlogp_len: g.len(),
+        dentropy: null(),
+        dentropy_len: 0,
+        lse: null(),
+        lse_len: 0,
+        entropy: null(),
+        entropy_len: 0,
     };
+    let l = logits(x, v, &y, None, t);
+    // SAFETY: as in `forward`.
+    let r = unsafe { care_selective_log_softmax_backward(&l, &grads, d.as_mut_ptr(), d.len()) };
     (r, d)
 }
 

@@ -5,11 +5,13 @@
 //! AddressSanitizer catches any overrun; no call may panic (`CARE_ERR_PANIC`).
 #![no_main]
 
-use care::advantage::care_group_advantages;
-use care::care_result::{self, *};
-use care::loss::{care_loss_stats, care_policy_loss_f32};
-use care::reward::{care_judge_output_parse, care_policy_reward, care_policy_reward_batch};
-use care::rubric::*;
+use care_ffi::advantage::{
+    care_advantage_outputs, care_group_advantages, care_group_layout, care_rewards,
+};
+use care_ffi::care_result::{self, *};
+use care_ffi::loss::{care_loss_inputs, care_loss_stats, care_policy_loss};
+use care_ffi::reward::{care_judge_output_parse, care_policy_reward, care_policy_reward_group};
+use care_ffi::rubric::*;
 use libfuzzer_sys::fuzz_target;
 use std::ffi::c_char;
 use std::ptr::{null, null_mut};
@@ -28,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
     unsafe {
         // r_fmt and the validation report agree.
         let mut rf = -1.0;
-        assert!(ok(care_r_fmt(tp, text.len(), null(), &mut rf)));
+        assert!(ok(care_format_reward(tp, text.len(), null(), &mut rf)));
         let mut rep = null_mut();
         assert!(ok(care_rubric_validate(tp, text.len(), null(), &mut rep)));
         let (mut rf2, mut parsed, mut over) = (-1.0, 0u32, 0u32);
@@ -132,7 +134,7 @@ fuzz_target!(|data: &[u8]| {
         }
         let m = usize::from(b(3) >> 1) % 5;
         let mut rewards = vec![0.0f64; m];
-        let _ = ok(care_policy_reward_batch(
+        let _ = ok(care_policy_reward_group(
             rubric,
             scores.as_ptr(),
             scores.len(),
@@ -162,30 +164,36 @@ fn advantages(data: &[u8]) {
         .map(|&x| u32::from(x))
         .collect();
     let group_size = u32::from(b(3) % 5);
+    let c_rewards = care_rewards {
+        struct_size: size_of::<care_rewards>() as u32,
+        rewards: rewards.as_ptr(),
+        rewards_len: n,
+        valid: if valid.is_empty() {
+            null()
+        } else {
+            valid.as_ptr()
+        },
+        valid_len: valid.len(),
+    };
+    let layout = care_group_layout {
+        struct_size: size_of::<care_group_layout>() as u32,
+        group_size: if offsets.is_empty() { group_size } else { 0 },
+        offsets: if offsets.is_empty() {
+            null()
+        } else {
+            offsets.as_ptr()
+        },
+        offsets_len: offsets.len(),
+    };
+    let outputs = care_advantage_outputs {
+        struct_size: size_of::<care_advantage_outputs>() as u32,
+        advantages: out.as_mut_ptr(),
+        advantages_len: out.len(),
+        stats: null_mut(),
+        stats_len: 0,
+    };
     unsafe {
-        let r = care_group_advantages(
-            rewards.as_ptr(),
-            n,
-            if valid.is_empty() {
-                null()
-            } else {
-                valid.as_ptr()
-            },
-            valid.len(),
-            if offsets.is_empty() { group_size } else { 0 },
-            if offsets.is_empty() {
-                null()
-            } else {
-                offsets.as_ptr()
-            },
-            offsets.len(),
-            null(),
-            out.as_mut_ptr(),
-            out.len(),
-            null_mut(),
-            0,
-        );
-        ok(r);
+        ok(care_group_advantages(&c_rewards, &layout, null(), &outputs));
     }
 }
 
@@ -223,25 +231,31 @@ fn loss(data: &[u8]) {
     };
     let mut loss = 0.0f64;
     let mut stats = unsafe { std::mem::zeroed::<care_loss_stats>() };
+    let inputs = care_loss_inputs {
+        struct_size: size_of::<care_loss_inputs>() as u32,
+        dtype: 0, // f32
+        logp: logp.as_ptr().cast(),
+        logp_len: logp.len(),
+        logp_old: opt(&old, b(13) & 1 != 0).cast(),
+        logp_old_len: old.len(),
+        logp_ref: opt(&rf, b(13) & 2 != 0).cast(),
+        logp_ref_len: rf.len(),
+        seq_offsets: offsets.as_ptr(),
+        seq_offsets_len: offsets.len(),
+        mask: if b(13) & 4 != 0 && mask.is_empty() {
+            null()
+        } else {
+            mask.as_ptr()
+        },
+        mask_len: mask.len(),
+        advantages: adv.as_ptr(),
+        advantages_len: adv.len(),
+        advantages_kind: u32::from(b(14) % 3),
+        max_seq_len: 0,
+    };
     unsafe {
-        let r = care_policy_loss_f32(
-            logp.as_ptr(),
-            logp.len(),
-            opt(&old, b(13) & 1 != 0),
-            old.len(),
-            opt(&rf, b(13) & 2 != 0),
-            rf.len(),
-            offsets.as_ptr(),
-            offsets.len(),
-            if b(13) & 4 != 0 && mask.is_empty() {
-                null()
-            } else {
-                mask.as_ptr()
-            },
-            mask.len(),
-            adv.as_ptr(),
-            adv.len(),
-            u32::from(b(14) % 3),
+        let r = care_policy_loss(
+            &inputs,
             null(),
             grad.as_mut_ptr(),
             grad.len(),

@@ -35,6 +35,15 @@ from ._reward import (
     strategy_counts,
     validate,
 )
+# Reward functions for trainers (TRL, verl) over a running `care serve`; stdlib only, and
+# loadable by path too (verl: custom_reward_function.path=python/care_rl/rewards.py).
+from .rewards import (
+    CareRewardClient,
+    CareRewardError,
+    TRLReward,
+    compute_score,
+    compute_score_batch,
+)
 from ._types import (
     Alignment,
     Fired,
@@ -92,4 +101,9 @@ __all__ = [
     "StrategyCounts",
     "Validation",
     "Violation",
+    "CareRewardClient",
+    "CareRewardError",
+    "TRLReward",
+    "compute_score",
+    "compute_score_batch",
 ]
