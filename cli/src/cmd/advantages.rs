@@ -1,18 +1,18 @@
 //! `care advantages`: group-relative advantages of one batch per line (SPEC §9).
 
-use care_core::grpo::{AdvantageOptions, GroupLayout, GroupStats, group_advantages};
-use serde_json::Value;
-
-use crate::input::{f32_array, mask_array, object, optional, required, u32_array, usize_value};
+use crate::input::{
+    Line, f32_array, mask_array, object, optional, required, u32_array, usize_value,
+};
 use crate::json::{LineError, Obj};
+use care_core::grpo::{AdvantageOptions, GroupLayout, GroupStats, group_advantages};
 
 /// Resolved options: the core's [`AdvantageOptions`].
 pub type Options = AdvantageOptions;
 
 /// Reads `{"rewards", "group_size" | "group_offsets", "valid"?}` and writes `advantages` and
 /// `groups`.
-pub fn run(opts: &Options, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
-    let m = object(value)?;
+pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let m = object(line)?;
     // A null reward is an invalid sample; the core treats NaN exactly that way.
     let rewards = f32_array(required(m, "rewards")?, "rewards", true)?;
     let valid = optional(m, "valid")

@@ -1,18 +1,16 @@
 //! `care loss`: the clipped-ratio policy loss of one micro-batch per line (SPEC §10).
 
-use care_core::grpo::{Advantages, LossInputs, LossOptions, LossStats, policy_loss};
-use serde_json::Value;
-
-use crate::input::{f32_array, mask_array, object, optional, required, u32_array};
+use crate::input::{Line, f32_array, mask_array, object, optional, required, u32_array};
 use crate::json::{LineError, Obj};
+use care_core::grpo::{Advantages, LossInputs, LossOptions, LossStats, policy_loss};
 
 /// Resolved options: the core's [`LossOptions`].
 pub type Options = LossOptions;
 
 /// Reads `{"logp", "logp_old"?, "logp_ref"?, "seq_offsets", "mask"?, "advantages"}` and writes
 /// `loss`, `grad` and `stats`.
-pub fn run(opts: &Options, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
-    let m = object(value)?;
+pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let m = object(line)?;
     // null log-probs are allowed (NaN): a masked token's inputs are never read.
     let logp = f32_array(required(m, "logp")?, "logp", true)?;
     let logp_old = optional(m, "logp_old")
