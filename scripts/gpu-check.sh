@@ -60,8 +60,9 @@ prepare)
     cp "$root/cli/data/rubric_sft_1.json" "$dir/"
     # care_rl: the abi3 wheel (one wheel for every CPython >= 3.9), built by the pinned maturin
     # of the CI virtualenv (python/venv.sh) and stripped; the GPU machine installs it with
-    # --no-deps (torch and numpy are its own). pytest's wheels (pure Python, the version CI
-    # pins) come along in case the machine has no pytest.
+    # --no-deps (torch and numpy are its own). pytest's wheels (the version CI pins) come along
+    # in case the machine has no pytest: the pure-Python builds (--platform any), since the
+    # machine's CPython may differ from this one (tomli also has per-version compiled wheels).
     if [ -n "${PYTHON:-}" ]; then
         py="$PYTHON"
     else
@@ -74,7 +75,8 @@ prepare)
     PATH="$(dirname "$py"):$PATH" MATURIN_PEP517_ARGS="--strip" "$py" -m pip wheel --quiet \
         --no-deps --no-build-isolation -w "$dir/wheels" "$root/python"
     pytest_pin="$(grep -o '^pytest==[0-9.]*' "$root/python/requirements-test.txt")"
-    "$py" -m pip download --quiet --only-binary=:all: --no-deps -d "$dir/wheels" \
+    "$py" -m pip download --quiet --only-binary=:all: --platform any --implementation py \
+        --no-deps -d "$dir/wheels" \
         "$pytest_pin" iniconfig packaging pluggy pygments exceptiongroup tomli typing_extensions
     # The care_rl.torch tests (they need only conftest.py) and the PyTorch comparison.
     cp "$root/python/tests/conftest.py" "$root/python/tests/test_torch_ops.py" "$dir/python/tests/"
@@ -139,8 +141,11 @@ run)
         -p no:cacheprovider
     for bin in "$here"/bin/*; do
         name="$(basename "$bin")"
-        # Only binaries that have GPU tests (the list filter prints "N tests").
-        if ! "$bin" gpu_ --list 2>/dev/null | grep -q ': test'; then
+        # Only binaries that have GPU tests (the list filter prints "N tests"). The list is read
+        # whole first: `grep -q` in the pipe would exit at the first match, the binary would
+        # die of SIGPIPE writing the rest, and pipefail would then skip a binary that has tests.
+        listed="$("$bin" gpu_ --list 2>/dev/null || true)"
+        if ! grep -q ': test' <<< "$listed"; then
             continue
         fi
         CARE_GPU_CASES="${CARE_GPU_CASES:-256}" \
