@@ -16,21 +16,31 @@
 
 mod advantage;
 mod dist;
+mod gae;
 mod layout;
 mod logprob;
 mod loss;
+mod rollout;
 
 pub use advantage::{
     AdvantageOptions, AdvantageValue, Baseline, GroupStats, Preset, Scale, SingletonPolicy,
     StdKind, broadcast_to_tokens, group_advantages,
 };
 pub use dist::{GroupSums, group_advantages_finalize, group_partial_squares, group_partial_sums};
+pub use gae::{
+    GaeOptions, WhitenOptions, discounted_returns, gae, whiten, whiten_finalize,
+    whiten_partial_squares, whiten_partial_sums,
+};
 pub use layout::{GroupLayout, validate_offsets};
 pub use logprob::LogProb;
 pub use loss::{
     Advantages, Aggregation, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput, LossPreset,
     LossStats, RatioLevel, Surrogate, TokenTerms, aggregation_weight, kl_term, log_ratio,
     policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
+};
+pub use rollout::{
+    IsLevel, RejectBound, Rejection, RolloutInputs, RolloutOptions, RolloutStats, SequenceRollout,
+    TokenDivergence, rollout_correction, rollout_log_ratio, token_divergence, truncated_weight,
 };
 
 /// Narrows an `f64` result to `f32`, saturating finite values at `±f32::MAX` instead of
