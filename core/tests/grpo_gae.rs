@@ -107,7 +107,15 @@ fn errors_before_writes() {
         lambda: f64::NAN,
     };
     let mut out2 = [7.0f32; 3];
-    let e = gae(&[1.0; 3], &[0.0; 3], &[0, 3], None, &nan, &mut out, &mut out2);
+    let e = gae(
+        &[1.0; 3],
+        &[0.0; 3],
+        &[0, 3],
+        None,
+        &nan,
+        &mut out,
+        &mut out2,
+    );
     assert_eq!(e, Err(Error::InvalidArgument));
     let o = GaeOptions::default();
     let e = gae(&[1.0; 3], &[0.0; 2], &[0, 3], None, &o, &mut out, &mut out2);
@@ -152,7 +160,12 @@ fn tokens() -> impl Strategy<Value = Tokens> {
             prop::collection::vec(prop_oneof![4 => Just(1u8), 1 => Just(0u8)], n),
             Just(offsets),
         )
-            .prop_map(|(r, v, mask, offsets)| Tokens { r, v, mask, offsets })
+            .prop_map(|(r, v, mask, offsets)| Tokens {
+                r,
+                v,
+                mask,
+                offsets,
+            })
     })
 }
 

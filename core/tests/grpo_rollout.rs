@@ -6,7 +6,7 @@
 
 use care_core::Error;
 use care_core::grpo::{
-    IsLevel, RejectBound, Rejection, RolloutInputs, RolloutOptions, RolloutStats,
+    IsLevel, RejectBound, Rejection, RejectionMode, RolloutInputs, RolloutOptions, RolloutStats,
     rollout_correction,
 };
 use proptest::prelude::*;
@@ -56,6 +56,11 @@ fn token_weights_truncate_at_the_threshold() {
     assert_eq!(w[0], 1.5);
     assert_eq!(w[1], (-1.0f64).exp() as f32);
     assert_eq!(st.truncated, 1.0);
+    // A lower truncation C_low = 0.5 (OpenRLHF `tis`) lifts e^-1 and e^-2 to 0.5.
+    o.is_threshold_low = 0.5;
+    let (st, w, _) = run(&o, None);
+    assert_eq!(w, [1.5, 0.5, 1.0, 1.0, 0.5]);
+    assert_eq!(st.truncated, 3.0);
 }
 
 #[test]
@@ -90,7 +95,7 @@ fn sequence_weights_are_the_clamped_truncated_product() {
 fn token_k1_bounds_the_ratio_with_default_lower() {
     // upper 1.5, lower 1/1.5: keep |x| <= ln 1.5 = 0.405: tokens 2 and 3.
     let mut o = RolloutOptions::default();
-    o.set_bound(Rejection::TokenK1, 0.0, 1.5);
+    o.reject[Rejection::TokenK1 as usize] = RejectBound::ratio(1.5);
     let (st, w, keep) = run(&o, None);
     assert_eq!(keep, [0, 0, 1, 1, 0]);
     assert_eq!(w, [0.0, 0.0, 1.0, 1.0, 0.0]);
@@ -100,6 +105,27 @@ fn token_k1_bounds_the_ratio_with_default_lower() {
     o.set_bound(Rejection::TokenK1, 0.3, 1.7);
     let (_, _, keep) = run(&o, None);
     assert_eq!(keep, [1, 1, 1, 1, 0]);
+    // lower 0 = no lower bound: [0, 1.7] keeps every ratio below 1.7.
+    o.set_bound(Rejection::TokenK1, 0.0, 1.7);
+    assert_eq!(run(&o, None).2, [1; 5]);
+    o.set_bound(Rejection::TokenK1, 0.0, 1.5);
+    assert_eq!(run(&o, None).2, [0, 1, 1, 1, 1]);
+}
+
+#[test]
+fn zero_weight_mode_keeps_rejected_tokens_counted() {
+    // OpenRLHF `icepop` [0.5, 2]: token weights, zero outside the band (e^-1, e^-2 rejected).
+    let mut o = RolloutOptions {
+        is_level: IsLevel::Token,
+        is_threshold: f64::INFINITY,
+        rejection_mode: RejectionMode::ZeroWeight,
+        ..RolloutOptions::default()
+    };
+    o.set_bound(Rejection::TokenK1, 0.5, 2.0);
+    let (st, w, keep) = run(&o, None);
+    assert_eq!(keep, [1; 5]);
+    assert_eq!(w, [0.5f64.exp() as f32, 0.0, 1.0, 1.0, 0.0]);
+    assert_eq!((st.rejected_tokens, st.rejected_sequences), (2.0, 2.0));
 }
 
 #[test]
@@ -128,11 +154,12 @@ fn sequence_criteria_goldens() {
     let first = (vec![1u8, 1, 1, 0, 0], 1.0);
     let none = (vec![1u8; 5], 0.0);
     // seq_sum_k1 in [e^-1, e^1]: -0.5 passes, -2 fails.
-    assert_eq!(case(Rejection::SeqSumK1, 0.0, 1f64.exp()), first);
+    assert_eq!(case(Rejection::SeqSumK1, (-1f64).exp(), 1f64.exp()), first);
     assert_eq!(case(Rejection::SeqSumK2, 0.0, 1.0), first);
     assert_eq!(case(Rejection::SeqSumK3, 0.0, 1.0), first);
     // seq_mean_k1 in [e^-0.5, e^0.5]: -1/6 passes, -1 fails.
-    assert_eq!(case(Rejection::SeqMeanK1, 0.0, 0.5f64.exp()), first);
+    let b = RejectBound::ratio(0.5f64.exp());
+    assert_eq!(case(Rejection::SeqMeanK1, b.lower, b.upper), first);
     assert_eq!(case(Rejection::SeqMeanK2, 0.0, 0.5), first);
     assert_eq!(case(Rejection::SeqMeanK3, 0.0, 0.2), first);
     assert_eq!(case(Rejection::SeqMaxK2, 0.0, 1.0), first);
@@ -223,9 +250,12 @@ fn options_are_validated_before_writes() {
     bad(&|o| o.is_threshold = 0.0);
     bad(&|o| o.is_threshold = f64::NAN);
     bad(&|o| o.log_ratio_clamp = -1.0);
+    bad(&|o| o.is_threshold_low = 3.0); // above C = 2
+    bad(&|o| o.is_threshold_low = -0.1);
     bad(&|o| o.set_bound(Rejection::TokenK2, 0.5, 1.0)); // a lower bound on k2
     bad(&|o| o.set_bound(Rejection::SeqSumK1, 2.0, 1.0)); // lower > upper
     bad(&|o| o.set_bound(Rejection::SeqMeanK1, -0.5, 1.0));
+    bad(&|o| o.set_bound(Rejection::SeqMeanK1, f64::INFINITY, f64::INFINITY));
     bad(&|o| o.set_bound(Rejection::SeqMaxK3, 0.0, -1.0));
     bad(&|o| o.set_bound(Rejection::TokenK3, 0.0, f64::NAN));
     bad(&|o| {
@@ -270,6 +300,9 @@ fn names_round_trip() {
     }
     for l in IsLevel::ALL {
         assert_eq!(l.name().parse::<IsLevel>(), Ok(l));
+    }
+    for m in RejectionMode::ALL {
+        assert_eq!(m.name().parse::<RejectionMode>(), Ok(m));
     }
     assert_eq!(
         "seq_max_k1".parse::<Rejection>(),
@@ -321,7 +354,11 @@ fn any_bounds() -> impl Strategy<Value = RolloutOptions> {
                 ..RolloutOptions::default()
             };
             for (r, u) in Rejection::ALL.into_iter().zip(ups) {
-                o.set_bound(r, 0.0, u);
+                if r.is_k1() && u > 0.0 {
+                    o.reject[r as usize] = RejectBound::ratio(u);
+                } else {
+                    o.set_bound(r, 0.0, u);
+                }
             }
             o
         })

@@ -39,8 +39,9 @@ pub use loss::{
     policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
 };
 pub use rollout::{
-    IsLevel, RejectBound, Rejection, RolloutInputs, RolloutOptions, RolloutStats, SequenceRollout,
-    TokenDivergence, rollout_correction, rollout_log_ratio, token_divergence, truncated_weight,
+    IsLevel, RejectBound, Rejection, RejectionMode, RolloutInputs, RolloutOptions, RolloutStats,
+    SequenceRollout, TokenDivergence, rollout_correction, rollout_log_ratio, token_divergence,
+    truncated_weight,
 };
 
 /// Narrows an `f64` result to `f32`, saturating finite values at `±f32::MAX` instead of

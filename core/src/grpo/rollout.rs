@@ -8,8 +8,9 @@
 //! ```text
 //! x_t  = logp_old_t - logp_rollout_t             log rho_t, rho_t = pi_old / pi_rollout
 //! x^_t = clamp(x_t, -S, S)
-//! token weight     w_t = min(exp(x^_t), C)                      C = is_threshold (TIS)
-//! sequence weight  w_i = min(exp(clamp(sum_t x_t, -S, S)), C)   for every token of sequence i
+//! token weight     w_t = clamp(exp(x^_t), C_low, C)              C = is_threshold (TIS),
+//!                                                                C_low = is_threshold_low (0)
+//! sequence weight  w_i = clamp(exp(clamp(sum_t x_t, -S, S)), C_low, C)   every token of seq i
 //! k1_t = x^_t   k2_t = x^_t^2 / 2   k3_t = exp(x^_t) - 1 - x^_t
 //! token_kJ      keeps a token when its own kJ_t passes
 //! seq_sum_kJ    keeps a sequence when sum_t kJ_t passes      (sums over its counted tokens)
@@ -18,10 +19,12 @@
 //! passes: k1: ln(lower) <= stat <= ln(upper);  k2, k3: stat <= upper;  NaN never passes
 //! ```
 //!
-//! Every enabled criterion must pass (they chain with AND). Rejected tokens leave the loss as if
-//! their mask were 0 (they drop out of every count and denominator); the weights multiply the
-//! policy-gradient term only and are constants for the gradient (detached), as importance
-//! sampling requires. Weights and rejections are computed from the mask *before* rejection, as
+//! Every enabled criterion must pass (they chain with AND). A rejected token either leaves the
+//! loss as if its mask were 0 ([`RejectionMode::Drop`], verl's rejection sampling: it drops out
+//! of every count and denominator) or keeps its place with importance weight 0
+//! ([`RejectionMode::ZeroWeight`]: TRL's `*_mask` modes, OpenRLHF's `icepop` and
+//! `seq-mask-tis`, verl's IcePop weights). The weights multiply the policy-gradient term only
+//! and are constants for the gradient (detached), as importance sampling requires. Weights and rejections are computed from the mask *before* rejection, as
 //! verl does. Without `logp_old` (on-policy), the proximal policy is the current one: `x_t` uses
 //! `logp_t` as a constant (verl's bypass mode).
 //!
@@ -74,6 +77,47 @@ impl core::str::FromStr for IsLevel {
         Self::ALL
             .into_iter()
             .find(|l| l.name() == s)
+            .ok_or(Error::InvalidArgument)
+    }
+}
+
+/// What a rejected token becomes.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum RejectionMode {
+    /// Masked out: it leaves the loss and every count, as verl's `rollout_rs` (default).
+    #[default]
+    Drop = 0,
+    /// Importance weight 0 on its policy-gradient term; it stays counted (denominators, KL
+    /// term), as TRL's `*_mask` modes and OpenRLHF's `icepop` / `seq-mask-tis`.
+    ZeroWeight = 1,
+}
+
+impl RejectionMode {
+    /// Every mode, in number order.
+    pub const ALL: [RejectionMode; 2] = [RejectionMode::Drop, RejectionMode::ZeroWeight];
+    /// The stable names, in number order (`drop`, `zero_weight`).
+    pub const NAMES: [&'static str; 2] = ["drop", "zero_weight"];
+
+    /// The mode's stable name.
+    pub const fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+impl core::fmt::Display for RejectionMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl core::str::FromStr for RejectionMode {
+    type Err = Error;
+    /// Parses a [`RejectionMode::NAMES`] entry. Errors: [`Error::InvalidArgument`].
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
             .ok_or(Error::InvalidArgument)
     }
 }
@@ -183,8 +227,9 @@ impl core::str::FromStr for Rejection {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RejectBound {
-    /// `k1` criteria: the lower ratio bound, `0 < lower <= upper` (0 = `1 / upper`, verl's
-    /// default). Other criteria: must be 0.
+    /// `k1` criteria: the lower ratio bound, `0 <= lower <= upper`, finite (0 = no lower
+    /// bound; verl's one-number threshold `u` is `lower = 1 / u`, see [`RejectBound::ratio`]).
+    /// Other criteria: must be 0.
     pub lower: f64,
     /// `k1` criteria: the upper ratio bound; others: the upper bound on the statistic. `> 0`
     /// (`+inf` allowed) to enable, 0 = off.
@@ -192,6 +237,14 @@ pub struct RejectBound {
 }
 
 impl RejectBound {
+    /// verl's one-number ratio threshold `u` of a `k1` criterion: `[1 / u, u]`.
+    pub fn ratio(u: f64) -> RejectBound {
+        RejectBound {
+            lower: 1.0 / u,
+            upper: u,
+        }
+    }
+
     /// The criterion is enabled.
     #[inline]
     pub fn on(&self) -> bool {
@@ -201,15 +254,18 @@ impl RejectBound {
 
 /// Options of the rollout correction. Plain `#[repr(C)]` data.
 ///
-/// Field order (C): `is_threshold: f64, log_ratio_clamp: f64, reject: RejectBound[11]`, then
-/// `is_level: u32` and 4 bytes of tail padding (200 bytes). The zeroed `reject` table rejects
-/// nothing.
+/// Field order (C): `is_threshold: f64, is_threshold_low: f64, log_ratio_clamp: f64,
+/// reject: RejectBound[11], is_level: u32, rejection_mode: u32` (208 bytes, no padding). The
+/// zeroed `reject` table rejects nothing.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RolloutOptions {
     /// Truncation `C` of the importance weights (TIS; verl `rollout_is_threshold`, 2).
     /// `> 0`; `+inf` keeps the weights untruncated.
     pub is_threshold: f64,
+    /// Lower truncation `C_low` of the importance weights (0 = none, verl; OpenRLHF `tis` and
+    /// TRL `*_truncate` take one). `0 <= C_low <= C`, finite.
+    pub is_threshold_low: f64,
     /// Bound `S` on the rollout log ratio before `exp` (20, verl's `SAFETY_BOUND`). `> 0`;
     /// `+inf` turns it off.
     pub log_ratio_clamp: f64,
@@ -217,6 +273,8 @@ pub struct RolloutOptions {
     pub reject: [RejectBound; 11],
     /// Importance-weight level (off by default).
     pub is_level: IsLevel,
+    /// What a rejected token becomes.
+    pub rejection_mode: RejectionMode,
 }
 
 impl Default for RolloutOptions {
@@ -224,9 +282,11 @@ impl Default for RolloutOptions {
     fn default() -> Self {
         RolloutOptions {
             is_threshold: 2.0,
+            is_threshold_low: 0.0,
             log_ratio_clamp: 20.0,
             reject: [RejectBound::default(); 11],
             is_level: IsLevel::Off,
+            rejection_mode: RejectionMode::Drop,
         }
     }
 }
@@ -251,12 +311,14 @@ impl RolloutOptions {
     }
 
     /// Checks the numeric fields. Errors: [`Error::InvalidArgument`] for a truncation or clamp
-    /// that is not `> 0`, an enabled bound that is not `> 0`, a `k1` lower bound that is
-    /// negative, not finite or above the upper bound, or a lower bound on a `k2`/`k3`
-    /// criterion or on a disabled one.
+    /// that is not `> 0`, a lower truncation that is negative, not finite or above the upper
+    /// one, an enabled bound that is not `> 0`, a `k1` lower bound that is negative, not finite
+    /// or above the upper bound, or a lower bound on a `k2`/`k3` criterion or on a disabled one.
     pub fn validate(&self) -> Result<()> {
         let pos = |x: f64| x > 0.0; // false for NaN, true for +inf
-        if !(pos(self.is_threshold) && pos(self.log_ratio_clamp)) {
+        let low = self.is_threshold_low;
+        let low_ok = low.is_finite() && low >= 0.0 && low <= self.is_threshold;
+        if !(pos(self.is_threshold) && pos(self.log_ratio_clamp) && low_ok) {
             return Err(Error::InvalidArgument);
         }
         for r in Rejection::ALL {
@@ -279,14 +341,8 @@ impl RolloutOptions {
     pub(crate) fn resolved(&self) -> Resolved {
         let k1 = |r: Rejection| -> Option<(f64, f64)> {
             let b = self.bound(r);
-            b.on().then(|| {
-                let lower = if b.lower == 0.0 {
-                    1.0 / b.upper
-                } else {
-                    b.lower
-                };
-                (libm::log(lower), libm::log(b.upper))
-            })
+            // ln 0 = -inf: no lower bound.
+            b.on().then(|| (libm::log(b.lower), libm::log(b.upper)))
         };
         let up = |r: Rejection| -> Option<f64> {
             let b = self.bound(r);
@@ -306,7 +362,9 @@ impl RolloutOptions {
             max_k3: up(Rejection::SeqMaxK3),
             is_level: self.is_level,
             is_threshold: self.is_threshold,
+            is_threshold_low: self.is_threshold_low,
             clamp: self.log_ratio_clamp,
+            zero_weight: self.rejection_mode == RejectionMode::ZeroWeight,
         }
     }
 }
@@ -327,7 +385,10 @@ pub(crate) struct Resolved {
     max_k3: Option<f64>,
     pub(crate) is_level: IsLevel,
     is_threshold: f64,
+    is_threshold_low: f64,
     pub(crate) clamp: f64,
+    /// Rejected tokens stay counted with weight 0 ([`RejectionMode::ZeroWeight`]).
+    pub(crate) zero_weight: bool,
 }
 
 #[inline]
@@ -376,12 +437,15 @@ pub fn token_divergence(x_hat: f64) -> TokenDivergence {
     }
 }
 
-/// A truncated importance weight `min(exp(log_w), C)` and whether the truncation bound.
+/// A truncated importance weight `clamp(exp(log_w), low, high)` and whether a truncation
+/// bound (NaN passes through untruncated).
 #[inline]
-pub fn truncated_weight(log_w: f64, threshold: f64) -> (f64, bool) {
+pub fn truncated_weight(log_w: f64, low: f64, high: f64) -> (f64, bool) {
     let w = libm::exp(log_w);
-    if w > threshold {
-        (threshold, true)
+    if w > high {
+        (high, true)
+    } else if w < low {
+        (low, true)
     } else {
         (w, false)
     }
@@ -471,7 +535,7 @@ impl SequenceRollout {
     #[inline]
     pub(crate) fn weight(&self, r: &Resolved) -> (f64, bool) {
         let (_, s) = rollout_log_ratio(self.sum_x, 0.0, r.clamp);
-        truncated_weight(s, r.is_threshold)
+        truncated_weight(s, r.is_threshold_low, r.is_threshold)
     }
 }
 
@@ -490,7 +554,7 @@ pub(crate) fn token_kept(r: &Resolved, x_hat: f64) -> bool {
 pub(crate) fn token_weight(r: &Resolved, x_hat: f64, seq: (f64, bool)) -> (f64, bool) {
     match r.is_level {
         IsLevel::Off => (1.0, false),
-        IsLevel::Token => truncated_weight(x_hat, r.is_threshold),
+        IsLevel::Token => truncated_weight(x_hat, r.is_threshold_low, r.is_threshold),
         IsLevel::Sequence => seq,
     }
 }
@@ -615,7 +679,8 @@ pub(crate) fn sequence_rollout<T: LogProb>(
 
 /// The rollout correction of one micro-batch on its own: writes the importance weight
 /// `weights[t]` (0 for tokens that are masked or rejected) and the mask after rejection
-/// `keep[t]` (1 = still counted), and returns the diagnostics. [`policy_loss`] applies the
+/// `keep[t]` (1 = still counted: a rejected token is 0 under [`RejectionMode::Drop`] and 1 under
+/// [`RejectionMode::ZeroWeight`]), and returns the diagnostics. [`policy_loss`] applies the
 /// same correction itself when given `logp_rollout`; this function is for trainers that apply
 /// the weights in their own loss.
 ///
@@ -666,7 +731,7 @@ pub fn rollout_correction<T: LogProb>(
             let kept = seq_kept && token_kept(&r, xh);
             rejected_any |= !kept;
             st.rejected_tokens += f64::from(u8::from(!kept));
-            keep[t] = u8::from(kept);
+            keep[t] = u8::from(kept || r.zero_weight);
             weights[t] = if kept { super::narrow_f32(wt.0) } else { 0.0 };
         }
         st.rejected_sequences += f64::from(u8::from(rejected_any));
