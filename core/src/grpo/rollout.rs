@@ -720,7 +720,7 @@ pub fn rollout_correction<T: LogProb>(
         let seq_w = seq.weight(&r);
         let mut rejected_any = false;
         for t in range {
-            if !inputs.mask.is_none_or(|m| m[t] != 0) {
+            if inputs.mask.is_some_and(|m| m[t] == 0) {
                 (weights[t], keep[t]) = (0.0, 0);
                 continue;
             }

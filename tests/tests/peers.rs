@@ -1,0 +1,254 @@
+//! The differential suite of the GRPO step: `care-core` against the peers' formulas as
+//! transcribed, independently of `care-core`, in `care_tests::peers` (verl, TRL, OpenRLHF), on
+//! random padded batches with ragged responses, interior masks and fully masked rows.
+//!
+//! Relation checked everywhere: on ordinary inputs (log ratios well inside every clamp), each
+//! peer configuration and the `care` options documented as its mapping give the same numbers
+//! to `f32` rounding; where a difference is documented, the test states it exactly.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use care_core::grpo::{
+    GaeOptions, IsLevel, RejectBound, Rejection, RolloutInputs, RolloutOptions, WhitenOptions,
+    discounted_returns, gae, rollout_correction, whiten,
+};
+use care_tests::peers::{self, Rows, RsOption};
+use proptest::prelude::*;
+
+/// A padded `[B][T]` batch of `f32`-exact values, with the CSR layout `care` reads.
+#[derive(Debug, Clone)]
+struct Padded {
+    b: usize,
+    t: usize,
+    /// Four value columns (log-probs or rewards and values), `f32`.
+    cols: [Vec<f32>; 4],
+    mask: Vec<u8>,
+}
+
+impl Padded {
+    fn offsets(&self) -> Vec<u32> {
+        (0..=self.b).map(|i| (i * self.t) as u32).collect()
+    }
+    fn rows(&self, c: usize) -> Rows {
+        self.cols[c]
+            .chunks(self.t)
+            .map(|r| r.iter().map(|&x| f64::from(x)).collect())
+            .collect()
+    }
+    fn mask_rows(&self) -> Rows {
+        self.mask
+            .chunks(self.t)
+            .map(|r| r.iter().map(|&m| f64::from(m)).collect())
+            .collect()
+    }
+    fn empty_rows(&self) -> usize {
+        self.mask
+            .chunks(self.t)
+            .filter(|r| r.iter().all(|&m| m == 0))
+            .count()
+    }
+}
+
+/// Rows of random length (trailing padding), some interior masked tokens, and now and then a
+/// fully masked row. Column 0 is a log-prob in `[-4, 0)`; columns 1-3 are column 0 plus a
+/// small offset (rollout / reference log-probs), or plain values in `[-2, 2)` for rewards.
+fn padded() -> impl Strategy<Value = Padded> {
+    (1usize..6, 1usize..9).prop_flat_map(|(b, t)| {
+        let n = b * t;
+        (
+            prop::collection::vec(-4.0f32..-0.01, n),
+            prop::collection::vec(-0.6f32..0.6, n),
+            prop::collection::vec(-2.0f32..2.0, n),
+            prop::collection::vec(-2.0f32..2.0, n),
+            prop::collection::vec(0usize..=t, b),
+            prop::collection::vec(prop_oneof![6 => Just(1u8), 1 => Just(0u8)], n),
+        )
+            .prop_map(move |(lp, d, c2, c3, lens, holes)| {
+                let mut mask = vec![0u8; n];
+                for (i, &len) in lens.iter().enumerate() {
+                    for j in 0..len {
+                        mask[i * t + j] = holes[i * t + j];
+                    }
+                }
+                let rollout = lp.iter().zip(&d).map(|(a, b)| a - b).collect();
+                Padded {
+                    b,
+                    t,
+                    cols: [lp, rollout, c2, c3],
+                    mask,
+                }
+            })
+    })
+}
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * (1.0 + b.abs())
+}
+
+fn run_rollout(
+    p: &Padded,
+    o: &RolloutOptions,
+) -> (care_core::grpo::RolloutStats, Vec<f32>, Vec<u8>) {
+    let inputs = RolloutInputs {
+        logp_old: &p.cols[0],
+        logp_rollout: &p.cols[1],
+        seq_offsets: &p.offsets(),
+        mask: Some(&p.mask),
+    };
+    let n = p.mask.len();
+    let (mut w, mut keep) = (vec![0.0f32; n], vec![0u8; n]);
+    let st = rollout_correction(&inputs, o, &mut w, &mut keep).unwrap();
+    (st, w, keep)
+}
+
+const RS_NAMES: [&str; 11] = [
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// verl `rollout_is` token / sequence with `rollout_is_threshold` C: `care`'s weights.
+    #[test]
+    fn verl_rollout_is_weights(p in padded(), seq: bool, c in 0.5f64..3.0) {
+        let o = RolloutOptions {
+            is_level: if seq { IsLevel::Sequence } else { IsLevel::Token },
+            is_threshold: c,
+            ..RolloutOptions::default()
+        };
+        let (_, w, _) = run_rollout(&p, &o);
+        let want = peers::verl_is_weights(&p.rows(0), &p.rows(1), &p.mask_rows(), seq, c);
+        for (i, wr) in want.iter().enumerate() {
+            for (j, &x) in wr.iter().enumerate() {
+                let got = f64::from(w[i * p.t + j]);
+                prop_assert!(close(got, x, 1e-6), "[{i}][{j}] {got} vs {x}");
+            }
+        }
+    }
+
+    /// verl `rollout_rs` (chained options, each with a one-number threshold; `k1` options get
+    /// verl's default `[1/u, u]`): `care`'s mask after rejection.
+    #[test]
+    fn verl_rollout_rs_mask(p in padded(), picks in prop::collection::vec((0usize..11, 1.05f64..3.0), 1..4)) {
+        let mut o = RolloutOptions::default();
+        let mut opts = Vec::new();
+        for &(k, u) in &picks {
+            let r = Rejection::ALL[k];
+            // k2/k3 thresholds on the scale of the statistics (x in [-0.6, 0.6]).
+            let u = if r.is_k1() { u } else { (u - 1.0) * 0.2 };
+            let b = if r.is_k1() { RejectBound::ratio(u) } else { RejectBound { lower: 0.0, upper: u } };
+            o.reject[k] = b;
+            opts.retain(|x: &RsOption| x.name != RS_NAMES[k]);
+            opts.push(RsOption { name: RS_NAMES[k], lower: b.lower, upper: b.upper });
+        }
+        let (_, _, keep) = run_rollout(&p, &o);
+        let want = peers::verl_rs_mask(&p.rows(0), &p.rows(1), &p.mask_rows(), &opts);
+        for (i, wr) in want.iter().enumerate() {
+            for (j, &x) in wr.iter().enumerate() {
+                prop_assert_eq!(f64::from(keep[i * p.t + j]), x, "[{}][{}]", i, j);
+            }
+        }
+    }
+
+    /// verl `compute_offpolicy_metrics` from `care`'s sums. verl averages the per-sequence
+    /// metrics over every row; a fully masked row adds 0 to `log_ppl_diff` and 1 to `chi2_seq`
+    /// there, which the relation below accounts for exactly.
+    #[test]
+    fn verl_offpolicy_metrics(p in padded()) {
+        let (st, _, _) = run_rollout(&p, &RolloutOptions::default());
+        prop_assume!(st.tokens > 0.0);
+        let [kl, k3, lpd, lpa, chi2_tok, chi2_seq] =
+            peers::verl_offpolicy_metrics(&p.rows(0), &p.rows(1), &p.mask_rows());
+        let b = p.b as f64;
+        let empty = p.empty_rows() as f64;
+        prop_assert!(close(st.kl_sum / st.tokens, kl, 1e-6));
+        prop_assert!(close(st.k3_sum / st.tokens, k3, 1e-6));
+        prop_assert!(close(st.log_ppl_diff_sum / b, lpd, 1e-6));
+        prop_assert!(close(st.log_ppl_abs_diff_sum / b, lpa, 1e-6));
+        prop_assert!(close(st.chi2_token_sum / st.tokens - 1.0, chi2_tok, 1e-6));
+        prop_assert!(close((st.chi2_seq_sum + empty) / b - 1.0, chi2_seq, 1e-6));
+        prop_assert_eq!(st.sequences, b - empty);
+    }
+
+    /// verl `gae` (before its whitening) and `care`'s GAE agree on every counted token; with
+    /// verl's `masked_whiten` after both, they agree too.
+    #[test]
+    fn verl_gae_and_whitening(p in padded(), gamma in 0.0f64..=1.0, lam in 0.0f64..=1.0) {
+        let o = GaeOptions { gamma, lambda: lam };
+        let n = p.mask.len();
+        let (mut a, mut r) = (vec![0.0f32; n], vec![0.0f32; n]);
+        gae(&p.cols[2], &p.cols[3], &p.offsets(), Some(&p.mask), &o, &mut a, &mut r).unwrap();
+        let (pa, pr) = peers::verl_gae(&p.rows(2), &p.rows(3), &p.mask_rows(), gamma, lam);
+        for i in 0..p.b {
+            for j in 0..p.t {
+                if p.mask[i * p.t + j] != 0 {
+                    prop_assert!(close(f64::from(a[i * p.t + j]), pa[i][j], 1e-5));
+                    prop_assert!(close(f64::from(r[i * p.t + j]), pr[i][j], 1e-5));
+                }
+            }
+        }
+        let counted = p.mask.iter().filter(|&&m| m != 0).count();
+        prop_assume!(counted >= 2);
+        let pw = peers::verl_masked_whiten(&pa, &p.mask_rows());
+        whiten(&mut a, Some(&p.mask), &WhitenOptions::default()).unwrap();
+        for i in 0..p.b {
+            for j in 0..p.t {
+                prop_assert!(close(f64::from(a[i * p.t + j]), pw[i][j], 1e-4), "{} vs {}", a[i * p.t + j], pw[i][j]);
+            }
+        }
+    }
+
+    /// New verl `reinforce_plus_plus`: discounted returns that skip masked tokens.
+    #[test]
+    fn verl_reinforce_pp_returns(p in padded(), gamma in 0.0f64..=1.0) {
+        let o = GaeOptions { gamma, lambda: 1.0 };
+        let mut g = vec![0.0f32; p.mask.len()];
+        discounted_returns(&p.cols[2], &p.offsets(), Some(&p.mask), &o, &mut g).unwrap();
+        let want = peers::verl_reinforce_pp_returns(&p.rows(2), &p.mask_rows(), gamma);
+        for i in 0..p.b {
+            for j in 0..p.t {
+                prop_assert!(close(f64::from(g[i * p.t + j]), want[i][j], 1e-5));
+            }
+        }
+    }
+}
+
+/// The one `k1` difference, stated exactly: an asymmetric band `[l, u]` bounds the ratio
+/// `rho = pi_old / pi_rollout` in `care` (the method's write-up) and `1 / rho` in verl's code.
+#[test]
+fn k1_asymmetric_bounds_apply_to_the_ratio() {
+    // rho = e^0.5 = 1.65: inside [0.3, 1.7]; 1/rho = 0.61 is also inside; rho = e^-1 = 0.37 is
+    // inside, 1/rho = 2.72 is not.
+    let p = Padded {
+        b: 1,
+        t: 2,
+        cols: [
+            vec![-1.0, -2.0],
+            vec![-1.5, -1.0],
+            vec![0.0; 2],
+            vec![0.0; 2],
+        ],
+        mask: vec![1, 1],
+    };
+    let mut o = RolloutOptions::default();
+    o.set_bound(Rejection::TokenK1, 0.3, 1.7);
+    let (_, _, keep) = run_rollout(&p, &o);
+    assert_eq!(keep, [1, 1]);
+    let opts = [RsOption {
+        name: "token_k1",
+        lower: 0.3,
+        upper: 1.7,
+    }];
+    let verl = peers::verl_rs_mask(&p.rows(0), &p.rows(1), &p.mask_rows(), &opts);
+    assert_eq!(verl, vec![vec![1.0, 0.0]]);
+}
