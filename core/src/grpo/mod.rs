@@ -16,6 +16,7 @@
 
 mod advantage;
 mod dist;
+mod family;
 mod gae;
 mod layout;
 mod logprob;
@@ -27,6 +28,10 @@ pub use advantage::{
     StdKind, broadcast_to_tokens, group_advantages,
 };
 pub use dist::{GroupSums, group_advantages_finalize, group_partial_squares, group_partial_sums};
+pub use family::{
+    PgTerm, PolicyLoss, Selection, cispo_term, cov_select_count, covariance, gmpo_log_ratio,
+    gpg_term, kl_cov_term, sapo_term, sigmoid, top_k,
+};
 pub use gae::{
     GaeOptions, WhitenOptions, discounted_returns, gae, whiten, whiten_finalize,
     whiten_partial_squares, whiten_partial_sums,
