@@ -1,5 +1,6 @@
-//! The policy-loss family's per-token terms (SPEC §16) on their own: hand-worked values,
-//! finite-difference derivatives, and the deterministic top-k selection against a sort.
+//! The policy-loss family's per-token terms (SPEC, "The policy-loss family") on their own:
+//! hand-worked values, finite-difference derivatives, and the deterministic top-k selection against
+//! a sort.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use care_core::grpo::{
@@ -81,7 +82,15 @@ fn select_counts_and_names() {
 
 #[test]
 fn top_k_hand_worked() {
-    let v = [Some(3.0), None, Some(5.0), Some(3.0), Some(f64::NAN), Some(3.0), Some(-1.0)];
+    let v = [
+        Some(3.0),
+        None,
+        Some(5.0),
+        Some(3.0),
+        Some(f64::NAN),
+        Some(3.0),
+        Some(-1.0),
+    ];
     let pick = |k: usize| {
         let mut s = top_k(v.len(), k, |i| v[i]);
         v.iter().map(|&x| s.take(x)).collect::<Vec<_>>()

@@ -1,6 +1,7 @@
-//! Token-level advantages (SPEC §15): hand-worked goldens for discounted returns, GAE and
-//! whitening, and the property tests (GAE with `gamma = lambda = 1` is returns minus values;
-//! masked tokens are skipped, not chain breakers; the cross-rank whitening equals one rank's).
+//! Token-level advantages (SPEC, "Token-level advantages"): hand-worked goldens for discounted
+//! returns, GAE and whitening, and the property tests (GAE with `gamma = lambda = 1` is returns
+//! minus values; masked tokens are skipped, not chain breakers; the cross-rank whitening equals one
+//! rank's).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use care_core::Error;

@@ -1,7 +1,7 @@
-//! Rollout correction (SPEC §14): hand-worked goldens for the weights, every rejection
-//! criterion and the diagnostics, and the property tests of the issue (a sequence weight is the
-//! product of the token weights before truncation; `logp_rollout == logp_old` gives weights 1
-//! and no rejection; diagnostics add across micro-batches).
+//! Rollout correction (SPEC, "Rollout correction"): hand-worked goldens for the weights, every
+//! rejection criterion and the diagnostics, and the property tests of the issue (a sequence weight
+//! is the product of the token weights before truncation; `logp_rollout == logp_old` gives weights
+//! 1 and no rejection; diagnostics add across micro-batches).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use care_core::Error;

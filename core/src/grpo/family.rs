@@ -1,7 +1,7 @@
-//! The policy-loss family beyond the clipped ratio (SPEC §16): the per-token terms of CISPO,
-//! SAPO, GPG and KL-Cov, GMPO's clipped log ratio, and the deterministic covariance selection
-//! of Clip-Cov and KL-Cov. Each function returns a term's loss and its derivative in `logp`;
-//! the loss loop adds the aggregation weight, the rollout weight and the KL term.
+//! The policy-loss family beyond the clipped ratio (SPEC, "The policy-loss family"): the per-token
+//! terms of CISPO, SAPO, GPG and KL-Cov, GMPO's clipped log ratio, and the deterministic covariance
+//! selection of Clip-Cov and KL-Cov. Each function returns a term's loss and its derivative in
+//! `logp`; the loss loop adds the aggregation weight, the rollout weight and the KL term.
 //!
 //! With `rho = exp(delta)`, `delta = clamp(logp - logp_old, -C, C)` and advantage `A`:
 //!
@@ -32,7 +32,7 @@
 
 use crate::{Error, Result};
 
-/// Which policy-gradient term the loss uses (SPEC §16).
+/// Which policy-gradient term the loss uses (SPEC, "The policy-loss family").
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum PolicyLoss {

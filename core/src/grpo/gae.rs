@@ -1,6 +1,6 @@
-//! Token-level advantages (SPEC §15): discounted returns (REINFORCE++), GAE over token rewards
-//! and values, and masked whitening, each a reverse scan or a reduction per sequence of the CSR
-//! token layout of SPEC §10.
+//! Token-level advantages (SPEC, "Token-level advantages"): discounted returns (REINFORCE++), GAE
+//! over token rewards and values, and masked whitening, each a reverse scan or a reduction per
+//! sequence of the CSR token layout of SPEC §10.
 //!
 //! Over the counted tokens `t_1 < ... < t_n` of a sequence (a masked token is skipped: it
 //! neither reads its reward or value nor breaks the chain, as verl's multi-turn observation

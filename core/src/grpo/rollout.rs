@@ -1,5 +1,5 @@
-//! Rollout correction (SPEC §14): importance weights and rejection masks from the inference
-//! engine's log-probs, and the off-policy diagnostics as sums.
+//! Rollout correction (SPEC, "Rollout correction"): importance weights and rejection masks from the
+//! inference engine's log-probs, and the off-policy diagnostics as sums.
 //!
 //! The rollout engine (vLLM, SGLang, an FP8 kernel, a stale checkpoint) samples with
 //! `pi_rollout`; the trainer recomputes `logp_old` (the proximal policy `pi_old`). Per counted
