@@ -424,10 +424,14 @@ fn advantages_and_loss_match_the_core() {
     for preset in Preset::ALL {
         let mut o = unsafe { std::mem::zeroed::<care_advantage_options>() };
         // SAFETY: valid output.
-        assert_eq!(
-            unsafe { care_advantage_options_preset(preset as u32, &mut o) },
-            CARE_OK
-        );
+        let code = unsafe { care_advantage_options_preset(preset as u32, &mut o) };
+        if preset as u32 > Preset::Rloo as u32 {
+            // Not expressible in the C struct yet (std floor, GPG factor, per-sample inputs):
+            // refused rather than handed out with a field dropped.
+            assert_eq!(code, CARE_ERR_INVALID_ARGUMENT, "{preset:?}");
+            continue;
+        }
+        assert_eq!(code, CARE_OK);
         for layout in [
             GroupLayout::Fixed { group_size: 8 },
             GroupLayout::Offsets(&offsets),

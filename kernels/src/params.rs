@@ -6,8 +6,8 @@
 //! `data_ptr()`, a `CUdeviceptr`, or a host address under the emulator.
 
 use care_core::grpo::{
-    AdvantageOptions, Aggregation, Baseline, KlEstimator, LossOptions, LossStats, RatioLevel,
-    Scale, SingletonPolicy, StdKind,
+    AdvantageOptions, Aggregation, KlEstimator, LossOptions, LossStats, RatioLevel, Scale,
+    SingletonPolicy, StdKind,
 };
 
 /// Status bit: a group had exactly one valid sample under [`SingletonPolicy::Error`].
@@ -80,11 +80,8 @@ pub struct AdvParams {
 impl AdvParams {
     /// Copies the options' fields (everything but pointers, sizes and the team mode).
     pub fn with_options(mut self, o: &AdvantageOptions) -> Self {
-        self.baseline = match o.baseline {
-            Baseline::Mean => 0,
-            Baseline::LeaveOneOut => 1,
-            Baseline::None => 2,
-        };
+        // The kernel knows the first three; `launch_advantages` refuses the others.
+        self.baseline = o.baseline as u32;
         self.scale = match o.scale {
             Scale::GroupStd => 0,
             Scale::BatchStd => 1,

@@ -5,7 +5,9 @@
 //! launch order and the geometry exactly as a GPU run uses them.
 
 use care_core::Error;
-use care_core::grpo::{AdvantageOptions, Aggregation, LossOptions, RatioLevel, Scale};
+use care_core::grpo::{
+    AdvantageOptions, Aggregation, Baseline, LossOptions, RatioLevel, Reweight, Scale,
+};
 
 use crate::kernel::{
     Geometry, Kernel, Tuning, advantages_geometry, batch_std_geometry, denoms_geometry,
@@ -231,6 +233,15 @@ unsafe fn launch_advantages<B: Backend>(
 ) -> Result<(), KernelError<B::Error>> {
     opts.validate()?;
     check_tuning(tuning)?;
+    // Not on the GPU yet: the baselines with per-sample inputs or a whole-group pass, the std
+    // floor and the GPG factor (the CPU reference has them).
+    let gpu_baseline = matches!(
+        opts.baseline,
+        Baseline::Mean | Baseline::LeaveOneOut | Baseline::None
+    );
+    if !gpu_baseline || opts.std_floor != 0.0 || opts.reweight != Reweight::None {
+        return Err(Error::InvalidArgument.into());
+    }
     let (mode, sums, m2, writes_adv) = match phase {
         Phase::Local => (ADV_LOCAL, 0, 0, true),
         Phase::PartialSums { sums } => (ADV_PARTIAL_SUMS, sums, 0, false),

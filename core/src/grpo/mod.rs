@@ -24,10 +24,13 @@ mod loss;
 mod rollout;
 
 pub use advantage::{
-    AdvantageOptions, AdvantageValue, Baseline, GroupStats, Preset, Scale, SingletonPolicy,
-    StdKind, broadcast_to_tokens, group_advantages,
+    AdvantageOptions, AdvantageValue, Baseline, GroupInputs, GroupStats, Preset, Reweight, Scale,
+    SingletonPolicy, StdKind, broadcast_to_tokens, group_advantages, group_advantages_with,
 };
-pub use dist::{GroupSums, group_advantages_finalize, group_partial_squares, group_partial_sums};
+pub use dist::{
+    GroupSums, group_advantages_finalize, group_advantages_finalize_with, group_partial_squares,
+    group_partial_sums,
+};
 pub use family::{
     PgTerm, PolicyLoss, Selection, cispo_term, cov_select_count, covariance, gmpo_log_ratio,
     gpg_term, kl_cov_term, sapo_term, sigmoid, top_k,

@@ -260,6 +260,7 @@ fn opts_strategy() -> impl Strategy<Value = AdvantageOptions> {
                 std_kind,
                 singleton,
                 eps,
+                ..AdvantageOptions::default()
             },
         )
 }
@@ -396,9 +397,15 @@ fn check_default_on<D: Device>(dev: &mut D, c: &Case) {
     }
 }
 
+/// The presets the kernel runs: the later ones need the OPO, ReMax or pass@k baselines or the
+/// GPG factor, which only the CPU reference has so far (the plan refuses them).
+fn gpu_presets() -> impl Iterator<Item = Preset> {
+    Preset::ALL.into_iter().take_while(|&p| p != Preset::Opo)
+}
+
 #[test]
 fn group_of_one_thousand_and_thousand_groups() {
-    for preset in Preset::ALL {
+    for preset in gpu_presets() {
         let opts = AdvantageOptions::preset(preset);
         check_default(&simple(ramp(1000), Layout::Fixed(1000), opts));
         // G = 1: every group is a singleton (an error under the openrlhf preset).
@@ -589,7 +596,7 @@ fn gpu_advantages_match_reference() {
         })
         .unwrap();
     let mut gpu = gpu.into_inner();
-    for preset in Preset::ALL {
+    for preset in gpu_presets() {
         let opts = AdvantageOptions::preset(preset);
         check_default_on(&mut gpu, &simple(ramp(1000), Layout::Fixed(1000), opts));
         check_default_on(&mut gpu, &simple(ramp(1000), Layout::Fixed(1), opts));
