@@ -250,3 +250,138 @@ pub fn verl_masked_whiten(v: &Rows, mask: &Rows) -> Rows {
         })
         .collect()
 }
+
+fn groups_of(index: &[usize]) -> Vec<Vec<usize>> {
+    let mut ids: Vec<usize> = index.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.iter()
+        .map(|&g| (0..index.len()).filter(|&i| index[i] == g).collect())
+        .collect()
+}
+
+fn torch_std(xs: &[f64]) -> f64 {
+    let n = xs.len() as f64;
+    let m = xs.iter().sum::<f64>() / n;
+    (xs.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1.0)).sqrt()
+}
+
+/// verl `compute_grpo_passk_outcome_advantage`: only the group's best sample (`torch.topk`'s
+/// first) gets `r_max - r_second`, divided by `std + eps` when `norm`. `None` where verl raises
+/// (a group with fewer than two samples).
+pub fn verl_grpo_passk(scores: &[f64], index: &[usize], eps: f64, norm: bool) -> Option<Vec<f64>> {
+    let mut adv = vec![0.0; scores.len()];
+    for g in groups_of(index) {
+        if g.len() < 2 {
+            return None;
+        }
+        let mut order = g.clone();
+        // torch.topk on ties: the first index (sorted stable by value, descending).
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+        let (i_max, r_max, r_2) = (order[0], scores[order[0]], scores[order[1]]);
+        let mut a = r_max - r_2;
+        if norm {
+            let xs: Vec<f64> = g.iter().map(|&i| scores[i]).collect();
+            a /= torch_std(&xs) + eps;
+        }
+        adv[i_max] = a;
+    }
+    Some(adv)
+}
+
+/// verl `compute_opo_outcome_advantage`: `r - sum(len * r) / sum(len)` per group; a singleton
+/// has baseline 0.
+pub fn verl_opo(scores: &[f64], lengths: &[f64], index: &[usize]) -> Vec<f64> {
+    let mut adv = scores.to_vec();
+    for g in groups_of(index) {
+        let b = if g.len() == 1 {
+            0.0
+        } else {
+            let lr: f64 = g.iter().map(|&i| lengths[i] * scores[i]).sum();
+            let l: f64 = g.iter().map(|&i| lengths[i]).sum();
+            lr / l
+        };
+        for &i in &g {
+            adv[i] = scores[i] - b;
+        }
+    }
+    adv
+}
+
+/// verl `compute_remax_outcome_advantage` on token rewards: the reward-to-go minus the
+/// sample's baseline on every response token.
+pub fn verl_remax(rewards: &Rows, baselines: &[f64], mask: &Rows) -> Rows {
+    rewards
+        .iter()
+        .zip(mask)
+        .zip(baselines)
+        .map(|((r, m), b)| {
+            let mut out = vec![0.0; r.len()];
+            let mut acc = 0.0;
+            for t in (0..r.len()).rev() {
+                acc += r[t] * m[t];
+                out[t] = acc - b * m[t];
+            }
+            out
+        })
+        .collect()
+}
+
+/// verl `compute_reinforce_plus_plus_baseline_outcome_advantage`: `r - mean_g` (a singleton's
+/// mean is 0), tiled over the response, whitened over the batch's tokens, times the mask.
+pub fn verl_reinforce_pp_baseline(scores: &[f64], index: &[usize], mask: &Rows) -> Rows {
+    let mut s = scores.to_vec();
+    for g in groups_of(index) {
+        let mean = if g.len() == 1 {
+            0.0
+        } else {
+            g.iter().map(|&i| scores[i]).sum::<f64>() / g.len() as f64
+        };
+        for &i in &g {
+            s[i] = scores[i] - mean;
+        }
+    }
+    let tiled: Rows = mask
+        .iter()
+        .zip(&s)
+        .map(|(m, a)| m.iter().map(|x| a * x).collect())
+        .collect();
+    verl_masked_whiten(&tiled, mask)
+}
+
+/// verl `compute_gpg_outcome_advantage`: `alpha * (r - mean_g)` with `alpha = B /
+/// count_nonzero(scores)` (a singleton's mean is 0; `f_norm = 1`).
+pub fn verl_gpg(scores: &[f64], index: &[usize]) -> Vec<f64> {
+    let nonzero = scores.iter().filter(|&&x| x != 0.0).count().max(1);
+    let alpha = scores.len() as f64 / nonzero as f64;
+    let mut adv = scores.to_vec();
+    for g in groups_of(index) {
+        let mean = if g.len() == 1 {
+            0.0
+        } else {
+            g.iter().map(|&i| scores[i]).sum::<f64>() / g.len() as f64
+        };
+        for &i in &g {
+            adv[i] = alpha * (scores[i] - mean);
+        }
+    }
+    adv
+}
+
+/// GPG's reference code (`AMAP-ML/GPG`, `open_r1/trainer/grpo_trainer.py`, `adjust_gd`):
+/// `r - mean_g` per group of `g` samples, and the loss divided by `inverse_alpha` = the share
+/// of groups whose reward std exceeds `1e-5`; the loss is linear in the advantage, so this
+/// returns the advantage times `1 / (inverse_alpha + 1e-5)`.
+pub fn gpg_reference(scores: &[f64], g: usize) -> Vec<f64> {
+    let groups: Vec<&[f64]> = scores.chunks(g).collect();
+    let valid = groups.iter().filter(|xs| torch_std(xs) > 1e-5).count();
+    let inverse_alpha = (valid as f64 / groups.len() as f64).min(1.0);
+    let scale = 1.0 / (inverse_alpha + 1e-5);
+    groups
+        .iter()
+        .flat_map(|xs| {
+            let m = xs.iter().sum::<f64>() / xs.len() as f64;
+            xs.iter().map(move |x| (x - m) * scale)
+        })
+        .collect()
+}

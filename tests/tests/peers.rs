@@ -9,8 +9,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use care_core::grpo::{
-    GaeOptions, IsLevel, RejectBound, Rejection, RolloutInputs, RolloutOptions, WhitenOptions,
-    discounted_returns, gae, rollout_correction, whiten,
+    AdvantageOptions, GaeOptions, GroupInputs, GroupLayout, IsLevel, Preset, RejectBound,
+    Rejection, RolloutInputs, RolloutOptions, Scale, WhitenOptions, broadcast_to_tokens,
+    discounted_returns, gae, group_advantages_with, rollout_correction, whiten,
 };
 use care_tests::peers::{self, Rows, RsOption};
 use proptest::prelude::*;
@@ -251,4 +252,171 @@ fn k1_asymmetric_bounds_apply_to_the_ratio() {
     }];
     let verl = peers::verl_rs_mask(&p.rows(0), &p.rows(1), &p.mask_rows(), &opts);
     assert_eq!(verl, vec![vec![1.0, 0.0]]);
+}
+
+/// Ragged groups of outcome rewards from a small discrete set (ties and all-equal groups are
+/// common), with response lengths.
+#[derive(Debug, Clone)]
+struct Groups {
+    rewards: Vec<f32>,
+    lengths: Vec<u32>,
+    baselines: Vec<f32>,
+    offsets: Vec<u32>,
+}
+
+impl Groups {
+    fn index(&self) -> Vec<usize> {
+        let mut idx = Vec::new();
+        for (g, w) in self.offsets.windows(2).enumerate() {
+            idx.extend(std::iter::repeat_n(g, (w[1] - w[0]) as usize));
+        }
+        idx
+    }
+    fn scores(&self) -> Vec<f64> {
+        self.rewards.iter().map(|&r| f64::from(r)).collect()
+    }
+}
+
+fn groups(min: usize) -> impl Strategy<Value = Groups> {
+    prop::collection::vec(min..6, 1..6).prop_flat_map(|sizes| {
+        let n: usize = sizes.iter().sum();
+        let mut offsets = vec![0u32];
+        for s in &sizes {
+            offsets.push(offsets.last().copied().unwrap() + *s as u32);
+        }
+        (
+            prop::collection::vec((0u8..5).prop_map(|x| f32::from(x) * 0.25), n),
+            prop::collection::vec(1u32..40, n),
+            prop::collection::vec(-1.0f32..1.0, n),
+            Just(offsets),
+        )
+            .prop_map(|(rewards, lengths, baselines, offsets)| Groups {
+                rewards,
+                lengths,
+                baselines,
+                offsets,
+            })
+    })
+}
+
+fn care_adv(g: &Groups, o: &AdvantageOptions) -> Result<Vec<f64>, care_core::Error> {
+    let inputs = GroupInputs {
+        lengths: Some(&g.lengths),
+        baselines: Some(&g.baselines),
+        ..GroupInputs::new(&g.rewards, None, GroupLayout::Offsets(&g.offsets))
+    };
+    let mut out = vec![0.0f64; g.rewards.len()];
+    group_advantages_with(&inputs, o, &mut out, None)?;
+    Ok(out)
+}
+
+fn all_close(got: &[f64], want: &[f64], rel: f64) -> Result<(), TestCaseError> {
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        prop_assert!(close(*a, *b, rel), "[{}] {} vs {}", i, a, b);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// verl `grpo_passk` (with and without the std): the `grpo_passk` preset, and `PassK`
+    /// without a scale; verl raises on a singleton, the preset's singleton policy `error` too.
+    #[test]
+    fn verl_grpo_passk(g in groups(1), norm: bool) {
+        let o = AdvantageOptions {
+            scale: if norm { Scale::GroupStd } else { Scale::None },
+            ..AdvantageOptions::preset(Preset::GrpoPassK)
+        };
+        match peers::verl_grpo_passk(&g.scores(), &g.index(), 1e-6, norm) {
+            Some(want) => all_close(&care_adv(&g, &o).unwrap(), &want, 1e-12)?,
+            None => prop_assert_eq!(care_adv(&g, &o), Err(care_core::Error::SingletonGroup)),
+        }
+    }
+
+    /// verl `opo`: the `opo` preset with the response lengths.
+    #[test]
+    fn verl_opo(g in groups(1)) {
+        let lengths: Vec<f64> = g.lengths.iter().map(|&l| f64::from(l)).collect();
+        let want = peers::verl_opo(&g.scores(), &lengths, &g.index());
+        all_close(&care_adv(&g, &AdvantageOptions::preset(Preset::Opo)).unwrap(), &want, 1e-12)?;
+    }
+
+    /// verl `remax` with the reward on the last response token: the `remax` preset,
+    /// broadcast to the response tokens.
+    #[test]
+    fn verl_remax(g in groups(1)) {
+        let a = care_adv(&g, &AdvantageOptions::preset(Preset::Remax)).unwrap();
+        let t = 4;
+        let (mut rows, mut mask) = (Vec::new(), Vec::new());
+        for (i, &r) in g.rewards.iter().enumerate() {
+            let len = 1 + i % t;
+            let mut row = vec![0.0; t];
+            row[len - 1] = f64::from(r);
+            rows.push(row);
+            mask.push((0..t).map(|j| f64::from(u8::from(j < len))).collect::<Vec<f64>>());
+        }
+        let b: Vec<f64> = g.baselines.iter().map(|&x| f64::from(x)).collect();
+        let want = peers::verl_remax(&rows, &b, &mask);
+        for (i, row) in want.iter().enumerate() {
+            for (j, &w) in row.iter().enumerate() {
+                let got = if mask[i][j] > 0.0 { a[i] } else { 0.0 };
+                prop_assert!(close(got, w, 1e-12), "[{}][{}] {} vs {}", i, j, got, w);
+            }
+        }
+    }
+
+    /// verl `reinforce_plus_plus_baseline`: the `reinforce_pp_baseline` preset, broadcast to
+    /// the tokens, then `whiten` over the batch's tokens.
+    #[test]
+    fn verl_reinforce_pp_baseline(g in groups(1), t in 1usize..5) {
+        let a = care_adv(&g, &AdvantageOptions::preset(Preset::ReinforcePpBaseline)).unwrap();
+        let n = g.rewards.len();
+        let mask: Vec<u8> = (0..n * t).map(|k| u8::from(k % t <= (k / t) % t)).collect();
+        prop_assume!(mask.iter().filter(|&&m| m != 0).count() >= 2);
+        let a32: Vec<f32> = a.iter().map(|&x| x as f32).collect();
+        let offs: Vec<u32> = (0..=n).map(|i| (i * t) as u32).collect();
+        let mut tok = vec![0.0f32; n * t];
+        broadcast_to_tokens(&a32, &offs, Some(&mask), &mut tok).unwrap();
+        whiten(&mut tok, Some(&mask), &WhitenOptions::default()).unwrap();
+        let mrows: Rows = mask.chunks(t).map(|r| r.iter().map(|&m| f64::from(m)).collect()).collect();
+        let want = peers::verl_reinforce_pp_baseline(&g.scores(), &g.index(), &mrows);
+        for (i, row) in want.iter().enumerate() {
+            for (j, &w) in row.iter().enumerate() {
+                prop_assert!(close(f64::from(tok[i * t + j]), w, 1e-5), "[{}][{}] {} vs {}", i, j, tok[i * t + j], w);
+            }
+        }
+    }
+
+    /// GPG as its paper and reference code define it (uniform groups): the `gpg` preset.
+    #[test]
+    fn gpg_reference_code(n_groups in 1usize..6, size in 2usize..6, seed in prop::collection::vec(0u8..5, 30)) {
+        let r: Vec<f32> = (0..n_groups * size).map(|i| f32::from(seed[i % 30]) * 0.25).collect();
+        let g = Groups {
+            lengths: vec![1; r.len()],
+            baselines: vec![0.0; r.len()],
+            offsets: (0..=n_groups).map(|k| (k * size) as u32).collect(),
+            rewards: r,
+        };
+        let want = peers::gpg_reference(&g.scores(), size);
+        // The reference adds 1e-5 to the share of groups it divides by.
+        all_close(&care_adv(&g, &AdvantageOptions::preset(Preset::Gpg)).unwrap(), &want, 1e-4)?;
+    }
+}
+
+/// verl's `gpg` scales by `B / count_nonzero(rewards)`, not GPG's `N / (N - M)`: they differ
+/// whenever some rewards are 0 or some groups have no signal. Stated exactly on one case.
+#[test]
+fn verl_gpg_alpha_differs_from_the_paper() {
+    // Groups [1, 0] and [1, 1]: verl alpha = 4 / 3, GPG alpha = 4 / 2.
+    let g = Groups {
+        rewards: vec![1.0, 0.0, 1.0, 1.0],
+        lengths: vec![1; 4],
+        baselines: vec![0.0; 4],
+        offsets: vec![0, 2, 4],
+    };
+    let verl = peers::verl_gpg(&g.scores(), &g.index());
+    assert_eq!(verl, [0.5 * 4.0 / 3.0, -0.5 * 4.0 / 3.0, 0.0, 0.0]);
+    let care = care_adv(&g, &AdvantageOptions::preset(Preset::Gpg)).unwrap();
+    assert_eq!(care, [1.0, -1.0, 0.0, 0.0]);
 }
