@@ -9,7 +9,7 @@ use std::sync::Arc;
 use care_core::grpo::{
     AdvantageOptions, Advantages, GroupLayout, GroupStats, LossInputs, LossOptions, LossOutput,
 };
-use care_kernels::cuda::{self, DeviceLossInputs};
+use care_kernels::cuda::{self, DeviceAdvantageInputs, DeviceLossInputs};
 use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::demo::Backend;
@@ -64,17 +64,14 @@ impl Backend for Gpu {
             ),
             GroupLayout::Offsets(o) => (0, Some(s.clone_htod(o).map_err(driver)?)),
         };
-        cuda::group_advantages_on(
-            s,
-            &d_rewards,
-            None,
+        let inputs = DeviceAdvantageInputs {
+            rewards: &d_rewards,
+            valid: None,
             group_size,
-            offsets.as_ref(),
-            opts,
-            &mut d_out,
-            Some(stats),
-        )
-        .map_err(|e| e.to_string())?;
+            offsets: offsets.as_ref(),
+        };
+        cuda::group_advantages_on(s, &inputs, opts, &mut d_out, Some(stats))
+            .map_err(|e| e.to_string())?;
         let host = s.clone_dtoh(&d_out).map_err(driver)?;
         out.copy_from_slice(&host);
         Ok(())

@@ -45,6 +45,7 @@ extern crate alloc;
 
 pub mod align;
 pub mod batch;
+mod dtype;
 pub mod error;
 pub mod format;
 pub mod grpo;
@@ -55,6 +56,7 @@ pub mod reward;
 pub mod rubric;
 pub mod simplex;
 pub mod strategy;
+pub use dtype::Dtype;
 pub use error::{Error, Result};
 
 pub use align::{Alignment, alignment, r_align};

@@ -8,7 +8,7 @@ use core::ffi::c_void;
 use core::mem::size_of;
 
 use care_core::grpo::LossStats;
-use care_kernels::cuda::{CudaBackend, driver_available};
+use care_kernels::cuda::{CudaLauncher, driver_available};
 use care_kernels::params::LossStatsRaw;
 use care_kernels::{
     AdvantageBuffers, DeviceGroups, Dtype, KernelError, LossBuffers, Tuning, WORKSPACE_BYTES,
@@ -41,8 +41,6 @@ pub enum care_dtype {
     /// IEEE half (raw 16-bit patterns).
     CARE_DTYPE_F16 = 2,
 }
-
-const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
 
 /// A device address: NULL is `None` when the buffer is optional and `CARE_ERR_NULL_POINTER`
 /// when it is required; `len` must be `want` (the lengths are checked against each other,
@@ -115,16 +113,19 @@ pub(crate) fn kernel_code(e: KernelError<DriverError>) -> care_result {
     }
 }
 
-/// A backend on the caller's stream, or the CUDA code saying why there is none.
+/// A launcher on the caller's stream, or the CUDA code saying why there is none.
 ///
 /// # Safety
 /// `stream` is NULL (legacy default stream) or a live `CUstream`; `any_ptr` a device address.
-unsafe fn backend(stream: *mut c_void, any_ptr: u64) -> Result<CudaBackend, care_result> {
+pub(crate) unsafe fn backend(
+    stream: *mut c_void,
+    any_ptr: u64,
+) -> Result<CudaLauncher, care_result> {
     if !driver_available() {
         return Err(care_result::CARE_ERR_CUDA_UNAVAILABLE);
     }
     // SAFETY: forwarded contract.
-    unsafe { CudaBackend::new(stream.cast(), any_ptr) }.map_err(driver_code)
+    unsafe { CudaLauncher::new(stream.cast(), any_ptr) }.map_err(driver_code)
 }
 
 /// `CARE_OK` when the CUDA driver library loads and reports at least one device, else
@@ -346,7 +347,7 @@ pub unsafe extern "C" fn care_gpu_policy_loss(
     stream: *mut c_void,
 ) -> care_result {
     ffi_panic_boundary! {
-        let dtype = tri!(crate::args::enum_arg(dtype, &DTYPES));
+        let dtype = tri!(crate::args::enum_arg(dtype, &Dtype::ALL));
         let t = logp_len;
         let logp = tri!(dev(d_logp, logp_len, t, true));
         let logp_old = tri!(dev(d_logp_old, logp_old_len, t, false));
@@ -403,9 +404,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dtype_values_index_the_kernel_table() {
-        assert_eq!(DTYPES[care_dtype::CARE_DTYPE_BF16 as usize], Dtype::Bf16);
-        assert_eq!(DTYPES[care_dtype::CARE_DTYPE_F16 as usize], Dtype::F16);
+    fn dtype_values_are_the_stable_numbers() {
+        for (c, d) in [
+            (care_dtype::CARE_DTYPE_F32, Dtype::F32),
+            (care_dtype::CARE_DTYPE_BF16, Dtype::Bf16),
+            (care_dtype::CARE_DTYPE_F16, Dtype::F16),
+        ] {
+            assert_eq!(c as u32, d.number());
+            assert_eq!(Dtype::ALL[c as usize], d);
+        }
     }
 
     #[test]

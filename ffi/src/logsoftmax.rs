@@ -13,28 +13,24 @@ use care_core::grpo::LogProb;
 use care_core::logsoftmax::{
     LogSoftmaxOptions, Logits, TokenId, selective_log_softmax, selective_log_softmax_backward,
 };
-use care_kernels::logsoftmax::{
-    LogitsLossBuffers, LsmCuda, LsmGrads, LsmOutputs, LsmRows, LsmTuning, log_softmax_backward,
-    log_softmax_forward, logits_loss_forward, lsm_status,
+use care_kernels::{
+    Dtype, LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, Tuning,
+    WORKSPACE_BYTES, log_softmax_backward, log_softmax_forward, log_softmax_status,
+    logits_loss_forward,
 };
-use care_kernels::{Dtype, WORKSPACE_BYTES};
 use cudarc::driver::result as cu;
 use half::{bf16, f16};
 
 use crate::args;
 use crate::gpu::{
-    CARE_GPU_LOSS_STATS_BYTES, CARE_GPU_WORKSPACE_BYTES, dev, driver_code, kernel_code, workspace,
+    CARE_GPU_LOSS_STATS_BYTES, CARE_GPU_WORKSPACE_BYTES, backend, dev, driver_code, kernel_code,
+    workspace,
 };
 use crate::loss::{self, care_loss_options};
 use crate::result::{care_result, map_error};
 
-const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
-
 fn dtype_arg(d: u32) -> Result<Dtype, care_result> {
-    DTYPES
-        .get(d as usize)
-        .copied()
-        .ok_or(care_result::CARE_ERR_INVALID_ARGUMENT)
+    args::enum_arg(d, &Dtype::ALL)
 }
 
 fn options(temperature: f64) -> Result<LogSoftmaxOptions, care_result> {
@@ -276,15 +272,6 @@ pub unsafe extern "C" fn care_log_softmax_backward(
 }
 
 // ---- GPU ------------------------------------------------------------------------------------
-/// # Safety
-/// `stream` is NULL or a live `CUstream`; `any_ptr` a device address.
-unsafe fn backend(stream: *mut c_void, any_ptr: u64) -> Result<LsmCuda, care_result> {
-    if !care_kernels::cuda::driver_available() {
-        return Err(care_result::CARE_ERR_CUDA_UNAVAILABLE);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { LsmCuda::new(stream.cast(), any_ptr) }.map_err(driver_code)
-}
 
 /// The checked row description shared by the GPU entry points.
 #[allow(clippy::too_many_arguments)]
@@ -299,7 +286,7 @@ fn gpu_rows(
     targets_i64: u32,
     d_mask: *const u8,
     mask_len: usize,
-) -> Result<LsmRows, care_result> {
+) -> Result<LogitsBuffers, care_result> {
     let dtype = dtype_arg(dtype)?;
     matrix_len(rows, vocab as usize, row_stride)?;
     let i64t = match targets_i64 {
@@ -316,7 +303,7 @@ fn gpu_rows(
     } else {
         dev(d_targets.cast::<i32>(), targets_len, rows, true)?
     };
-    Ok(LsmRows {
+    Ok(LogitsBuffers {
         dtype,
         logits,
         rows: rows as u64,
@@ -365,7 +352,7 @@ pub unsafe extern "C" fn care_gpu_log_softmax(
     ffi_panic_boundary! {
         let r = tri!(gpu_rows(dtype, d_logits, rows, vocab, row_stride, d_targets, targets_len,
                               targets_i64, d_mask, mask_len));
-        let out = LsmOutputs {
+        let out = LogSoftmaxOutputs {
             logp: tri!(dev(d_logp_out.cast_const(), logp_len, rows, true)),
             entropy: tri!(dev(d_entropy_out.cast_const(), entropy_len, rows, false)),
             lse: tri!(dev(d_lse_out.cast_const(), lse_len, rows, false)),
@@ -375,7 +362,7 @@ pub unsafe extern "C" fn care_gpu_log_softmax(
         // SAFETY: forwarded contract.
         let b = tri!(unsafe { backend(stream, out.status) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { log_softmax_forward(&b, &r, &out, &opts, LsmTuning::default()) } {
+        match unsafe { log_softmax_forward(&b, &r, &out, &opts, Tuning::default()) } {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }
@@ -403,7 +390,7 @@ pub unsafe extern "C" fn care_gpu_log_softmax_status(
         if let Err(e) = unsafe { cu::memcpy_dtoh_sync(&mut word, ws) } {
             return driver_code(e);
         }
-        match lsm_status(u32::from_ne_bytes(word)) {
+        match log_softmax_status(u32::from_ne_bytes(word)) {
             Ok(()) => care_result::CARE_OK,
             Err(e) => map_error(e),
         }
@@ -446,7 +433,7 @@ pub unsafe extern "C" fn care_gpu_log_softmax_backward(
         let r = tri!(gpu_rows(dtype, d_logits, rows, vocab, row_stride, d_targets, targets_len,
                               targets_i64, d_mask, mask_len));
         tri!(matrix_len(rows, vocab as usize, dlogits_row_stride));
-        let g = LsmGrads {
+        let g = LogSoftmaxGrads {
             lse: tri!(dev(d_lse, lse_len, rows, true)),
             entropy: tri!(dev(d_entropy, entropy_len, rows, false)),
             dlogp: tri!(dev(d_dlogp, dlogp_len, rows, false)),
@@ -464,7 +451,7 @@ pub unsafe extern "C" fn care_gpu_log_softmax_backward(
         // SAFETY: forwarded contract.
         let b = tri!(unsafe { backend(stream, g.lse) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { log_softmax_backward(&b, &r, &g, &opts, LsmTuning::default()) } {
+        match unsafe { log_softmax_backward(&b, &r, &g, &opts, Tuning::default()) } {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }
@@ -554,7 +541,7 @@ pub unsafe extern "C" fn care_gpu_logits_policy_loss(
         // SAFETY: forwarded contract.
         let b = tri!(unsafe { backend(stream, ws) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { logits_loss_forward(&b, &r, &buf, &opts, &loss_opts, LsmTuning::default()) } {
+        match unsafe { logits_loss_forward(&b, &r, &buf, &opts, &loss_opts, Tuning::default()) } {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }

@@ -601,4 +601,36 @@ mod tests {
         );
         assert_eq!(acc, stats_to_c(&want));
     }
+
+    #[test]
+    fn c_stats_struct_is_the_core_layout() {
+        use care_core::grpo::{LOSS_STATS_LAYOUT, LOSS_STATS_SIZE};
+        assert_eq!(size_of::<care_loss_stats>(), LOSS_STATS_SIZE);
+        // A distinct value in every field of the core struct, placed through the table; the C
+        // struct must hold each at the table's offset (same order, and `stats_to_c` copies
+        // every field by its own name).
+        let mut s = LossStats::EMPTY;
+        for (i, f) in LOSS_STATS_LAYOUT.iter().enumerate() {
+            // SAFETY: the table puts an f64 at every offset of `LossStats` (checked in core).
+            unsafe {
+                (&raw mut s)
+                    .cast::<u8>()
+                    .add(f.offset)
+                    .cast::<f64>()
+                    .write(i as f64 + 0.5)
+            };
+        }
+        let c = stats_to_c(&s);
+        for (i, f) in LOSS_STATS_LAYOUT.iter().enumerate() {
+            // SAFETY: same size (asserted above); all fields are f64.
+            let got = unsafe {
+                (&raw const c)
+                    .cast::<u8>()
+                    .add(f.offset)
+                    .cast::<f64>()
+                    .read()
+            };
+            assert_eq!(got, i as f64 + 0.5, "care_loss_stats.{}", f.name);
+        }
+    }
 }

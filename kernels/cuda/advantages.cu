@@ -55,7 +55,8 @@ struct CareGroupStats {
     care_u32 zero_variance; // 1: at least one valid sample and all valid rewards equal
 };
 
-// Mirrored by `care_kernels::AdvParams` (#[repr(C)], layout checked by a test against this file).
+// Mirrored by `care_kernels::params::AdvParams` (#[repr(C)], layout checked by a test against
+// this file).
 struct CareAdvParams {
     const float* rewards;        // [n]
     const care_u8* valid;        // [n] or null; 0 = invalid. NaN rewards are invalid regardless.
@@ -81,7 +82,7 @@ struct CareAdvParams {
     care_u32 mode;               // CARE_ADV_*
 };
 
-// Mirrored by `care_kernels::BatchStdParams`.
+// Mirrored by `care_kernels::params::BatchStdParams`.
 struct CareBatchStdParams {
     const float* rewards;        // [n]
     const care_u8* valid;        // [n] or null
@@ -137,7 +138,7 @@ __device__ __forceinline__ float care_adv_of(const CareAdvParams& p, const CareG
     return care_narrow(d * c.inv_scale);
 }
 
-// Launch geometry (see `care_kernels::advantages_geometry`): warp mode: grid.x =
+// Launch geometry (see `care_kernels::geometry::advantages_geometry`): warp mode: grid.x =
 // ceil(num_groups / (blockDim.x / 32)); block mode: grid.x = num_groups. blockDim.x is a multiple
 // of 32 (at most 1024).
 extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvParams p) {

@@ -25,7 +25,10 @@
 #define CARE_KL_K2 2u
 #define CARE_KL_K3 3u
 
-// Mirrored by `care_kernels::LossStatsRaw`.
+// Mirrored by `care_kernels::params::LossStatsRaw`. Its field list is
+// `care_kernels::params::LOSS_STATS_DEVICE_LAYOUT` (the names of
+// `care_core::grpo::LOSS_STATS_LAYOUT`), checked against this struct by
+// kernels/tests/cuda_mirrors.rs.
 struct CareLossStats {
     float loss;        // sum_t w_t * l_t
     float ppo_kl_sum;  // sum (logp_old - logp), with the clamped log ratio, over counted tokens
@@ -39,12 +42,12 @@ struct CareLossStats {
     care_u32 clipped_low;  // rho < 1 - eps_low and A < 0
     care_u32 clipped_high; // rho > 1 + eps_high and A > 0
     care_u32 dual_clipped; // the dual clip bound
-    care_u32 clamped_log_ratios; // |logp - logp_old| beyond the clamp
+    care_u32 log_ratio_clamped; // |logp - logp_old| beyond the clamp
     care_u32 non_finite;   // counted tokens with a non-finite input
 };
 
-// Mirrored by `care_kernels::LossDenomsRaw`: the default denominators, computed on the device by
-// grpo_loss_denoms when the caller passes none.
+// Mirrored by `care_kernels::params::LossDenomsRaw`: the default denominators, computed on the
+// device by grpo_loss_denoms when the caller passes none.
 struct CareLossDenoms {
     care_u32 n_tok;   // counted tokens
     care_u32 n_seq;   // sequences with at least one counted token
@@ -52,7 +55,7 @@ struct CareLossDenoms {
     care_u32 pad0;
 };
 
-// Mirrored by `care_kernels::LossParams`.
+// Mirrored by `care_kernels::params::LossParams`.
 struct CareLossParams {
     const void* logp;             // T[n_tok]
     const void* logp_old;         // T[n_tok] or null (on-policy: ratio 1)
@@ -400,7 +403,7 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
             atomicAdd(&s->clipped_low, u[2]);
             atomicAdd(&s->clipped_high, u[3]);
             atomicAdd(&s->dual_clipped, u[4]);
-            atomicAdd(&s->clamped_log_ratios, u[5]);
+            atomicAdd(&s->log_ratio_clamped, u[5]);
             atomicAdd(&s->non_finite, u[6]);
         }
     }

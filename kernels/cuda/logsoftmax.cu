@@ -16,12 +16,12 @@
 // in the logits dtype, into a separate buffer or in place over the logits (same pointer and
 // stride). Rows with mask 0 get exact zeros and are not read.
 //
-// Geometry (see care_kernels::logsoftmax): a 1-D grid whose teams stride over the rows, so N has
-// no limit. A team is one warp (small vocabularies; 8 rows per 256-thread block, no barriers) or
-// the whole block (large vocabularies; block_team = 1). The running max starts at -FLT_MAX, not
-// -inf: then a -inf logit contributes exp2(-inf) = 0 with no special case in the hot loop, an
-// all -inf row ends with s = 0 (lse = -inf, logp = NaN), and a NaN or +inf logit turns s into
-// NaN, as the reference specifies.
+// Geometry (see care_kernels::geometry::log_softmax_geometry): a 1-D grid whose teams stride
+// over the rows, so N has no limit. A team is one warp (small vocabularies; 8 rows per
+// 256-thread block, no barriers) or the whole block (large vocabularies; block_team = 1). The
+// running max starts at -FLT_MAX, not -inf: then a -inf logit contributes exp2(-inf) = 0 with
+// no special case in the hot loop, an all -inf row ends with s = 0 (lse = -inf, logp = NaN),
+// and a NaN or +inf logit turns s into NaN, as the reference specifies.
 #include "common.cuh"
 
 #define CARE_LSM_STATUS_BAD_TARGET 1u
@@ -49,7 +49,7 @@
 #define CARE_MUL_RN(a, b) ((a) * (b))
 #endif
 
-// Mirrored by `care_kernels::logsoftmax::LsmParams` (layout checked against this file by the
+// Mirrored by `care_kernels::params::LogSoftmaxParams` (layout checked against this file by the
 // emulator tests).
 struct CareLsmParams {
     const void* logits;      // T, row i at logits + i * stride

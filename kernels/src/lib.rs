@@ -6,30 +6,38 @@
 //! * `kernels/cuda/grpo_loss.cu`: `grpo_loss_{f32,bf16,f16}` (ratio, clip, dual clip, KL,
 //!   aggregation weights, analytic gradient and stats in one pass; token- or sequence-level
 //!   ratio; global denominators as inputs) and `grpo_loss_denoms`.
+//! * `kernels/cuda/logsoftmax.cu`: `logsoftmax_{fwd,bwd}_{f32,bf16,f16}` (selective
+//!   log-softmax straight from logits: log-probs, entropy and log-sum-exp, and the backward
+//!   pass into `dlogits`, in place if wanted).
 //!
 //! The sources include no system headers and compile with NVRTC (`scripts/gen-ptx.sh`, pinned
 //! NVRTC 12.2, `compute_80`) and, for the tests, as host C++ under a fiber emulator of the CUDA
 //! thread model (crate `care-kernels-emu`). `cargo build` never needs CUDA: the driver is loaded
 //! at run time by `cudarc` ([`cuda::driver_available`] is checked first).
 //!
-//! Layers: [`params`] (the `#[repr(C)]` kernel arguments), [`kernel`] (modules, entry points,
-//! geometry), [`plan`] (what an operation launches, over any [`plan::Backend`]), [`cuda`] (the
-//! driver backend on raw pointers and streams, plus a safe API over `cudarc` buffers),
-//! [`tolerance`] (the GPU-vs-CPU tolerance table).
+//! Every kernel family sits in the same five places (`kernels/README.md` has the checklist):
+//! [`kernel`] (the registry: [`Module`], [`Kernel`] and the argument list each launcher
+//! passes), [`params`] (the `#[repr(C)]` kernel arguments), [`geometry`] (grid and block of
+//! each launch), [`plan`] (what an operation launches, over any [`Launcher`]: the CUDA driver
+//! in [`cuda`], or the host emulator) and [`tolerance`] (the one GPU-vs-CPU tolerance table).
 #![deny(missing_docs)]
 
 pub mod cuda;
 /// The `cudarc` this crate was built with (for [`cuda`]'s safe API types).
 pub use cudarc;
+pub mod geometry;
 pub mod kernel;
-pub mod logsoftmax;
 pub mod params;
 pub mod plan;
 pub mod tolerance;
 
-pub use kernel::{Geometry, Kernel, Module, Tuning};
+/// The dtype table of every layer (defined in `care-core`).
+pub use care_core::Dtype;
+pub use geometry::{Geometry, Tuning};
+pub use kernel::{Entry, Kernel, KernelArgs, Module, Param, ParamLayout};
 pub use plan::{
-    AdvantageBuffers, Backend, DeviceGroups, Dtype, KernelError, LossBuffers, WORKSPACE_BYTES,
-    advantage_status, group_advantages, group_advantages_finalize, group_partial_squares,
-    group_partial_sums, grpo_loss,
+    AdvantageBuffers, DeviceGroups, KernelError, Launcher, LogSoftmaxGrads, LogSoftmaxOutputs,
+    LogitsBuffers, LogitsLossBuffers, LossBuffers, WORKSPACE_BYTES, advantage_status,
+    group_advantages, group_advantages_finalize, group_partial_squares, group_partial_sums,
+    grpo_loss, log_softmax_backward, log_softmax_forward, log_softmax_status, logits_loss_forward,
 };

@@ -1,13 +1,18 @@
 //! Kernel parameter structs, passed by value to the kernels: `#[repr(C)]` mirrors of the structs
-//! in `kernels/cuda/*.cu`. The host-emulation tests compare every size, alignment and field
-//! offset with the C++ compiler's view of the same source.
+//! in `kernels/cuda/*.cu`, one per kernel family ([`AdvParams`], [`BatchStdParams`],
+//! [`LossParams`], [`LogSoftmaxParams`]), plus the device structs the kernels write
+//! ([`LossStatsRaw`], [`LossDenomsRaw`]) and the status bits. The host-emulation tests compare
+//! every size, alignment and field offset with the C++ compiler's view of the same source, and
+//! `tests/registry.rs` compares every size and alignment with the PTX.
 //!
 //! Pointers are device addresses (`u64`, 0 = absent), as a trainer holds them: a PyTorch
 //! `data_ptr()`, a `CUdeviceptr`, or a host address under the emulator.
 
+use core::mem::offset_of;
+
 use care_core::grpo::{
-    AdvantageOptions, Aggregation, KlEstimator, LossOptions, LossStats, RatioLevel, Scale,
-    SingletonPolicy, StdKind,
+    AdvantageOptions, Aggregation, Combine, FieldKind, KlEstimator, LossOptions, LossStats,
+    RatioLevel, Scale, SingletonPolicy, StatsField, StdKind,
 };
 
 /// Status bit: a group had exactly one valid sample under [`SingletonPolicy::Error`].
@@ -16,6 +21,9 @@ pub const STATUS_SINGLETON: u32 = 1;
 pub const STATUS_NON_FINITE: u32 = 2;
 /// Status bit: a reduced moment passed to the finalize phase is negative or not finite.
 pub const STATUS_INVALID_MOMENTS: u32 = 4;
+/// Log-softmax status bit (its own word): a counted row's target was outside `0..V` (its
+/// log-prob is NaN).
+pub const STATUS_BAD_TARGET: u32 = 1;
 
 /// `AdvParams::mode`: one rank, statistics from this call's rewards.
 pub const ADV_LOCAL: u32 = 0;
@@ -223,6 +231,46 @@ impl LossParams {
     }
 }
 
+/// Parameters of `logsoftmax_{fwd,bwd}_{f32,bf16,f16}` (C `CareLsmParams`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LogSoftmaxParams {
+    /// `T` logits; row `i` starts at element `i * stride`.
+    pub logits: u64,
+    /// `i32[n]` or `i64[n]` target ids.
+    pub targets: u64,
+    /// `u8[n]` token mask (0 = row not read, outputs 0) or 0.
+    pub mask: u64,
+    /// Forward: `f32[n]` log-probs.
+    pub logp: u64,
+    /// Forward: `f32[n]` entropy output or 0; backward: `f32[n]` input (needed with `dentropy`).
+    pub entropy: u64,
+    /// Forward: `f32[n]` log-sum-exp output or 0; backward: `f32[n]` input (required).
+    pub lse: u64,
+    /// Backward: `f32[n]` `dL/dlogp` or 0.
+    pub dlogp: u64,
+    /// Backward: `f32[n]` `dL/dentropy` or 0 (no entropy term).
+    pub dentropy: u64,
+    /// Backward: `T` output, row `i` at element `i * dstride`; may equal `logits` (in place).
+    pub dlogits: u64,
+    /// `u32` status word ([`STATUS_BAD_TARGET`] is OR-ed in) or 0.
+    pub status: u64,
+    /// Rows.
+    pub n: u64,
+    /// Elements between two logits rows (`>= vocab`).
+    pub stride: u64,
+    /// Elements between two dlogits rows (`>= vocab`).
+    pub dstride: u64,
+    /// Vocabulary size (`>= 1`).
+    pub vocab: u32,
+    /// 1: targets are `i64`.
+    pub targets_i64: u32,
+    /// 1: one block per row, 0: one warp per row.
+    pub block_team: u32,
+    /// `1 / T`.
+    pub inv_temp: f32,
+}
+
 /// Loss statistics as the kernel accumulates them (C `CareLossStats`): `f32` sums and `u32`
 /// counts, added with atomics. Convert with [`LossStatsRaw::to_core`].
 #[repr(C)]
@@ -253,7 +301,7 @@ pub struct LossStatsRaw {
     /// Dual clip binds.
     pub dual_clipped: u32,
     /// Log ratio hit the clamp.
-    pub clamped_log_ratios: u32,
+    pub log_ratio_clamped: u32,
     /// Counted tokens with a non-finite input.
     pub non_finite: u32,
 }
@@ -274,7 +322,7 @@ impl LossStatsRaw {
         clipped_low: 0,
         clipped_high: 0,
         dual_clipped: 0,
-        clamped_log_ratios: 0,
+        log_ratio_clamped: 0,
         non_finite: 0,
     };
 
@@ -292,7 +340,7 @@ impl LossStatsRaw {
             ppo_kl_sum: f64::from(self.ppo_kl_sum),
             kl_sum: f64::from(self.kl_sum),
             ratio_sum: f64::from(self.ratio_sum),
-            log_ratio_clamped: f64::from(self.clamped_log_ratios),
+            log_ratio_clamped: f64::from(self.log_ratio_clamped),
             non_finite: f64::from(self.non_finite),
             ratio_min: f64::from(self.ratio_min),
             ratio_max: if self.ratio_max > 0.0 {
@@ -309,6 +357,55 @@ impl Default for LossStatsRaw {
         LossStatsRaw::EMPTY
     }
 }
+
+macro_rules! device_fields {
+    ($($field:ident: $kind:ident $combine:ident),* $(,)?) => {
+        [$(StatsField {
+            name: stringify!($field),
+            kind: FieldKind::$kind,
+            offset: offset_of!(LossStatsRaw, $field),
+            combine: Combine::$combine,
+        }),*]
+    };
+}
+
+/// The fields of the device accumulator [`LossStatsRaw`] (C `CareLossStats`) in declaration
+/// order: the same names and combine rules as [`care_core::grpo::LOSS_STATS_LAYOUT`] (checked
+/// by a test), as `f32` sums and extrema first, then `u32` counts.
+pub const LOSS_STATS_DEVICE_LAYOUT: [StatsField; 14] = device_fields![
+    loss: F32 Sum,
+    ppo_kl_sum: F32 Sum,
+    kl_sum: F32 Sum,
+    ratio_sum: F32 Sum,
+    ratio_min: F32 Min,
+    ratio_max: F32 Max,
+    tokens: U32 Sum,
+    sequences: U32 Sum,
+    clipped: U32 Sum,
+    clipped_low: U32 Sum,
+    clipped_high: U32 Sum,
+    dual_clipped: U32 Sum,
+    log_ratio_clamped: U32 Sum,
+    non_finite: U32 Sum,
+];
+
+// The table covers the whole struct, densely and in order.
+const _: () = {
+    let mut end = 0;
+    let mut i = 0;
+    while i < LOSS_STATS_DEVICE_LAYOUT.len() {
+        assert!(
+            LOSS_STATS_DEVICE_LAYOUT[i].offset == end,
+            "device stats table out of order"
+        );
+        end += LOSS_STATS_DEVICE_LAYOUT[i].kind.size();
+        i += 1;
+    }
+    assert!(
+        end == size_of::<LossStatsRaw>(),
+        "device stats table misses a field"
+    );
+};
 
 /// Default loss denominators computed on the device (C `CareLossDenoms`).
 #[repr(C)]
@@ -330,140 +427,108 @@ pub mod layout {
     use super::*;
     use core::mem::{align_of, offset_of, size_of};
 
+    macro_rules! layout {
+        ($t:ty: $($field:ident),+ $(,)?) => {
+            [size_of::<$t>(), align_of::<$t>(), $(offset_of!($t, $field)),+]
+                .iter()
+                .map(|&x| x as u32)
+                .collect()
+        };
+    }
+
     /// `CareAdvParams`.
     pub fn adv() -> Vec<u32> {
-        let v = [
-            size_of::<AdvParams>(),
-            align_of::<AdvParams>(),
-            offset_of!(AdvParams, rewards),
-            offset_of!(AdvParams, valid),
-            offset_of!(AdvParams, offsets),
-            offset_of!(AdvParams, adv),
-            offset_of!(AdvParams, group_stats),
-            offset_of!(AdvParams, batch_std),
-            offset_of!(AdvParams, tok_offsets),
-            offset_of!(AdvParams, tok_mask),
-            offset_of!(AdvParams, adv_tok),
-            offset_of!(AdvParams, status),
-            offset_of!(AdvParams, sums),
-            offset_of!(AdvParams, m2),
-            offset_of!(AdvParams, n),
-            offset_of!(AdvParams, num_groups),
-            offset_of!(AdvParams, group_size),
-            offset_of!(AdvParams, baseline),
-            offset_of!(AdvParams, scale),
-            offset_of!(AdvParams, unbiased),
-            offset_of!(AdvParams, singleton),
-            offset_of!(AdvParams, warp_per_group),
-            offset_of!(AdvParams, eps),
-            offset_of!(AdvParams, mode),
-        ];
-        v.iter().map(|&x| x as u32).collect()
+        layout!(AdvParams: rewards, valid, offsets, adv, group_stats, batch_std, tok_offsets,
+            tok_mask, adv_tok, status, sums, m2, n, num_groups, group_size, baseline, scale,
+            unbiased, singleton, warp_per_group, eps, mode)
     }
 
     /// `CareGroupStats` (= `care_core::grpo::GroupStats`).
     pub fn group_stats() -> Vec<u32> {
         use care_core::grpo::GroupStats;
-        let v = [
-            size_of::<GroupStats>(),
-            align_of::<GroupStats>(),
-            offset_of!(GroupStats, count),
-            offset_of!(GroupStats, mean),
-            offset_of!(GroupStats, std),
-            offset_of!(GroupStats, zero_variance),
-        ];
-        v.iter().map(|&x| x as u32).collect()
+        layout!(GroupStats: count, mean, std, zero_variance)
     }
 
     /// `CareBatchStdParams`.
     pub fn batch_std() -> Vec<u32> {
-        let v = [
-            size_of::<BatchStdParams>(),
-            align_of::<BatchStdParams>(),
-            offset_of!(BatchStdParams, rewards),
-            offset_of!(BatchStdParams, valid),
-            offset_of!(BatchStdParams, out_std),
-            offset_of!(BatchStdParams, sums),
-            offset_of!(BatchStdParams, m2),
-            offset_of!(BatchStdParams, n),
-            offset_of!(BatchStdParams, unbiased),
-            offset_of!(BatchStdParams, num_groups),
-            offset_of!(BatchStdParams, pad0),
-        ];
-        v.iter().map(|&x| x as u32).collect()
+        layout!(BatchStdParams: rewards, valid, out_std, sums, m2, n, unbiased, num_groups, pad0)
     }
 
     /// `CareLossParams`.
     pub fn loss() -> Vec<u32> {
-        let v = [
-            size_of::<LossParams>(),
-            align_of::<LossParams>(),
-            offset_of!(LossParams, logp),
-            offset_of!(LossParams, logp_old),
-            offset_of!(LossParams, logp_ref),
-            offset_of!(LossParams, adv),
-            offset_of!(LossParams, mask),
-            offset_of!(LossParams, seq_offsets),
-            offset_of!(LossParams, grad),
-            offset_of!(LossParams, stats),
-            offset_of!(LossParams, denoms),
-            offset_of!(LossParams, n_seq),
-            offset_of!(LossParams, n_tok),
-            offset_of!(LossParams, adv_per_token),
-            offset_of!(LossParams, grad_in_input_dtype),
-            offset_of!(LossParams, agg),
-            offset_of!(LossParams, kl),
-            offset_of!(LossParams, seq_level),
-            offset_of!(LossParams, pad0),
-            offset_of!(LossParams, eps_low),
-            offset_of!(LossParams, eps_high),
-            offset_of!(LossParams, dual_clip),
-            offset_of!(LossParams, log_ratio_clamp),
-            offset_of!(LossParams, kl_clamp),
-            offset_of!(LossParams, k3_clamp),
-            offset_of!(LossParams, seq_log_ratio_max),
-            offset_of!(LossParams, beta),
-            offset_of!(LossParams, n_tok_denom),
-            offset_of!(LossParams, n_seq_denom),
-            offset_of!(LossParams, horizon),
-            offset_of!(LossParams, pad1),
-        ];
-        v.iter().map(|&x| x as u32).collect()
+        layout!(LossParams: logp, logp_old, logp_ref, adv, mask, seq_offsets, grad, stats,
+            denoms, n_seq, n_tok, adv_per_token, grad_in_input_dtype, agg, kl, seq_level, pad0,
+            eps_low, eps_high, dual_clip, log_ratio_clamp, kl_clamp, k3_clamp, seq_log_ratio_max,
+            beta, n_tok_denom, n_seq_denom, horizon, pad1)
     }
 
-    /// `CareLossStats`.
+    /// `CareLsmParams`.
+    pub fn log_softmax() -> Vec<u32> {
+        layout!(LogSoftmaxParams: logits, targets, mask, logp, entropy, lse, dlogp, dentropy,
+            dlogits, status, n, stride, dstride, vocab, targets_i64, block_team, inv_temp)
+    }
+
+    /// `CareLossStats`, from [`LOSS_STATS_DEVICE_LAYOUT`].
     pub fn stats() -> Vec<u32> {
-        let v = [
-            size_of::<LossStatsRaw>(),
-            align_of::<LossStatsRaw>(),
-            offset_of!(LossStatsRaw, loss),
-            offset_of!(LossStatsRaw, ppo_kl_sum),
-            offset_of!(LossStatsRaw, kl_sum),
-            offset_of!(LossStatsRaw, ratio_sum),
-            offset_of!(LossStatsRaw, ratio_min),
-            offset_of!(LossStatsRaw, ratio_max),
-            offset_of!(LossStatsRaw, tokens),
-            offset_of!(LossStatsRaw, sequences),
-            offset_of!(LossStatsRaw, clipped),
-            offset_of!(LossStatsRaw, clipped_low),
-            offset_of!(LossStatsRaw, clipped_high),
-            offset_of!(LossStatsRaw, dual_clipped),
-            offset_of!(LossStatsRaw, clamped_log_ratios),
-            offset_of!(LossStatsRaw, non_finite),
-        ];
-        v.iter().map(|&x| x as u32).collect()
+        [size_of::<LossStatsRaw>(), align_of::<LossStatsRaw>()]
+            .into_iter()
+            .chain(LOSS_STATS_DEVICE_LAYOUT.iter().map(|f| f.offset))
+            .map(|x| x as u32)
+            .collect()
     }
 
     /// `CareLossDenoms`.
     pub fn denoms() -> Vec<u32> {
-        let v = [
-            size_of::<LossDenomsRaw>(),
-            align_of::<LossDenomsRaw>(),
-            offset_of!(LossDenomsRaw, n_tok),
-            offset_of!(LossDenomsRaw, n_seq),
-            offset_of!(LossDenomsRaw, horizon),
-            offset_of!(LossDenomsRaw, pad0),
-        ];
-        v.iter().map(|&x| x as u32).collect()
+        layout!(LossDenomsRaw: n_tok, n_seq, horizon, pad0)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use care_core::grpo::LOSS_STATS_LAYOUT;
+
+    #[test]
+    fn device_stats_have_the_host_fields_and_rules() {
+        // The same set of names (each once) and the same combine rule per name.
+        assert_eq!(LOSS_STATS_DEVICE_LAYOUT.len(), LOSS_STATS_LAYOUT.len());
+        for d in &LOSS_STATS_DEVICE_LAYOUT {
+            let h = LOSS_STATS_LAYOUT.iter().filter(|h| h.name == d.name);
+            let h: Vec<_> = h.collect();
+            assert_eq!(h.len(), 1, "device field {} is not one host field", d.name);
+            assert_eq!(h[0].combine, d.combine, "{}", d.name);
+            assert_ne!(d.kind, FieldKind::F64, "{}", d.name);
+        }
+    }
+
+    #[test]
+    fn to_core_maps_every_field_by_name() {
+        // Distinct positive values per device field (ratio_max > 0, so no -inf fallback).
+        let mut raw = LossStatsRaw::EMPTY;
+        let bytes = bytemuck::bytes_of_mut(&mut raw);
+        for (i, f) in LOSS_STATS_DEVICE_LAYOUT.iter().enumerate() {
+            let v = i as u32 + 1;
+            let b = match f.kind {
+                FieldKind::F32 => (v as f32).to_ne_bytes(),
+                _ => v.to_ne_bytes(),
+            };
+            bytes[f.offset..f.offset + 4].copy_from_slice(&b);
+        }
+        let host = raw.to_core();
+        for (i, d) in LOSS_STATS_DEVICE_LAYOUT.iter().enumerate() {
+            let h = LOSS_STATS_LAYOUT.iter().find(|h| h.name == d.name).unwrap();
+            // SAFETY: LOSS_STATS_LAYOUT puts an f64 at every offset of `LossStats`.
+            let got = unsafe {
+                (&raw const host)
+                    .cast::<u8>()
+                    .add(h.offset)
+                    .cast::<f64>()
+                    .read()
+            };
+            assert_eq!(got, (i + 1) as f64, "{}", d.name);
+        }
+        // The empty accumulator converts to the empty host stats.
+        assert_eq!(LossStatsRaw::EMPTY.to_core(), LossStats::EMPTY);
     }
 }

@@ -22,6 +22,7 @@ mod layout;
 mod logprob;
 mod loss;
 mod rollout;
+mod stats_layout;
 
 pub use advantage::{
     AdvantageOptions, AdvantageValue, Baseline, GroupInputs, GroupStats, Preset, Reweight, Scale,
@@ -51,6 +52,7 @@ pub use rollout::{
     SequenceRollout, TokenDivergence, rollout_correction, rollout_log_ratio, token_divergence,
     truncated_weight,
 };
+pub use stats_layout::{Combine, FieldKind, LOSS_STATS_LAYOUT, LOSS_STATS_SIZE, StatsField};
 
 /// Narrows an `f64` result to `f32`, saturating finite values at `±f32::MAX` instead of
 /// overflowing to infinity; `±inf` and NaN pass through (they only come from non-finite inputs,

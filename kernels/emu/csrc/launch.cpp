@@ -103,7 +103,7 @@ size_t emu_layout_stats(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossStats, tokens), EMU_OFF(CareLossStats, sequences),
                     EMU_OFF(CareLossStats, clipped), EMU_OFF(CareLossStats, clipped_low),
                     EMU_OFF(CareLossStats, clipped_high), EMU_OFF(CareLossStats, dual_clipped),
-                    EMU_OFF(CareLossStats, clamped_log_ratios), EMU_OFF(CareLossStats, non_finite)};
+                    EMU_OFF(CareLossStats, log_ratio_clamped), EMU_OFF(CareLossStats, non_finite)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;

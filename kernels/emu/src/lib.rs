@@ -3,13 +3,15 @@
 //! `build.rs` compiles the very `kernels/cuda/*.cu` sources as C++ against `csrc/cuda_emu.h`,
 //! which runs the threads of each block as cooperative fibers on the calling OS thread and
 //! reshuffles their order (from a seed) at every barrier and warp collective. [`Emulator`]
-//! implements [`care_kernels::Backend`], so the tests run the same launch plans as the GPU, with
-//! host addresses in place of device pointers.
+//! implements [`care_kernels::Launcher`] for every kernel of the registry, so the tests run the
+//! same launch plans as the GPU, with host addresses in place of device pointers.
 
 use core::ffi::c_void;
 
-use care_kernels::params::{AdvParams, BatchStdParams, LossDenomsRaw, LossParams};
-use care_kernels::{Backend, Geometry, Kernel};
+use care_kernels::params::{
+    AdvParams, BatchStdParams, LogSoftmaxParams, LossDenomsRaw, LossParams,
+};
+use care_kernels::{Geometry, Kernel, Launcher};
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -73,6 +75,42 @@ unsafe extern "C" {
         out: *mut LossDenomsRaw,
         seed: u64,
     ) -> i32;
+    fn emu_launch_logsoftmax_fwd_f32(
+        g: Dim3,
+        b: Dim3,
+        p: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_logsoftmax_fwd_bf16(
+        g: Dim3,
+        b: Dim3,
+        p: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_logsoftmax_fwd_f16(
+        g: Dim3,
+        b: Dim3,
+        p: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_logsoftmax_bwd_f32(
+        g: Dim3,
+        b: Dim3,
+        p: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_logsoftmax_bwd_bf16(
+        g: Dim3,
+        b: Dim3,
+        p: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_logsoftmax_bwd_f16(
+        g: Dim3,
+        b: Dim3,
+        p: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
     fn emu_selftest_publish(blocks: u32, threads: u32, sync: i32, out: *mut u32, seed: u64) -> i32;
     fn emu_selftest_divergent_barrier(seed: u64) -> i32;
     fn emu_selftest_shuffle_after_exit(out: *mut f32, seed: u64) -> i32;
@@ -86,6 +124,7 @@ unsafe extern "C" {
     fn emu_layout_loss(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_denoms(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_lsm(out: *mut u32, cap: usize) -> usize;
 }
 
 /// Why an emulated launch failed.
@@ -98,7 +137,7 @@ pub enum EmuError {
     WarpCollective,
     /// A geometry the emulator rejects (code 3).
     Geometry,
-    /// A launch with the wrong number of arguments.
+    /// A launch whose argument count is not the registry's for the kernel.
     Arguments,
 }
 
@@ -111,14 +150,14 @@ fn check(code: i32) -> Result<(), EmuError> {
     }
 }
 
-/// The host emulator as a [`Backend`]; `seed` drives the fiber schedule.
+/// The host emulator as a [`Launcher`]; `seed` drives the fiber schedule.
 #[derive(Clone, Copy, Debug)]
 pub struct Emulator {
     /// Seed of the fiber order (a different seed, a different interleaving at every barrier).
     pub seed: u64,
 }
 
-impl Backend for Emulator {
+impl Launcher for Emulator {
     type Error = EmuError;
 
     unsafe fn memset_zero(&self, ptr: u64, bytes: usize) -> Result<(), EmuError> {
@@ -133,6 +172,9 @@ impl Backend for Emulator {
         g: Geometry,
         args: &[*mut c_void],
     ) -> Result<(), EmuError> {
+        if args.len() != kernel.params().len() {
+            return Err(EmuError::Arguments);
+        }
         let (grid, block) = (Dim3::from(g.grid), Dim3::from(g.block));
         let s = self.seed;
         // SAFETY (all arms): the argument pointers point at parameter structs of the kernel's
@@ -164,6 +206,24 @@ impl Backend for Emulator {
                     addr as usize as *mut LossDenomsRaw,
                     s,
                 )
+            },
+            (Kernel::LogSoftmaxFwdF32, [p]) => unsafe {
+                emu_launch_logsoftmax_fwd_f32(grid, block, p.cast(), s)
+            },
+            (Kernel::LogSoftmaxFwdBf16, [p]) => unsafe {
+                emu_launch_logsoftmax_fwd_bf16(grid, block, p.cast(), s)
+            },
+            (Kernel::LogSoftmaxFwdF16, [p]) => unsafe {
+                emu_launch_logsoftmax_fwd_f16(grid, block, p.cast(), s)
+            },
+            (Kernel::LogSoftmaxBwdF32, [p]) => unsafe {
+                emu_launch_logsoftmax_bwd_f32(grid, block, p.cast(), s)
+            },
+            (Kernel::LogSoftmaxBwdBf16, [p]) => unsafe {
+                emu_launch_logsoftmax_bwd_bf16(grid, block, p.cast(), s)
+            },
+            (Kernel::LogSoftmaxBwdF16, [p]) => unsafe {
+                emu_launch_logsoftmax_bwd_f16(grid, block, p.cast(), s)
             },
             _ => return Err(EmuError::Arguments),
         };
@@ -237,6 +297,10 @@ pub mod c_layout {
     /// `CareLossDenoms`.
     pub fn denoms() -> Vec<u32> {
         get(super::emu_layout_denoms)
+    }
+    /// `CareLsmParams`.
+    pub fn log_softmax() -> Vec<u32> {
+        get(super::emu_layout_lsm)
     }
 }
 

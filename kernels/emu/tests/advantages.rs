@@ -65,7 +65,7 @@ fn run_kernel<D: Device>(
     c: &Case,
     tuning: Tuning,
     seed: u64,
-) -> Result<KernelOut, KernelError<<D::B as care_kernels::Backend>::Error>> {
+) -> Result<KernelOut, KernelError<<D::B as care_kernels::Launcher>::Error>> {
     dev.reset();
     let n = c.rewards.len();
     let b = num_groups(c);
@@ -110,7 +110,7 @@ fn run_kernel<D: Device>(
         batch_std: 0,
     };
     // SAFETY: every address was uploaded with the documented size.
-    unsafe { care_kernels::group_advantages(&dev.backend(seed), &buf, &c.opts, tuning) }?;
+    unsafe { care_kernels::group_advantages(&dev.launcher(seed), &buf, &c.opts, tuning) }?;
     let raw: Vec<u32> = dev.download(stats, 4 * b);
     let stats = raw
         .chunks_exact(4)
@@ -210,7 +210,7 @@ fn check_case_on<D: Device>(dev: &mut D, c: &Case, threads: u32, seed: u64) {
         let tuning = Tuning {
             threads: Some(threads),
             warp_per_group: mode,
-            loss_chunks: None,
+            ..Tuning::default()
         };
         let mut first: Option<KernelOut> = None;
         for s in [seed, seed ^ 0x5555_5555] {
@@ -773,7 +773,7 @@ fn check_ranks_on<D: Device>(dev: &mut D, c: &Case, k: usize, cuts: &[Vec<f64>],
     for buf in &bufs {
         let out = dev.upload(&vec![f64::NAN; 2 * b]);
         // SAFETY: uploaded buffers of the documented sizes.
-        unsafe { care_kernels::group_partial_sums(&dev.backend(seed), buf, out, t) }.unwrap();
+        unsafe { care_kernels::group_partial_sums(&dev.launcher(seed), buf, out, t) }.unwrap();
         for (acc, x) in sums.iter_mut().zip(dev.download::<f64>(out, 2 * b)) {
             *acc += x;
         }
@@ -784,7 +784,8 @@ fn check_ranks_on<D: Device>(dev: &mut D, c: &Case, k: usize, cuts: &[Vec<f64>],
         let s = dev.upload(&sums);
         let out = dev.upload(&vec![f64::NAN; b]);
         // SAFETY: as above.
-        unsafe { care_kernels::group_partial_squares(&dev.backend(seed), buf, s, out, t) }.unwrap();
+        unsafe { care_kernels::group_partial_squares(&dev.launcher(seed), buf, s, out, t) }
+            .unwrap();
         for (acc, x) in m2.iter_mut().zip(dev.download::<f64>(out, b)) {
             *acc += x;
         }
@@ -795,7 +796,7 @@ fn check_ranks_on<D: Device>(dev: &mut D, c: &Case, k: usize, cuts: &[Vec<f64>],
         let (s, q) = (dev.upload(&sums), dev.upload(&m2));
         // SAFETY: as above.
         unsafe {
-            care_kernels::group_advantages_finalize(&dev.backend(seed), buf, s, q, &c.opts, t)
+            care_kernels::group_advantages_finalize(&dev.launcher(seed), buf, s, q, &c.opts, t)
         }
         .unwrap();
         let status = dev.download::<u32>(w, 1)[0];

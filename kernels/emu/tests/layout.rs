@@ -23,6 +23,11 @@ fn parameter_structs_match_the_c_layout() {
     assert_eq!(layout::loss(), c_layout::loss(), "CareLossParams");
     assert_eq!(layout::stats(), c_layout::stats(), "CareLossStats");
     assert_eq!(layout::denoms(), c_layout::denoms(), "CareLossDenoms");
+    assert_eq!(
+        layout::log_softmax(),
+        c_layout::log_softmax(),
+        "CareLsmParams"
+    );
 }
 
 fn same(a: f32, b: f32) -> bool {

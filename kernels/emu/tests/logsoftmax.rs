@@ -1,8 +1,8 @@
 //! `logsoftmax_{fwd,bwd}_{f32,bf16,f16}` under the host emulator, through the same plans as on
-//! the GPU (`care_kernels::logsoftmax`), against the f64 reference `care_core::logsoftmax`.
+//! the GPU (`care_kernels::plan::logsoftmax`), against the f64 reference `care_core::logsoftmax`.
 //!
 //! Relations checked: (1) oracle: `logp`, `entropy`, `lse` and `dlogits` equal the reference
-//! within [`LSM_TOLERANCE`] on random shapes (`V = 1`, `V` not a multiple of the vector width,
+//! within `care_kernels::tolerance` (`LogSoftmax`, `LogSoftmaxGrad`) on random shapes (`V = 1`, `V` not a multiple of the vector width,
 //! row strides and base offsets that break 16-byte alignment), rows with `-inf` entries, all
 //! `-inf` rows, all-equal rows, `+-1e4` logits, temperatures 0.6 and 1.0, masked rows, `i32`
 //! and `i64` targets, warp and block teams, grid-stride loops; (2) masked rows are never read
@@ -11,27 +11,25 @@
 //! `care_core::logsoftmax::logits_policy_loss`; (6) a bad target sets the status bit.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use core::ffi::c_void;
-
 use care_core::grpo::{Advantages, LogProb, LossInputs, LossOptions};
 use care_core::logsoftmax::{
     LogSoftmaxOptions, Logits, LogitsLossBuffers as CpuLossBuffers, logits_policy_loss,
     row_lse_entropy, selective_log_softmax, selective_log_softmax_backward,
 };
-use care_kernels::logsoftmax::{
-    LSM_TOLERANCE, LogitsLossBuffers, LsmBackend, LsmGrads, LsmKernel, LsmOutputs, LsmParams,
-    LsmRows, LsmTuning, log_softmax_backward, log_softmax_forward, logits_loss_forward, lsm_status,
-};
 use care_kernels::params::LossStatsRaw;
-use care_kernels::{Backend, Dtype, Geometry, Kernel, WORKSPACE_BYTES};
-use care_kernels_emu::{EmuError, Emulator, addr, addr_mut};
+use care_kernels::tolerance::{Quantity, Tolerance, tolerance};
+use care_kernels::{
+    Dtype, LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, Tuning,
+    WORKSPACE_BYTES, log_softmax_backward, log_softmax_forward, log_softmax_status,
+    logits_loss_forward,
+};
+use care_kernels_emu::{Emulator, addr, addr_mut};
 use proptest::prelude::*;
 
 mod common;
 
 use std::cell::RefCell;
 
-use care_kernels::logsoftmax::LsmCuda;
 use common::{Device, GpuDevice};
 
 thread_local! {
@@ -40,80 +38,22 @@ thread_local! {
     static GPU: RefCell<Option<GpuDevice>> = const { RefCell::new(None) };
 }
 
-/// A log-softmax backend on the GPU's context (bound to this thread by `backend`) and its
-/// default stream, which `GpuDevice` also uses.
-fn gpu_backend(g: &GpuDevice) -> LsmCuda {
-    let _bound = g.backend(0);
-    // SAFETY: a context is current on this thread (bound just above); null = default stream.
-    unsafe { LsmCuda::new(core::ptr::null_mut(), 0) }.unwrap()
+fn emu(seed: u64) -> Emulator {
+    Emulator { seed }
 }
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Dim3 {
-    x: u32,
-    y: u32,
-    z: u32,
+/// The forward tolerance of a row of scale `s` (logp, entropy, lse).
+fn forward_bound(dtype: Dtype, s: f64) -> f64 {
+    tolerance(Quantity::LogSoftmax, dtype)
+        .unwrap()
+        .bound(s, 0.0)
 }
 
-type EmuLaunch = unsafe extern "C" fn(Dim3, Dim3, *const LsmParams, u64) -> i32;
-
-unsafe extern "C" {
-    fn emu_launch_logsoftmax_fwd_f32(g: Dim3, b: Dim3, p: *const LsmParams, seed: u64) -> i32;
-    fn emu_launch_logsoftmax_fwd_bf16(g: Dim3, b: Dim3, p: *const LsmParams, seed: u64) -> i32;
-    fn emu_launch_logsoftmax_fwd_f16(g: Dim3, b: Dim3, p: *const LsmParams, seed: u64) -> i32;
-    fn emu_launch_logsoftmax_bwd_f32(g: Dim3, b: Dim3, p: *const LsmParams, seed: u64) -> i32;
-    fn emu_launch_logsoftmax_bwd_bf16(g: Dim3, b: Dim3, p: *const LsmParams, seed: u64) -> i32;
-    fn emu_launch_logsoftmax_bwd_f16(g: Dim3, b: Dim3, p: *const LsmParams, seed: u64) -> i32;
-    fn emu_layout_lsm(out: *mut u32, cap: usize) -> usize;
-}
-
-/// The emulator with the log-softmax entry points added.
-struct Emu(Emulator);
-
-impl Backend for Emu {
-    type Error = EmuError;
-    unsafe fn memset_zero(&self, ptr: u64, bytes: usize) -> Result<(), EmuError> {
-        // SAFETY: forwarded contract.
-        unsafe { self.0.memset_zero(ptr, bytes) }
-    }
-    unsafe fn launch(&self, k: Kernel, g: Geometry, args: &[*mut c_void]) -> Result<(), EmuError> {
-        // SAFETY: forwarded contract.
-        unsafe { self.0.launch(k, g, args) }
-    }
-}
-
-impl LsmBackend for Emu {
-    unsafe fn launch_lsm(
-        &self,
-        k: LsmKernel,
-        g: Geometry,
-        args: &[*mut c_void],
-    ) -> Result<(), EmuError> {
-        let f: EmuLaunch = match k {
-            LsmKernel::FwdF32 => emu_launch_logsoftmax_fwd_f32,
-            LsmKernel::FwdBf16 => emu_launch_logsoftmax_fwd_bf16,
-            LsmKernel::FwdF16 => emu_launch_logsoftmax_fwd_f16,
-            LsmKernel::BwdF32 => emu_launch_logsoftmax_bwd_f32,
-            LsmKernel::BwdBf16 => emu_launch_logsoftmax_bwd_bf16,
-            LsmKernel::BwdF16 => emu_launch_logsoftmax_bwd_f16,
-        };
-        let [p] = args else {
-            return Err(EmuError::Arguments);
-        };
-        let d = |t: (u32, u32, u32)| Dim3 {
-            x: t.0,
-            y: t.1,
-            z: t.2,
-        };
-        // SAFETY: `p` points at an `LsmParams` whose addresses are host buffers (contract).
-        match unsafe { f(d(g.grid), d(g.block), p.cast(), self.0.seed) } {
-            0 => Ok(()),
-            1 => Err(EmuError::BlockBarrier),
-            2 => Err(EmuError::WarpCollective),
-            _ => Err(EmuError::Geometry),
-        }
-    }
+/// The backward tolerance of one element: row scale `s`, gradient scale `g`, reference `want`.
+fn backward_bound(dtype: Dtype, s: f64, g: f64, want: f64) -> f64 {
+    tolerance(Quantity::LogSoftmaxGrad, dtype)
+        .unwrap()
+        .bound_through(s, g, want)
 }
 
 trait El: LogProb + bytemuck::Pod + core::fmt::Debug {
@@ -281,8 +221,8 @@ impl<T: El> Dev<T> {
             t64: c.targets.clone(),
         }
     }
-    fn rows(&self, c: &Case) -> LsmRows {
-        LsmRows {
+    fn rows(&self, c: &Case) -> LogitsBuffers {
+        LogitsBuffers {
             dtype: T::DTYPE,
             logits: addr(&self.data) + (c.offset * size_of::<T>()) as u64,
             rows: c.rows as u64,
@@ -302,7 +242,7 @@ impl<T: El> Dev<T> {
     }
 }
 
-fn forward<T: El>(c: &Case, dev: &Dev<T>, tuning: LsmTuning, seed: u64, entropy: bool) -> Fwd {
+fn forward<T: El>(c: &Case, dev: &Dev<T>, tuning: Tuning, seed: u64, entropy: bool) -> Fwd {
     if let Some(f) =
         GPU.with_borrow_mut(|g| g.as_mut().map(|g| forward_gpu(g, c, dev, tuning, entropy)))
     {
@@ -313,7 +253,7 @@ fn forward<T: El>(c: &Case, dev: &Dev<T>, tuning: LsmTuning, seed: u64, entropy:
     let mut ent = vec![f32::NAN; n];
     let mut lse = vec![f32::NAN; n];
     let mut status = [0x5555_5555u32];
-    let out = LsmOutputs {
+    let out = LogSoftmaxOutputs {
         logp: addr_mut(&mut logp),
         entropy: if entropy { addr_mut(&mut ent) } else { 0 },
         lse: addr_mut(&mut lse),
@@ -323,8 +263,7 @@ fn forward<T: El>(c: &Case, dev: &Dev<T>, tuning: LsmTuning, seed: u64, entropy:
         temperature: c.temperature,
     };
     // SAFETY: host buffers of the documented sizes.
-    unsafe { log_softmax_forward(&Emu(Emulator { seed }), &dev.rows(c), &out, &opts, tuning) }
-        .unwrap();
+    unsafe { log_softmax_forward(&emu(seed), &dev.rows(c), &out, &opts, tuning) }.unwrap();
     Fwd {
         logp,
         entropy: ent,
@@ -338,7 +277,7 @@ fn forward_gpu<T: El>(
     g: &mut GpuDevice,
     c: &Case,
     dev: &Dev<T>,
-    tuning: LsmTuning,
+    tuning: Tuning,
     entropy: bool,
 ) -> Fwd {
     let n = c.rows;
@@ -351,7 +290,7 @@ fn forward_gpu<T: El>(
         g.upload(&dev.t32)
     };
     rows.mask = c.mask.as_deref().map_or(0, |m| g.upload(m));
-    let out = LsmOutputs {
+    let out = LogSoftmaxOutputs {
         logp: g.upload(&nan),
         entropy: if entropy { g.upload(&nan) } else { 0 },
         lse: g.upload(&nan),
@@ -360,7 +299,7 @@ fn forward_gpu<T: El>(
     let opts = LogSoftmaxOptions {
         temperature: c.temperature,
     };
-    let b = gpu_backend(g);
+    let b = g.launcher(0);
     // SAFETY: device buffers of the documented sizes, alive in `g` until it is dropped.
     unsafe { log_softmax_forward(&b, &rows, &out, &opts, tuning) }.unwrap();
     b.synchronize().unwrap();
@@ -376,20 +315,15 @@ fn forward_gpu<T: El>(
     }
 }
 
+/// `|got - want| <= tol`; NaN matches NaN only, an infinity only itself.
 fn close(got: f64, want: f64, tol: f64) -> bool {
-    if want.is_nan() || got.is_nan() {
-        return want.is_nan() && got.is_nan();
-    }
-    if want.is_infinite() || got.is_infinite() {
-        return got == want;
-    }
-    (got - want).abs() <= tol
+    Tolerance::within(got, want, tol)
 }
 
-fn check_forward<T: El>(c: &Case, tuning: LsmTuning, seed: u64) -> Result<(), TestCaseError> {
+fn check_forward<T: El>(c: &Case, tuning: Tuning, seed: u64) -> Result<(), TestCaseError> {
     let dev = Dev::<T>::new(c);
     let got = forward(c, &dev, tuning, seed, true);
-    prop_assert_eq!(lsm_status(got.status), Ok(()));
+    prop_assert_eq!(log_softmax_status(got.status), Ok(()));
     let n = c.rows;
     let (mut logp, mut ent, mut lse) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
     let opts = LogSoftmaxOptions {
@@ -405,11 +339,10 @@ fn check_forward<T: El>(c: &Case, tuning: LsmTuning, seed: u64) -> Result<(), Te
         Some(&mut lse),
     )
     .unwrap();
-    let tol = LSM_TOLERANCE;
     let logits = dev.logits(c);
     for i in 0..n {
         let row: Vec<f64> = logits.row(i).unwrap().iter().map(|x| x.to_f64()).collect();
-        let t = tol.forward(row_scale(&row, c.temperature));
+        let t = forward_bound(T::DTYPE, row_scale(&row, c.temperature));
         let what = |q: &str, g: f32, w: f64| {
             format!(
                 "row {i} ({:?}) {q}: got {g}, want {w}, tol {t:e}, V {}",
@@ -450,7 +383,7 @@ fn backward<T: El>(
     g: &[f32],
     e: Option<&[f32]>,
     in_place: bool,
-    tuning: LsmTuning,
+    tuning: Tuning,
     seed: u64,
 ) -> Vec<f64> {
     if let Some(d) = GPU.with_borrow_mut(|gd| {
@@ -475,7 +408,7 @@ fn backward<T: El>(
             dstride as u64,
         )
     };
-    let gr = LsmGrads {
+    let gr = LogSoftmaxGrads {
         lse: addr(&fwd.lse),
         entropy: addr(&fwd.entropy),
         dlogp: addr(g),
@@ -487,7 +420,7 @@ fn backward<T: El>(
         temperature: c.temperature,
     };
     // SAFETY: host buffers of the documented sizes; in place uses the logits' own layout.
-    unsafe { log_softmax_backward(&Emu(Emulator { seed }), &rows, &gr, &opts, tuning) }.unwrap();
+    unsafe { log_softmax_backward(&emu(seed), &rows, &gr, &opts, tuning) }.unwrap();
     let (buf, off, st): (&[T], usize, usize) = if in_place {
         (&dev.data, c.offset, c.stride)
     } else {
@@ -512,7 +445,7 @@ fn backward_gpu<T: El>(
     g: &[f32],
     e: Option<&[f32]>,
     in_place: bool,
-    tuning: LsmTuning,
+    tuning: Tuning,
 ) -> Vec<f64> {
     let dev = Dev::<T>::new(c);
     let mut rows = dev.rows(c);
@@ -529,7 +462,7 @@ fn backward_gpu<T: El>(
     } else {
         (sep_base + (doff * size_of::<T>()) as u64, dstride as u64)
     };
-    let gr = LsmGrads {
+    let gr = LogSoftmaxGrads {
         lse: gd.upload(&fwd.lse),
         entropy: gd.upload(&fwd.entropy),
         dlogp: gd.upload(g),
@@ -540,7 +473,7 @@ fn backward_gpu<T: El>(
     let opts = LogSoftmaxOptions {
         temperature: c.temperature,
     };
-    let b = gpu_backend(gd);
+    let b = gd.launcher(0);
     // SAFETY: device buffers of the documented sizes; in place uses the logits' own layout.
     unsafe { log_softmax_backward(&b, &rows, &gr, &opts, tuning) }.unwrap();
     b.synchronize().unwrap();
@@ -560,7 +493,7 @@ fn backward_gpu<T: El>(
     out
 }
 
-fn check_backward<T: El>(c: &Case, tuning: LsmTuning, seed: u64) -> Result<(), TestCaseError> {
+fn check_backward<T: El>(c: &Case, tuning: Tuning, seed: u64) -> Result<(), TestCaseError> {
     let dev = Dev::<T>::new(c);
     let fwd = forward(c, &dev, tuning, seed, true);
     let (g, e) = grads(c, seed);
@@ -591,7 +524,6 @@ fn check_backward<T: El>(c: &Case, tuning: LsmTuning, seed: u64) -> Result<(), T
         &mut want,
     )
     .unwrap();
-    let tol = LSM_TOLERANCE;
     for i in 0..c.rows {
         let dense = &want[i * c.vocab..(i + 1) * c.vocab];
         let gotr = &got[i * c.vocab..(i + 1) * c.vocab];
@@ -612,7 +544,7 @@ fn check_backward<T: El>(c: &Case, tuning: LsmTuning, seed: u64) -> Result<(), T
         let ge = if with_ent { f64::from(e[i]).abs() } else { 0.0 };
         let gscale = (f64::from(g[i]).abs() + ge * (1.0 + h.abs() + 2.0 * scale)) / c.temperature;
         for j in 0..c.vocab {
-            let t = tol.backward(T::DTYPE, scale, gscale, dense[j]);
+            let t = backward_bound(T::DTYPE, scale, gscale, dense[j]);
             prop_assert!(
                 close(gotr[j], dense[j], t),
                 "row {i} ({:?}) j {j}: got {}, want {}, tol {t:e}, V {}",
@@ -642,7 +574,7 @@ fn shape() -> impl Strategy<Value = (usize, usize, usize, usize)> {
     )
 }
 
-fn tuning() -> impl Strategy<Value = LsmTuning> {
+fn tuning() -> impl Strategy<Value = Tuning> {
     (
         prop_oneof![
             Just(None),
@@ -653,10 +585,11 @@ fn tuning() -> impl Strategy<Value = LsmTuning> {
         prop_oneof![Just(None), Just(Some(true)), Just(Some(false))],
         prop_oneof![Just(None), Just(Some(1u32)), Just(Some(2))],
     )
-        .prop_map(|(threads, block_team, max_blocks)| LsmTuning {
+        .prop_map(|(threads, block_team, max_blocks)| Tuning {
             threads,
             block_team,
             max_blocks,
+            ..Tuning::default()
         })
 }
 
@@ -700,50 +633,17 @@ proptest! {
 }
 
 #[test]
-fn params_layout_matches_c() {
-    let mut v = vec![0u32; 64];
-    // SAFETY: writes at most `cap` entries.
-    let n = unsafe { emu_layout_lsm(v.as_mut_ptr(), v.len()) };
-    v.truncate(n);
-    let p = LsmParams::default();
-    let base = &raw const p as usize;
-    let off = |f: *const u8| (f as usize - base) as u32;
-    let want = vec![
-        size_of::<LsmParams>() as u32,
-        align_of::<LsmParams>() as u32,
-        off((&raw const p.logits).cast()),
-        off((&raw const p.targets).cast()),
-        off((&raw const p.mask).cast()),
-        off((&raw const p.logp).cast()),
-        off((&raw const p.entropy).cast()),
-        off((&raw const p.lse).cast()),
-        off((&raw const p.dlogp).cast()),
-        off((&raw const p.dentropy).cast()),
-        off((&raw const p.dlogits).cast()),
-        off((&raw const p.status).cast()),
-        off((&raw const p.n).cast()),
-        off((&raw const p.stride).cast()),
-        off((&raw const p.dstride).cast()),
-        off((&raw const p.vocab).cast()),
-        off((&raw const p.targets_i64).cast()),
-        off((&raw const p.block_team).cast()),
-        off((&raw const p.inv_temp).cast()),
-    ];
-    assert_eq!(v, want);
-}
-
-#[test]
 fn large_vocab_rows_in_every_dtype() {
     // A few rows of a vocabulary that is not a multiple of 8, in block mode with the default
     // geometry, misaligned by one element.
     for (k, t) in [(0u64, 1.0f64), (1, 0.6)] {
         let c = make_case(3, 5003, 1, 1, 0xC0FFEE + k, t, false, k == 0);
-        check_forward::<f32>(&c, LsmTuning::default(), 7).unwrap();
-        check_forward::<half::bf16>(&c, LsmTuning::default(), 8).unwrap();
-        check_forward::<half::f16>(&c, LsmTuning::default(), 9).unwrap();
-        check_backward::<half::bf16>(&c, LsmTuning::default(), 10).unwrap();
-        check_backward::<half::f16>(&c, LsmTuning::default(), 11).unwrap();
-        check_backward::<f32>(&c, LsmTuning::default(), 12).unwrap();
+        check_forward::<f32>(&c, Tuning::default(), 7).unwrap();
+        check_forward::<half::bf16>(&c, Tuning::default(), 8).unwrap();
+        check_forward::<half::f16>(&c, Tuning::default(), 9).unwrap();
+        check_backward::<half::bf16>(&c, Tuning::default(), 10).unwrap();
+        check_backward::<half::f16>(&c, Tuning::default(), 11).unwrap();
+        check_backward::<f32>(&c, Tuning::default(), 12).unwrap();
     }
 }
 
@@ -755,7 +655,7 @@ fn vocab_one_gives_zero_logp_and_entropy() {
         *k = Kind::Random;
     }
     let dev = Dev::<half::bf16>::new(&c);
-    let f = forward(&c, &dev, LsmTuning::default(), 1, true);
+    let f = forward(&c, &dev, Tuning::default(), 1, true);
     assert!(f.logp.iter().all(|&x| x == 0.0), "{:?}", f.logp);
     assert!(f.entropy.iter().all(|&x| x == 0.0), "{:?}", f.entropy);
     assert!(
@@ -772,7 +672,7 @@ fn all_equal_row_is_uniform() {
     c.logits.fill(-2.25);
     c.kinds = vec![Kind::AllEqual; 2];
     let dev = Dev::<f32>::new(&c);
-    let f = forward(&c, &dev, LsmTuning::default(), 2, true);
+    let f = forward(&c, &dev, Tuning::default(), 2, true);
     let ln_v = (v as f32).ln();
     for i in 0..2 {
         assert!((f.logp[i] + ln_v).abs() < 1e-5, "{}", f.logp[i]);
@@ -785,11 +685,12 @@ fn two_schedules_are_bit_identical() {
     let c = make_case(9, 777, 2, 3, 42, 0.6, true, true);
     let dev = Dev::<half::bf16>::new(&c);
     for tn in [
-        LsmTuning::default(),
-        LsmTuning {
+        Tuning::default(),
+        Tuning {
             threads: Some(64),
             block_team: Some(true),
             max_blocks: Some(2),
+            ..Tuning::default()
         },
     ] {
         let a = forward(&c, &dev, tn, 1, true);
@@ -813,8 +714,11 @@ fn bad_target_sets_the_status_and_writes_nan() {
     for i64_targets in [false, true] {
         c.i64_targets = i64_targets;
         let dev = Dev::<f32>::new(&c);
-        let f = forward(&c, &dev, LsmTuning::default(), 3, false);
-        assert_eq!(lsm_status(f.status), Err(care_core::Error::InvalidArgument));
+        let f = forward(&c, &dev, Tuning::default(), 3, false);
+        assert_eq!(
+            log_softmax_status(f.status),
+            Err(care_core::Error::InvalidArgument)
+        );
         assert!(f.logp[1].is_nan() && f.logp[2].is_nan());
         assert!(f.logp[0].is_finite() && f.logp[3].is_finite());
         // The CPU reference refuses the same input.
@@ -837,30 +741,30 @@ fn plan_rejects_bad_arguments() {
     let c = make_case(2, 10, 0, 0, 1, 1.0, false, false);
     let dev = Dev::<f32>::new(&c);
     let mut logp = vec![0f32; 2];
-    let out = LsmOutputs {
+    let out = LogSoftmaxOutputs {
         logp: addr_mut(&mut logp),
         entropy: 0,
         lse: 0,
         status: 0,
     };
-    let emu = Emu(Emulator { seed: 1 });
+    let emu = emu(1);
     let mut rows = dev.rows(&c);
     let bad_t = LogSoftmaxOptions { temperature: 0.0 };
     // SAFETY: every call below is rejected before any launch, or uses valid host buffers.
     unsafe {
-        assert!(log_softmax_forward(&emu, &rows, &out, &bad_t, LsmTuning::default()).is_err());
-        let bad_threads = LsmTuning {
+        assert!(log_softmax_forward(&emu, &rows, &out, &bad_t, Tuning::default()).is_err());
+        let bad_threads = Tuning {
             threads: Some(48),
-            ..LsmTuning::default()
+            ..Tuning::default()
         };
         let ok = LogSoftmaxOptions::default();
         assert!(log_softmax_forward(&emu, &rows, &out, &ok, bad_threads).is_err());
         rows.stride = 9; // < vocab
-        assert!(log_softmax_forward(&emu, &rows, &out, &ok, LsmTuning::default()).is_err());
+        assert!(log_softmax_forward(&emu, &rows, &out, &ok, Tuning::default()).is_err());
         rows = dev.rows(&c);
         let lse = vec![0f32; 2];
         // In place with a different stride would overwrite unread logits.
-        let gr = LsmGrads {
+        let gr = LogSoftmaxGrads {
             lse: addr(&lse),
             entropy: 0,
             dlogp: 0,
@@ -868,15 +772,15 @@ fn plan_rejects_bad_arguments() {
             dlogits: rows.logits,
             dstride: 11,
         };
-        assert!(log_softmax_backward(&emu, &rows, &gr, &ok, LsmTuning::default()).is_err());
+        assert!(log_softmax_backward(&emu, &rows, &gr, &ok, Tuning::default()).is_err());
         // dentropy without the saved entropy.
-        let gr2 = LsmGrads {
+        let gr2 = LogSoftmaxGrads {
             dlogits: rows.logits,
             dstride: 10,
             dentropy: addr(&lse),
             ..gr
         };
-        assert!(log_softmax_backward(&emu, &rows, &gr2, &ok, LsmTuning::default()).is_err());
+        assert!(log_softmax_backward(&emu, &rows, &gr2, &ok, Tuning::default()).is_err());
     }
 }
 
@@ -969,9 +873,9 @@ fn check_fused<T: El>(c: &Case, seed: u64) {
         stats: addr_mut(&mut stats),
         workspace: addr_mut(&mut ws.0),
     };
-    let emu = Emu(Emulator { seed });
+    let emu = emu(seed);
     // SAFETY: host buffers of the documented sizes.
-    unsafe { logits_loss_forward(&emu, &rows, &buf, &lsm, &loss, LsmTuning::default()) }.unwrap();
+    unsafe { logits_loss_forward(&emu, &rows, &buf, &lsm, &loss, Tuning::default()) }.unwrap();
     let st = stats[0].to_core();
     assert!(
         (st.loss - want.loss).abs() <= 1e-5 + 1e-4 * want.loss.abs(),
@@ -989,7 +893,7 @@ fn check_fused<T: El>(c: &Case, seed: u64) {
             dlp[i]
         );
     }
-    let gr = LsmGrads {
+    let gr = LogSoftmaxGrads {
         lse: addr(&lse),
         entropy: 0,
         dlogp: addr(&dlogp),
@@ -998,13 +902,12 @@ fn check_fused<T: El>(c: &Case, seed: u64) {
         dstride: c.stride as u64,
     };
     // SAFETY: in place over the host logits.
-    unsafe { log_softmax_backward(&emu, &rows, &gr, &lsm, LsmTuning::default()) }.unwrap();
-    let tol = LSM_TOLERANCE;
+    unsafe { log_softmax_backward(&emu, &rows, &gr, &lsm, Tuning::default()) }.unwrap();
     for i in 0..c.rows {
         for j in 0..c.vocab {
             let got = dev.data[i * c.stride + j].to_f64();
             let w = dl[i * c.vocab + j];
-            let t = tol.backward(
+            let t = backward_bound(
                 T::DTYPE,
                 10.0 / c.temperature,
                 f64::from(gmax) / c.temperature,
@@ -1066,9 +969,9 @@ fn gpu_logsoftmax_matches_reference() {
     let wide = || {
         for (k, t) in [(0u64, 1.0f64), (1, 0.6)] {
             let c = make_case(4, 151_936, 0, 1, 0xBEEF + k, t, true, true);
-            check_forward::<half::bf16>(&c, LsmTuning::default(), 1).unwrap();
-            check_backward::<half::bf16>(&c, LsmTuning::default(), 2).unwrap();
-            check_forward::<f32>(&c, LsmTuning::default(), 3).unwrap();
+            check_forward::<half::bf16>(&c, Tuning::default(), 1).unwrap();
+            check_backward::<half::bf16>(&c, Tuning::default(), 2).unwrap();
+            check_forward::<f32>(&c, Tuning::default(), 3).unwrap();
         }
     };
     if result.is_ok() {
@@ -1082,8 +985,10 @@ fn gpu_logsoftmax_matches_reference() {
 /// against the reference; skipped without a driver.
 #[test]
 fn gpu_safe_api_matches_reference() {
+    use care_kernels::cuda::{
+        DeviceLogSoftmaxGrads, DeviceLogits, log_softmax_backward_on, log_softmax_on,
+    };
     use care_kernels::cudarc::driver::CudaContext;
-    use care_kernels::logsoftmax::{DeviceLogits, log_softmax_backward_on, log_softmax_on};
     if common::gpu("gpu_safe_api_matches_reference").is_none() {
         return;
     }
@@ -1128,13 +1033,18 @@ fn gpu_safe_api_matches_reference() {
             .iter()
             .map(|x| x.to_f64())
             .collect();
-        let t = LSM_TOLERANCE.forward(row_scale(&row, c.temperature));
+        let t = forward_bound(Dtype::Bf16, row_scale(&row, c.temperature));
         assert!(close(f64::from(*g), *w, t), "row {i}: {g} vs {w}");
     }
     let g: Vec<f32> = (0..c.rows).map(|i| i as f32 - 2.5).collect();
     let dlogp = stream.clone_htod(&g).unwrap();
     let mut d = stream.alloc_zeros::<half::bf16>(c.rows * c.vocab).unwrap();
-    log_softmax_backward_on(&stream, &input, &opts, &lse, &dlogp, None, &mut d).unwrap();
+    let grads = DeviceLogSoftmaxGrads {
+        lse: &lse,
+        dlogp: &dlogp,
+        entropy_and_grad: None,
+    };
+    log_softmax_backward_on(&stream, &input, &opts, &grads, &mut d).unwrap();
     let got = stream.clone_dtoh(&d).unwrap();
     let g64: Vec<f64> = g.iter().map(|&x| f64::from(x)).collect();
     let mut want = vec![0.0; c.rows * c.vocab];
@@ -1159,7 +1069,7 @@ fn gpu_safe_api_matches_reference() {
             .collect();
         let s = row_scale(&row, c.temperature);
         let gs = f64::from(g[i]).abs() / c.temperature;
-        let t = LSM_TOLERANCE.backward(Dtype::Bf16, s, gs, *w);
+        let t = backward_bound(Dtype::Bf16, s, gs, *w);
         assert!(close(a.to_f64(), *w, t), "element {k}: {a} vs {w}");
     }
     // Bad target: the status becomes the reference's error.

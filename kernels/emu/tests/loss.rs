@@ -139,7 +139,7 @@ fn run_kernel_on<T: Lp, D: Device>(
         workspace: dev.upload(&[0x55u8; WORKSPACE_BYTES]),
     };
     // SAFETY: every address was uploaded with the documented size and dtype.
-    unsafe { care_kernels::grpo_loss(&dev.backend(seed), &buf, &c.opts, tuning) }.unwrap();
+    unsafe { care_kernels::grpo_loss(&dev.launcher(seed), &buf, &c.opts, tuning) }.unwrap();
     let g = if grad_in_dtype {
         dev.download::<T>(grad, n_tok)
             .iter()
@@ -545,8 +545,8 @@ fn tuning_strategy() -> impl Strategy<Value = Tuning> {
     )
         .prop_map(|(threads, chunks)| Tuning {
             threads: Some(threads),
-            warp_per_group: None,
             loss_chunks: chunks,
+            ..Tuning::default()
         })
 }
 
@@ -613,8 +613,8 @@ fn long_sequence_not_a_multiple_of_the_block_over_many_chunks() {
         check_all_dtypes(&c, Tuning::default(), 4, false);
         let t = Tuning {
             threads: Some(64),
-            warp_per_group: None,
             loss_chunks: Some(5),
+            ..Tuning::default()
         };
         check_all_dtypes(&c, t, 5, false);
     }
@@ -845,8 +845,8 @@ fn sequences_stat_with_a_late_first_token_split_over_chunks() {
     for chunks in [1, 2, 3, 7] {
         let t = Tuning {
             threads: Some(32),
-            warp_per_group: None,
             loss_chunks: Some(chunks),
+            ..Tuning::default()
         };
         let (_, s) = run_kernel::<f32>(&c, t, 5, false);
         assert_eq!((s.sequences, s.tokens), (1.0, 130.0), "chunks {chunks}");

@@ -6,17 +6,17 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use care_kernels::Backend;
-use care_kernels::cuda::{CudaBackend, driver_available};
+use care_kernels::Launcher;
+use care_kernels::cuda::{CudaLauncher, driver_available};
 use care_kernels::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use care_kernels_emu::Emulator;
 
-/// Memory and a backend to run plans on.
+/// Memory and a launcher to run plans on.
 pub trait Device {
-    /// The backend the plans run on.
-    type B: Backend<Error: core::fmt::Debug>;
-    /// A backend; `seed` drives the emulator's fiber schedule (ignored on a GPU).
-    fn backend(&self, seed: u64) -> Self::B;
+    /// The launcher the plans run on.
+    type B: Launcher<Error: core::fmt::Debug>;
+    /// A launcher; `seed` drives the emulator's fiber schedule (ignored on a GPU).
+    fn launcher(&self, seed: u64) -> Self::B;
     /// Copies `v` to the device and returns its address (16-byte aligned at least).
     fn upload<T: bytemuck::Pod>(&mut self, v: &[T]) -> u64;
     /// Copies `n` elements back from `addr` (after the stream is synchronized).
@@ -33,7 +33,7 @@ pub struct EmuDevice {
 
 impl Device for EmuDevice {
     type B = Emulator;
-    fn backend(&self, seed: u64) -> Emulator {
+    fn launcher(&self, seed: u64) -> Emulator {
         Emulator { seed }
     }
     fn upload<T: bytemuck::Pod>(&mut self, v: &[T]) -> u64 {
@@ -71,11 +71,11 @@ pub struct GpuDevice {
 }
 
 impl Device for GpuDevice {
-    type B = CudaBackend;
-    fn backend(&self, _seed: u64) -> CudaBackend {
+    type B = CudaLauncher;
+    fn launcher(&self, _seed: u64) -> CudaLauncher {
         self.ctx.bind_to_thread().unwrap();
         // SAFETY: the stream belongs to the context just bound to this thread.
-        unsafe { CudaBackend::new(self.stream.cu_stream(), 0) }.unwrap()
+        unsafe { CudaLauncher::new(self.stream.cu_stream(), 0) }.unwrap()
     }
     fn upload<T: bytemuck::Pod>(&mut self, v: &[T]) -> u64 {
         let mut bytes: Vec<u8> = bytemuck::cast_slice(v).to_vec();

@@ -1,0 +1,101 @@
+//! What each operation launches, independent of where it runs: one file per kernel family
+//! ([`advantages`], [`loss`], [`logsoftmax`]), all over one [`Launcher`] trait.
+//!
+//! The same plans drive the CUDA launcher ([`crate::cuda::CudaLauncher`]) and the host emulator
+//! of the tests (crate `care-kernels-emu`), so the emulated tests cover argument checks,
+//! workspace use, the launch order and the geometry exactly as a GPU run uses them.
+
+use core::ffi::c_void;
+
+use care_core::Error;
+
+use crate::geometry::Geometry;
+use crate::kernel::{Entry, Kernel, KernelArgs};
+
+pub mod advantages;
+pub mod logsoftmax;
+pub mod loss;
+
+pub use advantages::{
+    AdvantageBuffers, DeviceGroups, advantage_status, group_advantages, group_advantages_finalize,
+    group_partial_squares, group_partial_sums,
+};
+pub use logsoftmax::{
+    LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, log_softmax_backward,
+    log_softmax_forward, log_softmax_status, logits_loss_forward,
+};
+pub use loss::{LossBuffers, grpo_loss};
+
+/// Bytes of device workspace an operation needs (status words, batch std, loss denominators);
+/// 16-byte aligned.
+pub const WORKSPACE_BYTES: usize = 64;
+
+/// Where kernels run: the CUDA driver on a stream, or the host emulator.
+///
+/// Addresses are device addresses (`u64`); for the emulator they are host addresses.
+pub trait Launcher {
+    /// The launcher's own failure (a driver error code, an emulator error).
+    type Error;
+
+    /// Zeroes `bytes` bytes at `ptr`, ordered with the launches.
+    ///
+    /// # Safety
+    /// `ptr..ptr + bytes` is writable memory of this launcher.
+    unsafe fn memset_zero(&self, ptr: u64, bytes: usize) -> Result<(), Self::Error>;
+
+    /// Launches `kernel` with one by-value argument per entry of `args` (each entry points at
+    /// the argument's bytes, as `cuLaunchKernel`'s `kernelParams`). The plans call it only
+    /// through a typed [`Entry`], so `args` has the layout of [`Kernel::params`].
+    ///
+    /// # Safety
+    /// The arguments match the kernel's C signature and every address inside them is valid
+    /// for the accesses the kernel makes (see each operation's documentation).
+    unsafe fn launch(
+        &self,
+        kernel: Kernel,
+        geometry: Geometry,
+        args: &[*mut c_void],
+    ) -> Result<(), Self::Error>;
+}
+
+/// Launches `entry` with `args`: the one place the plans launch from, so every launch passes
+/// the argument tuple that the registry declares for the kernel.
+///
+/// # Safety
+/// As [`Launcher::launch`].
+unsafe fn launch<L: Launcher + ?Sized, A: KernelArgs>(
+    launcher: &L,
+    entry: Entry<A>,
+    geometry: Geometry,
+    mut args: A,
+) -> Result<(), KernelError<L::Error>> {
+    // SAFETY: forwarded caller contract; the pointers are valid during the call.
+    args.with_pointers(|p| unsafe { launcher.launch(entry.kernel(), geometry, p) })
+        .map_err(KernelError::Backend)
+}
+
+/// Errors of the kernel operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelError<E> {
+    /// A `care-core` error: bad arguments, or a status reported by the kernel.
+    Core(Error),
+    /// The launcher failed.
+    Backend(E),
+}
+
+impl<E> From<Error> for KernelError<E> {
+    fn from(e: Error) -> Self {
+        KernelError::Core(e)
+    }
+}
+
+impl<E: core::fmt::Debug> core::fmt::Display for KernelError<E> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            KernelError::Core(e) => write!(f, "{e}"),
+            KernelError::Backend(e) => write!(f, "kernel backend error: {e:?}"),
+        }
+    }
+}
+
+impl<E: core::fmt::Debug> std::error::Error for KernelError<E> {}
