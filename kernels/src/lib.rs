@@ -36,8 +36,9 @@ pub use care_core::Dtype;
 pub use geometry::{Geometry, Tuning};
 pub use kernel::{Entry, Kernel, KernelArgs, Module, Param, ParamLayout};
 pub use plan::{
-    AdvantageBuffers, DeviceGroups, KernelError, Launcher, LogSoftmaxGrads, LogSoftmaxOutputs,
-    LogitsBuffers, LogitsLossBuffers, LossBuffers, WORKSPACE_BYTES, advantage_status,
-    group_advantages, group_advantages_finalize, group_partial_squares, group_partial_sums,
-    grpo_loss, log_softmax_backward, log_softmax_forward, log_softmax_status, logits_loss_forward,
+    AdvantageBuffers, AdvantageInputs, DeviceGroups, KernelError, Launcher, LogSoftmaxGrads,
+    LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers, WORKSPACE_BYTES,
+    advantage_status, group_advantages, group_advantages_finalize, group_advantages_finalize_with,
+    group_advantages_with, group_partial_squares, group_partial_sums, grpo_loss,
+    log_softmax_backward, log_softmax_forward, log_softmax_status, logits_loss_forward,
 };

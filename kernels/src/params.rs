@@ -63,6 +63,13 @@ pub struct AdvParams {
     pub sums: u64,
     /// `f64[num_groups]`: output of the partial-squares phase, input of finalize.
     pub m2: u64,
+    /// `f32[n]` external baselines (ReMax), or 0.
+    pub baselines: u64,
+    /// `u32[n]` response lengths (OPO), or 0.
+    pub lengths: u64,
+    /// `f64` device scalar: the GPG factor, written by `group_alpha_f32`, read under
+    /// [`Reweight::Gpg`](care_core::grpo::Reweight::Gpg).
+    pub alpha: u64,
     /// Number of samples.
     pub n: u32,
     /// Number of groups.
@@ -83,12 +90,15 @@ pub struct AdvParams {
     pub eps: f32,
     /// Phase: [`ADV_LOCAL`], [`ADV_PARTIAL_SUMS`], [`ADV_PARTIAL_SQUARES`], [`ADV_FINALIZE`].
     pub mode: u32,
+    /// The std floor (`max(std, std_floor) + eps`).
+    pub std_floor: f32,
+    /// [`Reweight`](care_core::grpo::Reweight) as its `u32` value.
+    pub reweight: u32,
 }
 
 impl AdvParams {
     /// Copies the options' fields (everything but pointers, sizes and the team mode).
     pub fn with_options(mut self, o: &AdvantageOptions) -> Self {
-        // The kernel knows the first three; `launch_advantages` refuses the others.
         self.baseline = o.baseline as u32;
         self.scale = match o.scale {
             Scale::GroupStd => 0,
@@ -102,6 +112,8 @@ impl AdvParams {
             SingletonPolicy::Error => 2,
         };
         self.eps = o.eps as f32;
+        self.std_floor = o.std_floor as f32;
+        self.reweight = o.reweight as u32;
         self
     }
 }
@@ -439,8 +451,9 @@ pub mod layout {
     /// `CareAdvParams`.
     pub fn adv() -> Vec<u32> {
         layout!(AdvParams: rewards, valid, offsets, adv, group_stats, batch_std, tok_offsets,
-            tok_mask, adv_tok, status, sums, m2, n, num_groups, group_size, baseline, scale,
-            unbiased, singleton, warp_per_group, eps, mode)
+            tok_mask, adv_tok, status, sums, m2, baselines, lengths, alpha, n, num_groups,
+            group_size, baseline, scale, unbiased, singleton, warp_per_group, eps, mode,
+            std_floor, reweight)
     }
 
     /// `CareGroupStats` (= `care_core::grpo::GroupStats`).

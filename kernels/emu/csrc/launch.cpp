@@ -19,6 +19,7 @@ extern "C" {
 
 EMU_ENTRY(group_advantages_f32, CareAdvParams)
 EMU_ENTRY(batch_std_f32, CareBatchStdParams)
+EMU_ENTRY(group_alpha_f32, CareAdvParams)
 EMU_ENTRY(grpo_loss_f32, CareLossParams)
 EMU_ENTRY(grpo_loss_bf16, CareLossParams)
 EMU_ENTRY(grpo_loss_f16, CareLossParams)
@@ -46,11 +47,14 @@ size_t emu_layout_adv(uint32_t* out, size_t cap) {
                     EMU_OFF(CareAdvParams, tok_offsets), EMU_OFF(CareAdvParams, tok_mask),
                     EMU_OFF(CareAdvParams, adv_tok), EMU_OFF(CareAdvParams, status),
                     EMU_OFF(CareAdvParams, sums), EMU_OFF(CareAdvParams, m2),
+                    EMU_OFF(CareAdvParams, baselines), EMU_OFF(CareAdvParams, lengths),
+                    EMU_OFF(CareAdvParams, alpha),
                     EMU_OFF(CareAdvParams, n), EMU_OFF(CareAdvParams, num_groups),
                     EMU_OFF(CareAdvParams, group_size), EMU_OFF(CareAdvParams, baseline),
                     EMU_OFF(CareAdvParams, scale), EMU_OFF(CareAdvParams, unbiased),
                     EMU_OFF(CareAdvParams, singleton), EMU_OFF(CareAdvParams, warp_per_group),
-                    EMU_OFF(CareAdvParams, eps), EMU_OFF(CareAdvParams, mode)};
+                    EMU_OFF(CareAdvParams, eps), EMU_OFF(CareAdvParams, mode),
+                    EMU_OFF(CareAdvParams, std_floor), EMU_OFF(CareAdvParams, reweight)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;

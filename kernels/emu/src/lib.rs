@@ -46,6 +46,13 @@ unsafe extern "C" {
         p: *const BatchStdParams,
         seed: u64,
     ) -> i32;
+    fn emu_launch_group_alpha_f32(
+        g: Dim3,
+        b: Dim3,
+        sh: usize,
+        p: *const AdvParams,
+        seed: u64,
+    ) -> i32;
     fn emu_launch_grpo_loss_f32(
         g: Dim3,
         b: Dim3,
@@ -185,6 +192,9 @@ impl Launcher for Emulator {
             },
             (Kernel::BatchStdF32, [p]) => unsafe {
                 emu_launch_batch_std_f32(grid, block, 0, p.cast(), s)
+            },
+            (Kernel::GroupAlphaF32, [p]) => unsafe {
+                emu_launch_group_alpha_f32(grid, block, 0, p.cast(), s)
             },
             (Kernel::GrpoLossF32, [p]) => unsafe {
                 emu_launch_grpo_loss_f32(grid, block, 0, p.cast(), s)

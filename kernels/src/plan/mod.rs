@@ -17,7 +17,8 @@ pub mod logsoftmax;
 pub mod loss;
 
 pub use advantages::{
-    AdvantageBuffers, DeviceGroups, advantage_status, group_advantages, group_advantages_finalize,
+    AdvantageBuffers, AdvantageInputs, DeviceGroups, advantage_status, group_advantages,
+    group_advantages_finalize, group_advantages_finalize_with, group_advantages_with,
     group_partial_squares, group_partial_sums,
 };
 pub use logsoftmax::{
