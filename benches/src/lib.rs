@@ -317,7 +317,8 @@ pub fn criteria_counts(text: &str) -> Option<[usize; 3]> {
         text.as_bytes(),
         &care_core::FormatPolicy::PAPER,
         &mut scratch,
-    );
+    )
+    .ok()?;
     if !v.is_valid() {
         return None;
     }
@@ -333,15 +334,17 @@ pub fn group_scores(rng: &mut Rng, total: usize, m: usize) -> Vec<f64> {
 /// then a fenced json block, as reasoning judges write it.
 pub fn judge_output(rubric_text: &str, scores: &[f64]) -> String {
     let mut scratch = vec![0u8; rubric_text.len()];
+    // The paper policy is valid, so this is never `None`.
     let v = care_core::validate(
         rubric_text.as_bytes(),
         &care_core::FormatPolicy::PAPER,
         &mut scratch,
-    );
+    )
+    .ok();
     let mut s = String::from(
         "<think>Checking each criterion against the response.</think>\n```json\n{\"criterion_scores\":[",
     );
-    if let Some(r) = v.rubric {
+    if let Some(r) = v.and_then(|v| v.rubric) {
         for (i, ((dim, c), sc)) in r.iter_flat().zip(scores).enumerate() {
             if i > 0 {
                 s.push(',');
@@ -496,7 +499,9 @@ mod tests {
 
     fn check(text: &str) -> care_core::Report {
         let mut scratch = vec![0u8; text.len()];
-        validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch).report
+        validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch)
+            .expect("the paper policy is valid")
+            .report
     }
 
     #[test]
@@ -548,7 +553,8 @@ mod tests {
         let scores = group_scores(&mut rng, total, 1);
         let text = judge_output(&r, &scores);
         let mut scratch = vec![0u8; r.len()];
-        let v = validate(r.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+        let v = validate(r.as_bytes(), &FormatPolicy::PAPER, &mut scratch)
+            .expect("the paper policy is valid");
         let rubric = v.rubric.expect("fixture parses");
         let mut out = vec![0.0; total];
         let rep =

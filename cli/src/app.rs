@@ -5,20 +5,12 @@ use std::fs::File;
 use std::io::{self, BufReader, IsTerminal, Write};
 use std::process::ExitCode;
 
-use care_core::grpo::{
-    AdvantageOptions, Aggregation, Baseline, KlEstimator, LossOptions, LossPreset, Preset,
-    RatioLevel, Scale, SingletonPolicy, StdKind,
-};
-
-use care_core::{
-    FormatPolicy, GeneratorOptions, MissingPolicy, PrefOptions, RangePolicy, ScoreOptions,
-    ScoreScale, UnknownLabelPolicy,
-};
+use care_core::grpo::{AdvantageOptions, LossOptions};
+use care_core::{FormatPolicy, GeneratorOptions, InvalidOption, PreferenceOptions, ScoreOptions};
 
 use crate::args::{
-    AdvArgs, AdvPresetArg, AdvScaleArg, AggArg, BaselineArg, Cli, CliCommand, FormatArgs, IoArgs,
-    KlArg, LossArgs, LossPresetArg, MissingArg, OutOfRangeArg, PrefArgs, RatioArg, ScaleArg,
-    ScoreArgs, SingletonArg, StdArg, UnknownLabelArg,
+    AdvArgs, Cli, CliCommand, FormatArgs, GeneratorArgs, IoArgs, KlChoice, LossArgs, ScoreArgs,
+    flag_of,
 };
 use crate::cmd::Command;
 use crate::engine::{self, EngineOptions};
@@ -50,14 +42,14 @@ pub fn run(cli: Cli) -> ExitCode {
             };
             stream(&Command::Score(opts), &io)
         }),
-        CliCommand::Pref {
-            pref,
+        CliCommand::GeneratorReward {
+            generator,
             score,
             format,
             io,
         } => format_policy(&format)
-            .and_then(|format| generator_options(&pref, &score, format))
-            .and_then(|o| stream(&Command::Pref(o), &io)),
+            .and_then(|format| generator_options(&generator, &score, format))
+            .and_then(|o| stream(&Command::GeneratorReward(o), &io)),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -103,67 +95,38 @@ fn stream(cmd: &Command, io: &IoArgs) -> Result<u8, String> {
     })
 }
 
+/// The message for options a flag put outside their domain: the flag, then the core's check.
+fn invalid(e: InvalidOption) -> String {
+    format!("{}: {e}", flag_of(e.field))
+}
+
 /// The advantage options of a preset (or the SPEC defaults), then the single-field overrides.
 pub fn advantage_options(a: &AdvArgs) -> Result<AdvantageOptions, String> {
-    let mut o = match a.preset {
-        None => AdvantageOptions::default(),
-        Some(p) => AdvantageOptions::preset(match p {
-            AdvPresetArg::Verl => Preset::Verl,
-            AdvPresetArg::Trl => Preset::Trl,
-            AdvPresetArg::TrlBatch => Preset::TrlBatch,
-            AdvPresetArg::Openrlhf => Preset::OpenRlhf,
-            AdvPresetArg::DrGrpo => Preset::DrGrpo,
-            AdvPresetArg::Rloo => Preset::Rloo,
-        }),
-    };
-    if let Some(b) = a.baseline {
-        o.baseline = match b {
-            BaselineArg::Mean => Baseline::Mean,
-            BaselineArg::LeaveOneOut => Baseline::LeaveOneOut,
-            BaselineArg::None => Baseline::None,
-        };
-    }
-    if let Some(s) = a.scale {
-        o.scale = match s {
-            AdvScaleArg::GroupStd => Scale::GroupStd,
-            AdvScaleArg::BatchStd => Scale::BatchStd,
-            AdvScaleArg::None => Scale::None,
-        };
-    }
-    if let Some(s) = a.std {
-        o.std_kind = match s {
-            StdArg::Unbiased => StdKind::Unbiased,
-            StdArg::Biased => StdKind::Biased,
-        };
-    }
-    if let Some(s) = a.singleton {
-        o.singleton = match s {
-            SingletonArg::Zero => SingletonPolicy::Zero,
-            SingletonArg::Raw => SingletonPolicy::Raw,
-            SingletonArg::Error => SingletonPolicy::Error,
-        };
-    }
-    if let Some(eps) = a.eps {
-        o.eps = eps;
-    }
-    o.validate()
-        .map_err(|e| format!("--eps must be finite and >= 0 ({})", e.code()))?;
+    let mut o = a
+        .preset
+        .map_or_else(AdvantageOptions::default, AdvantageOptions::preset);
+    set(&mut o.baseline, a.baseline);
+    set(&mut o.scale, a.scale);
+    set(&mut o.std_kind, a.std);
+    set(&mut o.singleton, a.singleton);
+    set(&mut o.eps, a.eps);
+    o.check().map_err(invalid)?;
     Ok(o)
+}
+
+/// `*field = v` when the flag was given.
+fn set<T>(field: &mut T, v: Option<T>) {
+    if let Some(v) = v {
+        *field = v;
+    }
 }
 
 /// The loss options of a preset (or the SPEC defaults), then the single-field overrides.
 /// `--kl none` turns the KL term off (`beta = 0`) whatever `--beta` says.
 pub fn loss_options(a: &LossArgs) -> Result<LossOptions, String> {
-    let mut o = match a.preset {
-        None => LossOptions::default(),
-        Some(LossPresetArg::Verl) => LossOptions::preset(LossPreset::Verl),
-        Some(LossPresetArg::Trl) => LossOptions::preset(LossPreset::Trl),
-    };
-    let set = |field: &mut f64, v: Option<f64>| {
-        if let Some(v) = v {
-            *field = v;
-        }
-    };
+    let mut o = a
+        .preset
+        .map_or_else(LossOptions::default, LossOptions::preset);
     set(&mut o.eps_low, a.clip_low);
     set(&mut o.eps_high, a.clip_high);
     set(&mut o.dual_clip, a.dual_clip);
@@ -172,36 +135,14 @@ pub fn loss_options(a: &LossArgs) -> Result<LossOptions, String> {
     set(&mut o.global_sequences, a.global_seqs);
     set(&mut o.horizon, a.horizon);
     set(&mut o.log_ratio_clamp, a.log_ratio_clamp);
-    if let Some(r) = a.ratio {
-        o.ratio_level = match r {
-            RatioArg::Token => RatioLevel::Token,
-            RatioArg::Sequence => RatioLevel::Sequence,
-        };
-    }
+    set(&mut o.ratio_level, a.ratio);
+    set(&mut o.aggregation, a.agg);
     match a.kl {
         None => {}
-        Some(KlArg::None) => o.beta = 0.0,
-        Some(KlArg::K1) => o.kl_estimator = KlEstimator::K1,
-        Some(KlArg::Abs) => o.kl_estimator = KlEstimator::Abs,
-        Some(KlArg::K2) => o.kl_estimator = KlEstimator::K2,
-        Some(KlArg::K3) => o.kl_estimator = KlEstimator::K3,
+        Some(KlChoice::Off) => o.beta = 0.0,
+        Some(KlChoice::Estimator(k)) => o.kl_estimator = k,
     }
-    if let Some(g) = a.agg {
-        o.aggregation = match g {
-            AggArg::TokenMean => Aggregation::TokenMean,
-            AggArg::SeqMeanTokenMean => Aggregation::SeqMeanTokenMean,
-            AggArg::SeqMeanTokenSum => Aggregation::SeqMeanTokenSum,
-            AggArg::SeqMeanTokenSumNorm => Aggregation::SeqMeanTokenSumNorm,
-            AggArg::TokenSum => Aggregation::TokenSum,
-        };
-    }
-    o.validate().map_err(|e| {
-        format!(
-            "loss options out of range ({}): clip widths, dual clip, beta, global counts and \
-             horizon must be finite and >= 0, the log-ratio clamp > 0",
-            e.code()
-        )
-    })?;
+    o.check().map_err(invalid)?;
     Ok(o)
 }
 
@@ -214,72 +155,39 @@ pub fn format_policy(a: &FormatArgs) -> Result<FormatPolicy, String> {
     p.require_order = !a.no_order;
     p.require_key_order = !a.no_key_order;
     p.meta_words = a.meta_words;
-    if let Some(t) = a.weight_tolerance {
-        if !(t.is_finite() && t >= 0.0) {
-            return Err("--weight-tolerance must be finite and >= 0".to_owned());
-        }
-        p.weight_tolerance = t;
-    }
-    let to_u8 =
-        |n: usize, flag: &str| u8::try_from(n).map_err(|_| format!("{flag} must be at most 255"));
-    if let Some(n) = a.min_criteria {
-        p.min_criteria = to_u8(n, "--min-criteria")?;
-    }
-    if let Some(n) = a.max_criteria {
-        p.max_criteria = to_u8(n, "--max-criteria")?;
-    }
-    if p.min_criteria > p.max_criteria {
-        return Err(format!(
-            "--min-criteria ({}) is larger than --max-criteria ({})",
-            p.min_criteria, p.max_criteria
-        ));
-    }
+    set(&mut p.weight_tolerance, a.weight_tolerance);
+    set(&mut p.min_criteria, a.min_criteria);
+    set(&mut p.max_criteria, a.max_criteria);
+    p.check().map_err(invalid)?;
     Ok(p)
 }
 
 /// The scoring policies of `--missing`, `--out-of-range` and `--uniform-weights`.
 pub fn score_options(a: &ScoreArgs) -> ScoreOptions {
     ScoreOptions {
-        missing: match a.missing {
-            MissingArg::Error => MissingPolicy::Error,
-            MissingArg::Zero => MissingPolicy::Zero,
-            MissingArg::Skip => MissingPolicy::Skip,
-        },
-        out_of_range: match a.out_of_range {
-            OutOfRangeArg::Error => RangePolicy::Error,
-            OutOfRangeArg::Clamp => RangePolicy::Clamp,
-        },
+        missing: a.missing,
+        out_of_range: a.out_of_range,
         uniform_weights: a.uniform_weights,
     }
 }
 
 /// The generator-reward options (Eq. 4) from the flags.
 pub fn generator_options(
-    p: &PrefArgs,
+    g: &GeneratorArgs,
     s: &ScoreArgs,
     format: FormatPolicy,
 ) -> Result<GeneratorOptions, String> {
-    if !(p.tau.is_finite() && p.tau > 0.0) {
-        return Err("--tau must be finite and > 0".to_owned());
-    }
-    if !(p.lambda.is_finite() && p.gamma.is_finite()) {
-        return Err("--lambda and --gamma must be finite".to_owned());
-    }
-    Ok(GeneratorOptions {
-        lambda: p.lambda,
-        gamma: p.gamma,
-        pref: PrefOptions {
-            tau: p.tau,
-            scale: match p.scale {
-                ScaleArg::Normalized => ScoreScale::Normalized,
-                ScaleArg::Raw => ScoreScale::Raw,
-            },
+    let o = GeneratorOptions {
+        lambda: g.lambda,
+        gamma: g.gamma,
+        preference: PreferenceOptions {
+            tau: g.tau,
+            scale: g.scale,
         },
         score: score_options(s),
         format,
-        labels: match p.unknown_label {
-            UnknownLabelArg::Error => UnknownLabelPolicy::Error,
-            UnknownLabelArg::Ignore => UnknownLabelPolicy::Ignore,
-        },
-    })
+        labels: g.unknown_label,
+    };
+    o.check().map_err(invalid)?;
+    Ok(o)
 }

@@ -2,7 +2,16 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use care_core::grpo::{
+    Aggregation, Baseline, KlEstimator, LossPreset, Preset, RatioLevel, Scale, SingletonPolicy,
+    StdKind,
+};
+use care_core::{
+    GeneratorOptions, MissingPolicy, Named, PreferenceOptions, RangePolicy, ScoreScale,
+    UnknownLabelPolicy,
+};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand};
 
 const MAIN_AFTER: &str = "\
 Every data subcommand reads JSON Lines (a file, or `-` for stdin) and writes exactly one JSON line
@@ -18,12 +27,36 @@ Examples:
   care validate rubrics.jsonl > report.jsonl
   echo '{\"rewards\":[1,0,0.5,0.5],\"group_size\":2}' | care advantages --preset trl -";
 
+/// A clap value parser for a `care-core` enum: the possible values and their help come from
+/// the core's names ([`Named`]), so `--help`, the error for a bad value and its "similar
+/// value" tip list exactly what the library accepts.
+pub fn named<T: Named + Send + Sync>() -> impl TypedValueParser<Value = T> {
+    // The possible-values parser has already accepted the string, so `from_name` finds it.
+    PossibleValuesParser::new(T::ALL.iter().map(|v| possible(*v)))
+        .try_map(|s| T::from_name(&s).ok_or(care_core::UnknownName::of::<T>()))
+}
+
+fn possible<T: Named>(v: T) -> PossibleValue {
+    PossibleValue::new(v.name()).help(v.help())
+}
+
+/// The command-line flag that sets an options field, for messages about invalid options.
+/// Flags are the fields' names in kebab case, except where the CLI chose a shorter name.
+pub fn flag_of(field: &str) -> String {
+    match field {
+        "eps_low" => "--clip-low".to_owned(),
+        "eps_high" => "--clip-high".to_owned(),
+        "global_sequences" => "--global-seqs".to_owned(),
+        f => format!("--{}", f.replace('_', "-")),
+    }
+}
+
 /// `care`: CARE empathy rubrics as RL rewards, on JSON Lines.
 #[derive(Debug, Parser)]
 #[command(
     name = "care",
     version,
-    about = "CARE empathy rubrics as RL rewards: validate, score, pref, advantages and loss on JSON Lines",
+    about = "CARE empathy rubrics as RL rewards: validate, score, generator-reward, advantages and loss on JSON Lines",
     after_help = MAIN_AFTER
 )]
 pub struct Cli {
@@ -58,12 +91,17 @@ pub enum CliCommand {
         #[command(flatten)]
         io: IoArgs,
     },
-    /// Generator reward of a rubric from a preference pair (r_pref + lambda r_align + gamma r_fmt).
-    #[command(allow_negative_numbers = true, after_help = PREF_AFTER)]
-    Pref {
+    /// Generator reward of a rubric from a preference pair (Eq. 4: r_pref + lambda r_align + gamma r_fmt).
+    #[command(
+        name = "generator-reward",
+        visible_alias = "pref",
+        allow_negative_numbers = true,
+        after_help = GENERATOR_REWARD_AFTER
+    )]
+    GeneratorReward {
         /// Preference and generator-reward options.
         #[command(flatten)]
-        pref: PrefArgs,
+        generator: GeneratorArgs,
         /// Scoring policy.
         #[command(flatten)]
         score: ScoreArgs,
@@ -121,13 +159,14 @@ Output: reward and per_dimension (or rewards and per_dimension per response for 
 Example:
   care score --missing skip judged.jsonl";
 
-const PREF_AFTER: &str = "\
+const GENERATOR_REWARD_AFTER: &str = "\
 Input line: {\"rubric\": \"<raw generator output text>\", \"chosen_scores\": [[..],[..],[..]],
   \"rejected_scores\": [[..],[..],[..]], \"chosen_tactics\": [\"questioning\", ...]}
 Output: r_pref, r_align, r_fmt, reward (= r_pref + lambda r_align + gamma r_fmt) and counts.
+`care pref` is the same subcommand under its earlier name (same options, same output).
 
 Example:
-  care pref --tau 0.7 --lambda 0.1 --gamma 0.3 pairs.jsonl";
+  care generator-reward --tau 0.7 --lambda 0.1 --gamma 0.3 pairs.jsonl";
 
 const ADV_AFTER: &str = "\
 Input line: {\"rewards\": [..], \"group_size\": G} or {\"rewards\": [..], \"group_offsets\": [0, ..]},
@@ -188,233 +227,99 @@ pub struct FormatArgs {
     /// Do not require the key order of categories and criteria.
     #[arg(long)]
     pub no_key_order: bool,
-    /// Fewest criteria per category.
+    /// Fewest criteria per category (0..=255).
     #[arg(long, value_name = "N")]
-    pub min_criteria: Option<usize>,
-    /// Most criteria per category.
+    pub min_criteria: Option<u8>,
+    /// Most criteria per category (0..=255).
     #[arg(long, value_name = "N")]
-    pub max_criteria: Option<usize>,
+    pub max_criteria: Option<u8>,
     /// Report meta words (gold, reference, ideal, ground truth, target response, ...).
     #[arg(long)]
     pub meta_words: bool,
-}
-
-/// What a missing criterion score does.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
-pub enum MissingArg {
-    /// Fail the line with `missing_score`.
-    #[default]
-    Error,
-    /// Score it 0.
-    Zero,
-    /// Drop it from its dimension's mean.
-    Skip,
-}
-
-/// What an out-of-range or non-integral score does.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
-pub enum OutOfRangeArg {
-    /// Fail the line with `score_out_of_range`.
-    #[default]
-    Error,
-    /// Round to the nearest integer, then clamp to 0..=5.
-    Clamp,
 }
 
 /// Scoring policy (SPEC §7).
 #[derive(Debug, Args, Clone, Default)]
 pub struct ScoreArgs {
     /// Missing score policy.
-    #[arg(long, value_enum, default_value_t = MissingArg::Error)]
-    pub missing: MissingArg,
+    #[arg(long, value_parser = named::<MissingPolicy>(), default_value_t = MissingPolicy::Error)]
+    pub missing: MissingPolicy,
     /// Out-of-range score policy.
-    #[arg(long, value_enum, default_value_t = OutOfRangeArg::Error)]
-    pub out_of_range: OutOfRangeArg,
+    #[arg(long, value_parser = named::<RangePolicy>(), default_value_t = RangePolicy::Error)]
+    pub out_of_range: RangePolicy,
     /// Ablation: every dimension weight 1/3.
     #[arg(long)]
     pub uniform_weights: bool,
 }
 
-/// Score scale of the preference reward.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
-pub enum ScaleArg {
-    /// `s = raw / 5` (default).
-    #[default]
-    Normalized,
-    /// Raw 0..5 scores.
-    Raw,
-}
-
-/// Unknown strategy label policy.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
-pub enum UnknownLabelArg {
-    /// Fail the line with `unknown_label`.
-    #[default]
-    Error,
-    /// Leave the label out of the counts.
-    Ignore,
-}
-
-/// Preference and generator reward options (SPEC §6, §7).
+/// Preference and generator reward options (SPEC §6, §7); the defaults are the paper's.
 #[derive(Debug, Args, Clone)]
-pub struct PrefArgs {
+pub struct GeneratorArgs {
     /// Temperature of `tanh((s+ - s-) / tau)`.
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = PreferenceOptions::PAPER.tau)]
     pub tau: f64,
     /// Weight of r_align in the generator reward.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = GeneratorOptions::PAPER.lambda)]
     pub lambda: f64,
     /// Weight of r_fmt in the generator reward.
-    #[arg(long, default_value_t = 0.3)]
+    #[arg(long, default_value_t = GeneratorOptions::PAPER.gamma)]
     pub gamma: f64,
     /// Score scale for r_pref.
-    #[arg(long, value_enum, default_value_t = ScaleArg::Normalized)]
-    pub scale: ScaleArg,
+    #[arg(long, value_parser = named::<ScoreScale>(), default_value_t = PreferenceOptions::PAPER.scale)]
+    pub scale: ScoreScale,
     /// Unknown strategy label policy.
-    #[arg(long, value_enum, default_value_t = UnknownLabelArg::Error)]
-    pub unknown_label: UnknownLabelArg,
-}
-
-/// Advantage preset names (SPEC §9).
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-#[value(rename_all = "snake_case")]
-pub enum AdvPresetArg {
-    /// verl grpo: mean, group std, unbiased, eps 1e-6, singleton raw.
-    Verl,
-    /// TRL: mean, group std, unbiased, eps 1e-4, singleton zero.
-    Trl,
-    /// TRL with the batch std.
-    TrlBatch,
-    /// OpenRLHF group_norm: eps 1e-9, singleton error.
-    Openrlhf,
-    /// Dr. GRPO: mean baseline, no scale.
-    DrGrpo,
-    /// RLOO: leave-one-out baseline, no scale.
-    Rloo,
-}
-
-/// Baseline.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-#[value(rename_all = "snake_case")]
-pub enum BaselineArg {
-    /// Group mean.
-    Mean,
-    /// Mean of the other samples (RLOO).
-    LeaveOneOut,
-    /// Nothing subtracted.
-    None,
-}
-
-/// Scale.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-#[value(rename_all = "snake_case")]
-pub enum AdvScaleArg {
-    /// Group std.
-    GroupStd,
-    /// Std over all valid rewards of the line.
-    BatchStd,
-    /// No scaling.
-    None,
-}
-
-/// Std estimator.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum StdArg {
-    /// Divide by n - 1.
-    Unbiased,
-    /// Divide by n.
-    Biased,
-}
-
-/// Singleton group policy.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum SingletonArg {
-    /// Advantage 0.
-    Zero,
-    /// Baseline 0, std 1 (verl).
-    Raw,
-    /// Fail the line with `singleton_group`.
-    Error,
+    #[arg(long, value_parser = named::<UnknownLabelPolicy>(), default_value_t = GeneratorOptions::PAPER.labels)]
+    pub unknown_label: UnknownLabelPolicy,
 }
 
 /// Advantage options (SPEC §9): a preset, then single-field overrides.
 #[derive(Debug, Args, Clone, Default)]
 pub struct AdvArgs {
     /// Start from an anchor trainer's options.
-    #[arg(long, value_enum)]
-    pub preset: Option<AdvPresetArg>,
+    #[arg(long, value_parser = named::<Preset>())]
+    pub preset: Option<Preset>,
     /// Baseline (default mean; rloo: leave_one_out).
-    #[arg(long, value_enum)]
-    pub baseline: Option<BaselineArg>,
+    #[arg(long, value_parser = named::<Baseline>())]
+    pub baseline: Option<Baseline>,
     /// Scale (default group_std; trl_batch: batch_std; dr_grpo, rloo: none).
-    #[arg(long, value_enum)]
-    pub scale: Option<AdvScaleArg>,
+    #[arg(long, value_parser = named::<Scale>())]
+    pub scale: Option<Scale>,
     /// Std estimator (default unbiased).
-    #[arg(long, value_enum)]
-    pub std: Option<StdArg>,
+    #[arg(long, value_parser = named::<StdKind>())]
+    pub std: Option<StdKind>,
     /// Added to the std before dividing (default 1e-6; trl 1e-4; openrlhf 1e-9).
     #[arg(long)]
     pub eps: Option<f64>,
     /// Groups with one valid sample (default zero; verl: raw; openrlhf: error).
-    #[arg(long, value_enum)]
-    pub singleton: Option<SingletonArg>,
+    #[arg(long, value_parser = named::<SingletonPolicy>())]
+    pub singleton: Option<SingletonPolicy>,
 }
 
-/// Loss preset names.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum LossPresetArg {
-    /// verl: dual clip c = 3.
-    Verl,
-    /// TRL.
-    Trl,
+/// `--kl`: a KL estimator of the core, or `none` (no KL term, whatever `--beta` says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KlChoice {
+    /// `none`: `beta = 0`.
+    Off,
+    /// A [`KlEstimator`] by its name.
+    Estimator(KlEstimator),
 }
 
-/// Ratio level.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum RatioArg {
-    /// Per-token ratio (PPO/GRPO).
-    Token,
-    /// Per-sequence ratio (GSPO).
-    Sequence,
-}
-
-/// KL estimator.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum KlArg {
-    /// No KL term.
-    None,
-    /// k1 = -x.
-    K1,
-    /// |x|.
-    Abs,
-    /// x^2 / 2.
-    K2,
-    /// exp(x) - x - 1.
-    K3,
-}
-
-/// Loss aggregation.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-#[value(rename_all = "snake_case")]
-pub enum AggArg {
-    /// Mean over all counted tokens.
-    TokenMean,
-    /// Mean over sequences of the per-sequence token mean.
-    SeqMeanTokenMean,
-    /// Mean over sequences of the per-sequence token sum.
-    SeqMeanTokenSum,
-    /// Token sum per sequence over N_seq * horizon (Dr. GRPO).
-    SeqMeanTokenSumNorm,
-    /// Plain sum.
-    TokenSum,
+/// The value parser of `--kl`: `none`, then the core's estimator names.
+fn kl_choice() -> impl TypedValueParser<Value = KlChoice> {
+    let values = std::iter::once(PossibleValue::new("none").help("No KL term"))
+        .chain(KlEstimator::ALL.iter().map(|v| possible(*v)));
+    PossibleValuesParser::new(values).try_map(|s| match s.as_str() {
+        "none" => Ok(KlChoice::Off),
+        name => name.parse().map(KlChoice::Estimator),
+    })
 }
 
 /// Loss options (SPEC §10): a preset, then single-field overrides.
 #[derive(Debug, Args, Clone, Default)]
 pub struct LossArgs {
     /// Start from an anchor trainer's options.
-    #[arg(long, value_enum)]
-    pub preset: Option<LossPresetArg>,
+    #[arg(long, value_parser = named::<LossPreset>())]
+    pub preset: Option<LossPreset>,
     /// eps_low: the ratio is clipped below at 1 - X (default 0.2).
     #[arg(long, value_name = "X")]
     pub clip_low: Option<f64>,
@@ -425,17 +330,17 @@ pub struct LossArgs {
     #[arg(long, value_name = "C")]
     pub dual_clip: Option<f64>,
     /// Token (default) or sequence (GSPO) ratio.
-    #[arg(long, value_enum)]
-    pub ratio: Option<RatioArg>,
+    #[arg(long, value_parser = named::<RatioLevel>())]
+    pub ratio: Option<RatioLevel>,
     /// KL estimator (default k3); `none` turns the KL term off whatever --beta says.
-    #[arg(long, value_enum)]
-    pub kl: Option<KlArg>,
+    #[arg(long, value_parser = kl_choice())]
+    pub kl: Option<KlChoice>,
     /// KL coefficient beta (default 0: no KL term; needs logp_ref in the input).
     #[arg(long)]
     pub beta: Option<f64>,
     /// Aggregation (default token_mean).
-    #[arg(long, value_enum)]
-    pub agg: Option<AggArg>,
+    #[arg(long, value_parser = named::<Aggregation>())]
+    pub agg: Option<Aggregation>,
     /// Global counted-token count N_tok (all ranks, all micro-batches; default: this line's).
     #[arg(long, value_name = "N")]
     pub global_tokens: Option<f64>,

@@ -6,7 +6,7 @@
 //! score (Eq. 5), the generator's reward from a preference pair (Eq. 4), group advantages, and
 //! one clipped-ratio loss step.
 //!
-//! The GRPO step goes through [`Backend`]: [`backend`] returns the CUDA kernels of
+//! The GRPO step goes through a [`GrpoDevice`]: [`device`] returns the CUDA kernels of
 //! `care-kernels` when a driver and a device are present, else the CPU reference; the table
 //! names the one that ran.
 
@@ -15,7 +15,7 @@ use std::io::Write;
 
 use care_core::grpo::{
     AdvantageOptions, Advantages, GroupLayout, GroupStats, KlEstimator, LossInputs, LossOptions,
-    LossOutput, LossPreset, Preset, group_advantages, policy_loss,
+    LossPreset, Preset,
 };
 use care_core::reward::generator_reward_validated;
 use care_core::{
@@ -24,64 +24,16 @@ use care_core::{
 };
 use serde::Deserialize;
 
+use crate::device::{Cpu, GrpoDevice};
+
 /// The rubric the demo's generator "produced": the paper's Appendix rubric.
 pub const RUBRIC: &str = include_str!("../data/rubric_sft_1.json");
 /// The demo's group: context, six responses with judge output text and log-probs.
 pub const GROUP: &str = include_str!("../data/demo_group.json");
 
-/// The GRPO step (advantages and loss) on some device.
-pub trait Backend {
-    /// The device as printed in the table, e.g. `"CPU (care-core reference)"`.
-    fn name(&self) -> String;
-    /// Group advantages, as [`care_core::grpo::group_advantages`].
-    fn advantages(
-        &self,
-        rewards: &[f32],
-        layout: GroupLayout<'_>,
-        opts: &AdvantageOptions,
-        out: &mut [f32],
-        stats: &mut [GroupStats],
-    ) -> Result<(), String>;
-    /// The clipped-ratio loss and its gradient, as [`care_core::grpo::policy_loss`].
-    fn loss(
-        &self,
-        inputs: &LossInputs<'_, f32>,
-        opts: &LossOptions,
-        grad: &mut [f32],
-    ) -> Result<LossOutput, String>;
-}
-
-/// The CPU reference of `care-core`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Cpu;
-
-impl Backend for Cpu {
-    fn name(&self) -> String {
-        "CPU (care-core reference)".to_owned()
-    }
-    fn advantages(
-        &self,
-        rewards: &[f32],
-        layout: GroupLayout<'_>,
-        opts: &AdvantageOptions,
-        out: &mut [f32],
-        stats: &mut [GroupStats],
-    ) -> Result<(), String> {
-        group_advantages(rewards, None, layout, opts, out, Some(stats)).map_err(|e| e.to_string())
-    }
-    fn loss(
-        &self,
-        inputs: &LossInputs<'_, f32>,
-        opts: &LossOptions,
-        grad: &mut [f32],
-    ) -> Result<LossOutput, String> {
-        policy_loss(inputs, opts, grad).map_err(|e| e.to_string())
-    }
-}
-
-/// The backend the demo uses: the CUDA kernels when a driver and a device are present, else
+/// The device the demo uses: the CUDA kernels when a driver and a device are present, else
 /// the CPU reference (the table names the one that ran).
-pub fn backend() -> Box<dyn Backend> {
+pub fn device() -> Box<dyn GrpoDevice> {
     match crate::gpu::Gpu::open() {
         Some(gpu) => Box::new(gpu),
         None => Box::new(Cpu),
@@ -130,16 +82,16 @@ fn err<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> String + '_ {
     move |e| format!("demo: {context}: {e}")
 }
 
-/// Runs the demo on the bundled data and the [`backend`], writing the table to `out`.
+/// Runs the demo on the bundled data and the [`device`], writing the table to `out`.
 pub fn run(out: &mut dyn Write) -> Result<(), String> {
-    let text = render(backend().as_ref())?;
+    let text = render(device().as_ref())?;
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(|e| format!("demo: {e}"))
 }
 
 /// Renders the whole demo with `be` (pure: no I/O, so tests can compare it whole).
-pub fn render(be: &dyn Backend) -> Result<String, String> {
+pub fn render(be: &dyn GrpoDevice) -> Result<String, String> {
     let group: Group =
         serde_json::from_str(GROUP).map_err(|e| format!("demo: bundled data: {e}"))?;
     let mut s = String::new();
@@ -155,7 +107,8 @@ pub fn render(be: &dyn Backend) -> Result<String, String> {
 
     // 1. The generated rubric and its format reward.
     let mut scratch = vec![0u8; RUBRIC.len()];
-    let v = validate(RUBRIC.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(RUBRIC.as_bytes(), &FormatPolicy::PAPER, &mut scratch)
+        .map_err(err("validating the bundled rubric"))?;
     let rubric = v
         .rubric
         .as_ref()

@@ -1,4 +1,4 @@
-//! The demo's GRPO step on a CUDA device, through `care-kernels`.
+//! The GRPO step ([`GrpoDevice`]) on a CUDA device, through `care-kernels`.
 //!
 //! Used only when [`care_kernels::cuda::driver_available`] finds a driver and device 0 opens;
 //! everything is copied to the device, run with the synchronous `*_on` API, and copied back,
@@ -12,7 +12,7 @@ use care_core::grpo::{
 use care_kernels::cuda::{self, DeviceAdvantageInputs, DeviceLossInputs};
 use cudarc::driver::{CudaContext, CudaStream};
 
-use crate::demo::Backend;
+use crate::device::GrpoDevice;
 
 /// Device 0's default stream.
 #[derive(Debug)]
@@ -41,7 +41,7 @@ fn driver<E: std::fmt::Debug>(e: E) -> String {
     format!("CUDA: {e:?}")
 }
 
-impl Backend for Gpu {
+impl GrpoDevice for Gpu {
     fn name(&self) -> String {
         format!("GPU: {} (care-kernels)", self.name)
     }

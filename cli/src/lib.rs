@@ -9,6 +9,7 @@ pub mod app;
 pub mod args;
 pub mod cmd;
 pub mod demo;
+pub mod device;
 pub mod engine;
 pub mod gpu;
 pub mod input;

@@ -22,14 +22,19 @@ fn main() -> ExitCode {
             }
             _ => {
                 // Usage errors are one line on stderr (clap's own report spans several) and
-                // exit status 2, like every other usage or I/O error of care.
+                // exit status 2, like every other usage or I/O error of care. The possible
+                // values and clap's "similar value" tip are kept on that line.
                 let text = e.render().to_string();
-                let first = text
-                    .lines()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("usage error");
-                let first = first.strip_prefix("error: ").unwrap_or(first);
-                let _ = writeln!(std::io::stderr(), "care: {first} (see care --help)");
+                let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+                let first = lines.next().unwrap_or("usage error");
+                let mut msg = first.strip_prefix("error: ").unwrap_or(first).to_owned();
+                for l in lines {
+                    if l.starts_with("[possible values:") || l.starts_with("tip:") {
+                        msg.push_str("; ");
+                        msg.push_str(l);
+                    }
+                }
+                let _ = writeln!(std::io::stderr(), "care: {msg} (see care --help)");
                 ExitCode::from(care_cli::app::EXIT_USAGE)
             }
         },

@@ -176,7 +176,14 @@ fn mixed_malformed_lines_golden() {
 
 #[test]
 fn empty_input_gives_empty_output_and_status_0() {
-    for cmd in ["validate", "score", "pref", "advantages", "loss"] {
+    for cmd in [
+        "validate",
+        "score",
+        "generator-reward",
+        "pref",
+        "advantages",
+        "loss",
+    ] {
         let out = golden(&[cmd], "empty.jsonl", "empty.jsonl");
         assert_eq!(out, "");
     }
@@ -375,7 +382,15 @@ fn help_texts_have_examples() {
     assert_eq!(top.status.code(), Some(0));
     let text = String::from_utf8(top.stdout).unwrap();
     assert!(text.contains("Examples:"), "{text}");
-    for cmd in ["validate", "score", "pref", "advantages", "loss", "demo"] {
+    for cmd in [
+        "validate",
+        "score",
+        "generator-reward",
+        "pref",
+        "advantages",
+        "loss",
+        "demo",
+    ] {
         let o = care(&[cmd, "--help"], None);
         assert_eq!(o.status.code(), Some(0), "{cmd}");
         let t = String::from_utf8(o.stdout).unwrap();
@@ -747,7 +762,7 @@ fn score_and_pref_agree_with_the_library() {
         };
         let text = rubric_text(inp);
         let mut scratch = vec![0u8; text.len()];
-        let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+        let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
         let flat: Vec<f64> = scores
             .as_array()
             .unwrap()
@@ -793,6 +808,66 @@ fn score_and_pref_agree_with_the_library() {
     }
 }
 
+#[test]
+fn generator_reward_is_pref_under_its_new_name() {
+    // `care pref` is a documented alias: the same subcommand, byte for byte, with and without
+    // options, on valid and invalid lines.
+    for (args, input, expected) in [
+        (&[][..], "pref_valid.jsonl", "pref_valid.out.jsonl"),
+        (&[][..], "pref_invalid.jsonl", "pref_invalid.out.jsonl"),
+        (
+            &[
+                "--scale",
+                "raw",
+                "--tau",
+                "1.5",
+                "--lambda",
+                "0.5",
+                "--gamma",
+                "0",
+                "--unknown-label",
+                "ignore",
+                "--out-of-range",
+                "clamp",
+            ][..],
+            "pref_invalid.jsonl",
+            "pref_options.out.jsonl",
+        ),
+    ] {
+        let new: Vec<&str> = std::iter::once("generator-reward")
+            .chain(args.iter().copied())
+            .collect();
+        let old: Vec<&str> = std::iter::once("pref")
+            .chain(args.iter().copied())
+            .collect();
+        assert_eq!(golden(&new, input, expected), golden(&old, input, expected));
+    }
+    let help = String::from_utf8(care(&["--help"], None).stdout).unwrap();
+    assert!(
+        help.contains("generator-reward") && help.contains("[alias: pref]"),
+        "{help}"
+    );
+}
+
+#[test]
+fn usage_errors_name_the_accepted_values_on_one_line() {
+    let o = care(&["advantages", "--preset", "trlbatch"], Some(b""));
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("[possible values: verl, trl, trl_batch, openrlhf, dr_grpo, rloo]"),
+        "{err}"
+    );
+    assert!(err.contains("a similar value exists: 'trl_batch'"), "{err}");
+    // Options outside their domain: the core's check, naming the flag.
+    let o = care(&["loss", "--clip-low", "-0.5"], Some(b""));
+    assert_eq!(
+        String::from_utf8(o.stderr).unwrap(),
+        "care: --clip-low: eps_low must be finite and >= 0\n"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // demo
 
@@ -800,7 +875,7 @@ fn score_and_pref_agree_with_the_library() {
 fn demo_prints_the_whole_loop_on_the_cpu() {
     // The CPU rendering is pure, so it is the golden; the binary prints it verbatim when no GPU
     // driver is present (on a GPU machine the device line and the last digits may differ).
-    let rendered = care_cli::demo::render(&care_cli::demo::Cpu).unwrap();
+    let rendered = care_cli::demo::render(&care_cli::device::Cpu).unwrap();
     let exp = data("demo.out.txt");
     if std::env::var_os("CARE_BLESS").is_some() {
         std::fs::write(&exp, &rendered).unwrap();
@@ -825,8 +900,10 @@ fn demo_prints_the_whole_loop_on_the_cpu() {
 #[test]
 fn group_scoring_agrees_with_the_core_batch_api() {
     // The demo group (six judge answers under rubric_sft_1) through `care score` and through
-    // care_core::score_group on the same parsed scores: identical rewards, bit for bit.
-    use care_core::{FormatPolicy, ScoreOptions, parse_judge_output, score_group, validate};
+    // care_core::policy_reward_group on the same parsed scores: identical rewards, bit for bit.
+    use care_core::{
+        FormatPolicy, ScoreOptions, parse_judge_output, policy_reward_group, validate,
+    };
     let line = std::fs::read_to_string(data("score_valid.jsonl"))
         .unwrap()
         .lines()
@@ -837,7 +914,7 @@ fn group_scoring_agrees_with_the_core_batch_api() {
     let o: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rubric_text = include_str!("../data/rubric_sft_1.json");
     let mut scratch = vec![0u8; rubric_text.len()];
-    let v = validate(rubric_text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(rubric_text.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
     let rubric = v.rubric.as_ref().unwrap();
     let i: serde_json::Value = serde_json::from_str(&line).unwrap();
     let mut flat = Vec::new();
@@ -847,7 +924,7 @@ fn group_scoring_agrees_with_the_core_batch_api() {
         flat.extend(s);
     }
     let mut rewards = vec![0.0; 6];
-    let rep = score_group(rubric, &ScoreOptions::default(), &flat, &mut rewards).unwrap();
+    let rep = policy_reward_group(rubric, &ScoreOptions::default(), &flat, &mut rewards).unwrap();
     assert_eq!(rep.failed, 0);
     let cli: Vec<f64> = o["rewards"]
         .as_array()

@@ -11,7 +11,7 @@ fn commands() -> Vec<Command> {
     vec![
         Command::Validate(FormatPolicy::PAPER),
         Command::Score(care_cli::cmd::score::Options::default()),
-        Command::Pref(GeneratorOptions::PAPER),
+        Command::GeneratorReward(GeneratorOptions::PAPER),
         Command::Advantages(AdvantageOptions::default()),
         Command::Loss(LossOptions::default()),
     ]

@@ -5,6 +5,7 @@ use crate::simplex::scoring_weights;
 
 /// `r_align` with the violations that produced it.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Alignment {
     /// `max(0, 1 - 0.5 * violations)`: one of `0`, `0.5`, `1`.
     pub reward: f64,
@@ -51,7 +52,7 @@ pub fn alignment(weights: [f64; 3], counts: [u32; 3]) -> Alignment {
 }
 
 /// `r_align` only (see [`alignment`]).
-pub fn r_align(weights: [f64; 3], counts: [u32; 3]) -> f64 {
+pub fn alignment_reward(weights: [f64; 3], counts: [u32; 3]) -> f64 {
     alignment(weights, counts).reward
 }
 
@@ -63,7 +64,7 @@ mod tests {
     #[test]
     fn spec_cases() {
         // All counts zero: 1.
-        assert_eq!(r_align([0.4, 0.35, 0.25], [0, 0, 0]), 1.0);
+        assert_eq!(alignment_reward([0.4, 0.35, 0.25], [0, 0, 0]), 1.0);
         // Most used (Cog) holds the max weight, unused Aff outweighs used Pro: one Z violation.
         let a = alignment([0.4, 0.35, 0.25], [1, 0, 1]);
         assert_eq!(
@@ -71,16 +72,16 @@ mod tests {
             (false, 1, 0.5)
         );
         // Fixture 1 weights (0.4, 0.25, 0.35) with tactics questioning + information: aligned.
-        assert_eq!(r_align([0.4, 0.25, 0.35], [1, 0, 1]), 1.0);
+        assert_eq!(alignment_reward([0.4, 0.25, 0.35], [1, 0, 1]), 1.0);
         // Top violation plus two Z violations: floored at 0.
         let b = alignment([0.5, 0.3, 0.2], [0, 0, 2]);
         assert!(b.top_violation);
         assert_eq!(b.zero_violations, 2);
         assert_eq!(b.reward, 0.0);
         // Ties in n: one of the most used holds the (shared) max.
-        assert_eq!(r_align([0.4, 0.4, 0.2], [1, 1, 1]), 1.0);
+        assert_eq!(alignment_reward([0.4, 0.4, 0.2], [1, 1, 1]), 1.0);
         assert_eq!(
-            r_align([0.2, 0.4, 0.4], [2, 1, 0]).to_bits(),
+            alignment_reward([0.2, 0.4, 0.4], [2, 1, 0]).to_bits(),
             0.0f64.to_bits()
         );
     }

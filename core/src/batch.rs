@@ -12,6 +12,7 @@ use crate::{Error, Result};
 
 /// What happened while scoring a group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GroupReport {
     /// Responses with a finite reward.
     pub scored: u32,
@@ -26,28 +27,30 @@ pub struct GroupReport {
 /// Eq. 5 for every response of a group under `rubric`; `out[j]` gets response `j`'s reward.
 ///
 /// # Errors
-/// [`Error::LengthMismatch`] when `scores.len() != out.len() * rubric.total_criteria()`.
-pub fn score_group(
+/// [`Error::LengthMismatch`] when `scores.len() != out.len() * rubric.total_criteria()`;
+/// [`Error::InvalidArgument`] for invalid options ([`ScoreOptions::check`]).
+pub fn policy_reward_group(
     rubric: &Rubric<'_>,
     opts: &ScoreOptions,
     scores: &[f64],
     out: &mut [f64],
 ) -> Result<GroupReport> {
-    score_group_fixed(rubric.weights(), rubric.counts(), opts, scores, out)
+    policy_reward_group_fixed(rubric.weights(), rubric.counts(), opts, scores, out)
 }
 
-/// [`score_group`] under caller-given weights and criteria counts per dimension (the
+/// [`policy_reward_group`] under caller-given weights and criteria counts per dimension (the
 /// fixed-rubric ablation, and the C ABI path).
 ///
 /// # Errors
-/// As [`score_group`], with `counts` defining the per-response layout.
-pub fn score_group_fixed(
+/// As [`policy_reward_group`], with `counts` defining the per-response layout.
+pub fn policy_reward_group_fixed(
     weights: [f64; 3],
     counts: [usize; 3],
     opts: &ScoreOptions,
     scores: &[f64],
     out: &mut [f64],
 ) -> Result<GroupReport> {
+    opts.validate()?;
     let total = counts
         .iter()
         .try_fold(0usize, |a, &c| a.checked_add(c))

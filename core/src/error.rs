@@ -8,6 +8,9 @@
 
 use core::fmt;
 
+#[cfg(doc)]
+use crate::Named;
+
 /// Why an operation of `care-core` failed. Small and `Copy`, like `serde_json_core::de::Error`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -15,7 +18,8 @@ pub enum Error {
     // ---- 1xx: arguments -------------------------------------------------------------------
     /// Two inputs that must have matching lengths do not.
     LengthMismatch,
-    /// An argument is outside its documented domain (for example `tau <= 0`, `eps < 0`).
+    /// An argument is outside its documented domain (for example `tau <= 0`, `eps < 0`); for
+    /// options, the struct's `check()` says which field ([`InvalidOption`]).
     InvalidArgument,
     /// A caller-provided output or scratch buffer is too small.
     BufferTooSmall,
@@ -87,7 +91,10 @@ impl Error {
         Error::NonFinite,
     ];
 
-    /// The stable snake_case code (CLI output, logs).
+    /// The stable codes, in the order of [`Error::ALL`].
+    pub const NAMES: [&'static str; 20] = crate::names::names_of!(Error, Error::ALL, code);
+
+    /// The stable snake_case code (CLI output, logs); the error's [`Named`] name.
     pub const fn code(self) -> &'static str {
         match self {
             Error::LengthMismatch => "length_mismatch",
@@ -166,6 +173,26 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The error whose [`Error::code`] is exactly `code`.
+    pub fn from_code(code: &str) -> Option<Error> {
+        Error::ALL.into_iter().find(|e| e.code() == code)
+    }
+
+    // The `Named` vocabulary, as inherent functions so that `impl_named!` applies.
+    const fn name(self) -> &'static str {
+        self.code()
+    }
+    const fn help(self) -> &'static str {
+        self.message()
+    }
+    fn from_name(code: &str) -> Option<Error> {
+        Error::from_code(code)
+    }
+}
+
+crate::names::impl_named!(Error, "error code");
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ({})", self.message(), self.code())
@@ -173,6 +200,71 @@ impl fmt::Display for Error {
 }
 
 impl core::error::Error for Error {}
+
+/// Which field of an options struct is outside its domain, and what the domain is: the
+/// specific message behind [`Error::InvalidArgument`] for options.
+///
+/// Every options struct of the crate has `check()`, which returns the first field outside its
+/// domain, and `validate()`, the same check as an [`Error`] (for `?`); every function that takes
+/// options calls it before it reads anything else. `Display` gives `"<field> must be
+/// <expected>"`, for example `tau must be finite and > 0`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InvalidOption {
+    /// The field, as the options struct names it (`"tau"`, `"eps_low"`, `"min_criteria"`).
+    pub field: &'static str,
+    /// What the field must be (`"finite and > 0"`).
+    pub expected: &'static str,
+}
+
+impl InvalidOption {
+    /// `Err` naming `field` and its domain unless `ok`.
+    pub(crate) const fn require(
+        ok: bool,
+        field: &'static str,
+        expected: &'static str,
+    ) -> core::result::Result<(), InvalidOption> {
+        if ok {
+            Ok(())
+        } else {
+            Err(InvalidOption { field, expected })
+        }
+    }
+}
+
+impl fmt::Display for InvalidOption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} must be {}", self.field, self.expected)
+    }
+}
+
+impl core::error::Error for InvalidOption {}
+
+impl From<InvalidOption> for Error {
+    fn from(_: InvalidOption) -> Self {
+        Error::InvalidArgument
+    }
+}
+
+/// The domains options fields are checked against (one wording for every struct).
+pub(crate) mod domain {
+    /// `x.is_finite() && x >= 0`.
+    pub const FINITE_NON_NEGATIVE: &str = "finite and >= 0";
+    /// `x.is_finite() && x > 0`.
+    pub const FINITE_POSITIVE: &str = "finite and > 0";
+    /// `x.is_finite()`.
+    pub const FINITE: &str = "finite";
+    /// `x > 0`, `+inf` allowed.
+    pub const POSITIVE: &str = "> 0 (inf turns it off)";
+    /// `!x.is_nan()`.
+    pub const NOT_NAN: &str = "a number (not NaN)";
+
+    pub fn finite_non_negative(x: f64) -> bool {
+        x.is_finite() && x >= 0.0
+    }
+    pub fn finite_positive(x: f64) -> bool {
+        x.is_finite() && x > 0.0
+    }
+}
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;

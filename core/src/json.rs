@@ -16,6 +16,8 @@
 //! it as they report every syntax error (`not_json` in rubric validation; the judge-output
 //! parser skips the candidate object).
 
+use crate::format::notes::{self, Note};
+
 /// Deepest nesting of arrays and objects accepted (a rubric needs 5).
 pub(crate) const MAX_DEPTH: usize = 64;
 
@@ -23,12 +25,12 @@ pub(crate) const MAX_DEPTH: usize = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SyntaxError {
     pub offset: usize,
-    pub what: &'static str,
+    pub what: Note,
     /// The nesting limit was hit (a capacity problem, not malformed JSON).
     pub too_deep: bool,
 }
 
-fn err(offset: usize, what: &'static str) -> SyntaxError {
+fn err(offset: usize, what: Note) -> SyntaxError {
     SyntaxError {
         offset,
         what,
@@ -55,7 +57,7 @@ fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
     loop {
         j = skip_plain(b, j);
         let Some(&c) = b.get(j) else {
-            return Err(err(i, "unterminated string"));
+            return Err(err(i, notes::UNTERMINATED_STRING));
         };
         match c {
             b'"' => return Ok((j + 1, escaped)),
@@ -65,16 +67,16 @@ fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
                     Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => j += 2,
                     Some(b'u') => {
                         if b.get(j + 2..j + 6).is_none() {
-                            return Err(err(j, "truncated \\u escape"));
+                            return Err(err(j, notes::TRUNCATED_U_ESCAPE));
                         }
                         let at = j;
-                        let cp = hex4(b, j + 2).ok_or(err(at, "invalid \\u escape"))?;
+                        let cp = hex4(b, j + 2).ok_or(err(at, notes::INVALID_U_ESCAPE))?;
                         j += 6;
                         // A surrogate escape is only meaningful as a high-low pair (RFC 8259
                         // §7). The grammar admits a lone one but it names no character (§8.2:
                         // "unpredictable"), so, like serde_json, reject it at its backslash.
                         if (0xDC00..0xE000).contains(&cp) {
-                            return Err(err(at, "lone low surrogate in \\u escape"));
+                            return Err(err(at, notes::LONE_LOW_SURROGATE));
                         }
                         if (0xD800..0xDC00).contains(&cp) {
                             let lo = match b.get(j..j + 2) {
@@ -82,18 +84,15 @@ fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
                                 _ => None,
                             };
                             if !lo.is_some_and(|lo| (0xDC00..0xE000).contains(&lo)) {
-                                return Err(err(
-                                    at,
-                                    "lone high surrogate in \\u escape (no low surrogate follows)",
-                                ));
+                                return Err(err(at, notes::LONE_HIGH_SURROGATE));
                             }
                             j += 6;
                         }
                     }
-                    _ => return Err(err(j, "invalid escape")),
+                    _ => return Err(err(j, notes::INVALID_ESCAPE)),
                 }
             }
-            0..=0x1f => return Err(err(j, "control character in string")),
+            0..=0x1f => return Err(err(j, notes::CONTROL_CHARACTER)),
             _ => j += 1,
         }
     }
@@ -175,12 +174,12 @@ fn scan_number(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
     match b.get(j) {
         Some(b'0') => j += 1,
         Some(b'1'..=b'9') => j = scan_digits(b, j),
-        _ => return Err(err(j, "invalid number")),
+        _ => return Err(err(j, notes::INVALID_NUMBER)),
     }
     if b.get(j) == Some(&b'.') {
         let k = scan_digits(b, j + 1);
         if k == j + 1 {
-            return Err(err(j, "invalid number: digits expected after '.'"));
+            return Err(err(j, notes::FRACTION_DIGITS));
         }
         j = k;
     }
@@ -191,7 +190,7 @@ fn scan_number(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
         }
         let k = scan_digits(b, j);
         if k == j {
-            return Err(err(j, "invalid number: exponent digits expected"));
+            return Err(err(j, notes::EXPONENT_DIGITS));
         }
         j = k;
     }
@@ -229,7 +228,7 @@ pub(crate) fn scan_value_indexed<const N: usize>(
     loop {
         i = skip_ws(b, i);
         let Some(&c) = b.get(i) else {
-            return Err(err(i, "unexpected end of input"));
+            return Err(err(i, notes::UNEXPECTED_END));
         };
         match state {
             State::Value | State::ValueOrEnd => {
@@ -243,7 +242,7 @@ pub(crate) fn scan_value_indexed<const N: usize>(
                             if depth >= MAX_DEPTH {
                                 return Err(SyntaxError {
                                     offset: i,
-                                    what: "nesting deeper than 64 levels",
+                                    what: notes::TOO_DEEP,
                                     too_deep: true,
                                 });
                             }
@@ -275,11 +274,11 @@ pub(crate) fn scan_value_indexed<const N: usize>(
                                 _ => b"null",
                             };
                             if b.get(i..i + lit.len()) != Some(lit) {
-                                return Err(err(i, "invalid literal"));
+                                return Err(err(i, notes::INVALID_LITERAL));
                             }
                             i += lit.len();
                         }
-                        _ => return Err(err(i, "expected a JSON value")),
+                        _ => return Err(err(i, notes::EXPECTED_VALUE)),
                     }
                     state = State::After;
                 }
@@ -294,13 +293,13 @@ pub(crate) fn scan_value_indexed<const N: usize>(
                     index.record(i, end, escaped);
                     i = skip_ws(b, end);
                     if b.get(i) != Some(&b':') {
-                        return Err(err(i, "expected ':' after an object key"));
+                        return Err(err(i, notes::EXPECTED_COLON));
                     }
                     i += 1;
                     state = State::Value;
                     continue;
                 } else {
-                    return Err(err(i, "expected a string key"));
+                    return Err(err(i, notes::EXPECTED_KEY));
                 }
             }
             State::After => {
@@ -312,7 +311,7 @@ pub(crate) fn scan_value_indexed<const N: usize>(
                         depth = depth.saturating_sub(1);
                         state = State::After;
                     }
-                    _ => return Err(err(i, "expected ',' or a closing bracket")),
+                    _ => return Err(err(i, notes::EXPECTED_COMMA)),
                 }
                 i += 1;
                 if depth == 0 && matches!(state, State::After) {
@@ -900,7 +899,10 @@ mod tests {
         ] {
             let e = scan_err(text);
             assert_eq!(e.offset, at, "{text}");
-            assert!(e.what.contains("lone high surrogate"), "{text}: {e:?}");
+            assert!(
+                e.what.as_str().contains("lone high surrogate"),
+                "{text}: {e:?}"
+            );
             assert!(!e.too_deep);
         }
         // Inside a container the error keeps the absolute offset of the escape.
@@ -914,7 +916,10 @@ mod tests {
         for (text, at) in [(r#""\udc00""#, 1), (r#""x\uDFFFy""#, 2)] {
             let e = scan_err(text);
             assert_eq!(e.offset, at, "{text}");
-            assert!(e.what.contains("lone low surrogate"), "{text}: {e:?}");
+            assert!(
+                e.what.as_str().contains("lone low surrogate"),
+                "{text}: {e:?}"
+            );
         }
         // A low surrogate after a complete pair is lone too (the pair consumed its partner).
         let e = scan_err(r#""\ud83d\ude00\ude00""#);
@@ -936,7 +941,10 @@ mod tests {
         ] {
             let e = scan_err(text);
             assert_eq!(e.offset, 1, "{text}");
-            assert!(e.what.contains("lone high surrogate"), "{text}: {e:?}");
+            assert!(
+                e.what.as_str().contains("lone high surrogate"),
+                "{text}: {e:?}"
+            );
         }
     }
 

@@ -3,7 +3,7 @@
 //! The parser is lenient about the envelope (think blocks, code fences, prose around the JSON)
 //! and strict about the content (known criteria only, integral scores). Its output is a flat
 //! score slice in the rubric's canonical order, `NaN` where the judge gave no usable score, ready
-//! for [`crate::reward::policy_reward`] or [`crate::batch::score_group`].
+//! for [`crate::reward::policy_reward`] or [`crate::batch::policy_reward_group`].
 
 use core::fmt::{self, Write};
 
@@ -67,6 +67,7 @@ pub fn render_judge_prompt<W: Write + ?Sized>(
 
 /// What the judge-output parser found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct JudgeReport {
     /// Criteria that received a score.
     pub matched: u32,

@@ -12,7 +12,7 @@
 //!
 //! let text = include_str!("../../cli/data/rubric_sft_1.json"); // the bundled paper fixture
 //! let mut scratch = [0u8; 16 * 1024]; // strings with escapes are decoded here
-//! let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+//! let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch)?;
 //! assert_eq!(v.r_fmt(), 1.0, "{}", v.report);
 //! let rubric = v.rubric.as_ref().ok_or(care_core::Error::FormatViolation)?;
 //!
@@ -31,12 +31,40 @@
 //! # Ok::<(), care_core::Error>(())
 //! ```
 //!
+//! # Names and options
+//!
+//! Every public enum has one stable snake_case name per variant ([`Named`]: `ALL`, `NAMES`,
+//! `Display`, `FromStr`); the CLI, the C ABI and the Python bindings parse with these names.
+//! Every options struct checks itself: `check()` names the first field outside its domain
+//! ([`InvalidOption`]), `validate()` is the same check as [`Error::InvalidArgument`], and every
+//! function that takes options calls it before it reads or writes anything else.
+//!
 //! # Cargo features
 //!
+//! The tower is `alloc` < `std`; `serde` is independent of it and works without either.
+//!
 //! * **(none, default)**: `no_std`, no allocation anywhere.
-//! * **`alloc`**: [`RubricBuf`], an owned rubric (for handles that outlive the input text).
-//! * **`std`** (implies `alloc`): nothing more yet besides linking `std`; errors implement
-//!   `core::error::Error` in every configuration.
+//! * **`alloc`**: `RubricBuf`, an owned rubric (for handles that outlive the input text). The
+//!   hot paths never allocate, with or without it.
+//! * **`std`** (implies `alloc`): links `std`; nothing else yet (errors implement
+//!   `core::error::Error` in every configuration).
+//! * **`serde`** (`no_std`-compatible, no allocation): `Serialize` and `Deserialize` for the
+//!   public data types, the way `heapless` and `half` offer them: the options structs, the
+//!   validation [`Report`] with its violations, results and statistics ([`PolicyReward`],
+//!   [`PreferenceReward`], [`GeneratorReward`], [`GroupReport`], [`JudgeReport`],
+//!   [`grpo::LossStats`], [`grpo::GroupStats`], ...), every enum by its stable name, and
+//!   [`Rubric`] (serialize) / `RubricBuf` (both, with `alloc`) as rubric JSON of the format
+//!   contract, so a valid rubric serializes to a text that validates again. Floats that may
+//!   be infinite (the loss statistics and clamps) are written as `"inf"`, `"-inf"` or `"NaN"`
+//!   in human-readable formats, which have no infinity, and read back exactly. Options
+//!   are not checked on load (a struct literal is not either): every function that takes them
+//!   checks them, and `check()` says which field is wrong.
+//!
+//! `care-core` has no JSON writer of its own and no `serde-json-core` dependency: with `serde`,
+//! a `no_std` caller serializes any of these types with the serializer of its choice, for
+//! example a validation report into a fixed buffer with
+//! `serde_json_core::to_slice(&report, &mut buf)` (tested in `tests/serde.rs`), so a second
+//! JSON writer inside the core would add a dependency without adding a capability.
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 #![deny(missing_docs)]
 
@@ -52,27 +80,33 @@ pub mod grpo;
 mod json;
 pub mod judge;
 pub mod logsoftmax;
+pub mod names;
 pub mod reward;
 pub mod rubric;
+#[cfg(feature = "serde")]
+mod serde_impls;
 pub mod simplex;
 pub mod strategy;
 pub use dtype::Dtype;
-pub use error::{Error, Result};
+pub use error::{Error, InvalidOption, Result};
+pub use names::{Named, UnknownName};
 
-pub use align::{Alignment, alignment, r_align};
-pub use batch::{GroupReport, score_group, score_group_fixed};
+pub use align::{Alignment, alignment, alignment_reward};
+pub use batch::{GroupReport, policy_reward_group, policy_reward_group_fixed};
 pub use format::{
-    FormatPolicy, Report, Validation, Violation, ViolationCode, validate, validate_str,
+    FormatPolicy, Report, Validation, Violation, ViolationCode, format_reward, validate,
+    validate_str,
 };
 pub use judge::{JudgeReport, parse_judge_output, render_judge_prompt};
 pub use reward::{
-    GeneratorOptions, GeneratorReward, MissingPolicy, PolicyReward, PrefOptions, PrefReward,
-    RangePolicy, ScoreOptions, ScoreScale, generator_reward, policy_reward, pref_reward,
+    GeneratorOptions, GeneratorReward, MissingPolicy, PolicyReward, PreferenceOptions,
+    PreferenceReward, RangePolicy, ScoreOptions, ScoreScale, generator_reward, policy_reward,
+    preference_reward,
 };
 #[cfg(feature = "alloc")]
 pub use rubric::RubricBuf;
 pub use rubric::{Criterion, Dimension, Rubric};
-pub use strategy::{StrategyCounts, UnknownLabelPolicy, count_labels};
+pub use strategy::{StrategyCounts, UnknownLabelPolicy, strategy_counts};
 
 // The README's Rust example runs as a doctest.
 #[doc = include_str!("../../README.md")]

@@ -25,6 +25,7 @@
 //!
 //! Everything accumulates in `f64` and nothing allocates: outputs go into caller slices.
 
+use crate::error::{InvalidOption, domain};
 use crate::grpo::{LogProb, LossInputs, LossOptions, LossOutput, policy_loss};
 use crate::{Error, Result};
 
@@ -122,6 +123,11 @@ impl<'a, T: LogProb> Logits<'a, T> {
 
 /// Options of the selective log-softmax.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct LogSoftmaxOptions {
     /// Sampling temperature `T` (finite, `> 0`; the logits are divided by it). Default 1.
     pub temperature: f64,
@@ -134,13 +140,24 @@ impl Default for LogSoftmaxOptions {
 }
 
 impl LogSoftmaxOptions {
-    /// Errors: [`Error::InvalidArgument`] unless the temperature is finite and positive.
+    /// Checks the fields: `temperature` finite and `> 0`.
+    ///
+    /// # Errors
+    /// The first field outside its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
+        InvalidOption::require(
+            domain::finite_positive(self.temperature),
+            "temperature",
+            domain::FINITE_POSITIVE,
+        )
+    }
+
+    /// [`LogSoftmaxOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a field is outside its domain.
     pub fn validate(&self) -> Result<()> {
-        if self.temperature.is_finite() && self.temperature > 0.0 {
-            Ok(())
-        } else {
-            Err(Error::InvalidArgument)
-        }
+        self.check().map_err(Error::from)
     }
 }
 
@@ -314,6 +331,9 @@ pub fn logits_policy_loss<T: LogProb, I: TokenId>(
     loss: &LossOptions,
     buf: LogitsLossBuffers<'_>,
 ) -> Result<LossOutput> {
+    // Both option sets are checked before the forward pass writes anything.
+    lsm.validate()?;
+    loss.validate()?;
     selective_log_softmax(logits, targets, inputs.mask, lsm, buf.logp, None, None)?;
     let li = LossInputs {
         logp: &*buf.logp,

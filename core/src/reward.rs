@@ -6,10 +6,12 @@
 //! [`Rubric::total_criteria`]. `NaN` means "the judge gave no score". Nothing here allocates.
 
 use crate::align::{Alignment, alignment};
+use crate::error::{InvalidOption, domain};
 use crate::format::{FormatPolicy, Validation, validate};
+use crate::names::named_enum;
 use crate::rubric::Rubric;
 use crate::simplex::{scoring_weights, uniform};
-use crate::strategy::{StrategyCounts, UnknownLabelPolicy, count_labels};
+use crate::strategy::{StrategyCounts, UnknownLabelPolicy, strategy_counts};
 use crate::{Error, Result};
 
 /// The highest raw judge score; normalized score is `raw / MAX_SCORE`.
@@ -27,6 +29,12 @@ pub enum MissingPolicy {
     Skip,
 }
 
+named_enum!(MissingPolicy, "missing-score policy", {
+    Error => "error", "Fail with missing_score";
+    Zero => "zero", "Score it 0";
+    Skip => "skip", "Drop it from its dimension's mean";
+});
+
 /// What to do with a score outside `0..=5` or not an integer (including `±inf`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum RangePolicy {
@@ -37,8 +45,18 @@ pub enum RangePolicy {
     Clamp,
 }
 
+named_enum!(RangePolicy, "out-of-range policy", {
+    Error => "error", "Fail with score_out_of_range";
+    Clamp => "clamp", "Round to the nearest integer, then clamp to 0..=5";
+});
+
 /// Options shared by every score-based reward.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct ScoreOptions {
     /// Missing-score policy.
     pub missing: MissingPolicy,
@@ -48,8 +66,29 @@ pub struct ScoreOptions {
     pub uniform_weights: bool,
 }
 
+impl ScoreOptions {
+    /// Checks the fields. Every combination of the policies is valid, so this always succeeds;
+    /// it exists (and the scoring functions call it) so that every options struct has the same
+    /// shape and a field added later gets its check in one place.
+    ///
+    /// # Errors
+    /// None today.
+    pub const fn check(&self) -> core::result::Result<(), InvalidOption> {
+        Ok(())
+    }
+
+    /// [`ScoreOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// None today.
+    pub const fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// Which policies fired while scoring (no silent defaults). Counts add up across calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Fired {
     /// Missing scores replaced by 0 ([`MissingPolicy::Zero`]).
     pub missing_zeroed: u32,
@@ -141,6 +180,7 @@ fn check_counts(counts: [usize; 3], len: usize) -> Result<()> {
 
 /// The policy reward of one response with what produced it.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PolicyReward {
     /// `r_theta = sum_d w_d * mean_i s_{d,i}`, in `[0, 1]`.
     pub reward: f64,
@@ -176,6 +216,7 @@ pub fn policy_reward_fixed(
     scores: &[f64],
     opts: &ScoreOptions,
 ) -> Result<PolicyReward> {
+    opts.validate()?;
     check_counts(counts, scores.len())?;
     let mut fired = Fired::default();
     let w = effective_weights(weights, opts, &mut fired);
@@ -218,24 +259,54 @@ pub enum ScoreScale {
     Raw,
 }
 
+named_enum!(ScoreScale, "score scale", {
+    Normalized => "normalized", "Differences of normalized scores raw / 5";
+    Raw => "raw", "Differences of raw 0..=5 scores";
+});
+
 /// Options of the preference reward (Eq. 3).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PrefOptions {
-    /// Temperature `tau > 0` (default 0.7).
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct PreferenceOptions {
+    /// Temperature `tau`, finite and `> 0` (default 0.7).
     pub tau: f64,
     /// Score scale (default normalized).
     pub scale: ScoreScale,
 }
 
-impl PrefOptions {
+impl PreferenceOptions {
     /// The paper defaults: `tau = 0.7`, normalized scores.
-    pub const PAPER: PrefOptions = PrefOptions {
+    pub const PAPER: PreferenceOptions = PreferenceOptions {
         tau: 0.7,
         scale: ScoreScale::Normalized,
     };
+
+    /// Checks the fields: `tau` finite and `> 0`.
+    ///
+    /// # Errors
+    /// The first field outside its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
+        InvalidOption::require(
+            domain::finite_positive(self.tau),
+            "tau",
+            domain::FINITE_POSITIVE,
+        )
+    }
+
+    /// [`PreferenceOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a field is outside its domain.
+    pub fn validate(&self) -> Result<()> {
+        self.check().map_err(Error::from)
+    }
 }
 
-impl Default for PrefOptions {
+impl Default for PreferenceOptions {
     fn default() -> Self {
         Self::PAPER
     }
@@ -243,7 +314,8 @@ impl Default for PrefOptions {
 
 /// The preference reward with what produced it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PrefReward {
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PreferenceReward {
     /// `r_pref = sum_d w_d * mean_i tanh((s+ - s-) / tau)`, in `(-1, 1)`.
     pub reward: f64,
     /// Per-dimension mean of `tanh((s+ - s-) / tau)` (0 for an empty dimension).
@@ -259,16 +331,16 @@ pub struct PrefReward {
 /// side lacks a score, which keeps the reward antisymmetric.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when `tau` is not finite and positive; otherwise as
+/// [`Error::InvalidArgument`] for invalid options ([`PreferenceOptions::check`]); otherwise as
 /// [`policy_reward`].
-pub fn pref_reward(
+pub fn preference_reward(
     rubric: &Rubric<'_>,
     chosen: &[f64],
     rejected: &[f64],
     score: &ScoreOptions,
-    pref: &PrefOptions,
-) -> Result<PrefReward> {
-    pref_reward_fixed(
+    pref: &PreferenceOptions,
+) -> Result<PreferenceReward> {
+    preference_reward_fixed(
         rubric.weights(),
         rubric.counts(),
         chosen,
@@ -281,18 +353,17 @@ pub fn pref_reward(
 /// Eq. 3 under fixed weights and criteria counts (see [`policy_reward_fixed`]).
 ///
 /// # Errors
-/// As [`pref_reward`].
-pub fn pref_reward_fixed(
+/// As [`preference_reward`].
+pub fn preference_reward_fixed(
     weights: [f64; 3],
     counts: [usize; 3],
     chosen: &[f64],
     rejected: &[f64],
     score: &ScoreOptions,
-    pref: &PrefOptions,
-) -> Result<PrefReward> {
-    if !(pref.tau.is_finite() && pref.tau > 0.0) {
-        return Err(Error::InvalidArgument);
-    }
+    pref: &PreferenceOptions,
+) -> Result<PreferenceReward> {
+    score.validate()?;
+    pref.validate()?;
     check_counts(counts, chosen.len())?;
     check_counts(counts, rejected.len())?;
     let mut fired = Fired::default();
@@ -323,7 +394,7 @@ pub fn pref_reward_fixed(
         }
         reward += wd * *mean;
     }
-    Ok(PrefReward {
+    Ok(PreferenceReward {
         // As in Eq. 5, rounding can pass 1 by an ulp (found by fuzzing); clamp is odd, so
         // antisymmetry is kept.
         reward: reward.clamp(-1.0, 1.0),
@@ -335,13 +406,18 @@ pub fn pref_reward_fixed(
 
 /// Options of the generator reward (Eq. 4).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct GeneratorOptions {
-    /// Weight of `r_align` (default 0.1).
+    /// Weight of `r_align`, finite (default 0.1).
     pub lambda: f64,
-    /// Weight of `r_fmt` (default 0.3).
+    /// Weight of `r_fmt`, finite (default 0.3).
     pub gamma: f64,
     /// Options of `r_pref`.
-    pub pref: PrefOptions,
+    pub preference: PreferenceOptions,
     /// Score policies of `r_pref`.
     pub score: ScoreOptions,
     /// The format contract behind `r_fmt`.
@@ -355,7 +431,7 @@ impl GeneratorOptions {
     pub const PAPER: GeneratorOptions = GeneratorOptions {
         lambda: 0.1,
         gamma: 0.3,
-        pref: PrefOptions::PAPER,
+        preference: PreferenceOptions::PAPER,
         score: ScoreOptions {
             missing: MissingPolicy::Error,
             out_of_range: RangePolicy::Error,
@@ -366,6 +442,29 @@ impl GeneratorOptions {
     };
 }
 
+impl GeneratorOptions {
+    /// Checks the fields: `lambda` and `gamma` finite, then the nested preference, score and
+    /// format options.
+    ///
+    /// # Errors
+    /// The first field outside its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
+        InvalidOption::require(self.lambda.is_finite(), "lambda", domain::FINITE)?;
+        InvalidOption::require(self.gamma.is_finite(), "gamma", domain::FINITE)?;
+        self.preference.check()?;
+        self.score.check()?;
+        self.format.check()
+    }
+
+    /// [`GeneratorOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a field is outside its domain.
+    pub fn validate(&self) -> Result<()> {
+        self.check().map_err(Error::from)
+    }
+}
+
 impl Default for GeneratorOptions {
     fn default() -> Self {
         Self::PAPER
@@ -374,6 +473,7 @@ impl Default for GeneratorOptions {
 
 /// The generator reward and its parts.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GeneratorReward {
     /// `r_phi = r_pref + lambda * r_align + gamma * r_fmt`.
     pub reward: f64,
@@ -400,8 +500,9 @@ pub struct GeneratorReward {
 /// rubric's criteria (ignored when it does not parse).
 ///
 /// # Errors
-/// [`Error::UnknownLabel`] under the `error` label policy; score errors as [`pref_reward`];
-/// [`Error::InvalidArgument`] for non-finite `lambda`/`gamma` or a bad `tau`.
+/// [`Error::InvalidArgument`] for invalid options ([`GeneratorOptions::check`]);
+/// [`Error::UnknownLabel`] under the `error` label policy; score errors as
+/// [`preference_reward`].
 pub fn generator_reward<S: AsRef<str>>(
     rubric_text: &[u8],
     scratch: &mut [u8],
@@ -410,12 +511,14 @@ pub fn generator_reward<S: AsRef<str>>(
     chosen_tactics: &[S],
     opts: &GeneratorOptions,
 ) -> Result<GeneratorReward> {
-    let v = validate(rubric_text, &opts.format, scratch);
+    opts.validate()?;
+    let v = validate(rubric_text, &opts.format, scratch)?;
     generator_reward_validated(&v, chosen, rejected, chosen_tactics, opts)
 }
 
 /// Eq. 4 from an existing [`Validation`] (so a caller can also show its report). The format
-/// policy in `opts` is not used here; `v` was produced under whatever policy the caller chose.
+/// policy in `opts` is checked with the rest of `opts` but not used here; `v` was produced
+/// under whatever policy the caller chose.
 ///
 /// # Errors
 /// As [`generator_reward`].
@@ -426,13 +529,8 @@ pub fn generator_reward_validated<S: AsRef<str>>(
     chosen_tactics: &[S],
     opts: &GeneratorOptions,
 ) -> Result<GeneratorReward> {
-    if !(opts.lambda.is_finite() && opts.gamma.is_finite()) {
-        return Err(Error::InvalidArgument);
-    }
-    if !(opts.pref.tau.is_finite() && opts.pref.tau > 0.0) {
-        return Err(Error::InvalidArgument);
-    }
-    let counts = count_labels(chosen_tactics, opts.labels)?;
+    opts.validate()?;
+    let counts = strategy_counts(chosen_tactics, opts.labels)?;
     let r_fmt = v.r_fmt();
     let violations = u32::try_from(v.report.violations().len()).unwrap_or(u32::MAX);
     let Some(rubric) = v.rubric.as_ref() else {
@@ -452,7 +550,7 @@ pub fn generator_reward_validated<S: AsRef<str>>(
             fired: Fired::default(),
         });
     };
-    let p = pref_reward(rubric, chosen, rejected, &opts.score, &opts.pref)?;
+    let p = preference_reward(rubric, chosen, rejected, &opts.score, &opts.preference)?;
     let a = alignment(rubric.weights(), counts.counts);
     Ok(GeneratorReward {
         reward: p.reward + opts.lambda * a.reward + opts.gamma * r_fmt,

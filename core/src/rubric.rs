@@ -3,7 +3,7 @@
 //!
 //! [`Rubric`] borrows its text (`&'a str` into the caller's input, or into a caller scratch
 //! buffer for JSON strings with escapes) and stores criteria in fixed-capacity `heapless`
-//! vectors, so building and reading one never allocates. [`RubricBuf`] (feature `alloc`) is the
+//! vectors, so building and reading one never allocates. `RubricBuf` (feature `alloc`) is the
 //! owned form for handles that outlive the input (C ABI, CLI).
 
 use crate::{Error, Result};
@@ -38,6 +38,10 @@ impl Dimension {
         Dimension::Proactive,
     ];
 
+    /// The short names, in the order of [`Dimension::ALL`].
+    pub const NAMES: [&'static str; 3] =
+        crate::names::names_of!(Dimension, Dimension::ALL, short_name);
+
     /// The canonical index (0, 1, 2).
     pub const fn index(self) -> usize {
         self as usize
@@ -62,7 +66,8 @@ impl Dimension {
         }
     }
 
-    /// A short lowercase name (`"cog"`, `"aff"`, `"pro"`) for logs and CLI fields.
+    /// A short lowercase name (`"cog"`, `"aff"`, `"pro"`) for logs and CLI fields; the
+    /// dimension's [`crate::Named`] name.
     pub const fn short_name(self) -> &'static str {
         match self {
             Dimension::Cognitive => "cog",
@@ -75,6 +80,30 @@ impl Dimension {
     /// format contract requires).
     pub fn from_json_name(name: &str) -> Option<Dimension> {
         Dimension::ALL.into_iter().find(|d| d.json_name() == name)
+    }
+
+    /// The dimension whose [`Dimension::short_name`] is exactly `name`.
+    pub fn from_short_name(name: &str) -> Option<Dimension> {
+        Dimension::ALL.into_iter().find(|d| d.short_name() == name)
+    }
+
+    // The `Named` vocabulary, as inherent functions so that `impl_named!` applies.
+    const fn name(self) -> &'static str {
+        self.short_name()
+    }
+    const fn help(self) -> &'static str {
+        self.json_name()
+    }
+    fn from_name(name: &str) -> Option<Dimension> {
+        Dimension::from_short_name(name)
+    }
+}
+
+crate::names::impl_named!(Dimension, "dimension");
+
+impl core::fmt::Display for Dimension {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.pad(self.short_name())
     }
 }
 

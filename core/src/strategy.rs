@@ -4,6 +4,7 @@
 //! trimmed and ASCII-case-insensitive, and ESConv's bracketed form `[Question]` is accepted. The
 //! tactic list `A+` is a **set**: a label repeated (in any accepted spelling) counts once.
 
+use crate::names::named_enum;
 use crate::rubric::Dimension;
 use crate::{Error, Result};
 
@@ -16,6 +17,11 @@ pub enum Taxonomy {
     Mint,
 }
 
+named_enum!(Taxonomy, "taxonomy", {
+    Esconv => "esconv", "ESConv support strategies";
+    Mint => "mint", "MINT empathy tactics";
+});
+
 /// What to do with a label that maps to no dimension.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum UnknownLabelPolicy {
@@ -25,6 +31,11 @@ pub enum UnknownLabelPolicy {
     /// Skip it (counted in [`StrategyCounts::unknown`]).
     Ignore,
 }
+
+named_enum!(UnknownLabelPolicy, "unknown-label policy", {
+    Error => "error", "Fail with unknown_label";
+    Ignore => "ignore", "Leave the label out of the counts";
+});
 
 /// A known strategy label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -98,6 +109,7 @@ pub fn dimension_of(label: &str) -> Option<Dimension> {
 
 /// Per-dimension counts of a tactic set.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct StrategyCounts {
     /// `n_d`: distinct known labels per dimension, canonical order.
     pub counts: [u32; 3],
@@ -111,7 +123,7 @@ pub struct StrategyCounts {
 ///
 /// # Errors
 /// [`Error::UnknownLabel`] for an unknown label under [`UnknownLabelPolicy::Error`].
-pub fn count_labels<S: AsRef<str>>(
+pub fn strategy_counts<S: AsRef<str>>(
     labels: &[S],
     policy: UnknownLabelPolicy,
 ) -> Result<StrategyCounts> {
@@ -167,7 +179,7 @@ mod tests {
 
     #[test]
     fn counts_are_over_a_set() {
-        let c = count_labels(
+        let c = strategy_counts(
             &[
                 "Question",
                 "[Questions]",
@@ -182,17 +194,17 @@ mod tests {
         assert_eq!(c.counts, [1, 1, 2]);
         assert_eq!(c.duplicates, 2);
         let fixture =
-            count_labels(&["questioning", "information"], UnknownLabelPolicy::Error).unwrap();
+            strategy_counts(&["questioning", "information"], UnknownLabelPolicy::Error).unwrap();
         assert_eq!(fixture.counts, [1, 0, 1]);
     }
 
     #[test]
     fn unknown_policy() {
         assert_eq!(
-            count_labels(&["hug"], UnknownLabelPolicy::Error),
+            strategy_counts(&["hug"], UnknownLabelPolicy::Error),
             Err(Error::UnknownLabel)
         );
-        let c = count_labels(&["hug", "advice"], UnknownLabelPolicy::Ignore).unwrap();
+        let c = strategy_counts(&["hug", "advice"], UnknownLabelPolicy::Ignore).unwrap();
         assert_eq!((c.counts, c.unknown), ([0, 0, 1], 1));
     }
 }

@@ -304,10 +304,8 @@ fn names_round_trip() {
     for m in RejectionMode::ALL {
         assert_eq!(m.name().parse::<RejectionMode>(), Ok(m));
     }
-    assert_eq!(
-        "seq_max_k1".parse::<Rejection>(),
-        Err(Error::InvalidArgument)
-    );
+    // seq_max of k1 does not exist (a max of log ratios bounds nothing useful).
+    assert!("seq_max_k1".parse::<Rejection>().is_err());
     assert_eq!(Rejection::NAMES.len(), Rejection::ALL.len());
 }
 

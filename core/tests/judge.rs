@@ -189,7 +189,7 @@ fn prompt_lists_everything() {
     ))
     .unwrap();
     let mut scratch = [0u8; 1024];
-    let v = validate(&text, &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(&text, &FormatPolicy::PAPER, &mut scratch).unwrap();
     let r = v.rubric.unwrap();
     let mut p = String::new();
     render_judge_prompt(

@@ -2,11 +2,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_core::align::alignment;
-use care_core::batch::{GroupReport, score_group_fixed};
+use care_core::batch::{GroupReport, policy_reward_group_fixed};
 use care_core::format::{FormatPolicy, validate, validate_str};
 use care_core::judge::parse_judge_output;
 use care_core::reward::{
-    MissingPolicy, PrefOptions, RangePolicy, ScoreOptions, policy_reward_fixed, pref_reward_fixed,
+    MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions, policy_reward_fixed,
+    preference_reward_fixed,
 };
 use care_core::rubric::{Dimension, Rubric};
 use care_core::simplex::{is_on_simplex, normalize_l1, project_to_simplex, scoring_weights};
@@ -83,7 +84,7 @@ proptest! {
         opts in any_score_options(),
     ) {
         let mut out = vec![0.25; m];
-        let rep = score_group_fixed(w, counts, &opts, &s, &mut out).unwrap();
+        let rep = policy_reward_group_fixed(w, counts, &opts, &s, &mut out).unwrap();
         let total: usize = counts.iter().sum();
         let mut want = GroupReport::default();
         for (j, &got) in out.iter().enumerate() {
@@ -118,8 +119,8 @@ proptest! {
         for t in [text.clone(), format!("{}{}", &fixture[..end], text)] {
             let mut s1 = vec![0u8; t.len()];
             let mut s2 = vec![0u8; t.len()];
-            let a = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut s1);
-            let b = validate_str(&t, &FormatPolicy::PAPER, &mut s2);
+            let a = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut s1).unwrap();
+            let b = validate_str(&t, &FormatPolicy::PAPER, &mut s2).unwrap();
             prop_assert_eq!(a, b);
         }
     }
@@ -140,9 +141,9 @@ proptest! {
     ) {
         let b: Vec<f64> = a.iter().zip(seed.iter().cycle()).map(|(_, &x)| f64::from(x)).collect();
         let o = ScoreOptions::default();
-        let p = PrefOptions::default();
-        let ab = pref_reward_fixed(w, counts, &a, &b, &o, &p).unwrap().reward;
-        let ba = pref_reward_fixed(w, counts, &b, &a, &o, &p).unwrap().reward;
+        let p = PreferenceOptions::default();
+        let ab = preference_reward_fixed(w, counts, &a, &b, &o, &p).unwrap().reward;
+        let ba = preference_reward_fixed(w, counts, &b, &a, &o, &p).unwrap().reward;
         prop_assert!(ab > -1.0 && ab < 1.0, "{ab}");
         prop_assert_eq!(ab, -ba);
     }
@@ -220,7 +221,7 @@ proptest! {
     #[test]
     fn validate_any_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         let mut scratch = [0u8; 256];
-        let v = validate(&bytes, &FormatPolicy::lenient(), &mut scratch);
+        let v = validate(&bytes, &FormatPolicy::lenient(), &mut scratch).unwrap();
         let f = v.r_fmt();
         prop_assert!(f == 0.0 || f == 1.0);
         prop_assert!(f == 0.0 || v.rubric.is_some());
@@ -253,7 +254,7 @@ proptest! {
         }
         for policy in [FormatPolicy::PAPER, FormatPolicy { meta_words: true, ..FormatPolicy::lenient() }] {
             let mut scratch = [0u8; 64];
-            let v = validate(&text, &policy, &mut scratch);
+            let v = validate(&text, &policy, &mut scratch).unwrap();
             for x in v.report.violations() {
                 prop_assert!(!x.to_string().is_empty());
             }
@@ -309,7 +310,7 @@ proptest! {
             r#"{{"categories":[{{"category":"Cognitive Empathy","weight_rationale":{enc},"category_weight":1,"criteria":[{{"title":{enc},"description":"{d}"}},{{"title":"other","description":"{d}"}}]}}]}}"#
         );
         let mut scratch = vec![0u8; text.len()];
-        let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+        let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
         prop_assert!(!v.report.has(care_core::ViolationCode::Capacity));
         let r = v.rubric.unwrap();
         prop_assert_eq!(r.criteria(Dimension::Cognitive)[0].title, title.as_str());

@@ -1,12 +1,12 @@
 //! CARE rewards (SPEC §6, §7) and the group batch API: worked examples and policies.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use care_core::batch::{score_group, score_group_fixed};
+use care_core::batch::{policy_reward_group, policy_reward_group_fixed};
 use care_core::format::{FormatPolicy, validate};
 use care_core::reward::{
-    GeneratorOptions, MissingPolicy, PrefOptions, RangePolicy, ScoreOptions, ScoreScale,
-    generator_reward, generator_reward_validated, policy_reward, policy_reward_fixed, pref_reward,
-    pref_reward_fixed,
+    GeneratorOptions, MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions, ScoreScale,
+    generator_reward, generator_reward_validated, policy_reward, policy_reward_fixed,
+    preference_reward, preference_reward_fixed,
 };
 use care_core::rubric::{Dimension, Rubric};
 use care_core::{Error, UnknownLabelPolicy};
@@ -44,12 +44,12 @@ fn worked_example_policy_reward() {
 
 #[test]
 fn worked_example_pref_reward() {
-    let p = pref_reward(
+    let p = preference_reward(
         &worked(),
         &CHOSEN,
         &REJECTED,
         &ScoreOptions::default(),
-        &PrefOptions::default(),
+        &PreferenceOptions::default(),
     )
     .unwrap();
     // 0.4*tanh(0.2/0.7)/2 + 0.35*tanh(0.6/0.7)/2 + 0.25*tanh(0.2/0.7)/2
@@ -58,21 +58,21 @@ fn worked_example_pref_reward() {
     assert!((p.reward - want).abs() < 1e-12);
     assert_eq!(format!("{:.6}", p.reward), "0.211997");
     // Antisymmetric.
-    let q = pref_reward(
+    let q = preference_reward(
         &worked(),
         &REJECTED,
         &CHOSEN,
         &ScoreOptions::default(),
-        &PrefOptions::default(),
+        &PreferenceOptions::default(),
     )
     .unwrap();
     assert_eq!(q.reward, -p.reward);
     // Raw scale saturates: one point is tanh(1/0.7).
-    let raw = PrefOptions {
+    let raw = PreferenceOptions {
         scale: ScoreScale::Raw,
-        ..PrefOptions::default()
+        ..PreferenceOptions::default()
     };
-    let p = pref_reward(
+    let p = preference_reward(
         &worked(),
         &CHOSEN,
         &REJECTED,
@@ -89,18 +89,24 @@ fn bad_tau_and_shapes() {
     let r = worked();
     let o = ScoreOptions::default();
     for tau in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-        let p = PrefOptions {
+        let p = PreferenceOptions {
             tau,
-            ..PrefOptions::default()
+            ..PreferenceOptions::default()
         };
         assert_eq!(
-            pref_reward(&r, &CHOSEN, &REJECTED, &o, &p),
+            preference_reward(&r, &CHOSEN, &REJECTED, &o, &p),
             Err(Error::InvalidArgument)
         );
     }
     assert_eq!(policy_reward(&r, &CHOSEN[..5], &o), Err(Error::ScoreShape));
     assert_eq!(
-        pref_reward(&r, &CHOSEN, &REJECTED[..5], &o, &PrefOptions::default()),
+        preference_reward(
+            &r,
+            &CHOSEN,
+            &REJECTED[..5],
+            &o,
+            &PreferenceOptions::default()
+        ),
         Err(Error::ScoreShape)
     );
 }
@@ -133,8 +139,8 @@ fn missing_score_policies() {
     // Under skip, Eq. 3 drops a criterion if either side lacks it (stays antisymmetric).
     let mut rej = REJECTED;
     rej[3] = f64::NAN;
-    let a = pref_reward(&r, &CHOSEN, &rej, &skip, &PrefOptions::default()).unwrap();
-    let b = pref_reward(&r, &rej, &CHOSEN, &skip, &PrefOptions::default()).unwrap();
+    let a = preference_reward(&r, &CHOSEN, &rej, &skip, &PreferenceOptions::default()).unwrap();
+    let b = preference_reward(&r, &rej, &CHOSEN, &skip, &PreferenceOptions::default()).unwrap();
     assert_eq!(a.reward, -b.reward);
     assert_eq!(a.dim_means[1], 0.0); // only Aff criterion 1 left, with equal scores
 }
@@ -194,13 +200,13 @@ fn uniform_and_fixed_variants() {
     .unwrap();
     assert!((f.reward - 0.9).abs() < 1e-12);
     assert!(f.fired.weights_adjusted);
-    let p = pref_reward_fixed(
+    let p = preference_reward_fixed(
         [0.0, 0.0, 0.0],
         [2, 2, 2],
         &CHOSEN,
         &CHOSEN,
         &ScoreOptions::default(),
-        &PrefOptions::default(),
+        &PreferenceOptions::default(),
     )
     .unwrap();
     assert_eq!(p.reward, 0.0);
@@ -217,7 +223,7 @@ fn group_batch_scores_each_response_and_marks_failures() {
     bad[2] = f64::NAN;
     scores.extend_from_slice(&bad);
     let mut out = [0.0; 3];
-    let rep = score_group(&r, &ScoreOptions::default(), &scores, &mut out).unwrap();
+    let rep = policy_reward_group(&r, &ScoreOptions::default(), &scores, &mut out).unwrap();
     assert!((out[0] - 0.925).abs() < 1e-12);
     let single = policy_reward(&r, &REJECTED, &ScoreOptions::default()).unwrap();
     assert_eq!(out[1], single.reward);
@@ -226,12 +232,12 @@ fn group_batch_scores_each_response_and_marks_failures() {
     assert_eq!(rep.first_error, Some((2, Error::MissingScore)));
     let mut out2 = [0.0; 2];
     assert_eq!(
-        score_group(&r, &ScoreOptions::default(), &scores, &mut out2),
+        policy_reward_group(&r, &ScoreOptions::default(), &scores, &mut out2),
         Err(Error::LengthMismatch)
     );
     // A rubric with no criteria: every response scores 0.
     let mut out3 = [1.0; 4];
-    let rep = score_group_fixed(
+    let rep = policy_reward_group_fixed(
         [0.4, 0.3, 0.3],
         [0, 0, 0],
         &ScoreOptions::default(),
@@ -269,13 +275,13 @@ fn generator_reward_on_paper_fixtures() {
     assert_eq!((g.r_fmt, g.r_align, g.violations), (1.0, 1.0, 0));
     assert_eq!(g.counts.counts, [1, 0, 1]);
     let mut s2 = [0u8; 1024];
-    let v = validate(&text, &FormatPolicy::PAPER, &mut s2);
-    let p = pref_reward(
+    let v = validate(&text, &FormatPolicy::PAPER, &mut s2).unwrap();
+    let p = preference_reward(
         v.rubric.as_ref().unwrap(),
         &chosen,
         &rejected,
         &ScoreOptions::default(),
-        &PrefOptions::default(),
+        &PreferenceOptions::default(),
     )
     .unwrap();
     assert_eq!(g.r_pref, p.reward);
@@ -354,7 +360,7 @@ fn generator_reward_broken_and_unparseable_rubrics() {
     );
     // The validated variant gives the same numbers.
     let mut s = [0u8; 16];
-    let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut s);
+    let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut s).unwrap();
     let h = generator_reward_validated(&v, &chosen, &rejected, &["hug"], &lenient).unwrap();
     assert_eq!(g, h);
 }

@@ -2,7 +2,9 @@
 //! code has one failing input that produces it at the right location.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use care_core::format::{FormatPolicy, ViolationCode as V, find_meta_word, r_fmt, validate};
+use care_core::format::{
+    FormatPolicy, ViolationCode as V, find_meta_word, format_reward, validate,
+};
 use care_core::rubric::Dimension;
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -47,7 +49,7 @@ fn codes(text: &str) -> Vec<V> {
 
 fn codes_with(text: &str, p: &FormatPolicy) -> Vec<V> {
     let mut scratch = [0u8; 4096];
-    let v = validate(text.as_bytes(), p, &mut scratch);
+    let v = validate(text.as_bytes(), p, &mut scratch).unwrap();
     v.report.violations().iter().map(|x| x.code).collect()
 }
 
@@ -56,7 +58,7 @@ fn paper_fixtures_are_valid() {
     for name in ["rubric_sft_1.json", "rubric_sft_2.json"] {
         let text = fixture(name);
         let mut scratch = [0u8; 8192];
-        let v = validate(&text, &FormatPolicy::PAPER, &mut scratch);
+        let v = validate(&text, &FormatPolicy::PAPER, &mut scratch).unwrap();
         assert!(v.report.is_ok(), "{name}: {}", v.report);
         assert!(v.is_valid());
         assert_eq!(v.r_fmt(), 1.0);
@@ -67,6 +69,7 @@ fn paper_fixtures_are_valid() {
     let text = fixture("rubric_sft_1.json");
     let mut scratch = [0u8; 8192];
     let r = validate(&text, &FormatPolicy::PAPER, &mut scratch)
+        .unwrap()
         .rubric
         .unwrap();
     assert_eq!(r.weights(), [0.4, 0.25, 0.35]);
@@ -81,7 +84,7 @@ fn paper_fixtures_are_valid() {
 fn built_valid_rubric_is_valid() {
     assert_eq!(codes(&valid()), vec![]);
     assert_eq!(
-        r_fmt(valid().as_bytes(), &FormatPolicy::PAPER, &mut []),
+        format_reward(valid().as_bytes(), &FormatPolicy::PAPER, &mut []).unwrap(),
         1.0
     );
 }
@@ -97,19 +100,24 @@ fn weights_not_summing_to_one_give_exactly_one_weight_sum() {
         ..FormatPolicy::PAPER
     };
     assert_eq!(codes_with(&t, &loose), vec![]);
-    // A NaN tolerance accepts nothing.
+    // A NaN tolerance is not a policy: the call fails, naming the field.
     let nan = FormatPolicy {
         weight_tolerance: f64::NAN,
         ..FormatPolicy::PAPER
     };
-    assert_eq!(codes_with(&valid(), &nan), vec![V::WeightSum]);
+    let mut scratch = [0u8; 64];
+    assert_eq!(
+        validate(valid().as_bytes(), &nan, &mut scratch).err(),
+        Some(care_core::Error::InvalidArgument)
+    );
+    assert_eq!(nan.check().map_err(|e| e.field), Err("weight_tolerance"));
 }
 
 #[test]
 fn missing_anchor_gives_level_format_at_that_criterion() {
     let t = valid().replacen("[3] fair. ", "", 1); // first description: Cognitive, criterion 0
     let mut scratch = [0u8; 4096];
-    let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
     let vs = v.report.violations();
     assert_eq!(vs.len(), 1, "{}", v.report);
     assert_eq!(vs[0].code, V::LevelFormat);
@@ -157,7 +165,7 @@ fn not_json() {
         "{\"a\" 1}",
     ] {
         let mut scratch = [0u8; 64];
-        let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+        let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
         assert!(v.rubric.is_none(), "{t}");
         let c: Vec<V> = v.report.violations().iter().map(|x| x.code).collect();
         assert_eq!(c, vec![V::NotJson], "{t}");
@@ -166,7 +174,7 @@ fn not_json() {
     }
     // Invalid UTF-8 is not JSON either, reported at the first bad byte.
     let mut scratch = [0u8; 64];
-    let v = validate(b"{\"a\xff\":1}", &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(b"{\"a\xff\":1}", &FormatPolicy::PAPER, &mut scratch).unwrap();
     assert_eq!(v.report.violations()[0].code, V::NotJson);
     assert_eq!(v.report.violations()[0].offset, Some(3));
 }
@@ -263,7 +271,7 @@ fn missing_category_still_parses() {
     let end = t.rfind("]}").unwrap();
     let t = format!("{}{}", &t[..start], &t[end..]);
     let mut scratch = [0u8; 64];
-    let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
     let c: Vec<V> = v.report.violations().iter().map(|x| x.code).collect();
     assert_eq!(c, vec![V::MissingCategory]);
     assert_eq!(
@@ -327,7 +335,7 @@ fn criteria_count_and_capacity() {
     // 17 > MAX_CRITERIA: capacity, once per category, and the rest still parses.
     let t = rubric_json(["0.4", "0.35", "0.25"], 17);
     let mut scratch = [0u8; 64];
-    let v = validate(t.as_bytes(), &p, &mut scratch);
+    let v = validate(t.as_bytes(), &p, &mut scratch).unwrap();
     let c: Vec<V> = v.report.violations().iter().map(|x| x.code).collect();
     assert_eq!(c, vec![V::Capacity; 3]);
     assert_eq!(v.rubric.unwrap().counts(), [16, 16, 16]);
@@ -337,7 +345,7 @@ fn criteria_count_and_capacity() {
 fn duplicate_title() {
     let t = valid().replacen(r#""title":"T21""#, r#""title":"  t00 ""#, 1);
     let mut scratch = [0u8; 64];
-    let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
     let vs = v.report.violations();
     assert_eq!(vs.len(), 1, "{}", v.report);
     assert_eq!(vs[0].code, V::DuplicateTitle);
@@ -362,12 +370,12 @@ fn empty_text() {
 fn capacity_for_scratch_and_nesting() {
     // A string with escapes needs scratch; none given.
     let t = valid().replacen("because", r#"because \"quoted\""#, 1);
-    let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut []);
+    let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut []).unwrap();
     let c: Vec<V> = v.report.violations().iter().map(|x| x.code).collect();
     assert_eq!(c, vec![V::Capacity]);
     // With scratch it is decoded.
     let mut scratch = [0u8; 64];
-    let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut scratch).unwrap();
     assert!(v.is_valid());
     assert_eq!(
         v.rubric.unwrap().category(Dimension::Cognitive).rationale,
@@ -375,7 +383,7 @@ fn capacity_for_scratch_and_nesting() {
     );
     // Hostile nesting is an error, not a stack overflow.
     let deep = "[".repeat(100_000);
-    let v = validate(deep.as_bytes(), &FormatPolicy::PAPER, &mut []);
+    let v = validate(deep.as_bytes(), &FormatPolicy::PAPER, &mut []).unwrap();
     assert!(v.rubric.is_none());
     assert_eq!(v.report.violations()[0].code, V::Capacity);
 }
@@ -426,7 +434,7 @@ fn reports_all_violations_and_overflows() {
         crits.join(",")
     );
     let mut scratch = [0u8; 64];
-    let v = validate(t.as_bytes(), &p, &mut scratch);
+    let v = validate(t.as_bytes(), &p, &mut scratch).unwrap();
     assert_eq!(
         v.report.violations().len(),
         care_core::format::MAX_VIOLATIONS

@@ -39,7 +39,7 @@ fn run() -> Result<String, Box<dyn std::error::Error>> {
     writeln!(out, "care abi {}", care::version::CARE_ABI_VERSION)?;
 
     let mut scratch = vec![0u8; text.len()];
-    let v = care_core::validate(&text, &FormatPolicy::PAPER, &mut scratch);
+    let v = care_core::validate(&text, &FormatPolicy::PAPER, &mut scratch)?;
     if !v.is_valid() {
         return Err(format!("invalid rubric:\n{}", v.report).into());
     }
@@ -69,7 +69,8 @@ fn run() -> Result<String, Box<dyn std::error::Error>> {
         }
     }
     let mut rewards = [0.0f64; N];
-    let rep = care_core::score_group(&rubric, &ScoreOptions::default(), &scores, &mut rewards)?;
+    let rep =
+        care_core::policy_reward_group(&rubric, &ScoreOptions::default(), &scores, &mut rewards)?;
     write!(out, "rewards:")?;
     for r in rewards {
         write!(out, " {r:.6}")?;

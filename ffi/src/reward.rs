@@ -7,7 +7,7 @@ use core::mem::size_of;
 use care_core::reward::Fired;
 use care_core::strategy::UnknownLabelPolicy;
 use care_core::{
-    GeneratorOptions, MissingPolicy, PrefOptions, RangePolicy, ScoreOptions, ScoreScale,
+    GeneratorOptions, MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions, ScoreScale,
     StrategyCounts,
 };
 
@@ -239,7 +239,7 @@ fn score_to_c(o: &ScoreOptions) -> care_score_options {
     }
 }
 
-fn pref_to_c(o: &PrefOptions) -> care_pref_options {
+fn pref_to_c(o: &PreferenceOptions) -> care_pref_options {
     care_pref_options {
         struct_size: size_of::<care_pref_options>() as u32,
         scale: index_of(&SCALES, &o.scale),
@@ -270,10 +270,10 @@ unsafe fn read_score(p: *const care_score_options) -> Result<ScoreOptions, care_
 
 /// # Safety
 /// As for [`args::options`].
-unsafe fn read_pref(p: *const care_pref_options) -> Result<PrefOptions, care_result> {
+unsafe fn read_pref(p: *const care_pref_options) -> Result<PreferenceOptions, care_result> {
     // SAFETY: forwarded contract.
-    let c = unsafe { args::options(p, pref_to_c(&PrefOptions::PAPER)) }?;
-    Ok(PrefOptions {
+    let c = unsafe { args::options(p, pref_to_c(&PreferenceOptions::PAPER)) }?;
+    Ok(PreferenceOptions {
         tau: c.tau,
         scale: args::enum_arg(c.scale, &SCALES)?,
     })
@@ -346,7 +346,7 @@ pub unsafe extern "C" fn care_pref_options_default(
     ffi_panic_boundary! {
         let out = tri!(Out::new(options_out));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
-        unsafe { out.write(pref_to_c(&PrefOptions::PAPER)) };
+        unsafe { out.write(pref_to_c(&PreferenceOptions::PAPER)) };
         care_result::CARE_OK
     }
 }
@@ -433,7 +433,7 @@ pub unsafe extern "C" fn care_policy_reward_batch(
         if rewards_len.checked_mul(r.counts.iter().sum()) != Some(scores.len()) {
             return care_result::CARE_ERR_LENGTH_MISMATCH;
         }
-        let g = match care_core::batch::score_group_fixed(r.weights, r.counts, &opts, scores, out) {
+        let g = match care_core::batch::policy_reward_group_fixed(r.weights, r.counts, &opts, scores, out) {
             Ok(g) => g,
             Err(e) => return map_error(e),
         };
@@ -483,7 +483,7 @@ pub unsafe extern "C" fn care_preference_reward(
         let pref = tri!(unsafe { read_pref(pref_options) });
         let out = tri!(Out::new(reward_out));
         let detail = if detail_out.is_null() { None } else { Some(tri!(Out::new(detail_out))) };
-        let p = match care_core::reward::pref_reward_fixed(
+        let p = match care_core::reward::preference_reward_fixed(
             r.weights, r.counts, chosen, rejected, &score, &pref,
         ) {
             Ok(p) => p,
@@ -521,7 +521,7 @@ pub unsafe extern "C" fn care_strategy_count(
         let labels = tri!(unsafe { read_labels(labels, label_lens, count) });
         let policy = tri!(args::enum_arg(unknown_policy, &LABEL_POLICIES));
         let out = tri!(Out::new(counts_out));
-        let c = match care_core::count_labels(&labels, policy) {
+        let c = match care_core::strategy_counts(&labels, policy) {
             Ok(c) => c,
             Err(e) => return map_error(e),
         };
@@ -550,7 +550,7 @@ pub unsafe extern "C" fn care_alignment_reward(
             return care_result::CARE_ERR_LENGTH_MISMATCH;
         };
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
-        unsafe { out.write(care_core::r_align(w, n)) };
+        unsafe { out.write(care_core::alignment_reward(w, n)) };
         care_result::CARE_OK
     }
 }
@@ -593,7 +593,7 @@ pub unsafe extern "C" fn care_generator_reward(
         let opts = GeneratorOptions {
             lambda: g.lambda,
             gamma: g.gamma,
-            pref,
+            preference: pref,
             score,
             format,
             labels: tri!(args::enum_arg(g.unknown_labels, &LABEL_POLICIES)),
@@ -751,7 +751,7 @@ mod tests {
         unsafe {
             assert_eq!(read_score(&score_to_c(&s)), Ok(s));
             assert_eq!(read_score(core::ptr::null()), Ok(ScoreOptions::default()));
-            let p = PrefOptions {
+            let p = PreferenceOptions {
                 tau: 0.5,
                 scale: ScoreScale::Raw,
             };

@@ -10,7 +10,7 @@ use care_core::{Dimension, FormatPolicy, RubricBuf};
 
 use crate::args::{self, Out};
 use crate::handle::{self, Handle};
-use crate::result::care_result;
+use crate::result::{care_result, map_error};
 
 /// A parsed, valid rubric: immutable and safe to share across threads (reference counted;
 /// `care_rubric_clone` adds a reference, `care_rubric_free` drops one).
@@ -205,11 +205,14 @@ fn parse_failure(report: &Report) -> care_result {
 
 /// Validates `text` (scratch for strings with escapes: decoding never grows a string, so the
 /// input's length is enough).
-fn validate_owned(text: &[u8], policy: &FormatPolicy) -> (Option<RubricBuf>, Report) {
+fn validate_owned(
+    text: &[u8],
+    policy: &FormatPolicy,
+) -> Result<(Option<RubricBuf>, Report), care_result> {
     let mut scratch = vec![0u8; text.len()];
-    let v = care_core::validate(text, policy, &mut scratch);
+    let v = care_core::validate(text, policy, &mut scratch).map_err(map_error)?;
     let ok = v.is_valid();
-    (v.rubric.filter(|_| ok).map(RubricBuf::from), v.report)
+    Ok((v.rubric.filter(|_| ok).map(RubricBuf::from), v.report))
 }
 
 /// Wraps an owned rubric for a handle.
@@ -284,7 +287,7 @@ pub unsafe extern "C" fn care_rubric_parse(
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let policy = tri!(unsafe { read_policy(policy) });
         let out = tri!(Out::new(rubric_out));
-        let (buf, report) = validate_owned(text, &policy);
+        let (buf, report) = tri!(validate_owned(text, &policy));
         match buf {
             Some(buf) => {
                 unsafe { out.write(handle::arc_into_c::<care_rubric>(rubric_handle(buf))) };
@@ -444,7 +447,7 @@ pub unsafe extern "C" fn care_rubric_validate(
         let policy = tri!(unsafe { read_policy(policy) });
         let out = tri!(Out::new(report_out));
         let mut scratch = vec![0u8; text.len()];
-        let v = care_core::validate(text, &policy, &mut scratch);
+        let v = tri!(care_core::validate(text, &policy, &mut scratch).map_err(map_error));
         let parsed = v.rubric.is_some();
         let rep = ReportHandle { report: v.report, parsed };
         unsafe { out.write(handle::box_into_c::<care_validation_report>(rep)) };
@@ -467,7 +470,7 @@ pub unsafe extern "C" fn care_r_fmt(
         let policy = tri!(unsafe { read_policy(policy) });
         let out = tri!(Out::new(r_fmt_out));
         let mut scratch = vec![0u8; text.len()];
-        let r = care_core::validate(text, &policy, &mut scratch).r_fmt();
+        let r = tri!(care_core::format_reward(text, &policy, &mut scratch).map_err(map_error));
         unsafe { out.write(r) };
         care_result::CARE_OK
     }

@@ -73,7 +73,7 @@ impl Drop for Rubric {
 
 fn core_rubric(text: &[u8]) -> care_core::RubricBuf {
     let mut scratch = vec![0u8; text.len()];
-    let v = care_core::validate(text, &FormatPolicy::PAPER, &mut scratch);
+    let v = care_core::validate(text, &FormatPolicy::PAPER, &mut scratch).unwrap();
     assert!(v.is_valid());
     care_core::RubricBuf::from(v.rubric.unwrap())
 }
@@ -121,7 +121,7 @@ fn rubric_accessors_match_the_core() {
 fn validation_report_matches_the_core() {
     let text = br#"{"categories":[{"category":"Cognitive Empathy","weight_rationale":"r","category_weight":1.5,"criteria":[]}]} x"#;
     let mut scratch = vec![0u8; text.len()];
-    let want = care_core::validate(text, &FormatPolicy::PAPER, &mut scratch);
+    let want = care_core::validate(text, &FormatPolicy::PAPER, &mut scratch).unwrap();
     let mut rep = null_mut();
     // SAFETY: valid pointers throughout; the report is freed once.
     unsafe {
@@ -354,7 +354,7 @@ fn rewards_judge_and_generator_match_the_core() {
     let lp: Vec<*const c_char> = labels.iter().map(|s| s.as_ptr().cast()).collect();
     let ll: Vec<usize> = labels.iter().map(|s| s.len()).collect();
     let want_counts =
-        care_core::count_labels(&labels, care_core::UnknownLabelPolicy::Error).unwrap();
+        care_core::strategy_counts(&labels, care_core::UnknownLabelPolicy::Error).unwrap();
     let mut sc = unsafe { std::mem::zeroed::<care_strategy_counts>() };
     // SAFETY: valid buffers.
     assert_eq!(
@@ -372,7 +372,7 @@ fn rewards_judge_and_generator_match_the_core() {
         unsafe { care_alignment_reward(w.as_ptr(), 3, sc.counts.as_ptr(), 3, &mut align) },
         CARE_OK
     );
-    assert_eq!(align, care_core::r_align(w, want_counts.counts));
+    assert_eq!(align, care_core::alignment_reward(w, want_counts.counts));
 
     let chosen: Vec<f64> = (0..total).map(|i| (i % 6) as f64).collect();
     let rejected: Vec<f64> = (0..total).map(|i| ((i + 2) % 6) as f64).collect();

@@ -1,5 +1,5 @@
 //! One CLI input line through `care_cli::process_line`, the exact per-line code path of the
-//! `care` binary, for each subcommand (validate, score, pref, advantages, loss): never panics, and the output is always exactly one
+//! `care` binary, for each subcommand (validate, score, generator-reward, advantages, loss): never panics, and the output is always exactly one
 //! JSON object (valid JSON, no newline) carrying the line number, with an `error.code` string
 //! on error lines.
 #![no_main]
@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
             },
             format,
         }),
-        _ => Command::Pref(GeneratorOptions {
+        _ => Command::GeneratorReward(GeneratorOptions {
             format,
             ..GeneratorOptions::PAPER
         }),

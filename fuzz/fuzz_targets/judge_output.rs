@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 static RUBRIC: LazyLock<RubricBuf> = LazyLock::new(|| {
     let text = include_bytes!("../../cli/data/rubric_sft_1.json");
     let mut scratch = vec![0u8; text.len()];
-    let v = validate(text, &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(text, &FormatPolicy::PAPER, &mut scratch).expect("the paper policy is valid");
     RubricBuf::from(v.rubric.as_ref().expect("the paper fixture parses"))
 });
 

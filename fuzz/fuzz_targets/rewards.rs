@@ -5,10 +5,10 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use care_core::reward::{policy_reward_fixed, pref_reward_fixed};
+use care_core::reward::{policy_reward_fixed, preference_reward_fixed};
 use care_core::{
-    MissingPolicy, PrefOptions, RangePolicy, ScoreOptions, ScoreScale, alignment, r_align,
-    score_group_fixed,
+    MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions, ScoreScale, alignment, alignment_reward,
+    policy_reward_group_fixed,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -70,7 +70,7 @@ fuzz_target!(|inp: Input| {
         },
         uniform_weights: inp.uniform,
     };
-    let pref = PrefOptions {
+    let pref = PreferenceOptions {
         tau: inp.tau.unwrap_or(0.7),
         scale: if inp.raw {
             ScoreScale::Raw
@@ -93,8 +93,8 @@ fuzz_target!(|inp: Input| {
         assert!(p.is_err());
     }
 
-    let a = pref_reward_fixed(inp.weights, counts, &chosen, &rejected, &opts, &pref);
-    let b = pref_reward_fixed(inp.weights, counts, &rejected, &chosen, &opts, &pref);
+    let a = preference_reward_fixed(inp.weights, counts, &chosen, &rejected, &opts, &pref);
+    let b = preference_reward_fixed(inp.weights, counts, &rejected, &chosen, &opts, &pref);
     match (&a, &b) {
         (Ok(a), Ok(b)) => {
             assert!(
@@ -111,7 +111,7 @@ fuzz_target!(|inp: Input| {
 
     let al = alignment(inp.weights, inp.label_counts);
     assert!([0.0, 0.5, 1.0].contains(&al.reward), "{al:?}");
-    assert_eq!(al.reward, r_align(inp.weights, inp.label_counts));
+    assert_eq!(al.reward, alignment_reward(inp.weights, inp.label_counts));
     if inp.label_counts == [0; 3] {
         assert_eq!(al.reward, 1.0);
     }
@@ -131,7 +131,7 @@ fuzz_target!(|inp: Input| {
         })
         .collect();
     let mut out = vec![0.0; m];
-    let rep = score_group_fixed(inp.weights, counts, &opts, &scores, &mut out).unwrap();
+    let rep = policy_reward_group_fixed(inp.weights, counts, &opts, &scores, &mut out).unwrap();
     assert_eq!(rep.scored as usize + rep.failed as usize, m);
     for (j, o) in out.iter().enumerate() {
         let one = policy_reward_fixed(
@@ -147,6 +147,6 @@ fuzz_target!(|inp: Input| {
     }
     let mut wrong = vec![0.0; m + 1];
     if total > 0 {
-        assert!(score_group_fixed(inp.weights, counts, &opts, &scores, &mut wrong).is_err());
+        assert!(policy_reward_group_fixed(inp.weights, counts, &opts, &scores, &mut wrong).is_err());
     }
 });

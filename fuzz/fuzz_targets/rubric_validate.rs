@@ -1,6 +1,6 @@
 //! Rubric parse + validate on arbitrary bytes under an arbitrary policy and scratch size:
-//! never panics, `r_fmt` is 0 or 1, a valid rubric really satisfies the checked invariants,
-//! and every violation renders a message.
+//! never panics, an invalid policy (and only that) is an error, `r_fmt` is 0 or 1, a valid
+//! rubric really satisfies the checked invariants, and every violation renders a message.
 #![no_main]
 
 use care_core::format::MAX_VIOLATIONS;
@@ -29,7 +29,15 @@ fuzz_target!(|data: &[u8]| {
         text.len() * usize::from(b(2)) / 256
     };
     let mut scratch = vec![0u8; scratch_len];
-    let v = validate(text, &policy, &mut scratch);
+    let v = match validate(text, &policy, &mut scratch) {
+        Ok(v) => v,
+        Err(e) => {
+            assert_eq!(e, care_core::Error::InvalidArgument);
+            assert!(policy.check().is_err(), "{policy:?} rejected");
+            return;
+        }
+    };
+    assert!(policy.check().is_ok(), "{policy:?} accepted");
     let r = v.r_fmt();
     assert!(r == 0.0 || r == 1.0, "r_fmt {r}");
     assert!(v.report.violations().len() <= MAX_VIOLATIONS);

@@ -305,7 +305,7 @@ pub fn reference(bytes: &[u8]) -> RefOutcome {
 /// nesting between the two libraries' depth limits.
 pub fn compare(bytes: &[u8]) -> Result<(), String> {
     let mut scratch = vec![0u8; bytes.len()];
-    let v = validate(bytes, &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(bytes, &FormatPolicy::PAPER, &mut scratch).map_err(|e| e.to_string())?;
     let reference = reference(bytes);
     let syntax_flagged = v.report.has(ViolationCode::NotJson)
         || v.report.has(ViolationCode::TrailingText)

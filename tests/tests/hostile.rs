@@ -44,7 +44,7 @@ fn replace_once(text: &[u8], from: &str, to: &[u8]) -> Vec<u8> {
 /// Validates under the paper policy with a scratch of the input's length (always enough).
 fn check<R>(text: &[u8], f: impl FnOnce(&Validation<'_>) -> R) -> R {
     let mut scratch = vec![0u8; text.len()];
-    let v = validate(text, &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(text, &FormatPolicy::PAPER, &mut scratch).unwrap();
     // Every message renders on one line, whatever the input.
     for viol in v.report.violations() {
         assert!(!viol.to_string().contains('\n'), "{viol}");
@@ -109,7 +109,7 @@ fn nesting_100k_deep_is_a_capacity_error() {
 fn judge_output_100k_deep_finds_no_json() {
     let text = rubric1();
     let mut scratch = vec![0u8; text.len()];
-    let v = validate(&text, &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(&text, &FormatPolicy::PAPER, &mut scratch).unwrap();
     let rubric = RubricBuf::from(v.rubric.as_ref().unwrap());
     let r = rubric.rubric();
     let mut out = vec![0.0; r.total_criteria()];
@@ -147,7 +147,7 @@ fn a_100_mb_rubric_is_parsed_in_place() {
     });
     // Too small a scratch is a capacity violation, not an overrun.
     let mut small = vec![0u8; 1024];
-    let v = validate(&text, &FormatPolicy::PAPER, &mut small);
+    let v = validate(&text, &FormatPolicy::PAPER, &mut small).unwrap();
     assert!(v.report.has(ViolationCode::Capacity), "{}", v.report);
 }
 
@@ -331,7 +331,7 @@ fn judge_output_with_a_lone_surrogate_is_not_json() {
     // than a U+FFFD title that matches nothing.
     let text = rubric1();
     let mut scratch = vec![0u8; text.len()];
-    let v = validate(&text, &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(&text, &FormatPolicy::PAPER, &mut scratch).unwrap();
     let rb = RubricBuf::from(v.rubric.as_ref().unwrap());
     let r = rb.rubric();
     let title = r.criteria(Dimension::Cognitive)[0].title;
@@ -489,7 +489,7 @@ fn every_hostile_rubric_agrees_with_the_oracle() {
 fn judge_output_duplicate_keys_and_items_keep_the_first() {
     let text = rubric1();
     let mut scratch = vec![0u8; text.len()];
-    let v = validate(&text, &FormatPolicy::PAPER, &mut scratch);
+    let v = validate(&text, &FormatPolicy::PAPER, &mut scratch).unwrap();
     let rubric = RubricBuf::from(v.rubric.as_ref().unwrap());
     let r = rubric.rubric();
     let c = &r.criteria(Dimension::Cognitive)[0];

@@ -7,8 +7,8 @@
 
 use care_cli::Command;
 use care_core::grpo::{AdvantageOptions, GroupLayout, Preset, group_advantages};
-use care_core::reward::pref_reward_fixed;
-use care_core::{Error, MissingPolicy, PrefOptions, RangePolicy, ScoreOptions};
+use care_core::reward::preference_reward_fixed;
+use care_core::{Error, MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions};
 
 /// Found by the `rewards` fuzz target in its first seconds (artifact
 /// `crash-8d380cb849d656df7123e33c44bc91b52ab691d0`): the chosen side had a missing score and
@@ -28,8 +28,22 @@ fn pref_reward_swapped_sides_fail_together() {
         out_of_range: RangePolicy::Error,
         uniform_weights: false,
     };
-    let a = pref_reward_fixed(w, counts, &chosen, &rejected, &opts, &PrefOptions::PAPER);
-    let b = pref_reward_fixed(w, counts, &rejected, &chosen, &opts, &PrefOptions::PAPER);
+    let a = preference_reward_fixed(
+        w,
+        counts,
+        &chosen,
+        &rejected,
+        &opts,
+        &PreferenceOptions::PAPER,
+    );
+    let b = preference_reward_fixed(
+        w,
+        counts,
+        &rejected,
+        &chosen,
+        &opts,
+        &PreferenceOptions::PAPER,
+    );
     assert!(a.is_err() && b.is_err(), "{a:?} {b:?}");
     let named = [a.unwrap_err(), b.unwrap_err()];
     assert!(named.contains(&Error::MissingScore) || named.contains(&Error::ScoreOutOfRange));
@@ -41,7 +55,7 @@ fn pref_reward_swapped_sides_fail_together() {
 /// (chosen 5s, rejected 0s, a tiny `tau`) Eq. 3 gave `r_pref = 1.0000000000000002`, outside
 /// the contract's `(-1, 1)` (and its antisymmetric twin `-1.0000000000000002`). Eq. 5 already
 /// clamped for the same reason; Eq. 3 now clamps to `[-1, 1]` too (core/src/reward.rs,
-/// `pref_reward_fixed`), which keeps it antisymmetric because clamping is an odd function.
+/// `preference_reward_fixed`), which keeps it antisymmetric because clamping is an odd function.
 #[test]
 fn pref_reward_stays_within_one_when_normalized_weights_round_up() {
     let w = [
@@ -52,16 +66,16 @@ fn pref_reward_stays_within_one_when_normalized_weights_round_up() {
     // The premise: the normalized weights really sum past 1.
     let sw = care_core::simplex::scoring_weights(w);
     assert!(sw.iter().sum::<f64>() > 1.0, "{sw:?}");
-    let pref = PrefOptions {
+    let pref = PreferenceOptions {
         tau: 1e-300,
-        ..PrefOptions::PAPER
+        ..PreferenceOptions::PAPER
     };
     let opts = ScoreOptions::default();
     let counts = [1, 1, 1];
     let hi = [5.0, 5.0, 5.0];
     let lo = [0.0, 0.0, 0.0];
-    let a = pref_reward_fixed(w, counts, &hi, &lo, &opts, &pref).unwrap();
-    let b = pref_reward_fixed(w, counts, &lo, &hi, &opts, &pref).unwrap();
+    let a = preference_reward_fixed(w, counts, &hi, &lo, &opts, &pref).unwrap();
+    let b = preference_reward_fixed(w, counts, &lo, &hi, &opts, &pref).unwrap();
     assert!(a.reward <= 1.0 && b.reward >= -1.0, "{a:?} {b:?}");
     assert_eq!(a.reward, -b.reward);
 }

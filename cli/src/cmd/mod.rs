@@ -5,8 +5,8 @@ use crate::engine::LineProcessor;
 use crate::json::{LineError, Obj, line_text, parse_strict, push_error_line};
 
 pub mod advantages;
+pub mod generator_reward;
 pub mod loss;
-pub mod pref;
 mod rubric;
 pub mod score;
 pub mod validate;
@@ -18,8 +18,8 @@ pub enum Command {
     Validate(validate::Options),
     /// `care score`.
     Score(score::Options),
-    /// `care pref`.
-    Pref(pref::Options),
+    /// `care generator-reward` (alias `care pref`).
+    GeneratorReward(generator_reward::Options),
     /// `care advantages`.
     Advantages(advantages::Options),
     /// `care loss`.
@@ -63,7 +63,7 @@ impl Command {
             match self {
                 Command::Validate(opts) => validate::run(opts, text, &value, o),
                 Command::Score(opts) => score::run(opts, text, &value, o),
-                Command::Pref(opts) => pref::run(opts, text, &value, o),
+                Command::GeneratorReward(opts) => generator_reward::run(opts, text, &value, o),
                 Command::Advantages(opts) => advantages::run(opts, &value, o),
                 Command::Loss(opts) => loss::run(opts, &value, o),
             }

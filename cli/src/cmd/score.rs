@@ -27,7 +27,7 @@ pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result
     let m = object(value)?;
     let text = member_text(line, value, "rubric")?;
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(&text, &opts.format, scratch.buf());
+    let v = validate_str(&text, &opts.format, scratch.buf())?;
     let Some(rubric) = v.rubric.as_ref() else {
         let first = v
             .report
@@ -94,7 +94,7 @@ fn response_scores(
 
 /// A whole GRPO group under one rubric (parsed once): a response that breaks an `error` policy,
 /// or whose scores cannot be read, gets a `null` reward (an invalid sample for
-/// `care advantages`, exactly as the core's `score_group` gives it NaN) and an entry in
+/// `care advantages`, exactly as the core's `policy_reward_group` gives it NaN) and an entry in
 /// `errors`; the line itself still succeeds.
 fn run_group(
     opts: &Options,
@@ -107,8 +107,8 @@ fn run_group(
         .as_array()
         .ok_or_else(|| LineError::schema("\"responses\" must be an array"))?;
     let mut judges = Vec::with_capacity(list.len());
-    // Scored one by one (not through `score_group`) to keep each response's per-dimension
-    // means and its own error; `score_group` keeps only the first error.
+    // Scored one by one (not through `policy_reward_group`) to keep each response's per-dimension
+    // means and its own error; `policy_reward_group` keeps only the first error.
     let details: Vec<Result<PolicyReward, LineError>> = list
         .iter()
         .enumerate()

@@ -20,7 +20,7 @@ pub fn run(policy: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Resu
     };
     // Decoding JSON escapes never makes a string longer, so the text's length always suffices.
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(text, policy, scratch.buf());
+    let v = validate_str(text, policy, scratch.buf())?;
     // r_fmt is 0 or 1; printed as an integer so that `== 1` works in every JSON tool.
     o.u64("format_reward", u64::from(v.r_fmt() == 1.0));
     write_violations(o, &v.report);

@@ -3,6 +3,8 @@
 
 use super::layout::GroupLayout;
 use super::layout::validate_offsets;
+use crate::error::{InvalidOption, domain};
+use crate::names::named_enum;
 use crate::{Error, Result};
 
 /// What is subtracted from a reward before scaling.
@@ -30,6 +32,15 @@ pub enum Baseline {
     PassK = 5,
 }
 
+named_enum!(Baseline, "baseline", {
+    Mean => "mean", "The group mean";
+    LeaveOneOut => "leave_one_out", "The mean of the other samples (RLOO)";
+    None => "none", "Nothing subtracted";
+    LengthWeighted => "length_weighted", "The length-weighted group mean (OPO; needs lengths)";
+    External => "external", "A per-sample baseline (ReMax; needs baselines)";
+    PassK => "pass_k", "pass@k: the best gets r_max - r_second, the others 0";
+});
+
 /// What the centered reward is divided by (`std + eps`), if anything.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -43,6 +54,12 @@ pub enum Scale {
     None = 2,
 }
 
+named_enum!(Scale, "scale", {
+    GroupStd => "group_std", "The group's std";
+    BatchStd => "batch_std", "The std of all valid rewards of the batch";
+    None => "none", "No scaling";
+});
+
 /// Which variance estimator the std uses.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -53,6 +70,11 @@ pub enum StdKind {
     /// Divides by `n`.
     Biased = 1,
 }
+
+named_enum!(StdKind, "std estimator", {
+    Unbiased => "unbiased", "Divide by n - 1";
+    Biased => "biased", "Divide by n";
+});
 
 /// What a group with exactly one valid sample gets.
 #[repr(u32)]
@@ -68,6 +90,12 @@ pub enum SingletonPolicy {
     Error = 2,
 }
 
+named_enum!(SingletonPolicy, "singleton policy", {
+    Zero => "zero", "Advantage 0";
+    Raw => "raw", "Baseline 0, std 1 (verl)";
+    Error => "error", "Fail with singleton_group";
+});
+
 /// A factor applied to every advantage of the batch.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -82,6 +110,11 @@ pub enum Reweight {
     Gpg = 1,
 }
 
+named_enum!(Reweight, "reweight", {
+    None => "none", "No factor";
+    Gpg => "gpg", "GPG: N / (N - M), M = samples of groups without signal";
+});
+
 /// Options of [`group_advantages`]. Plain `#[repr(C)]` data, mirrored by the C ABI.
 ///
 /// Field order (C): `baseline: u32, scale: u32, std_kind: u32, singleton: u32, eps: f64,
@@ -89,6 +122,11 @@ pub enum Reweight {
 /// `A = alpha * (r - b) / (max(std, std_floor) + eps)`; see SPEC §9.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct AdvantageOptions {
     /// The baseline subtracted from each reward.
     pub baseline: Baseline,
@@ -156,45 +194,19 @@ pub enum Preset {
     ReinforcePpBaseline = 10,
 }
 
-impl Preset {
-    /// Every preset, in number order.
-    pub const ALL: [Preset; 11] = [
-        Preset::Verl,
-        Preset::Trl,
-        Preset::TrlBatch,
-        Preset::OpenRlhf,
-        Preset::DrGrpo,
-        Preset::Rloo,
-        Preset::Opo,
-        Preset::Remax,
-        Preset::GrpoPassK,
-        Preset::Gpg,
-        Preset::ReinforcePpBaseline,
-    ];
-
-    /// The preset's name: `verl`, `trl`, `trl_batch`, `openrlhf`, `dr_grpo`, `rloo`, `opo`,
-    /// `remax`, `grpo_passk`, `gpg`, `reinforce_pp_baseline`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Preset::Verl => "verl",
-            Preset::Trl => "trl",
-            Preset::TrlBatch => "trl_batch",
-            Preset::OpenRlhf => "openrlhf",
-            Preset::DrGrpo => "dr_grpo",
-            Preset::Rloo => "rloo",
-            Preset::Opo => "opo",
-            Preset::Remax => "remax",
-            Preset::GrpoPassK => "grpo_passk",
-            Preset::Gpg => "gpg",
-            Preset::ReinforcePpBaseline => "reinforce_pp_baseline",
-        }
-    }
-
-    /// Looks a preset up by its exact [`Preset::name`]; `None` for an unknown name.
-    pub fn from_name(name: &str) -> Option<Preset> {
-        Preset::ALL.into_iter().find(|p| p.name() == name)
-    }
-}
+named_enum!(Preset, "advantage preset", {
+    Verl => "verl", "verl grpo: mean, group std, unbiased, eps 1e-6, singleton raw";
+    Trl => "trl", "TRL: mean, group std, unbiased, eps 1e-4, singleton zero";
+    TrlBatch => "trl_batch", "TRL with the batch std";
+    OpenRlhf => "openrlhf", "OpenRLHF group_norm: eps 1e-9, singleton error";
+    DrGrpo => "dr_grpo", "Dr. GRPO: mean baseline, no scale";
+    Rloo => "rloo", "RLOO: leave-one-out baseline, no scale";
+    Opo => "opo", "verl opo: length-weighted baseline, no scale, singleton raw";
+    Remax => "remax", "verl remax: the caller's per-sample baseline, no scale";
+    GrpoPassK => "grpo_passk", "verl grpo_passk: only the best gets r_max - r_second, over std";
+    Gpg => "gpg", "GPG: mean baseline, no scale, factor N / (N - M)";
+    ReinforcePpBaseline => "reinforce_pp_baseline", "verl REINFORCE++-baseline before whitening";
+});
 
 impl AdvantageOptions {
     /// The options of a preset.
@@ -262,14 +274,29 @@ impl AdvantageOptions {
         }
     }
 
-    /// Checks the numeric fields. Errors: [`Error::InvalidArgument`] for a negative or
-    /// non-finite `eps` or `std_floor`.
+    /// Checks the fields: `eps` and `std_floor` finite and `>= 0`.
+    ///
+    /// # Errors
+    /// The first field outside its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
+        InvalidOption::require(
+            domain::finite_non_negative(self.eps),
+            "eps",
+            domain::FINITE_NON_NEGATIVE,
+        )?;
+        InvalidOption::require(
+            domain::finite_non_negative(self.std_floor),
+            "std_floor",
+            domain::FINITE_NON_NEGATIVE,
+        )
+    }
+
+    /// [`AdvantageOptions::check`] as an [`Error`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a field is outside its domain.
     pub fn validate(&self) -> Result<()> {
-        let ok = |x: f64| x.is_finite() && x >= 0.0;
-        if !(ok(self.eps) && ok(self.std_floor)) {
-            return Err(Error::InvalidArgument);
-        }
-        Ok(())
+        self.check().map_err(Error::from)
     }
 
     /// The divisor of a scaled group: `max(std, std_floor) + eps`.
@@ -317,6 +344,7 @@ impl AdvantageValue for f64 {
 /// Field order (C): `count: u32, mean: f32, std: f32, zero_variance: u32` (16 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GroupStats {
     /// Valid samples in the group.
     pub count: u32,

@@ -28,6 +28,7 @@ use crate::{Error, Result};
 /// Field order (C): `count: f64, sum: f64` (so `B` of them are one `f64[2 * B]` buffer).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GroupSums {
     /// Number of valid samples (an integer stored as `f64`).
     pub count: f64,

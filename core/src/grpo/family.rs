@@ -30,7 +30,7 @@
 //! function of the inputs. [`top_k`] finds the cut without allocating: a bisection over the
 //! totally ordered bit patterns of `f64` (65 counting passes at most).
 
-use crate::{Error, Result};
+use crate::names::named_enum;
 
 /// Which policy-gradient term the loss uses (SPEC, "The policy-loss family").
 #[repr(u32)]
@@ -54,46 +54,20 @@ pub enum PolicyLoss {
     Gmpo = 6,
 }
 
+named_enum!(PolicyLoss, "policy loss", {
+    Clip => "clip", "The clipped ratio (PPO/GRPO; GSPO with a sequence ratio level)";
+    Cispo => "cispo", "CISPO: the clipped ratio as a detached weight on A * logp";
+    Sapo => "sapo", "SAPO: a soft sigmoid gate on the ratio";
+    Gpg => "gpg", "GPG: plain policy gradient -A * logp";
+    ClipCov => "clip_cov", "Clip-Cov: high-covariance tokens get no gradient";
+    KlCov => "kl_cov", "KL-Cov: |log ratio| penalty on high-covariance tokens";
+    Gmpo => "gmpo", "GMPO: geometric mean of the token ratios, clipped in log space";
+});
+
 impl PolicyLoss {
-    /// Every loss, in number order.
-    pub const ALL: [PolicyLoss; 7] = [
-        PolicyLoss::Clip,
-        PolicyLoss::Cispo,
-        PolicyLoss::Sapo,
-        PolicyLoss::Gpg,
-        PolicyLoss::ClipCov,
-        PolicyLoss::KlCov,
-        PolicyLoss::Gmpo,
-    ];
-    /// The stable names, in number order.
-    pub const NAMES: [&'static str; 7] =
-        ["clip", "cispo", "sapo", "gpg", "clip_cov", "kl_cov", "gmpo"];
-
-    /// The loss's stable name.
-    pub const fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
     /// Whether the loss selects tokens by covariance (needs a pass over the whole call first).
     pub const fn selects_by_covariance(self) -> bool {
         matches!(self, PolicyLoss::ClipCov | PolicyLoss::KlCov)
-    }
-}
-
-impl core::fmt::Display for PolicyLoss {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl core::str::FromStr for PolicyLoss {
-    type Err = Error;
-    /// Parses a [`PolicyLoss::NAMES`] entry. Errors: [`Error::InvalidArgument`].
-    fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|l| l.name() == s)
-            .ok_or(Error::InvalidArgument)
     }
 }
 

@@ -37,6 +37,7 @@
 
 use super::layout::validate_offsets;
 use super::logprob::LogProb;
+use crate::names::named_enum;
 use crate::{Error, Result};
 
 /// How importance weights are formed from the rollout log ratio (verl `rollout_is`).
@@ -52,34 +53,11 @@ pub enum IsLevel {
     Sequence = 2,
 }
 
-impl IsLevel {
-    /// Every level, in number order.
-    pub const ALL: [IsLevel; 3] = [IsLevel::Off, IsLevel::Token, IsLevel::Sequence];
-    /// The stable names, in number order (`off`, `token`, `sequence`).
-    pub const NAMES: [&'static str; 3] = ["off", "token", "sequence"];
-
-    /// The level's stable name.
-    pub const fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-}
-
-impl core::fmt::Display for IsLevel {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl core::str::FromStr for IsLevel {
-    type Err = Error;
-    /// Parses a [`IsLevel::NAMES`] entry. Errors: [`Error::InvalidArgument`].
-    fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|l| l.name() == s)
-            .ok_or(Error::InvalidArgument)
-    }
-}
+named_enum!(IsLevel, "importance-weight level", {
+    Off => "off", "No importance weights";
+    Token => "token", "One truncated weight per token (token TIS)";
+    Sequence => "sequence", "One truncated weight per sequence (sequence TIS)";
+});
 
 /// What a rejected token becomes.
 #[repr(u32)]
@@ -93,34 +71,10 @@ pub enum RejectionMode {
     ZeroWeight = 1,
 }
 
-impl RejectionMode {
-    /// Every mode, in number order.
-    pub const ALL: [RejectionMode; 2] = [RejectionMode::Drop, RejectionMode::ZeroWeight];
-    /// The stable names, in number order (`drop`, `zero_weight`).
-    pub const NAMES: [&'static str; 2] = ["drop", "zero_weight"];
-
-    /// The mode's stable name.
-    pub const fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-}
-
-impl core::fmt::Display for RejectionMode {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl core::str::FromStr for RejectionMode {
-    type Err = Error;
-    /// Parses a [`RejectionMode::NAMES`] entry. Errors: [`Error::InvalidArgument`].
-    fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or(Error::InvalidArgument)
-    }
-}
+named_enum!(RejectionMode, "rejection mode", {
+    Drop => "drop", "A rejected token leaves the loss and every count (verl)";
+    ZeroWeight => "zero_weight", "A rejected token keeps its place with weight 0 (TRL, OpenRLHF)";
+});
 
 /// A rejection criterion (verl `rollout_rs`): a divergence statistic per token or per sequence.
 #[repr(u32)]
@@ -150,41 +104,21 @@ pub enum Rejection {
     SeqMaxK3 = 10,
 }
 
+named_enum!(Rejection, "rejection criterion", {
+    TokenK1 => "token_k1", "Token log ratio within [ln lower, ln upper]";
+    TokenK2 => "token_k2", "Token (log ratio)^2 / 2 <= upper";
+    TokenK3 => "token_k3", "Token rho - 1 - log rho <= upper";
+    SeqSumK1 => "seq_sum_k1", "Sequence sum of log ratios within [ln lower, ln upper]";
+    SeqSumK2 => "seq_sum_k2", "Sequence sum of k2 <= upper";
+    SeqSumK3 => "seq_sum_k3", "Sequence sum of k3 <= upper";
+    SeqMeanK1 => "seq_mean_k1", "Sequence mean log ratio within [ln lower, ln upper]";
+    SeqMeanK2 => "seq_mean_k2", "Sequence mean of k2 <= upper";
+    SeqMeanK3 => "seq_mean_k3", "Sequence mean of k3 <= upper";
+    SeqMaxK2 => "seq_max_k2", "Sequence max of k2 <= upper";
+    SeqMaxK3 => "seq_max_k3", "Sequence max of k3 <= upper";
+});
+
 impl Rejection {
-    /// Every criterion, in number order (the index into [`RolloutOptions::reject`]).
-    pub const ALL: [Rejection; 11] = [
-        Rejection::TokenK1,
-        Rejection::TokenK2,
-        Rejection::TokenK3,
-        Rejection::SeqSumK1,
-        Rejection::SeqSumK2,
-        Rejection::SeqSumK3,
-        Rejection::SeqMeanK1,
-        Rejection::SeqMeanK2,
-        Rejection::SeqMeanK3,
-        Rejection::SeqMaxK2,
-        Rejection::SeqMaxK3,
-    ];
-    /// The stable names (verl's), in number order.
-    pub const NAMES: [&'static str; 11] = [
-        "token_k1",
-        "token_k2",
-        "token_k3",
-        "seq_sum_k1",
-        "seq_sum_k2",
-        "seq_sum_k3",
-        "seq_mean_k1",
-        "seq_mean_k2",
-        "seq_mean_k3",
-        "seq_max_k2",
-        "seq_max_k3",
-    ];
-
-    /// The criterion's stable name.
-    pub const fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
     /// Whether the criterion bounds `k1` (a log ratio, with a lower and an upper ratio bound);
     /// the others bound `k2`/`k3` from above only.
     pub const fn is_k1(self) -> bool {
@@ -200,23 +134,6 @@ impl Rejection {
             self,
             Rejection::TokenK1 | Rejection::TokenK2 | Rejection::TokenK3
         )
-    }
-}
-
-impl core::fmt::Display for Rejection {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl core::str::FromStr for Rejection {
-    type Err = Error;
-    /// Parses a [`Rejection::NAMES`] entry. Errors: [`Error::InvalidArgument`].
-    fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|r| r.name() == s)
-            .ok_or(Error::InvalidArgument)
     }
 }
 

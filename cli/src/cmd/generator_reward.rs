@@ -1,4 +1,5 @@
-//! `care pref`: the generator reward (Eq. 4) of a rubric from one preference pair.
+//! `care generator-reward` (alias `care pref`): the generator reward (Eq. 4) of a rubric from
+//! one preference pair.
 
 use care_core::reward::generator_reward_validated;
 use care_core::{GeneratorOptions, validate_str};
@@ -26,7 +27,7 @@ pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result
     let chosen_v = required(m, "chosen_scores")?;
     let rejected_v = required(m, "rejected_scores")?;
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(&text, &opts.format, scratch.buf());
+    let v = validate_str(&text, &opts.format, scratch.buf())?;
     let (chosen, rejected) = match v.rubric.as_ref() {
         Some(r) => (
             flatten_scores(r, score_matrix(chosen_v, "chosen_scores")?, "chosen_scores")?,

@@ -1,453 +1,20 @@
-//! The format contract and `r_fmt` (SPEC §2, §3).
-//!
-//! [`validate`] parses rubric JSON without allocating and reports **every** violation of the
-//! contract (up to [`MAX_VIOLATIONS`], then an overflow flag), each with a stable code, its
-//! location and a one-line message that can be pasted into a retry prompt. It also returns the
-//! rubric whenever the text parsed far enough to recover at least one category, so that a
-//! rubric that breaks the contract can still be scored (SPEC §7, Eq. 4).
+//! The validator: one pass over the rubric JSON that recovers the rubric and reports every
+//! violation of the contract.
 
-use core::fmt::{self, Write};
-
+use super::checks::{check_levels, find_meta_word, is_blank};
+use super::notes::{self, Note};
+use super::policy::FormatPolicy;
+use super::report::{Arg, Report, ShortText, Validation, Violation, ViolationCode};
+use crate::Result;
 use crate::json::{self, Cursor, JStr, Kind};
 use crate::rubric::{Criterion, Dimension, MAX_CRITERIA, MAX_TOTAL_CRITERIA, Rubric};
 
-/// Most violations a [`Report`] holds; more set [`Report::overflowed`].
-pub const MAX_VIOLATIONS: usize = 64;
-
-/// The stable violation codes of SPEC §3 (also the C enum: see [`ViolationCode::number`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-#[non_exhaustive]
-pub enum ViolationCode {
-    /// The text is not one JSON value.
-    NotJson = 1,
-    /// Non-whitespace text before or after the JSON value.
-    TrailingText = 2,
-    /// Wrong JSON type, missing key, unknown or duplicate key.
-    Schema = 3,
-    /// A category name that is not one of the three.
-    UnknownCategory = 4,
-    /// A category given twice.
-    DuplicateCategory = 5,
-    /// A category missing.
-    MissingCategory = 6,
-    /// Categories not in the order Cognitive, Affective, Proactive.
-    CategoryOrder = 7,
-    /// Keys of a category or criterion out of the required order.
-    KeyOrder = 8,
-    /// `category_weight` outside `[0, 1]`.
-    WeightRange = 9,
-    /// Weights do not sum to 1 within the tolerance.
-    WeightSum = 10,
-    /// Criteria per category outside `min_criteria..=max_criteria`.
-    CriteriaCount = 11,
-    /// A description without the `[0]`..`[5]` anchors or the `value:` suffix.
-    LevelFormat = 12,
-    /// Two criteria with the same (trimmed, case-insensitive) title.
-    DuplicateTitle = 13,
-    /// A blank title, description or rationale.
-    EmptyText = 14,
-    /// The input exceeds a fixed capacity of this library.
-    Capacity = 15,
-    /// A forbidden meta word (lint, off by default).
-    MetaWord = 16,
-}
-
-impl ViolationCode {
-    /// Every code in number order.
-    pub const ALL: [ViolationCode; 16] = [
-        ViolationCode::NotJson,
-        ViolationCode::TrailingText,
-        ViolationCode::Schema,
-        ViolationCode::UnknownCategory,
-        ViolationCode::DuplicateCategory,
-        ViolationCode::MissingCategory,
-        ViolationCode::CategoryOrder,
-        ViolationCode::KeyOrder,
-        ViolationCode::WeightRange,
-        ViolationCode::WeightSum,
-        ViolationCode::CriteriaCount,
-        ViolationCode::LevelFormat,
-        ViolationCode::DuplicateTitle,
-        ViolationCode::EmptyText,
-        ViolationCode::Capacity,
-        ViolationCode::MetaWord,
-    ];
-
-    /// The stable snake_case code of SPEC §3.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ViolationCode::NotJson => "not_json",
-            ViolationCode::TrailingText => "trailing_text",
-            ViolationCode::Schema => "schema",
-            ViolationCode::UnknownCategory => "unknown_category",
-            ViolationCode::DuplicateCategory => "duplicate_category",
-            ViolationCode::MissingCategory => "missing_category",
-            ViolationCode::CategoryOrder => "category_order",
-            ViolationCode::KeyOrder => "key_order",
-            ViolationCode::WeightRange => "weight_range",
-            ViolationCode::WeightSum => "weight_sum",
-            ViolationCode::CriteriaCount => "criteria_count",
-            ViolationCode::LevelFormat => "level_format",
-            ViolationCode::DuplicateTitle => "duplicate_title",
-            ViolationCode::EmptyText => "empty_text",
-            ViolationCode::Capacity => "capacity",
-            ViolationCode::MetaWord => "meta_word",
-        }
-    }
-
-    /// The stable number (1..=16, the C enum value); never renumbered.
-    pub const fn number(self) -> u8 {
-        self as u8
-    }
-
-    /// The code with number `n`.
-    pub fn from_number(n: u8) -> Option<ViolationCode> {
-        ViolationCode::ALL.into_iter().find(|c| c.number() == n)
-    }
-
-    /// The code whose [`ViolationCode::as_str`] is `s`.
-    pub fn from_str_code(s: &str) -> Option<ViolationCode> {
-        ViolationCode::ALL.into_iter().find(|c| c.as_str() == s)
-    }
-
-    /// How to fix it, one clause (used at the end of every message).
-    pub const fn hint(self) -> &'static str {
-        match self {
-            ViolationCode::NotJson => "output exactly one JSON object",
-            ViolationCode::TrailingText => {
-                "output only the JSON object, with nothing before or after it"
-            }
-            ViolationCode::Schema => {
-                "follow the schema {\"categories\":[{\"category\",\"weight_rationale\",\"category_weight\",\"criteria\":[{\"title\",\"description\"}]}]}"
-            }
-            ViolationCode::UnknownCategory => {
-                "use exactly the names Cognitive Empathy, Affective Empathy, Proactive Empathy"
-            }
-            ViolationCode::DuplicateCategory => "give each category exactly once",
-            ViolationCode::MissingCategory => "include all three categories",
-            ViolationCode::CategoryOrder => {
-                "order the categories Cognitive Empathy, Affective Empathy, Proactive Empathy"
-            }
-            ViolationCode::KeyOrder => {
-                "write keys in the order category, weight_rationale, category_weight, criteria (criteria: title, description)"
-            }
-            ViolationCode::WeightRange => "use a category_weight between 0 and 1",
-            ViolationCode::WeightSum => "make the three category_weight values sum to 1.0",
-            ViolationCode::CriteriaCount => "give each category the allowed number of criteria",
-            ViolationCode::LevelFormat => {
-                "write [0] to [5] once each, in order, each followed by text, and end with `value: 0, 1, 2, 3, 4, 5`"
-            }
-            ViolationCode::DuplicateTitle => "give every criterion a distinct title",
-            ViolationCode::EmptyText => "write non-blank text",
-            ViolationCode::Capacity => "make the rubric smaller",
-            ViolationCode::MetaWord => {
-                "avoid the words gold, reference, ideal, ground truth, target response/answer/reply"
-            }
-        }
-    }
-}
-
-impl fmt::Display for ViolationCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A short copy of input text kept in a violation (a key name, a word), truncated on a char
-/// boundary to 32 bytes so that violations stay `Copy` and own no borrow.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct ShortText {
-    buf: [u8; 32],
-    len: u8,
-    truncated: bool,
-}
-
-impl ShortText {
-    /// Copies up to 32 bytes of the characters of `chars`.
-    pub fn from_chars(chars: impl Iterator<Item = char>) -> Self {
-        let mut t = ShortText::default();
-        let mut k = 0usize;
-        for c in chars {
-            let w = c.len_utf8();
-            match t.buf.get_mut(k..k + w) {
-                Some(dst) => {
-                    c.encode_utf8(dst);
-                    k += w;
-                }
-                None => {
-                    t.truncated = true;
-                    break;
-                }
-            }
-        }
-        t.len = k as u8; // k <= 32
-        t
-    }
-
-    /// Copies up to 32 bytes of `s`.
-    pub fn new(s: &str) -> Self {
-        Self::from_chars(s.chars())
-    }
-
-    /// The text (possibly truncated).
-    pub fn as_str(&self) -> &str {
-        let b = self.buf.get(..usize::from(self.len)).unwrap_or(&[]);
-        core::str::from_utf8(b).unwrap_or("")
-    }
-
-    /// Whether the original was longer than 32 bytes.
-    pub fn is_truncated(&self) -> bool {
-        self.truncated
-    }
-}
-
-impl fmt::Debug for ShortText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-/// The variable part of a violation message.
-#[derive(Clone, Copy, Debug, PartialEq, Default)]
-pub enum Arg {
-    /// Nothing.
-    #[default]
-    None,
-    /// A number (a weight, a sum).
-    Number(f64),
-    /// A count (criteria, nesting depth).
-    Count(u32),
-    /// Quoted input text (a key, a category name, a word).
-    Text(ShortText),
-}
-
-/// One violation of the format contract.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Violation {
-    /// The stable code.
-    pub code: ViolationCode,
-    /// Position of the category in the `categories` array, when it applies.
-    pub category: Option<u8>,
-    /// The dimension of that category, when it is known.
-    pub dimension: Option<Dimension>,
-    /// Position of the criterion in its category's `criteria` array, when it applies.
-    pub criterion: Option<u8>,
-    /// Byte offset in the input, when it applies (`not_json`, `trailing_text`, keys).
-    pub offset: Option<usize>,
-    /// What is wrong (static text).
-    pub note: &'static str,
-    /// The variable part of the message.
-    pub arg: Arg,
-}
-
-impl Violation {
-    fn new(code: ViolationCode, note: &'static str) -> Self {
-        Violation {
-            code,
-            category: None,
-            dimension: None,
-            criterion: None,
-            offset: None,
-            note,
-            arg: Arg::None,
-        }
-    }
-
-    /// Writes the one-line retry message (same text as `Display`).
-    pub fn write_message<W: Write + ?Sized>(&self, w: &mut W) -> fmt::Result {
-        write!(w, "{}: ", self.code.as_str())?;
-        if let Some(c) = self.category {
-            write!(w, "categories[{c}]")?;
-            if let Some(d) = self.dimension {
-                write!(w, " ({})", d.json_name())?;
-            }
-            if let Some(k) = self.criterion {
-                write!(w, ".criteria[{k}]")?;
-            }
-            w.write_str(": ")?;
-        } else if let Some(d) = self.dimension {
-            write!(w, "{}: ", d.json_name())?;
-        }
-        w.write_str(self.note)?;
-        match self.arg {
-            Arg::None => {}
-            Arg::Number(x) => write!(w, " {x}")?,
-            Arg::Count(n) => write!(w, " {n}")?,
-            Arg::Text(t) => {
-                write!(w, " \"{}", t.as_str().escape_debug())?;
-                if t.is_truncated() {
-                    w.write_str("...")?;
-                }
-                w.write_str("\"")?;
-            }
-        }
-        if let Some(o) = self.offset {
-            write!(w, " (byte {o})")?;
-        }
-        write!(w, "; {}.", self.code.hint())
-    }
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.write_message(f)
-    }
-}
-
-/// All violations found, in input order (whole-rubric checks last).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Report {
-    violations: heapless::Vec<Violation, MAX_VIOLATIONS>,
-    overflow: bool,
-}
-
-impl Report {
-    /// The violations kept (at most [`MAX_VIOLATIONS`]).
-    pub fn violations(&self) -> &[Violation] {
-        &self.violations
-    }
-
-    /// `true` when more violations were found than could be kept.
-    pub fn overflowed(&self) -> bool {
-        self.overflow
-    }
-
-    /// `true` when there is no violation at all.
-    pub fn is_ok(&self) -> bool {
-        self.violations.is_empty() && !self.overflow
-    }
-
-    /// `r_fmt`: 1 when there is no violation, else 0.
-    pub fn r_fmt(&self) -> f64 {
-        if self.is_ok() { 1.0 } else { 0.0 }
-    }
-
-    /// Number of kept violations with `code`.
-    pub fn count(&self, code: ViolationCode) -> usize {
-        self.violations.iter().filter(|v| v.code == code).count()
-    }
-
-    /// Whether any kept violation has `code`.
-    pub fn has(&self, code: ViolationCode) -> bool {
-        self.count(code) > 0
-    }
-
-    /// Writes every message, one per line, ready for a retry prompt's validator feedback.
-    pub fn write_feedback<W: Write + ?Sized>(&self, w: &mut W) -> fmt::Result {
-        for v in &self.violations {
-            v.write_message(w)?;
-            w.write_char('\n')?;
-        }
-        if self.overflow {
-            w.write_str("(more violations were found than reported)\n")?;
-        }
-        Ok(())
-    }
-
-    fn push(&mut self, v: Violation) {
-        if self.violations.push(v).is_err() {
-            self.overflow = true;
-        }
-    }
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.write_feedback(f)
-    }
-}
-
-/// The options of the format contract. [`FormatPolicy::PAPER`] (the `Default`) is the policy
-/// behind `r_fmt`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct FormatPolicy {
-    /// Strip a leading `<think>...</think>` block, or everything up to a lone `</think>`.
-    pub allow_think: bool,
-    /// Accept one ```` ```json ```` code fence around the value.
-    pub allow_code_fence: bool,
-    /// Accept the envelope `{"analysis": ..., "rubric": {...}}`.
-    pub allow_envelope: bool,
-    /// Allowed `|sum(w) - 1|`.
-    pub weight_tolerance: f64,
-    /// Require categories in the order Cognitive, Affective, Proactive.
-    pub require_order: bool,
-    /// Require the key order of categories and criteria.
-    pub require_key_order: bool,
-    /// Fewest criteria per category.
-    pub min_criteria: u8,
-    /// Most criteria per category.
-    pub max_criteria: u8,
-    /// Lint for meta words (gold, reference, ...).
-    pub meta_words: bool,
-}
-
-impl FormatPolicy {
-    /// The paper's contract (SPEC §3 defaults).
-    pub const PAPER: FormatPolicy = FormatPolicy {
-        allow_think: false,
-        allow_code_fence: false,
-        allow_envelope: false,
-        weight_tolerance: 1e-3,
-        require_order: true,
-        require_key_order: true,
-        min_criteria: 2,
-        max_criteria: 4,
-        meta_words: false,
-    };
-
-    /// The paper's contract (same as [`FormatPolicy::PAPER`]).
-    pub const fn paper() -> Self {
-        Self::PAPER
-    }
-
-    /// A lenient policy for reading model output that is not being rewarded: think blocks,
-    /// code fences and the envelope accepted; everything else as [`FormatPolicy::PAPER`].
-    pub const fn lenient() -> Self {
-        FormatPolicy {
-            allow_think: true,
-            allow_code_fence: true,
-            allow_envelope: true,
-            ..Self::PAPER
-        }
-    }
-}
-
-impl Default for FormatPolicy {
-    fn default() -> Self {
-        Self::PAPER
-    }
-}
-
-/// The result of [`validate`]: the rubric when it parsed far enough, and the report.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Validation<'a> {
-    /// The rubric, when the text is JSON with a `categories` array holding at least one
-    /// recognised category (it may still break the contract; see `report`).
-    pub rubric: Option<Rubric<'a>>,
-    /// Every violation found.
-    pub report: Report,
-}
-
-impl Validation<'_> {
-    /// `r_fmt`: 1 when the text passed every check, else 0.
-    pub fn r_fmt(&self) -> f64 {
-        if self.rubric.is_some() {
-            self.report.r_fmt()
-        } else {
-            0.0
-        }
-    }
-
-    /// `true` when a rubric was recovered and there is no violation.
-    pub fn is_valid(&self) -> bool {
-        self.rubric.is_some() && self.report.is_ok()
-    }
-}
-
-/// `r_fmt` of `text` under `policy`: `validate(text, policy, scratch).r_fmt()`.
-pub fn r_fmt(text: &[u8], policy: &FormatPolicy, scratch: &mut [u8]) -> f64 {
-    validate(text, policy, scratch).r_fmt()
+/// `r_fmt` of `text` under `policy`: `validate(text, policy, scratch)?.r_fmt()`.
+///
+/// # Errors
+/// As [`validate`]: only an invalid `policy`.
+pub fn format_reward(text: &[u8], policy: &FormatPolicy, scratch: &mut [u8]) -> Result<f64> {
+    Ok(validate(text, policy, scratch)?.r_fmt())
 }
 
 /// Validates rubric JSON against the format contract and recovers the rubric.
@@ -460,43 +27,52 @@ pub fn r_fmt(text: &[u8], policy: &FormatPolicy, scratch: &mut [u8]) -> f64 {
 /// never makes a string longer, so a scratch buffer of `text.len()` bytes always suffices. Never
 /// panics, never allocates; time is linear in the input (plus a quadratic title check bounded by
 /// the criteria capacity).
+///
+/// # Errors
+/// [`crate::Error::InvalidArgument`] when `policy` is invalid ([`FormatPolicy::check`] says
+/// which field). Everything wrong with the text is in the report, never an error.
 pub fn validate<'a>(
     text: &'a [u8],
     policy: &FormatPolicy,
     scratch: &'a mut [u8],
-) -> Validation<'a> {
+) -> Result<Validation<'a>> {
     match core::str::from_utf8(text) {
         Ok(text) => validate_str(text, policy, scratch),
         Err(e) => {
-            let mut v = Violation::new(ViolationCode::NotJson, "the text is not valid UTF-8");
+            policy.validate()?;
+            let mut v = Violation::new(ViolationCode::NotJson, notes::NOT_UTF8);
             v.offset = Some(e.valid_up_to());
             let mut report = Report::default();
             report.push(v);
-            Validation {
+            Ok(Validation {
                 rubric: None,
                 report,
-            }
+            })
         }
     }
 }
 
 /// [`validate`] for text that is already a `&str` (decoded JSON, a `String`): the same checks
 /// and report, without checking the UTF-8 a second time.
+///
+/// # Errors
+/// As [`validate`]: only an invalid `policy`.
 pub fn validate_str<'a>(
     text: &'a str,
     policy: &FormatPolicy,
     scratch: &'a mut [u8],
-) -> Validation<'a> {
+) -> Result<Validation<'a>> {
+    policy.validate()?;
     let mut v = Validator {
         report: Report::default(),
         policy,
         scratch,
     };
     let rubric = v.run_str(text);
-    Validation {
+    Ok(Validation {
         rubric,
         report: v.report,
-    }
+    })
 }
 
 /// Strings indexed by the syntax pass: a paper rubric has 67 (1 + 3 x (6 + 4 x 4)); strings
@@ -521,26 +97,15 @@ fn idx(i: usize) -> u8 {
     u8::try_from(i).unwrap_or(u8::MAX)
 }
 
-fn is_blank(s: &str) -> bool {
-    s.trim().is_empty()
-}
-
 impl<'a> Validator<'a, '_> {
-    fn push(
-        &mut self,
-        code: ViolationCode,
-        loc: Loc,
-        offset: Option<usize>,
-        note: &'static str,
-        arg: Arg,
-    ) {
+    fn push(&mut self, code: ViolationCode, loc: Loc, offset: Option<usize>, note: Note, arg: Arg) {
         self.report.push(Violation {
             code,
             category: loc.category,
             dimension: loc.dimension,
             criterion: loc.criterion,
             offset,
-            note,
+            note: note.as_str(),
             arg,
         });
     }
@@ -555,7 +120,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::NotJson,
                 Loc::default(),
                 Some(start),
-                "the text is empty",
+                notes::EMPTY_TEXT,
                 Arg::None,
             );
             return None;
@@ -585,7 +150,7 @@ impl<'a> Validator<'a, '_> {
                             ViolationCode::TrailingText,
                             Loc::default(),
                             Some(start),
-                            "text before the JSON value",
+                            notes::TEXT_BEFORE,
                             Arg::None,
                         );
                         (s, end)
@@ -608,7 +173,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::TrailingText,
                 Loc::default(),
                 Some(after),
-                "text after the JSON value",
+                notes::TEXT_AFTER,
                 Arg::None,
             );
         }
@@ -657,7 +222,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::Schema,
                 Loc::default(),
                 Some(cur.pos),
-                "the rubric must be a JSON object, found",
+                notes::RUBRIC_NOT_OBJECT,
                 Arg::Text(ShortText::new(k.name())),
             );
             return None;
@@ -669,7 +234,7 @@ impl<'a> Validator<'a, '_> {
         while let Some(k) = cur.next_key() {
             if k.eq_str("categories") {
                 if categories.is_some() {
-                    self.key_problem(Loc::default(), &k, "duplicate key");
+                    self.key_problem(Loc::default(), &k, notes::DUPLICATE_KEY);
                 } else {
                     categories = Some(cur);
                 }
@@ -679,7 +244,7 @@ impl<'a> Validator<'a, '_> {
             } else if self.policy.allow_envelope && k.eq_str("analysis") && !seen_analysis {
                 seen_analysis = true;
             } else {
-                self.key_problem(Loc::default(), &k, "unknown key");
+                self.key_problem(Loc::default(), &k, notes::UNKNOWN_KEY);
             }
             cur.skip_value();
         }
@@ -691,7 +256,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Schema,
                     Loc::default(),
                     Some(r.pos),
-                    "\"rubric\" must be an object",
+                    notes::ENVELOPE_RUBRIC_NOT_OBJECT,
                     Arg::None,
                 );
                 return None;
@@ -701,7 +266,7 @@ impl<'a> Validator<'a, '_> {
                 if k.eq_str("categories") && categories.is_none() {
                     categories = Some(r);
                 } else {
-                    self.key_problem(Loc::default(), &k, "unknown key in \"rubric\"");
+                    self.key_problem(Loc::default(), &k, notes::UNKNOWN_KEY_IN_RUBRIC);
                 }
                 r.skip_value();
             }
@@ -711,7 +276,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::Schema,
                 Loc::default(),
                 None,
-                "missing key",
+                notes::MISSING_KEY,
                 Arg::Text(ShortText::new("categories")),
             );
             return None;
@@ -721,7 +286,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::Schema,
                 Loc::default(),
                 Some(cats.pos),
-                "\"categories\" must be an array",
+                notes::CATEGORIES_NOT_ARRAY,
                 Arg::None,
             );
             return None;
@@ -729,7 +294,7 @@ impl<'a> Validator<'a, '_> {
         self.categories(cats.clone_and_enter())
     }
 
-    fn key_problem(&mut self, loc: Loc, k: &JStr<'a>, note: &'static str) {
+    fn key_problem(&mut self, loc: Loc, k: &JStr<'a>, note: Note) {
         self.push(
             ViolationCode::Schema,
             loc,
@@ -747,7 +312,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Capacity,
                     loc,
                     Some(s.offset),
-                    "string too long for the scratch buffer",
+                    notes::STRING_TOO_LONG,
                     Arg::None,
                 );
                 ""
@@ -773,7 +338,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Schema,
                     loc,
                     Some(cur.pos),
-                    "a category must be an object, found",
+                    notes::CATEGORY_NOT_OBJECT,
                     Arg::Text(ShortText::new(k.name())),
                 );
                 cur.skip_value();
@@ -792,7 +357,7 @@ impl<'a> Validator<'a, '_> {
                         ..loc
                     },
                     None,
-                    "category given more than once:",
+                    notes::CATEGORY_TWICE,
                     Arg::Text(ShortText::new(d.json_name())),
                 );
                 continue;
@@ -809,7 +374,7 @@ impl<'a> Validator<'a, '_> {
                         ..loc
                     },
                     None,
-                    "category out of order, it must come before",
+                    notes::CATEGORY_OUT_OF_ORDER,
                     Arg::Text(ShortText::new(m.json_name())),
                 );
             }
@@ -832,7 +397,7 @@ impl<'a> Validator<'a, '_> {
                         ..Loc::default()
                     },
                     None,
-                    "category missing",
+                    notes::CATEGORY_MISSING,
                     Arg::None,
                 );
             }
@@ -850,7 +415,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::WeightSum,
                     Loc::default(),
                     None,
-                    "category weights sum to",
+                    notes::WEIGHTS_SUM_TO,
                     Arg::Number(sum),
                 );
             }
@@ -887,7 +452,7 @@ impl<'a> Validator<'a, '_> {
                         criterion: Some(idx(k)),
                     },
                     None,
-                    "duplicate title",
+                    notes::DUPLICATE_TITLE,
                     Arg::Text(ShortText::new(title)),
                 );
             }
@@ -925,12 +490,12 @@ impl<'a> Validator<'a, '_> {
         let mut order_bad = false;
         while let Some(k) = c.next_key() {
             let Some(ki) = KEYS.iter().position(|n| k.eq_str(n)) else {
-                self.key_problem(loc, &k, "unknown key");
+                self.key_problem(loc, &k, notes::UNKNOWN_KEY);
                 c.skip_value();
                 continue;
             };
             if seen.get(ki).copied().unwrap_or(false) {
-                self.key_problem(loc, &k, "duplicate key");
+                self.key_problem(loc, &k, notes::DUPLICATE_KEY);
                 c.skip_value();
                 continue;
             }
@@ -950,12 +515,12 @@ impl<'a> Validator<'a, '_> {
                                 ViolationCode::UnknownCategory,
                                 loc,
                                 Some(s.offset),
-                                "unknown category",
+                                notes::UNKNOWN_CATEGORY,
                                 Arg::Text(ShortText::from_chars(s.chars())),
                             );
                         }
                     }
-                    None => self.wrong_type(c, loc, "\"category\" must be a string, found"),
+                    None => self.wrong_type(c, loc, notes::CATEGORY_NOT_STRING),
                 },
                 1 => match c.string() {
                     Some(s) => {
@@ -965,14 +530,14 @@ impl<'a> Validator<'a, '_> {
                                 ViolationCode::EmptyText,
                                 loc,
                                 Some(s.offset),
-                                "blank weight_rationale",
+                                notes::BLANK_RATIONALE,
                                 Arg::None,
                             );
                         }
                         self.meta(loc, t);
                         out.rationale = t;
                     }
-                    None => self.wrong_type(c, loc, "\"weight_rationale\" must be a string, found"),
+                    None => self.wrong_type(c, loc, notes::RATIONALE_NOT_STRING),
                 },
                 2 => match c.number() {
                     Some(n) => {
@@ -982,19 +547,19 @@ impl<'a> Validator<'a, '_> {
                                 ViolationCode::WeightRange,
                                 loc,
                                 None,
-                                "category_weight outside [0, 1]:",
+                                notes::WEIGHT_OUT_OF_RANGE,
                                 Arg::Number(w),
                             );
                         }
                         out.weight = Some(w);
                     }
-                    None => self.wrong_type(c, loc, "\"category_weight\" must be a number, found"),
+                    None => self.wrong_type(c, loc, notes::WEIGHT_NOT_NUMBER),
                 },
                 _ => {
                     if c.kind() == Kind::Array {
                         walk(c, |c| self.criteria(c, loc, &mut out));
                     } else {
-                        self.wrong_type(c, loc, "\"criteria\" must be an array, found");
+                        self.wrong_type(c, loc, notes::CRITERIA_NOT_ARRAY);
                     }
                 }
             }
@@ -1005,7 +570,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Schema,
                     loc,
                     None,
-                    "missing key",
+                    notes::MISSING_KEY,
                     Arg::Text(ShortText::new(name)),
                 );
             }
@@ -1015,14 +580,14 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::KeyOrder,
                 loc,
                 None,
-                "keys must be in the order category, weight_rationale, category_weight, criteria",
+                notes::CATEGORY_KEY_ORDER,
                 Arg::None,
             );
         }
         out
     }
 
-    fn wrong_type(&mut self, c: &mut Cursor<'a, '_>, loc: Loc, note: &'static str) {
+    fn wrong_type(&mut self, c: &mut Cursor<'a, '_>, loc: Loc, note: Note) {
         let k = c.kind();
         let pos = c.pos;
         self.push(
@@ -1052,7 +617,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Schema,
                     cloc,
                     Some(cur.pos),
-                    "a criterion must be an object, found",
+                    notes::CRITERION_NOT_OBJECT,
                     Arg::Text(ShortText::new(k.name())),
                 );
                 cur.skip_value();
@@ -1065,7 +630,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Capacity,
                     cloc,
                     None,
-                    "more criteria than this library stores per category:",
+                    notes::TOO_MANY_CRITERIA,
                     Arg::Count(MAX_CRITERIA as u32),
                 );
             }
@@ -1079,7 +644,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::CriteriaCount,
                 loc,
                 None,
-                "wrong number of criteria:",
+                notes::CRITERIA_COUNT,
                 Arg::Count(u32::try_from(n).unwrap_or(u32::MAX)),
             );
         }
@@ -1097,12 +662,12 @@ impl<'a> Validator<'a, '_> {
         let mut order_bad = false;
         while let Some(k) = c.next_key() {
             let Some(ki) = KEYS.iter().position(|n| k.eq_str(n)) else {
-                self.key_problem(loc, &k, "unknown key");
+                self.key_problem(loc, &k, notes::UNKNOWN_KEY);
                 c.skip_value();
                 continue;
             };
             if seen.get(ki).copied().unwrap_or(false) {
-                self.key_problem(loc, &k, "duplicate key");
+                self.key_problem(loc, &k, notes::DUPLICATE_KEY);
                 c.skip_value();
                 continue;
             }
@@ -1114,9 +679,9 @@ impl<'a> Validator<'a, '_> {
             }
             let Some(s) = c.string() else {
                 let note = if ki == 0 {
-                    "\"title\" must be a string, found"
+                    notes::TITLE_NOT_STRING
                 } else {
-                    "\"description\" must be a string, found"
+                    notes::DESCRIPTION_NOT_STRING
                 };
                 self.wrong_type(c, loc, note);
                 continue;
@@ -1124,9 +689,9 @@ impl<'a> Validator<'a, '_> {
             let t = self.text(loc, &s);
             if is_blank(t) && s.chars().all(char::is_whitespace) {
                 let note = if ki == 0 {
-                    "blank title"
+                    notes::BLANK_TITLE
                 } else {
-                    "blank description"
+                    notes::BLANK_DESCRIPTION
                 };
                 self.push(
                     ViolationCode::EmptyText,
@@ -1158,7 +723,7 @@ impl<'a> Validator<'a, '_> {
                     ViolationCode::Schema,
                     loc,
                     None,
-                    "missing key",
+                    notes::MISSING_KEY,
                     Arg::Text(ShortText::new(name)),
                 );
             }
@@ -1168,7 +733,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::KeyOrder,
                 loc,
                 None,
-                "keys must be in the order title, description",
+                notes::CRITERION_KEY_ORDER,
                 Arg::None,
             );
         }
@@ -1184,7 +749,7 @@ impl<'a> Validator<'a, '_> {
                 ViolationCode::MetaWord,
                 loc,
                 None,
-                "forbidden meta word",
+                notes::META_WORD,
                 Arg::Text(ShortText::new(w)),
             );
         }
@@ -1234,123 +799,4 @@ struct ParsedCategory<'a> {
     weight: Option<f64>,
     rationale: &'a str,
     criteria: heapless::Vec<Criterion<'a>, MAX_CRITERIA>,
-}
-
-/// The required end of every description.
-pub const LEVEL_SUFFIX: &str = "value: 0, 1, 2, 3, 4, 5";
-
-/// Checks the level anchors of a description (SPEC §3 `level_format`); the error is the first
-/// problem found.
-fn check_levels(desc: &str) -> Result<(), (&'static str, Arg)> {
-    const ANCHORS: [&str; 6] = ["[0]", "[1]", "[2]", "[3]", "[4]", "[5]"];
-    let trimmed = desc.trim_end();
-    let Some(body) = trimmed.strip_suffix(LEVEL_SUFFIX) else {
-        return Err((
-            "description must end with",
-            Arg::Text(ShortText::new(LEVEL_SUFFIX)),
-        ));
-    };
-    // One pass over the body finds every anchor (`[` digit `]`; three bytes cannot overlap
-    // another match), then the anchors are judged in order, so the first problem reported is
-    // the same as searching for `[0]`, then `[1]`, ... one at a time.
-    let mut pos = [0usize; 6];
-    let mut seen = [0u32; 6];
-    let bytes = body.as_bytes();
-    let mut from = 0usize;
-    while let Some(p) = json::find_byte(bytes, from, b'[') {
-        from = p + 1;
-        if let Some(&[d @ b'0'..=b'5', b']']) = bytes.get(p + 1..p + 3) {
-            let k = usize::from(d - b'0');
-            if let (Some(n), Some(slot)) = (seen.get_mut(k), pos.get_mut(k)) {
-                if *n == 0 {
-                    *slot = p;
-                }
-                *n += 1;
-            }
-            from = p + 3;
-        }
-    }
-    for (k, a) in ANCHORS.iter().enumerate() {
-        match seen.get(k).copied().unwrap_or(0) {
-            0 => return Err(("missing anchor", Arg::Text(ShortText::new(a)))),
-            1 => {}
-            _ => {
-                return Err((
-                    "anchor appears more than once:",
-                    Arg::Text(ShortText::new(a)),
-                ));
-            }
-        }
-    }
-    for k in 0..6 {
-        let start = pos.get(k).copied().unwrap_or(0) + 3;
-        let end = if k == 5 {
-            body.len()
-        } else {
-            pos.get(k + 1).copied().unwrap_or(0)
-        };
-        let anchor = ANCHORS.get(k).copied().unwrap_or("");
-        if end < start {
-            return Err((
-                "anchors out of order at",
-                Arg::Text(ShortText::new(ANCHORS.get(k + 1).copied().unwrap_or(""))),
-            ));
-        }
-        if body.get(start..end).is_none_or(is_blank) {
-            return Err(("no text after anchor", Arg::Text(ShortText::new(anchor))));
-        }
-    }
-    Ok(())
-}
-
-/// The forbidden meta words of SPEC §3 (matched whole-word, case-insensitively, with any
-/// whitespace between the words of a phrase).
-pub const META_WORDS: [&str; 7] = [
-    "gold",
-    "reference",
-    "ideal",
-    "ground truth",
-    "target response",
-    "target answer",
-    "target reply",
-];
-
-/// The first meta word found in `text`, if any.
-pub fn find_meta_word(text: &str) -> Option<&'static str> {
-    let b = text.as_bytes();
-    let is_word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
-    for start in 0..b.len() {
-        if start > 0 && b.get(start - 1).is_some_and(|&c| is_word(c)) {
-            continue;
-        }
-        for w in META_WORDS {
-            if let Some(end) = match_phrase(b, start, w.as_bytes())
-                && !b.get(end).is_some_and(|&c| is_word(c))
-            {
-                return Some(w);
-            }
-        }
-    }
-    None
-}
-
-/// Matches `phrase` at `b[start..]` ASCII-case-insensitively, a space in the phrase matching a
-/// run of whitespace; returns the end offset.
-fn match_phrase(b: &[u8], start: usize, phrase: &[u8]) -> Option<usize> {
-    let mut i = start;
-    for &p in phrase {
-        if p == b' ' {
-            let j = json::skip_ws(b, i);
-            if j == i {
-                return None;
-            }
-            i = j;
-        } else {
-            if !b.get(i)?.eq_ignore_ascii_case(&p) {
-                return None;
-            }
-            i += 1;
-        }
-    }
-    Some(i)
 }

@@ -1,12 +1,12 @@
-//! Tests of the specialized token-level loop of [`super::policy_loss`]: on every input and
-//! option it must give the bits of the general loop (which handles every case and is the loop
-//! the specialized one was derived from).
+//! Tests of the blocked token-level loop of [`policy_loss`]: on every input and option it must
+//! give the bits of the general loop (which handles every case and is the loop the blocked one
+//! was derived from).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::super::logprob::LogProb;
-use super::{
-    Advantages, Aggregation, KlEstimator, LossInputs, LossOptions, LossStats, RatioLevel,
-    policy_loss, policy_loss_with,
+use crate::grpo::loss::general::policy_loss_with;
+use crate::grpo::{
+    Advantages, Aggregation, KlEstimator, LogProb, LossInputs, LossOptions, LossStats, RatioLevel,
+    policy_loss,
 };
 use half::{bf16, f16};
 use proptest::prelude::*;
