@@ -57,6 +57,7 @@ fn loss(c: &mut Criterion) {
         seq_offsets: &d.seq_offsets,
         mask: Some(&d.mask),
         advantages: Advantages::PerSequence(&d.advantages),
+        logp_rollout: None,
     };
     g.bench_function(BenchmarkId::new("token_mean/f32", "T=1M"), |b| {
         b.iter(|| policy_loss(black_box(&inputs), &opts, &mut grad).map(|o| o.loss))
@@ -70,6 +71,7 @@ fn loss(c: &mut Criterion) {
         seq_offsets: &d.seq_offsets,
         mask: Some(&d.mask),
         advantages: Advantages::PerSequence(&d.advantages),
+        logp_rollout: None,
     };
     g.bench_function(BenchmarkId::new("token_mean/bf16", "T=1M"), |b| {
         b.iter(|| policy_loss(black_box(&inputs), &opts, &mut grad).map(|o| o.loss))

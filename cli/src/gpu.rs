@@ -128,6 +128,9 @@ impl GrpoDevice for Gpu {
         Ok(LossOutput {
             loss: stats.loss,
             stats,
+            // The kernel has no rollout correction or covariance selection yet.
+            rollout: care_core::grpo::RolloutStats::default(),
+            cov_selected: 0.0,
         })
     }
 }

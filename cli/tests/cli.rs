@@ -525,6 +525,7 @@ fn loss_agrees_with_the_library_bit_for_bit() {
                 seq_offsets: &seq,
                 mask: mask.as_deref(),
                 advantages,
+                logp_rollout: None,
             };
             let mut grad = vec![0.0f32; logp.len()];
             let lib = policy_loss(&inputs, &opts, &mut grad).unwrap();

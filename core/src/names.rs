@@ -209,7 +209,7 @@ mod tests {
     use crate::format::ViolationCode;
     use crate::grpo::{
         Aggregation, Baseline, IsLevel, KlEstimator, LossPreset, PolicyLoss, Preset, RatioLevel,
-        Rejection, RejectionMode, Reweight, Scale, SingletonPolicy, StdKind,
+        Rejection, RejectionMode, Reweight, Scale, SequenceCount, SingletonPolicy, StdKind,
     };
     use crate::reward::{MissingPolicy, RangePolicy, ScoreScale};
     use crate::rubric::Dimension;
@@ -279,6 +279,7 @@ mod tests {
         check::<Rejection>();
         check::<RejectionMode>();
         check::<PolicyLoss>();
+        check::<SequenceCount>();
     }
 
     #[test]
@@ -301,7 +302,14 @@ mod tests {
             KlEstimator
         );
         in_order!(RatioLevel, LossPreset, Dimension);
-        in_order!(Reweight, IsLevel, Rejection, RejectionMode, PolicyLoss);
+        in_order!(
+            Reweight,
+            IsLevel,
+            Rejection,
+            RejectionMode,
+            PolicyLoss,
+            SequenceCount
+        );
     }
 
     #[test]
@@ -345,11 +353,12 @@ mod tests {
                 "seq_mean_token_mean",
                 "seq_mean_token_sum",
                 "seq_mean_token_sum_norm",
-                "token_sum"
+                "token_sum",
+                "token_sum_norm"
             ]
         );
         assert_eq!(KlEstimator::NAMES, ["k1", "abs", "k2", "k3"]);
-        assert_eq!(RatioLevel::NAMES, ["token", "sequence"]);
+        assert_eq!(RatioLevel::NAMES, ["token", "sequence", "sequence_token"]);
         assert_eq!(MissingPolicy::NAMES, ["error", "zero", "skip"]);
         assert_eq!(RangePolicy::NAMES, ["error", "clamp"]);
         assert_eq!(ScoreScale::NAMES, ["normalized", "raw"]);

@@ -48,7 +48,10 @@ fn gpg_and_kl_cov_values() {
     // delta = 0.5, rho = e^0.5, A = 1, selected with coef 2: l = -rho + 1, d = -rho + 2.
     let rho = 0.5f64.exp();
     let t = kl_cov_term(rho, 0.5, 1.0, true, 2.0, false);
-    assert_eq!((t.loss, t.dloss_dlogp), (-rho + 1.0, -rho + 2.0));
+    assert_eq!(
+        (t.loss, t.dloss_dlogp, t.clipped),
+        (-rho + 1.0, -rho + 2.0, false)
+    );
     let t = kl_cov_term(rho, 0.5, 1.0, false, 2.0, false);
     assert_eq!((t.loss, t.dloss_dlogp), (-rho, -rho));
     assert_eq!(kl_cov_term(rho, 0.5, 1.0, true, 2.0, true).dloss_dlogp, 0.0);
@@ -92,7 +95,7 @@ fn top_k_hand_worked() {
         Some(-1.0),
     ];
     let pick = |k: usize| {
-        let mut s = top_k(v.len(), k, |i| v[i]);
+        let mut s = top_k(k, || v.iter().copied());
         v.iter().map(|&x| s.take(x)).collect::<Vec<_>>()
     };
     // k = 2: 5 and the first 3.
@@ -148,7 +151,7 @@ proptest! {
         k in 0usize..45,
     ) {
         let norm: Vec<Option<f64>> = vals.iter().map(|v| v.map(|x| if x == 0.0 { 0.0 } else { x })).collect();
-        let mut s = top_k(norm.len(), k, |i| norm[i]);
+        let mut s = top_k(k, || norm.iter().copied());
         let got: Vec<bool> = norm.iter().map(|&v| s.take(v)).collect();
         let mut order: Vec<usize> = (0..norm.len()).filter(|&i| norm[i].is_some_and(|x| !x.is_nan())).collect();
         order.sort_by(|&i, &j| norm[j].unwrap().total_cmp(&norm[i].unwrap()).then(i.cmp(&j)));

@@ -235,6 +235,9 @@ pub(crate) unsafe fn read_options(p: *const care_loss_options) -> Result<LossOpt
         aggregation: args::enum_arg(c.aggregation, &AGGREGATIONS)?,
         ratio_level: args::enum_arg(c.ratio_level, &RATIO_LEVELS)?,
         kl_estimator: args::enum_arg(c.kl_estimator, &KL_ESTIMATORS)?,
+        // Not in the C struct yet (the policy-loss family, the rollout correction, the
+        // sequence count): the defaults.
+        ..LossOptions::default()
     })
 }
 
@@ -345,6 +348,8 @@ unsafe fn policy_loss_impl<T: LogProb>(
         seq_offsets,
         mask,
         advantages,
+        // The C struct has no rollout log-probs yet.
+        logp_rollout: None,
     };
     match care_core::grpo::policy_loss(&inputs, &opts, grad) {
         Ok(out) => {

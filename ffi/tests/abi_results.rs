@@ -516,6 +516,7 @@ fn advantages_and_loss_match_the_core() {
             seq_offsets: &seq,
             mask: Some(&mask),
             advantages: Advantages::PerSequence(&adv),
+            logp_rollout: None,
         };
         let mut want_grad = vec![0f32; t];
         let want = care_core::grpo::policy_loss(&inputs, &opts, &mut want_grad).unwrap();
@@ -612,6 +613,7 @@ fn advantages_and_loss_match_the_core() {
             seq_offsets: &seq,
             mask: Some(&mask),
             advantages: Advantages::PerSequence(&adv),
+            logp_rollout: None,
         };
         let want = care_core::grpo::policy_loss(&inputs, &opts, &mut want_grad).unwrap();
         let hb = |v: &[half::f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
@@ -656,6 +658,7 @@ fn inputs_f<'a, T: care_core::grpo::LogProb>(
         seq_offsets: seq,
         mask: Some(mask),
         advantages: Advantages::PerSequence(adv),
+        logp_rollout: None,
     }
 }
 

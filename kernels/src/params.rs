@@ -215,6 +215,7 @@ impl LossParams {
             Aggregation::SeqMeanTokenSum => 2,
             Aggregation::SeqMeanTokenSumNorm => 3,
             Aggregation::TokenSum => 4,
+            Aggregation::TokenSumNorm => 5,
         };
         self.kl = match o.kl_estimator {
             KlEstimator::K1 => 0,

@@ -146,6 +146,7 @@ fn loss_f32_gradient_never_overflows_to_infinity() {
         seq_offsets: &[0, 1],
         mask: None,
         advantages: Advantages::PerSequence(&adv),
+        logp_rollout: None,
     };
     match policy_loss(&inputs, &opts, &mut grad) {
         Ok(out) => {

@@ -49,6 +49,7 @@ pub fn run(opts: &Options, value: &Value, o: &mut Obj<'_>) -> Result<(), LineErr
         seq_offsets: &seq_offsets,
         mask: mask.as_deref(),
         advantages,
+        logp_rollout: None,
     };
     let mut grad = vec![0.0f32; logp.len()];
     let out = policy_loss(&inputs, opts, &mut grad)?;

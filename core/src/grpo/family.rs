@@ -164,7 +164,7 @@ pub fn kl_cov_term(
     PgTerm {
         loss,
         dloss_dlogp: if clamped { 0.0 } else { d },
-        clipped: selected,
+        clipped: false,
     }
 }
 
@@ -245,13 +245,13 @@ impl Selection {
     }
 }
 
-/// The top-`k` [`Selection`] of the candidates that `values(i)` yields for `i in 0..n` (`None`
-/// or NaN: not a candidate): the `k` largest values, ties to the smaller index. `values` is
-/// called up to 65 times per index and must return the same value each time.
-pub fn top_k(n: usize, k: usize, values: impl Fn(usize) -> Option<f64>) -> Selection {
+/// The top-`k` [`Selection`] of the candidates that `values()` yields in token order (`None` or
+/// NaN: not a candidate): the `k` largest values, ties to the earlier one. `values` is called
+/// up to 65 times and must yield the same sequence each time.
+pub fn top_k<I: Iterator<Item = Option<f64>>>(k: usize, values: impl Fn() -> I) -> Selection {
     let count_from = |lo: u64| -> usize {
-        (0..n)
-            .filter_map(&values)
+        values()
+            .flatten()
             .filter(|v| !v.is_nan() && key(*v) >= lo)
             .count()
     };

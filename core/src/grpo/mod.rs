@@ -44,8 +44,8 @@ pub use layout::{GroupLayout, validate_offsets};
 pub use logprob::LogProb;
 pub use loss::{
     Advantages, Aggregation, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput, LossPreset,
-    LossStats, RatioLevel, Surrogate, TokenTerms, aggregation_weight, kl_term, log_ratio,
-    policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
+    LossStats, RatioLevel, SequenceCount, Surrogate, TokenTerms, aggregation_weight, kl_term,
+    log_ratio, policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
 };
 pub use rollout::{
     IsLevel, RejectBound, Rejection, RejectionMode, RolloutInputs, RolloutOptions, RolloutStats,

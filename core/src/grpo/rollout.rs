@@ -37,6 +37,7 @@
 
 use super::layout::validate_offsets;
 use super::logprob::LogProb;
+use crate::error::{InvalidOption, domain};
 use crate::names::named_enum;
 use crate::{Error, Result};
 
@@ -143,6 +144,11 @@ impl Rejection {
 /// Field order (C): `lower: f64, upper: f64`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct RejectBound {
     /// `k1` criteria: the lower ratio bound, `0 <= lower <= upper`, finite (0 = no lower
     /// bound; verl's one-number threshold `u` is `lower = 1 / u`, see [`RejectBound::ratio`]).
@@ -150,6 +156,7 @@ pub struct RejectBound {
     pub lower: f64,
     /// `k1` criteria: the upper ratio bound; others: the upper bound on the statistic. `> 0`
     /// (`+inf` allowed) to enable, 0 = off.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub upper: f64,
 }
 
@@ -176,15 +183,22 @@ impl RejectBound {
 /// zeroed `reject` table rejects nothing.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct RolloutOptions {
     /// Truncation `C` of the importance weights (TIS; verl `rollout_is_threshold`, 2).
     /// `> 0`; `+inf` keeps the weights untruncated.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub is_threshold: f64,
     /// Lower truncation `C_low` of the importance weights (0 = none, verl; OpenRLHF `tis` and
     /// TRL `*_truncate` take one). `0 <= C_low <= C`, finite.
     pub is_threshold_low: f64,
     /// Bound `S` on the rollout log ratio before `exp` (20, verl's `SAFETY_BOUND`). `> 0`;
     /// `+inf` turns it off.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub log_ratio_clamp: f64,
     /// One threshold per [`Rejection`], indexed by its number.
     pub reject: [RejectBound; 11],
@@ -195,20 +209,26 @@ pub struct RolloutOptions {
 }
 
 impl Default for RolloutOptions {
-    /// No weights, no rejection, truncation 2, clamp 20 (verl's defaults).
+    /// [`RolloutOptions::DEFAULT`].
     fn default() -> Self {
-        RolloutOptions {
-            is_threshold: 2.0,
-            is_threshold_low: 0.0,
-            log_ratio_clamp: 20.0,
-            reject: [RejectBound::default(); 11],
-            is_level: IsLevel::Off,
-            rejection_mode: RejectionMode::Drop,
-        }
+        RolloutOptions::DEFAULT
     }
 }
 
 impl RolloutOptions {
+    /// No weights, no rejection, truncation 2, clamp 20 (verl's defaults).
+    pub const DEFAULT: RolloutOptions = RolloutOptions {
+        is_threshold: 2.0,
+        is_threshold_low: 0.0,
+        log_ratio_clamp: 20.0,
+        reject: [RejectBound {
+            lower: 0.0,
+            upper: 0.0,
+        }; 11],
+        is_level: IsLevel::Off,
+        rejection_mode: RejectionMode::Drop,
+    };
+
     /// The threshold of one criterion.
     #[inline]
     pub fn bound(&self, r: Rejection) -> RejectBound {
@@ -232,12 +252,31 @@ impl RolloutOptions {
     /// one, an enabled bound that is not `> 0`, a `k1` lower bound that is negative, not finite
     /// or above the upper bound, or a lower bound on a `k2`/`k3` criterion or on a disabled one.
     pub fn validate(&self) -> Result<()> {
+        self.check().map_err(Error::from)
+    }
+
+    /// [`RolloutOptions::validate`], naming the first field outside its domain.
+    ///
+    /// # Errors
+    /// The first field outside its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
         let pos = |x: f64| x > 0.0; // false for NaN, true for +inf
+        InvalidOption::require(
+            pos(self.is_threshold),
+            "rollout.is_threshold",
+            domain::POSITIVE,
+        )?;
         let low = self.is_threshold_low;
-        let low_ok = low.is_finite() && low >= 0.0 && low <= self.is_threshold;
-        if !(pos(self.is_threshold) && pos(self.log_ratio_clamp) && low_ok) {
-            return Err(Error::InvalidArgument);
-        }
+        InvalidOption::require(
+            low.is_finite() && low >= 0.0 && low <= self.is_threshold,
+            "rollout.is_threshold_low",
+            "finite, >= 0 and <= is_threshold",
+        )?;
+        InvalidOption::require(
+            pos(self.log_ratio_clamp),
+            "rollout.log_ratio_clamp",
+            domain::POSITIVE,
+        )?;
         for r in Rejection::ALL {
             let b = self.bound(r);
             let ok = if !b.on() {
@@ -247,9 +286,12 @@ impl RolloutOptions {
             } else {
                 pos(b.upper) && b.lower == 0.0
             };
-            if !ok {
-                return Err(Error::InvalidArgument);
-            }
+            let expected = if r.is_k1() {
+                "0 (off) or > 0, with 0 <= lower <= upper"
+            } else {
+                "0 (off) or > 0, with lower 0"
+            };
+            InvalidOption::require(ok, "rollout.reject", expected)?;
         }
         Ok(())
     }
@@ -487,6 +529,7 @@ pub(crate) fn token_weight(r: &Resolved, x_hat: f64, seq: (f64, bool)) -> (f64, 
 /// (`rollout_is_mean`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RolloutStats {
     /// Counted tokens before rejection.
     pub tokens: f64,
@@ -548,17 +591,19 @@ impl RolloutStats {
         self.chi2_seq_sum += libm::exp(2.0 * sum);
     }
 
-    /// Adds the per-token diagnostics of a counted token.
+    /// Adds the per-token diagnostics of a counted token (`finite`: both log-probs are).
     #[inline]
-    pub(crate) fn add_token(&mut self, x: f64, x_hat: f64, w: (f64, bool), finite: bool) {
+    pub(crate) fn add_token(&mut self, tc: &TokenCorrection, finite: bool) {
+        let x = tc.x;
         self.tokens += 1.0;
         self.kl_sum -= x;
         self.k3_sum += libm::exp(x) - x - 1.0;
-        let rho = libm::exp(x_hat);
+        let rho = libm::exp(tc.x_hat);
         self.chi2_token_sum += rho * rho;
-        self.weight_sum += w.0;
-        self.truncated += f64::from(u8::from(w.1));
+        self.weight_sum += tc.weight.0;
+        self.truncated += f64::from(u8::from(tc.weight.1));
         self.non_finite += f64::from(u8::from(!finite));
+        self.rejected_tokens += f64::from(u8::from(!tc.kept));
     }
 }
 
@@ -592,6 +637,65 @@ pub(crate) fn sequence_rollout<T: LogProb>(
         }
     }
     s
+}
+
+/// The sequence-level verdict of the correction: kept by every sequence criterion, and the
+/// sequence weight `(weight, truncated)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct SeqCorrection {
+    pub kept: bool,
+    pub weight: (f64, bool),
+}
+
+/// One counted token's correction: its log ratios, whether it is kept (sequence and token
+/// criteria), and its weight before rejection `(weight, truncated)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct TokenCorrection {
+    pub x: f64,
+    pub x_hat: f64,
+    pub kept: bool,
+    pub weight: (f64, bool),
+}
+
+impl TokenCorrection {
+    /// The importance weight the policy-gradient term gets (`Some(0)` for a token rejected
+    /// under [`RejectionMode::ZeroWeight`]), or `None` for a token that leaves the loss.
+    #[inline]
+    pub(crate) fn omega(&self, r: &Resolved) -> Option<f64> {
+        if self.kept {
+            Some(self.weight.0)
+        } else if r.zero_weight {
+            Some(0.0)
+        } else {
+            None
+        }
+    }
+}
+
+/// The sequence verdict of `seq` (a pass over its counted tokens, done by the caller).
+#[inline]
+pub(crate) fn correct_sequence(seq: &SequenceRollout, r: &Resolved) -> SeqCorrection {
+    SeqCorrection {
+        kept: seq.kept(r),
+        weight: seq.weight(r),
+    }
+}
+
+/// The correction of one counted token of a sequence with verdict `sc`.
+#[inline]
+pub(crate) fn correct_token(
+    r: &Resolved,
+    sc: &SeqCorrection,
+    prox: f64,
+    rollout: f64,
+) -> TokenCorrection {
+    let (x, x_hat) = rollout_log_ratio(prox, rollout, r.clamp);
+    TokenCorrection {
+        x,
+        x_hat,
+        kept: sc.kept && token_kept(r, x_hat),
+        weight: token_weight(r, x_hat, sc.weight),
+    }
 }
 
 /// The rollout correction of one micro-batch on its own: writes the importance weight
@@ -633,8 +737,7 @@ pub fn rollout_correction<T: LogProb>(
             r.clamp,
         );
         st.add_sequence(&seq, &r);
-        let seq_kept = seq.kept(&r);
-        let seq_w = seq.weight(&r);
+        let sc = correct_sequence(&seq, &r);
         let mut rejected_any = false;
         for t in range {
             if inputs.mask.is_some_and(|m| m[t] == 0) {
@@ -642,14 +745,11 @@ pub fn rollout_correction<T: LogProb>(
                 continue;
             }
             let (old, rol) = (inputs.logp_old[t].to_f64(), inputs.logp_rollout[t].to_f64());
-            let (x, xh) = rollout_log_ratio(old, rol, r.clamp);
-            let wt = token_weight(&r, xh, seq_w);
-            st.add_token(x, xh, wt, old.is_finite() && rol.is_finite());
-            let kept = seq_kept && token_kept(&r, xh);
-            rejected_any |= !kept;
-            st.rejected_tokens += f64::from(u8::from(!kept));
-            keep[t] = u8::from(kept || r.zero_weight);
-            weights[t] = if kept { super::narrow_f32(wt.0) } else { 0.0 };
+            let tc = correct_token(&r, &sc, old, rol);
+            st.add_token(&tc, old.is_finite() && rol.is_finite());
+            rejected_any |= !tc.kept;
+            keep[t] = u8::from(tc.omega(&r).is_some());
+            weights[t] = super::narrow_f32(tc.omega(&r).unwrap_or(0.0));
         }
         st.rejected_sequences += f64::from(u8::from(rejected_any));
     }

@@ -2,7 +2,7 @@
 
 use care_core::Dtype;
 use care_core::Error;
-use care_core::grpo::{Aggregation, LossOptions, RatioLevel};
+use care_core::grpo::{Aggregation, LossOptions, PolicyLoss, RatioLevel, SequenceCount};
 
 use super::{KernelError, Launcher, launch};
 use crate::geometry::{MAX_GRID_X, Tuning, denoms_geometry, loss_geometry};
@@ -60,6 +60,15 @@ pub unsafe fn grpo_loss<L: Launcher>(
 ) -> Result<(), KernelError<L::Error>> {
     opts.validate()?;
     tuning.check()?;
+    // Not in the kernel yet: the policy-loss family beyond the clipped ratio, GSPO-token, the
+    // horizon-only aggregation and the all-rows sequence count (the CPU reference has them).
+    let supported = opts.policy_loss == PolicyLoss::Clip
+        && opts.ratio_level != RatioLevel::SequenceToken
+        && opts.aggregation != Aggregation::TokenSumNorm
+        && opts.sequence_count == SequenceCount::NonEmpty;
+    if !supported {
+        return Err(Error::InvalidArgument.into());
+    }
     if buf.logp == 0 || buf.adv == 0 || buf.seq_offsets == 0 || buf.workspace == 0 {
         return Err(Error::InvalidArgument.into());
     }

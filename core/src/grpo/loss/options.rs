@@ -1,6 +1,8 @@
 //! The options of the policy loss, their enums and presets.
 
 use crate::error::{InvalidOption, domain};
+use crate::grpo::family::PolicyLoss;
+use crate::grpo::rollout::RolloutOptions;
 use crate::names::named_enum;
 use crate::{Error, Result};
 
@@ -19,6 +21,9 @@ pub enum Aggregation {
     SeqMeanTokenSumNorm = 3,
     /// `w = 1`.
     TokenSum = 4,
+    /// `w = 1 / H`: every sequence's token sum over the horizon, summed (verl's
+    /// `seq-mean-token-sum-norm` up to early 2026, which has no sequence mean).
+    TokenSumNorm = 5,
 }
 
 named_enum!(Aggregation, "aggregation", {
@@ -27,6 +32,7 @@ named_enum!(Aggregation, "aggregation", {
     SeqMeanTokenSum => "seq_mean_token_sum", "Mean over sequences of the per-sequence token sum";
     SeqMeanTokenSumNorm => "seq_mean_token_sum_norm", "Token sum per sequence over N_seq * horizon (Dr. GRPO)";
     TokenSum => "token_sum", "Plain sum";
+    TokenSumNorm => "token_sum_norm", "Token sum over the horizon, no sequence mean (verl <= 2025)";
 });
 
 /// The KL-to-reference estimator, with `x = logp_ref - logp` (clamped).
@@ -61,18 +67,43 @@ pub enum RatioLevel {
     /// GSPO: `rho_i = exp(min(mean_t delta_t, seq_log_ratio_max))` over the counted tokens of
     /// sequence `i`, used for each of its tokens; the gradient flows through the mean.
     Sequence = 1,
+    /// GSPO-token: the value of the sequence ratio with the gradient of the token's own log-prob,
+    /// `s_i,t = sg(rho_i) * exp(logp_t - sg(logp_t))`, so per-token advantages keep their own
+    /// gradient (verl `gspo`). Equal to [`RatioLevel::Sequence`] when the advantage is constant
+    /// within a sequence.
+    SequenceToken = 2,
 }
 
 named_enum!(RatioLevel, "ratio level", {
     Token => "token", "Per-token ratio (PPO/GRPO)";
     Sequence => "sequence", "Per-sequence ratio (GSPO)";
+    SequenceToken => "sequence_token", "Sequence ratio value, token gradient (GSPO-token, verl gspo)";
+});
+
+/// Which sequences the local sequence count `N_seq` counts when `global_sequences` is 0.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SequenceCount {
+    /// Sequences with at least one counted token (default; verl, OpenRLHF).
+    #[default]
+    NonEmpty = 0,
+    /// Every sequence of the call, fully masked ones included (TRL `grpo`/`dr_grpo`/`sapo`,
+    /// verl `geo_mean`).
+    All = 1,
+}
+
+named_enum!(SequenceCount, "sequence count", {
+    NonEmpty => "non_empty", "Sequences with a counted token (verl, OpenRLHF)";
+    All => "all", "Every sequence, fully masked ones included (TRL)";
 });
 
 /// Options of [`policy_loss`](super::policy_loss). Plain `#[repr(C)]` data, mirrored by the C ABI and the kernels.
 ///
 /// Field order (C): the eleven `f64` fields in declaration order (`eps_low` ... `horizon`), then
-/// `aggregation: u32, ratio_level: u32, kl_estimator: u32`, then 4 bytes of tail padding
-/// (104 bytes). A denominator field of `0.0` means "use this call's own count".
+/// `aggregation: u32, ratio_level: u32, kl_estimator: u32, policy_loss: u32`, the six `f64`
+/// fields `sapo_tau_pos` ... `kl_cov_coef`, `rollout` (208 bytes), `sequence_count: u32` and 4
+/// bytes of tail padding (368 bytes; the first 100 bytes are those of the 2025 layout). A
+/// denominator field of `0.0` means "use this call's own count".
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(
@@ -114,6 +145,26 @@ pub struct LossOptions {
     pub ratio_level: RatioLevel,
     /// KL estimator used when `beta > 0` and `logp_ref` is given.
     pub kl_estimator: KlEstimator,
+    /// The policy-gradient term (SPEC, "The policy-loss family"); the ratio levels other than
+    /// `token` need [`PolicyLoss::Clip`].
+    pub policy_loss: PolicyLoss,
+    /// SAPO gate temperature for `A > 0` (1.0). Finite, `> 0`.
+    pub sapo_tau_pos: f64,
+    /// SAPO gate temperature for `A <= 0` (1.05). Finite, `> 0`.
+    pub sapo_tau_neg: f64,
+    /// Clip-Cov / KL-Cov: the share of counted tokens selected, `k = max(1, floor(ratio * N))`
+    /// (`2e-4`). Finite, `> 0`.
+    pub cov_ratio: f64,
+    /// Clip-Cov: candidates have a covariance strictly above this (1.0). Finite.
+    pub clip_cov_lb: f64,
+    /// Clip-Cov: candidates have a covariance strictly below this (5.0). Finite, `>= lb`.
+    pub clip_cov_ub: f64,
+    /// KL-Cov: the coefficient of `|delta|` on selected tokens (1.0). Finite, `>= 0`.
+    pub kl_cov_coef: f64,
+    /// Rollout correction, applied when `logp_rollout` is given (off by default).
+    pub rollout: RolloutOptions,
+    /// What the local `N_seq` counts.
+    pub sequence_count: SequenceCount,
 }
 
 /// Named loss option sets that match an anchor trainer.
@@ -153,6 +204,15 @@ impl Default for LossOptions {
             aggregation: Aggregation::TokenMean,
             ratio_level: RatioLevel::Token,
             kl_estimator: KlEstimator::K3,
+            policy_loss: PolicyLoss::Clip,
+            sapo_tau_pos: 1.0,
+            sapo_tau_neg: 1.05,
+            cov_ratio: 2e-4,
+            clip_cov_lb: 1.0,
+            clip_cov_ub: 5.0,
+            kl_cov_coef: 1.0,
+            rollout: RolloutOptions::DEFAULT,
+            sequence_count: SequenceCount::NonEmpty,
         }
     }
 }
@@ -199,7 +259,41 @@ impl LossOptions {
             "global_sequences",
             FINITE_NON_NEGATIVE,
         )?;
-        InvalidOption::require(fin(self.horizon), "horizon", FINITE_NON_NEGATIVE)
+        InvalidOption::require(fin(self.horizon), "horizon", FINITE_NON_NEGATIVE)?;
+        use domain::{FINITE, FINITE_POSITIVE, finite_positive as fpos};
+        InvalidOption::require(fpos(self.sapo_tau_pos), "sapo_tau_pos", FINITE_POSITIVE)?;
+        InvalidOption::require(fpos(self.sapo_tau_neg), "sapo_tau_neg", FINITE_POSITIVE)?;
+        InvalidOption::require(fpos(self.cov_ratio), "cov_ratio", FINITE_POSITIVE)?;
+        InvalidOption::require(self.clip_cov_lb.is_finite(), "clip_cov_lb", FINITE)?;
+        InvalidOption::require(
+            self.clip_cov_ub.is_finite() && self.clip_cov_ub >= self.clip_cov_lb,
+            "clip_cov_ub",
+            "finite and >= clip_cov_lb",
+        )?;
+        InvalidOption::require(fin(self.kl_cov_coef), "kl_cov_coef", FINITE_NON_NEGATIVE)?;
+        InvalidOption::require(
+            self.ratio_level == RatioLevel::Token || self.policy_loss == PolicyLoss::Clip,
+            "ratio_level",
+            "token unless the policy loss is clip",
+        )?;
+        self.rollout.check()
+    }
+
+    /// The options with every safety clamp off (log ratio, GSPO mean, KL input, `k3` output,
+    /// rollout log ratio), so that a peer without them is reproduced bit for bit on extreme
+    /// inputs (TRL, Liger and the peers' GSPO clamp nothing).
+    pub fn without_clamps(self) -> Self {
+        LossOptions {
+            log_ratio_clamp: f64::INFINITY,
+            seq_log_ratio_max: f64::INFINITY,
+            kl_input_clamp: f64::INFINITY,
+            kl_output_clamp: f64::INFINITY,
+            rollout: RolloutOptions {
+                log_ratio_clamp: f64::INFINITY,
+                ..self.rollout
+            },
+            ..self
+        }
     }
 
     /// [`LossOptions::check`] as an [`Error`].

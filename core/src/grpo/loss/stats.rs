@@ -1,5 +1,7 @@
 //! The statistics of the policy loss (sums that add across micro-batches and ranks).
 
+use crate::grpo::rollout::RolloutStats;
+
 /// Statistics of one call as sums, so that they add across micro-batches and ranks.
 ///
 /// Field order (C): fourteen `f64`s in declaration order. The first twelve combine by sum
@@ -109,4 +111,9 @@ pub struct LossOutput {
     pub loss: f64,
     /// Statistics as sums.
     pub stats: LossStats,
+    /// The rollout correction's diagnostics (all zero without `logp_rollout`).
+    pub rollout: RolloutStats,
+    /// Tokens the covariance selection of Clip-Cov or KL-Cov chose (0 for the other losses);
+    /// a sum, like the statistics.
+    pub cov_selected: f64,
 }
