@@ -857,7 +857,10 @@ fn usage_errors_name_the_accepted_values_on_one_line() {
     let err = String::from_utf8(o.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("[possible values: verl, trl, trl_batch, openrlhf, dr_grpo, rloo]"),
+        err.contains(
+            "[possible values: verl, trl, trl_batch, openrlhf, dr_grpo, rloo, opo, remax, \
+             grpo_passk, gpg, reinforce_pp_baseline]"
+        ),
         "{err}"
     );
     assert!(err.contains("a similar value exists: 'trl_batch'"), "{err}");

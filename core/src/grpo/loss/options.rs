@@ -167,7 +167,9 @@ pub struct LossOptions {
     pub sequence_count: SequenceCount,
 }
 
-/// Named loss option sets that match an anchor trainer.
+/// Named loss option sets that reproduce a peer's configuration on ordinary inputs (log ratios
+/// inside the clamps; see GRPO.md for every remaining difference). Each keeps the safety clamps;
+/// [`LossOptions::without_clamps`] turns them off for a bit-for-bit match on extreme inputs.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LossPreset {
@@ -178,11 +180,79 @@ pub enum LossPreset {
     /// token count, KL `k3` (off: TRL's default `beta = 0`). TRL does not clamp the log ratio;
     /// the preset keeps the clamp at 20, which agrees with TRL wherever TRL's result is finite.
     Trl = 1,
+    /// verl `vanilla` with `seq-mean-token-mean`.
+    VerlSeqMeanTokenMean = 2,
+    /// verl `vanilla` with `seq-mean-token-sum`.
+    VerlSeqMeanTokenSum = 3,
+    /// verl `vanilla` with `seq-mean-token-sum-norm` as verl computed it until 2026: every
+    /// sequence's token sum over the horizon (the padded length), with no sequence mean
+    /// ([`Aggregation::TokenSumNorm`]). verl since 2026 divides by the sequence count too:
+    /// `verl` with [`Aggregation::SeqMeanTokenSumNorm`].
+    VerlSeqMeanTokenSumNorm = 4,
+    /// verl `gspo`: the GSPO-token ratio ([`RatioLevel::SequenceToken`]), mean log ratio capped
+    /// at 10, `seq-mean-token-mean` (verl forces it), no dual clip.
+    VerlGspo = 5,
+    /// verl `sapo`: `tau_pos = 1`, `tau_neg = 1.05`, `seq-mean-token-mean` (verl forces it).
+    VerlSapo = 6,
+    /// verl `cispo`: the weight clipped to `[1 - 0.2, 1 + 0.2]`, `token-mean`.
+    VerlCispo = 7,
+    /// verl `gpg`: `-A * logp`, `token-mean`.
+    VerlGpg = 8,
+    /// verl `clip_cov`: ratio `2e-4`, window `(1, 5)`, `token-mean`, no dual clip; the `k`
+    /// candidates with the largest covariance (verl samples them at random).
+    VerlClipCov = 9,
+    /// verl `kl_cov`: ratio `2e-4`, coefficient 1, `token-mean`.
+    VerlKlCov = 10,
+    /// verl `geo_mean` (GMPO): the log ratio clipped to `[-0.2, 0.2]`, the mean over every
+    /// row of the micro-batch (`torch.mean`: [`SequenceCount::All`]).
+    VerlGeoMean = 11,
+    /// TRL `grpo`: `seq_mean_token_mean` over every row, fully masked ones included.
+    TrlGrpo = 12,
+    /// TRL `bnpo`: the token mean over the micro-batch's own tokens (the options of `trl`;
+    /// TRL divides by the gradient-accumulation steps as well).
+    TrlBnpo = 13,
+    /// TRL `dr_grpo`: the token sum over `rows * max_completion_length` (pass
+    /// `max_completion_length` as `horizon`; every row counts).
+    TrlDrGrpo = 14,
+    /// TRL `dapo` (its default): the options of `trl`.
+    TrlDapo = 15,
+    /// TRL `cispo` with `epsilon_high = 5` (its documented recommendation): the weight capped at
+    /// 5 with no lower bound, the global token mean.
+    TrlCispo = 16,
+    /// TRL `sapo`: `tau_pos = 1`, `tau_neg = 1.05`, the `grpo` normalization (every row).
+    TrlSapo = 17,
+    /// OpenRLHF `PolicyLoss` `ppo` with `token_level_loss` (default): eps 0.2/0.2, clamp 20,
+    /// the token mean, no dual clip (its default `dual_clip = None`).
+    OpenRlhf = 18,
+    /// OpenRLHF `ppo` with `token_level_loss = False`: `seq_mean_token_mean`.
+    OpenRlhfSeq = 19,
+    /// OpenRLHF `gspo`: the sequence ratio with the gradient through the mean
+    /// ([`RatioLevel::Sequence`]), `seq_mean_token_mean`.
+    OpenRlhfGspo = 20,
 }
 
 named_enum!(LossPreset, "loss preset", {
-    Verl => "verl", "verl: dual clip c = 3";
+    Verl => "verl", "verl vanilla: dual clip c = 3, token-mean";
     Trl => "trl", "TRL (dapo): the defaults";
+    VerlSeqMeanTokenMean => "verl_seq_mean_token_mean", "verl vanilla, seq-mean-token-mean";
+    VerlSeqMeanTokenSum => "verl_seq_mean_token_sum", "verl vanilla, seq-mean-token-sum";
+    VerlSeqMeanTokenSumNorm => "verl_seq_mean_token_sum_norm", "verl vanilla, token sum over the horizon";
+    VerlGspo => "verl_gspo", "verl gspo: GSPO-token ratio, seq-mean-token-mean";
+    VerlSapo => "verl_sapo", "verl sapo: tau 1 / 1.05, seq-mean-token-mean";
+    VerlCispo => "verl_cispo", "verl cispo: weight clipped to [0.8, 1.2], token-mean";
+    VerlGpg => "verl_gpg", "verl gpg: -A * logp, token-mean";
+    VerlClipCov => "verl_clip_cov", "verl clip_cov: ratio 2e-4, window (1, 5)";
+    VerlKlCov => "verl_kl_cov", "verl kl_cov: ratio 2e-4, coefficient 1";
+    VerlGeoMean => "verl_geo_mean", "verl geo_mean (GMPO): log clip 0.2, mean over rows";
+    TrlGrpo => "trl_grpo", "TRL grpo: seq-mean-token-mean over every row";
+    TrlBnpo => "trl_bnpo", "TRL bnpo: local token mean";
+    TrlDrGrpo => "trl_dr_grpo", "TRL dr_grpo: token sum over rows * horizon";
+    TrlDapo => "trl_dapo", "TRL dapo: global token mean";
+    TrlCispo => "trl_cispo", "TRL cispo: weight capped at 5, global token mean";
+    TrlSapo => "trl_sapo", "TRL sapo: tau 1 / 1.05, grpo normalization";
+    OpenRlhf => "openrlhf", "OpenRLHF ppo: token-level loss";
+    OpenRlhfSeq => "openrlhf_seq", "OpenRLHF ppo with token_level_loss = False";
+    OpenRlhfGspo => "openrlhf_gspo", "OpenRLHF gspo: sequence ratio through the mean";
 });
 
 impl Default for LossOptions {
@@ -220,13 +290,92 @@ impl Default for LossOptions {
 impl LossOptions {
     /// The options of a preset.
     pub fn preset(preset: LossPreset) -> Self {
+        use Aggregation::*;
+        use LossPreset as P;
         let base = LossOptions::default();
+        let verl = LossOptions {
+            dual_clip: 3.0,
+            ..base
+        };
+        let all_rows = SequenceCount::All;
         match preset {
-            LossPreset::Verl => LossOptions {
-                dual_clip: 3.0,
+            P::Verl => verl,
+            P::Trl | P::TrlBnpo | P::TrlDapo | P::OpenRlhf => base,
+            P::VerlSeqMeanTokenMean => LossOptions {
+                aggregation: SeqMeanTokenMean,
+                ..verl
+            },
+            P::VerlSeqMeanTokenSum => LossOptions {
+                aggregation: SeqMeanTokenSum,
+                ..verl
+            },
+            P::VerlSeqMeanTokenSumNorm => LossOptions {
+                aggregation: TokenSumNorm,
+                ..verl
+            },
+            P::VerlGspo => LossOptions {
+                ratio_level: RatioLevel::SequenceToken,
+                aggregation: SeqMeanTokenMean,
                 ..base
             },
-            LossPreset::Trl => base,
+            P::VerlSapo => LossOptions {
+                policy_loss: PolicyLoss::Sapo,
+                aggregation: SeqMeanTokenMean,
+                ..base
+            },
+            P::VerlCispo => LossOptions {
+                policy_loss: PolicyLoss::Cispo,
+                ..base
+            },
+            P::VerlGpg => LossOptions {
+                policy_loss: PolicyLoss::Gpg,
+                ..base
+            },
+            P::VerlClipCov => LossOptions {
+                policy_loss: PolicyLoss::ClipCov,
+                ..base
+            },
+            P::VerlKlCov => LossOptions {
+                policy_loss: PolicyLoss::KlCov,
+                ..base
+            },
+            P::VerlGeoMean => LossOptions {
+                policy_loss: PolicyLoss::Gmpo,
+                aggregation: SeqMeanTokenMean,
+                sequence_count: all_rows,
+                ..base
+            },
+            P::TrlGrpo => LossOptions {
+                aggregation: SeqMeanTokenMean,
+                sequence_count: all_rows,
+                ..base
+            },
+            P::TrlDrGrpo => LossOptions {
+                aggregation: SeqMeanTokenSumNorm,
+                sequence_count: all_rows,
+                ..base
+            },
+            P::TrlCispo => LossOptions {
+                policy_loss: PolicyLoss::Cispo,
+                eps_low: 1.0,
+                eps_high: 4.0,
+                ..base
+            },
+            P::TrlSapo => LossOptions {
+                policy_loss: PolicyLoss::Sapo,
+                aggregation: SeqMeanTokenMean,
+                sequence_count: all_rows,
+                ..base
+            },
+            P::OpenRlhfSeq => LossOptions {
+                aggregation: SeqMeanTokenMean,
+                ..base
+            },
+            P::OpenRlhfGspo => LossOptions {
+                ratio_level: RatioLevel::Sequence,
+                aggregation: SeqMeanTokenMean,
+                ..base
+            },
         }
     }
 
