@@ -30,7 +30,7 @@ pub fn run(cli: Cli) -> ExitCode {
             advantage_options(&adv).and_then(|o| stream(&Command::Advantages(o), &io))
         }
         CliCommand::Loss { loss, io } => {
-            loss_options(&loss).and_then(|o| stream(&Command::Loss(o), &io))
+            loss_options(&loss).and_then(|o| stream(&Command::Loss(Box::new(o)), &io))
         }
         CliCommand::Validate { format, io } => {
             format_policy(&format).and_then(|p| stream(&Command::Validate(p), &io))

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_cli::Command;
-use care_core::grpo::{AdvantageOptions, LossOptions};
+use care_core::grpo::AdvantageOptions;
 use care_core::{FormatPolicy, GeneratorOptions};
 
 fn commands() -> Vec<Command> {
@@ -13,7 +13,7 @@ fn commands() -> Vec<Command> {
         Command::Score(care_cli::cmd::score::Options::default()),
         Command::GeneratorReward(GeneratorOptions::PAPER),
         Command::Advantages(AdvantageOptions::default()),
-        Command::Loss(LossOptions::default()),
+        Command::Loss(Box::default()),
     ]
 }
 

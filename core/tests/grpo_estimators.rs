@@ -174,7 +174,8 @@ fn std_floor_caps_the_amplification_of_rounding_residues() {
     };
     let d = (f64::from(1.00001f32) - 1.0) / 2.0;
     let plain = run(&GroupInputs::new(&r, None, layout), &o).unwrap();
-    close(&plain, &[-0.7071067811865476, 0.7071067811865476], 1e-9);
+    let h = std::f64::consts::FRAC_1_SQRT_2;
+    close(&plain, &[-h, h], 1e-9);
     let o = AdvantageOptions {
         std_floor: 1e-3,
         ..o

@@ -88,7 +88,7 @@ fn loss_presets_by_name() {
     for p in LossPreset::ALL {
         assert_eq!(LossPreset::from_name(p.name()), Some(p));
     }
-    assert_eq!(LossPreset::from_name("openrlhf"), None);
+    assert_eq!(LossPreset::from_name("vanilla"), None);
     let v = LossOptions::preset(LossPreset::Verl);
     assert_eq!(
         (v.dual_clip, v.eps_low, v.eps_high, v.log_ratio_clamp),

@@ -213,6 +213,11 @@ pub(crate) fn stats_to_c(s: &LossStats) -> care_loss_stats {
     }
 }
 
+/// The presets the C struct can express: the later ones need the policy-loss family, the
+/// rollout correction, the new aggregation or the sequence count, which `care_loss_options` does
+/// not carry yet, and a preset must never be handed out with a field silently dropped.
+const C_LOSS_PRESETS: [LossPreset; 2] = [LossPreset::Verl, LossPreset::Trl];
+
 /// Reads the caller's loss options (NULL: SPEC defaults), checking every enum value.
 ///
 /// # Safety
@@ -270,7 +275,7 @@ pub unsafe extern "C" fn care_loss_options_preset(
 ) -> care_result {
     ffi_panic_boundary! {
         let out = tri!(Out::new(options_out));
-        let p = tri!(args::enum_arg(preset, &LossPreset::ALL));
+        let p = tri!(args::enum_arg(preset, &C_LOSS_PRESETS));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
         unsafe { out.write(to_c(&LossOptions::preset(p))) };
         care_result::CARE_OK
@@ -289,7 +294,11 @@ pub unsafe extern "C" fn care_loss_options_preset_by_name(
         // SAFETY: forwarded contract.
         let name = tri!(unsafe { args::text(name, name_len) });
         let out = tri!(Out::new(options_out));
-        let p = tri!(LossPreset::from_name(name).ok_or(care_result::CARE_ERR_INVALID_ARGUMENT));
+        let p = tri!(
+            LossPreset::from_name(name)
+                .filter(|p| C_LOSS_PRESETS.contains(p))
+                .ok_or(care_result::CARE_ERR_INVALID_ARGUMENT)
+        );
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
         unsafe { out.write(to_c(&LossOptions::preset(p))) };
         care_result::CARE_OK
@@ -566,7 +575,7 @@ mod tests {
 
     #[test]
     fn options_round_trip_through_the_c_struct() {
-        for p in LossPreset::ALL {
+        for p in C_LOSS_PRESETS {
             let o = LossOptions::preset(p);
             // SAFETY: pointer to a live, fully initialized struct.
             assert_eq!(unsafe { read_options(&to_c(&o)) }, Ok(o));

@@ -26,10 +26,10 @@ fuzz_target!(|data: &[u8]| {
         1 => Command::Advantages(AdvantageOptions::preset(
             Preset::ALL[hi % Preset::ALL.len()],
         )),
-        2 => Command::Loss(LossOptions::default()),
-        3 => Command::Loss(LossOptions::preset(
+        2 => Command::Loss(Box::default()),
+        3 => Command::Loss(Box::new(LossOptions::preset(
             LossPreset::ALL[hi % LossPreset::ALL.len()],
-        )),
+        ))),
         4 => Command::Validate(format),
         5 => Command::Score(score::Options {
             score: ScoreOptions {

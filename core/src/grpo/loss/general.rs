@@ -504,13 +504,12 @@ fn token_term(
     match o.policy_loss {
         PolicyLoss::Clip | PolicyLoss::ClipCov | PolicyLoss::Gmpo => {
             let s = surrogate(rho, a, o);
-            // Clip-Cov: a selected token's term is detached, so it contributes nothing.
-            let keep = if selected { 0.0 } else { 1.0 };
             let g = if clamped { 0.0 } else { s.dloss_drho * rho };
             let mut out = surrogate_out(&s, omega, omega * g, rho, delta, clamped);
             if selected {
-                out.loss = keep * out.loss;
-                out.grad = keep * out.grad;
+                // Clip-Cov: a selected token's term is multiplied by 0 (verl's `corr`), so it
+                // contributes neither loss nor gradient.
+                (out.loss, out.grad) = (0.0, 0.0);
             }
             out
         }
