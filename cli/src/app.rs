@@ -26,6 +26,12 @@ pub const EXIT_USAGE: u8 = 2;
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         CliCommand::Demo => crate::demo::run(&mut io::stdout().lock()).map(|()| EXIT_OK),
+        CliCommand::Analyze {
+            analyze,
+            score,
+            format,
+            io,
+        } => crate::analyze::cli::run(&analyze, &score, &format, &io),
         CliCommand::Advantages { adv, io } => {
             advantage_options(&adv).and_then(|o| stream(&Command::Advantages(o), &io))
         }
@@ -96,7 +102,7 @@ fn stream(cmd: &Command, io: &IoArgs) -> Result<u8, String> {
 }
 
 /// The message for options a flag put outside their domain: the flag, then the core's check.
-fn invalid(e: InvalidOption) -> String {
+pub(crate) fn invalid(e: InvalidOption) -> String {
     format!("{}: {e}", flag_of(e.field))
 }
 

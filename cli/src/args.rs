@@ -132,6 +132,23 @@ pub enum CliCommand {
         #[command(flatten)]
         io: IoArgs,
     },
+    /// Tables and charts of the paper's analyses (preference recovery, weights by turn and
+    /// emotion, strategy use, format health) from JSON Lines, into a report directory.
+    #[command(allow_negative_numbers = true, after_help = crate::analyze::cli::AFTER_HELP)]
+    Analyze {
+        /// Report options.
+        #[command(flatten)]
+        analyze: crate::analyze::cli::AnalyzeArgs,
+        /// Scoring policy for pairs given as scores.
+        #[command(flatten)]
+        score: ScoreArgs,
+        /// Format policy for rubric text.
+        #[command(flatten)]
+        format: FormatArgs,
+        /// Input and engine options.
+        #[command(flatten)]
+        io: IoArgs,
+    },
     /// Run the CARE loop on bundled paper data and print it as a table.
     #[command(
         allow_negative_numbers = true,

@@ -5,6 +5,7 @@
 //! streaming engine ([`engine::run`]) can be driven on any reader and writer.
 #![deny(missing_docs)]
 
+pub mod analyze;
 pub mod app;
 pub mod args;
 pub mod cmd;

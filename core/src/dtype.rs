@@ -3,7 +3,6 @@
 //! derive from.
 
 use core::fmt;
-use core::str::FromStr;
 
 use crate::Error;
 
@@ -36,6 +35,20 @@ impl Dtype {
             Dtype::Bf16 => "bf16",
             Dtype::F16 => "f16",
         }
+    }
+
+    /// One line for help texts.
+    pub const fn help(self) -> &'static str {
+        match self {
+            Dtype::F32 => "IEEE single precision, 4 bytes",
+            Dtype::Bf16 => "bfloat16, 2 bytes",
+            Dtype::F16 => "IEEE half precision, 2 bytes",
+        }
+    }
+
+    /// The dtype named exactly `name` ([`Dtype::name`]); `None` for any other string.
+    pub fn from_name(name: &str) -> Option<Dtype> {
+        Dtype::ALL.into_iter().find(|d| d.name() == name)
     }
 
     /// Bytes per element.
@@ -75,22 +88,13 @@ impl Dtype {
 
 impl fmt::Display for Dtype {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 
-impl FromStr for Dtype {
-    type Err = Error;
-
-    /// Parses a stable name (exactly as [`Dtype::name`] writes it); anything else is
-    /// [`Error::InvalidArgument`].
-    fn from_str(s: &str) -> Result<Dtype, Error> {
-        Dtype::ALL
-            .into_iter()
-            .find(|d| d.name() == s)
-            .ok_or(Error::InvalidArgument)
-    }
-}
+// `FromStr` (exactly a stable name; anything else is an `UnknownName`, which converts into
+// `Error::InvalidArgument`), `Named`, and serialization by name.
+crate::names::impl_named!(Dtype, "dtype");
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
@@ -108,7 +112,8 @@ mod tests {
         }
         assert_eq!(Dtype::from_number(3), Err(Error::InvalidArgument));
         for bad in ["", "F32", "fp32", "bf16 ", "f64", "float"] {
-            assert_eq!(bad.parse::<Dtype>(), Err(Error::InvalidArgument), "{bad:?}");
+            let e = bad.parse::<Dtype>().unwrap_err();
+            assert_eq!(Error::from(e), Error::InvalidArgument, "{bad:?}");
         }
     }
 

@@ -280,6 +280,7 @@ mod tests {
         check::<RejectionMode>();
         check::<PolicyLoss>();
         check::<SequenceCount>();
+        check::<crate::Dtype>();
     }
 
     #[test]

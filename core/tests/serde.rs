@@ -80,6 +80,7 @@ fn enums_are_written_by_their_stable_names() {
     each::<care_core::grpo::SingletonPolicy>();
     each::<care_core::UnknownLabelPolicy>();
     each::<care_core::strategy::Taxonomy>();
+    each::<care_core::Dtype>();
 }
 
 #[test]

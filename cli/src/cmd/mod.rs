@@ -7,7 +7,7 @@ use crate::json::{LineError, Obj, line_text, parse_strict, push_error_line};
 pub mod advantages;
 pub mod generator_reward;
 pub mod loss;
-mod rubric;
+pub(crate) mod rubric;
 pub mod score;
 pub mod validate;
 

@@ -29,6 +29,11 @@ use crate::{Error, Result};
 /// Options of [`gae`] and [`discounted_returns`]. Field order (C): `gamma: f64, lambda: f64`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct GaeOptions {
     /// Discount `gamma` in `[0, 1]` (1).
     pub gamma: f64,
@@ -61,6 +66,11 @@ impl GaeOptions {
 /// Options of [`whiten`]. Field order (C): `eps: f64, std_kind: u32` (+4 bytes padding).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct WhitenOptions {
     /// Added to the variance under the square root (`1e-8`); finite, `>= 0`.
     pub eps: f64,

@@ -1,0 +1,1031 @@
+//! `care analyze` end to end: golden numbers on a synthetic dataset whose answers are known by
+//! construction, every chart rasterized and checked for its series, bad input reported line by
+//! line, and the binary's exit codes and directory handling.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use care_cli::analyze::charts::{self, DIM_COLORS, OUTCOME_COLORS, TIE_COLOR, hex, variant_color};
+use care_cli::analyze::report::{self, Meta};
+use care_cli::analyze::{Acc, Options, analyze};
+use care_cli::engine::EngineOptions;
+
+// ---------------------------------------------------------------------------------------------
+// Building input lines.
+
+/// A valid rubric (under the paper's contract when `n` is within 2..=4 and `w` sums to 1) with
+/// `n[d]` criteria per dimension; titles carry `tag` so they are unique.
+fn rubric(w: [f64; 3], n: [usize; 3], tag: &str) -> String {
+    let names = [
+        "Cognitive Empathy",
+        "Affective Empathy",
+        "Proactive Empathy",
+    ];
+    let mut s = String::from("{\"categories\":[");
+    for d in 0..3 {
+        if d > 0 {
+            s.push(',');
+        }
+        write!(
+            s,
+            "{{\"category\":\"{}\",\"weight_rationale\":\"why {d}\",\"category_weight\":{},\"criteria\":[",
+            names[d], w[d]
+        )
+        .unwrap();
+        for i in 0..n[d] {
+            if i > 0 {
+                s.push(',');
+            }
+            write!(
+                s,
+                "{{\"title\":\"{tag} d{d} c{i}\",\"description\":\"[0] none [1] a little [2] some \
+                 [3] fair [4] good [5] full value: 0, 1, 2, 3, 4, 5\"}}"
+            )
+            .unwrap();
+        }
+        s.push_str("]}");
+    }
+    s.push_str("]}");
+    s
+}
+
+/// A rubric line: half of them as text to validate, half as `care validate` would report them
+/// (both routes must give the same statistics).
+fn rubric_line(variant: &str, turn: u32, emotion: &str, w: [f64; 3], k: usize) -> String {
+    if k.is_multiple_of(2) {
+        format!(
+            "{{\"variant\":\"{variant}\",\"turn\":{turn},\"emotion\":\"{emotion}\",\"rubric\":{}}}",
+            rubric(w, [2, 2, 2], &format!("{variant}{turn}x{k}"))
+        )
+    } else {
+        format!(
+            "{{\"variant\":\"{variant}\",\"turn\":{turn},\"emotion\":\"{emotion}\",\"format_reward\":1,\
+             \"violations\":[],\"weights\":[{},{},{}],\"criteria\":[2,2,2]}}",
+            w[0], w[1], w[2]
+        )
+    }
+}
+
+const W_COG: [f64; 3] = [0.5, 0.25, 0.25];
+const W_AFF: [f64; 3] = [0.25, 0.5, 0.25];
+const W_AFF2: [f64; 3] = [0.25, 0.625, 0.125];
+const W_PRO: [f64; 3] = [0.125, 0.125, 0.75];
+const W_TIE: [f64; 3] = [0.375, 0.375, 0.25];
+
+/// The planted rubrics: `(variant, turn, emotion, weights, dominant)` with dominant 0..=2 or
+/// 3 for a tie, written down by hand (not computed by the code under test).
+fn planted() -> Vec<(&'static str, u32, &'static str, [f64; 3], usize)> {
+    let mut v = Vec::new();
+    for turn in 1..=3 {
+        for _ in 0..3 {
+            v.push(("sft", turn, "joy", W_COG, 0));
+        }
+        v.push(("sft", turn, "joy", W_AFF, 1));
+    }
+    v.push(("sft", 3, "joy", W_TIE, 3));
+    v.push(("rl", 1, "sadness", W_AFF2, 1));
+    v.push(("rl", 1, "sadness", W_AFF2, 1));
+    v.push(("rl", 1, "sadness", W_AFF, 1));
+    v.push(("rl", 1, "sadness", W_AFF, 1));
+    v.push(("rl", 2, "anger", W_COG, 0));
+    v.push(("rl", 2, "anger", W_AFF, 1));
+    v.push(("rl", 2, "anger", W_TIE, 3));
+    v.push(("rl", 2, "anger", W_PRO, 2));
+    v
+}
+
+const PAIR_RUBRIC_W: [f64; 3] = [0.5, 0.25, 0.25];
+/// Raw judge scores, two criteria per dimension.
+type Scores = [[u8; 2]; 3];
+/// Scores of a win: the chosen response is better on Cognitive only.
+const WIN: (Scores, Scores) = ([[5, 5], [3, 3], [3, 3]], [[4, 4], [3, 3], [3, 3]]);
+/// Three kinds of tie: identical, the same scores in another order, and dimensions that cancel
+/// exactly (0.5 * 0.2 = 0.25 * 0.4) although f64 rounding makes the naive sums differ.
+const TIES: [(Scores, Scores); 3] = [
+    ([[4, 4], [2, 3], [1, 5]], [[4, 4], [2, 3], [1, 5]]),
+    ([[3, 4], [2, 5], [0, 1]], [[4, 3], [5, 2], [1, 0]]),
+    ([[3, 3], [2, 2], [2, 2]], [[2, 2], [4, 4], [2, 2]]),
+];
+
+fn matrix(m: Scores) -> String {
+    format!(
+        "[[{},{}],[{},{}],[{},{}]]",
+        m[0][0], m[0][1], m[1][0], m[1][1], m[2][0], m[2][1]
+    )
+}
+
+fn pair_line(variant: &str, chosen: Scores, rejected: Scores, k: usize) -> String {
+    format!(
+        "{{\"variant\":\"{variant}\",\"rubric\":{},\"chosen_scores\":{},\"rejected_scores\":{}}}",
+        rubric(PAIR_RUBRIC_W, [2, 2, 2], &format!("p{variant}{k}")),
+        matrix(chosen),
+        matrix(rejected)
+    )
+}
+
+/// `(variant, emotion, tactics)` of the planted responses.
+fn responses() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
+    let mut v = Vec::new();
+    for i in 0..10 {
+        let emotion = if i < 5 { "sadness" } else { "anger" };
+        let t = match i {
+            0..=5 => vec!["paraphrasing"],
+            6 | 7 => vec!["paraphrasing", "advice"],
+            _ => vec![],
+        };
+        v.push(("MICA", emotion, t));
+    }
+    for i in 0..8 {
+        let (emotion, t) = if i < 4 {
+            // A repeat in another spelling counts once.
+            ("joy", vec!["questioning", "reappraisal", " QUESTIONING "])
+        } else {
+            // MINT `information` and ESConv `Information` are the same label.
+            ("fear", vec!["information", "Information"])
+        };
+        v.push(("CARE", emotion, t));
+    }
+    v
+}
+
+/// The whole golden dataset, one line per element.
+fn golden_lines() -> Vec<String> {
+    let mut lines = Vec::new();
+    for (k, (v, t, e, w, _)) in planted().into_iter().enumerate() {
+        lines.push(rubric_line(v, t, e, w, k));
+    }
+    // Invalid rubrics: two weight sums of 0.95 and one dimension with a single criterion.
+    for k in 0..2 {
+        lines.push(format!(
+            "{{\"variant\":\"sft\",\"turn\":1,\"emotion\":\"joy\",\"text\":{}}}",
+            serde_json::to_string(&rubric([0.5, 0.2, 0.25], [2, 2, 2], &format!("bad{k}")))
+                .unwrap()
+        ));
+    }
+    lines.push(format!(
+        "{{\"variant\":\"sft\",\"turn\":2,\"rubric\":{}}}",
+        rubric([0.5, 0.25, 0.25], [1, 2, 2], "short")
+    ));
+    lines.push("{\"variant\":\"rl\",\"turn\":1,\"rubric\":null}".to_owned());
+    lines.push("{\"variant\":\"rl\",\"text\":\"I cannot write a rubric.\"}".to_owned());
+    // Pairs: sft 5 wins, 3 ties, 4 losses, 1 unscored; rl 9 wins, 2 ties, 1 loss.
+    let mut k = 0;
+    let mut push = |lines: &mut Vec<String>, v: &str, c, r| {
+        lines.push(pair_line(v, c, r, k));
+        k += 1;
+    };
+    for _ in 0..5 {
+        push(&mut lines, "sft", WIN.0, WIN.1);
+    }
+    for t in TIES {
+        push(&mut lines, "sft", t.0, t.1);
+    }
+    for _ in 0..4 {
+        push(&mut lines, "sft", WIN.1, WIN.0);
+    }
+    lines.push(format!(
+        "{{\"variant\":\"sft\",\"rubric\":null,\"chosen_scores\":{},\"rejected_scores\":{}}}",
+        matrix(WIN.0),
+        matrix(WIN.1)
+    ));
+    for _ in 0..9 {
+        push(&mut lines, "rl", WIN.0, WIN.1);
+    }
+    for t in &TIES[1..] {
+        push(&mut lines, "rl", t.0, t.1);
+    }
+    push(&mut lines, "rl", WIN.1, WIN.0);
+    // Pairs scored elsewhere.
+    for (c, r, p) in [
+        (0.9, 0.5, 0.5),
+        (0.7, 0.6, 0.25),
+        (0.4, 0.4, 0.0),
+        (0.2, 0.3, -0.25),
+    ] {
+        lines.push(format!(
+            "{{\"model\":\"ext\",\"chosen_reward\":{c},\"rejected_reward\":{r},\"r_pref\":{p}}}"
+        ));
+    }
+    for (v, e, t) in responses() {
+        lines.push(format!(
+            "{{\"variant\":\"{v}\",\"emotion\":\"{e}\",\"tactics\":{}}}",
+            serde_json::to_string(&t).unwrap()
+        ));
+    }
+    lines
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running and reading back.
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("analyze")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn run(lines: &[String], opts: &Options, threads: usize, dir: &Path) -> (Acc, String) {
+    let input = lines.join("\n") + "\n";
+    let mut errors = Vec::new();
+    let eopts = EngineOptions {
+        threads,
+        // Small chunks so the golden set spans several and the fold crosses chunk borders.
+        chunk_lines: 7,
+        ..EngineOptions::default()
+    };
+    let acc = analyze(opts, input.as_bytes(), &eopts, &mut errors).unwrap();
+    let meta = Meta {
+        title: "golden".to_owned(),
+        input: "golden.jsonl".to_owned(),
+        settings: Vec::new(),
+    };
+    report::write(dir, &acc, &meta).unwrap();
+    (acc, String::from_utf8(errors).unwrap())
+}
+
+/// A CSV of the report as rows of `column -> value` (our golden data has no quoted fields).
+fn csv(dir: &Path, name: &str) -> Vec<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(dir.join(format!("{name}.csv"))).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), header.len(), "{name}: {l}");
+            header
+                .iter()
+                .zip(f)
+                .map(|(h, v)| ((*h).to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+fn find<'a>(
+    rows: &'a [BTreeMap<String, String>],
+    keys: &[(&str, &str)],
+) -> &'a BTreeMap<String, String> {
+    let hits: Vec<_> = rows
+        .iter()
+        .filter(|r| {
+            keys.iter()
+                .all(|(k, v)| r.get(*k).map(String::as_str) == Some(*v))
+        })
+        .collect();
+    assert_eq!(hits.len(), 1, "rows matching {keys:?}: {hits:?}");
+    hits[0]
+}
+
+fn f(row: &BTreeMap<String, String>, key: &str) -> f64 {
+    row.get(key)
+        .unwrap_or_else(|| panic!("no column {key} in {row:?}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{key} = {:?}: {e}", row[key]))
+}
+
+fn u(row: &BTreeMap<String, String>, key: &str) -> u64 {
+    row[key]
+        .parse()
+        .unwrap_or_else(|e| panic!("{key} = {:?}: {e}", row[key]))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Golden numbers.
+
+#[test]
+fn golden_weights_and_dominance_match_the_planted_values() {
+    let dir = scratch_dir("golden_weights");
+    let (acc, errors) = run(&golden_lines(), &Options::default(), 2, &dir);
+    assert_eq!(errors, "", "no line of the golden set is skipped");
+    assert_eq!(acc.skipped_lines(), 0);
+
+    let by_turn = csv(&dir, "weights_by_turn");
+    let dom_turn = csv(&dir, "dominant_by_turn");
+    type Planted = Vec<([f64; 3], usize)>;
+    let mut groups: BTreeMap<(&str, u32), Planted> = BTreeMap::new();
+    for (v, t, _, w, d) in planted() {
+        groups.entry((v, t)).or_default().push((w, d));
+    }
+    assert_eq!(by_turn.len(), groups.len(), "one row per (variant, turn)");
+    for ((v, t), rubrics) in &groups {
+        let turn = t.to_string();
+        let row = find(&by_turn, &[("variant", v), ("turn", &turn)]);
+        let n = rubrics.len() as f64;
+        assert_eq!(u(row, "n"), rubrics.len() as u64);
+        for (d, name) in ["cognitive", "affective", "proactive"].iter().enumerate() {
+            // Dyadic weights: the exact mean is this sum over n.
+            let exact: f64 = rubrics.iter().map(|(w, _)| w[d]).sum::<f64>() / n;
+            let got = f(row, name);
+            assert!(
+                (got - exact).abs() <= 1e-15,
+                "{v} turn {t} {name}: {got} vs {exact}"
+            );
+            let (lo, hi) = (f(row, &format!("{name}_lo")), f(row, &format!("{name}_hi")));
+            assert!(
+                lo <= got && got <= hi,
+                "{v} turn {t} {name}: {lo} {got} {hi}"
+            );
+        }
+        let drow = find(&dom_turn, &[("variant", v), ("turn", &turn)]);
+        for (k, name) in ["cognitive", "affective", "proactive", "tie"]
+            .iter()
+            .enumerate()
+        {
+            let planted_k = rubrics.iter().filter(|(_, d)| *d == k).count() as u64;
+            assert_eq!(u(drow, name), planted_k, "{v} turn {t} dominant {name}");
+            let share = f(drow, &format!("{name}_share"));
+            assert!((share - planted_k as f64 / n).abs() <= 1e-15);
+        }
+    }
+    // Spot values written out by hand: rl turn 1 is (0.25, 0.5625, 0.1875), all Affective.
+    let row = find(&by_turn, &[("variant", "rl"), ("turn", "1")]);
+    assert_eq!(
+        (
+            f(row, "cognitive"),
+            f(row, "affective"),
+            f(row, "proactive")
+        ),
+        (0.25, 0.5625, 0.1875)
+    );
+    // Every rl rubric of turn 1 has Cog = 0.25 exactly: the interval has width zero.
+    assert_eq!(
+        (f(row, "cognitive_lo"), f(row, "cognitive_hi")),
+        (0.25, 0.25)
+    );
+
+    // Emotions: rl's turns map one to one onto sadness and anger, sft is all joy.
+    let by_emotion = csv(&dir, "weights_by_emotion");
+    let sad = find(&by_emotion, &[("variant", "rl"), ("emotion", "sadness")]);
+    assert_eq!(f(sad, "affective"), 0.5625);
+    let joy = find(&by_emotion, &[("variant", "sft"), ("emotion", "joy")]);
+    assert_eq!(u(joy, "n"), 13);
+    let dom_emotion = csv(&dir, "dominant_by_emotion");
+    let anger = find(&dom_emotion, &[("variant", "rl"), ("emotion", "anger")]);
+    assert_eq!(
+        (
+            u(anger, "cognitive"),
+            u(anger, "affective"),
+            u(anger, "proactive"),
+            u(anger, "tie")
+        ),
+        (1, 1, 1, 1)
+    );
+}
+
+#[test]
+fn golden_pairs_recover_the_planted_win_tie_loss_counts() {
+    let dir = scratch_dir("golden_pairs");
+    run(&golden_lines(), &Options::default(), 1, &dir);
+    let rows = csv(&dir, "preference_recovery");
+    for (v, w, t, l, unscored) in [("sft", 5, 3, 4, 1), ("rl", 9, 2, 1, 0), ("ext", 2, 1, 1, 0)] {
+        let row = find(&rows, &[("variant", v)]);
+        let n = w + t + l;
+        assert_eq!(u(row, "scored"), n, "{v}");
+        assert_eq!(u(row, "unscored"), unscored, "{v}");
+        assert_eq!(u(row, "pairs"), n + unscored, "{v}");
+        for (name, k) in [("win", w), ("tie", t), ("loss", l)] {
+            assert_eq!(f(row, name), k as f64 / n as f64, "{v} {name}");
+            let ci = care_cli::analyze::stats::wilson95(k, n).unwrap();
+            assert_eq!(
+                (f(row, &format!("{name}_lo")), f(row, &format!("{name}_hi"))),
+                (ci.lo, ci.hi)
+            );
+        }
+    }
+    // r_pref of a win under weights (0.5, 0.25, 0.25): 0.5 * tanh(0.2 / 0.7); a loss is its
+    // negative (Eq. 3 is antisymmetric) and the ties are 0, 0 and the cancelling pair.
+    let win = 0.5 * (0.2f64 / 0.7).tanh();
+    let cancel = 0.5 * (0.2f64 / 0.7).tanh() + 0.25 * (-0.4f64 / 0.7).tanh();
+    let sft = find(&rows, &[("variant", "sft")]);
+    assert_eq!(u(sft, "r_pref_n"), 12);
+    let expect = (5.0 * win - 4.0 * win + cancel) / 12.0;
+    assert!(
+        (f(sft, "mean_r_pref") - expect).abs() < 1e-12,
+        "{} vs {expect}",
+        f(sft, "mean_r_pref")
+    );
+    let ext = find(&rows, &[("variant", "ext")]);
+    assert_eq!(f(ext, "mean_r_pref"), 0.125);
+}
+
+#[test]
+fn golden_strategies_and_format_health() {
+    let dir = scratch_dir("golden_strategies");
+    run(&golden_lines(), &Options::default(), 2, &dir);
+    let rows = csv(&dir, "strategy_by_variant");
+    let rate = |v: &str, l: &str| {
+        let r = find(&rows, &[("variant", v), ("label", l)]);
+        (u(r, "uses"), u(r, "responses"), f(r, "rate"))
+    };
+    assert_eq!(rate("MICA", "paraphrasing"), (8, 10, 0.8));
+    assert_eq!(rate("MICA", "advice"), (2, 10, 0.2));
+    assert_eq!(
+        rate("MICA", "questioning"),
+        (0, 10, 0.0),
+        "labels of other variants get 0 rows"
+    );
+    assert_eq!(
+        rate("CARE", "questioning"),
+        (4, 8, 0.5),
+        "a repeated label counts once"
+    );
+    assert_eq!(
+        rate("CARE", "Information"),
+        (4, 8, 0.5),
+        "MINT information is ESConv Information"
+    );
+    let labels: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["variant"] == "CARE")
+        .map(|r| r["label"].as_str())
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            "Information",
+            "questioning",
+            "paraphrasing",
+            "reappraisal",
+            "advice"
+        ]
+    );
+
+    let heat = csv(&dir, "strategy_by_emotion");
+    let cell = find(
+        &heat,
+        &[
+            ("variant", "MICA"),
+            ("emotion", "anger"),
+            ("label", "advice"),
+        ],
+    );
+    assert_eq!((u(cell, "uses"), u(cell, "responses")), (2, 5));
+    let cell = find(
+        &heat,
+        &[
+            ("variant", "CARE"),
+            ("emotion", "joy"),
+            ("label", "reappraisal"),
+        ],
+    );
+    assert_eq!(f(cell, "rate"), 1.0);
+
+    let health = csv(&dir, "format_health");
+    let sft = find(&health, &[("variant", "sft")]);
+    assert_eq!(
+        (
+            u(sft, "rubrics"),
+            u(sft, "parsed"),
+            u(sft, "valid"),
+            u(sft, "missing"),
+            u(sft, "unparsed")
+        ),
+        (16 + 12 + 1, 16 + 12, 13 + 12, 1, 0),
+        "13 planted + 3 invalid rubric lines, the 12 scored pairs' rubrics and one null rubric"
+    );
+    let rl = find(&health, &[("variant", "rl")]);
+    assert_eq!(
+        (
+            u(rl, "rubrics"),
+            u(rl, "missing"),
+            u(rl, "unparsed"),
+            u(rl, "valid")
+        ),
+        (22, 1, 1, 8 + 12)
+    );
+    let v = csv(&dir, "violations");
+    let codes: Vec<(&str, u64)> = v
+        .iter()
+        .filter(|r| r["variant"] == "sft")
+        .map(|r| (r["code"].as_str(), u(r, "rubrics")))
+        .collect();
+    assert_eq!(
+        codes,
+        [("weight_sum", 2), ("criteria_count", 1)],
+        "most frequent first"
+    );
+    let rl_codes: Vec<&str> = v
+        .iter()
+        .filter(|r| r["variant"] == "rl")
+        .map(|r| r["code"].as_str())
+        .collect();
+    assert_eq!(rl_codes, ["not_json"]);
+
+    let crit = csv(&dir, "criteria_counts");
+    let cog = find(&crit, &[("variant", "sft"), ("dimension", "Cognitive")]);
+    assert_eq!((u(cog, "criteria_1"), u(cog, "criteria_2")), (1, 27));
+    let ws = csv(&dir, "weight_sum_error");
+    let sft = find(&ws, &[("variant", "sft")]);
+    assert_eq!(u(sft, "err_-0.1_to_-0.01"), 2);
+    assert_eq!(u(sft, "err_within_tol"), 26);
+}
+
+#[test]
+fn the_report_does_not_depend_on_the_thread_count() {
+    let a = scratch_dir("threads_1");
+    let b = scratch_dir("threads_2");
+    run(&golden_lines(), &Options::default(), 1, &a);
+    run(&golden_lines(), &Options::default(), 2, &b);
+    let mut files: Vec<_> = std::fs::read_dir(&a)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    files.sort();
+    assert!(files.len() > 20);
+    for name in files {
+        assert_eq!(
+            std::fs::read(a.join(&name)).unwrap(),
+            std::fs::read(b.join(&name)).unwrap(),
+            "{name:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Charts.
+
+fn rasterize(svg: &str) -> resvg::tiny_skia::Pixmap {
+    let tree = resvg::usvg::Tree::from_str(svg, &resvg::usvg::Options::default()).unwrap();
+    let size = tree.size().to_int_size();
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).unwrap();
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
+    pixmap
+}
+
+/// Pixels of exactly colour `c` (opaque).
+fn pixels_of(p: &resvg::tiny_skia::Pixmap, c: plotters::style::RGBColor) -> usize {
+    p.pixels()
+        .iter()
+        .filter(|px| px.alpha() == 255 && (px.red(), px.green(), px.blue()) == (c.0, c.1, c.2))
+        .count()
+}
+
+#[test]
+fn every_chart_renders_with_its_series() {
+    let dir = scratch_dir("charts");
+    let (acc, _) = run(&golden_lines(), &Options::default(), 2, &dir);
+    let charts = charts::all(&acc).unwrap();
+    let variant = |name: &str| {
+        let i = acc
+            .variants
+            .iter()
+            .position(|(v, _)| v.as_deref() == Some(name))
+            .unwrap();
+        variant_color(i)
+    };
+    let [cog, aff, pro] = DIM_COLORS;
+    let expected: Vec<(&str, Vec<plotters::style::RGBColor>)> = vec![
+        ("preference_recovery.svg", OUTCOME_COLORS.to_vec()),
+        ("weights_by_turn.svg", vec![cog, aff, pro]),
+        ("dominant_by_turn.svg", vec![cog, aff, pro, TIE_COLOR]),
+        ("weights_by_emotion.svg", vec![cog, aff, pro]),
+        ("dominant_by_emotion.svg", vec![cog, aff, pro, TIE_COLOR]),
+        (
+            "strategy_by_variant.svg",
+            vec![variant("MICA"), variant("CARE")],
+        ),
+        // CARE's joy column has 100% cells: the dark end of the scale.
+        (
+            "strategy_by_emotion_care.svg",
+            vec![charts::heat(1.0), charts::heat(0.0)],
+        ),
+        (
+            // Sadness is all paraphrasing; anger 3 of 5 paraphrasing, 2 of 5 advice.
+            "strategy_by_emotion_mica.svg",
+            vec![charts::heat(1.0), charts::heat(0.6), charts::heat(0.4)],
+        ),
+        ("format_valid.svg", vec![variant("sft"), variant("rl")]),
+        ("violations.svg", vec![variant("sft"), variant("rl")]),
+        ("criteria_counts.svg", vec![cog, aff, pro]),
+        ("weight_sum_error.svg", vec![variant("sft"), variant("rl")]),
+    ];
+    let files: Vec<&str> = charts.iter().map(|c| c.file.as_str()).collect();
+    let mut want: Vec<&str> = expected.iter().map(|(f, _)| *f).collect();
+    want.sort_unstable();
+    let mut got = files.clone();
+    got.sort_unstable();
+    assert_eq!(got, want, "one chart per view with data");
+    let png_dir = dir.join("png");
+    std::fs::create_dir_all(&png_dir).unwrap();
+    for (file, colors) in expected {
+        let chart = charts.iter().find(|c| c.file == file).unwrap();
+        // The file on disk is the chart.
+        assert_eq!(std::fs::read_to_string(dir.join(file)).unwrap(), chart.svg);
+        let p = rasterize(&chart.svg);
+        assert!(
+            p.width() >= 500 && p.height() >= 300,
+            "{file}: {}x{}",
+            p.width(),
+            p.height()
+        );
+        let white = p
+            .pixels()
+            .iter()
+            .filter(|px| (px.red(), px.green(), px.blue(), px.alpha()) == (255, 255, 255, 255))
+            .count();
+        let ink = p.pixels().len() - white;
+        assert!(
+            ink > p.pixels().len() / 50,
+            "{file}: only {ink} non-white pixels"
+        );
+        for c in colors {
+            let k = pixels_of(&p, c);
+            assert!(k >= 30, "{file}: {} pixels of {}", k, hex(c));
+            assert!(
+                chart.svg.contains(&hex(c)),
+                "{file}: no element filled with {}",
+                hex(c)
+            );
+        }
+        // Legends are text in the SVG, named after their series.
+        for (name, c) in &chart.series {
+            assert!(
+                chart.svg.contains(&format!(">\n{name}\n</text>")),
+                "{file}: legend {name:?}"
+            );
+            assert!(pixels_of(&p, *c) > 0, "{file}: legend swatch {name}");
+        }
+        assert!(
+            chart.svg.contains(&chart.title.replace('&', "&amp;")),
+            "{file}: title"
+        );
+        p.save_png(png_dir.join(file.replace(".svg", ".png")))
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_view_without_data_has_no_chart_and_says_what_it_needs() {
+    let dir = scratch_dir("empty_views");
+    let lines = vec!["{\"variant\":\"MICA\",\"tactics\":[\"advice\"]}".to_owned()];
+    let (acc, _) = run(&lines, &Options::default(), 1, &dir);
+    let charts = charts::all(&acc).unwrap();
+    let files: Vec<&str> = charts.iter().map(|c| c.file.as_str()).collect();
+    assert_eq!(files, ["strategy_by_variant.svg"]);
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("## Preference recovery (Table 4)"));
+    assert!(md.contains("_No data for this view: it needs lines with \"chosen_scores\""));
+    assert!(md.contains("_No data for this view: it needs valid rubrics on lines with \"turn\"._"));
+    assert!(md.contains("No line was skipped."));
+    assert!(!dir.join("weights_by_turn.svg").exists());
+    // The CSV of an empty view still has its header.
+    let t = std::fs::read_to_string(dir.join("weights_by_turn.csv")).unwrap();
+    assert!(
+        t.starts_with("variant,turn,n,cognitive,cognitive_lo,cognitive_hi,"),
+        "{t}"
+    );
+    assert_eq!(t.lines().count(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input.
+
+#[test]
+fn bad_lines_are_skipped_with_per_line_errors_and_reported() {
+    let dir = scratch_dir("bad_input");
+    let good = rubric_line("rl", 1, "joy", W_AFF, 1);
+    let lines: Vec<String> = vec![
+        good.clone(),
+        // 2: a pair without its rejected side.
+        format!("{{\"variant\":\"rl\",\"rubric\":{},\"chosen_scores\":[[5,5],[5,5],[5,5]]}}", rubric(W_AFF, [2, 2, 2], "m")),
+        // 3: an emotion outside the vocabulary.
+        "{\"variant\":\"rl\",\"emotion\":\"boredom\",\"tactics\":[\"advice\"]}".to_owned(),
+        // 4: an empty group name.
+        "{\"variant\":\"  \",\"tactics\":[\"advice\"]}".to_owned(),
+        // 5: a turn that is not a turn.
+        "{\"variant\":\"rl\",\"turn\":-1,\"tactics\":[]}".to_owned(),
+        // 6: nothing to analyze.
+        "{\"variant\":\"rl\",\"turn\":3}".to_owned(),
+        // 7: not JSON.
+        "{\"variant\":".to_owned(),
+        // 8: an unknown tactic.
+        "{\"variant\":\"rl\",\"tactics\":[\"hugging\"]}".to_owned(),
+        // 9: care validate output that contradicts itself.
+        "{\"format_reward\":1,\"violations\":[\"weight_sum\"],\"weights\":[0.5,0.5,0.1],\"criteria\":[2,2,2]}".to_owned(),
+        // 10: a score out of range, located.
+        format!("{{\"rubric\":{},\"chosen_scores\":[[5,9],[5,5],[5,5]],\"rejected_scores\":[[5,5],[5,5],[5,5]]}}", rubric(W_AFF, [2, 2, 2], "o")),
+        // 11: an unknown violation code.
+        "{\"format_reward\":0,\"violations\":[{\"code\":\"too_short\"}]}".to_owned(),
+        good,
+    ];
+    let (acc, errors) = run(&lines, &Options::default(), 2, &dir);
+    let got: Vec<(u64, String, String)> = errors
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["line"].as_u64().unwrap(),
+                v["error"]["code"].as_str().unwrap().to_owned(),
+                v["error"]["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let codes: Vec<(u64, &str)> = got.iter().map(|(l, c, _)| (*l, c.as_str())).collect();
+    assert_eq!(
+        codes,
+        [
+            (2, "schema"),
+            (3, "unknown_emotion"),
+            (4, "empty_group"),
+            (5, "turn_out_of_range"),
+            (6, "nothing_to_analyze"),
+            (7, "not_json"),
+            (8, "unknown_label"),
+            (9, "schema"),
+            (10, "score_out_of_range"),
+            (11, "unknown_violation_code"),
+        ]
+    );
+    let msg = |line: u64| got.iter().find(|g| g.0 == line).unwrap().2.as_str();
+    assert!(msg(2).contains("\"rejected_scores\""), "{}", msg(2));
+    assert!(
+        msg(3).contains("\"boredom\"") && msg(3).contains("--emotions"),
+        "{}",
+        msg(3)
+    );
+    assert!(msg(4).contains("\"variant\" is empty"), "{}", msg(4));
+    assert!(msg(10).contains("has score 9"), "{}", msg(10));
+    assert_eq!((acc.lines, acc.skipped_lines()), (12, 10));
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("12 lines read, 2 analyzed, 10 skipped."),
+        "{md}"
+    );
+    assert!(md.contains("| schema | 16.7% (2) |"), "{md}");
+    assert!(
+        md.contains("- line 3: `unknown_emotion`: unknown emotion \"boredom\""),
+        "{md}"
+    );
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(html.contains("<td>unknown_emotion</td>"));
+    let skipped = csv(&dir, "skipped");
+    assert_eq!(skipped.len(), 9);
+    assert_eq!(skipped[0]["code"], "schema");
+}
+
+#[test]
+fn too_many_variants_are_refused_line_by_line() {
+    let dir = scratch_dir("too_many");
+    let lines: Vec<String> = (0..66)
+        .map(|i| format!("{{\"variant\":\"v{i}\",\"tactics\":[]}}"))
+        .collect();
+    let (acc, errors) = run(&lines, &Options::default(), 1, &dir);
+    assert_eq!(acc.variants.len(), 64);
+    let codes: Vec<&str> = errors
+        .lines()
+        .map(|l| {
+            if l.contains("too_many_variants") {
+                "t"
+            } else {
+                "?"
+            }
+        })
+        .collect();
+    assert_eq!(codes, ["t", "t"]);
+    assert!(errors.starts_with("{\"line\":65,"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binary.
+
+fn care(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_care"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn demo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/analyze_demo.jsonl")
+}
+
+#[test]
+fn the_binary_writes_a_report_of_the_bundled_demo() {
+    let dir = scratch_dir("bin_demo");
+    let out_dir = dir.join("report");
+    let out = care(&[
+        "analyze",
+        demo().to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.starts_with("care analyze: "), "{stdout}");
+    for f in [
+        "report.md",
+        "index.html",
+        "errors.jsonl",
+        "preference_recovery.csv",
+        "weights_by_turn.svg",
+    ] {
+        assert!(out_dir.join(f).is_file(), "{f}");
+    }
+    let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    assert!(html.contains("<svg"));
+    // Self-contained: the only URL is the SVG namespace, never fetched.
+    for url in html
+        .match_indices("http")
+        .map(|(i, _)| &html[i..(i + 30).min(html.len())])
+    {
+        assert!(url.starts_with("http://www.w3.org/2000/svg"), "{url}");
+    }
+    // The demo's deliberate bad lines are reported on stderr and make --strict fail.
+    assert!(stderr.contains("unknown_emotion"), "{stderr}");
+    let out = care(&[
+        "analyze",
+        "--strict",
+        demo().to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "an earlier report is replaced; --strict fails on skips"
+    );
+}
+
+#[test]
+fn the_binary_refuses_a_directory_that_is_not_a_report() {
+    let dir = scratch_dir("bin_refuse");
+    std::fs::write(dir.join("thesis.tex"), "keep me").unwrap();
+    let out = care(&[
+        "analyze",
+        demo().to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refusing to write") && stderr.contains("thesis.tex"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("thesis.tex")).unwrap(),
+        "keep me"
+    );
+    let out = care(&[
+        "analyze",
+        demo().to_str().unwrap(),
+        "--out",
+        dir.join("r").to_str().unwrap(),
+        "--tau",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tau"));
+    let out = care(&[
+        "analyze",
+        "--emotions",
+        "joy,,fear",
+        "-",
+        "--out",
+        dir.join("r").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// The README shows the demo's Figure 3 chart from `docs/img/`; it must be what `care analyze`
+/// draws for the bundled demo today (`CARE_BLESS=1` rewrites it after an intended change).
+#[test]
+fn the_readme_chart_is_the_demo_chart() {
+    let dir = scratch_dir("readme_chart");
+    let input = std::fs::read(demo()).unwrap();
+    let mut errors = Vec::new();
+    let acc = analyze(
+        &Options::default(),
+        &input[..],
+        &EngineOptions::default(),
+        &mut errors,
+    )
+    .unwrap();
+    let chart = charts::weights_by_turn(&acc).unwrap().unwrap();
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/img/analyze-weights-by-turn.svg");
+    if std::env::var_os("CARE_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &chart.svg).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (CARE_BLESS=1 writes it)", path.display()));
+    std::fs::write(dir.join("now.svg"), &chart.svg).unwrap();
+    assert!(
+        checked_in == chart.svg,
+        "{} differs from the demo's chart (now in {}); rerun with CARE_BLESS=1 if intended",
+        path.display(),
+        dir.join("now.svg").display()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile input.
+
+mod hostile {
+    use super::*;
+    use proptest::prelude::*;
+
+    const KEYS: [&str; 18] = [
+        "variant",
+        "model",
+        "turn",
+        "emotion",
+        "text",
+        "rubric",
+        "validation",
+        "format_reward",
+        "violations",
+        "weights",
+        "criteria",
+        "chosen_scores",
+        "rejected_scores",
+        "chosen_reward",
+        "rejected_reward",
+        "r_pref",
+        "tactics",
+        "code",
+    ];
+
+    fn value() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::{Value, json};
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            prop_oneof![
+                Just(0.0),
+                Just(1.0),
+                Just(-0.0),
+                Just(1e308),
+                Just(-1e308),
+                Just(0.5)
+            ]
+            .prop_map(|x| json!(x)),
+            any::<f64>()
+                .prop_filter("finite", |x| x.is_finite())
+                .prop_map(|x| json!(x)),
+            prop_oneof![
+                Just("joy"),
+                Just(""),
+                Just(" "),
+                Just("advice"),
+                Just("weight_sum"),
+                Just("{}"),
+                Just("[Question]"),
+                Just("é\u{0}"),
+            ]
+            .prop_map(|s| json!(s)),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(serde_json::Value::Array),
+                prop::collection::vec((prop::sample::select(KEYS.to_vec()), inner), 0..6).prop_map(
+                    |kv| {
+                        serde_json::Value::Object(
+                            kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+                        )
+                    }
+                ),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Relation: any line gives either a record or a skip with a known code, never a panic
+        /// (`internal_error` is what the engine turns a panic into), and the report renders.
+        #[test]
+        fn any_line_is_analyzed_or_skipped_with_a_code(lines in prop::collection::vec(value(), 1..12)) {
+            let text: Vec<String> = lines.iter().map(|v| v.to_string()).collect();
+            let input = text.join("\n") + "\n";
+            let mut errors = Vec::new();
+            let acc = analyze(&Options::default(), input.as_bytes(), &EngineOptions::default(), &mut errors).unwrap();
+            prop_assert_eq!(acc.lines, lines.len() as u64);
+            let errors = String::from_utf8(errors).unwrap();
+            prop_assert!(!errors.contains("internal_error"), "{}", errors);
+            prop_assert_eq!(errors.lines().count() as u64, acc.skipped_lines());
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("analyze/hostile");
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            report::write(&dir, &acc, &Meta::default()).unwrap();
+            for name in ["report.md", "index.html"] {
+                let text = std::fs::read_to_string(dir.join(name)).unwrap();
+                // A largest |sum(w) - 1| may be inf (the sum of 1e308s); a mean is never NaN.
+                prop_assert!(!text.contains("NaN"), "{}", name);
+            }
+        }
+    }
+}
