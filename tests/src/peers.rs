@@ -9,8 +9,9 @@
 //! `huggingface/trl@f2cd577` (`grpo_trainer.py::_compute_loss`); OpenRLHF
 //! `OpenRLHF/OpenRLHF@3c3be62` (`openrlhf/models/loss.py`).
 
-// Test oracle: an unknown option name is a bug in the calling test, so it panics.
-#![allow(clippy::panic)]
+// Test oracle: an unknown option name is a bug in the calling test, so it panics; the
+// transcriptions index rows and columns as the peers' tensor code does.
+#![allow(clippy::panic, clippy::needless_range_loop)]
 
 /// A padded batch: `rows[b][t]`, with a mask of the same shape (1.0 = response token).
 pub type Rows = Vec<Vec<f64>>;
@@ -384,4 +385,458 @@ pub fn gpg_reference(scores: &[f64], g: usize) -> Vec<f64> {
             xs.iter().map(move |x| (x - m) * scale)
         })
         .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Policy losses
+
+/// A padded micro-batch for the policy losses: log-probs `[B][T]`, per-token advantages (a
+/// per-sequence advantage is a constant row), the response mask.
+#[derive(Clone, Debug)]
+pub struct LossBatch {
+    /// Current log-probs.
+    pub logp: Rows,
+    /// Old (proximal) log-probs.
+    pub old: Rows,
+    /// Reference log-probs.
+    pub rf: Rows,
+    /// Advantages per token.
+    pub adv: Rows,
+    /// Response mask (1.0 / 0.0).
+    pub mask: Rows,
+}
+
+fn zip_rows(a: &Rows, b: &Rows, f: impl Fn(f64, f64) -> f64) -> Rows {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| x.iter().zip(y).map(|(p, q)| f(*p, *q)).collect())
+        .collect()
+}
+
+fn map_rows(a: &Rows, f: impl Fn(f64) -> f64) -> Rows {
+    a.iter()
+        .map(|r| r.iter().map(|x| f(*x)).collect())
+        .collect()
+}
+
+/// Which version of verl's `agg_loss`: `volcengine/verl@b178a3c` divides
+/// `seq-mean-token-sum-norm` by the horizon only; `verl-project/verl@1dda039` takes the
+/// sequence mean first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerlVersion {
+    /// b178a3c (until early 2026).
+    Old,
+    /// 1dda039 (2026-08).
+    New,
+}
+
+/// verl `agg_loss` (one rank, no global batch info; `loss_scale_factor` = the padded length).
+pub fn verl_agg_loss(loss: &Rows, mask: &Rows, mode: &str, version: VerlVersion) -> f64 {
+    let seq_sums: Vec<f64> = loss
+        .iter()
+        .zip(mask)
+        .map(|(l, m)| masked_sum(l, m))
+        .collect();
+    let counts: Vec<f64> = mask.iter().map(|m| msum(m)).collect();
+    let non_empty = counts.iter().filter(|&&c| c > 0.0).count() as f64;
+    let horizon = mask.first().map_or(0, Vec::len) as f64;
+    match mode {
+        "token-mean" => seq_sums.iter().sum::<f64>() / counts.iter().sum::<f64>(),
+        "seq-mean-token-sum" => {
+            let s: f64 = seq_sums
+                .iter()
+                .zip(&counts)
+                .filter(|(_, c)| **c > 0.0)
+                .map(|(s, _)| s)
+                .sum();
+            s / non_empty
+        }
+        "seq-mean-token-mean" => {
+            let s: f64 = seq_sums
+                .iter()
+                .zip(&counts)
+                .filter(|(_, c)| **c > 0.0)
+                .map(|(s, c)| s / (c + 1e-8))
+                .sum();
+            s / non_empty
+        }
+        "seq-mean-token-sum-norm" => match version {
+            VerlVersion::Old => seq_sums.iter().sum::<f64>() / horizon,
+            VerlVersion::New => {
+                let s: f64 = seq_sums
+                    .iter()
+                    .zip(&counts)
+                    .filter(|(_, c)| **c > 0.0)
+                    .map(|(s, _)| s)
+                    .sum();
+                s / non_empty / horizon
+            }
+        },
+        other => panic!("unknown loss_agg_mode {other}"),
+    }
+}
+
+fn clamp20(x: f64) -> f64 {
+    clamp(x, -20.0, 20.0)
+}
+
+/// verl `compute_policy_loss_vanilla` (dual clip `c` always on), times `is` if given, then
+/// `agg_loss`.
+pub fn verl_vanilla(b: &LossBatch, eps: (f64, f64), c: f64, mode: &str, is: Option<&Rows>) -> f64 {
+    let ratio = zip_rows(&b.logp, &b.old, |l, o| clamp20(l - o).exp());
+    let mut pg: Rows = ratio
+        .iter()
+        .zip(&b.adv)
+        .map(|(r, a)| {
+            r.iter()
+                .zip(a)
+                .map(|(&rho, &a)| {
+                    let p1 = -a * rho;
+                    let p2 = -a * clamp(rho, 1.0 - eps.0, 1.0 + eps.1);
+                    let l1 = p1.max(p2);
+                    if a < 0.0 { (-a * c).min(l1) } else { l1 }
+                })
+                .collect()
+        })
+        .collect();
+    if let Some(w) = is {
+        pg = zip_rows(&pg, w, |l, w| l * w);
+    }
+    verl_agg_loss(&pg, &b.mask, mode, VerlVersion::Old)
+}
+
+/// verl `kl_penalty_forward` (`kl`/`k1`, `abs`, `mse`/`k2`, `low_var_kl`/`k3`).
+pub fn verl_kl(logp: f64, rf: f64, kind: &str) -> f64 {
+    match kind {
+        "k1" => logp - rf,
+        "abs" => (logp - rf).abs(),
+        "k2" => 0.5 * (logp - rf) * (logp - rf),
+        "k3" => {
+            let kl = clamp20(rf - logp);
+            clamp(kl.exp() - kl - 1.0, -10.0, 10.0)
+        }
+        other => panic!("unknown kl {other}"),
+    }
+}
+
+/// verl `compute_policy_loss_gspo` (the GSPO-token value; `seq-mean-token-mean` forced).
+pub fn verl_gspo(b: &LossBatch, eps: (f64, f64), is: Option<&Rows>) -> f64 {
+    let mut pg = Rows::new();
+    for i in 0..b.logp.len() {
+        let m = &b.mask[i];
+        let d: Vec<f64> = b.logp[i]
+            .iter()
+            .zip(&b.old[i])
+            .map(|(l, o)| l - o)
+            .collect();
+        let mean = masked_sum(&d, m) / msum(m).max(1.0);
+        let s = mean.min(10.0).exp();
+        pg.push(
+            b.adv[i]
+                .iter()
+                .map(|&a| (-a * s).max(-a * clamp(s, 1.0 - eps.0, 1.0 + eps.1)))
+                .collect(),
+        );
+    }
+    if let Some(w) = is {
+        pg = zip_rows(&pg, w, |l, w| l * w);
+    }
+    verl_agg_loss(&pg, &b.mask, "seq-mean-token-mean", VerlVersion::Old)
+}
+
+/// verl `compute_policy_loss_sapo` (`seq-mean-token-mean` forced).
+pub fn verl_sapo(b: &LossBatch, tau: (f64, f64)) -> f64 {
+    let ratio = zip_rows(&b.logp, &b.old, |l, o| clamp20(l - o).exp());
+    let pg = zip_rows(&ratio, &b.adv, |r, a| {
+        let t = if a > 0.0 { tau.0 } else { tau.1 };
+        let gate = 1.0 / (1.0 + (-(t * (r - 1.0))).exp()) * (4.0 / t);
+        -gate * a
+    });
+    verl_agg_loss(&pg, &b.mask, "seq-mean-token-mean", VerlVersion::Old)
+}
+
+/// verl `compute_policy_loss_gpg`.
+pub fn verl_gpg_loss(b: &LossBatch, mode: &str) -> f64 {
+    let pg = zip_rows(&b.logp, &b.adv, |l, a| -l * a);
+    verl_agg_loss(&pg, &b.mask, mode, VerlVersion::Old)
+}
+
+/// verl `compute_policy_loss_cispo`.
+pub fn verl_cispo(b: &LossBatch, eps: (f64, f64), mode: &str) -> f64 {
+    let ratio = zip_rows(&b.logp, &b.old, |l, o| clamp20(l - o).exp());
+    let w = map_rows(&ratio, |r| clamp(r, 1.0 - eps.0, 1.0 + eps.1));
+    let wa = zip_rows(&w, &b.adv, |w, a| -w * a);
+    let pg = zip_rows(&wa, &b.logp, |x, l| x * l);
+    verl_agg_loss(&pg, &b.mask, mode, VerlVersion::Old)
+}
+
+/// verl `compute_policy_loss_kl_cov`: the `k = max(1, int(N * ratio))` valid tokens of
+/// largest covariance get `+ coef * |log ratio|` (no clip at all).
+pub fn verl_kl_cov(b: &LossBatch, ratio_k: f64, coef: f64, mode: &str) -> f64 {
+    let mut valid = Vec::new();
+    for i in 0..b.logp.len() {
+        for t in 0..b.logp[i].len() {
+            if b.mask[i][t] > 0.0 {
+                valid.push((i, t));
+            }
+        }
+    }
+    let n = valid.len() as f64;
+    let mean_a = valid.iter().map(|&(i, t)| b.adv[i][t]).sum::<f64>() / n;
+    let mean_l = valid.iter().map(|&(i, t)| b.logp[i][t]).sum::<f64>() / n;
+    let mut cov: Vec<(f64, (usize, usize))> = valid
+        .iter()
+        .map(|&(i, t)| ((b.adv[i][t] - mean_a) * (b.logp[i][t] - mean_l), (i, t)))
+        .collect();
+    // torch.topk compares with `>`, so -0.0 and +0.0 tie; a stable sort keeps ties in index
+    // order (what care documents; torch's order among ties is unspecified).
+    cov.sort_by(|a, b| b.0.partial_cmp(&a.0).unwrap_or(core::cmp::Ordering::Equal));
+    let k = ((n * ratio_k) as usize).max(1);
+    let mut pg = zip_rows(&b.logp, &b.old, |l, o| (l - o).exp());
+    pg = zip_rows(&pg, &b.adv, |r, a| -a * r);
+    for &(_, (i, t)) in cov.iter().take(k) {
+        pg[i][t] += coef * (b.logp[i][t] - b.old[i][t]).abs();
+    }
+    verl_agg_loss(&pg, &b.mask, mode, VerlVersion::Old)
+}
+
+/// verl `compute_policy_loss_clip_cov` with `clip_num >=` the number of candidates (so its
+/// random choice takes them all): the candidates' terms are multiplied by 0.
+pub fn verl_clip_cov_all(b: &LossBatch, eps: (f64, f64), lb: f64, ub: f64, mode: &str) -> f64 {
+    let mean = |v: &Rows| masked_mean(v, &b.mask);
+    let (mean_a, mean_l) = (mean(&b.adv), mean(&b.logp));
+    let ratio = zip_rows(&b.logp, &b.old, |l, o| (l - o).exp());
+    let mut pg = Rows::new();
+    for i in 0..b.logp.len() {
+        let mut row = Vec::new();
+        for t in 0..b.logp[i].len() {
+            let (a, r) = (b.adv[i][t], ratio[i][t]);
+            let p1 = -a * r;
+            let p2 = -a * clamp(r, 1.0 - eps.0, 1.0 + eps.1);
+            let clip_by_origin = p2 > p1 && b.mask[i][t] > 0.0;
+            let cov = (a - mean_a) * (b.logp[i][t] - mean_l);
+            let cand = !clip_by_origin && cov < ub && cov > lb && b.mask[i][t] > 0.0;
+            row.push(if cand { 0.0 } else { p1.max(p2) });
+        }
+        pg.push(row);
+    }
+    verl_agg_loss(&pg, &b.mask, mode, VerlVersion::Old)
+}
+
+/// verl `compute_policy_loss_geo_mean` (GMPO): `torch.mean` over every row of
+/// `-mean_t(A) * exp(mean_t d~)`, with the sequence IS weight the geometric mean of `is`.
+pub fn verl_geo_mean(b: &LossBatch, eps: (f64, f64), is: Option<&Rows>) -> f64 {
+    let mut total = 0.0;
+    for i in 0..b.logp.len() {
+        let m = &b.mask[i];
+        let n = msum(m);
+        let mut sd = 0.0;
+        for t in 0..m.len() {
+            let d = b.logp[i][t] - b.old[i][t];
+            let sgn = b.adv[i][t].signum() * f64::from(u8::from(b.adv[i][t] != 0.0));
+            let dc = clamp(d, -eps.0, eps.1);
+            let dmin = sgn * (sgn * d).min(sgn * dc);
+            sd += dmin * m[t];
+        }
+        let ratio = (sd / (n + 1e-8)).exp();
+        let a = masked_sum(&b.adv[i], m) / (n + 1e-8);
+        let mut l = -a * ratio;
+        if let Some(w) = is {
+            let lw: f64 = w[i].iter().zip(m).map(|(w, m)| (w + 1e-10).ln() * m).sum();
+            l *= (lw / (n + 1e-8)).exp();
+        }
+        total += l;
+    }
+    total / b.logp.len() as f64
+}
+
+/// TRL `GRPOTrainer._compute_loss` on one process without gradient accumulation: `loss_type`
+/// is `grpo`, `bnpo`, `dr_grpo`, `dapo`, `cispo` or `sapo`; `sequence` is
+/// `importance_sampling_level="sequence"`; `beta` the k3 term (no clamps); `is` the vLLM
+/// importance-sampling ratio it multiplies the policy term by. Advantages are per sequence
+/// (column 0 of `adv`).
+#[allow(clippy::too_many_arguments)]
+pub fn trl_loss(
+    b: &LossBatch,
+    loss_type: &str,
+    sequence: bool,
+    eps: (f64, f64),
+    beta: f64,
+    max_completion_length: f64,
+    is: Option<&Rows>,
+) -> f64 {
+    let rows = b.logp.len();
+    let mut per_token: Rows = Vec::new();
+    for i in 0..rows {
+        let m = &b.mask[i];
+        let a = b.adv[i][0];
+        let lr: Vec<f64> = b.logp[i]
+            .iter()
+            .zip(&b.old[i])
+            .map(|(l, o)| l - o)
+            .collect();
+        let seq_lw = masked_sum(&lr, m) / msum(m).max(1.0);
+        let mut row = Vec::new();
+        for t in 0..m.len() {
+            let coef_1 = if sequence { seq_lw.exp() } else { lr[t].exp() };
+            let mut l = match loss_type {
+                "cispo" => -coef_1.min(eps.1) * a * b.logp[i][t],
+                "sapo" => {
+                    let temp = if a > 0.0 { 1.0 } else { 1.05 };
+                    -(1.0 / (1.0 + (-(temp * (coef_1 - 1.0))).exp())) * 4.0 / temp * a
+                }
+                _ => {
+                    let coef_2 = clamp(coef_1, 1.0 - eps.0, 1.0 + eps.1);
+                    -(coef_1 * a).min(coef_2 * a)
+                }
+            };
+            if let Some(w) = is {
+                l *= w[i][t];
+            }
+            if beta != 0.0 {
+                let x = b.rf[i][t] - b.logp[i][t];
+                l += beta * (x.exp() - x - 1.0);
+            }
+            row.push(l);
+        }
+        per_token.push(row);
+    }
+    let sums: Vec<f64> = per_token
+        .iter()
+        .zip(&b.mask)
+        .map(|(l, m)| masked_sum(l, m))
+        .collect();
+    let counts: Vec<f64> = b.mask.iter().map(|m| msum(m)).collect();
+    let total: f64 = sums.iter().sum();
+    let tokens: f64 = counts.iter().sum();
+    match loss_type {
+        "grpo" | "sapo" => {
+            sums.iter()
+                .zip(&counts)
+                .map(|(s, c)| s / c.max(1.0))
+                .sum::<f64>()
+                / rows as f64
+        }
+        "bnpo" | "dapo" | "cispo" => total / tokens.max(1.0),
+        "dr_grpo" => total / (rows as f64 * max_completion_length),
+        other => panic!("unknown loss_type {other}"),
+    }
+}
+
+/// TRL's vLLM importance-sampling ratio (`vllm_importance_sampling_mode`), before it
+/// multiplies the loss: `token_truncate`, `token_mask`, `sequence_truncate`,
+/// `sequence_mask`, with `clip_min = None`.
+pub fn trl_vllm_is(old: &Rows, rollout: &Rows, mask: &Rows, mode: &str, clip_max: f64) -> Rows {
+    let mut out = Rows::new();
+    for i in 0..old.len() {
+        let m = &mask[i];
+        let diff: Vec<f64> = old[i]
+            .iter()
+            .zip(&rollout[i])
+            .zip(m)
+            .map(|((o, r), m)| (o - r) * m)
+            .collect();
+        let seq = diff.iter().sum::<f64>();
+        out.push(
+            diff.iter()
+                .map(|&d| {
+                    let r = if mode.starts_with("sequence") {
+                        seq.exp()
+                    } else {
+                        d.exp()
+                    };
+                    if mode.ends_with("truncate") {
+                        r.min(clip_max)
+                    } else if r > clip_max {
+                        0.0
+                    } else {
+                        r
+                    }
+                })
+                .collect(),
+        );
+    }
+    out
+}
+
+/// OpenRLHF `PolicyLoss.forward`: `ppo` (clamped ratio, optional dual clip) or `gspo`
+/// (`exp(mean log ratio)`, gradient through the mean); `token_level_loss`; the vLLM correction
+/// `tis` / `icepop` / `seq-mask-tis` with `[low, high]` against `rollout` (ppo only).
+#[allow(clippy::too_many_arguments)]
+pub fn orlhf_policy_loss(
+    b: &LossBatch,
+    kind: &str,
+    eps: (f64, f64),
+    dual_clip: Option<f64>,
+    token_level: bool,
+    vllm: Option<(&Rows, &str, f64, f64)>,
+) -> f64 {
+    let token_level = token_level && kind != "gspo";
+    let mut loss = Rows::new();
+    for i in 0..b.logp.len() {
+        let m = &b.mask[i];
+        let raw: Vec<f64> = b.logp[i]
+            .iter()
+            .zip(&b.old[i])
+            .map(|(l, o)| l - o)
+            .collect();
+        let seq_ratio = (masked_sum(&raw, m) / msum(m).max(1.0)).exp();
+        let mut row = Vec::new();
+        for t in 0..m.len() {
+            let ratio = if kind == "gspo" {
+                seq_ratio * m[t]
+            } else {
+                clamp20(raw[t]).exp()
+            };
+            let a = b.adv[i][t];
+            let (s1, s2) = (ratio * a, clamp(ratio, 1.0 - eps.0, 1.0 + eps.1) * a);
+            let mut l = match dual_clip {
+                None => -s1.min(s2),
+                Some(c) => {
+                    let c1 = s1.min(s2);
+                    if a < 0.0 { -(c1.max(c * a)) } else { -c1 }
+                }
+            };
+            if let (Some((rollout, ty, low, high)), "ppo") = (vllm, kind) {
+                let rlr = b.old[i][t] - rollout[i][t];
+                let w = match ty {
+                    "icepop" => {
+                        let v = rlr.exp();
+                        if v >= low && v <= high { v } else { 0.0 }
+                    }
+                    "seq-mask-tis" => {
+                        let sr: Vec<f64> =
+                            (0..m.len()).map(|u| b.old[i][u] - rollout[i][u]).collect();
+                        let g = (masked_sum(&sr, m) / msum(m)).exp();
+                        let keep = g >= low && g <= high;
+                        f64::from(u8::from(keep)) * rlr.exp()
+                    }
+                    _ => clamp(rlr.exp(), low, high),
+                };
+                l *= w;
+            }
+            row.push(l);
+        }
+        loss.push(row);
+    }
+    // OpenRLHF's masked_mean has no eps; aggregate_loss adds 1e-8 to the per-sequence count.
+    if token_level {
+        let s: f64 = loss
+            .iter()
+            .zip(&b.mask)
+            .map(|(l, m)| masked_sum(l, m))
+            .sum();
+        s / b.mask.iter().map(|m| msum(m)).sum::<f64>()
+    } else {
+        let mut s = 0.0;
+        let mut n = 0.0;
+        for (l, m) in loss.iter().zip(&b.mask) {
+            let c = msum(m);
+            if c > 0.0 {
+                s += masked_sum(l, m) / (c + 1e-8);
+                n += 1.0;
+            }
+        }
+        s / n
+    }
 }

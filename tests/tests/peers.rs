@@ -9,9 +9,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use care_core::grpo::{
-    AdvantageOptions, GaeOptions, GroupInputs, GroupLayout, IsLevel, Preset, RejectBound,
-    Rejection, RolloutInputs, RolloutOptions, Scale, WhitenOptions, broadcast_to_tokens,
-    discounted_returns, gae, group_advantages_with, rollout_correction, whiten,
+    AdvantageOptions, Advantages, Aggregation, GaeOptions, GroupInputs, GroupLayout, IsLevel,
+    KlEstimator, LossInputs, LossOptions, LossPreset, Preset, RatioLevel, RejectBound, Rejection,
+    RejectionMode, RolloutInputs, RolloutOptions, Scale, WhitenOptions, broadcast_to_tokens,
+    discounted_returns, gae, group_advantages_with, policy_loss, rollout_correction, whiten,
 };
 use care_tests::peers::{self, Rows, RsOption};
 use proptest::prelude::*;
@@ -424,4 +425,353 @@ fn verl_gpg_alpha_differs_from_the_paper() {
     assert_eq!(verl, [0.5 * 4.0 / 3.0, -0.5 * 4.0 / 3.0, 0.0, 0.0]);
     let care = care_adv(&g, &AdvantageOptions::preset(Preset::Gpg)).unwrap();
     assert_eq!(care, [1.0, -1.0, 0.0, 0.0]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Policy losses and presets
+
+/// A padded batch for the losses (log ratios well inside every clamp), with one advantage per
+/// sequence (`f32`-exact) and a rollout column.
+#[derive(Debug, Clone)]
+struct LossCase {
+    b: usize,
+    t: usize,
+    logp: Vec<f64>,
+    old: Vec<f64>,
+    rf: Vec<f64>,
+    rollout: Vec<f64>,
+    adv: Vec<f32>,
+    adv_tok: Vec<f32>,
+    mask: Vec<u8>,
+}
+
+fn loss_case() -> impl Strategy<Value = LossCase> {
+    (1usize..5, 1usize..7).prop_flat_map(|(b, t)| {
+        let n = b * t;
+        (
+            prop::collection::vec(-3.0f64..-0.05, n),
+            prop::collection::vec(-0.5f64..0.5, n),
+            prop::collection::vec(-0.5f64..0.5, n),
+            prop::collection::vec(-0.3f64..0.3, n),
+            prop::collection::vec(-2.0f32..2.0, b),
+            prop::collection::vec(-2.0f32..2.0, n),
+            prop::collection::vec(1usize..=t, b),
+            prop::collection::vec(prop_oneof![6 => Just(1u8), 1 => Just(0u8)], n),
+        )
+            .prop_map(
+                move |(logp, d_old, d_ref, d_roll, adv, adv_tok, lens, holes)| {
+                    let mut mask = vec![0u8; n];
+                    for (i, &len) in lens.iter().enumerate() {
+                        for j in 0..len {
+                            mask[i * t + j] = holes[i * t + j];
+                        }
+                    }
+                    LossCase {
+                        b,
+                        t,
+                        old: logp.iter().zip(&d_old).map(|(l, d)| l - d).collect(),
+                        rf: logp.iter().zip(&d_ref).map(|(l, d)| l + d).collect(),
+                        rollout: logp
+                            .iter()
+                            .zip(&d_old)
+                            .zip(&d_roll)
+                            .map(|((l, d), r)| l - d - r)
+                            .collect(),
+                        logp,
+                        adv,
+                        adv_tok,
+                        mask,
+                    }
+                },
+            )
+    })
+}
+
+impl LossCase {
+    fn rows(&self, v: &[f64]) -> Rows {
+        v.chunks(self.t).map(<[f64]>::to_vec).collect()
+    }
+    fn batch(&self, per_token: bool) -> peers::LossBatch {
+        let adv: Vec<f64> = if per_token {
+            self.adv_tok.iter().map(|&a| f64::from(a)).collect()
+        } else {
+            (0..self.b * self.t)
+                .map(|k| f64::from(self.adv[k / self.t]))
+                .collect()
+        };
+        peers::LossBatch {
+            logp: self.rows(&self.logp),
+            old: self.rows(&self.old),
+            rf: self.rows(&self.rf),
+            adv: self.rows(&adv),
+            mask: self
+                .mask
+                .chunks(self.t)
+                .map(|r| r.iter().map(|&m| f64::from(m)).collect())
+                .collect(),
+        }
+    }
+    fn tokens(&self) -> usize {
+        self.mask.iter().filter(|&&m| m != 0).count()
+    }
+    fn care(
+        &self,
+        o: &LossOptions,
+        per_token: bool,
+        rollout: bool,
+        reference: bool,
+    ) -> (f64, Vec<f32>) {
+        let offsets: Vec<u32> = (0..=self.b).map(|i| (i * self.t) as u32).collect();
+        let inputs = LossInputs {
+            logp: &self.logp[..],
+            logp_old: Some(&self.old[..]),
+            logp_ref: reference.then_some(&self.rf[..]),
+            seq_offsets: &offsets,
+            mask: Some(&self.mask),
+            advantages: if per_token {
+                Advantages::PerToken(&self.adv_tok)
+            } else {
+                Advantages::PerSequence(&self.adv)
+            },
+            logp_rollout: rollout.then_some(&self.rollout[..]),
+        };
+        let mut g = vec![0.0f32; self.logp.len()];
+        let out = policy_loss(&inputs, o, &mut g).unwrap();
+        (out.loss, g)
+    }
+}
+
+/// A peer's loss as a function of the batch (for finite differences).
+type PeerLoss = Box<dyn Fn(&peers::LossBatch) -> f64>;
+
+fn same_loss(care: f64, peer: f64) -> Result<(), TestCaseError> {
+    prop_assert!(close(care, peer, 1e-7), "care {} vs peer {}", care, peer);
+    Ok(())
+}
+
+const VERL_MODES: [(&str, LossPreset); 4] = [
+    ("token-mean", LossPreset::Verl),
+    ("seq-mean-token-mean", LossPreset::VerlSeqMeanTokenMean),
+    ("seq-mean-token-sum", LossPreset::VerlSeqMeanTokenSum),
+    (
+        "seq-mean-token-sum-norm",
+        LossPreset::VerlSeqMeanTokenSumNorm,
+    ),
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// verl `vanilla` under each `loss_agg_mode`: the `verl*` presets; verl's KL loss
+    /// (`use_kl_loss`, each estimator) is `--beta`; since 2026 verl's
+    /// `seq-mean-token-sum-norm` is our `seq_mean_token_sum_norm` with the verl preset.
+    #[test]
+    fn verl_vanilla_presets(c in loss_case(), mode in 0usize..4, per_token: bool, kl in 0usize..4, beta in prop_oneof![Just(0.0), Just(0.05)]) {
+        prop_assume!(c.tokens() > 0);
+        let (name, preset) = VERL_MODES[mode];
+        let kinds = ["k1", "abs", "k2", "k3"];
+        let o = LossOptions { beta, kl_estimator: KlEstimator::ALL[kl], ..LossOptions::preset(preset) };
+        let bt = c.batch(per_token);
+        let kl_rows = Rows::from_iter(bt.logp.iter().zip(&bt.rf).map(|(l, r)| {
+            l.iter().zip(r).map(|(&l, &r)| peers::verl_kl(l, r, kinds[kl])).collect::<Vec<f64>>()
+        }));
+        let peer = peers::verl_vanilla(&bt, (0.2, 0.2), 3.0, name, None)
+            + beta * peers::verl_agg_loss(&kl_rows, &bt.mask, name, peers::VerlVersion::Old);
+        same_loss(c.care(&o, per_token, false, true).0, peer)?;
+        if name == "seq-mean-token-sum-norm" {
+            let new = LossOptions { aggregation: Aggregation::SeqMeanTokenSumNorm, ..LossOptions::preset(LossPreset::Verl) };
+            let p = peers::verl_agg_loss(&Rows::from_iter(bt.logp.iter().map(|r| vec![0.0; r.len()])), &bt.mask, name, peers::VerlVersion::New);
+            prop_assert_eq!(p, 0.0);
+            let vanilla_new = {
+                let ratio: Rows = bt.logp.iter().zip(&bt.old).map(|(l, o)| l.iter().zip(o).map(|(l, o)| (l - o).exp()).collect()).collect();
+                let pg: Rows = ratio.iter().zip(&bt.adv).map(|(r, a)| r.iter().zip(a).map(|(&rho, &a)| {
+                    let l1 = (-a * rho).max(-a * rho.clamp(0.8, 1.2));
+                    if a < 0.0 { (-a * 3.0).min(l1) } else { l1 }
+                }).collect()).collect();
+                peers::verl_agg_loss(&pg, &bt.mask, name, peers::VerlVersion::New)
+            };
+            same_loss(c.care(&new, per_token, false, false).0, vanilla_new)?;
+        }
+    }
+
+    /// verl `gspo` (the GSPO-token value), `sapo`, `cispo`, `gpg`, `kl_cov`, `clip_cov` (all
+    /// candidates selected) and `geo_mean`: their presets.
+    #[test]
+    fn verl_loss_family_presets(c in loss_case(), per_token: bool) {
+        prop_assume!(c.tokens() > 0);
+        let bt = c.batch(per_token);
+        let run = |p: LossPreset| c.care(&LossOptions::preset(p), per_token, false, false).0;
+        same_loss(run(LossPreset::VerlGspo), peers::verl_gspo(&bt, (0.2, 0.2), None))?;
+        same_loss(run(LossPreset::VerlSapo), peers::verl_sapo(&bt, (1.0, 1.05)))?;
+        same_loss(run(LossPreset::VerlCispo), peers::verl_cispo(&bt, (0.2, 0.2), "token-mean"))?;
+        same_loss(run(LossPreset::VerlGpg), peers::verl_gpg_loss(&bt, "token-mean"))?;
+        let kl_cov = LossOptions { cov_ratio: 0.3, ..LossOptions::preset(LossPreset::VerlKlCov) };
+        same_loss(c.care(&kl_cov, per_token, false, false).0, peers::verl_kl_cov(&bt, 0.3, 1.0, "token-mean"))?;
+        let clip_cov = LossOptions { cov_ratio: 1.0, clip_cov_lb: -0.2, clip_cov_ub: 0.3, ..LossOptions::preset(LossPreset::VerlClipCov) };
+        same_loss(c.care(&clip_cov, per_token, false, false).0, peers::verl_clip_cov_all(&bt, (0.2, 0.2), -0.2, 0.3, "token-mean"))?;
+        same_loss(run(LossPreset::VerlGeoMean), peers::verl_geo_mean(&bt, (0.2, 0.2), None))?;
+    }
+
+    /// verl's rollout correction inside the loss: `rollout_is` token or sequence weights on
+    /// the policy term and `rollout_rs` (`token_k2`, `seq_mean_k1`) on the mask, for `vanilla`,
+    /// `gspo` and `geo_mean`.
+    #[test]
+    fn verl_rollout_correction_in_the_loss(c in loss_case(), seq: bool, rs: bool) {
+        prop_assume!(c.tokens() > 0);
+        let bt = c.batch(false);
+        let roll = c.rows(&c.rollout);
+        let w = peers::verl_is_weights(&bt.old, &roll, &bt.mask, seq, 1.5);
+        let mut r = RolloutOptions { is_level: if seq { IsLevel::Sequence } else { IsLevel::Token }, is_threshold: 1.5, ..RolloutOptions::default() };
+        let mut rb = bt.clone();
+        if rs {
+            r.reject[Rejection::TokenK2 as usize] = RejectBound { lower: 0.0, upper: 0.02 };
+            r.reject[Rejection::SeqMeanK1 as usize] = RejectBound::ratio(1.15);
+            let opts = [
+                RsOption { name: "token_k2", lower: 0.0, upper: 0.02 },
+                RsOption { name: "seq_mean_k1", lower: 1.0 / 1.15, upper: 1.15 },
+            ];
+            rb.mask = peers::verl_rs_mask(&bt.old, &roll, &bt.mask, &opts);
+        }
+        prop_assume!(rb.mask.iter().flatten().any(|&m| m > 0.0));
+        for (preset, peer) in [
+            (LossPreset::Verl, peers::verl_vanilla(&rb, (0.2, 0.2), 3.0, "token-mean", Some(&w))),
+            (LossPreset::VerlGspo, peers::verl_gspo(&rb, (0.2, 0.2), Some(&w))),
+        ] {
+            let o = LossOptions { rollout: r, ..LossOptions::preset(preset) };
+            same_loss(c.care(&o, false, true, false).0, peer)?;
+        }
+        // geo_mean takes the geometric mean of the token weights over the kept tokens.
+        let o = LossOptions { rollout: r, ..LossOptions::preset(LossPreset::VerlGeoMean) };
+        let peer = peers::verl_geo_mean(&rb, (0.2, 0.2), Some(&w));
+        prop_assert!(close(c.care(&o, false, true, false).0, peer, 1e-6), "{}", peer);
+    }
+
+    /// TRL `grpo`, `bnpo`, `dr_grpo`, `dapo`, `cispo` (epsilon_high 5), `sapo`, the k3 `beta`
+    /// term and sequence-level importance sampling: the `trl_*` presets.
+    #[test]
+    fn trl_presets(c in loss_case(), beta in prop_oneof![Just(0.0), Just(0.04)], sequence: bool) {
+        prop_assume!(c.tokens() > 0);
+        let bt = c.batch(false);
+        let max_len = c.t as f64 + 3.0;
+        for (ty, preset) in [
+            ("grpo", LossPreset::TrlGrpo),
+            ("bnpo", LossPreset::TrlBnpo),
+            ("dr_grpo", LossPreset::TrlDrGrpo),
+            ("dapo", LossPreset::TrlDapo),
+            ("cispo", LossPreset::TrlCispo),
+            ("sapo", LossPreset::TrlSapo),
+        ] {
+            let seq_ok = !matches!(ty, "cispo" | "sapo");
+            let sequence = sequence && seq_ok;
+            let o = LossOptions {
+                beta,
+                horizon: max_len,
+                ratio_level: if sequence { RatioLevel::Sequence } else { RatioLevel::Token },
+                ..LossOptions::preset(preset)
+            };
+            let eps = if ty == "cispo" { (0.2, 5.0) } else { (0.2, 0.2) };
+            let peer = peers::trl_loss(&bt, ty, sequence, eps, beta, max_len, None);
+            same_loss(c.care(&o, false, false, true).0, peer)?;
+        }
+    }
+
+    /// TRL's vLLM importance sampling (`token_truncate`, `token_mask`, `sequence_truncate`,
+    /// `sequence_mask`, `clip_max = 3`): the rollout correction with the zero-weight mode.
+    #[test]
+    fn trl_vllm_importance_sampling(c in loss_case(), mode in 0usize..4) {
+        prop_assume!(c.tokens() > 0);
+        let bt = c.batch(false);
+        let roll = c.rows(&c.rollout);
+        let name = ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"][mode];
+        let w = peers::trl_vllm_is(&bt.old, &roll, &bt.mask, name, 1.2);
+        let mut r = RolloutOptions {
+            is_level: if name.starts_with("sequence") { IsLevel::Sequence } else { IsLevel::Token },
+            is_threshold: if name.ends_with("truncate") { 1.2 } else { f64::INFINITY },
+            log_ratio_clamp: f64::INFINITY,
+            rejection_mode: RejectionMode::ZeroWeight,
+            ..RolloutOptions::default()
+        };
+        if name.ends_with("mask") {
+            let k = if name.starts_with("sequence") { Rejection::SeqSumK1 } else { Rejection::TokenK1 };
+            r.set_bound(k, 0.0, 1.2);
+        }
+        let o = LossOptions { rollout: r, ..LossOptions::preset(LossPreset::TrlDapo) };
+        let peer = peers::trl_loss(&bt, "dapo", false, (0.2, 0.2), 0.0, 1.0, Some(&w));
+        same_loss(c.care(&o, false, true, false).0, peer)?;
+    }
+
+    /// OpenRLHF `PolicyLoss`: `ppo` token-level and per-sample, with and without `dual_clip`,
+    /// `gspo`, and the vLLM corrections `tis`, `icepop`, `seq-mask-tis`.
+    #[test]
+    fn openrlhf_presets(c in loss_case(), per_token: bool, dual: bool, vllm in 0usize..4) {
+        prop_assume!(c.tokens() > 0);
+        let bt = c.batch(per_token);
+        let roll = c.rows(&c.rollout);
+        let dual_clip = dual.then_some(3.0);
+        for (preset, kind, token_level) in [
+            (LossPreset::OpenRlhf, "ppo", true),
+            (LossPreset::OpenRlhfSeq, "ppo", false),
+            (LossPreset::OpenRlhfGspo, "gspo", false),
+        ] {
+            let mut o = LossOptions { dual_clip: dual_clip.unwrap_or(0.0), ..LossOptions::preset(preset) };
+            let mut with_rollout = false;
+            let mut v = None;
+            if kind == "ppo" && vllm > 0 {
+                let (ty, low, high) = [("tis", 0.8, 1.3), ("icepop", 0.8, 1.3), ("seq-mask-tis", 0.9, 1.1)][vllm - 1];
+                v = Some((&roll, ty, low, high));
+                with_rollout = true;
+                let mut r = RolloutOptions { log_ratio_clamp: f64::INFINITY, is_level: IsLevel::Token, ..RolloutOptions::default() };
+                match ty {
+                    "tis" => { r.is_threshold = high; r.is_threshold_low = low; }
+                    "icepop" => {
+                        r.is_threshold = f64::INFINITY;
+                        r.rejection_mode = RejectionMode::ZeroWeight;
+                        r.set_bound(Rejection::TokenK1, low, high);
+                    }
+                    _ => {
+                        r.is_threshold = f64::INFINITY;
+                        r.rejection_mode = RejectionMode::ZeroWeight;
+                        r.set_bound(Rejection::SeqMeanK1, low, high);
+                    }
+                }
+                o.rollout = r;
+            }
+            let peer = peers::orlhf_policy_loss(&bt, kind, (0.2, 0.2), dual_clip, token_level, v);
+            same_loss(c.care(&o, per_token, with_rollout, false).0, peer)?;
+        }
+    }
+
+    /// Gradients: care's analytic gradient against a central finite difference of the peer's
+    /// own loss (verl vanilla under each mode, TRL grpo / dr_grpo / dapo, OpenRLHF ppo and
+    /// gspo), where the peer has no stop-gradient.
+    #[test]
+    fn gradients_match_the_peers_finite_differences(c in loss_case(), which in 0usize..9) {
+        prop_assume!(c.tokens() > 0);
+        let max_len = c.t as f64 + 2.0;
+        let (o, peer): (LossOptions, PeerLoss) = match which {
+            0..=3 => (LossOptions::preset(VERL_MODES[which].1), Box::new(move |b| peers::verl_vanilla(b, (0.2, 0.2), 3.0, VERL_MODES[which].0, None))),
+            4 => (LossOptions::preset(LossPreset::TrlGrpo), Box::new(|b| peers::trl_loss(b, "grpo", false, (0.2, 0.2), 0.0, 1.0, None))),
+            5 => (LossOptions { horizon: max_len, ..LossOptions::preset(LossPreset::TrlDrGrpo) }, Box::new(move |b| peers::trl_loss(b, "dr_grpo", false, (0.2, 0.2), 0.0, max_len, None))),
+            6 => (LossOptions::preset(LossPreset::TrlDapo), Box::new(|b| peers::trl_loss(b, "dapo", false, (0.2, 0.2), 0.0, 1.0, None))),
+            7 => (LossOptions::preset(LossPreset::OpenRlhf), Box::new(|b| peers::orlhf_policy_loss(b, "ppo", (0.2, 0.2), None, true, None))),
+            _ => (LossOptions::preset(LossPreset::OpenRlhfGspo), Box::new(|b| peers::orlhf_policy_loss(b, "gspo", (0.2, 0.2), None, false, None))),
+        };
+        let (_, g) = c.care(&o, false, false, false);
+        let bt = c.batch(false);
+        let h = 1e-6;
+        for (k, &gk) in g.iter().enumerate() {
+            let (i, t) = (k / c.t, k % c.t);
+            let mut up = bt.clone();
+            up.logp[i][t] += h;
+            let mut dn = bt.clone();
+            dn.logp[i][t] -= h;
+            let (fu, f0, fd) = (peer(&up), peer(&bt), peer(&dn));
+            let (fwd, bwd, central) = ((fu - f0) / h, (f0 - fd) / h, (fu - fd) / (2.0 * h));
+            let scale = 1.0 + central.abs();
+            if (fwd - bwd).abs() > 1e-4 * scale {
+                continue; // a clip kink within h
+            }
+            prop_assert!((f64::from(gk) - central).abs() <= 2e-5 * scale, "token {}: care {} vs peer {}", k, gk, central);
+        }
+    }
 }
