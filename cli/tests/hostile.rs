@@ -12,7 +12,7 @@ fn commands() -> Vec<Command> {
         Command::Validate(FormatPolicy::PAPER),
         Command::Score(care_cli::cmd::score::Options::default()),
         Command::GeneratorReward(GeneratorOptions::PAPER),
-        Command::Advantages(AdvantageOptions::default()),
+        Command::Advantages(AdvantageOptions::default().into()),
         Command::Loss(Box::default()),
     ]
 }
@@ -95,7 +95,7 @@ fn every_hostile_line_gives_one_json_line_per_command() {
 
 #[test]
 fn hostile_lines_get_the_documented_codes() {
-    let adv = Command::Advantages(AdvantageOptions::default());
+    let adv = Command::Advantages(AdvantageOptions::default().into());
     let code = |line: &[u8]| -> String {
         let (out, ok) = care_cli::process_line(&adv, 1, line);
         assert!(!ok, "{out}");

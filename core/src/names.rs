@@ -208,8 +208,9 @@ mod tests {
     use super::*;
     use crate::format::ViolationCode;
     use crate::grpo::{
-        Aggregation, Baseline, IsLevel, KlEstimator, LossPreset, PolicyLoss, Preset, RatioLevel,
-        Rejection, RejectionMode, Reweight, Scale, SequenceCount, SingletonPolicy, StdKind,
+        AdvantageEstimator, Aggregation, Baseline, IsLevel, KlEstimator, LossPreset, PolicyLoss,
+        Preset, RatioLevel, Rejection, RejectionMode, Reweight, Scale, SequenceCount,
+        SingletonPolicy, StdKind,
     };
     use crate::reward::{MissingPolicy, RangePolicy, ScoreScale};
     use crate::rubric::Dimension;
@@ -280,6 +281,7 @@ mod tests {
         check::<RejectionMode>();
         check::<PolicyLoss>();
         check::<SequenceCount>();
+        check::<AdvantageEstimator>();
         check::<crate::Dtype>();
     }
 

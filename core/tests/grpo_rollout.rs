@@ -457,3 +457,43 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn verl_threshold_strings_parse() {
+    let mut o = RolloutOptions::default();
+    // One shared threshold: k1 takes [1/u, u], k3 the upper bound.
+    o.set_rejections("token_k1, seq_mean_k3", "2").unwrap();
+    assert_eq!(o.bound(Rejection::TokenK1), RejectBound::ratio(2.0));
+    assert_eq!(o.bound(Rejection::SeqMeanK3).upper, 2.0);
+    // One per option; k1 as lower_upper; the others are turned off.
+    o.set_rejections("seq_sum_k1,token_k2", "0.5_3,0.01")
+        .unwrap();
+    assert_eq!(
+        o.bound(Rejection::SeqSumK1),
+        RejectBound {
+            lower: 0.5,
+            upper: 3.0
+        }
+    );
+    assert_eq!(o.bound(Rejection::TokenK2).upper, 0.01);
+    assert!(!o.bound(Rejection::TokenK1).on());
+    // Errors leave the options unchanged.
+    let before = o;
+    for (opts, thr) in [
+        ("token_k4", "2"),
+        ("token_k1,token_k1", "2"),
+        ("token_k1,token_k2,token_k3", "1,2"),
+        ("token_k2", "0.5_1"),
+        ("token_k2", "x"),
+        ("token_k2", "0"),
+        ("token_k1", "3_2"),
+        ("", "2"),
+    ] {
+        assert_eq!(
+            o.set_rejections(opts, thr),
+            Err(Error::InvalidArgument),
+            "{opts} {thr}"
+        );
+        assert_eq!(o, before);
+    }
+}

@@ -95,7 +95,11 @@ fuzz_target!(|inp: Input| {
         ][usize::from(inp.singleton % 3)],
         eps: inp.eps,
         std_floor: inp.std_floor,
-        reweight: if inp.gpg { Reweight::Gpg } else { Reweight::None },
+        reweight: if inp.gpg {
+            Reweight::Gpg
+        } else {
+            Reweight::None
+        },
     };
     let inputs = GroupInputs {
         lengths: inp.lengths.as_deref(),
@@ -107,7 +111,12 @@ fuzz_target!(|inp: Input| {
     let mut stats = vec![GroupStats::default(); groups];
     let sentinel = 12345.0f64;
     let mut out = vec![sentinel; out_len];
-    let res = group_advantages_with(&inputs, &opts, &mut out, inp.stats.then_some(&mut stats[..]));
+    let res = group_advantages_with(
+        &inputs,
+        &opts,
+        &mut out,
+        inp.stats.then_some(&mut stats[..]),
+    );
     let is_valid = |i: usize| !inp.rewards[i].is_nan() && valid.as_ref().is_none_or(|v| v[i] != 0);
     match res {
         Ok(()) => {
@@ -164,7 +173,12 @@ fn token_estimators(inp: &Input, o: &[u32], mask: &[u8]) {
     let t = mask.len();
     let col = |k: usize| -> Vec<f32> {
         (0..t)
-            .map(|i| inp.rewards.get((i + k) % inp.rewards.len().max(1)).copied().unwrap_or(0.5))
+            .map(|i| {
+                inp.rewards
+                    .get((i + k) % inp.rewards.len().max(1))
+                    .copied()
+                    .unwrap_or(0.5)
+            })
             .collect()
     };
     let (r, v) = (col(0), col(1));
@@ -180,12 +194,21 @@ fn token_estimators(inp: &Input, o: &[u32], mask: &[u8]) {
                 if mask[i] == 0 {
                     assert_eq!((a[i].to_bits(), ret[i].to_bits()), (0, 0));
                 } else if finite {
-                    assert!(a[i].is_finite() && ret[i].is_finite(), "GAE {i}: {} {}", a[i], ret[i]);
+                    assert!(
+                        a[i].is_finite() && ret[i].is_finite(),
+                        "GAE {i}: {} {}",
+                        a[i],
+                        ret[i]
+                    );
                 }
             }
             let w = WhitenOptions {
                 eps: inp.whiten_eps,
-                std_kind: if inp.biased { StdKind::Biased } else { StdKind::Unbiased },
+                std_kind: if inp.biased {
+                    StdKind::Biased
+                } else {
+                    StdKind::Unbiased
+                },
             };
             let before = a.clone();
             match whiten(&mut a, Some(mask), &w) {
@@ -198,10 +221,16 @@ fn token_estimators(inp: &Input, o: &[u32], mask: &[u8]) {
                         }
                     }
                 }
-                Err(_) => assert_eq!(a, before, "whiten wrote on error"),
+                Err(_) => {
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a), bits(&before), "whiten wrote on error");
+                }
             }
         }
-        Err(_) => assert!(a.iter().chain(&ret).all(|&x| x == 7.0), "GAE wrote on error"),
+        Err(_) => assert!(
+            a.iter().chain(&ret).all(|&x| x == 7.0),
+            "GAE wrote on error"
+        ),
     }
     let mut g2 = vec![7.0f32; t];
     if discounted_returns(&r, o, Some(mask), &g, &mut g2).is_err() {

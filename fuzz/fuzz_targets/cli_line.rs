@@ -22,10 +22,10 @@ fuzz_target!(|data: &[u8]| {
         FormatPolicy::lenient()
     };
     let cmd = match sel % 8 {
-        0 => Command::Advantages(AdvantageOptions::default()),
-        1 => Command::Advantages(AdvantageOptions::preset(
-            Preset::ALL[hi % Preset::ALL.len()],
-        )),
+        0 => Command::Advantages(AdvantageOptions::default().into()),
+        1 => Command::Advantages(
+            AdvantageOptions::preset(Preset::ALL[hi % Preset::ALL.len()]).into(),
+        ),
         2 => Command::Loss(Box::default()),
         3 => Command::Loss(Box::new(LossOptions::preset(
             LossPreset::ALL[hi % LossPreset::ALL.len()],

@@ -249,7 +249,12 @@ fn run<T: LogProb>(inp: &Input, conv: impl Fn(f32) -> T) {
             let dropped = roll.is_some()
                 && opts.rollout.active()
                 && opts.rollout.rejection_mode == RejectionMode::Drop;
-            let kept = n_counted - if dropped { out.rollout.rejected_tokens } else { 0.0 };
+            let kept = n_counted
+                - if dropped {
+                    out.rollout.rejected_tokens
+                } else {
+                    0.0
+                };
             assert_eq!(out.stats.tokens, kept);
             assert!(out.loss == out.stats.loss || (out.loss.is_nan() && out.stats.loss.is_nan()));
             for (i, g) in grad.iter().enumerate() {

@@ -116,7 +116,7 @@ fn advantage_f32_output_never_overflows_to_infinity() {
 /// output would take for data. Fixed by the saturation above: the line holds `±f32::MAX`.
 #[test]
 fn cli_success_line_holds_no_null_advantage() {
-    let cmd = Command::Advantages(AdvantageOptions::preset(Preset::DrGrpo));
+    let cmd = Command::Advantages(AdvantageOptions::preset(Preset::DrGrpo).into());
     let (out, ok) = care_cli::process_line(
         &cmd,
         1,
@@ -155,4 +155,25 @@ fn loss_f32_gradient_never_overflows_to_infinity() {
         }
         Err(e) => assert_eq!(e, Error::NonFinite),
     }
+}
+
+/// Found by the `advantages` fuzz target when it started driving the token-level estimators
+/// (artifact `crash-7ebfd276bc3df46ed8b30328a3478e15d3d23d3f`): GAE of NaN token rewards gives
+/// NaN advantages, and whitening them failed. Two things were wrong: the harness compared the
+/// untouched NaN buffer with `==` (NaN is never equal to itself) and reported a write on error;
+/// and `whiten` reported the NaN statistics as `invalid_argument` (the cross-rank check of bad
+/// reduced moments), which names the wrong culprit. A non-finite counted value is `non_finite`
+/// now, and nothing is written.
+#[test]
+fn whitening_a_non_finite_value_is_non_finite_and_writes_nothing() {
+    use care_core::grpo::{WhitenOptions, whiten};
+    let mut v = [f32::NAN, 1.0, 2.0];
+    let before = v.map(f32::to_bits);
+    let e = whiten(&mut v, None, &WhitenOptions::default());
+    assert_eq!(e, Err(Error::NonFinite));
+    assert_eq!(v.map(f32::to_bits), before);
+    // A masked NaN is not read.
+    let mut w = [f32::NAN, 1.0, 2.0];
+    whiten(&mut w, Some(&[0, 1, 1]), &WhitenOptions::default()).unwrap();
+    assert_eq!(w[0], 0.0);
 }

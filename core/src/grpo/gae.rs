@@ -24,7 +24,29 @@
 use super::advantage::{StdKind, std_from};
 use super::dist::GroupSums;
 use super::layout::validate_offsets;
+use crate::names::named_enum;
 use crate::{Error, Result};
+
+/// Which estimator turns rewards into advantages: group-relative over outcome rewards
+/// ([`group_advantages_with`](super::group_advantages_with), every baseline and preset), or
+/// one of the token-level ones of this module over token rewards.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum AdvantageEstimator {
+    /// Group-relative advantages of outcome rewards (default).
+    #[default]
+    Group = 0,
+    /// GAE over token rewards and values.
+    Gae = 1,
+    /// REINFORCE++: discounted returns of token rewards.
+    ReinforcePp = 2,
+}
+
+named_enum!(AdvantageEstimator, "advantage estimator", {
+    Group => "group", "Group-relative advantages of outcome rewards (GRPO, RLOO, OPO, ...)";
+    Gae => "gae", "GAE over token rewards and values";
+    ReinforcePp => "reinforce_pp", "REINFORCE++: discounted returns of token rewards";
+});
 
 /// Options of [`gae`] and [`discounted_returns`]. Field order (C): `gamma: f64, lambda: f64`.
 #[repr(C)]
@@ -270,10 +292,15 @@ pub fn whiten_finalize(
 /// sqrt(var + eps)`, two-pass centered variance in `f64`; masked values become 0. Returns
 /// `(mean, std)`. verl's `masked_whiten` with [`WhitenOptions::default`].
 ///
-/// Errors: [`Error::InvalidArgument`] (options), [`Error::LengthMismatch`] (mask).
+/// Errors: [`Error::InvalidArgument`] (options), [`Error::LengthMismatch`] (mask),
+/// [`Error::NonFinite`] (a counted value is not finite: the statistics would be NaN). Checks
+/// run before any write.
 pub fn whiten(values: &mut [f32], mask: Option<&[u8]>, opts: &WhitenOptions) -> Result<(f64, f64)> {
     opts.validate()?;
     let sums = whiten_partial_sums(values, mask)?;
+    if !sums.sum.is_finite() {
+        return Err(Error::NonFinite);
+    }
     let mean = if sums.count > 0.0 {
         sums.sum / sums.count
     } else {

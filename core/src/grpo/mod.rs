@@ -37,8 +37,8 @@ pub use family::{
     gpg_term, kl_cov_term, sapo_term, sigmoid, top_k,
 };
 pub use gae::{
-    GaeOptions, WhitenOptions, discounted_returns, gae, whiten, whiten_finalize,
-    whiten_partial_squares, whiten_partial_sums,
+    AdvantageEstimator, GaeOptions, WhitenOptions, discounted_returns, gae, whiten,
+    whiten_finalize, whiten_partial_squares, whiten_partial_sums,
 };
 pub use layout::{GroupLayout, validate_offsets};
 pub use logprob::LogProb;

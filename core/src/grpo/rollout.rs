@@ -241,6 +241,61 @@ impl RolloutOptions {
         self.reject[r as usize] = RejectBound { lower, upper };
     }
 
+    /// Sets the rejection criteria from verl's `rollout_rs` and `rollout_rs_threshold`
+    /// strings (the other criteria are turned off): `options` is a comma-separated list of
+    /// [`Rejection`] names; `thresholds` holds one entry shared by every option or one per
+    /// option, in order. A `k1` entry is `lower_upper` (ratio bounds, `0 <= lower <= upper`) or
+    /// one number `u`, meaning `[1 / u, u]`; the others are one upper bound. Nothing allocates;
+    /// the result is checked like every option.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown or repeated name, a count of thresholds that is
+    /// neither 1 nor the number of options, an entry that is not a number (or a `k2`/`k3`
+    /// entry with a lower bound), or bounds outside their domain. On error `self` is unchanged.
+    pub fn set_rejections(&mut self, options: &str, thresholds: &str) -> Result<()> {
+        let entries = || thresholds.split(',').map(str::trim);
+        let n_thr = entries().count();
+        let names = || options.split(',').map(str::trim).filter(|s| !s.is_empty());
+        let n_opt = names().count();
+        if n_opt == 0 || !(n_thr == 1 || n_thr == n_opt) {
+            return Err(Error::InvalidArgument);
+        }
+        let mut out = RolloutOptions {
+            reject: [RejectBound::default(); 11],
+            ..*self
+        };
+        for (i, name) in names().enumerate() {
+            let r = Rejection::from_name(name).ok_or(Error::InvalidArgument)?;
+            if out.bound(r).on() {
+                return Err(Error::InvalidArgument); // named twice
+            }
+            let spec = entries()
+                .nth(if n_thr == 1 { 0 } else { i })
+                .ok_or(Error::InvalidArgument)?;
+            let num = |t: &str| t.trim().parse::<f64>().map_err(|_| Error::InvalidArgument);
+            let b = match spec.split_once('_') {
+                Some((lo, hi)) if r.is_k1() => RejectBound {
+                    lower: num(lo)?,
+                    upper: num(hi)?,
+                },
+                Some(_) => return Err(Error::InvalidArgument),
+                None if r.is_k1() => RejectBound::ratio(num(spec)?),
+                None => RejectBound {
+                    lower: 0.0,
+                    upper: num(spec)?,
+                },
+            };
+            // 0 would mean "off", NaN and negatives are out of the domain.
+            if b.upper.is_nan() || b.upper <= 0.0 {
+                return Err(Error::InvalidArgument);
+            }
+            out.reject[r as usize] = b;
+        }
+        out.validate()?;
+        *self = out;
+        Ok(())
+    }
+
     /// Whether the correction changes anything (weights or rejection); the diagnostics are
     /// computed whenever rollout log-probs are given.
     pub fn active(&self) -> bool {
