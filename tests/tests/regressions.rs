@@ -177,3 +177,37 @@ fn whitening_a_non_finite_value_is_non_finite_and_writes_nothing() {
     whiten(&mut w, Some(&[0, 1, 1]), &WhitenOptions::default()).unwrap();
     assert_eq!(w[0], 0.0);
 }
+
+/// Found by the `loss` fuzz target once it drove the rollout correction (artifact
+/// `crash-bfbfd5a50a9b0f24187dd29a62e4df55be4f5907`): `f16` rollout log-probs that overflow to
+/// infinity on some tokens; `token_k1` drops those tokens, but the sequence weight sums the log
+/// ratios of every counted token, so it is NaN and so is the loss of the kept, finite tokens,
+/// while `non_finite` said 0. The dropped tokens' non-finite log-probs now count in
+/// `non_finite`: a NaN loss is always announced.
+#[test]
+fn dropped_non_finite_rollout_tokens_are_counted() {
+    use care_core::grpo::{
+        Advantages, IsLevel, LossInputs, LossOptions, RejectBound, Rejection, policy_loss,
+    };
+    let logp = [-1.0f32; 4];
+    let old = [-1.0f32; 4];
+    let rollout = [f32::INFINITY, f32::NEG_INFINITY, -1.0, -1.0];
+    let mut o = LossOptions::default();
+    o.rollout.is_level = IsLevel::Sequence;
+    o.rollout.reject[Rejection::TokenK1 as usize] = RejectBound::ratio(5.0);
+    let inputs = LossInputs {
+        logp: &logp[..],
+        logp_old: Some(&old[..]),
+        logp_ref: None,
+        seq_offsets: &[0, 4],
+        mask: None,
+        advantages: Advantages::PerSequence(&[1.0]),
+        logp_rollout: Some(&rollout[..]),
+    };
+    let mut g = [0.0f32; 4];
+    let out = policy_loss(&inputs, &o, &mut g).unwrap();
+    assert_eq!(out.stats.tokens, 2.0); // the two infinite ones were dropped
+    assert!(out.loss.is_nan());
+    assert_eq!(out.stats.non_finite, 2.0);
+    assert_eq!(out.rollout.non_finite, 2.0);
+}

@@ -218,12 +218,23 @@ pub(super) fn policy_loss_with<T: LogProb>(
     // denominators, over the tokens the loss counts.
     let mut rs = RolloutStats::default();
     let (mut loc_tok, mut loc_seq, mut loc_h) = (0.0f64, 0.0f64, 0.0f64);
+    // Dropped tokens with a non-finite log-prob the correction reads: the sequence weight and
+    // the sequence criteria read every counted token, so they count as non-finite inputs too.
+    let mut dropped_non_finite = 0.0f64;
     for w in inputs.seq_offsets.windows(2) {
         let range = w[0] as usize..w[1] as usize;
         if let Some(lr) = inputs.logp_rollout {
             rollout_diagnostics(ctx.prox(), lr, mask, range.clone(), &resolved, &mut rs);
         }
         let sc = ctx.seq_correction(range.clone());
+        if let Some((_, lr)) = ctx.rollout {
+            let prox = ctx.prox();
+            dropped_non_finite += range
+                .clone()
+                .filter(|&t| counted(mask, t) && ctx.token(sc.as_ref(), t).is_none())
+                .filter(|&t| !(prox[t].to_f64().is_finite() && lr[t].to_f64().is_finite()))
+                .count() as f64;
+        }
         let n_i = ctx.counted_in(sc.as_ref(), range.clone());
         loc_tok += n_i;
         if n_i > 0.0 {
@@ -277,6 +288,7 @@ pub(super) fn policy_loss_with<T: LogProb>(
     let mut st = LossStats::EMPTY;
     st.tokens = loc_tok;
     st.sequences = loc_seq;
+    st.non_finite = dropped_non_finite;
     let mut cov_selected = 0.0f64;
     for (i, w) in inputs.seq_offsets.windows(2).enumerate() {
         let range = w[0] as usize..w[1] as usize;

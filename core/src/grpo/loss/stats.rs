@@ -47,8 +47,10 @@ pub struct LossStats {
     #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub log_ratio_clamped: f64,
     /// Counted tokens with at least one non-finite input that the loss reads (`logp`,
-    /// `logp_old` if given, `logp_ref` if the KL term is on, the advantage). When non-zero, the
-    /// loss and gradient may be non-finite.
+    /// `logp_old` if given, `logp_ref` if the KL term is on, the advantage; with the rollout
+    /// correction active, `logp_rollout`, and the log-probs of tokens it drops, which its
+    /// sequence weight and criteria read). When non-zero, the loss and gradient may be
+    /// non-finite.
     #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub non_finite: f64,
     /// Smallest `rho` (`+inf` when no token counted).
