@@ -26,6 +26,8 @@ pub const EXIT_USAGE: u8 = 2;
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         CliCommand::Demo => crate::demo::run(&mut io::stdout().lock()).map(|()| EXIT_OK),
+        CliCommand::Reward(a) => crate::reward_loop::run_reward(&a),
+        CliCommand::Serve(a) => crate::reward_loop::run_serve(&a),
         CliCommand::Analyze {
             analyze,
             score,
@@ -41,12 +43,22 @@ pub fn run(cli: Cli) -> ExitCode {
         CliCommand::Validate { format, io } => {
             format_policy(&format).and_then(|p| stream(&Command::Validate(p), &io))
         }
-        CliCommand::Score { score, format, io } => format_policy(&format).and_then(|format| {
-            let opts = crate::cmd::score::Options {
-                score: score_options(&score),
-                format,
+        CliCommand::Score {
+            profile,
+            score,
+            format,
+            io,
+        } => format_policy(&format).and_then(|format| {
+            let score = score_options(&score);
+            let cmd = match profile {
+                None => Command::Score(crate::cmd::score::Options { score, format }),
+                Some(spec) => Command::ScoreProfile(crate::cmd::score_profile::Options {
+                    profile: std::sync::Arc::new(crate::cmd::score_profile::load_profile(&spec)?),
+                    score,
+                    format,
+                }),
             };
-            stream(&Command::Score(opts), &io)
+            stream(&cmd, &io)
         }),
         CliCommand::GeneratorReward {
             generator,

@@ -80,9 +80,13 @@ pub enum CliCommand {
         #[command(flatten)]
         io: IoArgs,
     },
-    /// Score judged responses under a rubric (policy reward, Eq. 5).
+    /// Score judged responses under a rubric (policy reward, Eq. 5), or under a rubric profile.
     #[command(allow_negative_numbers = true, after_help = SCORE_AFTER)]
     Score {
+        /// Score under a rubric profile: a built-in name (care, kardia) or a profile JSON file
+        /// (docs/PROFILES.md). Without it, the CARE policy reward of a line's rubric.
+        #[arg(long, value_name = "NAME|FILE")]
+        profile: Option<String>,
         /// Scoring policy.
         #[command(flatten)]
         score: ScoreArgs,
@@ -157,6 +161,12 @@ pub enum CliCommand {
         after_help = "Example:\n  cargo run --release -p care-cli -- demo"
     )]
     Demo,
+    /// The reward loop on JSON Lines: generate a rubric per turn, judge every response, reward.
+    #[command(after_help = crate::reward_loop::REWARD_AFTER)]
+    Reward(crate::reward_loop::RewardArgs),
+    /// The reward server (OpenRLHF /get_reward, a JSON API for groups, health, metrics).
+    #[command(after_help = crate::reward_loop::SERVE_AFTER)]
+    Serve(crate::reward_loop::ServeArgs),
 }
 
 const VALIDATE_AFTER: &str = "\
@@ -175,8 +185,15 @@ Input line: {\"rubric\": <object or raw text>, \"scores\": [[cog..],[aff..],[pro
   or \"responses\": [{\"scores\": ..} | {\"judge\": ..}, ...] for a whole GRPO group.
 Output: reward and per_dimension (or rewards and per_dimension per response for a group).
 
-Example:
-  care score --missing skip judged.jsonl";
+With --profile NAME|FILE (built-in: care, kardia; docs/PROFILES.md):
+Input line: {\"output\": \"<policy output>\", \"scores\": {\"<dimension>\": [..], ..} or \"judge\": \"<judge output>\",
+  \"emotion\": \"<gold label>\"} (plus \"rubric\" for care), or \"responses\": [{\"output\", ..}, ..].
+Output: reward, format_reward, format_violations, judge_needed, emotion_correct, rubric_reward,
+  per_dimension and weights (by dimension name), vetoed_by, fired (arrays for a group).
+
+Examples:
+  care score --missing skip judged.jsonl
+  care score --profile kardia rollouts.jsonl";
 
 const GENERATOR_REWARD_AFTER: &str = "\
 Input line: {\"rubric\": \"<raw generator output text>\", \"chosen_scores\": [[..],[..],[..]],

@@ -4,7 +4,8 @@
 //! responses with judge output text, and synthetic log-probs (`cli/data/demo_group.json`). The
 //! steps are the ones a trainer runs: validate the rubric (`r_fmt`), parse each judge answer,
 //! score (Eq. 5), the generator's reward from a preference pair (Eq. 4), group advantages, and
-//! one clipped-ratio loss step.
+//! one clipped-ratio loss step. A last step scores a Kardia-style group
+//! (`cli/data/demo_kardia.json`) under the built-in `kardia` profile.
 //!
 //! The GRPO step goes through a [`GrpoDevice`]: [`device`] returns the CUDA kernels of
 //! `care-kernels` when a driver and a device are present, else the CPU reference; the table
@@ -17,6 +18,7 @@ use care_core::grpo::{
     AdvantageOptions, Advantages, GroupLayout, GroupStats, KlEstimator, LossInputs, LossOptions,
     LossPreset, Preset,
 };
+use care_core::profile::{Profile, parse_profile_judge_output, profile_reward};
 use care_core::reward::generator_reward_validated;
 use care_core::{
     Dimension, FormatPolicy, GeneratorOptions, ScoreOptions, parse_judge_output, policy_reward,
@@ -30,6 +32,8 @@ use crate::device::{Cpu, GrpoDevice};
 pub const RUBRIC: &str = include_str!("../data/rubric_sft_1.json");
 /// The demo's group: context, six responses with judge output text and log-probs.
 pub const GROUP: &str = include_str!("../data/demo_group.json");
+/// The Kardia-style group: a persona, five four-stage outputs, judge answers, the gold emotion.
+pub const KARDIA_GROUP: &str = include_str!("../data/demo_kardia.json");
 
 /// The device the demo uses: the CUDA kernels when a driver and a device are present, else
 /// the CPU reference (the table names the one that ran).
@@ -62,6 +66,21 @@ struct Response {
     logp: Vec<f32>,
     logp_old: Vec<f32>,
     logp_ref: Vec<f32>,
+}
+
+#[derive(Deserialize)]
+struct KardiaGroup {
+    persona: String,
+    seeker: String,
+    gold_emotion: String,
+    responses: Vec<KardiaResponse>,
+}
+
+#[derive(Deserialize)]
+struct KardiaResponse {
+    output: String,
+    /// The judge's answer; `None` for a malformed output, where the judge is not called.
+    judge: Option<String>,
 }
 
 /// The advantage options of the demo: verl's GRPO.
@@ -308,6 +327,132 @@ pub fn render(be: &dyn GrpoDevice) -> Result<String, String> {
         st.ratio_max,
         grad_norm
     );
+    kardia_step(&mut s, be)?;
     let _ = writeln!(s, "\nDevice: {}", be.name());
     Ok(s)
+}
+
+/// Step 5: the same GRPO step under the built-in `kardia` profile (Kardia-R1's rubric-as-judge
+/// reward as we read it): the format gate, the judge on the response stage, the emotion term.
+fn kardia_step(s: &mut String, be: &dyn GrpoDevice) -> Result<(), String> {
+    let group: KardiaGroup = serde_json::from_str(KARDIA_GROUP)
+        .map_err(|e| format!("demo: bundled Kardia data: {e}"))?;
+    let k = Profile::builtin("kardia").map_err(err("kardia profile"))?;
+    let opts = ScoreOptions::default();
+    let mut rows = Vec::with_capacity(group.responses.len());
+    let mut rewards = Vec::with_capacity(group.responses.len());
+    for (j, r) in group.responses.iter().enumerate() {
+        let check = k.check_output(r.output.as_bytes());
+        let mut scores = vec![f64::NAN; k.dimension_count()];
+        match (&r.judge, check.judge_needed()) {
+            (Some(judge), true) => {
+                parse_profile_judge_output(judge.as_bytes(), &k, None, &mut scores)
+                    .map_err(err(&format!("Kardia judge output {}", j + 1)))?;
+            }
+            (None, false) => {}
+            _ => {
+                return Err(format!(
+                    "demo: bundled Kardia response {} has a judge answer exactly when its output is malformed",
+                    j + 1
+                ));
+            }
+        }
+        let p = profile_reward(&k, None, &check, &scores, Some(&group.gold_emotion), &opts)
+            .map_err(err(&format!("scoring Kardia response {}", j + 1)))?;
+        rewards.push(p.reward as f32);
+        let first = check.report().violations().first().map(|v| v.code.as_str());
+        let format = match (first, check.report().violations().len()) {
+            (None, _) => "ok".to_owned(),
+            (Some(code), 1) => code.to_owned(),
+            (Some(code), n) => format!("{code} +{}", n - 1),
+        };
+        let emotion = check.span(2).unwrap_or("-").to_owned();
+        rows.push((format, emotion, p, check.judge_text().map(str::to_owned)));
+    }
+    let adv_opts = demo_advantage_options();
+    let mut adv = vec![0.0f32; rewards.len()];
+    let mut stats = [GroupStats::default()];
+    be.advantages(
+        &rewards,
+        GroupLayout::Fixed {
+            group_size: rewards.len(),
+        },
+        &adv_opts,
+        &mut adv,
+        &mut stats,
+    )
+    .map_err(err("Kardia advantages"))?;
+    let _ = writeln!(
+        s,
+        "\n5. The same step under the built-in profile kardia (Kardia-R1's rubric-as-judge reward, our reading)"
+    );
+    let _ = writeln!(s, "   persona: {}", group.persona);
+    let _ = writeln!(s, "   user: {}", group.seeker);
+    let _ = writeln!(
+        s,
+        "   The policy writes four stages in special tokens; the judge scores the response stage on five\n   \
+         dimensions (0..5); the emotion stage is checked against the gold label \"{}\".",
+        group.gold_emotion
+    );
+    let _ = writeln!(
+        s,
+        "   {:>2}  {:<16} {:<9} {:>3} {:>5} {:>5} {:>5} {:>5} {:>5} {:>7} {:>7} {:>9}  response stage",
+        "#",
+        "format",
+        "emotion",
+        "ok",
+        "Rel",
+        "Emp",
+        "Per",
+        "Saf",
+        "Flu",
+        "rubric",
+        "reward",
+        "advantage"
+    );
+    for (j, (format, emotion, p, judge_text)) in rows.iter().enumerate() {
+        let ok = match p.emotion_correct {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "-",
+        };
+        let dims = if p.judge_needed {
+            p.dim_values()
+                .iter()
+                .map(|v| format!("{v:>5.2}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        } else {
+            format!("{:<29}", "(judge not called)")
+        };
+        let preview = judge_text.as_deref().map_or_else(
+            || "-".to_owned(),
+            |t| {
+                let mut p: String = t.chars().take(30).collect();
+                if t.chars().count() > 30 {
+                    p.push_str("...");
+                }
+                p
+            },
+        );
+        let _ = writeln!(
+            s,
+            "   {:>2}  {:<16} {:<9} {:>3} {} {:>7.4} {:>7.4} {:>+9.4}  {}",
+            j + 1,
+            format,
+            emotion,
+            ok,
+            dims,
+            p.rubric_reward,
+            p.reward,
+            adv.get(j).copied().unwrap_or(f32::NAN),
+            preview
+        );
+    }
+    let _ = writeln!(
+        s,
+        "   r = r_fmt * ((1 - 0.2) * sum_d 0.2 * v_d + 0.2 * r_emo); a malformed output scores 0 and\n   \
+         is never judged. Advantages as in step 2 (verl)."
+    );
+    Ok(())
 }

@@ -369,6 +369,16 @@ impl<'a> Arr<'a> {
         self.sep().push_str("null");
         self
     }
+    /// A boolean element.
+    pub fn bool(&mut self, v: bool) -> &mut Self {
+        self.sep().push_str(if v { "true" } else { "false" });
+        self
+    }
+    /// A nested array element.
+    pub fn arr(&mut self, f: impl FnOnce(&mut Arr<'_>)) -> &mut Self {
+        Arr::write(self.sep(), f);
+        self
+    }
     /// A nested array of `f64` element.
     pub fn f64s(&mut self, v: &[f64]) -> &mut Self {
         Arr::write(self.sep(), |a| {

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod gpu;
 pub mod input;
 pub mod json;
+pub mod reward_loop;
 
 pub use cmd::{Command, process_line};
 pub use engine::{EngineOptions, Summary};

@@ -23,10 +23,34 @@ pub fn render_judge_prompt<W: Write + ?Sized>(
     seeker_turn: &str,
     response: &str,
 ) -> fmt::Result {
-    w.write_str(
+    write_prompt_head(w, context, seeker_turn, response, 0, 5)?;
+    for d in Dimension::ALL {
+        let crits = rubric.criteria(d);
+        if crits.is_empty() {
+            continue;
+        }
+        write!(w, "\n### {}\n", d.json_name())?;
+        for c in crits {
+            write_prompt_criterion(w, c.title, c.description, false)?;
+        }
+    }
+    write_prompt_tail(w, 0, 5, false)
+}
+
+/// The judge prompt up to its rubric sections (shared by every rubric profile).
+pub(crate) fn write_prompt_head<W: Write + ?Sized>(
+    w: &mut W,
+    context: &[&str],
+    seeker_turn: &str,
+    response: &str,
+    lo: u8,
+    hi: u8,
+) -> fmt::Result {
+    write!(
+        w,
         "You are a strict judge of emotional-support responses. Score the candidate supporter \
          response against every criterion of the rubric below, using each criterion's level \
-         descriptions [0] to [5].\n\n## Dialogue context\n",
+         descriptions [{lo}] to [{hi}].\n\n## Dialogue context\n",
     )?;
     if context.is_empty() {
         w.write_str("(none)\n")?;
@@ -40,29 +64,62 @@ pub fn render_judge_prompt<W: Write + ?Sized>(
         "\n## Seeker's latest turn\n{}\n\n## Candidate supporter response\n{}\n\n## Rubric\n",
         seeker_turn.trim_end(),
         response.trim_end()
+    )
+}
+
+/// One criterion of a rubric section; a pitfall (a criterion with a negative weight) says that
+/// its score measures how strongly the problem shows.
+pub(crate) fn write_prompt_criterion<W: Write + ?Sized>(
+    w: &mut W,
+    title: &str,
+    levels: &str,
+    pitfall: bool,
+) -> fmt::Result {
+    write!(
+        w,
+        "- criterion_title: {}\n  levels: {}\n",
+        title.trim(),
+        levels.trim()
     )?;
-    for d in Dimension::ALL {
-        let crits = rubric.criteria(d);
-        if crits.is_empty() {
-            continue;
-        }
-        write!(w, "\n### {}\n", d.json_name())?;
-        for c in crits {
-            write!(
-                w,
-                "- criterion_title: {}\n  levels: {}\n",
-                c.title.trim(),
-                c.description.trim()
-            )?;
-        }
+    if pitfall {
+        w.write_str(
+            "  pitfall: score how strongly the response shows this problem (higher is worse)\n",
+        )?;
     }
+    Ok(())
+}
+
+/// The required output shape, for integer scores `lo..=hi`.
+pub(crate) fn write_prompt_tail<W: Write + ?Sized>(
+    w: &mut W,
+    lo: u8,
+    hi: u8,
+    pitfalls: bool,
+) -> fmt::Result {
     w.write_str(
         "\n## Output\nReturn only JSON of the form \
          {\"criterion_scores\":[{\"category\":\"...\",\"criterion_title\":\"...\",\"score\":0}]} \
          with exactly one item per criterion above, category and criterion_title copied exactly \
-         as given, and each score an integer in {0, 1, 2, 3, 4, 5} (higher is better). \
-         No rationale, no total.\n",
-    )
+         as given, and each score an integer in ",
+    )?;
+    if hi.saturating_sub(lo) <= 10 {
+        w.write_char('{')?;
+        for v in lo..=hi {
+            if v > lo {
+                w.write_str(", ")?;
+            }
+            write!(w, "{v}")?;
+        }
+        w.write_char('}')?;
+    } else {
+        write!(w, "{lo}..={hi}")?;
+    }
+    if pitfalls {
+        w.write_str(" (higher is better, except for pitfall criteria)")?;
+    } else {
+        w.write_str(" (higher is better)")?;
+    }
+    w.write_str(". No rationale, no total.\n")
 }
 
 /// What the judge-output parser found.
@@ -121,6 +178,20 @@ pub fn parse_judge_output(
     if out.len() != rubric.total_criteria() {
         return Err(Error::ScoreShape);
     }
+    parse_scores_with(text, out, (0.0, 5.0), |cat, title| {
+        match_criterion(rubric, cat, title)
+    })
+}
+
+/// The judge-output parser for any rubric: `matcher` maps an item's `(category, title)` to the
+/// flat index of its criterion (and whether only a case-insensitive match hit); scores outside
+/// `range` or non-integral are counted as `out_of_range`. `out` has one slot per criterion.
+pub(crate) fn parse_scores_with(
+    text: &[u8],
+    out: &mut [f64],
+    range: (f64, f64),
+    mut matcher: impl FnMut(&JStr<'_>, &JStr<'_>) -> Option<(usize, bool)>,
+) -> Result<JudgeReport> {
     out.fill(f64::NAN);
     let text = core::str::from_utf8(text).map_err(|_| Error::InvalidUtf8)?;
     let body = match text.rfind("</think>") {
@@ -129,7 +200,6 @@ pub fn parse_judge_output(
     };
     let arr = find_scores(body).ok_or(Error::NoJudgeJson)?;
     let mut rep = JudgeReport::default();
-    let mut assigned: u64 = 0;
     let mut cur = arr;
     while cur.next_item() {
         if cur.kind() != Kind::Object {
@@ -159,12 +229,16 @@ pub fn parse_judge_output(
             rep.malformed_items += 1;
             continue;
         };
-        let Some((flat, ci)) = match_criterion(rubric, &cat, &title) else {
+        let Some((flat, ci)) = matcher(&cat, &title) else {
             rep.unknown += 1;
             continue;
         };
-        let bit = 1u64 << (flat & 63);
-        if assigned & bit != 0 {
+        let Some(slot) = out.get_mut(flat) else {
+            rep.unknown += 1;
+            continue;
+        };
+        // Only finite scores are ever stored, so a slot that is not NaN was already scored.
+        if !slot.is_nan() {
             rep.duplicates += 1;
             continue;
         }
@@ -172,14 +246,11 @@ pub fn parse_judge_output(
             rep.invalid_scores += 1;
             continue;
         };
-        if let Some(slot) = out.get_mut(flat) {
-            assigned |= bit;
-            *slot = v;
-            rep.matched += 1;
-            rep.case_insensitive += u32::from(ci);
-            if !((0.0..=5.0).contains(&v) && libm::round(v) == v) {
-                rep.out_of_range += 1;
-            }
+        *slot = v;
+        rep.matched += 1;
+        rep.case_insensitive += u32::from(ci);
+        if !((range.0..=range.1).contains(&v) && libm::round(v) == v) {
+            rep.out_of_range += 1;
         }
     }
     rep.missing = out.iter().filter(|x| x.is_nan()).count() as u32;

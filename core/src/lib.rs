@@ -81,6 +81,7 @@ mod json;
 pub mod judge;
 pub mod logsoftmax;
 pub mod names;
+pub mod profile;
 pub mod reward;
 pub mod rubric;
 #[cfg(feature = "serde")]
@@ -112,3 +113,8 @@ pub use strategy::{StrategyCounts, UnknownLabelPolicy, strategy_counts};
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+// The Rust example of docs/PROFILES.md runs as a doctest.
+#[doc = include_str!("../../docs/PROFILES.md")]
+#[cfg(doctest)]
+pub struct ProfilesDoctests;

@@ -283,6 +283,9 @@ mod tests {
         check::<SequenceCount>();
         check::<AdvantageEstimator>();
         check::<crate::Dtype>();
+        check::<crate::profile::RubricSource>();
+        check::<crate::profile::OutputCode>();
+        check::<crate::profile::ProfileCode>();
     }
 
     #[test]

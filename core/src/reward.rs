@@ -124,6 +124,17 @@ impl Fired {
 
 /// Resolves one raw score under `opts`: `Ok(None)` when skipped, else the raw value in `0..=5`.
 pub(crate) fn resolve_raw(raw: f64, opts: &ScoreOptions, fired: &mut Fired) -> Result<Option<f64>> {
+    resolve_raw_in(raw, 0.0, MAX_SCORE, opts, fired)
+}
+
+/// [`resolve_raw`] for integer scores in `lo..=hi` (rubric profiles with their own scale).
+pub(crate) fn resolve_raw_in(
+    raw: f64,
+    lo: f64,
+    hi: f64,
+    opts: &ScoreOptions,
+    fired: &mut Fired,
+) -> Result<Option<f64>> {
     if raw.is_nan() {
         return match opts.missing {
             MissingPolicy::Error => Err(Error::MissingScore),
@@ -137,7 +148,7 @@ pub(crate) fn resolve_raw(raw: f64, opts: &ScoreOptions, fired: &mut Fired) -> R
             }
         };
     }
-    let in_range = (0.0..=MAX_SCORE).contains(&raw) && libm::round(raw) == raw;
+    let in_range = (lo..=hi).contains(&raw) && libm::round(raw) == raw;
     if in_range {
         return Ok(Some(raw));
     }
@@ -145,7 +156,7 @@ pub(crate) fn resolve_raw(raw: f64, opts: &ScoreOptions, fired: &mut Fired) -> R
         RangePolicy::Error => Err(Error::ScoreOutOfRange),
         RangePolicy::Clamp => {
             fired.clamped = fired.clamped.saturating_add(1);
-            Ok(Some(libm::round(raw).clamp(0.0, MAX_SCORE)))
+            Ok(Some(libm::round(raw).clamp(lo, hi)))
         }
     }
 }

@@ -1,14 +1,21 @@
 //! One CLI input line through `care_cli::process_line`, the exact per-line code path of the
-//! `care` binary, for each subcommand (validate, score, generator-reward, advantages, loss): never panics, and the output is always exactly one
+//! `care` binary, for each subcommand (validate, score, score --profile, generator-reward, advantages, loss): never panics, and the output is always exactly one
 //! JSON object (valid JSON, no newline) carrying the line number, with an `error.code` string
 //! on error lines.
 #![no_main]
 
 use care_cli::Command;
-use care_cli::cmd::score;
+use care_cli::cmd::{score, score_profile};
+use care_core::profile::ProfileBuf;
+use std::sync::{Arc, LazyLock};
 use care_core::grpo::{AdvantageOptions, LossOptions, LossPreset, Preset};
 use care_core::{FormatPolicy, GeneratorOptions, MissingPolicy, RangePolicy, ScoreOptions};
 use libfuzzer_sys::fuzz_target;
+
+/// The built-in profiles, parsed once.
+static PROFILES: LazyLock<[Arc<ProfileBuf>; 2]> = LazyLock::new(|| {
+    ["kardia", "care"].map(|n| Arc::new(ProfileBuf::builtin(n).expect("built-in profile")))
+});
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, line)) = data.split_first() else {
@@ -32,19 +39,13 @@ fuzz_target!(|data: &[u8]| {
         ))),
         4 => Command::Validate(format),
         5 => Command::Score(score::Options {
-            score: ScoreOptions {
-                missing: [
-                    MissingPolicy::Error,
-                    MissingPolicy::Zero,
-                    MissingPolicy::Skip,
-                ][(hi >> 1) % 3],
-                out_of_range: if hi & 8 == 0 {
-                    RangePolicy::Error
-                } else {
-                    RangePolicy::Clamp
-                },
-                uniform_weights: hi & 16 != 0,
-            },
+            score: score_options(hi),
+            format,
+        }),
+        // `care score --profile`: kardia, or care (whose rubric uses `format`).
+        7 => Command::ScoreProfile(score_profile::Options {
+            profile: PROFILES[(hi >> 2) & 1].clone(),
+            score: score_options(hi),
             format,
         }),
         _ => Command::GeneratorReward(GeneratorOptions {
@@ -66,3 +67,20 @@ fuzz_target!(|data: &[u8]| {
         );
     }
 });
+
+/// Score policies from the selector's high bits.
+fn score_options(hi: usize) -> ScoreOptions {
+    ScoreOptions {
+        missing: [
+            MissingPolicy::Error,
+            MissingPolicy::Zero,
+            MissingPolicy::Skip,
+        ][(hi >> 1) % 3],
+        out_of_range: if hi & 8 == 0 {
+            RangePolicy::Error
+        } else {
+            RangePolicy::Clamp
+        },
+        uniform_weights: hi & 16 != 0,
+    }
+}

@@ -9,6 +9,7 @@ pub mod generator_reward;
 pub mod loss;
 pub(crate) mod rubric;
 pub mod score;
+pub mod score_profile;
 pub mod validate;
 
 /// A data subcommand with its options resolved into `care-core` types.
@@ -18,6 +19,8 @@ pub enum Command {
     Validate(validate::Options),
     /// `care score`.
     Score(score::Options),
+    /// `care score --profile`.
+    ScoreProfile(score_profile::Options),
     /// `care generator-reward` (alias `care pref`).
     GeneratorReward(generator_reward::Options),
     /// `care advantages`.
@@ -64,6 +67,7 @@ impl Command {
             match self {
                 Command::Validate(opts) => validate::run(opts, text, &value, o),
                 Command::Score(opts) => score::run(opts, text, &value, o),
+                Command::ScoreProfile(opts) => score_profile::run(opts, text, &value, o),
                 Command::GeneratorReward(opts) => generator_reward::run(opts, text, &value, o),
                 Command::Advantages(opts) => advantages::run(opts, &value, o),
                 Command::Loss(opts) => loss::run(opts, &value, o),

@@ -1,0 +1,242 @@
+//! `care reward` and `care serve`: the reward loop of `care-loop` on the command line.
+//!
+//! Everything here is option plumbing; the loop, the runner and the server live in
+//! `care-loop`.
+
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use care_loop::engine::OnFailure;
+use care_loop::server::{DEFAULT_MAX_BODY_BYTES, ServerOptions};
+use care_loop::{BackendKind, Cache, Engine, LoopConfig, Metrics};
+use clap::Args;
+
+const SCRIPTED_BANNER: &str = "care: --scripted: replaying the bundled paper fixtures; no LLM is called and the rewards are a demo";
+
+/// Where the loop's LLMs and cache are (shared by `reward` and `serve`).
+#[derive(Debug, Args, Clone)]
+pub struct LoopArgs {
+    /// JSON configuration: endpoints, sampling, timeouts, retry bounds (docs/REWARD_LOOP.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Offline demo: replay the bundled paper fixtures instead of calling LLMs.
+    #[arg(long)]
+    pub scripted: bool,
+    /// Generator base URL (overrides the config), e.g. http://127.0.0.1:8000/v1.
+    #[arg(long, value_name = "URL")]
+    pub generator_url: Option<String>,
+    /// Generator model name (overrides the config).
+    #[arg(long, value_name = "NAME")]
+    pub generator_model: Option<String>,
+    /// Judge base URL (overrides the config).
+    #[arg(long, value_name = "URL")]
+    pub judge_url: Option<String>,
+    /// Judge model name (overrides the config).
+    #[arg(long, value_name = "NAME")]
+    pub judge_model: Option<String>,
+    /// Rubric profile (overrides the config): care (a rubric generated per turn) or kardia
+    /// (fixed rubric, no generator; malformed outputs get 0 without a judge call).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// SQLite cache of completed LLM calls (a rerun repeats none of them).
+    #[arg(long, value_name = "FILE", default_value = "care-cache.sqlite")]
+    pub cache: PathBuf,
+    /// Keep no cache.
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+/// `care reward` options.
+#[derive(Debug, Args, Clone)]
+pub struct RewardArgs {
+    /// LLMs and cache.
+    #[command(flatten)]
+    pub loop_args: LoopArgs,
+    /// JSON Lines input file; `-` reads stdin.
+    #[arg(default_value = "-")]
+    pub input: PathBuf,
+    /// Exit with status 1 when any line gave an error line.
+    #[arg(long)]
+    pub strict: bool,
+    /// Longest accepted input line in bytes.
+    #[arg(long, default_value_t = care_loop::batch::DEFAULT_MAX_LINE_BYTES, value_name = "N")]
+    pub max_line_bytes: usize,
+}
+
+/// `--on-failure`: parsed with `care_loop`'s one list of names; `null` is refused, since
+/// OpenRLHF turns the rewards into a tensor and cannot take it.
+fn parse_on_failure(s: &str) -> Result<OnFailure, String> {
+    match s.parse::<OnFailure>()? {
+        OnFailure::Null => Err(
+            "null: OpenRLHF needs a number for every sample; use group_mean or error".to_owned(),
+        ),
+        p => Ok(p),
+    }
+}
+
+/// `care serve` options.
+#[derive(Debug, Args, Clone)]
+pub struct ServeArgs {
+    /// LLMs and cache.
+    #[command(flatten)]
+    pub loop_args: LoopArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// What OpenRLHF's /get_reward gets for a response without a reward: group_mean (the
+    /// mean of its group's valid rewards, flagged in extra_logs.care_valid) or error (HTTP 502).
+    #[arg(long, default_value = "group_mean", value_parser = parse_on_failure, value_name = "POLICY")]
+    pub on_failure: OnFailure,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, value_name = "N")]
+    pub max_body_bytes: usize,
+}
+
+/// Help text of `care reward`.
+pub const REWARD_AFTER: &str = "\
+Input line: {\"context\": [{\"role\":\"user\",\"content\":..}, ..], \"responses\": [\"..\", ..],
+  \"id\": any (copied), \"gold\": any (copied)}; the context ends with the seeker's turn.
+Output line: rubric_status (ok | invalid_rubric | generator_error), rubric, rubric_attempts,
+  validation, rewards (null where a response has none), responses [{reward, status, scores,
+  judge_attempts, error}], calls {generator, judge, cached, failed, http_attempts, tokens}.
+Resumable: a rerun with the same cache asks the LLMs only for what did not complete.
+
+Examples:
+  care reward --scripted cli/data/reward_demo.jsonl
+  care reward --generator-url http://127.0.0.1:8000/v1 --generator-model care-gen \\
+              --judge-url http://127.0.0.1:8001/v1 --judge-model judge turns.jsonl > rewards.jsonl";
+
+/// Help text of `care serve`.
+pub const SERVE_AFTER: &str = "\
+Routes: POST /get_reward (OpenRLHF --remote_rm_url), POST /v1/reward ({\"turns\": [..]}),
+GET /healthz, GET /metrics (Prometheus). SIGINT/SIGTERM finish the requests in flight, then exit.
+
+Examples:
+  care serve --scripted
+  care serve --config loop.json --listen 0.0.0.0:8000";
+
+fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
+    let mut cfg = match &a.config {
+        Some(p) => LoopConfig::from_file(p)?,
+        None => LoopConfig::default(),
+    };
+    let overrides = [
+        (&a.generator_url, &mut cfg.generator.base_url),
+        (&a.generator_model, &mut cfg.generator.model),
+        (&a.judge_url, &mut cfg.judge.base_url),
+        (&a.judge_model, &mut cfg.judge.model),
+    ];
+    let mut any = false;
+    for (flag, field) in overrides {
+        if let Some(v) = flag {
+            *field = v.clone();
+            any = true;
+        }
+    }
+    if let Some(p) = &a.profile {
+        cfg.profile = p.clone();
+    }
+    let kind = if a.scripted {
+        if any {
+            return Err(
+                "--scripted replays the bundled fixtures: it takes no --generator-*/--judge-* endpoint"
+                    .to_owned(),
+            );
+        }
+        let _ = writeln!(io::stderr(), "{SCRIPTED_BANNER}");
+        BackendKind::Scripted
+    } else {
+        BackendKind::Http
+    };
+    let cache = if a.no_cache {
+        None
+    } else {
+        Some(Cache::open(&a.cache)?)
+    };
+    let engine = Engine::new(&cfg, kind, cache, Arc::new(Metrics::new()))?;
+    Ok((Arc::new(engine), kind))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+/// Runs `care reward`; returns the exit status (0, or 1 with `--strict` and an error line).
+///
+/// # Errors
+/// Usage, configuration and I/O errors (one line for stderr).
+pub fn run_reward(a: &RewardArgs) -> Result<u8, String> {
+    if a.max_line_bytes == 0 {
+        return Err("--max-line-bytes must be at least 1".to_owned());
+    }
+    let (engine, _) = build(&a.loop_args)?;
+    let rt = runtime()?;
+    let summary = rt.block_on(async {
+        let stdout = io::stdout();
+        let mut out = io::BufWriter::new(stdout.lock());
+        if a.input.as_os_str() == "-" {
+            care_loop::batch::run_jsonl(engine, tokio::io::stdin(), &mut out, a.max_line_bytes)
+                .await
+        } else {
+            let f = tokio::fs::File::open(&a.input).await.map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot open {}: {e}", a.input.display()))
+            })?;
+            care_loop::batch::run_jsonl(engine, f, &mut out, a.max_line_bytes).await
+        }
+    });
+    let s = match summary {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(0),
+        Err(e) => return Err(format!("I/O error: {e}")),
+    };
+    let _ = writeln!(
+        io::stderr(),
+        "care reward: {} lines ({} error lines), {} responses rewarded, {} without a reward (see their status)",
+        s.lines,
+        s.failed_lines,
+        s.responses_rewarded,
+        s.responses_without_reward
+    );
+    Ok(u8::from(a.strict && s.failed_lines > 0))
+}
+
+/// Runs `care serve` until SIGINT or SIGTERM.
+///
+/// # Errors
+/// Usage, configuration and I/O errors (one line for stderr).
+pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
+    if a.max_body_bytes == 0 {
+        return Err("--max-body-bytes must be at least 1".to_owned());
+    }
+    let (engine, kind) = build(&a.loop_args)?;
+    let opts = ServerOptions {
+        openrlhf_on_failure: a.on_failure,
+        max_body_bytes: a.max_body_bytes,
+    };
+    let backend = match kind {
+        BackendKind::Http => "http",
+        BackendKind::Scripted => "scripted",
+    };
+    let rt = runtime()?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(a.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let _ = writeln!(
+            io::stderr(),
+            "care serve: listening on http://{addr} (POST /get_reward, POST /v1/reward, GET /healthz, GET /metrics)"
+        );
+        let router = care_loop::server::router(engine, opts, backend);
+        care_loop::server::serve(listener, router, care_loop::server::shutdown_signal())
+            .await
+            .map_err(|e| format!("server error: {e}"))?;
+        let _ = writeln!(io::stderr(), "care serve: stopped after finishing the requests in flight");
+        Ok(0)
+    })
+}

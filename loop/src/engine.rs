@@ -1,0 +1,870 @@
+//! The loop of one turn (paper section 3.4): one rubric for the turn, shared by every response
+//! of the group, then one judgment per response, then Eq. 5 for the group.
+//!
+//! Bounded everywhere: HTTP attempts per call ([`crate::config::EndpointConfig::max_attempts`]),
+//! generator answers per turn ([`crate::config::LoopConfig::rubric_attempts`]), judge answers per
+//! response ([`crate::config::LoopConfig::judge_attempts`]). Every way out has a status; a
+//! response without a usable judgment has a `null` reward, never a 0.
+//!
+//! Concurrent requests for the same turn (or the same response under the same rubric) share
+//! one computation: the second waits for the first instead of calling the LLM again.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+use crate::cache::{Cache, call_key};
+use crate::config::LoopConfig;
+use crate::llm::{Backend, CallError, ChatMessage, Completion, HttpEndpoint, Role};
+use crate::metrics::Metrics;
+use crate::profile::{CareProfile, Dialogue, JudgeProblem, Prepared, RubricCheck, RubricProfile};
+use crate::scripted::Scripted;
+
+/// Most responses in one turn (a GRPO group is far smaller; this bounds one request's work).
+pub const MAX_RESPONSES: usize = 4096;
+
+/// One turn to reward: a `care reward` input line, an element of the server's `turns`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct TurnInput {
+    /// Copied to the output.
+    #[serde(default)]
+    pub id: Option<Value>,
+    /// The dialogue up to the seeker's latest turn, as chat messages.
+    pub context: Vec<ChatMessage>,
+    /// The candidate responses of the group.
+    pub responses: Vec<String>,
+    /// Gold metadata, copied to the output unread.
+    #[serde(default)]
+    pub gold: Option<Value>,
+}
+
+/// A stable code and a message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ErrorOut {
+    /// Stable code.
+    pub code: String,
+    /// What happened.
+    pub message: String,
+}
+
+impl From<&CallError> for ErrorOut {
+    fn from(e: &CallError) -> Self {
+        ErrorOut {
+            code: e.code.clone(),
+            message: format!("{} (after {} HTTP attempts)", e.message, e.attempts),
+        }
+    }
+}
+
+impl From<&JudgeProblem> for ErrorOut {
+    fn from(p: &JudgeProblem) -> Self {
+        ErrorOut {
+            code: p.code.to_owned(),
+            message: p.message.clone(),
+        }
+    }
+}
+
+/// Rubric statuses.
+pub mod rubric_status {
+    /// A valid rubric (possibly after repairs: see `rubric_attempts`).
+    pub const OK: &str = "ok";
+    /// Still invalid after the last repair; no response of the turn is judged.
+    pub const INVALID: &str = "invalid_rubric";
+    /// The generator endpoint failed after its retries.
+    pub const GENERATOR_ERROR: &str = "generator_error";
+}
+
+/// Response statuses.
+pub mod response_status {
+    /// Judged and scored.
+    pub const OK: &str = "ok";
+    /// The judge answered, but no answer could be scored after the last retry.
+    pub const JUDGE_INVALID: &str = "judge_invalid";
+    /// The judge endpoint failed after its retries.
+    pub const JUDGE_ERROR: &str = "judge_error";
+    /// The turn has no rubric; not judged.
+    pub const NO_RUBRIC: &str = "no_rubric";
+}
+
+/// LLM calls of a turn.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallCounts {
+    /// Generator calls answered by the LLM in this run.
+    pub generator: u64,
+    /// Judge calls answered by the LLM in this run.
+    pub judge: u64,
+    /// Calls answered from the cache.
+    pub cached: u64,
+    /// Calls that failed after their retries.
+    pub failed: u64,
+    /// HTTP attempts (retries included).
+    pub http_attempts: u64,
+    /// Prompt tokens reported by the LLM.
+    pub prompt_tokens: u64,
+    /// Completion tokens reported by the LLM.
+    pub completion_tokens: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counter {
+    generator: AtomicU64,
+    judge: AtomicU64,
+    cached: AtomicU64,
+    failed: AtomicU64,
+    http_attempts: AtomicU64,
+    prompt_tokens: AtomicU64,
+    completion_tokens: AtomicU64,
+}
+
+impl Counter {
+    fn add(a: &AtomicU64, n: u64) {
+        a.fetch_add(n, Ordering::Relaxed);
+    }
+    fn snapshot(&self) -> CallCounts {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CallCounts {
+            generator: g(&self.generator),
+            judge: g(&self.judge),
+            cached: g(&self.cached),
+            failed: g(&self.failed),
+            http_attempts: g(&self.http_attempts),
+            prompt_tokens: g(&self.prompt_tokens),
+            completion_tokens: g(&self.completion_tokens),
+        }
+    }
+}
+
+/// One response's result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResponseResult {
+    /// Eq. 5 in `[0, 1]`, `null` unless `status` is `ok` (or a profile's settled status).
+    pub reward: Option<f64>,
+    /// `ok`, `judge_invalid`, `judge_error`, `no_rubric`, or a profile's settled status
+    /// (`malformed_output`).
+    pub status: &'static str,
+    /// Raw judge scores per dimension (criteria in rubric order), when judged.
+    pub scores: Option<Vec<Vec<f64>>>,
+    /// Judge answers asked for this response.
+    pub judge_attempts: u32,
+    /// Why there is no reward.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorOut>,
+}
+
+/// One turn's result (a `care reward` output line without `line`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TurnResult {
+    /// The input's `id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<Value>,
+    /// `ok`, `invalid_rubric` or `generator_error`.
+    pub rubric_status: &'static str,
+    /// The rubric (the valid one, or the last invalid answer as text).
+    pub rubric: Option<Value>,
+    /// Generator answers asked for this turn (1 + repairs).
+    pub rubric_attempts: u32,
+    /// The validation of the last generator answer (`format_reward`, `violations`).
+    pub validation: Option<RubricCheck>,
+    /// The answers before it that broke the contract, with their violation codes.
+    pub repairs: Vec<Repair>,
+    /// Why there is no rubric.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rubric_error: Option<ErrorOut>,
+    /// One reward per response, in input order; `null` where there is none.
+    pub rewards: Vec<Option<f64>>,
+    /// One result per response, in input order.
+    pub responses: Vec<ResponseResult>,
+    /// LLM calls this turn made or found in the cache.
+    pub calls: CallCounts,
+    /// The input's `gold`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gold: Option<Value>,
+}
+
+/// What a trainer without a validity mask gets for a response without a reward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnFailure {
+    /// `null` (TRL turns it into NaN and leaves it out; the JSON API's default).
+    Null,
+    /// The mean of the group's valid rewards: under a group-mean baseline its advantage is 0.
+    /// A group with no valid reward gets 0 for every response: constant, so every GRPO
+    /// advantage of the group is 0 and it contributes no gradient.
+    GroupMean,
+    /// Refuse: the request fails and names the failed responses.
+    Error,
+}
+
+impl OnFailure {
+    /// Every name, for help texts.
+    pub const NAMES: [&'static str; 3] = ["null", "group_mean", "error"];
+
+    /// The stable name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Null => "null",
+            OnFailure::GroupMean => "group_mean",
+            OnFailure::Error => "error",
+        }
+    }
+}
+
+impl std::str::FromStr for OnFailure {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "null" => Ok(OnFailure::Null),
+            "group_mean" => Ok(OnFailure::GroupMean),
+            "error" => Ok(OnFailure::Error),
+            _ => Err(format!(
+                "unknown on_failure {s:?}: use one of {}",
+                OnFailure::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+impl TurnResult {
+    /// The rewards under `policy`.
+    ///
+    /// # Errors
+    /// Under [`OnFailure::Error`], a message naming the responses without a reward.
+    pub fn trainer_rewards(&self, policy: OnFailure) -> Result<Vec<Option<f64>>, String> {
+        let valid: Vec<f64> = self.rewards.iter().flatten().copied().collect();
+        match policy {
+            OnFailure::Null => Ok(self.rewards.clone()),
+            OnFailure::GroupMean => {
+                let fill = if valid.is_empty() {
+                    0.0
+                } else {
+                    valid.iter().sum::<f64>() / valid.len() as f64
+                };
+                Ok(self
+                    .rewards
+                    .iter()
+                    .map(|r| Some(r.unwrap_or(fill)))
+                    .collect())
+            }
+            OnFailure::Error => {
+                let failed: Vec<String> = self
+                    .responses
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.reward.is_none())
+                    .map(|(j, r)| format!("responses[{j}]: {}", r.status))
+                    .collect();
+                if failed.is_empty() {
+                    Ok(self.rewards.clone())
+                } else {
+                    Err(format!(
+                        "rubric {}; no reward for {}",
+                        self.rubric_status,
+                        failed.join(", ")
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// One generator answer that broke the format contract.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Repair {
+    /// Which answer (1-based).
+    pub attempt: u32,
+    /// The violation codes the validator reported (the repair request quoted their messages).
+    pub codes: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+struct RubricOutcome {
+    text: Option<String>,
+    repairs: Vec<Repair>,
+    status: &'static str,
+    attempts: u32,
+    last_answer: Option<String>,
+    check: Option<RubricCheck>,
+    error: Option<ErrorOut>,
+}
+
+#[derive(Clone, Debug)]
+struct JudgeOutcome {
+    scores: Result<Vec<f64>, (&'static str, ErrorOut)>,
+    attempts: u32,
+}
+
+type Flights<T> = Mutex<HashMap<String, Arc<OnceCell<T>>>>;
+
+/// The loop: the profile, both backends, the cache and the metrics.
+#[derive(Debug)]
+pub struct Engine {
+    profile: Arc<dyn RubricProfile>,
+    /// `None` for a profile with a fixed rubric: no generator is configured or called.
+    generator: Option<Backend>,
+    judge: Backend,
+    cache: Option<Arc<Cache>>,
+    metrics: Arc<Metrics>,
+    rubric_attempts: u32,
+    judge_attempts: u32,
+    turn_concurrency: usize,
+    rubric_flights: Flights<RubricOutcome>,
+    judge_flights: Flights<JudgeOutcome>,
+}
+
+/// How the engine reaches its LLMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The endpoints of the configuration.
+    Http,
+    /// The offline replay of the bundled fixtures (no LLM; see [`crate::scripted`]).
+    Scripted,
+}
+
+impl Engine {
+    /// An engine for `cfg` with the profile it names (`care`, the paper's, by default).
+    ///
+    /// # Errors
+    /// A configuration message.
+    pub fn new(
+        cfg: &LoopConfig,
+        kind: BackendKind,
+        cache: Option<Cache>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Engine, String> {
+        let profile: Arc<dyn RubricProfile> = match cfg.profile.as_str() {
+            "care" => Arc::new(CareProfile::new(cfg.lenient_rubric)),
+            other => Arc::new(crate::fixed::FixedProfile::builtin(other)?),
+        };
+        Self::with_profile(cfg, kind, cache, metrics, profile)
+    }
+
+    /// An engine with another rubric profile (the seam where the Kardia-R1 profile plugs in).
+    ///
+    /// # Errors
+    /// A configuration message.
+    pub fn with_profile(
+        cfg: &LoopConfig,
+        kind: BackendKind,
+        cache: Option<Cache>,
+        metrics: Arc<Metrics>,
+        profile: Arc<dyn RubricProfile>,
+    ) -> Result<Engine, String> {
+        cfg.check_bounds()?;
+        let needs_generator = profile.fixed_rubric().is_none();
+        let (generator, judge) = match kind {
+            BackendKind::Http => (
+                if needs_generator {
+                    let g = HttpEndpoint::new(cfg.generator.clone(), Role::Generator)?;
+                    Some(Backend::Http(Box::new(g)))
+                } else {
+                    None
+                },
+                Backend::Http(Box::new(HttpEndpoint::new(cfg.judge.clone(), Role::Judge)?)),
+            ),
+            BackendKind::Scripted => (
+                needs_generator.then(|| Backend::Scripted(Scripted::generator())),
+                Backend::Scripted(Scripted::judge()),
+            ),
+        };
+        Ok(Engine {
+            profile,
+            generator,
+            judge,
+            cache: cache.map(Arc::new),
+            metrics,
+            rubric_attempts: cfg.rubric_attempts,
+            judge_attempts: cfg.judge_attempts,
+            turn_concurrency: cfg.turn_concurrency,
+            rubric_flights: Mutex::new(HashMap::new()),
+            judge_flights: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The metrics this engine records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Turns `care reward` runs at once.
+    pub fn turn_concurrency(&self) -> usize {
+        self.turn_concurrency
+    }
+
+    /// The cache, when there is one.
+    pub fn cache(&self) -> Option<&Cache> {
+        self.cache.as_deref()
+    }
+
+    /// Rewards one turn.
+    ///
+    /// # Errors
+    /// Only a bad input (the message says what to fix); LLM failures are statuses.
+    pub async fn run_turn(self: &Arc<Self>, input: TurnInput) -> Result<TurnResult, ErrorOut> {
+        let bad = |message: String| ErrorOut {
+            code: "bad_input".to_owned(),
+            message,
+        };
+        let dialogue = Dialogue::new(input.context).map_err(bad)?;
+        if input.responses.is_empty() {
+            return Err(bad(
+                "responses is empty: give the group's candidate responses".to_owned(),
+            ));
+        }
+        if input.responses.len() > MAX_RESPONSES {
+            return Err(bad(format!(
+                "{} responses in one turn; at most {MAX_RESPONSES}",
+                input.responses.len()
+            )));
+        }
+        let counter = Arc::new(Counter::default());
+        let rubric = self.rubric_for(&dialogue, &counter).await;
+        self.metrics.rubric(rubric.status);
+        let n = input.responses.len();
+        let mut results: Vec<ResponseResult> = Vec::with_capacity(n);
+        let mut rewards = vec![None; n];
+        match &rubric.text {
+            None => {
+                for _ in 0..n {
+                    results.push(ResponseResult {
+                        reward: None,
+                        status: response_status::NO_RUBRIC,
+                        scores: None,
+                        judge_attempts: 0,
+                        error: Some(ErrorOut {
+                            code: rubric.status.to_owned(),
+                            message: "the turn has no valid rubric, so no response was judged"
+                                .to_owned(),
+                        }),
+                    });
+                }
+            }
+            Some(text) => {
+                let text: Arc<str> = Arc::from(text.as_str());
+                let dialogue = Arc::new(dialogue);
+                let mut set = tokio::task::JoinSet::new();
+                let mut settled: Vec<Option<(f64, &'static str)>> = vec![None; n];
+                for (j, resp) in input.responses.iter().enumerate() {
+                    match self.profile.prepare_response(resp) {
+                        Prepared::Settled { reward, status } => {
+                            settled[j] = Some((reward, status));
+                        }
+                        Prepared::Judge(span) => {
+                            let me = Arc::clone(self);
+                            let (t, d, c) = (
+                                Arc::clone(&text),
+                                Arc::clone(&dialogue),
+                                Arc::clone(&counter),
+                            );
+                            set.spawn(async move { (j, me.judgment(&t, &d, &span, &c).await) });
+                        }
+                    }
+                }
+                let mut outcomes: Vec<Option<JudgeOutcome>> = vec![None; n];
+                while let Some(done) = set.join_next().await {
+                    // A judge task only panics on a bug; its response then has no outcome and
+                    // is reported as judge_error below, never as a reward.
+                    if let Ok((j, o)) = done
+                        && let Some(slot) = outcomes.get_mut(j)
+                    {
+                        *slot = Some(o);
+                    }
+                }
+                let scores: Vec<Option<Vec<f64>>> = outcomes
+                    .iter()
+                    .map(|o| o.as_ref().and_then(|o| o.scores.as_ref().ok().cloned()))
+                    .collect();
+                let group =
+                    self.profile
+                        .score_group(&text, &input.responses, &scores, input.gold.as_ref());
+                let layout = self.profile.layout(&text);
+                for j in 0..n {
+                    let r = match (&settled[j], &outcomes[j]) {
+                        (Some((reward, status)), _) => ResponseResult {
+                            reward: Some(*reward),
+                            status,
+                            scores: None,
+                            judge_attempts: 0,
+                            error: None,
+                        },
+                        (None, Some(o)) => match &o.scores {
+                            Ok(s) => match group.get(j).copied().flatten() {
+                                Some(reward) => ResponseResult {
+                                    reward: Some(reward),
+                                    status: response_status::OK,
+                                    scores: Some(split(s, &layout)),
+                                    judge_attempts: o.attempts,
+                                    error: None,
+                                },
+                                None => ResponseResult {
+                                    reward: None,
+                                    status: response_status::JUDGE_INVALID,
+                                    scores: Some(split(s, &layout)),
+                                    judge_attempts: o.attempts,
+                                    error: Some(ErrorOut {
+                                        code: "score_error".to_owned(),
+                                        message:
+                                            "the scores do not give a reward under the score policy"
+                                                .to_owned(),
+                                    }),
+                                },
+                            },
+                            Err((status, e)) => ResponseResult {
+                                reward: None,
+                                status,
+                                scores: None,
+                                judge_attempts: o.attempts,
+                                error: Some(e.clone()),
+                            },
+                        },
+                        (None, None) => ResponseResult {
+                            reward: None,
+                            status: response_status::JUDGE_ERROR,
+                            scores: None,
+                            judge_attempts: 0,
+                            error: Some(ErrorOut {
+                                code: "internal".to_owned(),
+                                message: "the judge task ended without a result".to_owned(),
+                            }),
+                        },
+                    };
+                    rewards[j] = r.reward;
+                    results.push(r);
+                }
+            }
+        }
+        for r in &results {
+            self.metrics.response(r.status);
+        }
+        let rubric_json = match (&rubric.text, &rubric.last_answer) {
+            (Some(t), _) => Some(self.profile.rubric_json(t)),
+            (None, Some(a)) => Some(Value::String(a.clone())),
+            (None, None) => None,
+        };
+        Ok(TurnResult {
+            id: input.id,
+            rubric_status: rubric.status,
+            rubric: rubric_json,
+            rubric_attempts: rubric.attempts,
+            validation: rubric.check.clone(),
+            repairs: rubric.repairs.clone(),
+            rubric_error: rubric.error.clone(),
+            rewards,
+            responses: results,
+            calls: counter.snapshot(),
+            gold: input.gold,
+        })
+    }
+
+    /// The turn's rubric, shared with concurrent requests for the same turn.
+    async fn rubric_for(
+        self: &Arc<Self>,
+        dialogue: &Dialogue,
+        counter: &Arc<Counter>,
+    ) -> RubricOutcome {
+        if let Some(fixed) = self.profile.fixed_rubric() {
+            return RubricOutcome {
+                text: Some(fixed.to_owned()),
+                repairs: Vec::new(),
+                status: rubric_status::OK,
+                attempts: 0,
+                last_answer: None,
+                check: Some(self.profile.check_rubric(fixed)),
+                error: None,
+            };
+        }
+        let first = self.profile.generator_messages(dialogue);
+        let (model, sampling) = self
+            .generator
+            .as_ref()
+            .map_or((String::new(), String::new()), |g| {
+                (g.model().to_owned(), g.sampling_key())
+            });
+        let key = call_key(Role::Generator, &model, &sampling, &first, 0);
+        let me = Arc::clone(self);
+        let c = Arc::clone(counter);
+        flight(&self.rubric_flights, key, || async move {
+            me.generate(first, &c).await
+        })
+        .await
+    }
+
+    /// The repair loop.
+    async fn generate(&self, first: Vec<ChatMessage>, counter: &Counter) -> RubricOutcome {
+        let mut messages = first.clone();
+        let mut last: Option<(String, RubricCheck)> = None;
+        let mut repairs = Vec::new();
+        for attempt in 1..=self.rubric_attempts {
+            let answer = match self
+                .call(Role::Generator, &messages, attempt, counter)
+                .await
+            {
+                Ok(c) => c.content,
+                Err(e) => {
+                    // The last invalid answer (if any) is `validation`; `repairs` the ones before.
+                    repairs.pop();
+                    return RubricOutcome {
+                        text: None,
+                        repairs,
+                        status: rubric_status::GENERATOR_ERROR,
+                        attempts: attempt,
+                        last_answer: last.as_ref().map(|(a, _)| a.clone()),
+                        check: last.map(|(_, c)| c),
+                        error: Some(ErrorOut::from(&e)),
+                    };
+                }
+            };
+            let check = self.profile.check_rubric(&answer);
+            if check.is_valid() {
+                return RubricOutcome {
+                    text: Some(answer),
+                    repairs,
+                    status: rubric_status::OK,
+                    attempts: attempt,
+                    last_answer: None,
+                    check: Some(check),
+                    error: None,
+                };
+            }
+            // The repair request: the first request, the invalid answer, the validator's
+            // messages. Only the latest answer is kept, so the prompt does not grow.
+            for v in &check.violations {
+                self.metrics.rubric_violation(&v.code);
+            }
+            repairs.push(Repair {
+                attempt,
+                codes: check.violations.iter().map(|v| v.code.clone()).collect(),
+            });
+            messages = first.clone();
+            messages.push(ChatMessage::new("assistant", answer.clone()));
+            messages.push(ChatMessage::new(
+                "user",
+                self.profile.repair_message(&check),
+            ));
+            last = Some((answer, check));
+        }
+        let (answer, check) = match last {
+            Some((a, c)) => (Some(a), Some(c)),
+            None => (None, None),
+        };
+        // The last answer is `validation`; `repairs` lists the ones before it.
+        repairs.pop();
+        RubricOutcome {
+            text: None,
+            repairs,
+            status: rubric_status::INVALID,
+            attempts: self.rubric_attempts,
+            error: Some(ErrorOut {
+                code: "invalid_rubric".to_owned(),
+                message: format!(
+                    "the generator's rubric broke the format contract in all {} answers (see validation)",
+                    self.rubric_attempts
+                ),
+            }),
+            last_answer: answer,
+            check,
+        }
+    }
+
+    /// One response's judgment, shared with concurrent requests for the same one.
+    async fn judgment(
+        self: &Arc<Self>,
+        rubric: &str,
+        dialogue: &Dialogue,
+        span: &str,
+        counter: &Arc<Counter>,
+    ) -> JudgeOutcome {
+        let first = self.profile.judge_messages(rubric, dialogue, span);
+        let key = call_key(
+            Role::Judge,
+            self.judge.model(),
+            &self.judge.sampling_key(),
+            &first,
+            0,
+        );
+        let me = Arc::clone(self);
+        let c = Arc::clone(counter);
+        let rubric = rubric.to_owned();
+        flight(&self.judge_flights, key, || async move {
+            me.judge_loop(&rubric, first, &c).await
+        })
+        .await
+    }
+
+    async fn judge_loop(
+        &self,
+        rubric: &str,
+        first: Vec<ChatMessage>,
+        counter: &Counter,
+    ) -> JudgeOutcome {
+        let mut messages = first.clone();
+        let mut problem: Option<JudgeProblem> = None;
+        for attempt in 1..=self.judge_attempts {
+            let answer = match self.call(Role::Judge, &messages, attempt, counter).await {
+                Ok(c) => c.content,
+                Err(e) => {
+                    return JudgeOutcome {
+                        scores: Err((response_status::JUDGE_ERROR, ErrorOut::from(&e))),
+                        attempts: attempt,
+                    };
+                }
+            };
+            match self.profile.parse_answer(rubric, &answer) {
+                Ok(scores) => {
+                    return JudgeOutcome {
+                        scores: Ok(scores),
+                        attempts: attempt,
+                    };
+                }
+                Err(p) => {
+                    messages = first.clone();
+                    messages.push(ChatMessage::new("assistant", answer));
+                    messages.push(ChatMessage::new(
+                        "user",
+                        self.profile.judge_retry_message(&p),
+                    ));
+                    problem = Some(p);
+                }
+            }
+        }
+        let e = problem.map_or(
+            ErrorOut {
+                code: "judge_invalid".to_owned(),
+                message: "no usable judge answer".to_owned(),
+            },
+            |p| ErrorOut {
+                code: p.code.to_owned(),
+                message: format!("after {} judge answers: {}", self.judge_attempts, p.message),
+            },
+        );
+        JudgeOutcome {
+            scores: Err((response_status::JUDGE_INVALID, e)),
+            attempts: self.judge_attempts,
+        }
+    }
+
+    /// One LLM call through the cache.
+    async fn call(
+        &self,
+        role: Role,
+        messages: &[ChatMessage],
+        attempt: u32,
+        counter: &Counter,
+    ) -> Result<Completion, CallError> {
+        let backend = match role {
+            Role::Generator => match &self.generator {
+                Some(g) => g,
+                None => {
+                    return Err(CallError {
+                        code: "no_generator".to_owned(),
+                        message: "the profile has a fixed rubric and no generator".to_owned(),
+                        attempts: 0,
+                    });
+                }
+            },
+            Role::Judge => &self.judge,
+        };
+        let key = call_key(
+            role,
+            backend.model(),
+            &backend.sampling_key(),
+            messages,
+            attempt,
+        );
+        if let Some(cache) = &self.cache {
+            let (c, k) = (Arc::clone(cache), key.clone());
+            match tokio::task::spawn_blocking(move || c.get(&k)).await {
+                Ok(Ok(Some(hit))) => {
+                    self.metrics.cache_lookup(role.as_str(), true);
+                    Counter::add(&counter.cached, 1);
+                    return Ok(hit);
+                }
+                Ok(Ok(None)) => self.metrics.cache_lookup(role.as_str(), false),
+                Ok(Err(e)) => self.cache_error(&e),
+                Err(e) => self.cache_error(&e.to_string()),
+            }
+        }
+        match backend.complete(messages, &self.metrics).await {
+            Ok(c) => {
+                let slot = match role {
+                    Role::Generator => &counter.generator,
+                    Role::Judge => &counter.judge,
+                };
+                Counter::add(slot, 1);
+                Counter::add(&counter.http_attempts, u64::from(c.attempts));
+                Counter::add(&counter.prompt_tokens, c.usage.prompt_tokens);
+                Counter::add(&counter.completion_tokens, c.usage.completion_tokens);
+                if let Some(cache) = &self.cache {
+                    // Committed before the answer is used: a run stopped after this point
+                    // never asks this call again.
+                    let (cc, k, model, stored) = (
+                        Arc::clone(cache),
+                        key,
+                        backend.model().to_owned(),
+                        c.clone(),
+                    );
+                    match tokio::task::spawn_blocking(move || {
+                        cc.put(&k, role, &model, attempt, &stored)
+                    })
+                    .await
+                    {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => self.cache_error(&e),
+                        Err(e) => self.cache_error(&e.to_string()),
+                    }
+                }
+                Ok(c)
+            }
+            Err(e) => {
+                Counter::add(&counter.failed, 1);
+                Counter::add(&counter.http_attempts, u64::from(e.attempts));
+                Err(e)
+            }
+        }
+    }
+
+    fn cache_error(&self, e: &str) {
+        // A broken cache costs repeated calls, not rewards: go on, but say so.
+        self.metrics.cache_error();
+        eprintln!("care: cache error (the call goes to the LLM): {e}");
+    }
+}
+
+/// Runs `make()` once per key among concurrent callers; later callers get a clone.
+async fn flight<T, F, Fut>(flights: &Flights<T>, key: String, make: F) -> T
+where
+    T: Clone,
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let cell = {
+        let mut map = flights
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(map.entry(key.clone()).or_default())
+    };
+    let out = cell.get_or_init(make).await.clone();
+    let mut map = flights
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+        // Done: later requests find the answers in the cache (or compute afresh without one).
+        map.remove(&key);
+    }
+    out
+}
+
+/// Flat scores as one list per dimension.
+fn split(flat: &[f64], layout: &[usize]) -> Vec<Vec<f64>> {
+    let mut out = Vec::with_capacity(layout.len());
+    let mut rest = flat;
+    for &n in layout {
+        let (a, b) = rest.split_at(n.min(rest.len()));
+        out.push(a.to_vec());
+        rest = b;
+    }
+    out
+}

@@ -1,0 +1,225 @@
+//! Prometheus metrics of the loop and the server (OpenMetrics text on `GET /metrics`).
+//!
+//! Every name is registered here once, under the prefix `care_`; `docs/REWARD_LOOP.md` lists
+//! them. Labels take values from small closed sets (routes, endpoint roles, status and error
+//! codes), so the series count stays bounded whatever the traffic.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// A label set: `(name, value)` pairs.
+pub type Labels = Vec<(&'static str, String)>;
+type Hist = Family<Labels, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 1 ms .. ~33 s in 16 doubling buckets: loopback overhead to slow judges.
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// The metrics of one process (one registry; cloned handles share the series).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    http_requests: Family<Labels, Counter>,
+    http_latency: Hist,
+    llm_calls: Family<Labels, Counter>,
+    llm_latency: Hist,
+    llm_retries: Family<Labels, Counter>,
+    llm_tokens: Family<Labels, Counter>,
+    cache_lookups: Family<Labels, Counter>,
+    cache_errors: Counter,
+    rubrics: Family<Labels, Counter>,
+    violations: Family<Labels, Counter>,
+    responses: Family<Labels, Counter>,
+    in_flight: Gauge<i64, std::sync::atomic::AtomicI64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every series of the loop.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("care");
+        let m = Metrics {
+            http_requests: Family::default(),
+            http_latency: Hist::new_with_constructor(latency_histogram),
+            llm_calls: Family::default(),
+            llm_latency: Hist::new_with_constructor(latency_histogram),
+            llm_retries: Family::default(),
+            llm_tokens: Family::default(),
+            cache_lookups: Family::default(),
+            cache_errors: Counter::default(),
+            rubrics: Family::default(),
+            violations: Family::default(),
+            responses: Family::default(),
+            in_flight: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by route and status code",
+            m.http_requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency, by route",
+            m.http_latency.clone(),
+        );
+        registry.register(
+            "http_requests_in_flight",
+            "HTTP requests being processed",
+            m.in_flight.clone(),
+        );
+        registry.register(
+            "llm_calls",
+            "LLM HTTP attempts, by endpoint (generator, judge) and code (ok or the error code)",
+            m.llm_calls.clone(),
+        );
+        registry.register(
+            "llm_call_duration_seconds",
+            "LLM HTTP attempt latency, by endpoint",
+            m.llm_latency.clone(),
+        );
+        registry.register(
+            "llm_retries",
+            "LLM HTTP attempts that were retries of a failed attempt, by endpoint",
+            m.llm_retries.clone(),
+        );
+        registry.register(
+            "llm_tokens",
+            "Tokens from the usage field of LLM answers, by endpoint and kind (prompt, completion)",
+            m.llm_tokens.clone(),
+        );
+        registry.register(
+            "cache_lookups",
+            "Cache lookups of LLM calls, by endpoint and result (hit, miss)",
+            m.cache_lookups.clone(),
+        );
+        registry.register(
+            "cache_errors",
+            "Cache reads or writes that failed (the call then went to the LLM)",
+            m.cache_errors.clone(),
+        );
+        registry.register(
+            "rubrics",
+            "Turns by rubric status (ok, invalid_rubric, generator_error)",
+            m.rubrics.clone(),
+        );
+        registry.register(
+            "rubric_violations",
+            "Format violations in generator answers, by code (the repair loop's reasons)",
+            m.violations.clone(),
+        );
+        registry.register(
+            "responses",
+            "Responses by status (ok, judge_invalid, judge_error, no_rubric, or a profile's settled status such as malformed_output)",
+            m.responses.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The OpenMetrics text of every series.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// One HTTP request answered.
+    pub fn http_request(&self, route: &'static str, status: u16, elapsed: Duration) {
+        self.http_requests
+            .get_or_create(&vec![
+                ("route", route.to_owned()),
+                ("status", status.to_string()),
+            ])
+            .inc();
+        self.http_latency
+            .get_or_create(&vec![("route", route.to_owned())])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// A request started (`+1`) or ended (`-1`).
+    pub fn in_flight(&self, delta: i64) {
+        self.in_flight.inc_by(delta);
+    }
+
+    /// One LLM HTTP attempt ended with `code` (`ok` or an error code).
+    pub fn llm_attempt(&self, endpoint: &'static str, code: &str, elapsed: Duration, retry: bool) {
+        self.llm_calls
+            .get_or_create(&vec![
+                ("endpoint", endpoint.to_owned()),
+                ("code", code.to_owned()),
+            ])
+            .inc();
+        self.llm_latency
+            .get_or_create(&vec![("endpoint", endpoint.to_owned())])
+            .observe(elapsed.as_secs_f64());
+        if retry {
+            self.llm_retries
+                .get_or_create(&vec![("endpoint", endpoint.to_owned())])
+                .inc();
+        }
+    }
+
+    /// Tokens reported by an answer's `usage`.
+    pub fn tokens(&self, endpoint: &'static str, prompt: u64, completion: u64) {
+        for (kind, n) in [("prompt", prompt), ("completion", completion)] {
+            if n > 0 {
+                self.llm_tokens
+                    .get_or_create(&vec![
+                        ("endpoint", endpoint.to_owned()),
+                        ("kind", kind.to_owned()),
+                    ])
+                    .inc_by(n);
+            }
+        }
+    }
+
+    /// A cache lookup for an LLM call.
+    pub fn cache_lookup(&self, endpoint: &'static str, hit: bool) {
+        let result = if hit { "hit" } else { "miss" };
+        self.cache_lookups
+            .get_or_create(&vec![
+                ("endpoint", endpoint.to_owned()),
+                ("result", result.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// A cache read or write failed.
+    pub fn cache_error(&self) {
+        self.cache_errors.inc();
+    }
+
+    /// A turn's rubric outcome.
+    pub fn rubric(&self, status: &'static str) {
+        self.rubrics
+            .get_or_create(&vec![("status", status.to_owned())])
+            .inc();
+    }
+
+    /// A format violation in a generator answer.
+    pub fn rubric_violation(&self, code: &str) {
+        self.violations
+            .get_or_create(&vec![("code", code.to_owned())])
+            .inc();
+    }
+
+    /// A response's outcome.
+    pub fn response(&self, status: &'static str) {
+        self.responses
+            .get_or_create(&vec![("status", status.to_owned())])
+            .inc();
+    }
+}

@@ -1,0 +1,522 @@
+//! The rubric profile: everything the loop needs to know about a rubric format, behind one
+//! trait ([`RubricProfile`]), so that another profile (Kardia-R1: fixed dimensions, a span
+//! check before judging) plugs in without touching the loop.
+//!
+//! The loop itself ([`crate::engine`]) only moves text: it asks the profile for the messages
+//! to send, hands it each answer, and follows its verdicts. [`CareProfile`] is the paper's
+//! (section 3.4): a rubric generated per turn under the format contract, judged per response,
+//! scored with Eq. 5 for the whole group at once (`care_core::policy_reward_group`).
+
+use std::fmt::Write as _;
+
+use care_core::{
+    FormatPolicy, JudgeReport, RubricBuf, ScoreOptions, parse_judge_output, policy_reward_group,
+    render_judge_prompt, validate_str,
+};
+use serde::Serialize;
+
+use crate::llm::ChatMessage;
+
+/// The generator's system prompt of the paper (bundled with the CLI's data).
+pub const GENERATOR_SYSTEM_PROMPT: &str =
+    include_str!("../../cli/data/generator_system_prompt.txt");
+
+/// A dialogue up to the seeker's latest turn, checked: at least one message, the last one
+/// from the `user` (the seeker), roles `system`, `user`, `assistant` only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Dialogue {
+    messages: Vec<ChatMessage>,
+}
+
+impl Dialogue {
+    /// Checks `messages`.
+    ///
+    /// # Errors
+    /// A message saying which entry is wrong and what is expected.
+    pub fn new(messages: Vec<ChatMessage>) -> Result<Dialogue, String> {
+        for (i, m) in messages.iter().enumerate() {
+            if !matches!(m.role.as_str(), "system" | "user" | "assistant") {
+                return Err(format!(
+                    "context[{i}].role is {:?}: use system, user or assistant",
+                    m.role
+                ));
+            }
+        }
+        match messages.iter().rev().find(|m| m.role != "system") {
+            Some(m) if m.role == "user" => Ok(Dialogue { messages }),
+            Some(_) => Err(
+                "the context must end with the seeker's turn (a user message): the rubric is for the reply to it"
+                    .to_owned(),
+            ),
+            None => Err("the context has no user message".to_owned()),
+        }
+    }
+
+    /// The messages as given.
+    pub fn messages(&self) -> &[ChatMessage] {
+        &self.messages
+    }
+
+    /// The dialogue as `seeker: ...` / `supporter: ...` lines (system messages left out: they
+    /// instruct the policy, they are not part of the conversation), without the last turn.
+    pub fn history_lines(&self) -> Vec<String> {
+        let turns: Vec<&ChatMessage> = self
+            .messages
+            .iter()
+            .filter(|m| m.role != "system")
+            .collect();
+        let n = turns.len().saturating_sub(1);
+        turns.iter().take(n).map(|m| line(m)).collect()
+    }
+
+    /// The seeker's latest turn.
+    pub fn seeker_turn(&self) -> &str {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map_or("", |m| m.content.as_str())
+    }
+
+    /// Every turn as lines, the seeker's latest included (what the generator reads).
+    pub fn transcript(&self) -> String {
+        let mut s = String::new();
+        for m in self.messages.iter().filter(|m| m.role != "system") {
+            s.push_str(&line(m));
+            s.push('\n');
+        }
+        s
+    }
+}
+
+fn line(m: &ChatMessage) -> String {
+    let who = if m.role == "user" {
+        "seeker"
+    } else {
+        "supporter"
+    };
+    format!("{who}: {}", m.content.trim())
+}
+
+/// One violation of the rubric format, as the output lines carry it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ViolationOut {
+    /// The stable code (`weight_sum`, ...).
+    pub code: String,
+    /// The one-line message (the text the repair prompt quotes).
+    pub message: String,
+}
+
+/// The profile's verdict on one generator answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RubricCheck {
+    /// `r_fmt` of the answer (1 or 0).
+    pub format_reward: f64,
+    /// Every violation found (empty when valid).
+    pub violations: Vec<ViolationOut>,
+    /// The lines the repair prompt appends (empty when valid).
+    #[serde(skip)]
+    pub feedback: String,
+}
+
+impl RubricCheck {
+    /// Whether the rubric may be used.
+    pub fn is_valid(&self) -> bool {
+        self.format_reward == 1.0 && self.violations.is_empty()
+    }
+}
+
+/// What to do with a response before judging it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prepared {
+    /// Judge this text (the whole response, or the span the profile judges).
+    Judge(String),
+    /// Settled without a judge call: this reward, with this status (a profile rule, e.g. a
+    /// malformed response rewarded 0; never a failure in disguise).
+    Settled {
+        /// The reward.
+        reward: f64,
+        /// The status the output line shows.
+        status: &'static str,
+    },
+}
+
+/// Why a judge answer cannot be used; the retry prompt quotes `message`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct JudgeProblem {
+    /// Stable code: `no_judge_json`, `missing_score`, `score_out_of_range`.
+    pub code: &'static str,
+    /// What is wrong, naming the criteria.
+    pub message: String,
+}
+
+/// A rubric format and how its judge is asked and read. Implementations must be pure
+/// functions of their inputs: the cache keys hash the messages they build.
+pub trait RubricProfile: Send + Sync + std::fmt::Debug {
+    /// A short name (`care`, `kardia`).
+    fn name(&self) -> &str;
+
+    /// A rubric to use for every turn instead of generating one (`None`: generate).
+    fn fixed_rubric(&self) -> Option<&str> {
+        None
+    }
+
+    /// The generator's first request for `dialogue`.
+    fn generator_messages(&self, dialogue: &Dialogue) -> Vec<ChatMessage>;
+
+    /// Checks a generator answer.
+    fn check_rubric(&self, text: &str) -> RubricCheck;
+
+    /// The user message appended after an invalid answer (the repair request).
+    fn repair_message(&self, check: &RubricCheck) -> String;
+
+    /// The rubric as JSON for the output line (`text` passed [`RubricProfile::check_rubric`]).
+    fn rubric_json(&self, text: &str) -> serde_json::Value {
+        serde_json::from_str(text).unwrap_or(serde_json::Value::String(text.to_owned()))
+    }
+
+    /// Criteria per dimension of a valid rubric (the layout of a response's scores).
+    fn layout(&self, rubric: &str) -> Vec<usize>;
+
+    /// Whether and what to judge of `response`.
+    fn prepare_response(&self, response: &str) -> Prepared;
+
+    /// The judge's first request.
+    fn judge_messages(&self, rubric: &str, dialogue: &Dialogue, span: &str) -> Vec<ChatMessage>;
+
+    /// Reads a judge answer into raw scores, flat in [`RubricProfile::layout`] order.
+    ///
+    /// # Errors
+    /// Why the answer cannot be scored (the loop asks again, a bounded number of times).
+    fn parse_answer(&self, rubric: &str, answer: &str) -> Result<Vec<f64>, JudgeProblem>;
+
+    /// The user message appended after an unusable judge answer.
+    fn judge_retry_message(&self, problem: &JudgeProblem) -> String {
+        format!(
+            "Your answer could not be used: {}. Answer again with only the JSON object, one item per criterion.",
+            problem.message
+        )
+    }
+
+    /// Rewards of a group under one rubric: `responses[j]` is response `j` as given,
+    /// `scores[j]` its flat scores, `None` when it has none (failed or settled); `gold` is the
+    /// turn's gold metadata. `None` out: no reward (never a silent 0).
+    fn score_group(
+        &self,
+        rubric: &str,
+        responses: &[String],
+        scores: &[Option<Vec<f64>>],
+        gold: Option<&serde_json::Value>,
+    ) -> Vec<Option<f64>>;
+}
+
+/// The paper's profile: the bundled generator prompt, the format contract (`r_fmt`), the judge
+/// prompt renderer and lenient parser of `care-core`, Eq. 5 under strict score policies.
+#[derive(Clone, Debug)]
+pub struct CareProfile {
+    policy: FormatPolicy,
+    score: ScoreOptions,
+}
+
+impl CareProfile {
+    /// The paper's format contract, or the lenient reading (think blocks, fences, envelope).
+    pub fn new(lenient_rubric: bool) -> Self {
+        CareProfile {
+            policy: if lenient_rubric {
+                FormatPolicy::lenient()
+            } else {
+                FormatPolicy::PAPER
+            },
+            // Strict: a missing or out-of-range score makes the answer unusable (it is asked
+            // again), never a silent 0 or a clamp.
+            score: ScoreOptions::default(),
+        }
+    }
+
+    /// The rubric of a text that passed [`RubricProfile::check_rubric`] (owned: no borrow of a
+    /// scratch buffer outlives the call).
+    fn rubric(&self, text: &str) -> Option<RubricBuf> {
+        let mut scratch = vec![0u8; text.len()];
+        // The policy is one of the two built-in ones, so validation cannot fail on it.
+        let v = validate_str(text, &self.policy, &mut scratch).ok()?;
+        v.rubric.as_ref().map(RubricBuf::from)
+    }
+}
+
+impl RubricProfile for CareProfile {
+    fn name(&self) -> &str {
+        "care"
+    }
+
+    fn generator_messages(&self, dialogue: &Dialogue) -> Vec<ChatMessage> {
+        vec![
+            ChatMessage::new("system", GENERATOR_SYSTEM_PROMPT.trim_end()),
+            ChatMessage::new("user", dialogue.transcript()),
+        ]
+    }
+
+    fn check_rubric(&self, text: &str) -> RubricCheck {
+        let mut scratch = vec![0u8; text.len()];
+        let v = match validate_str(text, &self.policy, &mut scratch) {
+            Ok(v) => v,
+            // Only an invalid policy fails here, and the two policies of this profile are the
+            // core's own constants; report it rather than trust that.
+            Err(e) => {
+                return RubricCheck {
+                    format_reward: 0.0,
+                    violations: vec![ViolationOut {
+                        code: e.code().to_owned(),
+                        message: e.to_string(),
+                    }],
+                    feedback: String::new(),
+                };
+            }
+        };
+        let violations = v
+            .report
+            .violations()
+            .iter()
+            .map(|x| ViolationOut {
+                code: x.code.as_str().to_owned(),
+                message: x.to_string(),
+            })
+            .collect();
+        let mut feedback = String::new();
+        let _ = v.report.write_feedback(&mut feedback);
+        if v.rubric.is_none() && feedback.is_empty() {
+            feedback.push_str("the text holds no rubric with the three categories\n");
+        }
+        RubricCheck {
+            format_reward: v.r_fmt(),
+            violations,
+            feedback,
+        }
+    }
+
+    fn repair_message(&self, check: &RubricCheck) -> String {
+        format!(
+            "The rubric above breaks the required format. The validator reported:\n{}Output the corrected rubric: JSON only, no explanation.",
+            check.feedback
+        )
+    }
+
+    fn rubric_json(&self, text: &str) -> serde_json::Value {
+        // Under the lenient policy the text may hold a think block or a fence: output the
+        // rubric itself, re-serialized from the parsed form.
+        match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(_) => match self.rubric(text) {
+                Some(r) => rubric_to_json(&r),
+                None => serde_json::Value::String(text.to_owned()),
+            },
+        }
+    }
+
+    fn layout(&self, rubric: &str) -> Vec<usize> {
+        self.rubric(rubric)
+            .map_or_else(Vec::new, |r| r.rubric().counts().to_vec())
+    }
+
+    fn prepare_response(&self, response: &str) -> Prepared {
+        Prepared::Judge(response.to_owned())
+    }
+
+    fn judge_messages(&self, rubric: &str, dialogue: &Dialogue, span: &str) -> Vec<ChatMessage> {
+        let mut prompt = String::new();
+        if let Some(r) = self.rubric(rubric) {
+            let lines = dialogue.history_lines();
+            let context: Vec<&str> = lines.iter().map(String::as_str).collect();
+            let _ = render_judge_prompt(
+                &mut prompt,
+                &r.rubric(),
+                &context,
+                dialogue.seeker_turn(),
+                span,
+            );
+        }
+        vec![ChatMessage::new("user", prompt)]
+    }
+
+    fn parse_answer(&self, rubric: &str, answer: &str) -> Result<Vec<f64>, JudgeProblem> {
+        let Some(buf) = self.rubric(rubric) else {
+            return Err(JudgeProblem {
+                code: "no_rubric",
+                message: "the rubric does not parse".to_owned(),
+            });
+        };
+        let r = buf.rubric();
+        let mut scores = vec![f64::NAN; r.total_criteria()];
+        let report = match parse_judge_output(answer.as_bytes(), &r, &mut scores) {
+            Ok(rep) => rep,
+            Err(e) => {
+                return Err(JudgeProblem {
+                    code: e.code(),
+                    message: format!(
+                        "{e}: return one JSON object {{\"criterion_scores\":[{{\"category\":..,\"criterion_title\":..,\"score\":..}}]}}"
+                    ),
+                });
+            }
+        };
+        check_report(&r, &report, &scores)?;
+        Ok(scores)
+    }
+
+    fn score_group(
+        &self,
+        rubric: &str,
+        _responses: &[String],
+        scores: &[Option<Vec<f64>>],
+        _gold: Option<&serde_json::Value>,
+    ) -> Vec<Option<f64>> {
+        let Some(buf) = self.rubric(rubric) else {
+            return vec![None; scores.len()];
+        };
+        let r = buf.rubric();
+        let total = r.total_criteria();
+        // Responses without scores take NaN rows: Eq. 5 under the `error` missing policy gives
+        // them NaN, mapped to `None` below.
+        let mut flat = Vec::with_capacity(scores.len() * total);
+        for s in scores {
+            match s {
+                Some(v) if v.len() == total => flat.extend_from_slice(v),
+                _ => flat.extend(std::iter::repeat_n(f64::NAN, total)),
+            }
+        }
+        let mut out = vec![f64::NAN; scores.len()];
+        if policy_reward_group(&r, &self.score, &flat, &mut out).is_err() {
+            return vec![None; scores.len()];
+        }
+        out.into_iter()
+            .zip(scores)
+            .map(|(x, s)| (s.is_some() && x.is_finite()).then_some(x))
+            .collect()
+    }
+}
+
+/// Whether a parsed answer can be scored under the strict policies; the problem names the
+/// criteria so that the retry prompt can say what to fix.
+fn check_report(
+    r: &care_core::Rubric<'_>,
+    report: &JudgeReport,
+    scores: &[f64],
+) -> Result<(), JudgeProblem> {
+    if report.missing > 0 {
+        let mut names = String::new();
+        for ((d, c), s) in r.iter_flat().zip(scores) {
+            if s.is_nan() {
+                if !names.is_empty() {
+                    names.push_str(", ");
+                }
+                let _ = write!(names, "{} / {}", d.json_name(), c.title.trim());
+            }
+        }
+        return Err(JudgeProblem {
+            code: "missing_score",
+            message: format!("no usable score for {} criteria: {names}", report.missing),
+        });
+    }
+    if report.out_of_range > 0 {
+        return Err(JudgeProblem {
+            code: "score_out_of_range",
+            message: format!("{} scores are not integers in 0..5", report.out_of_range),
+        });
+    }
+    Ok(())
+}
+
+fn rubric_to_json(buf: &RubricBuf) -> serde_json::Value {
+    let r = buf.rubric();
+    let cats: Vec<serde_json::Value> = care_core::Dimension::ALL
+        .into_iter()
+        .filter(|d| r.category(*d).present)
+        .map(|d| {
+            let c = r.category(d);
+            serde_json::json!({
+                "category": d.json_name(),
+                "weight_rationale": c.rationale,
+                "category_weight": c.weight,
+                "criteria": c.criteria().iter().map(|k| serde_json::json!({
+                    "title": k.title, "description": k.description
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({ "categories": cats })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    const RUBRIC: &str = include_str!("../../cli/data/rubric_sft_1.json");
+
+    fn dialogue() -> Dialogue {
+        Dialogue::new(vec![
+            ChatMessage::new("system", "be kind"),
+            ChatMessage::new("user", "I feel lost."),
+            ChatMessage::new("assistant", "What happened?"),
+            ChatMessage::new("user", "My friend left."),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn dialogue_rules() {
+        let d = dialogue();
+        assert_eq!(
+            d.history_lines(),
+            ["seeker: I feel lost.", "supporter: What happened?"]
+        );
+        assert_eq!(d.seeker_turn(), "My friend left.");
+        assert!(!d.transcript().contains("be kind"));
+        assert!(Dialogue::new(vec![]).is_err());
+        assert!(
+            Dialogue::new(vec![ChatMessage::new("assistant", "hi")])
+                .unwrap_err()
+                .contains("seeker")
+        );
+        assert!(
+            Dialogue::new(vec![ChatMessage::new("tool", "x")])
+                .unwrap_err()
+                .contains("context[0].role")
+        );
+    }
+
+    #[test]
+    fn check_and_repair_message_quote_the_validator() {
+        let p = CareProfile::new(false);
+        assert!(p.check_rubric(RUBRIC).is_valid());
+        let broken = RUBRIC.replacen("\"category_weight\": 0.4", "\"category_weight\": 0.5", 1);
+        let c = p.check_rubric(&broken);
+        assert!(!c.is_valid());
+        assert_eq!(c.violations[0].code, "weight_sum");
+        assert!(p.repair_message(&c).contains("weight_sum"));
+        let c = p.check_rubric("sure! here it is");
+        assert_eq!(c.format_reward, 0.0);
+        assert!(!c.feedback.is_empty());
+        assert_eq!(p.layout(RUBRIC), vec![3, 2, 3]);
+    }
+
+    #[test]
+    fn parse_answer_names_missing_criteria_and_scores_the_group() {
+        let p = CareProfile::new(false);
+        let err = p.parse_answer(RUBRIC, "no json here").unwrap_err();
+        assert_eq!(err.code, "no_judge_json");
+        let one = r#"{"criterion_scores":[{"category":"Cognitive Empathy","criterion_title":"Accurately Understand the Core Dilemma","score":5}]}"#;
+        let err = p.parse_answer(RUBRIC, one).unwrap_err();
+        assert_eq!(err.code, "missing_score");
+        assert!(
+            err.message.contains("Validate the Feeling of Awkwardness"),
+            "{}",
+            err.message
+        );
+        let all5: Vec<f64> = vec![5.0; 8];
+        let r = p.score_group(RUBRIC, &["a".into(), "b".into()], &[Some(all5), None], None);
+        assert_eq!(r, vec![Some(1.0), None]);
+        let msgs = p.judge_messages(RUBRIC, &dialogue(), "I hear you.");
+        assert!(msgs[0].content.contains("I hear you."));
+        assert!(msgs[0].content.contains("seeker: I feel lost."));
+    }
+}

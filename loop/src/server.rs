@@ -1,0 +1,417 @@
+//! `care serve`: the reward server.
+//!
+//! * `POST /get_reward`: OpenRLHF's remote reward-model protocol (`--remote_rm_url`): a batch
+//!   `{"query": [...], "prompts": [...], "labels": [...]}`, answered with
+//!   `{"rewards": [...], "scores": [...], "extra_logs": {...}}`, one number per query.
+//! * `POST /v1/reward`: whole groups, `{"turns": [<care reward input line>, ...]}`, answered
+//!   with `{"results": [<care reward output line without "line">, ...]}`.
+//! * `GET /healthz`, `GET /metrics` (OpenMetrics text).
+//!
+//! A graceful shutdown (SIGINT, SIGTERM) stops accepting connections and finishes the
+//! requests in flight.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::engine::{Engine, ErrorOut, OnFailure, TurnInput, TurnResult};
+use crate::llm::ChatMessage;
+
+/// Largest request body by default (a rollout batch of a few thousand responses).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
+
+/// What the server needs besides the engine.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerOptions {
+    /// What `/get_reward` answers for a response without a reward (OpenRLHF has no validity
+    /// mask and cannot read `null`): [`OnFailure::GroupMean`] or [`OnFailure::Error`].
+    pub openrlhf_on_failure: OnFailure,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            openrlhf_on_failure: OnFailure::GroupMean,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct AppState {
+    engine: Arc<Engine>,
+    opts: ServerOptions,
+    backend: &'static str,
+}
+
+/// The router (routes, body limit, shared state).
+pub fn router(engine: Arc<Engine>, opts: ServerOptions, backend: &'static str) -> Router {
+    let state = Arc::new(AppState {
+        engine,
+        opts,
+        backend,
+    });
+    Router::new()
+        .route("/get_reward", post(get_reward))
+        .route("/v1/reward", post(reward_groups))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(opts.max_body_bytes))
+        .with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then finishes the requests in
+/// flight.
+///
+/// # Errors
+/// An I/O error of the listener.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+fn error_response(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    let body = json!({"error": {"code": code, "message": message.into()}});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn json_response(v: &impl Serialize) -> Response {
+    match serde_json::to_string(v) {
+        Ok(s) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            s,
+        )
+            .into_response(),
+        Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+    }
+}
+
+/// Counts the request in the metrics whatever the handler answers.
+async fn timed<F: Future<Output = Response>>(
+    state: &AppState,
+    route: &'static str,
+    f: F,
+) -> Response {
+    let started = Instant::now();
+    state.engine.metrics().in_flight(1);
+    let resp = f.await;
+    state.engine.metrics().in_flight(-1);
+    state
+        .engine
+        .metrics()
+        .http_request(route, resp.status().as_u16(), started.elapsed());
+    resp
+}
+
+async fn healthz(State(s): State<Arc<AppState>>) -> Response {
+    let st = Arc::clone(&s);
+    timed(&s, "/healthz", async move {
+        json_response(&json!({
+            "status": "ok",
+            "backend": st.backend,
+            "cache": st.engine.cache().is_some(),
+        }))
+    })
+    .await
+}
+
+async fn metrics(State(s): State<Arc<AppState>>) -> Response {
+    // Rendered before this request is counted: a scrape does not see itself.
+    let text = s.engine.metrics().render();
+    timed(&s, "/metrics", async move {
+        (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response()
+    })
+    .await
+}
+
+/// Runs turns concurrently; results in input order.
+async fn run_turns(
+    engine: &Arc<Engine>,
+    turns: Vec<TurnInput>,
+) -> Vec<Result<TurnResult, ErrorOut>> {
+    let n = turns.len();
+    let mut set = tokio::task::JoinSet::new();
+    for (i, t) in turns.into_iter().enumerate() {
+        let e = Arc::clone(engine);
+        set.spawn(async move { (i, e.run_turn(t).await) });
+    }
+    let mut out: Vec<Option<Result<TurnResult, ErrorOut>>> = vec![None; n];
+    while let Some(done) = set.join_next().await {
+        if let Ok((i, r)) = done
+            && let Some(slot) = out.get_mut(i)
+        {
+            *slot = Some(r);
+        }
+    }
+    out.into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| {
+                Err(ErrorOut {
+                    code: "internal".to_owned(),
+                    message: "a turn task ended without a result".to_owned(),
+                })
+            })
+        })
+        .collect()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupsRequest {
+    turns: Vec<TurnInput>,
+    #[serde(default)]
+    on_failure: Option<String>,
+}
+
+async fn reward_groups(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    let st = Arc::clone(&s);
+    timed(&s, "/v1/reward", async move {
+        let req: GroupsRequest = match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => return error_response(StatusCode::BAD_REQUEST, "bad_request", e.to_string()),
+        };
+        let policy = match req
+            .on_failure
+            .as_deref()
+            .map_or(Ok(OnFailure::Null), str::parse)
+        {
+            Ok(p) => p,
+            Err(e) => return error_response(StatusCode::BAD_REQUEST, "bad_request", e),
+        };
+        let results = run_turns(&st.engine, req.turns).await;
+        let mut out = Vec::with_capacity(results.len());
+        for (i, r) in results.into_iter().enumerate() {
+            let mut r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    return error_response(
+                        StatusCode::BAD_REQUEST,
+                        &e.code,
+                        format!("turns[{i}]: {}", e.message),
+                    );
+                }
+            };
+            match r.trainer_rewards(policy) {
+                Ok(rw) => r.rewards = rw,
+                Err(msg) => {
+                    return error_response(
+                        StatusCode::BAD_GATEWAY,
+                        "no_reward",
+                        format!("turns[{i}]: {msg}"),
+                    );
+                }
+            }
+            out.push(r);
+        }
+        // A struct, not `json!`: the results keep the field order of `care reward`'s lines.
+        #[derive(Serialize)]
+        struct Results<'a> {
+            results: &'a [TurnResult],
+        }
+        json_response(&Results { results: &out })
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+struct OpenRlhfRequest {
+    query: Vec<String>,
+    #[serde(default)]
+    prompts: Option<Vec<String>>,
+    #[serde(default)]
+    labels: Option<Vec<Value>>,
+}
+
+/// The dialogue of one OpenRLHF sample: its label when the label holds chat messages (a JSON
+/// array, a string holding one, or an object with `context`), else the prompt text as one
+/// user message.
+fn context_of(prompt: &str, label: Option<&Value>) -> Vec<ChatMessage> {
+    let parsed: Option<Value> = match label {
+        Some(Value::String(s)) => serde_json::from_str(s).ok(),
+        Some(v) => Some(v.clone()),
+        None => None,
+    };
+    let messages = match parsed {
+        Some(Value::Object(mut o)) => o.remove("context"),
+        other => other,
+    };
+    if let Some(v) = messages
+        && let Ok(m) = serde_json::from_value::<Vec<ChatMessage>>(v)
+        && !m.is_empty()
+    {
+        return m;
+    }
+    vec![ChatMessage::new("user", prompt)]
+}
+
+async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    let st = Arc::clone(&s);
+    timed(&s, "/get_reward", async move {
+        let req: OpenRlhfRequest = match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => return error_response(StatusCode::BAD_REQUEST, "bad_request", e.to_string()),
+        };
+        let n = req.query.len();
+        let Some(prompts) = req.prompts else {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "prompts is required: the response is the query without its prompt",
+            );
+        };
+        if prompts.len() != n {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("{n} queries but {} prompts", prompts.len()),
+            );
+        }
+        if let Some(l) = &req.labels
+            && l.len() != n
+        {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("{n} queries but {} labels", l.len()),
+            );
+        }
+        // Group the samples by dialogue: one turn (one rubric) per distinct context.
+        let mut turns: Vec<TurnInput> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut place: Vec<(usize, usize)> = Vec::with_capacity(n);
+        for (i, (q, p)) in req.query.iter().zip(&prompts).enumerate() {
+            let Some(resp) = q.strip_prefix(p.as_str()) else {
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    format!("query[{i}] does not start with prompts[{i}]"),
+                );
+            };
+            let context = context_of(p, req.labels.as_ref().and_then(|l| l.get(i)));
+            let key = serde_json::to_string(&context).unwrap_or_default();
+            let t = *index.entry(key).or_insert_with(|| {
+                turns.push(TurnInput {
+                    id: None,
+                    context,
+                    responses: Vec::new(),
+                    gold: None,
+                });
+                turns.len() - 1
+            });
+            let Some(turn) = turns.get_mut(t) else {
+                return error_response(StatusCode::INTERNAL_SERVER_ERROR, "internal", "turn index");
+            };
+            place.push((t, turn.responses.len()));
+            turn.responses.push(resp.trim().to_owned());
+        }
+        let results = run_turns(&st.engine, turns).await;
+        let mut per_turn: Vec<(Vec<Option<f64>>, &TurnResult)> = Vec::with_capacity(results.len());
+        for (t, r) in results.iter().enumerate() {
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    let first = place.iter().position(|&(tt, _)| tt == t).unwrap_or(0);
+                    return error_response(
+                        StatusCode::BAD_REQUEST,
+                        &e.code,
+                        format!("query[{first}]: {}", e.message),
+                    );
+                }
+            };
+            match r.trainer_rewards(st.opts.openrlhf_on_failure) {
+                Ok(rw) => per_turn.push((rw, r)),
+                Err(msg) => return error_response(StatusCode::BAD_GATEWAY, "no_reward", msg),
+            }
+        }
+        let mut rewards = Vec::with_capacity(n);
+        let mut valid = Vec::with_capacity(n);
+        let mut rubric_ok = Vec::with_capacity(n);
+        let mut judge_attempts = Vec::with_capacity(n);
+        for &(t, j) in &place {
+            let Some((rw, r)) = per_turn.get(t) else {
+                return error_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "turn result",
+                );
+            };
+            let resp = r.responses.get(j);
+            // `null` only under the `null` policy: honest, and loud in a trainer that needs numbers.
+            rewards.push(rw.get(j).copied().flatten());
+            valid.push(if resp.is_some_and(|x| x.reward.is_some()) {
+                1.0
+            } else {
+                0.0
+            });
+            rubric_ok.push(if r.rubric_status == crate::engine::rubric_status::OK {
+                1.0
+            } else {
+                0.0
+            });
+            judge_attempts.push(f64::from(resp.map_or(0, |x| x.judge_attempts)));
+        }
+        json_response(&json!({
+            "rewards": rewards,
+            "scores": rewards,
+            "extra_logs": {
+                "care_valid": valid,
+                "care_rubric_ok": rubric_ok,
+                "care_judge_attempts": judge_attempts,
+            }
+        }))
+    })
+    .await
+}

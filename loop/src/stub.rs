@@ -1,0 +1,246 @@
+//! **A test double**: an OpenAI-compatible chat-completions stub server on the loopback
+//! address, for the tests and the load test (an LLM cannot run here).
+//!
+//! It is a real HTTP server (axum on a real socket); only the answers are scripted: a closure
+//! sees each request and returns a [`StubReply`] (an answer, optionally after a delay, an HTTP
+//! error status, a stall that never answers, or a body that is not a chat completion). Every
+//! request is recorded, so tests can count calls per role and per dialogue.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+use crate::llm::{ChatMessage, Role};
+
+/// The paper's `rubric_sft_1` (a valid rubric: 3, 2 and 3 criteria).
+pub const PAPER_RUBRIC: &str = include_str!("../../cli/data/rubric_sft_1.json");
+
+/// One recorded request.
+#[derive(Clone, Debug)]
+pub struct StubRequest {
+    /// Generator when the first message is a system message, else judge.
+    pub role: Role,
+    /// The `model` field.
+    pub model: String,
+    /// The messages.
+    pub messages: Vec<ChatMessage>,
+    /// The whole request body.
+    pub body: Value,
+}
+
+impl StubRequest {
+    /// The judged response (judge requests: the text under "Candidate supporter response").
+    pub fn judged_response(&self) -> Option<&str> {
+        let p = &self.messages.first()?.content;
+        let start = p.find("## Candidate supporter response\n")?
+            + "## Candidate supporter response\n".len();
+        let end = p.get(start..)?.find("\n\n## Rubric")? + start;
+        p.get(start..end)
+    }
+
+    /// The seeker's latest turn as the generator sees it (generator requests: the last line
+    /// of the transcript).
+    pub fn transcript(&self) -> Option<&str> {
+        self.messages.get(1).map(|m| m.content.as_str())
+    }
+
+    /// Whether this is a retry (repair or judge retry): the request carries an earlier answer.
+    pub fn is_retry(&self) -> bool {
+        // First requests: generator (system, user), judge (user).
+        let first_len = if self.role == Role::Generator { 2 } else { 1 };
+        self.messages.len() > first_len
+    }
+}
+
+/// What the stub answers.
+#[derive(Clone, Debug)]
+pub enum StubReply {
+    /// A chat completion with this content.
+    Content(String),
+    /// A chat completion with this content, after this delay.
+    Delayed(String, Duration),
+    /// An HTTP error status, with an optional `Retry-After` (seconds).
+    Status(u16, Option<u64>),
+    /// Never answers (the client's timeout must end it).
+    Stall,
+    /// A 200 answer whose body is this text (not a chat completion).
+    Raw(String),
+}
+
+type Script = dyn Fn(&StubRequest, usize) -> StubReply + Send + Sync;
+
+struct StubState {
+    script: Box<Script>,
+    calls: Mutex<Vec<StubRequest>>,
+}
+
+/// A running stub; stops when dropped.
+pub struct Stub {
+    addr: SocketAddr,
+    state: Arc<StubState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Stub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stub").field("addr", &self.addr).finish()
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Stub {
+    /// Starts a stub on `127.0.0.1` (a free port); `script(request, n)` answers the `n`-th
+    /// request (0-based, all roles).
+    ///
+    /// # Errors
+    /// The port cannot be bound.
+    pub async fn start(
+        script: impl Fn(&StubRequest, usize) -> StubReply + Send + Sync + 'static,
+    ) -> std::io::Result<Stub> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(StubState {
+            script: Box::new(script),
+            calls: Mutex::new(Vec::new()),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(handle))
+            .with_state(Arc::clone(&state));
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Stub { addr, state, task })
+    }
+
+    /// `http://127.0.0.1:<port>/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Every request so far.
+    pub fn calls(&self) -> Vec<StubRequest> {
+        self.state
+            .calls
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
+    }
+
+    /// Requests of `role` so far.
+    pub fn count(&self, role: Role) -> usize {
+        self.calls().iter().filter(|c| c.role == role).count()
+    }
+}
+
+async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {
+    let Ok(v) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, "not json").into_response();
+    };
+    let messages: Vec<ChatMessage> = v
+        .get("messages")
+        .cloned()
+        .and_then(|m| serde_json::from_value(m).ok())
+        .unwrap_or_default();
+    let role = if messages.first().is_some_and(|m| m.role == "system") {
+        Role::Generator
+    } else {
+        Role::Judge
+    };
+    let req = StubRequest {
+        role,
+        model: v
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        messages,
+        body: v,
+    };
+    let n = {
+        let Ok(mut calls) = s.calls.lock() else {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "lock").into_response();
+        };
+        calls.push(req.clone());
+        calls.len() - 1
+    };
+    match (s.script)(&req, n) {
+        StubReply::Content(c) => completion(&req, &c),
+        StubReply::Delayed(c, d) => {
+            tokio::time::sleep(d).await;
+            completion(&req, &c)
+        }
+        StubReply::Status(code, retry_after) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut r = (
+                status,
+                json!({"error": {"message": "stub error"}}).to_string(),
+            )
+                .into_response();
+            if let Some(secs) = retry_after
+                && let Ok(h) = secs.to_string().parse()
+            {
+                r.headers_mut().insert(header::RETRY_AFTER, h);
+            }
+            r
+        }
+        StubReply::Stall => std::future::pending().await,
+        StubReply::Raw(text) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            text,
+        )
+            .into_response(),
+    }
+}
+
+fn completion(req: &StubRequest, content: &str) -> Response {
+    let prompt_chars: usize = req.messages.iter().map(|m| m.content.len()).sum();
+    let body = json!({
+        "id": "stub",
+        "object": "chat.completion",
+        "model": req.model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        // Roughly 4 characters a token, as the usage field of a real server would count.
+        "usage": {"prompt_tokens": prompt_chars / 4, "completion_tokens": content.len() / 4},
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// A judge answer giving every criterion of `rubric` the score `score` (bare JSON).
+pub fn judge_answer(rubric: &str, score: u8) -> String {
+    let v: Value = serde_json::from_str(rubric).unwrap_or(Value::Null);
+    let mut items = Vec::new();
+    if let Some(cats) = v.get("categories").and_then(Value::as_array) {
+        for c in cats {
+            let cat = c.get("category").and_then(Value::as_str).unwrap_or("");
+            for k in c
+                .get("criteria")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let title = k.get("title").and_then(Value::as_str).unwrap_or("");
+                items.push(json!({"category": cat, "criterion_title": title, "score": score}));
+            }
+        }
+    }
+    json!({ "criterion_scores": items }).to_string()
+}

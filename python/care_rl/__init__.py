@@ -1,0 +1,109 @@
+"""care_rl: rubric rewards for RL on LLMs (CARE) and the GRPO step, from Rust.
+
+``import care_rl`` needs numpy only (no PyTorch): rubric validation (:func:`validate`,
+:class:`Rubric`), the format, policy, preference, generator and alignment rewards, strategy
+counts, the judge prompt and judge-output parser, and the GRPO step on numpy arrays
+(:func:`group_advantages` and its cross-rank phases, :func:`policy_loss`).
+``import care_rl.torch`` adds the PyTorch custom ops (``torch.ops.care.*``) and their
+plain-function API. Every error is a :class:`CareError` with the stable ``code`` and
+``number`` of the core (the same as the CLI's and the C ABI's).
+"""
+
+from __future__ import annotations
+
+from . import _care
+from ._care import CareError, Rubric
+from ._grpo import (
+    advantage_options,
+    group_advantages,
+    group_advantages_finalize,
+    group_partial_squares,
+    group_partial_sums,
+    loss_options,
+    policy_loss,
+)
+from ._reward import (
+    alignment,
+    alignment_reward,
+    format_reward,
+    generator_reward,
+    parse_judge_output,
+    policy_reward,
+    policy_reward_group,
+    preference_reward,
+    render_judge_prompt,
+    strategy_counts,
+    validate,
+)
+# Reward functions for trainers (TRL, verl) over a running `care serve`; stdlib only, and
+# loadable by path too (verl: custom_reward_function.path=python/care_rl/rewards.py).
+from .rewards import (
+    CareRewardClient,
+    CareRewardError,
+    TRLReward,
+    compute_score,
+    compute_score_batch,
+)
+from ._types import (
+    Alignment,
+    Fired,
+    GeneratorReward,
+    GroupReport,
+    GroupReward,
+    JudgeOutput,
+    JudgeReport,
+    LossResult,
+    PolicyReward,
+    PreferenceReward,
+    StrategyCounts,
+    Validation,
+    Violation,
+)
+
+__version__: str = _care.__version__
+
+#: The loss statistics' fields in order: ``(name, C type, byte offset, combine)`` where
+#: combine is ``"sum"``, ``"min"`` or ``"max"`` (how values from ranks/micro-batches merge).
+LOSS_STATS_FIELDS = _care.LOSS_STATS_FIELDS
+
+__all__ = [
+    "CareError",
+    "Rubric",
+    "validate",
+    "format_reward",
+    "policy_reward",
+    "policy_reward_group",
+    "preference_reward",
+    "generator_reward",
+    "alignment",
+    "alignment_reward",
+    "strategy_counts",
+    "render_judge_prompt",
+    "parse_judge_output",
+    "advantage_options",
+    "loss_options",
+    "group_advantages",
+    "group_partial_sums",
+    "group_partial_squares",
+    "group_advantages_finalize",
+    "policy_loss",
+    "LOSS_STATS_FIELDS",
+    "Alignment",
+    "Fired",
+    "GeneratorReward",
+    "GroupReport",
+    "GroupReward",
+    "JudgeOutput",
+    "JudgeReport",
+    "LossResult",
+    "PolicyReward",
+    "PreferenceReward",
+    "StrategyCounts",
+    "Validation",
+    "Violation",
+    "CareRewardClient",
+    "CareRewardError",
+    "TRLReward",
+    "compute_score",
+    "compute_score_batch",
+]

@@ -1,0 +1,123 @@
+# Type stub of the extension module care_rl._care (python/src). Arrays are numpy arrays,
+# torch tensors or DLPack capsules; outputs are written in place.
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._types import (
+    Alignment,
+    GeneratorReward,
+    GroupReport,
+    JudgeReport,
+    PolicyReward,
+    PreferenceReward,
+    StrategyCounts,
+    Validation,
+)
+
+Array = Any
+Text = Union[str, bytes]
+Policy = Union[None, str, Mapping[str, object]]
+
+__version__: str
+LOSS_STATS_FIELDS: List[Tuple[str, str, int, str]]
+LOSS_STATS_DEVICE_FIELDS: List[Tuple[str, str, int, str]]
+WORKSPACE_BYTES: int
+
+class CareError(ValueError):
+    code: str
+    number: int
+    message: str
+    violations: List[Any]
+
+class Rubric:
+    def __init__(self, text: Text, policy: Policy = None) -> None: ...
+    @property
+    def weights(self) -> Tuple[float, float, float]: ...
+    @property
+    def scoring_weights(self) -> Tuple[float, float, float]: ...
+    @property
+    def counts(self) -> Tuple[int, int, int]: ...
+    @property
+    def total_criteria(self) -> int: ...
+    @property
+    def criteria(self) -> List[Tuple[str, str, str]]: ...
+    @property
+    def rationales(self) -> Tuple[str, str, str]: ...
+
+RubricLike = Union[Rubric, str, bytes]
+
+def error(code: str, what: str) -> CareError: ...
+def advantage_options(preset: Optional[str] = None, **overrides: object) -> str: ...
+def loss_options(preset: Optional[str] = None, **overrides: object) -> str: ...
+def advantage_option_fields(spec: str) -> List[Tuple[str, str]]: ...
+def loss_option_fields(spec: str) -> List[Tuple[str, str]]: ...
+def validate(text: Text, policy: Policy = None) -> Validation: ...
+def format_reward(text: Text, policy: Policy = None) -> float: ...
+def policy_reward(
+    rubric: RubricLike, scores: Array, missing: Optional[str] = None,
+    out_of_range: Optional[str] = None, uniform_weights: Optional[bool] = None,
+) -> PolicyReward: ...
+def policy_reward_group(
+    rubric: RubricLike, scores: Array, out: Array, missing: Optional[str] = None,
+    out_of_range: Optional[str] = None, uniform_weights: Optional[bool] = None,
+) -> GroupReport: ...
+def preference_reward(
+    rubric: RubricLike, chosen: Array, rejected: Array, tau: Optional[float] = None,
+    scale: Optional[str] = None, missing: Optional[str] = None,
+    out_of_range: Optional[str] = None, uniform_weights: Optional[bool] = None,
+) -> PreferenceReward: ...
+def generator_reward(
+    rubric_text: Text, chosen: Array, rejected: Array, chosen_tactics: Sequence[str],
+    lambda_: Optional[float] = None, gamma: Optional[float] = None, tau: Optional[float] = None,
+    scale: Optional[str] = None, missing: Optional[str] = None,
+    out_of_range: Optional[str] = None, uniform_weights: Optional[bool] = None,
+    unknown_label: Optional[str] = None, policy: Policy = None,
+) -> GeneratorReward: ...
+def alignment(weights: Tuple[float, float, float], counts: Tuple[int, int, int]) -> Alignment: ...
+def strategy_counts(labels: Sequence[str], unknown_label: Optional[str] = None) -> StrategyCounts: ...
+def render_judge_prompt(rubric: RubricLike, context: Sequence[str], seeker_turn: str, response: str) -> str: ...
+def parse_judge_output(text: Text, rubric: RubricLike, out: Array) -> JudgeReport: ...
+def group_advantages(
+    rewards: Array, out: Array, options: str, group_size: int = 0, group_offsets: Optional[Array] = None,
+    valid: Optional[Array] = None, stats: Optional[Array] = None, stream: int = 0,
+    workspace: Optional[Array] = None, batch_std: Optional[Array] = None,
+) -> None: ...
+def group_partial_sums(
+    rewards: Array, out: Array, group_size: int = 0, group_offsets: Optional[Array] = None,
+    valid: Optional[Array] = None, stream: int = 0, workspace: Optional[Array] = None,
+) -> None: ...
+def group_partial_squares(
+    rewards: Array, sums: Array, out: Array, group_size: int = 0,
+    group_offsets: Optional[Array] = None, valid: Optional[Array] = None, stream: int = 0,
+    workspace: Optional[Array] = None,
+) -> None: ...
+def group_advantages_finalize(
+    rewards: Array, sums: Array, m2: Array, out: Array, options: str, group_size: int = 0,
+    group_offsets: Optional[Array] = None, valid: Optional[Array] = None,
+    stats: Optional[Array] = None, stream: int = 0, workspace: Optional[Array] = None,
+) -> None: ...
+def policy_loss(
+    logp: Array, advantages: Array, seq_offsets: Array, grad: Optional[Array], stats: Array,
+    options: str, adv_per_token: bool, logp_old: Optional[Array] = None,
+    logp_ref: Optional[Array] = None, mask: Optional[Array] = None, max_seq_len: int = 0,
+    stream: int = 0, workspace: Optional[Array] = None, grad_in_input_dtype: bool = False,
+) -> Optional[float]: ...
+def selective_log_softmax(
+    logits: Array, targets: Array, logp: Array, lse: Array, temperature: float = 1.0,
+    mask: Optional[Array] = None, entropy: Optional[Array] = None, stream: int = 0,
+    workspace: Optional[Array] = None,
+) -> None: ...
+def selective_log_softmax_backward(
+    logits: Array, targets: Array, dlogits: Array, lse: Array, temperature: float = 1.0,
+    mask: Optional[Array] = None, entropy: Optional[Array] = None, dlogp: Optional[Array] = None,
+    dentropy: Optional[Array] = None, stream: int = 0,
+) -> None: ...
+def logits_policy_loss(
+    logits: Array, targets: Array, advantages: Array, seq_offsets: Array, logp: Array,
+    lse: Array, dlogp: Array, stats: Array, options: str, adv_per_token: bool,
+    temperature: float = 1.0, logp_old: Optional[Array] = None, logp_ref: Optional[Array] = None,
+    mask: Optional[Array] = None, max_seq_len: int = 0, stream: int = 0,
+    workspace: Optional[Array] = None,
+) -> Optional[float]: ...
+def check_advantage_status(status: int) -> None: ...
+def check_log_softmax_status(status: int) -> None: ...
+def cuda_driver_available() -> bool: ...

@@ -1,0 +1,221 @@
+"""The GRPO step on the CPU with numpy (SPEC §9-11): advantages, their cross-rank phases and
+the policy loss with its gradient. ``care_rl.torch`` has the same functions for tensors."""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _care
+from ._types import LossResult
+
+Array = Union[np.ndarray, Sequence[float]]
+
+
+def advantage_options(preset: Optional[str] = None, **overrides) -> str:
+    """The canonical text of an advantage option set (what the ops take): a preset
+    (``"verl"``, ``"trl"``, ``"trl_batch"``, ``"openrlhf"``, ``"dr_grpo"``, ``"rloo"``;
+    ``None`` = the SPEC §9 defaults), then fields overridden by name: ``baseline``
+    (``"mean"``, ``"leave_one_out"``, ``"none"``), ``scale`` (``"group_std"``,
+    ``"batch_std"``, ``"none"``), ``std_kind`` (``"unbiased"``, ``"biased"``), ``singleton``
+    (``"zero"``, ``"raw"``, ``"error"``), ``eps`` (>= 0). Checked by the core."""
+    return _care.advantage_options(preset, **overrides)
+
+
+def loss_options(preset: Optional[str] = None, **overrides) -> str:
+    """The canonical text of a loss option set: a preset (``"verl"``, ``"trl"``; ``None`` =
+    the SPEC §10 defaults), then fields overridden by name: ``aggregation``
+    (``"token_mean"``, ``"seq_mean_token_mean"``, ``"seq_mean_token_sum"``,
+    ``"seq_mean_token_sum_norm"``, ``"token_sum"``), ``ratio_level`` (``"token"``,
+    ``"sequence"``), ``kl_estimator`` (``"k1"``, ``"abs"``, ``"k2"``, ``"k3"``), and the
+    numbers ``eps_low``, ``eps_high``, ``dual_clip``, ``log_ratio_clamp``,
+    ``seq_log_ratio_max``, ``beta``, ``kl_input_clamp``, ``kl_output_clamp``,
+    ``global_tokens``, ``global_sequences``, ``horizon``. Checked by the core."""
+    return _care.loss_options(preset, **overrides)
+
+
+def _arr(x, dtype, name: str) -> np.ndarray:
+    a = np.ascontiguousarray(x, dtype=dtype)
+    return a.reshape(-1)
+
+
+def _layout(rewards: np.ndarray, group_size, group_offsets):
+    if group_offsets is not None:
+        return 0, _arr(group_offsets, np.uint32, "group_offsets")
+    if group_size is None:
+        if rewards.ndim != 2:
+            raise _care.error("invalid_argument", "give group_size or group_offsets, or 2-D [B, G] rewards")
+        group_size = rewards.shape[1]
+    return int(group_size), None
+
+
+def _mask(m, name: str) -> Optional[np.ndarray]:
+    return None if m is None else (np.asarray(m).reshape(-1) != 0).astype(np.uint8)
+
+
+def group_advantages(
+    rewards: Array,
+    group_size: Optional[int] = None,
+    *,
+    group_offsets: Optional[Array] = None,
+    valid: Optional[Array] = None,
+    preset: Optional[str] = "verl",
+    dtype=np.float32,
+    return_stats: bool = False,
+    **overrides,
+):
+    """Group-relative advantages (SPEC §9) with the shape of ``rewards``.
+
+    ``rewards``: float32 ``[N]`` with ``group_size`` (contiguous groups) or CSR
+    ``group_offsets`` ``[B + 1]``, or ``[B, G]``. ``valid``: optional mask (a NaN reward is
+    invalid too; invalid samples get 0). ``preset`` and ``overrides`` as
+    :func:`advantage_options`. ``dtype``: float32 (default) or float64 output (the values
+    are computed in float64 either way). With ``return_stats``, also float64 ``[B, 4]``: count,
+    mean, std, zero_variance per group.
+    """
+    r = np.asarray(rewards, dtype=np.float32)
+    shape = r.shape
+    r = np.ascontiguousarray(r).reshape(-1)
+    gs, offs = _layout(np.asarray(rewards), group_size, group_offsets)
+    b = (len(offs) - 1) if offs is not None else (r.size // gs if gs else 0)
+    opts = _care.advantage_options(preset, **overrides)
+    out = np.empty(r.size, dtype=dtype)
+    stats = np.empty((max(b, 0), 4), dtype=np.float64) if return_stats else None
+    _care.group_advantages(r, out, opts, gs, offs, _mask(valid, "valid"), stats)
+    out = out.reshape(shape)
+    return (out, stats) if return_stats else out
+
+
+def group_partial_sums(
+    rewards: Array,
+    group_size: Optional[int] = None,
+    *,
+    group_offsets: Optional[Array] = None,
+    valid: Optional[Array] = None,
+) -> np.ndarray:
+    """Cross-rank advantages, step 1 (SPEC §11): float64 ``[B, 2]`` (count, sum) of this
+    rank's valid rewards per group. Every rank describes the same ``B`` groups (a group with
+    no local samples is an empty CSR range). All-reduce the result with a sum."""
+    r = _arr(rewards, np.float32, "rewards")
+    gs, offs = _layout(np.asarray(rewards), group_size, group_offsets)
+    b = (len(offs) - 1) if offs is not None else (r.size // gs if gs else 0)
+    out = np.empty((max(b, 0), 2), dtype=np.float64)
+    _care.group_partial_sums(r, out, gs, offs, _mask(valid, "valid"))
+    return out
+
+
+def group_partial_squares(
+    rewards: Array,
+    sums: np.ndarray,
+    group_size: Optional[int] = None,
+    *,
+    group_offsets: Optional[Array] = None,
+    valid: Optional[Array] = None,
+) -> np.ndarray:
+    """Step 2: float64 ``[B]``, this rank's squared deviations from each group's global mean
+    (from the all-reduced ``sums``). All-reduce the result with a sum."""
+    r = _arr(rewards, np.float32, "rewards")
+    gs, offs = _layout(np.asarray(rewards), group_size, group_offsets)
+    out = np.empty(np.asarray(sums).shape[0], dtype=np.float64)
+    s = np.ascontiguousarray(sums, dtype=np.float64)
+    _care.group_partial_squares(r, s, out, gs, offs, _mask(valid, "valid"))
+    return out
+
+
+def group_advantages_finalize(
+    rewards: Array,
+    sums: np.ndarray,
+    m2: np.ndarray,
+    group_size: Optional[int] = None,
+    *,
+    group_offsets: Optional[Array] = None,
+    valid: Optional[Array] = None,
+    preset: Optional[str] = "verl",
+    dtype=np.float32,
+    **overrides,
+) -> np.ndarray:
+    """Step 3: this rank's advantages from the all-reduced ``sums`` and ``m2``; equal to
+    :func:`group_advantages` over the whole batch up to the reduction order."""
+    r = np.asarray(rewards, dtype=np.float32)
+    shape = r.shape
+    r = np.ascontiguousarray(r).reshape(-1)
+    gs, offs = _layout(np.asarray(rewards), group_size, group_offsets)
+    opts = _care.advantage_options(preset, **overrides)
+    out = np.empty(r.size, dtype=dtype)
+    s = np.ascontiguousarray(sums, dtype=np.float64)
+    q = np.ascontiguousarray(m2, dtype=np.float64)
+    _care.group_advantages_finalize(r, s, q, out, opts, gs, offs, _mask(valid, "valid"))
+    return out.reshape(shape)
+
+
+def advantage_kind(adv_shape, logp_shape, n_tok: int, n_seq: int, per_token: Optional[bool]) -> bool:
+    """Whether advantages of ``adv_shape`` are per token (else per sequence): a padded
+    ``[B, L]`` layout decides by shape, a flat one by count (per sequence when both fit,
+    unless ``per_token`` says otherwise)."""
+    size = math.prod(adv_shape)
+    if per_token is None:
+        if len(logp_shape) == 2 and tuple(adv_shape) == tuple(logp_shape):
+            per_token = True
+        elif size == n_seq:
+            per_token = False
+        else:
+            per_token = size == n_tok
+    want = n_tok if per_token else n_seq
+    if size != want:
+        raise _care.error("length_mismatch", f"advantages: {size} values, expected {n_seq} (one per sequence) or {n_tok} "
+            "(one per token)")
+    return per_token
+
+
+def stats_dict(values: Sequence[float]) -> Dict[str, float]:
+    """The loss statistics as a dict, named by the core's field table."""
+    return {f[0]: float(v) for f, v in zip(_care.LOSS_STATS_FIELDS, values)}
+
+
+def policy_loss(
+    logp: Array,
+    logp_old: Optional[Array],
+    advantages: Array,
+    seq_offsets: Optional[Array] = None,
+    mask: Optional[Array] = None,
+    *,
+    logp_ref: Optional[Array] = None,
+    preset: Optional[str] = None,
+    per_token: Optional[bool] = None,
+    **overrides,
+) -> LossResult:
+    """The clipped-ratio policy loss of one micro-batch and its gradient (SPEC §10), on the
+    CPU in float64 accumulation.
+
+    ``logp``: ``[T]`` with CSR ``seq_offsets`` ``[B + 1]``, or padded ``[B, L]`` (then the
+    offsets may be left out and ``mask`` is the ``[B, L]`` response mask). ``logp_old``
+    (``None``: on-policy) and ``logp_ref`` have its shape and dtype (float32 or float64).
+    ``advantages``: ``[B]`` per sequence or ``logp``'s shape per token. Options as
+    :func:`loss_options`; ``per_token`` decides between the two advantage layouts when the
+    shapes do not (1-D ``logp`` with as many tokens as sequences). Returns the loss, ``grad = dL/dlogp`` (float32, ``logp``'s shape)
+    and the statistics as sums.
+    """
+    lp = np.asarray(logp)
+    if lp.dtype not in (np.float32, np.float64):
+        lp = lp.astype(np.float32)
+    shape = lp.shape
+    if seq_offsets is None:
+        if lp.ndim != 2:
+            raise _care.error("invalid_argument", "give seq_offsets for 1-D logp, or pass [B, L] logp")
+        b, length = shape
+        seq_offsets = np.arange(0, (b + 1) * length, length, dtype=np.uint32) if b else np.zeros(1, np.uint32)
+    offs = _arr(seq_offsets, np.uint32, "seq_offsets")
+    flat = np.ascontiguousarray(lp).reshape(-1)
+    old = None if logp_old is None else _arr(logp_old, lp.dtype, "logp_old")
+    ref = None if logp_ref is None else _arr(logp_ref, lp.dtype, "logp_ref")
+    adv = np.asarray(advantages, dtype=np.float32)
+    kind = advantage_kind(adv.shape, shape, flat.size, offs.size - 1, per_token)
+    grad = np.empty(flat.size, dtype=np.float32)
+    stats = np.empty(len(_care.LOSS_STATS_FIELDS), dtype=np.float64)
+    loss = _care.policy_loss(
+        flat, np.ascontiguousarray(adv).reshape(-1), offs, grad, stats,
+        _care.loss_options(preset, **overrides), kind, old, ref, _mask(mask, "mask"),
+    )  # fmt: skip
+    return LossResult(loss=float(loss), grad=grad.reshape(shape), stats=stats_dict(stats))

@@ -1,0 +1,752 @@
+"""The GRPO step of ``care`` for PyTorch: custom ops in the ``care::`` namespace and the plain
+functions that call them.
+
+Ops (``torch.ops.care.*``, each with a fake implementation for ``torch.compile`` and, where a
+gradient exists, a registered autograd formula):
+
+* ``care::group_advantages``: advantages of a batch of rewards (SPEC §9), not differentiable.
+* ``care::policy_loss``: the clipped-ratio loss (SPEC §10) and ``dL/dlogp`` in one pass; the
+  backward only scales the saved gradient.
+* ``care::selective_log_softmax`` / ``care::selective_log_softmax_backward``: per-token
+  log-probs, entropy and log-sum-exp straight from logits (SPEC §13), and ``dL/dlogits``.
+* ``care::logits_policy_loss``: the fused path from logits to the loss (log-probs, loss,
+  ``dL/dlogp`` and stats in one forward; ``dL/dlogits`` in the backward).
+
+CPU tensors run the Rust reference (float64 accumulation); CUDA tensors run the ``care``
+kernels on ``torch.cuda.current_stream()`` with outputs allocated by PyTorch, and nothing
+synchronizes the device: the loss comes back as a device tensor and device-side statuses
+stay on the device, so a step can be captured in a CUDA graph. Use the functions below
+(:func:`advantages`, :func:`policy_loss`, :func:`selective_log_softmax`,
+:func:`logits_policy_loss`); they prepare layouts and options and call the ops.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch.utils.dlpack import to_dlpack
+
+from . import _care
+from ._care import CareError
+from ._grpo import advantage_kind
+
+__all__ = [
+    "CareError",
+    "advantages",
+    "policy_loss",
+    "selective_log_softmax",
+    "logits_policy_loss",
+    "group_partial_sums",
+    "group_partial_squares",
+    "group_advantages_finalize",
+    "stats_dict",
+    "set_device_checks",
+    "gpu_available",
+    "advantage_options",
+    "loss_options",
+    "LOSS_STATS_FIELDS",
+]
+
+#: The loss statistics' fields, in the order of the ``[14]`` stats tensors:
+#: ``(name, C type, byte offset, combine)``; combine is ``"sum"``, ``"min"`` or ``"max"``.
+LOSS_STATS_FIELDS = _care.LOSS_STATS_FIELDS
+_N_STATS = len(LOSS_STATS_FIELDS)
+_WS_WORDS = _care.WORKSPACE_BYTES // 4
+
+
+def gpu_available() -> bool:
+    """Whether the ``care`` kernels can run: a CUDA driver loads and PyTorch sees a GPU."""
+    return _care.cuda_driver_available() and torch.cuda.is_available()
+
+
+# Option texts are built by the Rust core; under torch.compile they are graph constants
+# (computed once at trace time), so the ops' schemas never depend on the option set.
+@torch.compiler.assume_constant_result
+def _adv_opts(preset: Optional[str], items: Tuple[Tuple[str, object], ...]) -> str:
+    return _care.advantage_options(preset, **dict(items))
+
+
+@torch.compiler.assume_constant_result
+def _loss_opts(preset: Optional[str], items: Tuple[Tuple[str, object], ...]) -> str:
+    return _care.loss_options(preset, **dict(items))
+
+
+def advantage_options(preset: Optional[str] = None, **overrides) -> str:
+    """Canonical advantage option text (see :func:`care_rl.advantage_options`)."""
+    return _adv_opts(preset, tuple(sorted(overrides.items())))
+
+
+def loss_options(preset: Optional[str] = None, **overrides) -> str:
+    """Canonical loss option text (see :func:`care_rl.loss_options`)."""
+    return _loss_opts(preset, tuple(sorted(overrides.items())))
+
+
+# ---- glue: DLPack, streams, workspaces --------------------------------------------------
+
+_DEVICE_CHECKS = False
+
+
+def set_device_checks(enabled: bool) -> None:
+    """Debugging aid: when on, every CUDA op waits for its kernels and raises the
+    ``CareError`` of a device status (an infinite reward, a singleton group under
+    ``singleton="error"``, a target outside ``0..V``), as the CPU path does. Off by default:
+    it synchronizes the device, which a training step (and CUDA-graph capture) must not."""
+    global _DEVICE_CHECKS
+    _DEVICE_CHECKS = bool(enabled)
+
+
+def _check(ws: Optional[Tensor], check) -> None:
+    if ws is not None and _DEVICE_CHECKS:
+        check(int(ws[0].item()))
+
+
+def _dl(t: Optional[Tensor]):
+    return None if t is None else to_dlpack(t)
+
+
+def _stream(t: Tensor) -> int:
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
+def _workspace(t: Tensor) -> Optional[Tensor]:
+    return torch.empty(_WS_WORDS, dtype=torch.int32, device=t.device) if t.is_cuda else None
+
+
+class _On:
+    """Makes the tensor's GPU the current device for a launch (a no-op on the CPU)."""
+
+    def __init__(self, t: Tensor):
+        self.guard = torch.cuda.device(t.device) if t.is_cuda else None
+
+    def __enter__(self):
+        if self.guard is not None:
+            self.guard.__enter__()
+
+    def __exit__(self, *exc):
+        if self.guard is not None:
+            self.guard.__exit__(*exc)
+
+
+def _with_denominators(options: str, global_tokens: float, global_sequences: float, horizon: float) -> str:
+    # Later keys win in the option text; 0 keeps the option's own value.
+    extra = [
+        f"{k}={v!r}"
+        for k, v in (
+            ("global_tokens", global_tokens),
+            ("global_sequences", global_sequences),
+            ("horizon", horizon),
+        )
+        if v > 0
+    ]
+    return ",".join([options] + extra) if extra else options
+
+
+def _loss_dtype(logp: Tensor) -> torch.dtype:
+    return torch.float64 if logp.dtype == torch.float64 else torch.float32
+
+
+def _stats_dtype(t: Tensor) -> torch.dtype:
+    # Host: the core's f64 fields; CUDA: the raw device accumulator (f32 sums, u32 counts).
+    return torch.float32 if t.is_cuda else torch.float64
+
+
+def _out_dtype(logits: Tensor) -> torch.dtype:
+    return torch.float64 if logits.dtype == torch.float64 and not logits.is_cuda else torch.float32
+
+
+# ---- care::group_advantages --------------------------------------------------------------
+
+
+@torch.library.custom_op("care::group_advantages", mutates_args=())
+def _group_advantages_op(
+    rewards: Tensor,
+    valid: Optional[Tensor],
+    group_offsets: Optional[Tensor],
+    group_size: int,
+    options: str,
+) -> Tensor:
+    out = torch.empty(rewards.shape, dtype=torch.float32, device=rewards.device)
+    ws = _workspace(rewards)
+    with _On(rewards):
+        _care.group_advantages(
+            _dl(rewards), _dl(out), options, group_size, _dl(group_offsets), _dl(valid),
+            None, _stream(rewards), _dl(ws),
+        )  # fmt: skip
+    _check(ws, _care.check_advantage_status)
+    return out
+
+
+@_group_advantages_op.register_fake
+def _(rewards, valid, group_offsets, group_size, options):
+    return torch.empty_like(rewards, dtype=torch.float32)
+
+
+def _adv_setup(ctx, inputs, output):
+    # Advantages are data for the loss, not a function to differentiate: marked so, a
+    # reward that requires grad gives an advantage that does not (like argmax), instead of
+    # a silently wrong gradient.
+    ctx.mark_non_differentiable(output)
+
+
+def _adv_backward(ctx, grad):
+    raise RuntimeError("care::group_advantages is not differentiable")
+
+
+_group_advantages_op.register_autograd(_adv_backward, setup_context=_adv_setup)
+
+
+# ---- care::policy_loss -------------------------------------------------------------------
+
+
+@torch.library.custom_op("care::policy_loss", mutates_args=())
+def _policy_loss_op(
+    logp: Tensor,
+    logp_old: Optional[Tensor],
+    logp_ref: Optional[Tensor],
+    advantages: Tensor,
+    seq_offsets: Tensor,
+    mask: Optional[Tensor],
+    options: str,
+    adv_per_token: bool,
+    global_tokens: float,
+    global_sequences: float,
+    horizon: float,
+    max_seq_len: int,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    dev = logp.device
+    grad = torch.empty(logp.shape, dtype=torch.float32, device=dev)
+    stats = torch.empty(_N_STATS, dtype=_stats_dtype(logp), device=dev)
+    opts = _with_denominators(options, global_tokens, global_sequences, horizon)
+    with _On(logp):
+        loss = _care.policy_loss(
+            _dl(logp), _dl(advantages), _dl(seq_offsets), _dl(grad), _dl(stats), opts,
+            adv_per_token, _dl(logp_old), _dl(logp_ref), _dl(mask), max_seq_len,
+            _stream(logp), _dl(_workspace(logp)),
+        )  # fmt: skip
+    if loss is None:  # CUDA: the loss is the first device statistic (no host read)
+        out = stats[0].clone()
+    else:
+        out = torch.tensor(loss, dtype=_loss_dtype(logp))
+    return out, grad, stats
+
+
+@_policy_loss_op.register_fake
+def _(logp, logp_old, logp_ref, advantages, seq_offsets, mask, options, adv_per_token,
+      global_tokens, global_sequences, horizon, max_seq_len):  # fmt: skip
+    loss = logp.new_empty((), dtype=_loss_dtype(logp))
+    grad = logp.new_empty(logp.shape, dtype=torch.float32)
+    stats = logp.new_empty((_N_STATS,), dtype=_stats_dtype(logp))
+    return loss, grad, stats
+
+
+def _loss_setup(ctx, inputs, output):
+    _, grad, stats = output
+    ctx.mark_non_differentiable(grad, stats)
+    ctx.save_for_backward(grad)
+    ctx.logp_dtype = inputs[0].dtype
+
+
+def _loss_backward(ctx, g_loss, g_grad, g_stats):
+    (grad,) = ctx.saved_tensors
+    # The forward computed dL/dlogp; the chain rule only scales it.
+    dlogp = (grad * g_loss.to(grad.dtype)).to(ctx.logp_dtype)
+    return (dlogp,) + (None,) * 11
+
+
+_policy_loss_op.register_autograd(_loss_backward, setup_context=_loss_setup)
+
+
+# ---- care::selective_log_softmax(_backward) -----------------------------------------------
+
+
+@torch.library.custom_op("care::selective_log_softmax", mutates_args=())
+def _sls_op(
+    logits: Tensor, targets: Tensor, mask: Optional[Tensor], temperature: float, want_entropy: bool
+) -> Tuple[Tensor, Tensor, Tensor]:
+    n, dev, dt = logits.shape[0], logits.device, _out_dtype(logits)
+    logp = torch.empty(n, dtype=dt, device=dev)
+    lse = torch.empty(n, dtype=dt, device=dev)
+    ent = torch.empty(n if want_entropy else 0, dtype=dt, device=dev)
+    ws = _workspace(logits)
+    with _On(logits):
+        _care.selective_log_softmax(
+            _dl(logits), _dl(targets), _dl(logp), _dl(lse), temperature, _dl(mask),
+            _dl(ent) if want_entropy else None, _stream(logits), _dl(ws),
+        )  # fmt: skip
+    _check(ws, _care.check_log_softmax_status)
+    return logp, ent, lse
+
+
+@_sls_op.register_fake
+def _(logits, targets, mask, temperature, want_entropy):
+    n, dt = logits.shape[0], _out_dtype(logits)
+    return (
+        logits.new_empty((n,), dtype=dt),
+        logits.new_empty((n if want_entropy else 0,), dtype=dt),
+        logits.new_empty((n,), dtype=dt),
+    )
+
+
+@torch.library.custom_op("care::selective_log_softmax_backward", mutates_args=())
+def _sls_backward_op(
+    logits: Tensor,
+    targets: Tensor,
+    mask: Optional[Tensor],
+    temperature: float,
+    lse: Tensor,
+    entropy: Optional[Tensor],
+    dlogp: Optional[Tensor],
+    dentropy: Optional[Tensor],
+) -> Tensor:
+    out = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+    with _On(logits):
+        _care.selective_log_softmax_backward(
+            _dl(logits), _dl(targets), _dl(out), _dl(lse), temperature, _dl(mask),
+            _dl(entropy), _dl(dlogp), _dl(dentropy), _stream(logits),
+        )  # fmt: skip
+    return out
+
+
+@_sls_backward_op.register_fake
+def _(logits, targets, mask, temperature, lse, entropy, dlogp, dentropy):
+    return logits.new_empty(logits.shape)
+
+
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError("care::selective_log_softmax_backward has no second derivative")
+
+
+_sls_backward_op.register_autograd(_no_double_backward, setup_context=lambda ctx, inputs, output: None)
+
+
+def _grad_in(g: Optional[Tensor], like: Tensor) -> Optional[Tensor]:
+    """An upstream gradient as the kernels read it: contiguous, in the output dtype."""
+    return None if g is None else g.to(like.dtype).contiguous()
+
+
+def _sls_setup(ctx, inputs, output):
+    logits, targets, mask, temperature, want_entropy = inputs
+    logp, ent, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(logits, targets, mask, lse, ent if want_entropy else None)
+    ctx.temperature = temperature
+
+
+def _sls_backward(ctx, g_logp, g_ent, g_lse):
+    logits, targets, mask, lse, ent = ctx.saved_tensors
+    dent = _grad_in(g_ent, lse) if ent is not None else None
+    d = torch.ops.care.selective_log_softmax_backward(
+        logits, targets, mask, ctx.temperature, lse, ent, _grad_in(g_logp, lse), dent
+    )
+    return d, None, None, None, None
+
+
+_sls_op.register_autograd(_sls_backward, setup_context=_sls_setup)
+
+
+# ---- care::logits_policy_loss ---------------------------------------------------------------
+
+
+@torch.library.custom_op("care::logits_policy_loss", mutates_args=())
+def _logits_loss_op(
+    logits: Tensor,
+    targets: Tensor,
+    logp_old: Optional[Tensor],
+    logp_ref: Optional[Tensor],
+    advantages: Tensor,
+    seq_offsets: Tensor,
+    mask: Optional[Tensor],
+    temperature: float,
+    options: str,
+    adv_per_token: bool,
+    global_tokens: float,
+    global_sequences: float,
+    horizon: float,
+    max_seq_len: int,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    n, dev, dt = logits.shape[0], logits.device, _out_dtype(logits)
+    logp = torch.empty(n, dtype=dt, device=dev)
+    lse = torch.empty(n, dtype=dt, device=dev)
+    dlogp = torch.empty(n, dtype=torch.float32, device=dev)
+    stats = torch.empty(_N_STATS, dtype=_stats_dtype(logits), device=dev)
+    opts = _with_denominators(options, global_tokens, global_sequences, horizon)
+    ws = _workspace(logits)
+    with _On(logits):
+        loss = _care.logits_policy_loss(
+            _dl(logits), _dl(targets), _dl(advantages), _dl(seq_offsets), _dl(logp), _dl(lse),
+            _dl(dlogp), _dl(stats), opts, adv_per_token, temperature, _dl(logp_old),
+            _dl(logp_ref), _dl(mask), max_seq_len, _stream(logits), _dl(ws),
+        )  # fmt: skip
+    _check(ws, _care.check_log_softmax_status)
+    out = stats[0].clone() if loss is None else torch.tensor(loss, dtype=_loss_dtype(logits))
+    return out, stats, logp, lse, dlogp
+
+
+@_logits_loss_op.register_fake
+def _(logits, targets, logp_old, logp_ref, advantages, seq_offsets, mask, temperature, options,
+      adv_per_token, global_tokens, global_sequences, horizon, max_seq_len):  # fmt: skip
+    n, dt = logits.shape[0], _out_dtype(logits)
+    return (
+        logits.new_empty((), dtype=_loss_dtype(logits)),
+        logits.new_empty((_N_STATS,), dtype=_stats_dtype(logits)),
+        logits.new_empty((n,), dtype=dt),
+        logits.new_empty((n,), dtype=dt),
+        logits.new_empty((n,), dtype=torch.float32),
+    )
+
+
+def _logits_loss_setup(ctx, inputs, output):
+    logits, targets, mask, temperature = inputs[0], inputs[1], inputs[6], inputs[7]
+    _, stats, logp, lse, dlogp = output
+    ctx.mark_non_differentiable(stats, logp, lse, dlogp)
+    ctx.save_for_backward(logits, targets, mask, lse, dlogp)
+    ctx.temperature = temperature
+
+
+def _logits_loss_backward(ctx, g_loss, g_stats, g_logp, g_lse, g_dlogp):
+    logits, targets, mask, lse, dlogp = ctx.saved_tensors
+    g = (dlogp * g_loss.to(dlogp.dtype)).to(lse.dtype).contiguous()
+    d = torch.ops.care.selective_log_softmax_backward(
+        logits, targets, mask, ctx.temperature, lse, None, g, None
+    )
+    return (d,) + (None,) * 13
+
+
+_logits_loss_op.register_autograd(_logits_loss_backward, setup_context=_logits_loss_setup)
+
+
+# ---- the plain functions ---------------------------------------------------------------------
+
+
+def _flat(t, dtype: Optional[torch.dtype], device, name: str) -> Optional[Tensor]:
+    if t is None:
+        return None
+    t = torch.as_tensor(t, device=device)
+    if t.device != device:
+        raise _care.error("invalid_argument", f"{name} is on {t.device}, expected {device}")
+    t = t.reshape(-1)
+    if dtype is not None:
+        t = t.to(dtype)
+    return t.contiguous()
+
+
+def _offsets(t, device) -> Tensor:
+    # care reads uint32 offsets; int32 has the same bits for every valid offset (< 2**31).
+    return torch.as_tensor(t, device=device).reshape(-1).to(torch.int32).contiguous()
+
+
+def _mask(t, device) -> Optional[Tensor]:
+    if t is None:
+        return None
+    t = torch.as_tensor(t, device=device).reshape(-1)
+    return (t if t.dtype in (torch.bool, torch.uint8) else t != 0).contiguous()
+
+
+def _padded_offsets(b: int, length: int, device) -> Tensor:
+    return torch.arange(0, (b + 1) * length, max(length, 1), dtype=torch.int32, device=device)[: b + 1]
+
+
+def advantages(
+    rewards,
+    group_size: Optional[int] = None,
+    *,
+    group_offsets=None,
+    valid=None,
+    preset: Optional[str] = "verl",
+    options: Optional[str] = None,
+    **overrides,
+) -> Tensor:
+    """Group-relative advantages (SPEC §9) as a float32 tensor of ``rewards``' shape.
+
+    ``rewards``: ``[N]`` with ``group_size`` (contiguous groups) or CSR ``group_offsets``
+    ``[B + 1]``, or ``[B, G]`` (one group per row). ``valid``: optional mask (a NaN reward is
+    invalid too; invalid samples get 0). ``preset`` (``"verl"``, ``"trl"``, ``"trl_batch"``,
+    ``"openrlhf"``, ``"dr_grpo"``, ``"rloo"``, ``None``) and ``overrides`` (``baseline``,
+    ``scale``, ``std_kind``, ``singleton``, ``eps``), or a ready ``options`` text. On CUDA an
+    infinite reward or a singleton group under ``singleton="error"`` is not raised (that would
+    synchronize); :func:`set_device_checks` turns such checks on for debugging.
+    """
+    r = torch.as_tensor(rewards)
+    shape, device = r.shape, r.device
+    if group_size is None and group_offsets is None:
+        if r.dim() != 2:
+            raise _care.error("invalid_argument", "give group_size or group_offsets, or [B, G] rewards")
+        group_size = r.shape[1]
+    offs = None if group_offsets is None else _offsets(group_offsets, device)
+    opts = options if options is not None else advantage_options(preset, **overrides)
+    out = torch.ops.care.group_advantages(
+        _flat(r, torch.float32, device, "rewards"), _mask(valid, device), offs,
+        0 if offs is not None else int(group_size), opts,
+    )  # fmt: skip
+    return out.reshape(shape)
+
+
+def _loss_layout(lead: Sequence[int], seq_offsets, device) -> Tuple[Tensor, int]:
+    if seq_offsets is None:
+        if len(lead) != 2:
+            raise _care.error(
+                "invalid_argument", "give seq_offsets for a flat token layout, or a padded [B, L] one"
+            )
+        b, length = lead
+        return _padded_offsets(b, length, device), length
+    return _offsets(seq_offsets, device), 0
+
+
+def policy_loss(
+    logp: Tensor,
+    logp_old: Optional[Tensor],
+    advantages,
+    seq_offsets=None,
+    mask=None,
+    *,
+    logp_ref: Optional[Tensor] = None,
+    preset: Optional[str] = None,
+    options: Optional[str] = None,
+    per_token: Optional[bool] = None,
+    global_tokens: float = 0.0,
+    global_sequences: float = 0.0,
+    horizon: float = 0.0,
+    return_stats: bool = False,
+    **overrides,
+):
+    """The clipped-ratio policy loss of one micro-batch (SPEC §10) as a 0-d tensor
+    (float32; float64 for float64 ``logp`` on the CPU); ``loss.backward()`` writes the fused
+    analytic ``dL/dlogp`` into ``logp.grad``.
+
+    Layouts: ``logp`` ``[T]`` with CSR ``seq_offsets`` ``[B + 1]``, or padded ``[B, L]``
+    (offsets may be left out; ``mask`` is the ``[B, L]`` response mask, as in verl and TRL).
+    ``logp_old`` (``None``: on-policy) and ``logp_ref`` have ``logp``'s shape and dtype
+    (float32, bfloat16, float16; float64 on the CPU). ``advantages``: ``[B]`` per sequence or
+    ``logp``'s shape per token (``per_token`` decides when the shapes do not). Options:
+    ``preset`` (``"verl"``, ``"trl"``) and ``overrides`` (see :func:`care_rl.loss_options`),
+    or a ready ``options`` text. ``global_tokens``, ``global_sequences``, ``horizon``: the
+    denominators over all ranks and micro-batches (0: this call's own), as numbers so that the
+    option text stays a compile-time constant.
+
+    With ``return_stats`` returns ``(loss, stats)``: ``stats`` a float64 ``[14]`` tensor on
+    ``logp``'s device in :data:`LOSS_STATS_FIELDS` order (sums: all-reduce them; see
+    :func:`stats_dict`). On CUDA nothing is read back to the host.
+    """
+    lead = tuple(logp.shape)
+    device = logp.device
+    offs, max_len = _loss_layout(lead, seq_offsets, device)
+    flat = logp.reshape(-1)
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    old = _flat(logp_old, logp.dtype, device, "logp_old")
+    ref = _flat(logp_ref, logp.dtype, device, "logp_ref")
+    adv_t = torch.as_tensor(advantages, device=device)
+    kind = advantage_kind(tuple(adv_t.shape), lead, math.prod(lead), offs.shape[0] - 1, per_token)
+    adv = _flat(adv_t, torch.float32, device, "advantages")
+    opts = options if options is not None else loss_options(preset, **overrides)
+    loss, _, stats = torch.ops.care.policy_loss(
+        flat, old, ref, adv, offs, _mask(mask, device), opts, kind,
+        float(global_tokens), float(global_sequences), float(horizon), max_len,
+    )  # fmt: skip
+    if not return_stats:
+        return loss
+    return loss, _host_layout(stats)
+
+
+def _host_layout(stats: Tensor) -> Tensor:
+    """Statistics as float64 ``[14]`` in ``LOSS_STATS_FIELDS`` order, on their device."""
+    if not stats.is_cuda:
+        return stats
+    # The raw device struct: f32 sums/extrema and u32 counts at the offsets of
+    # LOSS_STATS_DEVICE_FIELDS. Its "no finite ratio" marker for ratio_max is 0 (every ratio
+    # is positive), which the host layout spells -inf (LossStatsRaw::to_core).
+    f32, i32 = stats, stats.view(torch.int32)
+    by_name = {}
+    for name, kind, offset, _ in _care.LOSS_STATS_DEVICE_FIELDS:
+        src = f32 if kind == "float" else i32
+        by_name[name] = src[offset // 4].to(torch.float64)
+    rmax = by_name["ratio_max"]
+    by_name["ratio_max"] = torch.where(rmax > 0, rmax, torch.full_like(rmax, -math.inf))
+    return torch.stack([by_name[f[0]] for f in LOSS_STATS_FIELDS])
+
+
+def stats_dict(stats: Tensor) -> dict:
+    """A ``[14]`` statistics tensor as ``{name: float}`` (reads it to the host: on CUDA this
+    synchronizes, so call it where the trainer logs, not inside a captured step)."""
+    return {f[0]: float(v) for f, v in zip(LOSS_STATS_FIELDS, stats.tolist())}
+
+
+def _logits_2d(logits: Tensor) -> Tensor:
+    """``[..., V]`` as ``[N, V]``: a view when the rows are evenly spaced, else a copy."""
+    v = logits.shape[-1]
+    x = logits.unsqueeze(0) if logits.dim() == 1 else logits
+    x2 = x.reshape(-1, v)
+    if x2.shape[0] > 1 and (x2.stride(-1) != 1 or x2.stride(0) < v):
+        x2 = x2.contiguous()
+    return x2
+
+
+def _targets(targets, rows: int, device) -> Tensor:
+    t = torch.as_tensor(targets, device=device).reshape(-1)
+    if t.dtype not in (torch.int64, torch.int32):
+        t = t.to(torch.int64)
+    return t.contiguous()
+
+
+def selective_log_softmax(
+    logits: Tensor,
+    targets,
+    *,
+    temperature: float = 1.0,
+    mask=None,
+    return_entropy: bool = False,
+):
+    """``log_softmax(logits / temperature).gather(-1, targets)`` without the ``[N, V]``
+    softmax: float32 (float64 for float64 CPU logits) of ``logits.shape[:-1]``; with
+    ``return_entropy`` also each row's entropy. Differentiable through both.
+
+    ``logits``: ``[..., V]`` float32/bfloat16/float16 (float64 on the CPU); evenly strided rows
+    (such as ``x[:, :V]``) are read in place. ``targets``: int64/int32 ids of the leading shape.
+    ``mask``: rows with 0 are not read and give 0 (and a zero gradient). On CUDA a target
+    outside ``0..V`` on a counted row gives NaN (the CPU raises).
+    """
+    lead = logits.shape[:-1]
+    x2 = _logits_2d(logits)
+    y = _targets(targets, x2.shape[0], logits.device)
+    logp, ent, _ = torch.ops.care.selective_log_softmax(
+        x2, y, _mask(mask, logits.device), float(temperature), bool(return_entropy)
+    )
+    if return_entropy:
+        return logp.reshape(lead), ent.reshape(lead)
+    return logp.reshape(lead)
+
+
+def logits_policy_loss(
+    logits: Tensor,
+    targets,
+    logp_old,
+    advantages,
+    seq_offsets=None,
+    mask=None,
+    *,
+    temperature: float = 1.0,
+    logp_ref=None,
+    preset: Optional[str] = None,
+    options: Optional[str] = None,
+    per_token: Optional[bool] = None,
+    global_tokens: float = 0.0,
+    global_sequences: float = 0.0,
+    horizon: float = 0.0,
+    return_stats: bool = False,
+    return_logp: bool = False,
+    **overrides,
+):
+    """The policy loss straight from logits: ``policy_loss(selective_log_softmax(logits,
+    targets, temperature), ...)`` as one op (on CUDA: one fused forward, one backward kernel
+    writing ``dL/dlogits``).
+
+    ``logits`` ``[B, L, V]`` with ``[B, L]`` targets/mask (padded), or ``[T, V]`` with CSR
+    ``seq_offsets``; ``logp_old``/``logp_ref`` float32 of the leading shape. Other arguments
+    as :func:`policy_loss`. Returns the loss, or a tuple with the stats (``return_stats``)
+    and the detached log-probs (``return_logp``), in that order.
+    """
+    lead = tuple(logits.shape[:-1])
+    device = logits.device
+    offs, max_len = _loss_layout(lead, seq_offsets, device)
+    x2 = _logits_2d(logits)
+    n = x2.shape[0]
+    y = _targets(targets, n, device)
+    lp_dtype = _out_dtype(logits)
+    old = _flat(logp_old, lp_dtype, device, "logp_old")
+    ref = _flat(logp_ref, lp_dtype, device, "logp_ref")
+    adv_t = torch.as_tensor(advantages, device=device)
+    kind = advantage_kind(tuple(adv_t.shape), lead, n, offs.shape[0] - 1, per_token)
+    adv = _flat(adv_t, torch.float32, device, "advantages")
+    opts = options if options is not None else loss_options(preset, **overrides)
+    loss, stats, logp, _, _ = torch.ops.care.logits_policy_loss(
+        x2, y, old, ref, adv, offs, _mask(mask, device), float(temperature), opts, kind,
+        float(global_tokens), float(global_sequences), float(horizon), max_len,
+    )  # fmt: skip
+    if not (return_stats or return_logp):
+        return loss
+    out = (loss,)
+    if return_stats:
+        out += (_host_layout(stats),)
+    if return_logp:
+        out += (logp.reshape(lead),)
+    return out
+
+
+# ---- cross-rank advantages on tensors (SPEC §11) ---------------------------------------------
+
+
+def _groups(rewards: Tensor, group_size, group_offsets):
+    if group_offsets is not None:
+        offs = _offsets(group_offsets, rewards.device)
+        return 0, offs, offs.shape[0] - 1
+    if group_size is None:
+        if rewards.dim() != 2:
+            raise _care.error("invalid_argument", "give group_size or group_offsets, or [B, G] rewards")
+        group_size = rewards.shape[1]
+    gs = int(group_size)
+    return gs, None, (rewards.numel() // gs if gs else 0)
+
+
+def group_partial_sums(rewards: Tensor, group_size=None, *, group_offsets=None, valid=None) -> Tensor:
+    """Step 1 of the cross-rank advantages (SPEC §11): float64 ``[B, 2]`` (count, sum) of
+    this rank's valid rewards per group, on ``rewards``' device. ``all_reduce`` it (SUM).
+    Every rank passes the same ``B`` groups (empty CSR ranges for groups it does not hold)."""
+    r = torch.as_tensor(rewards)
+    gs, offs, b = _groups(r, group_size, group_offsets)
+    flat = _flat(r.detach(), torch.float32, r.device, "rewards")
+    out = torch.empty((b, 2), dtype=torch.float64, device=r.device)
+    with _On(flat):
+        _care.group_partial_sums(
+            _dl(flat), _dl(out), gs, _dl(offs), _dl(_mask(valid, r.device)), _stream(flat),
+            _dl(_workspace(flat)),
+        )  # fmt: skip
+    return out
+
+
+def group_partial_squares(
+    rewards: Tensor, sums: Tensor, group_size=None, *, group_offsets=None, valid=None
+) -> Tensor:
+    """Step 2: float64 ``[B]``, this rank's squared deviations from each group's global mean
+    (``sums`` all-reduced). ``all_reduce`` it (SUM)."""
+    r = torch.as_tensor(rewards)
+    gs, offs, b = _groups(r, group_size, group_offsets)
+    flat = _flat(r.detach(), torch.float32, r.device, "rewards")
+    out = torch.empty(b, dtype=torch.float64, device=r.device)
+    with _On(flat):
+        _care.group_partial_squares(
+            _dl(flat), _dl(sums.detach().contiguous()), _dl(out), gs, _dl(offs),
+            _dl(_mask(valid, r.device)), _stream(flat), _dl(_workspace(flat)),
+        )  # fmt: skip
+    return out
+
+
+def group_advantages_finalize(
+    rewards: Tensor,
+    sums: Tensor,
+    m2: Tensor,
+    group_size=None,
+    *,
+    group_offsets=None,
+    valid=None,
+    preset: Optional[str] = "verl",
+    options: Optional[str] = None,
+    dtype: torch.dtype = torch.float32,
+    **overrides,
+) -> Tensor:
+    """Step 3: this rank's advantages from the all-reduced ``sums`` and ``m2`` (``rewards``'
+    shape), equal to :func:`advantages` over the whole batch up to the reduction order.
+    ``dtype`` float64 is available on the CPU (the value computed in float64, not rounded)."""
+    r = torch.as_tensor(rewards)
+    gs, offs, b = _groups(r, group_size, group_offsets)
+    flat = _flat(r.detach(), torch.float32, r.device, "rewards")
+    out = torch.empty(flat.shape, dtype=dtype, device=r.device)
+    opts = options if options is not None else advantage_options(preset, **overrides)
+    with _On(flat):
+        _care.group_advantages_finalize(
+            _dl(flat), _dl(sums.detach().contiguous()), _dl(m2.detach().contiguous()), _dl(out), opts, gs,
+            _dl(offs), _dl(_mask(valid, r.device)), None, _stream(flat), _dl(_workspace(flat)),
+        )  # fmt: skip
+    return out.reshape(r.shape)

@@ -1,0 +1,964 @@
+//! The GRPO step (SPEC §9-13) on caller-allocated arrays: group advantages and their
+//! cross-rank phases, the clipped-ratio policy loss with its gradient, the selective
+//! log-softmax forward and backward, and the fused logits-to-loss forward.
+//!
+//! Every function takes its outputs as arguments (numpy arrays or tensors the caller allocated:
+//! PyTorch's allocator on the GPU), so nothing here allocates device memory. Host arrays run
+//! the `care-core` reference; CUDA tensors run the `care-kernels` plans on the stream the
+//! caller passes (`torch.cuda.current_stream().cuda_stream`), asynchronously: nothing here
+//! waits for the device, which is what makes CUDA-graph capture possible.
+
+use care_core::grpo::{
+    AdvantageOptions, Advantages, GroupLayout, GroupStats, GroupSums, LOSS_STATS_LAYOUT, LogProb,
+    LossInputs, LossOptions, LossStats,
+};
+use care_core::logsoftmax::{self as lsm, LogSoftmaxOptions, Logits, TokenId};
+use half::{bf16, f16};
+use pyo3::prelude::*;
+
+use crate::cuda;
+use crate::dlpack::{Device, Dt, Elem, Tensor, check_outputs};
+use crate::error::{OrRaise, invalid, mismatch};
+use crate::options::from_spec;
+
+/// The device of the first argument; the others are checked against it when they are read.
+pub fn device_of(t: &Tensor<'_>) -> PyResult<Device> {
+    t.device()
+}
+
+fn layout<'a>(group_size: usize, offsets: Option<&'a [u32]>) -> GroupLayout<'a> {
+    match offsets {
+        Some(o) => GroupLayout::Offsets(o),
+        None => GroupLayout::Fixed { group_size },
+    }
+}
+
+fn opt_slice<'a, T: Elem>(t: &'a Option<Tensor<'_>>) -> PyResult<Option<&'a [T]>> {
+    t.as_ref().map(|t| t.slice::<T>()).transpose()
+}
+
+fn write_group_stats(stats: &[GroupStats], out: &mut Tensor<'_>) -> PyResult<()> {
+    let o = out.slice_mut::<f64>()?;
+    if o.len() != 4 * stats.len() {
+        return Err(mismatch(format!(
+            "stats: {} values, expected [B, 4] = {}",
+            o.len(),
+            4 * stats.len()
+        )));
+    }
+    for (row, s) in o.chunks_exact_mut(4).zip(stats) {
+        row.copy_from_slice(&[
+            f64::from(s.count),
+            f64::from(s.mean),
+            f64::from(s.std),
+            f64::from(s.zero_variance),
+        ]);
+    }
+    Ok(())
+}
+
+/// Number of groups of a layout over `n` samples (for output sizes), checked.
+fn groups(n: usize, group_size: usize, offsets: Option<&Tensor<'_>>) -> PyResult<usize> {
+    match offsets {
+        Some(o) => Ok(o.numel().saturating_sub(1)),
+        None => {
+            if group_size == 0 || !n.is_multiple_of(group_size) {
+                return Err(crate::error::core_err(
+                    &format!("group_size={group_size} for {n} rewards"),
+                    care_core::Error::InvalidLayout,
+                ));
+            }
+            Ok(n / group_size)
+        }
+    }
+}
+
+/// `_care.group_advantages(rewards, out, options, group_size=0, group_offsets=None,
+/// valid=None, stats=None, stream=0, workspace=None, batch_std=None)`.
+///
+/// Host: `out` is float32 or float64, `stats` float64 `[B, 4]` (count, mean, std,
+/// zero_variance). CUDA: `out` float32, `stats` int32 `[B, 4]` (the raw `GroupStats`
+/// records: `u32, f32, f32, u32`), `workspace` int32 `[16]`; the kernels' status word (an
+/// infinite reward, a singleton under `error`) is left in `workspace[0]`.
+#[pyfunction]
+#[pyo3(signature = (rewards, out, options, group_size=0, group_offsets=None, valid=None, stats=None, stream=0, workspace=None, batch_std=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer, as the Python glue passes them
+pub fn group_advantages(
+    py: Python<'_>,
+    rewards: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    options: &str,
+    group_size: usize,
+    group_offsets: Option<&Bound<'_, PyAny>>,
+    valid: Option<&Bound<'_, PyAny>>,
+    stats: Option<&Bound<'_, PyAny>>,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+    batch_std: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let opts: AdvantageOptions = from_spec(options)?;
+    let r = Tensor::take(rewards, "rewards")?;
+    let mut o = Tensor::take(out, "out")?;
+    let offs = Tensor::take_opt(group_offsets, "group_offsets")?;
+    let v = Tensor::take_opt(valid, "valid")?;
+    let mut st = Tensor::take_opt(stats, "stats")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    let bstd = Tensor::take_opt(batch_std, "batch_std")?;
+    let mut outs = vec![&o];
+    outs.extend(st.as_ref());
+    check_outputs(&outs, &[Some(&r), offs.as_ref(), v.as_ref(), bstd.as_ref()])?;
+    let b = groups(r.numel(), group_size, offs.as_ref())?;
+    if let Device::Cuda(_) = device_of(&r)? {
+        let ws = ws.ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))?;
+        return cuda::group_advantages(
+            &r,
+            &o,
+            &opts,
+            cuda::Groups::new(group_size, offs.as_ref(), b)?,
+            v.as_ref(),
+            st.as_ref(),
+            &ws,
+            bstd.as_ref(),
+            stream,
+            cuda::Phase::Local,
+        );
+    }
+    if bstd.is_some() {
+        return Err(invalid(
+            "batch_std: only for CUDA tensors (the host path computes the batch std itself)".into(),
+        ));
+    }
+    let rw = r.slice::<f32>()?;
+    let vs = opt_slice::<u8>(&v)?;
+    let os = opt_slice::<u32>(&offs)?;
+    let lay = layout(group_size, os);
+    let mut gs = vec![GroupStats::default(); if st.is_some() { b } else { 0 }];
+    let gsr = st.as_ref().map(|_| gs.as_mut_slice());
+    match o.dtype() {
+        Dt::F64 => {
+            let out = o.slice_mut::<f64>()?;
+            py.detach(|| care_core::grpo::group_advantages(rw, vs, lay, &opts, out, gsr))
+        }
+        _ => {
+            let out = o.slice_mut::<f32>()?;
+            py.detach(|| care_core::grpo::group_advantages(rw, vs, lay, &opts, out, gsr))
+        }
+    }
+    .or_raise("group_advantages")?;
+    if let Some(s) = st.as_mut() {
+        write_group_stats(&gs, s)?;
+    }
+    Ok(())
+}
+
+fn sums_of(t: &[f64]) -> Vec<GroupSums> {
+    t.chunks_exact(2)
+        .map(|c| GroupSums {
+            count: c[0],
+            sum: c[1],
+        })
+        .collect()
+}
+
+/// `_care.group_partial_sums(rewards, out, group_size=0, group_offsets=None, valid=None,
+/// stream=0, workspace=None)`: `out` float64 `[B, 2]` (count, sum) of this rank's valid
+/// rewards per group, to all-reduce with a sum (SPEC §11 step 1).
+#[pyfunction]
+#[pyo3(signature = (rewards, out, group_size=0, group_offsets=None, valid=None, stream=0, workspace=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn group_partial_sums(
+    rewards: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    group_size: usize,
+    group_offsets: Option<&Bound<'_, PyAny>>,
+    valid: Option<&Bound<'_, PyAny>>,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let r = Tensor::take(rewards, "rewards")?;
+    let mut o = Tensor::take(out, "out")?;
+    let offs = Tensor::take_opt(group_offsets, "group_offsets")?;
+    let v = Tensor::take_opt(valid, "valid")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    check_outputs(&[&o], &[Some(&r), offs.as_ref(), v.as_ref()])?;
+    let b = groups(r.numel(), group_size, offs.as_ref())?;
+    if o.numel() != 2 * b {
+        return Err(mismatch(format!(
+            "out: {} values, expected [B, 2] = {}",
+            o.numel(),
+            2 * b
+        )));
+    }
+    if let Device::Cuda(_) = device_of(&r)? {
+        let ws = ws.ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))?;
+        let g = cuda::Groups::new(group_size, offs.as_ref(), b)?;
+        let sums = o.device_ptr::<f64>(device_of(&r)?)?;
+        return cuda::group_advantages(
+            &r,
+            &r,
+            &AdvantageOptions::default(),
+            g,
+            v.as_ref(),
+            None,
+            &ws,
+            None,
+            stream,
+            cuda::Phase::PartialSums { sums },
+        );
+    }
+    let os = opt_slice::<u32>(&offs)?;
+    let mut sums = vec![GroupSums::default(); b];
+    care_core::grpo::group_partial_sums(
+        r.slice::<f32>()?,
+        opt_slice::<u8>(&v)?,
+        layout(group_size, os),
+        &mut sums,
+    )
+    .or_raise("group_partial_sums")?;
+    for (c, s) in o.slice_mut::<f64>()?.chunks_exact_mut(2).zip(&sums) {
+        c.copy_from_slice(&[s.count, s.sum]);
+    }
+    Ok(())
+}
+
+/// `_care.group_partial_squares(rewards, sums, out, group_size=0, group_offsets=None,
+/// valid=None, stream=0, workspace=None)`: `out` float64 `[B]`, this rank's squared
+/// deviations from the global means of the all-reduced `sums` (SPEC §11 step 2).
+#[pyfunction]
+#[pyo3(signature = (rewards, sums, out, group_size=0, group_offsets=None, valid=None, stream=0, workspace=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn group_partial_squares(
+    rewards: &Bound<'_, PyAny>,
+    sums: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    group_size: usize,
+    group_offsets: Option<&Bound<'_, PyAny>>,
+    valid: Option<&Bound<'_, PyAny>>,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let r = Tensor::take(rewards, "rewards")?;
+    let s = Tensor::take(sums, "sums")?;
+    let mut o = Tensor::take(out, "out")?;
+    let offs = Tensor::take_opt(group_offsets, "group_offsets")?;
+    let v = Tensor::take_opt(valid, "valid")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    check_outputs(&[&o], &[Some(&r), Some(&s), offs.as_ref(), v.as_ref()])?;
+    let b = groups(r.numel(), group_size, offs.as_ref())?;
+    if o.numel() != b || s.numel() != 2 * b {
+        return Err(mismatch(format!(
+            "sums [B, 2] and out [B] for B = {b} groups: got {} and {} values",
+            s.numel(),
+            o.numel()
+        )));
+    }
+    let dev = device_of(&r)?;
+    if let Device::Cuda(_) = dev {
+        let ws = ws.ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))?;
+        let g = cuda::Groups::new(group_size, offs.as_ref(), b)?;
+        let phase = cuda::Phase::PartialSquares {
+            sums: s.device_ptr::<f64>(dev)?,
+            m2: o.device_ptr::<f64>(dev)?,
+        };
+        return cuda::group_advantages(
+            &r,
+            &r,
+            &AdvantageOptions::default(),
+            g,
+            v.as_ref(),
+            None,
+            &ws,
+            None,
+            stream,
+            phase,
+        );
+    }
+    let os = opt_slice::<u32>(&offs)?;
+    care_core::grpo::group_partial_squares(
+        r.slice::<f32>()?,
+        opt_slice::<u8>(&v)?,
+        layout(group_size, os),
+        &sums_of(s.slice::<f64>()?),
+        o.slice_mut::<f64>()?,
+    )
+    .or_raise("group_partial_squares")
+}
+
+/// `_care.group_advantages_finalize(rewards, sums, m2, out, options, group_size=0,
+/// group_offsets=None, valid=None, stats=None, stream=0, workspace=None)`: this rank's
+/// advantages from the all-reduced `sums [B, 2]` and `m2 [B]` (SPEC §11 step 3).
+#[pyfunction]
+#[pyo3(signature = (rewards, sums, m2, out, options, group_size=0, group_offsets=None, valid=None, stats=None, stream=0, workspace=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn group_advantages_finalize(
+    rewards: &Bound<'_, PyAny>,
+    sums: &Bound<'_, PyAny>,
+    m2: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    options: &str,
+    group_size: usize,
+    group_offsets: Option<&Bound<'_, PyAny>>,
+    valid: Option<&Bound<'_, PyAny>>,
+    stats: Option<&Bound<'_, PyAny>>,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let opts: AdvantageOptions = from_spec(options)?;
+    let r = Tensor::take(rewards, "rewards")?;
+    let s = Tensor::take(sums, "sums")?;
+    let q = Tensor::take(m2, "m2")?;
+    let mut o = Tensor::take(out, "out")?;
+    let offs = Tensor::take_opt(group_offsets, "group_offsets")?;
+    let v = Tensor::take_opt(valid, "valid")?;
+    let mut st = Tensor::take_opt(stats, "stats")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    let mut outs = vec![&o];
+    outs.extend(st.as_ref());
+    check_outputs(
+        &outs,
+        &[Some(&r), Some(&s), Some(&q), offs.as_ref(), v.as_ref()],
+    )?;
+    let b = groups(r.numel(), group_size, offs.as_ref())?;
+    if q.numel() != b || s.numel() != 2 * b {
+        return Err(mismatch(format!(
+            "sums [B, 2] and m2 [B] for B = {b} groups: got {} and {} values",
+            s.numel(),
+            q.numel()
+        )));
+    }
+    let dev = device_of(&r)?;
+    if let Device::Cuda(_) = dev {
+        let ws = ws.ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))?;
+        let g = cuda::Groups::new(group_size, offs.as_ref(), b)?;
+        let phase = cuda::Phase::Finalize {
+            sums: s.device_ptr::<f64>(dev)?,
+            m2: q.device_ptr::<f64>(dev)?,
+        };
+        return cuda::group_advantages(
+            &r,
+            &o,
+            &opts,
+            g,
+            v.as_ref(),
+            st.as_ref(),
+            &ws,
+            None,
+            stream,
+            phase,
+        );
+    }
+    let os = opt_slice::<u32>(&offs)?;
+    let (rw, vs, lay) = (
+        r.slice::<f32>()?,
+        opt_slice::<u8>(&v)?,
+        layout(group_size, os),
+    );
+    let sums = sums_of(s.slice::<f64>()?);
+    let m2 = q.slice::<f64>()?;
+    let mut gs = vec![GroupStats::default(); if st.is_some() { b } else { 0 }];
+    let gsr = st.as_ref().map(|_| gs.as_mut_slice());
+    match o.dtype() {
+        Dt::F64 => care_core::grpo::group_advantages_finalize(
+            rw,
+            vs,
+            lay,
+            &sums,
+            m2,
+            &opts,
+            o.slice_mut::<f64>()?,
+            gsr,
+        ),
+        _ => care_core::grpo::group_advantages_finalize(
+            rw,
+            vs,
+            lay,
+            &sums,
+            m2,
+            &opts,
+            o.slice_mut::<f32>()?,
+            gsr,
+        ),
+    }
+    .or_raise("group_advantages_finalize")?;
+    if let Some(s) = st.as_mut() {
+        write_group_stats(&gs, s)?;
+    }
+    Ok(())
+}
+
+/// Writes `s` into `out` (float64 `[14]`, `LOSS_STATS_LAYOUT` order).
+fn write_loss_stats(s: &LossStats, out: &mut Tensor<'_>) -> PyResult<()> {
+    let o = out.slice_mut::<f64>()?;
+    if o.len() != LOSS_STATS_LAYOUT.len() {
+        return Err(mismatch(format!(
+            "stats: {} values, expected {}",
+            o.len(),
+            LOSS_STATS_LAYOUT.len()
+        )));
+    }
+    let base = (s as *const LossStats).cast::<u8>();
+    for (slot, f) in o.iter_mut().zip(LOSS_STATS_LAYOUT.iter()) {
+        // SAFETY: LOSS_STATS_LAYOUT lists the f64 fields of LossStats with their offsets (a
+        // compile-time check in care-core covers the whole struct densely).
+        *slot = unsafe { base.add(f.offset).cast::<f64>().read_unaligned() };
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)] // the pieces of one loss call
+fn host_loss<T: LogProb + Elem>(
+    py: Python<'_>,
+    logp: &Tensor<'_>,
+    old: Option<&Tensor<'_>>,
+    reference: Option<&Tensor<'_>>,
+    offsets: &[u32],
+    mask: Option<&[u8]>,
+    adv: Advantages<'_>,
+    opts: &LossOptions,
+    grad: &mut [f32],
+) -> PyResult<care_core::grpo::LossOutput> {
+    let inputs = LossInputs {
+        logp: logp.slice::<T>()?,
+        logp_old: old.map(|t| t.slice::<T>()).transpose()?,
+        logp_ref: reference.map(|t| t.slice::<T>()).transpose()?,
+        seq_offsets: offsets,
+        mask,
+        advantages: adv,
+    };
+    py.detach(|| care_core::grpo::policy_loss(&inputs, opts, grad))
+        .or_raise("policy_loss")
+}
+
+/// `_care.policy_loss(logp, advantages, seq_offsets, grad, stats, options, adv_per_token,
+/// logp_old=None, logp_ref=None, mask=None, max_seq_len=0, stream=0, workspace=None,
+/// grad_in_input_dtype=False) -> float | None`.
+///
+/// Host: `logp`, `logp_old`, `logp_ref` of one dtype (float32, float64, bfloat16, float16),
+/// `advantages` float32, `grad` float32 `[T]` (always written), `stats` float64 `[14]` in
+/// `LOSS_STATS_LAYOUT` order; returns the loss. CUDA: float32/bfloat16/float16, `grad` float32
+/// (or the logp dtype with `grad_in_input_dtype`; `None` for loss and stats only), `stats`
+/// float32 `[14]` holding the raw device statistics (reset here, accumulated by the kernel;
+/// `LOSS_STATS_DEVICE_FIELDS` says where each field is), `workspace` int32 `[16]`; returns
+/// `None` (the loss stays on the device: `stats[0]`).
+#[pyfunction]
+#[pyo3(signature = (logp, advantages, seq_offsets, grad, stats, options, adv_per_token, logp_old=None, logp_ref=None, mask=None, max_seq_len=0, stream=0, workspace=None, grad_in_input_dtype=false))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn policy_loss(
+    py: Python<'_>,
+    logp: &Bound<'_, PyAny>,
+    advantages: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    grad: Option<&Bound<'_, PyAny>>,
+    stats: &Bound<'_, PyAny>,
+    options: &str,
+    adv_per_token: bool,
+    logp_old: Option<&Bound<'_, PyAny>>,
+    logp_ref: Option<&Bound<'_, PyAny>>,
+    mask: Option<&Bound<'_, PyAny>>,
+    max_seq_len: u32,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+    grad_in_input_dtype: bool,
+) -> PyResult<Option<f64>> {
+    let opts: LossOptions = from_spec(options)?;
+    let lp = Tensor::take(logp, "logp")?;
+    let a = Tensor::take(advantages, "advantages")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let mut g = Tensor::take_opt(grad, "grad")?;
+    let mut st = Tensor::take(stats, "stats")?;
+    let old = Tensor::take_opt(logp_old, "logp_old")?;
+    let rf = Tensor::take_opt(logp_ref, "logp_ref")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    let mut outs = vec![&st];
+    outs.extend(g.as_ref());
+    check_outputs(
+        &outs,
+        &[
+            Some(&lp),
+            Some(&a),
+            Some(&so),
+            old.as_ref(),
+            rf.as_ref(),
+            m.as_ref(),
+        ],
+    )?;
+    let dt = lp.dtype();
+    for t in [old.as_ref(), rf.as_ref()].into_iter().flatten() {
+        if t.dtype() != dt {
+            return Err(invalid(format!(
+                "{}: {} but logp is {} (all log-probs share one dtype)",
+                t.name(),
+                t.dtype().name(),
+                dt.name()
+            )));
+        }
+    }
+    if let Device::Cuda(_) = device_of(&lp)? {
+        let ws = ws.ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))?;
+        cuda::policy_loss(cuda::LossArgs {
+            logp: &lp,
+            old: old.as_ref(),
+            reference: rf.as_ref(),
+            adv: &a,
+            adv_per_token,
+            offsets: &so,
+            mask: m.as_ref(),
+            grad: g.as_ref(),
+            grad_in_input_dtype,
+            stats: &st,
+            workspace: &ws,
+            max_seq_len,
+            opts: &opts,
+            stream,
+        })?;
+        return Ok(None);
+    }
+    if grad_in_input_dtype {
+        return Err(invalid(
+            "grad_in_input_dtype: only for CUDA tensors (the host gradient is float32)".into(),
+        ));
+    }
+    let g = g
+        .as_mut()
+        .ok_or_else(|| invalid("grad: required for host arrays".into()))?;
+    let advs = a.slice::<f32>()?;
+    let adv = if adv_per_token {
+        Advantages::PerToken(advs)
+    } else {
+        Advantages::PerSequence(advs)
+    };
+    let offsets = so.slice::<u32>()?;
+    let mk = opt_slice::<u8>(&m)?;
+    let gr = g.slice_mut::<f32>()?;
+    let (o, r) = (old.as_ref(), rf.as_ref());
+    let out = match dt {
+        Dt::F32 => host_loss::<f32>(py, &lp, o, r, offsets, mk, adv, &opts, gr),
+        Dt::F64 => host_loss::<f64>(py, &lp, o, r, offsets, mk, adv, &opts, gr),
+        Dt::Bf16 => host_loss::<bf16>(py, &lp, o, r, offsets, mk, adv, &opts, gr),
+        Dt::F16 => host_loss::<f16>(py, &lp, o, r, offsets, mk, adv, &opts, gr),
+        other => Err(invalid(format!(
+            "logp: expected float32, float64, bfloat16 or float16, got {}",
+            other.name()
+        ))),
+    }?;
+    write_loss_stats(&out.stats, &mut st)?;
+    Ok(Some(out.loss))
+}
+
+/// Copies `src` (computed in f64) into a host output of float32 or float64.
+fn store(src: &[f64], out: &mut Tensor<'_>) -> PyResult<()> {
+    if out.numel() != src.len() {
+        return Err(mismatch(format!(
+            "{}: {} values, expected {}",
+            out.name(),
+            out.numel(),
+            src.len()
+        )));
+    }
+    match out.dtype() {
+        Dt::F64 => out.slice_mut::<f64>()?.copy_from_slice(src),
+        _ => {
+            for (o, &x) in out.slice_mut::<f32>()?.iter_mut().zip(src) {
+                *o = x as f32;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A host float32/float64 input as f64 values.
+fn load(t: &Tensor<'_>) -> PyResult<Vec<f64>> {
+    Ok(match t.dtype() {
+        Dt::F64 => t.slice::<f64>()?.to_vec(),
+        _ => t.slice::<f32>()?.iter().map(|&x| f64::from(x)).collect(),
+    })
+}
+
+/// The host forward for logits of `T`, targets of `I`.
+#[allow(clippy::too_many_arguments)] // the pieces of one forward call
+fn host_lsm<T: LogProb + Elem, I: TokenId + Elem>(
+    py: Python<'_>,
+    logits: &Tensor<'_>,
+    targets: &Tensor<'_>,
+    mask: Option<&[u8]>,
+    opts: &LogSoftmaxOptions,
+    logp: &mut [f64],
+    entropy: Option<&mut [f64]>,
+    lse: &mut [f64],
+) -> PyResult<()> {
+    let (data, rows, vocab, stride) = logits.rows::<T>()?;
+    let l = Logits::new(data, rows, vocab, stride).or_raise("logits")?;
+    let y = targets.slice::<I>()?;
+    py.detach(|| lsm::selective_log_softmax(&l, y, mask, opts, logp, entropy, Some(lse)))
+        .or_raise("selective_log_softmax")
+}
+
+macro_rules! by_dtypes {
+    ($logits:expr, $targets:expr, $f:ident, ($($arg:expr),*)) => {
+        match ($logits.dtype(), $targets.dtype()) {
+            (Dt::F32, Dt::I64) => $f::<f32, i64>($($arg),*),
+            (Dt::F32, Dt::I32) => $f::<f32, i32>($($arg),*),
+            (Dt::F64, Dt::I64) => $f::<f64, i64>($($arg),*),
+            (Dt::F64, Dt::I32) => $f::<f64, i32>($($arg),*),
+            (Dt::Bf16, Dt::I64) => $f::<bf16, i64>($($arg),*),
+            (Dt::Bf16, Dt::I32) => $f::<bf16, i32>($($arg),*),
+            (Dt::F16, Dt::I64) => $f::<f16, i64>($($arg),*),
+            (Dt::F16, Dt::I32) => $f::<f16, i32>($($arg),*),
+            (l, t) => Err(invalid(format!(
+                "logits {} and targets {}: expected float32/float64/bfloat16/float16 logits \
+                 and int64/int32 targets",
+                l.name(),
+                t.name()
+            ))),
+        }
+    };
+}
+
+fn temperature_options(temperature: f64) -> PyResult<LogSoftmaxOptions> {
+    let o = LogSoftmaxOptions { temperature };
+    o.validate().or_raise("temperature")?;
+    Ok(o)
+}
+
+/// `_care.selective_log_softmax(logits, targets, logp, lse, temperature=1.0, mask=None,
+/// entropy=None, stream=0, workspace=None)`: `logits [N, V]` (rows may be strided),
+/// `targets [N]` int64/int32, outputs `[N]` (host: float32 or float64; CUDA: float32). On
+/// CUDA a target outside `0..V` gives NaN and sets `workspace[0]`.
+#[pyfunction]
+#[pyo3(signature = (logits, targets, logp, lse, temperature=1.0, mask=None, entropy=None, stream=0, workspace=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn selective_log_softmax(
+    py: Python<'_>,
+    logits: &Bound<'_, PyAny>,
+    targets: &Bound<'_, PyAny>,
+    logp: &Bound<'_, PyAny>,
+    lse: &Bound<'_, PyAny>,
+    temperature: f64,
+    mask: Option<&Bound<'_, PyAny>>,
+    entropy: Option<&Bound<'_, PyAny>>,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let opts = temperature_options(temperature)?;
+    let x = Tensor::take(logits, "logits")?;
+    let y = Tensor::take(targets, "targets")?;
+    let mut lp = Tensor::take(logp, "logp")?;
+    let mut ls = Tensor::take(lse, "lse")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    let mut en = Tensor::take_opt(entropy, "entropy")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    let mut outs = vec![&lp, &ls];
+    outs.extend(en.as_ref());
+    check_outputs(&outs, &[Some(&x), Some(&y), m.as_ref()])?;
+    if let Device::Cuda(_) = device_of(&x)? {
+        let ws = ws.ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))?;
+        return cuda::log_softmax(
+            &x,
+            &y,
+            m.as_ref(),
+            &lp,
+            &ls,
+            en.as_ref(),
+            &ws,
+            &opts,
+            stream,
+        );
+    }
+    let rows = x.shape().first().copied().unwrap_or(0) as usize;
+    let mk = opt_slice::<u8>(&m)?;
+    let (mut a, mut b) = (vec![0.0; rows], vec![0.0; rows]);
+    let mut e = en.as_ref().map(|_| vec![0.0; rows]);
+    by_dtypes!(
+        x,
+        y,
+        host_lsm,
+        (py, &x, &y, mk, &opts, &mut a, e.as_deref_mut(), &mut b)
+    )?;
+    store(&a, &mut lp)?;
+    store(&b, &mut ls)?;
+    if let (Some(t), Some(e)) = (en.as_mut(), e.as_ref()) {
+        store(e, t)?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)] // the pieces of one backward call
+fn host_lsm_backward<T: LogProb + Elem + FromF64, I: TokenId + Elem>(
+    py: Python<'_>,
+    logits: &Tensor<'_>,
+    targets: &Tensor<'_>,
+    mask: Option<&[u8]>,
+    opts: &LogSoftmaxOptions,
+    dlogp: &[f64],
+    dentropy: Option<&[f64]>,
+    out: &mut Tensor<'_>,
+) -> PyResult<()> {
+    let (data, rows, vocab, stride) = logits.rows::<T>()?;
+    let l = Logits::new(data, rows, vocab, stride).or_raise("logits")?;
+    let y = targets.slice::<I>()?;
+    let mut d = vec![0.0f64; rows * vocab];
+    py.detach(|| lsm::selective_log_softmax_backward(&l, y, mask, opts, dlogp, dentropy, &mut d))
+        .or_raise("selective_log_softmax_backward")?;
+    let o = out.slice_mut::<T>()?;
+    if o.len() != d.len() {
+        return Err(mismatch(format!(
+            "dlogits: {} values, expected [N, V] = {}",
+            o.len(),
+            d.len()
+        )));
+    }
+    for (o, &x) in o.iter_mut().zip(&d) {
+        *o = T::from_f64(x);
+    }
+    Ok(())
+}
+
+/// Rounds an f64 gradient into the logits dtype.
+pub trait FromF64 {
+    /// Rounds `x` to the nearest value of this type.
+    fn from_f64(x: f64) -> Self;
+}
+impl FromF64 for f32 {
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+}
+impl FromF64 for f64 {
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+}
+impl FromF64 for bf16 {
+    fn from_f64(x: f64) -> Self {
+        bf16::from_f64(x)
+    }
+}
+impl FromF64 for f16 {
+    fn from_f64(x: f64) -> Self {
+        f16::from_f64(x)
+    }
+}
+
+/// `_care.selective_log_softmax_backward(logits, targets, dlogits, lse, temperature=1.0,
+/// mask=None, entropy=None, dlogp=None, dentropy=None, stream=0)`: writes `dlogits` (dense
+/// `[N, V]` in the logits dtype). The host reference recomputes the log-sum-exp from the
+/// logits; CUDA reads `lse` (and `entropy` with `dentropy`) saved by the forward.
+#[pyfunction]
+#[pyo3(signature = (logits, targets, dlogits, lse, temperature=1.0, mask=None, entropy=None, dlogp=None, dentropy=None, stream=0))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn selective_log_softmax_backward(
+    py: Python<'_>,
+    logits: &Bound<'_, PyAny>,
+    targets: &Bound<'_, PyAny>,
+    dlogits: &Bound<'_, PyAny>,
+    lse: &Bound<'_, PyAny>,
+    temperature: f64,
+    mask: Option<&Bound<'_, PyAny>>,
+    entropy: Option<&Bound<'_, PyAny>>,
+    dlogp: Option<&Bound<'_, PyAny>>,
+    dentropy: Option<&Bound<'_, PyAny>>,
+    stream: usize,
+) -> PyResult<()> {
+    let opts = temperature_options(temperature)?;
+    let x = Tensor::take(logits, "logits")?;
+    let y = Tensor::take(targets, "targets")?;
+    let mut d = Tensor::take(dlogits, "dlogits")?;
+    let ls = Tensor::take(lse, "lse")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    let en = Tensor::take_opt(entropy, "entropy")?;
+    let gl = Tensor::take_opt(dlogp, "dlogp")?;
+    let ge = Tensor::take_opt(dentropy, "dentropy")?;
+    check_outputs(
+        &[&d],
+        &[
+            Some(&x),
+            Some(&y),
+            Some(&ls),
+            m.as_ref(),
+            en.as_ref(),
+            gl.as_ref(),
+            ge.as_ref(),
+        ],
+    )?;
+    if d.dtype() != x.dtype() {
+        return Err(invalid(format!(
+            "dlogits: {}, expected the logits dtype {}",
+            d.dtype().name(),
+            x.dtype().name()
+        )));
+    }
+    if let Device::Cuda(_) = device_of(&x)? {
+        return cuda::log_softmax_backward(
+            &x,
+            &y,
+            m.as_ref(),
+            &d,
+            &ls,
+            en.as_ref(),
+            gl.as_ref(),
+            ge.as_ref(),
+            &opts,
+            stream,
+        );
+    }
+    let rows = x.shape().first().copied().unwrap_or(0) as usize;
+    let g = match &gl {
+        Some(t) => load(t)?,
+        None => vec![0.0; rows],
+    };
+    let e = ge.as_ref().map(load).transpose()?;
+    let mk = opt_slice::<u8>(&m)?;
+    by_dtypes!(
+        x,
+        y,
+        host_lsm_backward,
+        (py, &x, &y, mk, &opts, &g, e.as_deref(), &mut d)
+    )
+}
+
+#[allow(clippy::too_many_arguments)] // the pieces of one fused call
+fn host_logits_loss<T: LogProb + Elem, I: TokenId + Elem>(
+    py: Python<'_>,
+    logits: &Tensor<'_>,
+    targets: &Tensor<'_>,
+    lsm_opts: &LogSoftmaxOptions,
+    old: Option<&[f64]>,
+    reference: Option<&[f64]>,
+    offsets: &[u32],
+    mask: Option<&[u8]>,
+    adv: Advantages<'_>,
+    opts: &LossOptions,
+    logp: &mut [f64],
+    lse: &mut [f64],
+    dlogp: &mut [f32],
+) -> PyResult<care_core::grpo::LossOutput> {
+    host_lsm::<T, I>(py, logits, targets, mask, lsm_opts, logp, None, lse)?;
+    let inputs = LossInputs {
+        logp: &*logp,
+        logp_old: old,
+        logp_ref: reference,
+        seq_offsets: offsets,
+        mask,
+        advantages: adv,
+    };
+    py.detach(|| care_core::grpo::policy_loss(&inputs, opts, dlogp))
+        .or_raise("logits_policy_loss")
+}
+
+/// `_care.logits_policy_loss(logits, targets, advantages, seq_offsets, logp, lse, dlogp,
+/// stats, options, adv_per_token, temperature=1.0, logp_old=None, logp_ref=None, mask=None,
+/// max_seq_len=0, stream=0, workspace=None) -> float | None`: the forward of the fused path
+/// (log-probs from the logits, the loss, `dL/dlogp`, stats); follow it with
+/// [`selective_log_softmax_backward`] of `dlogp` for `dL/dlogits`. Outputs as
+/// [`policy_loss`] and [`selective_log_softmax`]; `logp_old`/`logp_ref` float32 (or float64
+/// on the host).
+#[pyfunction]
+#[pyo3(signature = (logits, targets, advantages, seq_offsets, logp, lse, dlogp, stats, options, adv_per_token, temperature=1.0, logp_old=None, logp_ref=None, mask=None, max_seq_len=0, stream=0, workspace=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn logits_policy_loss(
+    py: Python<'_>,
+    logits: &Bound<'_, PyAny>,
+    targets: &Bound<'_, PyAny>,
+    advantages: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    logp: &Bound<'_, PyAny>,
+    lse: &Bound<'_, PyAny>,
+    dlogp: &Bound<'_, PyAny>,
+    stats: &Bound<'_, PyAny>,
+    options: &str,
+    adv_per_token: bool,
+    temperature: f64,
+    logp_old: Option<&Bound<'_, PyAny>>,
+    logp_ref: Option<&Bound<'_, PyAny>>,
+    mask: Option<&Bound<'_, PyAny>>,
+    max_seq_len: u32,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<f64>> {
+    let opts: LossOptions = from_spec(options)?;
+    let lsm_opts = temperature_options(temperature)?;
+    let x = Tensor::take(logits, "logits")?;
+    let y = Tensor::take(targets, "targets")?;
+    let a = Tensor::take(advantages, "advantages")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let mut lp = Tensor::take(logp, "logp")?;
+    let mut ls = Tensor::take(lse, "lse")?;
+    let mut dl = Tensor::take(dlogp, "dlogp")?;
+    let mut st = Tensor::take(stats, "stats")?;
+    let old = Tensor::take_opt(logp_old, "logp_old")?;
+    let rf = Tensor::take_opt(logp_ref, "logp_ref")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    check_outputs(
+        &[&lp, &ls, &dl, &st],
+        &[
+            Some(&x),
+            Some(&y),
+            Some(&a),
+            Some(&so),
+            old.as_ref(),
+            rf.as_ref(),
+            m.as_ref(),
+        ],
+    )?;
+    if let Device::Cuda(_) = device_of(&x)? {
+        let ws = ws.ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))?;
+        cuda::logits_policy_loss(cuda::LogitsLossArgs {
+            logits: &x,
+            targets: &y,
+            mask: m.as_ref(),
+            old: old.as_ref(),
+            reference: rf.as_ref(),
+            adv: &a,
+            adv_per_token,
+            offsets: &so,
+            logp: &lp,
+            lse: &ls,
+            dlogp: &dl,
+            stats: &st,
+            workspace: &ws,
+            max_seq_len,
+            lsm: &lsm_opts,
+            opts: &opts,
+            stream,
+        })?;
+        return Ok(None);
+    }
+    let rows = x.shape().first().copied().unwrap_or(0) as usize;
+    let old_v = old.as_ref().map(load).transpose()?;
+    let ref_v = rf.as_ref().map(load).transpose()?;
+    let advs = a.slice::<f32>()?;
+    let adv = if adv_per_token {
+        Advantages::PerToken(advs)
+    } else {
+        Advantages::PerSequence(advs)
+    };
+    let offsets = so.slice::<u32>()?;
+    let mk = opt_slice::<u8>(&m)?;
+    let (mut lpv, mut lsv) = (vec![0.0; rows], vec![0.0; rows]);
+    let out = by_dtypes!(
+        x,
+        y,
+        host_logits_loss,
+        (
+            py,
+            &x,
+            &y,
+            &lsm_opts,
+            old_v.as_deref(),
+            ref_v.as_deref(),
+            offsets,
+            mk,
+            adv,
+            &opts,
+            &mut lpv,
+            &mut lsv,
+            dl.slice_mut::<f32>()?
+        )
+    )?;
+    store(&lpv, &mut lp)?;
+    store(&lsv, &mut ls)?;
+    write_loss_stats(&out.stats, &mut st)?;
+    Ok(Some(out.loss))
+}

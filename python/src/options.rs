@@ -1,0 +1,225 @@
+//! Option sets as canonical text: `"baseline=mean,scale=group_std,...,eps=1e-6"`.
+//!
+//! The PyTorch custom ops take their options as one `str` argument (a graph constant under
+//! `torch.compile`), so an option added to the core never changes an op's schema. The text is
+//! produced here from a preset plus keyword overrides (validated by the core) and parsed here
+//! again by each call; floats are written with Rust's shortest round-trip formatting, so the
+//! text carries every bit. Field names are the Rust field names.
+
+use care_core::grpo::{AdvantageOptions, LossOptions, LossPreset, Preset};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::error::{OrRaise, invalid};
+use crate::names::parse;
+
+/// One option set with named fields.
+pub trait OptionSet: Sized {
+    /// What it is (messages).
+    const WHAT: &'static str;
+    /// The defaults, or a preset's values.
+    fn base(preset: Option<&str>) -> PyResult<Self>;
+    /// Sets field `key` from its text.
+    fn set(&mut self, key: &str, value: &str) -> PyResult<()>;
+    /// Every field with its canonical text.
+    fn fields(&self) -> Vec<(&'static str, String)>;
+    /// The core's own check.
+    fn check(&self) -> PyResult<()>;
+}
+
+fn num(key: &str, value: &str) -> PyResult<f64> {
+    value
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| invalid(format!("{key}={value:?}: expected a number")))
+}
+
+impl OptionSet for AdvantageOptions {
+    const WHAT: &'static str = "advantage options";
+
+    fn base(preset: Option<&str>) -> PyResult<Self> {
+        Ok(match preset {
+            None => AdvantageOptions::default(),
+            Some(p) => AdvantageOptions::preset(parse::<Preset>("preset", p)?),
+        })
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> PyResult<()> {
+        match key {
+            "baseline" => self.baseline = parse(key, value)?,
+            "scale" => self.scale = parse(key, value)?,
+            "std_kind" => self.std_kind = parse(key, value)?,
+            "singleton" => self.singleton = parse(key, value)?,
+            "eps" => self.eps = num(key, value)?,
+            _ => return Err(unknown::<Self>(key, &self.fields())),
+        }
+        Ok(())
+    }
+
+    fn fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("baseline", self.baseline.name().into()),
+            ("scale", self.scale.name().into()),
+            ("std_kind", self.std_kind.name().into()),
+            ("singleton", self.singleton.name().into()),
+            ("eps", format!("{:?}", self.eps)),
+        ]
+    }
+
+    fn check(&self) -> PyResult<()> {
+        self.validate().or_raise(Self::WHAT)
+    }
+}
+
+impl OptionSet for LossOptions {
+    const WHAT: &'static str = "loss options";
+
+    fn base(preset: Option<&str>) -> PyResult<Self> {
+        Ok(match preset {
+            None => LossOptions::default(),
+            Some(p) => LossOptions::preset(parse::<LossPreset>("preset", p)?),
+        })
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> PyResult<()> {
+        match key {
+            "aggregation" => self.aggregation = parse(key, value)?,
+            "ratio_level" => self.ratio_level = parse(key, value)?,
+            "kl_estimator" => self.kl_estimator = parse(key, value)?,
+            "eps_low" => self.eps_low = num(key, value)?,
+            "eps_high" => self.eps_high = num(key, value)?,
+            "dual_clip" => self.dual_clip = num(key, value)?,
+            "log_ratio_clamp" => self.log_ratio_clamp = num(key, value)?,
+            "seq_log_ratio_max" => self.seq_log_ratio_max = num(key, value)?,
+            "beta" => self.beta = num(key, value)?,
+            "kl_input_clamp" => self.kl_input_clamp = num(key, value)?,
+            "kl_output_clamp" => self.kl_output_clamp = num(key, value)?,
+            "global_tokens" => self.global_tokens = num(key, value)?,
+            "global_sequences" => self.global_sequences = num(key, value)?,
+            "horizon" => self.horizon = num(key, value)?,
+            _ => return Err(unknown::<Self>(key, &self.fields())),
+        }
+        Ok(())
+    }
+
+    fn fields(&self) -> Vec<(&'static str, String)> {
+        let f = |x: f64| format!("{x:?}");
+        vec![
+            ("aggregation", self.aggregation.name().into()),
+            ("ratio_level", self.ratio_level.name().into()),
+            ("kl_estimator", self.kl_estimator.name().into()),
+            ("eps_low", f(self.eps_low)),
+            ("eps_high", f(self.eps_high)),
+            ("dual_clip", f(self.dual_clip)),
+            ("log_ratio_clamp", f(self.log_ratio_clamp)),
+            ("seq_log_ratio_max", f(self.seq_log_ratio_max)),
+            ("beta", f(self.beta)),
+            ("kl_input_clamp", f(self.kl_input_clamp)),
+            ("kl_output_clamp", f(self.kl_output_clamp)),
+            ("global_tokens", f(self.global_tokens)),
+            ("global_sequences", f(self.global_sequences)),
+            ("horizon", f(self.horizon)),
+        ]
+    }
+
+    fn check(&self) -> PyResult<()> {
+        self.validate().or_raise(Self::WHAT)
+    }
+}
+
+fn unknown<T: OptionSet>(key: &str, fields: &[(&'static str, String)]) -> PyErr {
+    let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
+    invalid(format!(
+        "unknown {} field {key:?} (expected one of {})",
+        T::WHAT,
+        names.join(", ")
+    ))
+}
+
+/// The canonical text of `opts`.
+pub fn to_spec<T: OptionSet>(opts: &T) -> String {
+    let parts: Vec<String> = opts
+        .fields()
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    parts.join(",")
+}
+
+/// Parses the canonical text (missing fields keep their defaults) and checks the result.
+pub fn from_spec<T: OptionSet>(spec: &str) -> PyResult<T> {
+    let mut o = T::base(None)?;
+    for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| invalid(format!("{}: {part:?} is not key=value", T::WHAT)))?;
+        o.set(k.trim(), v.trim())?;
+    }
+    o.check()?;
+    Ok(o)
+}
+
+/// A preset (or the defaults) with keyword overrides, checked, as canonical text. Override
+/// values are names (enums) or numbers; `None` leaves the field as it is.
+pub fn build<T: OptionSet>(
+    preset: Option<&str>,
+    overrides: Option<&Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    let mut o = T::base(preset)?;
+    if let Some(kw) = overrides {
+        for (k, v) in kw.iter() {
+            if v.is_none() {
+                continue;
+            }
+            let key: String = k.extract()?;
+            let text = if let Ok(s) = v.extract::<String>() {
+                s
+            } else if v.is_instance_of::<pyo3::types::PyBool>() {
+                return Err(invalid(format!(
+                    "{key}: expected a name or a number, got a bool"
+                )));
+            } else {
+                let x: f64 = v
+                    .extract()
+                    .map_err(|_| invalid(format!("{key}: expected a name or a number, got {v}")))?;
+                format!("{x:?}")
+            };
+            o.set(&key, &text)?;
+        }
+    }
+    o.check()?;
+    Ok(to_spec(&o))
+}
+
+/// `_care.advantage_options(preset=None, **overrides) -> str`.
+#[pyfunction]
+#[pyo3(signature = (preset=None, **overrides))]
+pub fn advantage_options(
+    preset: Option<&str>,
+    overrides: Option<&Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    build::<AdvantageOptions>(preset, overrides)
+}
+
+/// `_care.loss_options(preset=None, **overrides) -> str`.
+#[pyfunction]
+#[pyo3(signature = (preset=None, **overrides))]
+pub fn loss_options(
+    preset: Option<&str>,
+    overrides: Option<&Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    build::<LossOptions>(preset, overrides)
+}
+
+/// `_care.option_fields(spec) -> list[tuple[str, str]]`: the fields of a canonical text, after
+/// parsing it (for display and tests).
+#[pyfunction]
+pub fn loss_option_fields(spec: &str) -> PyResult<Vec<(&'static str, String)>> {
+    Ok(from_spec::<LossOptions>(spec)?.fields())
+}
+
+/// The fields of an advantage options text.
+#[pyfunction]
+pub fn advantage_option_fields(spec: &str) -> PyResult<Vec<(&'static str, String)>> {
+    Ok(from_spec::<AdvantageOptions>(spec)?.fields())
+}

@@ -1,0 +1,339 @@
+"""The PyTorch side: every ``care::`` op passes ``torch.library.opcheck``; results and
+gradients match the SPEC formulas written with torch ops (and autograd through them);
+``torch.compile(fullgraph=True)`` of a training step matches eager; CUDA runs match the CPU and
+can be captured in a CUDA graph (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from conftest import need_gpu, need_torch
+
+torch = need_torch()
+
+import care_rl  # noqa: E402
+import care_rl.torch as ct  # noqa: E402
+from care_rl import CareError  # noqa: E402
+
+OPS = [
+    "group_advantages",
+    "policy_loss",
+    "selective_log_softmax",
+    "selective_log_softmax_backward",
+    "logits_policy_loss",
+]
+
+
+def _loss_inputs(device="cpu", dtype=torch.float32, b=4, length=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(b, length, generator=g, dtype=torch.float64) * 2
+    logp = old + torch.randn(b, length, generator=g, dtype=torch.float64) * 0.3
+    mask = torch.rand(b, length, generator=g) > 0.25
+    adv = torch.randn(b, generator=g)
+    ref = old + torch.randn(b, length, generator=g, dtype=torch.float64) * 0.2
+    to = lambda t: t.to(dtype).to(device)  # noqa: E731
+    return to(logp), to(old), to(ref), mask.to(device), adv.to(device)
+
+
+def _loss_ref(logp, old, ref, adv_tok, mask, eps=0.2, dual=0.0, beta=0.0):
+    """SPEC §10 in torch ops (float64): token_mean, clip, dual clip, k3 KL."""
+    delta = (logp - old).clamp(-20, 20)
+    rho = delta.exp()
+    pg1 = -adv_tok * rho
+    pg2 = -adv_tok * rho.clamp(1 - eps, 1 + eps)
+    l = torch.maximum(pg1, pg2)
+    if dual > 1:
+        l = torch.where(adv_tok < 0, torch.minimum(l, -adv_tok * dual), l)
+    if beta > 0:
+        x = (ref - logp).clamp(-20, 20)
+        l = l + beta * (x.exp() - x - 1).clamp(-10, 10)
+    m = mask.to(l.dtype)
+    return (l * m).sum() / m.sum()
+
+
+# ---- opcheck -----------------------------------------------------------------------------------
+
+
+def _op_cases(device):
+    logp, old, ref, mask, adv = _loss_inputs(device)
+    offs = torch.arange(0, 25, 6, dtype=torch.int32, device=device)
+    lp = logp.reshape(-1).clone().requires_grad_()
+    x = torch.randn(10, 13, device=device, requires_grad=True)
+    y = torch.randint(0, 13, (10,), device=device)
+    m = torch.rand(10, device=device) > 0.2
+    _, _, lse = torch.ops.care.selective_log_softmax(x.detach(), y, m, 0.7, True)
+    ent = torch.ops.care.selective_log_softmax(x.detach(), y, m, 0.7, True)[1]
+    verl = ct.loss_options("verl")
+    return {
+        "group_advantages": (torch.rand(12, device=device), None, None, 4, ct.advantage_options("trl")),
+        "policy_loss": (
+            lp, old.reshape(-1), ref.reshape(-1), adv, offs, mask.reshape(-1),
+            ct.loss_options("verl", beta=0.1), False, 0.0, 0.0, 0.0, 6,
+        ),
+        "selective_log_softmax": (x, y, m, 0.7, True),
+        "selective_log_softmax_backward": (
+            x.detach(), y, m, 0.7, lse, ent, torch.randn(10, device=device), torch.randn(10, device=device),
+        ),
+        "logits_policy_loss": (
+            x, y, -torch.rand(10, device=device), None, torch.randn(2, device=device),
+            torch.tensor([0, 4, 10], dtype=torch.int32, device=device), m, 1.0, verl, False,
+            0.0, 0.0, 0.0, 0,
+        ),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_opcheck_cpu(name):
+    args = _op_cases("cpu")[name]
+    torch.library.opcheck(getattr(torch.ops.care, name).default, args)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_opcheck_cuda(name):
+    need_gpu()
+    args = _op_cases("cuda")[name]
+    torch.library.opcheck(getattr(torch.ops.care, name).default, args)
+
+
+# ---- values and gradients ----------------------------------------------------------------------
+
+
+def test_advantages_match_numpy_and_are_not_differentiable():
+    r = torch.rand(24, requires_grad=True)
+    a = ct.advantages(r, 6, preset="trl")
+    assert not a.requires_grad and a.dtype == torch.float32
+    np.testing.assert_array_equal(a.numpy(), care_rl.group_advantages(r.detach().numpy(), 6, preset="trl"))
+    offs = torch.tensor([0, 5, 5, 24])
+    valid = torch.rand(24) > 0.3
+    b = ct.advantages(r.detach(), group_offsets=offs, valid=valid, preset="dr_grpo")
+    want = care_rl.group_advantages(
+        r.detach().numpy(), group_offsets=offs.numpy(), valid=valid.numpy(), preset="dr_grpo"
+    )
+    np.testing.assert_array_equal(b.numpy(), want)
+    assert ct.advantages(r.detach().reshape(4, 6)).shape == (4, 6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_policy_loss_and_gradient_match_autograd_of_the_formula(dtype):
+    logp, old, ref, mask, adv = _loss_inputs(dtype=dtype)
+    lp = logp.clone().requires_grad_()
+    loss, stats = ct.policy_loss(lp, old, adv, mask=mask, logp_ref=ref, preset="verl", beta=0.05, return_stats=True)
+    loss.backward()
+    assert loss.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    assert lp.grad.dtype == dtype
+    # The reference sees exactly the values care sees (the inputs in their dtype, widened).
+    x = logp.double().requires_grad_()
+    want = _loss_ref(x, old.double(), ref.double(), adv.double()[:, None].expand_as(x), mask, dual=3.0, beta=0.05)
+    want.backward()
+    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    assert loss.item() == pytest.approx(want.item(), rel=tol, abs=tol)
+    # The gradient is computed in float64 and rounded once to float32, then to the dtype.
+    torch.testing.assert_close(lp.grad.double(), x.grad.to(torch.float32).to(dtype).double(), rtol=1e-6, atol=1e-9)
+    st = ct.stats_dict(stats)
+    assert st["tokens"] == mask.sum().item() and st["loss"] == pytest.approx(loss.item(), rel=1e-6)
+    assert list(st) == [f[0] for f in ct.LOSS_STATS_FIELDS]
+
+
+def test_policy_loss_options_layouts_and_errors():
+    logp, old, ref, mask, adv = _loss_inputs()
+    flat = logp.reshape(-1)
+    offs = torch.arange(0, 25, 6)
+    a = ct.policy_loss(logp, old, adv, mask=mask)
+    b = ct.policy_loss(flat, old.reshape(-1), adv, offs, mask.reshape(-1))
+    c = ct.policy_loss(flat, old.reshape(-1), adv.repeat_interleave(6), offs, mask.reshape(-1))
+    assert a.item() == b.item() == c.item()
+    seq = ct.policy_loss(logp, old, adv, mask=mask, aggregation="seq_mean_token_mean")
+    m = mask.double()
+    per = (_loss_terms(logp, old, adv) * m).sum(1) / m.sum(1)
+    assert seq.item() == pytest.approx(per.mean().item(), rel=1e-6)
+    with pytest.raises(CareError) as e:
+        ct.policy_loss(logp, old, adv[:3], mask=mask)
+    assert e.value.code == "length_mismatch"
+    with pytest.raises(CareError) as e:
+        ct.policy_loss(logp, old, adv, mask=mask, aggregation="mean")
+    assert e.value.code == "invalid_argument" and "token_mean" in str(e.value)
+    with pytest.raises(CareError) as e:
+        ct.policy_loss(flat, None, adv, torch.tensor([0, 6, 3, 12, 24]))
+    assert e.value.code == "invalid_layout"
+    with pytest.raises(CareError) as e:
+        ct.policy_loss(logp.to(torch.int32), None, adv, mask=mask)
+    assert e.value.code == "invalid_argument" and "int32" in str(e.value)
+    with pytest.raises(CareError) as e:
+        ct.policy_loss(logp, old[:, :5], adv, mask=mask)
+    assert e.value.code == "length_mismatch"
+
+
+def _loss_terms(logp, old, adv):
+    rho = (logp.double() - old.double()).clamp(-20, 20).exp()
+    a = adv.double()[:, None]
+    return torch.maximum(-a * rho, -a * rho.clamp(0.8, 1.2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_selective_log_softmax_matches_torch(dtype):
+    g = torch.Generator().manual_seed(5)
+    wide = torch.randn(9, 40, generator=g).to(dtype)
+    x = wide[:, :31]  # strided rows, read in place
+    y = torch.randint(0, 31, (9,), generator=g)
+    mask = torch.ones(9, dtype=torch.bool)
+    mask[4] = False
+    xr = x.detach().clone().requires_grad_()
+    lp, ent = ct.selective_log_softmax(xr, y, temperature=0.8, mask=mask, return_entropy=True)
+    ((lp * torch.arange(9)).sum() + ent.sum() * 0.5).backward()
+    xd = x.double().requires_grad_()
+    ls = torch.log_softmax(xd / 0.8, -1)
+    want_lp = ls.gather(-1, y[:, None])[:, 0] * mask
+    want_ent = -(ls.exp() * ls).sum(-1) * mask
+    ((want_lp * torch.arange(9)).sum() + 0.5 * want_ent.sum()).backward()
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(lp.double(), want_lp, rtol=tol, atol=tol)
+    torch.testing.assert_close(ent.double(), want_ent, rtol=tol, atol=tol)
+    gtol = 1e-12 if dtype == torch.float64 else (1e-2 if dtype == torch.bfloat16 else 1e-6)
+    torch.testing.assert_close(xr.grad.double(), xd.grad, rtol=gtol, atol=gtol)
+    assert (xr.grad[4] == 0).all() and lp[4] == 0
+    assert (lp <= 0).all()  # a log-prob is never positive
+    with pytest.raises(CareError) as e:
+        ct.selective_log_softmax(x, torch.full((9,), 31))
+    assert e.value.code == "invalid_argument"
+
+
+def test_logits_policy_loss_is_the_composition():
+    g = torch.Generator().manual_seed(6)
+    b, length, v = 3, 5, 17
+    x = torch.randn(b, length, v, generator=g)
+    y = torch.randint(0, v, (b, length), generator=g)
+    mask = torch.rand(b, length, generator=g) > 0.2
+    old = -torch.rand(b, length, generator=g) * 3
+    adv = torch.randn(b, generator=g)
+    x1 = x.clone().requires_grad_()
+    loss, stats, logp = ct.logits_policy_loss(
+        x1, y, old, adv, mask=mask, temperature=0.9, preset="trl", return_stats=True, return_logp=True
+    )
+    loss.backward()
+    x2 = x.clone().requires_grad_()
+    lp = ct.selective_log_softmax(x2, y, temperature=0.9, mask=mask)
+    want = ct.policy_loss(lp, old, adv, mask=mask, preset="trl")
+    want.backward()
+    assert loss.item() == pytest.approx(want.item(), rel=1e-6)
+    torch.testing.assert_close(logp, lp.detach(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-7)
+    assert ct.stats_dict(stats)["tokens"] == mask.sum().item()
+
+
+def test_care_torch_is_an_alias():
+    import care_torch
+
+    assert care_torch is ct
+    assert care_torch.policy_loss is ct.policy_loss and care_torch.CareError is CareError
+
+
+# ---- torch.compile -----------------------------------------------------------------------------
+
+
+def _compile_step():
+    logp, old, ref, mask, adv_seq = _loss_inputs(b=6, length=8, seed=9)
+    rewards = torch.rand(12, generator=torch.Generator().manual_seed(10))
+
+    def step(lp, rewards):
+        adv = ct.advantages(rewards, 2, preset="trl")[::2]
+        loss = ct.policy_loss(lp, old, adv, mask=mask, logp_ref=ref, preset="verl", beta=0.01, eps_high=0.28)
+        loss.backward()
+        return loss.detach()
+
+    return logp, rewards, step
+
+
+def test_compile_fullgraph_step_matches_eager():
+    """torch.compile(fullgraph=True) of advantages + loss op + backward: no graph break, and
+    bit-identical to eager on the CPU (the compiled graph calls the same Rust code)."""
+    if not hasattr(torch._dynamo.config, "trace_autograd_ops"):
+        pytest.skip("this torch cannot trace backward() inside a compiled function")
+    logp, rewards, step = _compile_step()
+    lp1 = logp.clone().requires_grad_()
+    lp2 = logp.clone().requires_grad_()
+    eager = step(lp1, rewards)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        compiled = torch.compile(step, fullgraph=True)
+        got = compiled(lp2, rewards)
+        lp3 = logp.clone().requires_grad_()
+        again = compiled(lp3, rewards)  # a second call reuses the graph
+    torch.testing.assert_close(got, eager, rtol=0, atol=0)
+    torch.testing.assert_close(lp2.grad, lp1.grad, rtol=0, atol=0)
+    torch.testing.assert_close(lp3.grad, lp1.grad, rtol=0, atol=0)
+    assert again.item() == eager.item()
+
+
+def test_compile_fullgraph_logits_loss_forward():
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(4, 6, 23, generator=g)
+    y = torch.randint(0, 23, (4, 6), generator=g)
+    old = -torch.rand(4, 6, generator=g)
+    adv = torch.randn(4, generator=g)
+
+    def fwd(x):
+        return ct.logits_policy_loss(x, y, old, adv, preset="verl")
+
+    torch._dynamo.reset()
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    eager = fwd(x1)
+    eager.backward()
+    got = torch.compile(fwd, fullgraph=True)(x2)
+    got.backward()
+    torch.testing.assert_close(got, eager, rtol=0, atol=0)
+    torch.testing.assert_close(x2.grad, x1.grad, rtol=0, atol=0)
+
+
+# ---- CUDA (skipped without a GPU) ---------------------------------------------------------------
+
+
+def test_cuda_matches_cpu():
+    need_gpu()
+    logp, old, ref, mask, adv = _loss_inputs()
+    cpu = ct.policy_loss(logp.clone().requires_grad_(), old, adv, mask=mask, preset="verl")
+    lp = logp.cuda().requires_grad_()
+    gpu, stats = ct.policy_loss(lp, old.cuda(), adv.cuda(), mask=mask.cuda(), preset="verl", return_stats=True)
+    assert gpu.is_cuda and stats.is_cuda
+    gpu.backward()
+    assert gpu.item() == pytest.approx(cpu.item(), rel=1e-5)
+    assert ct.stats_dict(stats)["tokens"] == mask.sum().item()
+    x = torch.randn(33, 257)
+    y = torch.randint(0, 257, (33,))
+    a = ct.selective_log_softmax(x, y)
+    b = ct.selective_log_softmax(x.cuda(), y.cuda())
+    torch.testing.assert_close(b.cpu(), a, rtol=1e-5, atol=1e-5)
+    r = torch.rand(64)
+    torch.testing.assert_close(ct.advantages(r.cuda(), 8).cpu(), ct.advantages(r, 8), rtol=1e-5, atol=1e-6)
+
+
+def test_cuda_graph_capture_of_a_step():
+    """A loss step captured in a CUDA graph and replayed gives the eager result: the ops launch
+    on the capturing stream, allocate through PyTorch and never synchronize."""
+    need_gpu()
+    logp, old, ref, mask, adv = _loss_inputs(device="cuda")
+    static_lp = logp.clone()
+    opts = ct.loss_options("verl")
+
+    def run():
+        lp = static_lp.detach().requires_grad_()
+        loss = ct.policy_loss(lp, old, adv, mask=mask, options=opts)
+        (g,) = torch.autograd.grad(loss, lp)
+        return loss, g
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            run()  # warm up (module load, allocator)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss_out, grad_out = run()
+    graph.replay()
+    torch.cuda.synchronize()
+    want_loss, want_grad = run()
+    assert loss_out.item() == pytest.approx(want_loss.item(), rel=1e-6)
+    torch.testing.assert_close(grad_out, want_grad)
