@@ -47,7 +47,7 @@
 //!     mask: None,
 //!     seq_offsets: &offsets,
 //!     max_seq_len: 1,
-//!, logp_rollout: None,  };
+//! };
 //! let stats = cuda::grpo_loss_on(&stream, &inputs, &LossOptions::default(), &mut grad)?;
 //! println!("loss {} over {} tokens", stats.loss, stats.tokens);
 //! # Ok(())
