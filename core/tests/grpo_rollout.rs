@@ -230,6 +230,34 @@ fn non_finite_inputs_are_rejected_and_counted() {
     assert_eq!(st.non_finite, 2.0);
 }
 
+/// Without the clamp, `x = +inf` gives `k3 = inf - 1 - inf = NaN`: the max criteria reject
+/// the sequence wherever that token sits (a NaN never replaces a running max, so without the
+/// NaN flag a later token would go unseen; the kernel's unordered max relies on the flag too).
+#[test]
+fn unclamped_infinite_log_ratio_fails_the_max_criteria_in_any_position() {
+    for pos in 0..3 {
+        let mut old = [-1.0f32; 3];
+        old[pos] = 0.0;
+        let mut rollout = [-1.0f32; 3];
+        rollout[pos] = f32::NEG_INFINITY; // x = +inf
+        let mut o = RolloutOptions {
+            log_ratio_clamp: f64::INFINITY,
+            ..RolloutOptions::default()
+        };
+        o.set_bound(Rejection::SeqMaxK3, 0.0, 100.0);
+        let inputs = RolloutInputs {
+            logp_old: &old,
+            logp_rollout: &rollout,
+            seq_offsets: &[0, 3],
+            mask: None,
+        };
+        let (mut w, mut keep) = ([0.0f32; 3], [9u8; 3]);
+        let st = rollout_correction(&inputs, &o, &mut w, &mut keep).unwrap();
+        assert_eq!(keep, [0, 0, 0], "token {pos}");
+        assert_eq!(st.rejected_sequences, 1.0);
+    }
+}
+
 #[test]
 fn options_are_validated_before_writes() {
     let bad = |f: &dyn Fn(&mut RolloutOptions)| {

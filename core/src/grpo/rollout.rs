@@ -483,7 +483,8 @@ pub struct SequenceRollout {
     pub max_k2: f64,
     /// `max_t k3_t` (0 without tokens).
     pub max_k3: f64,
-    /// Some statistic was NaN (a max over NaN is NaN: the sequence is rejected).
+    /// Some token's statistic was NaN: `x^` itself, or `k3 = inf - 1 - inf` when the clamp is
+    /// off and `x^ = +inf` (a max over NaN is NaN: the max criteria reject the sequence).
     pub nan: bool,
 }
 
@@ -523,7 +524,7 @@ impl SequenceRollout {
                 self.max_k3
             };
         }
-        self.nan |= x_hat.is_nan();
+        self.nan |= x_hat.is_nan() || d.k3.is_nan();
         self.n += 1.0;
     }
 

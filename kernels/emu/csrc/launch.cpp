@@ -94,7 +94,15 @@ size_t emu_layout_loss(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossParams, k3_clamp), EMU_OFF(CareLossParams, seq_log_ratio_max),
                     EMU_OFF(CareLossParams, beta), EMU_OFF(CareLossParams, n_tok_denom),
                     EMU_OFF(CareLossParams, n_seq_denom), EMU_OFF(CareLossParams, horizon),
-                    EMU_OFF(CareLossParams, pad1)};
+                    EMU_OFF(CareLossParams, pad1), EMU_OFF(CareLossParams, logp_rollout),
+                    EMU_OFF(CareLossParams, rollout_stats), EMU_OFF(CareLossParams, policy),
+                    EMU_OFF(CareLossParams, is_level), EMU_OFF(CareLossParams, rej_zero),
+                    EMU_OFF(CareLossParams, roll_on), EMU_OFF(CareLossParams, sapo_tau_pos),
+                    EMU_OFF(CareLossParams, sapo_tau_neg), EMU_OFF(CareLossParams, is_threshold),
+                    EMU_OFF(CareLossParams, is_threshold_low),
+                    EMU_OFF(CareLossParams, roll_clamp), EMU_OFF(CareLossParams, rej_on),
+                    EMU_OFF(CareLossParams, rej_lower), EMU_OFF(CareLossParams, rej_upper),
+                    EMU_OFF(CareLossParams, dtype), EMU_OFF(CareLossParams, pad2)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;
@@ -108,6 +116,21 @@ size_t emu_layout_stats(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossStats, clipped), EMU_OFF(CareLossStats, clipped_low),
                     EMU_OFF(CareLossStats, clipped_high), EMU_OFF(CareLossStats, dual_clipped),
                     EMU_OFF(CareLossStats, log_ratio_clamped), EMU_OFF(CareLossStats, non_finite)};
+    size_t n = sizeof(v) / sizeof(v[0]);
+    for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
+    return n;
+}
+size_t emu_layout_rollout_stats(uint32_t* out, size_t cap) {
+    uint32_t v[] = {(uint32_t)sizeof(CareRolloutStats), (uint32_t)alignof(CareRolloutStats),
+                    EMU_OFF(CareRolloutStats, weight_sum), EMU_OFF(CareRolloutStats, kl_sum),
+                    EMU_OFF(CareRolloutStats, k3_sum), EMU_OFF(CareRolloutStats, log_ppl_diff_sum),
+                    EMU_OFF(CareRolloutStats, log_ppl_abs_diff_sum),
+                    EMU_OFF(CareRolloutStats, chi2_token_sum),
+                    EMU_OFF(CareRolloutStats, chi2_seq_sum), EMU_OFF(CareRolloutStats, tokens),
+                    EMU_OFF(CareRolloutStats, sequences),
+                    EMU_OFF(CareRolloutStats, rejected_tokens),
+                    EMU_OFF(CareRolloutStats, rejected_sequences),
+                    EMU_OFF(CareRolloutStats, truncated), EMU_OFF(CareRolloutStats, non_finite)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;

@@ -131,6 +131,7 @@ unsafe extern "C" {
     fn emu_layout_loss(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_denoms(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_rollout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_lsm(out: *mut u32, cap: usize) -> usize;
 }
 
@@ -307,6 +308,10 @@ pub mod c_layout {
     /// `CareLossDenoms`.
     pub fn denoms() -> Vec<u32> {
         get(super::emu_layout_denoms)
+    }
+    /// `CareRolloutStats`.
+    pub fn rollout_stats() -> Vec<u32> {
+        get(super::emu_layout_rollout_stats)
     }
     /// `CareLsmParams`.
     pub fn log_softmax() -> Vec<u32> {

@@ -25,7 +25,7 @@ pub use logsoftmax::{
     LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, log_softmax_backward,
     log_softmax_forward, log_softmax_status, logits_loss_forward,
 };
-pub use loss::{LossBuffers, grpo_loss};
+pub use loss::{LossBuffers, RolloutBuffers, grpo_loss, grpo_loss_with, loss_supported};
 
 /// Bytes of device workspace an operation needs (status words, batch std, loss denominators);
 /// 16-byte aligned.
