@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fixtures="${CARE_FIXTURES:-cli/data}"  # the bundled copies of the paper fixtures
-cargo build -q -p care-ffi
+cargo build -q -p libcare
 cargo build -q -p care-ffi --example reference
 bin="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug"
 make -s -C examples/c all LIBDIR="$bin"

@@ -15,6 +15,9 @@
 // Bytes of the device-side loss statistics accumulator of `care_gpu_policy_loss`.
 #define CARE_GPU_LOSS_STATS_BYTES 56
 
+// The number of rejection criteria (`care_rollout_options.reject` entries).
+#define CARE_REJECTION_COUNT 11
+
 // Major version of the library (semver); equals the crate version.
 #define CARE_VERSION_MAJOR 0
 
@@ -26,7 +29,10 @@
 
 // Version of the C ABI described by this header. Bumped on every incompatible change to a
 // signature, struct layout or code meaning; compare with `care_abi_version()` at startup.
-#define CARE_ABI_VERSION 1
+// Version 2: inputs in size-versioned structs shared by the CPU and GPU entry points, one
+// `care_policy_loss` for every log-prob dtype, names that follow one rule, boolean fields
+// checked (`CARE_ERR_INVALID_BOOL`).
+#define CARE_ABI_VERSION 2
 
 // Status of a C API call: `CARE_OK` (0) or an error code grouped by hundreds (1xx arguments,
 // 2xx parse and format, 3xx rubric invariants and scores, 4xx numerics and layouts, 5xx CUDA,
@@ -48,10 +54,12 @@ enum care_result
   CARE_ERR_EMPTY = 104,
   // A required pointer argument is NULL.
   CARE_ERR_NULL_POINTER = 150,
-  // An options struct's `struct_size` is smaller than the fields this library reads.
+  // An input or options struct's `struct_size` is smaller than the fields this library reads.
   CARE_ERR_STRUCT_SIZE = 151,
   // An index (dimension, criterion, violation) is out of range.
   CARE_ERR_OUT_OF_RANGE = 152,
+  // A boolean field of an input or options struct holds a value other than 0 or 1.
+  CARE_ERR_INVALID_BOOL = 153,
   // The text is not one JSON value.
   CARE_ERR_NOT_JSON = 201,
   // Non-whitespace text before or after the JSON value.
@@ -115,6 +123,13 @@ enum care_baseline
   CARE_BASELINE_LEAVE_ONE_OUT = 1,
   // Nothing is subtracted.
   CARE_BASELINE_NONE = 2,
+  // OPO: the length-weighted group mean `sum_j l_j r_j / sum_j l_j` (needs
+  // `care_rewards.lengths`).
+  CARE_BASELINE_LENGTH_WEIGHTED = 3,
+  // ReMax: one baseline reward per sample, `A = r_i - b_i` (needs `care_rewards.baselines`).
+  CARE_BASELINE_EXTERNAL = 4,
+  // pass@k: `A_i = max_j r_j - max_{j != i} r_j` (only a group's best sample gets credit).
+  CARE_BASELINE_PASS_K = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -186,7 +201,8 @@ typedef uint32_t care_singleton_policy;
 #endif // __cplusplus
 
 // Named advantage option sets that reproduce a trainer exactly (also by name:
-// `"verl"`, `"trl"`, `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`).
+// `"verl"`, `"trl"`, `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`, `"opo"`, `"remax"`,
+// `"grpo_passk"`, `"gpg"`, `"reinforce_pp_baseline"`).
 enum care_advantage_preset
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
@@ -204,6 +220,17 @@ enum care_advantage_preset
   CARE_ADVANTAGE_PRESET_DR_GRPO = 4,
   // RLOO: leave-one-out baseline, no scale.
   CARE_ADVANTAGE_PRESET_RLOO = 5,
+  // verl `opo`: length-weighted baseline, no scale (needs `care_rewards.lengths`).
+  CARE_ADVANTAGE_PRESET_OPO = 6,
+  // verl `remax`: external baseline (the greedy response's reward), no scale (needs
+  // `care_rewards.baselines`).
+  CARE_ADVANTAGE_PRESET_REMAX = 7,
+  // verl `grpo_passk`: pass@k baseline, group std.
+  CARE_ADVANTAGE_PRESET_GRPO_PASSK = 8,
+  // GPG (paper): mean baseline, no scale, `alpha = N / (N - M)`.
+  CARE_ADVANTAGE_PRESET_GPG = 9,
+  // verl `reinforce_plus_plus_baseline`, group part: mean baseline, no scale.
+  CARE_ADVANTAGE_PRESET_REINFORCE_PP_BASELINE = 10,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -229,6 +256,8 @@ enum care_aggregation
   CARE_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM = 3,
   // `w = 1`.
   CARE_AGGREGATION_TOKEN_SUM = 4,
+  // `w = 1 / H` (verl's `seq-mean-token-sum-norm` until 2026: no sequence mean).
+  CARE_AGGREGATION_TOKEN_SUM_NORM = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -271,6 +300,8 @@ enum care_ratio_level
   CARE_RATIO_TOKEN = 0,
   // GSPO: one ratio per sequence from the mean log ratio.
   CARE_RATIO_SEQUENCE = 1,
+  // GSPO-token: the sequence ratio's value with each token's own gradient.
+  CARE_RATIO_SEQUENCE_TOKEN = 2,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -280,7 +311,8 @@ typedef uint32_t care_ratio_level;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// Named loss option sets (also by name: `"verl"`, `"trl"`).
+// Named loss option sets (also by name: the constant's suffix in lower case, `"verl"`,
+// `"trl"`, `"verl_seq_mean_token_mean"`, ..., `"openrlhf_gspo"`).
 enum care_loss_preset
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
@@ -290,6 +322,44 @@ enum care_loss_preset
   CARE_LOSS_PRESET_VERL = 0,
   // TRL `dapo`: eps 0.2/0.2, no dual clip, token mean.
   CARE_LOSS_PRESET_TRL = 1,
+  // verl vanilla, `seq-mean-token-mean`.
+  CARE_LOSS_PRESET_VERL_SEQ_MEAN_TOKEN_MEAN = 2,
+  // verl vanilla, `seq-mean-token-sum`.
+  CARE_LOSS_PRESET_VERL_SEQ_MEAN_TOKEN_SUM = 3,
+  // verl vanilla, `seq-mean-token-sum-norm` as verl computed it until 2026 (token sum / H).
+  CARE_LOSS_PRESET_VERL_SEQ_MEAN_TOKEN_SUM_NORM = 4,
+  // verl `gspo`: GSPO-token ratio, `seq-mean-token-mean`.
+  CARE_LOSS_PRESET_VERL_GSPO = 5,
+  // verl `sapo`: tau 1 / 1.05, `seq-mean-token-mean`.
+  CARE_LOSS_PRESET_VERL_SAPO = 6,
+  // verl `cispo`: weight clipped to [0.8, 1.2], token mean.
+  CARE_LOSS_PRESET_VERL_CISPO = 7,
+  // verl `gpg`: `-A * logp`, token mean.
+  CARE_LOSS_PRESET_VERL_GPG = 8,
+  // verl `clip_cov` (CPU only).
+  CARE_LOSS_PRESET_VERL_CLIP_COV = 9,
+  // verl `kl_cov` (CPU only).
+  CARE_LOSS_PRESET_VERL_KL_COV = 10,
+  // verl `geo_mean` (GMPO).
+  CARE_LOSS_PRESET_VERL_GEO_MEAN = 11,
+  // TRL `grpo`: `seq-mean-token-mean` over every row.
+  CARE_LOSS_PRESET_TRL_GRPO = 12,
+  // TRL `bnpo`: local token mean.
+  CARE_LOSS_PRESET_TRL_BNPO = 13,
+  // TRL `dr_grpo`: token sum over rows times the horizon.
+  CARE_LOSS_PRESET_TRL_DR_GRPO = 14,
+  // TRL `dapo`: global token mean.
+  CARE_LOSS_PRESET_TRL_DAPO = 15,
+  // TRL `cispo`: weight capped at 5, global token mean.
+  CARE_LOSS_PRESET_TRL_CISPO = 16,
+  // TRL `sapo`: tau 1 / 1.05, `grpo` normalization.
+  CARE_LOSS_PRESET_TRL_SAPO = 17,
+  // OpenRLHF `ppo`, token-level loss.
+  CARE_LOSS_PRESET_OPENRLHF = 18,
+  // OpenRLHF `ppo` with `token_level_loss = False`.
+  CARE_LOSS_PRESET_OPENRLHF_SEQ = 19,
+  // OpenRLHF `gspo`: the sequence ratio through the mean.
+  CARE_LOSS_PRESET_OPENRLHF_GSPO = 20,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -464,7 +534,9 @@ typedef uint32_t care_unknown_label_policy;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// The log-prob dtype of `care_gpu_policy_loss`.
+// The element type of log-prob and logits arrays (`care_loss_inputs.dtype`,
+// `care_logits.dtype`). 16-bit types are passed as their raw bit patterns (`uint16_t`, e.g.
+// the storage of `torch.bfloat16` / `torch.float16`).
 enum care_dtype
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
@@ -472,9 +544,9 @@ enum care_dtype
  {
   // `float`.
   CARE_DTYPE_F32 = 0,
-  // bfloat16 (raw 16-bit patterns).
+  // bfloat16.
   CARE_DTYPE_BF16 = 1,
-  // IEEE half (raw 16-bit patterns).
+  // IEEE half (f16).
   CARE_DTYPE_F16 = 2,
 };
 #ifndef __cplusplus
@@ -495,7 +567,8 @@ typedef struct care_validation_report care_validation_report;
 
 // Options of the advantage functions. Initialize with `care_advantage_options_default` or
 // `care_advantage_options_preset`, which set `struct_size`; then change fields. Enum fields
-// hold `care_baseline`, `care_scale`, `care_std_kind` and `care_singleton_policy` values.
+// hold `care_baseline`, `care_scale`, `care_std_kind`, `care_singleton_policy` and
+// `care_reweight` values.
 typedef struct care_advantage_options {
   // `sizeof(care_advantage_options)`; lets the struct grow without breaking old callers.
   uint32_t struct_size;
@@ -507,11 +580,56 @@ typedef struct care_advantage_options {
   uint32_t std_kind;
   // A `care_singleton_policy`.
   uint32_t singleton;
-  // Reserved, set to 0 (keeps `eps` 8-byte aligned on every target).
-  uint32_t reserved;
+  // A `care_reweight` (0: none, the value every earlier caller left in this field).
+  uint32_t reweight;
   // Added to the std before dividing; finite and `>= 0` (default 1e-6).
   double eps;
+  // Lower bound of the std the advantages are divided by: `max(std, std_floor) + eps`;
+  // finite and `>= 0` (default 0: off).
+  double std_floor;
 } care_advantage_options;
+
+// The rewards of a batch: `rewards[rewards_len]` and which of them are valid. `valid` is
+// optional ((NULL, 0): all valid; else `valid_len == rewards_len`, non-zero = valid); a NaN
+// reward is invalid too. The per-sample inputs of two baselines are optional too, (NULL, 0)
+// unless the options' baseline reads them: `lengths` (`CARE_BASELINE_LENGTH_WEIGHTED`, each
+// response's token count) and `baselines` (`CARE_BASELINE_EXTERNAL`); each has
+// `rewards_len` entries. Host memory for the CPU functions, device memory for the GPU ones.
+typedef struct care_rewards {
+  // `sizeof(care_rewards)`.
+  uint32_t struct_size;
+  // One reward per sample, groups contiguous.
+  const float *rewards;
+  // Number of samples `N`.
+  size_t rewards_len;
+  // Optional validity flags, one per sample.
+  const uint8_t *valid;
+  // 0 or `rewards_len`.
+  size_t valid_len;
+  // Optional response lengths in tokens, one per sample.
+  const uint32_t *lengths;
+  // 0 or `rewards_len`.
+  size_t lengths_len;
+  // Optional baseline rewards, one per sample.
+  const float *baselines;
+  // 0 or `rewards_len`.
+  size_t baselines_len;
+} care_rewards;
+
+// How samples form groups (one group = the responses to one prompt): `group_size` samples per
+// group when `offsets` is (NULL, 0), else CSR `offsets[B + 1]` (first 0, non-decreasing, last
+// `N`) with `group_size` 0, so that a layout never says two things at once
+// (`CARE_ERR_INVALID_ARGUMENT`). Host or device memory like the rewards it describes.
+typedef struct care_group_layout {
+  // `sizeof(care_group_layout)`.
+  uint32_t struct_size;
+  // Samples per group (fixed layout; must divide `N`), or 0 with `offsets`.
+  uint32_t group_size;
+  // CSR group offsets (ragged groups), or NULL.
+  const uint32_t *offsets;
+  // `B + 1`, or 0.
+  size_t offsets_len;
+} care_group_layout;
 
 // Per-group statistics of the valid rewards.
 typedef struct care_group_stats {
@@ -525,6 +643,21 @@ typedef struct care_group_stats {
   uint32_t zero_variance;
 } care_group_stats;
 
+// Where the advantage functions write: `advantages[advantages_len]` (`== N`) and, optionally,
+// one `care_group_stats` per group (`stats_len == B`; (NULL, 0) to skip).
+typedef struct care_advantage_outputs {
+  // `sizeof(care_advantage_outputs)`.
+  uint32_t struct_size;
+  // One advantage per sample.
+  float *advantages;
+  // `N`.
+  size_t advantages_len;
+  // Optional per-group statistics.
+  struct care_group_stats *stats;
+  // 0 or `B`.
+  size_t stats_len;
+} care_advantage_outputs;
+
 // Count and sum of a group's valid rewards on one rank; all-reduce `2 * B` doubles with a sum.
 typedef struct care_group_sums {
   // Number of valid samples (an integer stored as a double).
@@ -532,6 +665,25 @@ typedef struct care_group_sums {
   // Sum of the valid rewards.
   double sum;
 } care_group_sums;
+
+// Where a GPU call runs and its scratch memory; every GPU function but `care_gpu_available`
+// takes one as its last argument. The kernels run asynchronously on `stream` in the CUDA
+// context current on the calling thread (else the primary context of the pointers' device).
+// `workspace` is caller-allocated device memory of at least `CARE_GPU_WORKSPACE_BYTES`, 16-byte
+// aligned (`CARE_ERR_BUFFER_TOO_SMALL`, `CARE_ERR_INVALID_ARGUMENT`); it holds the status word
+// that the `_status` functions read, so keep it until they have been called. The backward pass
+// and the loss-statistics functions use no workspace: there it may be (NULL, 0).
+typedef struct care_gpu_launch {
+  // `sizeof(care_gpu_launch)`.
+  uint32_t struct_size;
+  // A `CUstream` (for example `torch.cuda.current_stream().cuda_stream`); NULL is the
+  // legacy default stream.
+  void *stream;
+  // Device scratch memory, or NULL where none is used.
+  void *workspace;
+  // Bytes at `workspace`.
+  size_t workspace_len;
+} care_gpu_launch;
 
 // Loss statistics as sums that add across micro-batches and ranks (all-reduce the first
 // twelve with a sum, `ratio_min` with min, `ratio_max` with max).
@@ -565,6 +717,85 @@ typedef struct care_loss_stats {
   // Largest `rho` (`-inf` when no token counted).
   double ratio_max;
 } care_loss_stats;
+
+// The inputs of the policy loss for one micro-batch (SPEC §10), shared by `care_policy_loss`,
+// `care_gpu_policy_loss` and (without `logp`) the fused logits paths; host memory for the CPU
+// functions, device memory for the GPU ones.
+//
+// Token layout: `seq_offsets[B + 1]` CSR offsets (first 0, non-decreasing, last `T`). `logp`
+// has `T` elements of `dtype`; `logp_old` (absent: on-policy) and `logp_ref` (the KL term,
+// used when `beta > 0`) are optional, of `dtype`, `T` elements each, and so is `logp_rollout`
+// (the inference engine's log-probs: the rollout correction of `care_loss_options.rollout`
+// applies; `CARE_ERR_INVALID_ARGUMENT` on the fused logits paths); `mask` is optional
+// (non-zero = counted, `T` entries); `advantages` has `B` (per sequence) or `T` (per token)
+// values as `advantages_kind` says. Optional arrays are (NULL, 0); every per-token length
+// must equal `logp_len` (`CARE_ERR_LENGTH_MISMATCH`).
+typedef struct care_loss_inputs {
+  // `sizeof(care_loss_inputs)`.
+  uint32_t struct_size;
+  // A `care_dtype`: the element type of `logp`, `logp_old` and `logp_ref`.
+  uint32_t dtype;
+  // Current policy log-probs `[T]`.
+  const void *logp;
+  // `T`.
+  size_t logp_len;
+  // Log-probs of the policy that sampled the batch `[T]`, or (NULL, 0).
+  const void *logp_old;
+  // 0 or `T`.
+  size_t logp_old_len;
+  // Reference-model log-probs `[T]`, or (NULL, 0).
+  const void *logp_ref;
+  // 0 or `T`.
+  size_t logp_ref_len;
+  // CSR sequence offsets `[B + 1]`.
+  const uint32_t *seq_offsets;
+  // `B + 1`.
+  size_t seq_offsets_len;
+  // Token mask `[T]`, or (NULL, 0) for all counted.
+  const uint8_t *mask;
+  // 0 or `T`.
+  size_t mask_len;
+  // Advantages `[B]` or `[T]`.
+  const float *advantages;
+  // `B` or `T`, per `advantages_kind`.
+  size_t advantages_len;
+  // A `care_advantages_kind`.
+  uint32_t advantages_kind;
+  // The longest sequence if known, else 0: a hint for the GPU launch geometry only (any
+  // value gives the same results; the CPU does not read it).
+  uint32_t max_seq_len;
+  // Rollout (inference-engine) log-probs `[T]`, or (NULL, 0).
+  const void *logp_rollout;
+  // 0 or `T`.
+  size_t logp_rollout_len;
+} care_loss_inputs;
+
+// One rejection criterion's bounds: off when `upper` is 0. The `k1` criteria bound the ratio
+// (`lower` 0: no lower bound); the others bound the statistic by `upper`, with `lower` 0.
+typedef struct care_reject_bound {
+  // Lower bound (`k1` criteria only), or 0.
+  double lower;
+  // Upper bound, or 0 (off).
+  double upper;
+} care_reject_bound;
+
+// The rollout correction (`care_loss_options.rollout`): importance weights and rejection from
+// the inference engine's log-probs (`care_loss_inputs.logp_rollout`). Defaults: weights off,
+// `is_threshold` 2, `is_threshold_low` 0, `log_ratio_clamp` 20, no criterion, drop.
+typedef struct care_rollout_options {
+  // Upper truncation bound `C` of the importance weights (> 0).
+  double is_threshold;
+  // Lower truncation bound (finite, `0 <= is_threshold_low <= is_threshold`).
+  double is_threshold_low;
+  // Bound on the rollout log ratio before `exp` (> 0; infinity turns it off).
+  double log_ratio_clamp;
+  // One bound per `care_rejection`; every criterion that is on must pass.
+  struct care_reject_bound reject[CARE_REJECTION_COUNT];
+  // A `care_is_level`.
+  uint32_t is_level;
+  // A `care_rejection_mode`.
+  uint32_t rejection_mode;
+} care_rollout_options;
 
 // Options of the policy loss. Initialize with `care_loss_options_default` or
 // `care_loss_options_preset` (they set `struct_size`), then change fields. A denominator of
@@ -600,7 +831,163 @@ typedef struct care_loss_options {
   double global_sequences;
   // Dr. GRPO horizon `H` (0 = the longest sequence of this call).
   double horizon;
+  // A `care_policy_loss_kind`.
+  uint32_t policy_loss;
+  // A `care_sequence_count`.
+  uint32_t sequence_count;
+  // SAPO temperature for `A > 0` (1).
+  double sapo_tau_pos;
+  // SAPO temperature for `A <= 0` (1.05).
+  double sapo_tau_neg;
+  // Clip-Cov / KL-Cov: the share of counted tokens selected (2e-4).
+  double cov_ratio;
+  // Clip-Cov: the covariance window's lower end (1).
+  double clip_cov_lb;
+  // Clip-Cov: the covariance window's upper end (5).
+  double clip_cov_ub;
+  // KL-Cov: the coefficient of `|log ratio|` (1).
+  double kl_cov_coef;
+  // The rollout correction (applies with `care_loss_inputs.logp_rollout`).
+  struct care_rollout_options rollout;
 } care_loss_options;
+
+// Rows of logits with their targets: the input of every selective log-softmax entry point
+// (CPU: host memory; GPU: device memory).
+//
+// `logits` holds `rows` rows of `vocab` elements of `dtype` (a `care_dtype`), row `i` starting
+// at element `i * row_stride` (`row_stride >= vocab`; a strided view such as `x[:, :V]` needs
+// no copy), so `logits_len >= (rows - 1) * row_stride + vocab` (`CARE_ERR_LENGTH_MISMATCH`).
+// `targets[targets_len]` (`== rows`) are `int64_t` when `targets_i64` is 1, `int32_t` when it
+// is 0. `mask` is optional ((NULL, 0), else `mask_len == rows`; 0 = row not read, its outputs
+// and gradient are 0). The logits are divided by `temperature` (finite, `> 0`).
+typedef struct care_logits {
+  // `sizeof(care_logits)`.
+  uint32_t struct_size;
+  // A `care_dtype`: the element type of `logits`.
+  uint32_t dtype;
+  // The logits.
+  const void *logits;
+  // Elements readable at `logits`.
+  size_t logits_len;
+  // Number of rows (tokens).
+  size_t rows;
+  // Vocabulary size `V` (`> 0`).
+  size_t vocab;
+  // Elements between the starts of two rows (`>= vocab`).
+  size_t row_stride;
+  // One target id per row.
+  const void *targets;
+  // `rows`.
+  size_t targets_len;
+  // 1: `targets` are `int64_t`; 0: `int32_t`.
+  uint32_t targets_i64;
+  // Row mask, or NULL.
+  const uint8_t *mask;
+  // 0 or `rows`.
+  size_t mask_len;
+  // Sampling temperature `T` (1 for none).
+  double temperature;
+} care_logits;
+
+// What the forward pass writes, one `float` per row: `logp` (required) and, optionally
+// ((NULL, 0) to skip), the entropy and the log-sum-exp of the scaled logits (the GPU backward
+// pass reads the latter).
+typedef struct care_log_softmax_outputs {
+  // `sizeof(care_log_softmax_outputs)`.
+  uint32_t struct_size;
+  // `log softmax(x_i / T)[y_i]`.
+  float *logp;
+  // `rows`.
+  size_t logp_len;
+  // Entropy of each row's distribution, or NULL.
+  float *entropy;
+  // 0 or `rows`.
+  size_t entropy_len;
+  // `log sum_j exp(x_ij / T)`, or NULL.
+  float *lse;
+  // 0 or `rows`.
+  size_t lse_len;
+} care_log_softmax_outputs;
+
+// What the backward pass reads besides the logits, one `float` per row: the gradients of the
+// loss with respect to `logp` and the entropy (each optional: (NULL, 0) is zero), and the
+// forward's saved `lse` and `entropy`. The GPU reads the saved values (`lse` required,
+// `entropy` with `dentropy`); the CPU reference recomputes both in `f64` from the logits, so
+// for it they are optional and only their lengths are checked.
+typedef struct care_log_softmax_grads {
+  // `sizeof(care_log_softmax_grads)`.
+  uint32_t struct_size;
+  // `dL/dlogp`, or NULL.
+  const float *dlogp;
+  // 0 or `rows`.
+  size_t dlogp_len;
+  // `dL/dentropy`, or NULL.
+  const float *dentropy;
+  // 0 or `rows`.
+  size_t dentropy_len;
+  // The forward's `lse`, or NULL (CPU only).
+  const float *lse;
+  // 0 or `rows`.
+  size_t lse_len;
+  // The forward's `entropy`, or NULL (needed by the GPU only with `dentropy`).
+  const float *entropy;
+  // 0 or `rows`.
+  size_t entropy_len;
+} care_log_softmax_grads;
+
+// What the fused logits-to-loss forward writes besides the loss and its statistics, one
+// `float` per row: the log-probs, the log-sum-exp (required on the GPU, whose backward pass
+// reads it; optional on the CPU) and `dL/dlogp`, which `_selective_log_softmax_backward`
+// turns into `dL/dlogits`.
+typedef struct care_logits_loss_outputs {
+  // `sizeof(care_logits_loss_outputs)`.
+  uint32_t struct_size;
+  // Log-probs of the targets.
+  float *logp;
+  // `rows`.
+  size_t logp_len;
+  // Log-sum-exp of each row's scaled logits, or NULL (CPU only).
+  float *lse;
+  // 0 or `rows`.
+  size_t lse_len;
+  // `dL/dlogp`.
+  float *dlogp;
+  // `rows`.
+  size_t dlogp_len;
+} care_logits_loss_outputs;
+
+// The rollout correction's diagnostics as sums over counted tokens (the mask's, before
+// rejection) and over sequences with a counted token; they add across micro-batches and
+// ranks. Means: divide by `tokens` or `sequences`.
+typedef struct care_rollout_stats {
+  // Counted tokens.
+  double tokens;
+  // Sequences with a counted token.
+  double sequences;
+  // Counted tokens some criterion rejects.
+  double rejected_tokens;
+  // Sequences with a rejected token.
+  double rejected_sequences;
+  // Counted tokens whose weight hit a truncation bound.
+  double truncated;
+  // Sum of the importance weights before rejection.
+  double weight_sum;
+  // `sum (logp_rollout - logp_prox)` (the k1 KL estimate of the rollout policy from the
+  // proximal one, unclamped).
+  double kl_sum;
+  // `sum (exp(x) - x - 1)`, unclamped.
+  double k3_sum;
+  // Per sequence: `-mean_t x_t` (the log-perplexity difference).
+  double log_ppl_diff_sum;
+  // Per sequence: `|mean_t x_t|`.
+  double log_ppl_abs_diff_sum;
+  // `sum rho_t^2` (clamped log ratio).
+  double chi2_token_sum;
+  // Per sequence: `(prod_t rho_t)^2` (clamped sum).
+  double chi2_seq_sum;
+  // Counted tokens with a non-finite `logp_prox` or `logp_rollout`.
+  double non_finite;
+} care_rollout_stats;
 
 // Score policies shared by every score-based reward. Initialize with
 // `care_score_options_default`.
@@ -611,19 +998,19 @@ typedef struct care_score_options {
   uint32_t missing;
   // A `care_range_policy`.
   uint32_t out_of_range;
-  // 1: ignore the rubric's weights and use 1/3 each (paper Table 3 ablation).
+  // 1: ignore the rubric's weights and use 1/3 each (paper Table 3 ablation); 0: use them.
   uint32_t uniform_weights;
 } care_score_options;
 
-// Options of the preference reward. Initialize with `care_pref_options_default`.
-typedef struct care_pref_options {
-  // `sizeof(care_pref_options)`.
+// Options of the preference reward. Initialize with `care_preference_options_default`.
+typedef struct care_preference_options {
+  // `sizeof(care_preference_options)`.
   uint32_t struct_size;
   // A `care_score_scale`.
   uint32_t scale;
   // Temperature `tau > 0` (0.7).
   double tau;
-} care_pref_options;
+} care_preference_options;
 
 // Options of the generator reward. Initialize with `care_generator_options_default`.
 typedef struct care_generator_options {
@@ -661,8 +1048,8 @@ typedef struct care_reward_detail {
   struct care_fired fired;
 } care_reward_detail;
 
-// What happened while scoring a batch of responses.
-typedef struct care_batch_report {
+// What happened while scoring the responses of `care_policy_reward_group`.
+typedef struct care_group_report {
   // Responses with a finite reward.
   uint32_t scored;
   // Responses that got a NaN reward because a score broke an `error` policy.
@@ -673,7 +1060,22 @@ typedef struct care_batch_report {
   uint32_t first_error_code;
   // Policies fired, summed over the batch.
   struct care_fired fired;
-} care_batch_report;
+} care_group_report;
+
+// The raw scores of a chosen and a rejected response under one rubric (the inputs of
+// `care_preference_reward`): two flat arrays of `care_rubric_total_criteria` scores each.
+typedef struct care_preference_pair {
+  // `sizeof(care_preference_pair)`.
+  uint32_t struct_size;
+  // Scores of the chosen response (`0..=5`, NaN = missing).
+  const double *chosen;
+  // Length of `chosen`.
+  size_t chosen_len;
+  // Scores of the rejected response; `rejected_len == chosen_len`.
+  const double *rejected;
+  // Length of `rejected`.
+  size_t rejected_len;
+} care_preference_pair;
 
 // Per-dimension counts of a tactic set.
 typedef struct care_strategy_counts {
@@ -685,8 +1087,34 @@ typedef struct care_strategy_counts {
   uint32_t duplicates;
 } care_strategy_counts;
 
+// The inputs of `care_generator_reward`: the generated rubric text, the judge scores of a
+// chosen and a rejected response under it, and the chosen response's tactic labels.
+typedef struct care_generator_inputs {
+  // `sizeof(care_generator_inputs)`.
+  uint32_t struct_size;
+  // Rubric JSON (UTF-8 expected; not NUL-terminated).
+  const char *text;
+  // Bytes of `text`.
+  size_t text_len;
+  // Scores of the chosen response over the parsed rubric's criteria.
+  const double *chosen;
+  // Length of `chosen`.
+  size_t chosen_len;
+  // Scores of the rejected response.
+  const double *rejected;
+  // Length of `rejected`.
+  size_t rejected_len;
+  // `label_count` tactic labels (UTF-8, not NUL-terminated), or (NULL, 0) for none.
+  const char *const *labels;
+  // Byte length of each label.
+  const size_t *label_lens;
+  // Number of labels.
+  size_t label_count;
+} care_generator_inputs;
+
 // The options of the format contract. Initialize with `care_format_policy_default` (the
-// paper's contract, behind `r_fmt`) or `care_format_policy_lenient`; flags are 0 or 1.
+// paper's contract, behind `r_fmt`) or `care_format_policy_lenient`; every flag is 0 or 1
+// (anything else is `CARE_ERR_INVALID_BOOL`).
 typedef struct care_format_policy {
   // `sizeof(care_format_policy)`; lets the struct grow without breaking old callers.
   uint32_t struct_size;
@@ -733,6 +1161,27 @@ typedef struct care_generator_result {
   // Policies fired while computing `r_pref`.
   struct care_fired fired;
 } care_generator_result;
+
+// The inputs of `care_judge_prompt_render`: the dialogue so far, the seeker's latest turn and
+// the candidate response (all UTF-8, not NUL-terminated).
+typedef struct care_judge_prompt_inputs {
+  // `sizeof(care_judge_prompt_inputs)`.
+  uint32_t struct_size;
+  // `context_count` earlier dialogue lines, or (NULL, 0) for none.
+  const char *const *context;
+  // Byte length of each context line.
+  const size_t *context_lens;
+  // Number of context lines.
+  size_t context_count;
+  // The seeker's latest turn.
+  const char *seeker_turn;
+  // Bytes of `seeker_turn`.
+  size_t seeker_turn_len;
+  // The candidate response to be judged.
+  const char *response;
+  // Bytes of `response`.
+  size_t response_len;
+} care_judge_prompt_inputs;
 
 // What the judge-output parser found.
 typedef struct care_judge_report {
@@ -787,59 +1236,40 @@ care_result care_advantage_options_default(struct care_advantage_options *option
 care_result care_advantage_options_preset(uint32_t preset,
                                           struct care_advantage_options *options_out);
 
-// Writes the options of the preset named `(name, name_len)` (`"verl"`, `"trl"`,
-// `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`) into `*options_out`.
+// Writes the options of the preset named `(name, name_len)` (the names of
+// `care_advantage_preset`: `"verl"`, `"trl"`, ..., `"reinforce_pp_baseline"`) into
+// `*options_out`.
 // Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown name.
 care_result care_advantage_options_preset_by_name(const char *name,
                                                   size_t name_len,
                                                   struct care_advantage_options *options_out);
 
-// Group-relative advantages of one batch (single rank, CPU).
-//
-// `rewards[n]`; `valid[valid_len]` optional (NULL, 0: all valid; else `valid_len == n`, non-zero =
-// valid; a NaN reward is invalid too); layout: `group_size` samples per group when
-// `group_offsets` is NULL, else CSR `group_offsets[B + 1]` with `group_size == 0`; `options`
-// NULL for the defaults. Writes `advantages_out[n]` and, if not NULL, `stats_out[B]`.
+// Group-relative advantages of one batch (single rank, CPU): `rewards` (with their validity),
+// grouped by `layout`, under `options` (NULL: the defaults), into `outputs`.
 //
 // ```c
+// care_rewards in = {sizeof in, rewards, 8, NULL, 0};
+// care_group_layout groups = {sizeof groups, 4, NULL, 0};       /* two groups of four */
 // float adv[8];
-// care_result r = care_group_advantages(rewards, 8, NULL, 0, 4, NULL, 0, NULL,
-//                                       adv, 8, NULL, 0);
+// care_advantage_outputs out = {sizeof out, adv, 8, NULL, 0};
+// care_result r = care_group_advantages(&in, &groups, NULL, &out);
 // ```
-care_result care_group_advantages(const float *rewards,
-                                  size_t n,
-                                  const uint8_t *valid,
-                                  size_t valid_len,
-                                  uint32_t group_size,
-                                  const uint32_t *group_offsets,
-                                  size_t group_offsets_len,
+care_result care_group_advantages(const struct care_rewards *rewards,
+                                  const struct care_group_layout *layout,
                                   const struct care_advantage_options *options,
-                                  float *advantages_out,
-                                  size_t advantages_len,
-                                  struct care_group_stats *stats_out,
-                                  size_t stats_len);
+                                  const struct care_advantage_outputs *outputs);
 
-// Cross-rank step 1: this rank's count and sum per group into `sums_out[B]` (all-reduce the
-// `2 * B` doubles with a sum). Arguments as `care_group_advantages`.
-care_result care_group_partial_sums(const float *rewards,
-                                    size_t n,
-                                    const uint8_t *valid,
-                                    size_t valid_len,
-                                    uint32_t group_size,
-                                    const uint32_t *group_offsets,
-                                    size_t group_offsets_len,
+// Cross-rank step 1: this rank's count and sum of valid rewards per group into `sums_out[B]`
+// (all-reduce the `2 * B` doubles with a sum). Arguments as `care_group_advantages`.
+care_result care_group_partial_sums(const struct care_rewards *rewards,
+                                    const struct care_group_layout *layout,
                                     struct care_group_sums *sums_out,
                                     size_t sums_len);
 
 // Cross-rank step 2: centered sums of squares around the reduced (global) group means into
 // `m2_out[B]` (all-reduce with a sum). `sums[B]` are the all-reduced step-1 sums.
-care_result care_group_partial_squares(const float *rewards,
-                                       size_t n,
-                                       const uint8_t *valid,
-                                       size_t valid_len,
-                                       uint32_t group_size,
-                                       const uint32_t *group_offsets,
-                                       size_t group_offsets_len,
+care_result care_group_partial_squares(const struct care_rewards *rewards,
+                                       const struct care_group_layout *layout,
                                        const struct care_group_sums *sums,
                                        size_t sums_len,
                                        double *m2_out,
@@ -847,22 +1277,14 @@ care_result care_group_partial_squares(const float *rewards,
 
 // Cross-rank step 3: this rank's advantages from the all-reduced `sums[B]` and `m2[B]`;
 // equal to `care_group_advantages` on the whole batch. Other arguments as there.
-care_result care_group_advantages_finalize(const float *rewards,
-                                           size_t n,
-                                           const uint8_t *valid,
-                                           size_t valid_len,
-                                           uint32_t group_size,
-                                           const uint32_t *group_offsets,
-                                           size_t group_offsets_len,
+care_result care_group_advantages_finalize(const struct care_rewards *rewards,
+                                           const struct care_group_layout *layout,
                                            const struct care_group_sums *sums,
                                            size_t sums_len,
                                            const double *m2,
                                            size_t m2_len,
                                            const struct care_advantage_options *options,
-                                           float *advantages_out,
-                                           size_t advantages_len,
-                                           struct care_group_stats *stats_out,
-                                           size_t stats_len);
+                                           const struct care_advantage_outputs *outputs);
 
 // Broadcasts per-sequence advantages onto tokens: `tokens_out[t] = advantages[seq(t)] *
 // mask[t]`. `seq_offsets[B + 1]` is the CSR token layout (last entry = `tokens_len`);
@@ -880,241 +1302,137 @@ care_result care_broadcast_to_tokens(const float *advantages,
 // `CARE_ERR_CUDA_UNAVAILABLE`. Creates no context.
 care_result care_gpu_available(void);
 
-// Group advantages on the GPU, asynchronously on `stream` (a `CUstream`, NULL = legacy default
-// stream), in the context current on this thread (else the primary context of the pointer's
-// device). All `d_` pointers are device memory: `d_rewards[n]`; `d_valid[valid_len]` optional
-// (`valid_len` 0 or `n`); fixed `group_size`, or CSR `d_group_offsets[group_offsets_len]` with
-// `group_size == 0`; `d_advantages_out[advantages_len]` (`== n`); `d_stats_out[stats_len]`
-// optional (one per group); `d_workspace` at least `CARE_GPU_WORKSPACE_BYTES`, 16-byte
-// aligned, kept until `care_gpu_advantage_status` has been called; `d_batch_std` optional: one
-// device `float` with the batch std to use under `CARE_SCALE_BATCH_STD` (for example one
-// all-reduced across ranks), NULL to compute it from this call's rewards. Same results as
-// `care_group_advantages` within the documented tolerance; a singleton group under the
-// `error` policy or an infinite reward is reported by `care_gpu_advantage_status`.
-care_result care_gpu_group_advantages(const float *d_rewards,
-                                      size_t n,
-                                      const uint8_t *d_valid,
-                                      size_t valid_len,
-                                      uint32_t group_size,
-                                      const uint32_t *d_group_offsets,
-                                      size_t group_offsets_len,
+// Group advantages on the GPU, asynchronously on `launch->stream`: as `care_group_advantages`
+// (same structs, device memory) within the documented tolerance. `d_batch_std` is optional:
+// one device `float` with the batch std to use under `CARE_SCALE_BATCH_STD` (for example one
+// all-reduced across ranks); NULL computes it from this call's rewards. A singleton group under
+// the `error` policy or an infinite reward cannot stop the kernel: it is reported by
+// `care_gpu_group_advantages_status`, which reads `launch->workspace`.
+care_result care_gpu_group_advantages(const struct care_rewards *rewards,
+                                      const struct care_group_layout *layout,
                                       const struct care_advantage_options *options,
-                                      float *d_advantages_out,
-                                      size_t advantages_len,
-                                      struct care_group_stats *d_stats_out,
-                                      size_t stats_len,
+                                      const struct care_advantage_outputs *outputs,
                                       const float *d_batch_std,
-                                      void *d_workspace,
-                                      size_t workspace_len,
-                                      void *stream);
+                                      const struct care_gpu_launch *launch);
 
-// Synchronizes `stream` and reads the status word that `care_gpu_group_advantages` left in
-// `d_workspace`: `CARE_OK`, `CARE_ERR_NON_FINITE` (an infinite valid reward) or
+// Synchronizes `launch->stream` and reads the status that `care_gpu_group_advantages` left in
+// `launch->workspace`: `CARE_OK`, `CARE_ERR_NON_FINITE` (an infinite valid reward) or
 // `CARE_ERR_SINGLETON_GROUP` (singleton policy `error`).
-care_result care_gpu_advantage_status(const void *d_workspace, size_t workspace_len, void *stream);
+care_result care_gpu_group_advantages_status(const struct care_gpu_launch *launch);
 
-// Synchronizes `stream`, then resets the device loss-statistics accumulator `d_stats`
-// (`CARE_GPU_LOSS_STATS_BYTES`) to empty. `care_gpu_policy_loss` adds into it, so one accumulator
-// can collect several micro-batches.
-care_result care_gpu_loss_stats_reset(void *d_stats, size_t stats_len, void *stream);
+// Synchronizes `launch->stream`, then resets the device loss-statistics accumulator `d_stats`
+// (`stats_len == CARE_GPU_LOSS_STATS_BYTES`) to empty. `care_gpu_policy_loss` adds into it, so
+// one accumulator can collect several micro-batches.
+care_result care_gpu_loss_stats_reset(void *d_stats,
+                                      size_t stats_len,
+                                      const struct care_gpu_launch *launch);
 
-// Synchronizes `stream` and reads the device loss-statistics accumulator into `*stats_out`.
+// Synchronizes `launch->stream` and reads the device loss-statistics accumulator `d_stats`
+// into `*stats_out`.
 care_result care_gpu_loss_stats_read(const void *d_stats,
                                      size_t stats_len,
-                                     void *stream,
+                                     const struct care_gpu_launch *launch,
                                      struct care_loss_stats *stats_out);
 
-// The fused clipped-ratio loss on the GPU, asynchronously on `stream`: writes the gradient
-// `d_grad_out[grad_len]` (`== logp_len`; `float`, or the input dtype when
-// `grad_in_input_dtype` is 1) and adds this call's statistics into `d_stats`
-// (`CARE_GPU_LOSS_STATS_BYTES`, see `care_gpu_loss_stats_reset` / `_read`; the loss is
-// `stats.loss`). Log-prob arrays hold `dtype` (`care_dtype`) elements; optional ones are
-// (NULL, 0); every given per-token length must equal `logp_len`. `max_seq_len` is the longest
-// sequence if known (geometry only), else 0. Other arguments as `care_policy_loss_f32`.
-care_result care_gpu_policy_loss(uint32_t dtype,
-                                 const void *d_logp,
-                                 size_t logp_len,
-                                 const void *d_logp_old,
-                                 size_t logp_old_len,
-                                 const void *d_logp_ref,
-                                 size_t logp_ref_len,
-                                 const uint32_t *d_seq_offsets,
-                                 size_t seq_offsets_len,
-                                 const uint8_t *d_mask,
-                                 size_t mask_len,
-                                 const float *d_advantages,
-                                 size_t advantages_len,
-                                 uint32_t advantages_kind,
+// The fused policy loss on the GPU, asynchronously on `launch->stream`: the inputs and
+// options of `care_policy_loss` (device memory), the gradient into `d_grad_out[grad_len]`
+// (`== T`; (NULL, 0) for loss and statistics only) as `grad_dtype` elements
+// (`CARE_DTYPE_F32`, or the inputs' dtype), and this call's statistics added into the device
+// accumulator `d_stats` (`CARE_GPU_LOSS_STATS_BYTES`; see `care_gpu_loss_stats_reset` /
+// `_read`; the loss is `stats.loss`; (NULL, 0) to skip). Same results as `care_policy_loss`
+// within the documented tolerance, the policy-loss family and the rollout correction included,
+// except Clip-Cov and KL-Cov (`CARE_ERR_INVALID_ARGUMENT`: their batch-wide covariance
+// selection runs on the CPU only).
+care_result care_gpu_policy_loss(const struct care_loss_inputs *inputs,
                                  const struct care_loss_options *options,
-                                 uint32_t max_seq_len,
                                  void *d_grad_out,
                                  size_t grad_len,
-                                 uint32_t grad_in_input_dtype,
+                                 uint32_t grad_dtype,
                                  void *d_stats,
                                  size_t stats_len,
-                                 void *d_workspace,
-                                 size_t workspace_len,
-                                 void *stream);
+                                 const struct care_gpu_launch *launch);
 
-// Selective log-softmax on the CPU (the `f64` reference, outputs rounded to `float`):
-// `logp_out[rows]` = `log softmax(x_i / temperature)[y_i]`, and optionally the entropy
-// `entropy_out[rows]` and the log-sum-exp of the scaled logits `lse_out[rows]` ((NULL, 0) to
-// skip). `logits[logits_len]` holds `dtype` elements (`care_dtype`), `logits_len >=
-// (rows - 1) * row_stride + vocab`; `targets[targets_len]` (`== rows`) are `int64_t` when
-// `targets_i64` is 1, else `int32_t`; `mask` optional (`mask_len` 0 or `rows`).
+// Selective log-softmax on the CPU (the `f64` reference, outputs rounded to `float`): for
+// every row `i`, `outputs->logp[i] = log softmax(x_i / T)[y_i]`, and the entropy and
+// log-sum-exp when asked for. Errors: `CARE_ERR_INVALID_ARGUMENT` for a temperature that is
+// not finite and positive, `vocab == 0`, `row_stride < vocab`, or a counted row's target
+// outside `0..vocab` (nothing is written).
 //
-// Errors: `CARE_ERR_INVALID_ARGUMENT` for `temperature` not finite and positive, `vocab == 0`,
-// `row_stride < vocab`, or a counted row's target outside `0..vocab` (nothing is written).
-care_result care_log_softmax(uint32_t dtype,
-                             const void *logits,
-                             size_t logits_len,
-                             size_t rows,
-                             size_t vocab,
-                             size_t row_stride,
-                             const void *targets,
-                             size_t targets_len,
-                             uint32_t targets_i64,
-                             const uint8_t *mask,
-                             size_t mask_len,
-                             double temperature,
-                             float *logp_out,
-                             size_t logp_len,
-                             float *entropy_out,
-                             size_t entropy_len,
-                             float *lse_out,
-                             size_t lse_len);
+// ```c
+// care_logits x = {sizeof x, CARE_DTYPE_BF16, logits, rows * V, rows, V, V,
+//                  targets, rows, 1 /* int64 */, NULL, 0, 1.0};
+// care_log_softmax_outputs out = {sizeof out, logp, rows, NULL, 0, NULL, 0};
+// care_result r = care_selective_log_softmax(&x, &out);
+// ```
+care_result care_selective_log_softmax(const struct care_logits *logits,
+                                       const struct care_log_softmax_outputs *outputs);
 
-// Backward of `care_log_softmax` on the CPU: `dlogits_out[rows * vocab]` (dense, `float`) =
-// `dL/dx` from `dlogp[rows]` and, optionally, `dentropy[rows]` ((NULL, 0) for no entropy
-// term). Masked rows get exact zeros. Arguments and errors as `care_log_softmax`.
-care_result care_log_softmax_backward(uint32_t dtype,
-                                      const void *logits,
-                                      size_t logits_len,
-                                      size_t rows,
-                                      size_t vocab,
-                                      size_t row_stride,
-                                      const void *targets,
-                                      size_t targets_len,
-                                      uint32_t targets_i64,
-                                      const uint8_t *mask,
-                                      size_t mask_len,
-                                      double temperature,
-                                      const float *dlogp,
-                                      size_t dlogp_len,
-                                      const float *dentropy,
-                                      size_t dentropy_len,
-                                      float *dlogits_out,
-                                      size_t dlogits_len);
+// Backward of `care_selective_log_softmax` on the CPU: `dlogits_out[rows * vocab]` (dense,
+// `float`) = `dL/dx` from `grads` (see `care_log_softmax_grads`). Masked rows get exact
+// zeros. Errors as `care_selective_log_softmax`; `dlogits_len != rows * vocab` is
+// `CARE_ERR_LENGTH_MISMATCH`.
+care_result care_selective_log_softmax_backward(const struct care_logits *logits,
+                                                const struct care_log_softmax_grads *grads,
+                                                float *dlogits_out,
+                                                size_t dlogits_len);
 
-// Selective log-softmax on the GPU, asynchronously on `stream` (NULL = legacy default stream)
-// in the context current on this thread (else the primary context of the pointer's device).
-// `d_logits` holds `rows` rows of `vocab` `dtype` elements, `row_stride` elements apart (any
-// stride `>= vocab`, any alignment of the element type; 16-byte aligned rows are fastest);
-// `d_targets[targets_len]` (`== rows`) `int32_t` or `int64_t` (`targets_i64`); `d_mask`
-// optional. Writes `d_logp_out[rows]` and, when given, `d_entropy_out[rows]` and
-// `d_lse_out[rows]` (the backward pass needs `lse`). `d_workspace`: at least
-// `CARE_GPU_WORKSPACE_BYTES`, 16-byte aligned; `care_gpu_log_softmax_status` reads it.
-// Same results as `care_log_softmax` within the documented tolerance; a bad target gives NaN
-// and is reported by `care_gpu_log_softmax_status`.
-care_result care_gpu_log_softmax(uint32_t dtype,
-                                 const void *d_logits,
-                                 size_t rows,
-                                 uint32_t vocab,
-                                 size_t row_stride,
-                                 const void *d_targets,
-                                 size_t targets_len,
-                                 uint32_t targets_i64,
-                                 const uint8_t *d_mask,
-                                 size_t mask_len,
-                                 double temperature,
-                                 float *d_logp_out,
-                                 size_t logp_len,
-                                 float *d_entropy_out,
-                                 size_t entropy_len,
-                                 float *d_lse_out,
-                                 size_t lse_len,
-                                 void *d_workspace,
-                                 size_t workspace_len,
-                                 void *stream);
+// The fused path from logits to the policy loss (SPEC §10, token layout over the rows) on the
+// CPU, forward half, as `care_gpu_logits_policy_loss`: the selective log-softmax of `logits`
+// gives `outputs->logp` (and `lse`), the loss of `inputs` on them gives `*loss_out`, the
+// statistics (`stats_out`, optional) and `outputs->dlogp`; then
+// `care_selective_log_softmax_backward` with `dlogp` gives `dL/dlogits`. `inputs->logp` and
+// `inputs->mask` are (NULL, 0) (the log-probs are computed here; the logits' mask is the token
+// mask), `inputs->dtype` is `CARE_DTYPE_F32` (`logp_old`, `logp_ref` are `float`), and
+// `T = logits->rows`; otherwise `CARE_ERR_INVALID_ARGUMENT`.
+care_result care_logits_policy_loss(const struct care_logits *logits,
+                                    const struct care_loss_inputs *inputs,
+                                    const struct care_loss_options *options,
+                                    const struct care_logits_loss_outputs *outputs,
+                                    double *loss_out,
+                                    struct care_loss_stats *stats_out);
 
-// Synchronizes `stream` and reads the status word that `care_gpu_log_softmax` or
-// `care_gpu_logits_policy_loss` left in `d_workspace`: `CARE_OK`, or
+// Selective log-softmax on the GPU, asynchronously on `launch->stream`: as
+// `care_selective_log_softmax` (the same structs, device memory; any row stride `>= vocab`
+// and any alignment of the element type, 16-byte aligned rows being fastest) within the
+// documented tolerance. A counted row's target outside `0..vocab` cannot stop the kernel: the
+// row's `logp` is NaN and `care_gpu_selective_log_softmax_status` reports it.
+care_result care_gpu_selective_log_softmax(const struct care_logits *logits,
+                                           const struct care_log_softmax_outputs *outputs,
+                                           const struct care_gpu_launch *launch);
+
+// Synchronizes `launch->stream` and reads the status that `care_gpu_selective_log_softmax` or
+// `care_gpu_logits_policy_loss` left in `launch->workspace`: `CARE_OK`, or
 // `CARE_ERR_INVALID_ARGUMENT` when a counted row's target was outside `0..vocab`.
-care_result care_gpu_log_softmax_status(const void *d_workspace,
-                                        size_t workspace_len,
-                                        void *stream);
+care_result care_gpu_selective_log_softmax_status(const struct care_gpu_launch *launch);
 
-// Backward of `care_gpu_log_softmax`, asynchronously on `stream`: writes
-// `d_dlogits_out` (`dtype`, `rows` rows `dlogits_row_stride` elements apart) =
-// `(g / T) * (onehot - softmax) - (e / T) * p * (log p + H)` from `d_dlogp[rows]` (optional:
-// (NULL, 0) is 0) and `d_dentropy[rows]` (optional; needs the forward's `d_entropy`), using
-// the forward's `d_lse[rows]`. Pass `d_dlogits_out = d_logits` with the same stride to
-// overwrite the logits in place. Masked rows get zeros.
-care_result care_gpu_log_softmax_backward(uint32_t dtype,
-                                          const void *d_logits,
-                                          size_t rows,
-                                          uint32_t vocab,
-                                          size_t row_stride,
-                                          const void *d_targets,
-                                          size_t targets_len,
-                                          uint32_t targets_i64,
-                                          const uint8_t *d_mask,
-                                          size_t mask_len,
-                                          double temperature,
-                                          const float *d_lse,
-                                          size_t lse_len,
-                                          const float *d_entropy,
-                                          size_t entropy_len,
-                                          const float *d_dlogp,
-                                          size_t dlogp_len,
-                                          const float *d_dentropy,
-                                          size_t dentropy_len,
-                                          void *d_dlogits_out,
-                                          size_t dlogits_row_stride,
-                                          void *stream);
+// Backward of `care_gpu_selective_log_softmax`, asynchronously on `launch->stream`: writes
+// `d_dlogits_out` (the logits' dtype; `rows` rows `dlogits_row_stride` elements apart,
+// `dlogits_len >= (rows - 1) * dlogits_row_stride + vocab`) =
+// `(g / T) * (onehot - softmax) - (e / T) * p * (log p + H)` from `grads` (its `lse` is
+// required, its `entropy` with `dentropy`). Pass `d_dlogits_out = logits->logits` with the same
+// stride to overwrite the logits in place. Masked rows get zeros. Uses no workspace.
+care_result care_gpu_selective_log_softmax_backward(const struct care_logits *logits,
+                                                    const struct care_log_softmax_grads *grads,
+                                                    void *d_dlogits_out,
+                                                    size_t dlogits_len,
+                                                    size_t dlogits_row_stride,
+                                                    const struct care_gpu_launch *launch);
 
-// The fused path from logits to the policy loss (SPEC §10, token-level layout over the rows),
-// forward half, asynchronously on `stream`: the selective log-softmax writes
-// `d_logp_out[rows]` and `d_lse_out[rows]`, then the loss writes `d_dlogp_out[rows]`
-// (`dL/dlogp`, `float`) and adds its statistics into `d_stats` (see
-// `care_gpu_loss_stats_reset` / `_read`). Then call `care_gpu_log_softmax_backward` with
-// `d_dlogp_out` and `d_lse_out` (in place over the logits if they are not needed any more)
-// to get `dlogits`. `d_logp_old` / `d_logp_ref` are `float` (optional); sequences, mask,
-// advantages and `options` as `care_gpu_policy_loss`. The status word in `d_workspace`
-// reports bad targets (`care_gpu_log_softmax_status`).
-care_result care_gpu_logits_policy_loss(uint32_t dtype,
-                                        const void *d_logits,
-                                        size_t rows,
-                                        uint32_t vocab,
-                                        size_t row_stride,
-                                        const void *d_targets,
-                                        size_t targets_len,
-                                        uint32_t targets_i64,
-                                        const uint8_t *d_mask,
-                                        size_t mask_len,
-                                        double temperature,
-                                        const float *d_logp_old,
-                                        size_t logp_old_len,
-                                        const float *d_logp_ref,
-                                        size_t logp_ref_len,
-                                        const uint32_t *d_seq_offsets,
-                                        size_t seq_offsets_len,
-                                        const float *d_advantages,
-                                        size_t advantages_len,
-                                        uint32_t advantages_kind,
-                                        const struct care_loss_options *options_,
-                                        uint32_t max_seq_len,
-                                        float *d_logp_out,
-                                        size_t logp_len,
-                                        float *d_lse_out,
-                                        size_t lse_len,
-                                        float *d_dlogp_out,
-                                        size_t dlogp_len,
+// The fused path from logits to the policy loss on the GPU, forward half, asynchronously on
+// `launch->stream`: as `care_logits_policy_loss` (the same structs, device memory; `lse` is
+// required), except that the loss statistics are added into the device accumulator `d_stats`
+// (`CARE_GPU_LOSS_STATS_BYTES`, see `care_gpu_loss_stats_reset` / `_read`; the loss is
+// `stats.loss`; (NULL, 0) to skip). Then `care_gpu_selective_log_softmax_backward` with
+// `outputs->dlogp` and `outputs->lse` (in place over the logits if they are not needed any
+// more) gives `dL/dlogits`. Bad targets are reported by
+// `care_gpu_selective_log_softmax_status`.
+care_result care_gpu_logits_policy_loss(const struct care_logits *logits,
+                                        const struct care_loss_inputs *inputs,
+                                        const struct care_loss_options *options,
+                                        const struct care_logits_loss_outputs *outputs,
                                         void *d_stats,
                                         size_t stats_len,
-                                        void *d_workspace,
-                                        size_t workspace_len,
-                                        void *stream);
+                                        const struct care_gpu_launch *launch);
 
 // Writes the SPEC §10 default loss options into `*options_out` (eps 0.2/0.2, no dual clip,
 // clamps 20/10/20/10, beta 0, k3, token ratio, token mean, local denominators).
@@ -1130,87 +1448,46 @@ care_result care_loss_options_default(struct care_loss_options *options_out);
 // Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown preset.
 care_result care_loss_options_preset(uint32_t preset, struct care_loss_options *options_out);
 
-// Writes the options of the loss preset named `(name, name_len)` (`"verl"`, `"trl"`).
+// Writes the options of the loss preset named `(name, name_len)` (the names of
+// `care_loss_preset`: `"verl"`, `"trl"`, ..., `"openrlhf_gspo"`).
 // Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown name.
 care_result care_loss_options_preset_by_name(const char *name,
                                              size_t name_len,
                                              struct care_loss_options *options_out);
 
-// The clipped-ratio policy loss of one micro-batch with `f32` log-probs, its gradient
-// `grad_out[T] = dL/dlogp` and, if `stats_out` is not NULL, its stats.
-//
-// Token layout: `seq_offsets[B + 1]` CSR offsets (last = `T`). `logp[T]`; `logp_old` optional
-// (NULL, 0: on-policy); `logp_ref` optional (KL term when `beta > 0`); `mask` optional
-// (non-zero = counted); `advantages[B]` or `[T]` per `advantages_kind`
-// (`care_advantages_kind`); `options` NULL for the defaults. Every given per-token length must
-// equal `logp_len` (`CARE_ERR_LENGTH_MISMATCH`).
+// The policy loss of one micro-batch (SPEC §10 and the policy-loss family, with the rollout
+// correction when `inputs->logp_rollout` is given) on the CPU: its gradient
+// `grad_out[grad_len]` (`dL/dlogp`, `float`, `grad_len == T`), the loss into `*loss_out` and,
+// if `stats_out` is not NULL, the statistics. `options` NULL: the defaults. The rollout
+// diagnostics come from `care_rollout_correction` on the same inputs.
 //
 // ```c
+// care_loss_inputs in = {sizeof in, CARE_DTYPE_F32, logp, T, logp_old, T, NULL, 0,
+//                        offs, B + 1, mask, T, adv, B, CARE_ADVANTAGES_PER_SEQUENCE, 0};
 // double loss; care_loss_stats st; float grad[T];
-// care_result r = care_policy_loss_f32(logp, T, logp_old, T, NULL, 0, offs, B + 1, mask, T,
-//                                      adv, B, CARE_ADVANTAGES_PER_SEQUENCE, NULL,
-//                                      grad, T, &loss, &st);
+// care_result r = care_policy_loss(&in, NULL, grad, T, &loss, &st);
 // ```
-care_result care_policy_loss_f32(const float *logp,
-                                 size_t logp_len,
-                                 const float *logp_old,
-                                 size_t logp_old_len,
-                                 const float *logp_ref,
-                                 size_t logp_ref_len,
-                                 const uint32_t *seq_offsets,
-                                 size_t seq_offsets_len,
-                                 const uint8_t *mask,
-                                 size_t mask_len,
-                                 const float *advantages,
-                                 size_t advantages_len,
-                                 uint32_t advantages_kind,
-                                 const struct care_loss_options *options,
-                                 float *grad_out,
-                                 size_t grad_len,
-                                 double *loss_out,
-                                 struct care_loss_stats *stats_out);
+care_result care_policy_loss(const struct care_loss_inputs *inputs,
+                             const struct care_loss_options *options,
+                             float *grad_out,
+                             size_t grad_len,
+                             double *loss_out,
+                             struct care_loss_stats *stats_out);
 
-// As `care_policy_loss_f32`, with bf16 log-probs given as their raw 16-bit patterns
-// (`uint16_t`, e.g. `torch.bfloat16` storage). The gradient is `f32`.
-care_result care_policy_loss_bf16(const uint16_t *logp,
-                                  size_t logp_len,
-                                  const uint16_t *logp_old,
-                                  size_t logp_old_len,
-                                  const uint16_t *logp_ref,
-                                  size_t logp_ref_len,
-                                  const uint32_t *seq_offsets,
-                                  size_t seq_offsets_len,
-                                  const uint8_t *mask,
-                                  size_t mask_len,
-                                  const float *advantages,
-                                  size_t advantages_len,
-                                  uint32_t advantages_kind,
-                                  const struct care_loss_options *options,
-                                  float *grad_out,
-                                  size_t grad_len,
-                                  double *loss_out,
-                                  struct care_loss_stats *stats_out);
-
-// As `care_policy_loss_f32`, with IEEE half (f16) log-probs given as their raw 16-bit
-// patterns (`uint16_t`). The gradient is `f32`.
-care_result care_policy_loss_f16(const uint16_t *logp,
-                                 size_t logp_len,
-                                 const uint16_t *logp_old,
-                                 size_t logp_old_len,
-                                 const uint16_t *logp_ref,
-                                 size_t logp_ref_len,
-                                 const uint32_t *seq_offsets,
-                                 size_t seq_offsets_len,
-                                 const uint8_t *mask,
-                                 size_t mask_len,
-                                 const float *advantages,
-                                 size_t advantages_len,
-                                 uint32_t advantages_kind,
-                                 const struct care_loss_options *options,
-                                 float *grad_out,
-                                 size_t grad_len,
-                                 double *loss_out,
-                                 struct care_loss_stats *stats_out);
+// The rollout correction on its own (CPU): per counted token the importance weight the loss
+// applies (`weights_out[T]`, 0 for a rejected token) and whether the token stays in the loss
+// (`keep_out[T]`, 1/0; a masked token gets weight 0 and keep 0), and the diagnostics into
+// `*stats_out` (optional, NULL to skip). `inputs` as for `care_policy_loss`, with
+// `logp_rollout` required; the proximal log-probs are `logp_old`, or `logp` when it is absent;
+// the advantages are not read. `options->rollout` (NULL: the defaults) says which weights and
+// criteria apply.
+care_result care_rollout_correction(const struct care_loss_inputs *inputs,
+                                    const struct care_loss_options *options,
+                                    float *weights_out,
+                                    size_t weights_len,
+                                    uint8_t *keep_out,
+                                    size_t keep_len,
+                                    struct care_rollout_stats *stats_out);
 
 // Adds the stats of another micro-batch or rank into `*acc` (sums add, min/max combine).
 // Start from `care_loss_stats_empty`.
@@ -1233,7 +1510,7 @@ const char *care_result_message(uint32_t result);
 care_result care_score_options_default(struct care_score_options *options_out);
 
 // Writes the paper's preference options (`tau = 0.7`, normalized scores).
-care_result care_pref_options_default(struct care_pref_options *options_out);
+care_result care_preference_options_default(struct care_preference_options *options_out);
 
 // Writes the paper's generator options (`lambda = 0.1`, `gamma = 0.3`, unknown labels: error).
 care_result care_generator_options_default(struct care_generator_options *options_out);
@@ -1253,8 +1530,8 @@ care_result care_policy_reward(const struct care_rubric *rubric,
                                double *reward_out,
                                struct care_reward_detail *detail_out);
 
-// The policy reward of `rewards_len` responses under one rubric (one GRPO group or a whole
-// batch). `scores` is response-major: response `j`'s scores are
+// The policy reward of the `rewards_len` responses of one GRPO group (or of a whole batch)
+// under one rubric. `scores` is response-major: response `j`'s scores are
 // `scores[j * total .. (j + 1) * total]` (`scores_len == rewards_len * total`, else
 // `CARE_ERR_LENGTH_MISMATCH`). A response that breaks an `error` policy gets a NaN reward
 // (an invalid sample for the advantage functions) and is counted in `*report_out` (optional);
@@ -1262,46 +1539,50 @@ care_result care_policy_reward(const struct care_rubric *rubric,
 //
 // ```c
 // double rewards[G];
-// care_batch_report rep;
-// care_result r = care_policy_reward_batch(rubric, scores, G * total, NULL, rewards, G, &rep);
+// care_group_report rep;
+// care_result r = care_policy_reward_group(rubric, scores, G * total, NULL, rewards, G, &rep);
 // ```
-care_result care_policy_reward_batch(const struct care_rubric *rubric,
+care_result care_policy_reward_group(const struct care_rubric *rubric,
                                      const double *scores,
                                      size_t scores_len,
                                      const struct care_score_options *options,
                                      double *rewards_out,
                                      size_t rewards_len,
-                                     struct care_batch_report *report_out);
+                                     struct care_group_report *report_out);
 
-// The preference reward (paper Eq. 3) of a chosen over a rejected response under one rubric:
-// two flat score arrays of `care_rubric_total_criteria` raw scores each. Antisymmetric.
-// `score_options` / `pref_options` NULL: defaults (`tau = 0.7`).
+// The preference reward (paper Eq. 3) of the chosen over the rejected response of `pair`
+// under one rubric (both flat score arrays of `care_rubric_total_criteria` raw scores).
+// Antisymmetric. `score_options` / `preference_options` NULL: defaults (`tau = 0.7`).
+//
+// ```c
+// care_preference_pair pair = {sizeof pair, chosen, total, rejected, total};
+// double reward;
+// care_result r = care_preference_reward(rubric, &pair, NULL, NULL, &reward, NULL);
+// ```
 care_result care_preference_reward(const struct care_rubric *rubric,
-                                   const double *chosen,
-                                   size_t chosen_len,
-                                   const double *rejected,
-                                   size_t rejected_len,
+                                   const struct care_preference_pair *pair,
                                    const struct care_score_options *score_options,
-                                   const struct care_pref_options *pref_options,
+                                   const struct care_preference_options *preference_options,
                                    double *reward_out,
                                    struct care_reward_detail *detail_out);
 
 // Counts strategy labels per dimension (paper Eq. 2; ESConv and MINT labels, trimmed and
-// case-insensitive, `[Question]` accepted, a repeated label counted once). Labels are
-// `count` UTF-8 strings given as `labels[i]` with byte length `label_lens[i]`;
-// `unknown_policy` is a `care_unknown_label_policy`.
+// case-insensitive, `[Question]` accepted, a repeated label counted once) into the
+// `care_strategy_counts` at `*counts_out`. Labels are `count` UTF-8 strings given as
+// `labels[i]` with byte length `label_lens[i]`; `unknown_policy` is a
+// `care_unknown_label_policy`.
 //
 // ```c
 // const char *labels[] = {"Question", "Affirmation and Reassurance"};
 // size_t lens[] = {8, 27};
 // care_strategy_counts c;
-// care_strategy_count(labels, lens, 2, CARE_UNKNOWN_LABEL_ERROR, &c);
+// care_strategy_counts_from_labels(labels, lens, 2, CARE_UNKNOWN_LABEL_ERROR, &c);
 // ```
-care_result care_strategy_count(const char *const *labels,
-                                const size_t *label_lens,
-                                size_t count,
-                                uint32_t unknown_policy,
-                                struct care_strategy_counts *counts_out);
+care_result care_strategy_counts_from_labels(const char *const *labels,
+                                             const size_t *label_lens,
+                                             size_t count,
+                                             uint32_t unknown_policy,
+                                             struct care_strategy_counts *counts_out);
 
 // The alignment reward `r_align` (SPEC §6) of weights `weights[3]` (normalized as for scoring)
 // and strategy counts `counts[3]`: 0, 0.5 or 1 into `*reward_out`.
@@ -1311,47 +1592,41 @@ care_result care_alignment_reward(const double *weights,
                                   size_t counts_len,
                                   double *reward_out);
 
-// The generator reward (paper Eq. 4) of rubric text: validates `(text, text_len)` under
-// `policy`, then `r_pref` of `chosen` over `rejected` scores (flat arrays over the parsed
+// The generator reward (paper Eq. 4) of rubric text: validates `inputs->text` under `policy`,
+// then `r_pref` of `inputs->chosen` over `inputs->rejected` scores (flat arrays over the parsed
 // rubric's criteria; ignored when it does not parse), `r_align` of the chosen response's
 // tactic labels, and `r_fmt`. Every options pointer may be NULL (paper defaults).
-care_result care_generator_reward(const char *text,
-                                  size_t text_len,
-                                  const double *chosen,
-                                  size_t chosen_len,
-                                  const double *rejected,
-                                  size_t rejected_len,
-                                  const char *const *labels,
-                                  const size_t *label_lens,
-                                  size_t label_count,
+//
+// ```c
+// care_generator_inputs in = {sizeof in, json, json_len, chosen, total, rejected, total,
+//                             labels, lens, 2};
+// care_generator_result g;
+// care_result r = care_generator_reward(&in, NULL, NULL, NULL, NULL, &g);
+// ```
+care_result care_generator_reward(const struct care_generator_inputs *inputs,
                                   const struct care_format_policy *policy,
                                   const struct care_score_options *score_options,
-                                  const struct care_pref_options *pref_options,
+                                  const struct care_preference_options *preference_options,
                                   const struct care_generator_options *generator_options,
                                   struct care_generator_result *result_out);
 
-// Renders the rubric-conditioned judge prompt (dialogue context lines, the seeker's latest
-// turn, the candidate response, every criterion with its anchors, the output shape) into
-// `(buf, buf_len)` (UTF-8, not NUL-terminated) and its length into `*len_out`. When the buffer
-// is too small, nothing is copied, `*len_out` receives the size needed and the result is
-// `CARE_ERR_BUFFER_TOO_SMALL`; pass `(NULL, 0)` to ask for the size first.
+// Renders the rubric-conditioned judge prompt for `inputs` (dialogue context lines, the
+// seeker's latest turn, the candidate response; then every criterion with its anchors and the
+// output shape) into `(buf, buf_len)` (UTF-8, not NUL-terminated) and its length into
+// `*len_out`. When the buffer is too small, nothing is copied, `*len_out` receives the size
+// needed and the result is `CARE_ERR_BUFFER_TOO_SMALL`; pass `(NULL, 0)` to ask for the size
+// first.
 //
 // ```c
+// care_judge_prompt_inputs in = {sizeof in, ctx, ctx_lens, n_ctx, seeker, seeker_len,
+//                                resp, resp_len};
 // size_t need = 0;
-// care_judge_prompt_render(rubric, ctx, ctx_lens, n_ctx, seeker, seeker_len,
-//                          resp, resp_len, NULL, 0, &need);   /* CARE_ERR_BUFFER_TOO_SMALL */
+// care_judge_prompt_render(rubric, &in, NULL, 0, &need);   /* CARE_ERR_BUFFER_TOO_SMALL */
 // char *prompt = malloc(need);
-// care_judge_prompt_render(rubric, ctx, ctx_lens, n_ctx, seeker, seeker_len,
-//                          resp, resp_len, prompt, need, &need);
+// care_judge_prompt_render(rubric, &in, prompt, need, &need);
 // ```
 care_result care_judge_prompt_render(const struct care_rubric *rubric,
-                                     const char *const *context,
-                                     const size_t *context_lens,
-                                     size_t context_count,
-                                     const char *seeker_turn,
-                                     size_t seeker_turn_len,
-                                     const char *response,
-                                     size_t response_len,
+                                     const struct care_judge_prompt_inputs *inputs,
                                      char *buf,
                                      size_t buf_len,
                                      size_t *len_out);
@@ -1456,12 +1731,12 @@ care_result care_rubric_validate(const char *text,
                                  const struct care_format_policy *policy,
                                  struct care_validation_report **report_out);
 
-// `r_fmt` of rubric JSON under `policy` (NULL: the paper's contract): 1.0 when the text passes
-// every check, else 0.0, into `*r_fmt_out`.
-care_result care_r_fmt(const char *text,
-                       size_t text_len,
-                       const struct care_format_policy *policy,
-                       double *r_fmt_out);
+// The format reward `r_fmt` of rubric JSON under `policy` (NULL: the paper's contract): 1.0
+// when the text passes every check, else 0.0, into `*reward_out`.
+care_result care_format_reward(const char *text,
+                               size_t text_len,
+                               const struct care_format_policy *policy,
+                               double *reward_out);
 
 // Writes the number of violations kept in the report (at most 64) into `*count_out`.
 care_result care_validation_report_count(const struct care_validation_report *report,

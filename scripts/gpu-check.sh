@@ -43,7 +43,7 @@ prepare)
     cp "$root/scripts/gpu-check.sh" "$dir/gpu-check.sh"
     # libcare for the examples and the PyTorch benchmark, with what they need around it, in the
     # repository's layout (compare_torch.py finds python/ relative to itself).
-    cargo build --release -p care-ffi
+    cargo build --release -p libcare
     mkdir -p "$dir/lib" "$dir/include" "$dir/examples" "$dir/python" "$dir/benches/gpu"
     cp "$root/target/release/libcare.so" "$dir/lib/" && strip "$dir/lib/libcare.so"
     cp "$root/include/care.h" "$dir/include/"

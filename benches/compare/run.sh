@@ -19,7 +19,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "numpy>=1.26" "pydantic>=2.5"
 
-cargo build --release --quiet -p care-cli -p care-ffi -p care-benches
+cargo build --release --quiet -p care-cli -p libcare -p care-benches
 GEN="${CARGO_TARGET_DIR:-target}/release/care-bench-gen"
 mkdir -p "$DATA"
 for kind in validate score; do

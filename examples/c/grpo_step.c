@@ -148,14 +148,14 @@ int main(int argc, char **argv) {
   size_t ctx_len[] = {strlen(ctx[0])};
   const char *seeker = "Should I just tell her how I feel?";
   const char *resp = "It makes sense that this feels awkward. What would you like her to know?";
+  care_judge_prompt_inputs dialogue = {sizeof dialogue, ctx, ctx_len, 1, seeker, strlen(seeker),
+                                       resp, strlen(resp)};
   size_t need = 0;
-  care_result r = care_judge_prompt_render(rubric, ctx, ctx_len, 1, seeker, strlen(seeker), resp,
-                                           strlen(resp), NULL, 0, &need);
+  care_result r = care_judge_prompt_render(rubric, &dialogue, NULL, 0, &need);
   if (r != CARE_ERR_BUFFER_TOO_SMALL) CHECK(r);
   char *prompt = malloc(need);
   size_t prompt_len = 0;
-  CHECK(care_judge_prompt_render(rubric, ctx, ctx_len, 1, seeker, strlen(seeker), resp,
-                                 strlen(resp), prompt, need, &prompt_len));
+  CHECK(care_judge_prompt_render(rubric, &dialogue, prompt, need, &prompt_len));
   printf("judge prompt: %zu bytes\n", prompt_len);
   free(prompt);
 
@@ -169,8 +169,8 @@ int main(int argc, char **argv) {
     if (jr.matched != total) { fprintf(stderr, "judge matched %u\n", jr.matched); return 1; }
   }
   double rewards[N];
-  care_batch_report br;
-  CHECK(care_policy_reward_batch(rubric, scores, N * total, NULL, rewards, N, &br));
+  care_group_report br;
+  CHECK(care_policy_reward_group(rubric, scores, N * total, NULL, rewards, N, &br));
   printf("rewards:");
   for (int j = 0; j < N; j++) printf(" %.6f", rewards[j]);
   printf(" (scored %u)\n", br.scored);
@@ -181,7 +181,11 @@ int main(int argc, char **argv) {
   care_advantage_options ao;
   CHECK(care_advantage_options_preset_by_name("verl", 4, &ao));
   care_group_stats gs[B];
-  CHECK(care_group_advantages(rf, N, NULL, 0, G, NULL, 0, &ao, adv, N, gs, B));
+  /* all samples valid; no lengths or baselines (only the OPO and ReMax baselines read them) */
+  care_rewards batch = {sizeof batch, rf, N, NULL, 0, NULL, 0, NULL, 0};
+  care_group_layout groups = {sizeof groups, G, NULL, 0};         /* B groups of G */
+  care_advantage_outputs aout = {sizeof aout, adv, N, gs, B};
+  CHECK(care_group_advantages(&batch, &groups, &ao, &aout));
   printf("advantages:");
   for (int j = 0; j < N; j++) printf(" %.6f", adv[j]);
   printf("\n");
@@ -204,8 +208,10 @@ int main(int argc, char **argv) {
   CHECK(care_loss_options_preset(CARE_LOSS_PRESET_VERL, &lo));
   double loss;
   care_loss_stats st;
-  CHECK(care_policy_loss_f32(logp, T, old, T, NULL, 0, seq, N + 1, mask, T, adv, N,
-                             CARE_ADVANTAGES_PER_SEQUENCE, &lo, grad, T, &loss, &st));
+  care_loss_inputs li = {sizeof li, CARE_DTYPE_F32, logp, T, old, T, NULL, 0, seq, N + 1,
+                         mask, T, adv, N, CARE_ADVANTAGES_PER_SEQUENCE, 0,
+                         NULL, 0 /* no rollout log-probs: no rollout correction */};
+  CHECK(care_policy_loss(&li, &lo, grad, T, &loss, &st));
   printf("loss: %.6f tokens %.0f clipped %.0f ratio %.6f..%.6f\n", loss, st.tokens, st.clipped,
          st.ratio_min, st.ratio_max);
   printf("grad:");
@@ -220,10 +226,13 @@ int main(int argc, char **argv) {
   } else {
     CUdeviceptr d_r = to_device(rf, sizeof rf), d_adv = to_device(NULL, sizeof adv);
     CUdeviceptr d_ws = to_device(NULL, CARE_GPU_WORKSPACE_BYTES);
-    CHECK(care_gpu_group_advantages((const float *)(uintptr_t)d_r, N, NULL, 0, G, NULL, 0, &ao,
-                                    (float *)(uintptr_t)d_adv, N, NULL, 0, NULL, (void *)(uintptr_t)d_ws,
-                                    CARE_GPU_WORKSPACE_BYTES, NULL));
-    CHECK(care_gpu_advantage_status((const void *)(uintptr_t)d_ws, CARE_GPU_WORKSPACE_BYTES, NULL));
+    /* The CPU structs again, with device addresses; NULL stream = the legacy default stream. */
+    care_gpu_launch launch = {sizeof launch, NULL, (void *)(uintptr_t)d_ws, CARE_GPU_WORKSPACE_BYTES};
+    care_rewards d_batch = batch;
+    d_batch.rewards = (const float *)(uintptr_t)d_r;
+    care_advantage_outputs d_aout = {sizeof d_aout, (float *)(uintptr_t)d_adv, N, NULL, 0};
+    CHECK(care_gpu_group_advantages(&d_batch, &groups, &ao, &d_aout, NULL, &launch));
+    CHECK(care_gpu_group_advantages_status(&launch));
     float gadv[N];
     cu.dtoh(gadv, d_adv, sizeof gadv);
     double adv_diff = max_abs_diff(gadv, adv, N);
@@ -233,17 +242,17 @@ int main(int argc, char **argv) {
     CUdeviceptr d_seq = to_device(seq, sizeof seq), d_mask = to_device(mask, T);
     CUdeviceptr d_grad = to_device(NULL, T * sizeof(float));
     CUdeviceptr d_stats = to_device(NULL, CARE_GPU_LOSS_STATS_BYTES);
-    CHECK(care_gpu_loss_stats_reset((void *)(uintptr_t)d_stats, CARE_GPU_LOSS_STATS_BYTES, NULL));
-    CHECK(care_gpu_policy_loss(CARE_DTYPE_F32, (const void *)(uintptr_t)d_logp, T,
-                               (const void *)(uintptr_t)d_old, T, NULL, 0,
-                               (const uint32_t *)(uintptr_t)d_seq, N + 1,
-                               (const uint8_t *)(uintptr_t)d_mask, T,
-                               (const float *)(uintptr_t)d_adv, N, CARE_ADVANTAGES_PER_SEQUENCE, &lo,
-                               0, (void *)(uintptr_t)d_grad, T, 0, (void *)(uintptr_t)d_stats,
-                               CARE_GPU_LOSS_STATS_BYTES, (void *)(uintptr_t)d_ws,
-                               CARE_GPU_WORKSPACE_BYTES, NULL));
+    care_loss_inputs d_li = li;
+    d_li.logp = (const void *)(uintptr_t)d_logp;
+    d_li.logp_old = (const void *)(uintptr_t)d_old;
+    d_li.seq_offsets = (const uint32_t *)(uintptr_t)d_seq;
+    d_li.mask = (const uint8_t *)(uintptr_t)d_mask;
+    d_li.advantages = (const float *)(uintptr_t)d_adv;
+    CHECK(care_gpu_loss_stats_reset((void *)(uintptr_t)d_stats, CARE_GPU_LOSS_STATS_BYTES, &launch));
+    CHECK(care_gpu_policy_loss(&d_li, &lo, (void *)(uintptr_t)d_grad, T, CARE_DTYPE_F32,
+                               (void *)(uintptr_t)d_stats, CARE_GPU_LOSS_STATS_BYTES, &launch));
     care_loss_stats gst;
-    CHECK(care_gpu_loss_stats_read((const void *)(uintptr_t)d_stats, CARE_GPU_LOSS_STATS_BYTES, NULL, &gst));
+    CHECK(care_gpu_loss_stats_read((const void *)(uintptr_t)d_stats, CARE_GPU_LOSS_STATS_BYTES, &launch, &gst));
     float *ggrad = malloc(T * sizeof(float));
     cu.dtoh(ggrad, d_grad, T * sizeof(float));
     printf("gpu loss: %.6f (cpu %.6f) tokens %.0f max |grad diff| %.3g\n", gst.loss, loss,

@@ -145,15 +145,13 @@ class Rubric {
       ptrs.push_back(c.data());
       lens.push_back(c.size());
     }
+    care_judge_prompt_inputs in{sizeof in, ptrs.data(), lens.data(), ptrs.size(),
+                                seeker.data(), seeker.size(), response.data(), response.size()};
     std::size_t need = 0;
-    care_result r = care_judge_prompt_render(h_, ptrs.data(), lens.data(), ptrs.size(),
-                                             seeker.data(), seeker.size(), response.data(),
-                                             response.size(), nullptr, 0, &need);
+    care_result r = care_judge_prompt_render(h_, &in, nullptr, 0, &need);
     if (r != CARE_ERR_BUFFER_TOO_SMALL) check(r);
     std::string s(need, '\0');
-    check(care_judge_prompt_render(h_, ptrs.data(), lens.data(), ptrs.size(), seeker.data(),
-                                   seeker.size(), response.data(), response.size(), s.data(),
-                                   s.size(), &need));
+    check(care_judge_prompt_render(h_, &in, s.data(), s.size(), &need));
     return s;
   }
 
@@ -168,10 +166,10 @@ class Rubric {
   /// Policy rewards of `scores.size() / total_criteria()` responses (response-major scores).
   std::vector<double> policy_rewards(const std::vector<double> &scores,
                                      const care_score_options *options = nullptr,
-                                     care_batch_report *report = nullptr) const {
+                                     care_group_report *report = nullptr) const {
     std::size_t total = total_criteria();
     std::vector<double> out(total ? scores.size() / total : 0);
-    check(care_policy_reward_batch(h_, scores.data(), scores.size(), options, out.data(),
+    check(care_policy_reward_group(h_, scores.data(), scores.size(), options, out.data(),
                                    out.size(), report));
     return out;
   }
@@ -195,9 +193,11 @@ inline std::vector<float> group_advantages(const std::vector<float> &rewards,
                                            std::vector<care_group_stats> *stats = nullptr) {
   std::vector<float> adv(rewards.size());
   if (stats && group_size) stats->assign(rewards.size() / group_size, care_group_stats{});
-  check(care_group_advantages(rewards.data(), rewards.size(), nullptr, 0, group_size, nullptr, 0,
-                              options, adv.data(), adv.size(), stats ? stats->data() : nullptr,
-                              stats ? stats->size() : 0));
+  care_rewards in{sizeof in, rewards.data(), rewards.size(), nullptr, 0, nullptr, 0, nullptr, 0};
+  care_group_layout groups{sizeof groups, group_size, nullptr, 0};
+  care_advantage_outputs out{sizeof out, adv.data(), adv.size(), stats ? stats->data() : nullptr,
+                             stats ? stats->size() : 0};
+  check(care_group_advantages(&in, &groups, options, &out));
   return adv;
 }
 
@@ -217,12 +217,21 @@ inline LossResult policy_loss(const std::vector<float> &logp, const std::vector<
                               const care_loss_options *options = nullptr) {
   LossResult r;
   r.grad.resize(logp.size());
-  check(care_policy_loss_f32(logp.data(), logp.size(), logp_old.empty() ? nullptr : logp_old.data(),
-                             logp_old.size(), nullptr, 0, seq_offsets.data(), seq_offsets.size(),
-                             mask.empty() ? nullptr : mask.data(), mask.size(),
-                             seq_advantages.data(), seq_advantages.size(),
-                             CARE_ADVANTAGES_PER_SEQUENCE, options, r.grad.data(), r.grad.size(),
-                             &r.loss, &r.stats));
+  care_loss_inputs in{};
+  in.struct_size = sizeof in;
+  in.dtype = CARE_DTYPE_F32;
+  in.logp = logp.data();
+  in.logp_len = logp.size();
+  in.logp_old = logp_old.empty() ? nullptr : logp_old.data();
+  in.logp_old_len = logp_old.size();
+  in.seq_offsets = seq_offsets.data();
+  in.seq_offsets_len = seq_offsets.size();
+  in.mask = mask.empty() ? nullptr : mask.data();
+  in.mask_len = mask.size();
+  in.advantages = seq_advantages.data();
+  in.advantages_len = seq_advantages.size();
+  in.advantages_kind = CARE_ADVANTAGES_PER_SEQUENCE;
+  check(care_policy_loss(&in, options, r.grad.data(), r.grad.size(), &r.loss, &r.stats));
   return r;
 }
 

@@ -152,7 +152,7 @@ int main(int argc, char **argv) try {
   }
   for (auto &t : workers) t.join();
 
-  care_batch_report br{};
+  care_group_report br{};
   std::vector<double> rewards = rubric.policy_rewards(scores, nullptr, &br);
   std::printf("rewards:");
   for (double r : rewards) std::printf(" %.6f", r);
@@ -196,24 +196,38 @@ int main(int argc, char **argv) try {
   } else {
     DeviceBuffer d_r(cu, rf.data(), rf.size() * sizeof(float)), d_adv(cu, nullptr, N * sizeof(float));
     DeviceBuffer d_ws(cu, nullptr, CARE_GPU_WORKSPACE_BYTES);
-    care::check(care_gpu_group_advantages(d_r.as<const float>(), N, nullptr, 0, G, nullptr, 0, &opts,
-                                          d_adv.as<float>(), N, nullptr, 0, nullptr, d_ws.as<void>(),
-                                          CARE_GPU_WORKSPACE_BYTES, nullptr));
-    care::check(care_gpu_advantage_status(d_ws.as<const void>(), CARE_GPU_WORKSPACE_BYTES, nullptr));
+    // The structs of the CPU calls, with device addresses.
+    care_gpu_launch launch{sizeof launch, nullptr, d_ws.as<void>(), CARE_GPU_WORKSPACE_BYTES};
+    care_rewards batch{sizeof batch, d_r.as<const float>(), N, nullptr, 0, nullptr, 0, nullptr, 0};
+    care_group_layout groups{sizeof groups, G, nullptr, 0};
+    care_advantage_outputs aout{sizeof aout, d_adv.as<float>(), N, nullptr, 0};
+    care::check(care_gpu_group_advantages(&batch, &groups, &opts, &aout, nullptr, &launch));
+    care::check(care_gpu_group_advantages_status(&launch));
     double adv_diff = max_abs_diff(d_adv.read<float>(N), adv);
     std::printf("gpu advantages: max |gpu - cpu| %.3g\n", adv_diff);
 
     DeviceBuffer d_logp(cu, logp.data(), T * sizeof(float)), d_old(cu, old.data(), T * sizeof(float));
     DeviceBuffer d_seq(cu, seq.data(), seq.size() * sizeof(uint32_t)), d_mask(cu, mask.data(), T);
     DeviceBuffer d_grad(cu, nullptr, T * sizeof(float)), d_stats(cu, nullptr, CARE_GPU_LOSS_STATS_BYTES);
-    care::check(care_gpu_loss_stats_reset(d_stats.as<void>(), CARE_GPU_LOSS_STATS_BYTES, nullptr));
-    care::check(care_gpu_policy_loss(
-        CARE_DTYPE_F32, d_logp.as<const void>(), T, d_old.as<const void>(), T, nullptr, 0,
-        d_seq.as<const uint32_t>(), seq.size(), d_mask.as<const uint8_t>(), T, d_adv.as<const float>(), N,
-        CARE_ADVANTAGES_PER_SEQUENCE, &lo, 0, d_grad.as<void>(), T, 0, d_stats.as<void>(),
-        CARE_GPU_LOSS_STATS_BYTES, d_ws.as<void>(), CARE_GPU_WORKSPACE_BYTES, nullptr));
+    care_loss_inputs in{};
+    in.struct_size = sizeof in;
+    in.dtype = CARE_DTYPE_F32;
+    in.logp = d_logp.as<const void>();
+    in.logp_len = T;
+    in.logp_old = d_old.as<const void>();
+    in.logp_old_len = T;
+    in.seq_offsets = d_seq.as<const uint32_t>();
+    in.seq_offsets_len = seq.size();
+    in.mask = d_mask.as<const uint8_t>();
+    in.mask_len = T;
+    in.advantages = d_adv.as<const float>();
+    in.advantages_len = N;
+    in.advantages_kind = CARE_ADVANTAGES_PER_SEQUENCE;
+    care::check(care_gpu_loss_stats_reset(d_stats.as<void>(), CARE_GPU_LOSS_STATS_BYTES, &launch));
+    care::check(care_gpu_policy_loss(&in, &lo, d_grad.as<void>(), T, CARE_DTYPE_F32,
+                                     d_stats.as<void>(), CARE_GPU_LOSS_STATS_BYTES, &launch));
     care_loss_stats gst{};
-    care::check(care_gpu_loss_stats_read(d_stats.as<const void>(), CARE_GPU_LOSS_STATS_BYTES, nullptr, &gst));
+    care::check(care_gpu_loss_stats_read(d_stats.as<const void>(), CARE_GPU_LOSS_STATS_BYTES, &launch, &gst));
     double grad_diff = max_abs_diff(d_grad.read<float>(T), l.grad);
     std::printf("gpu loss: %.6f (cpu %.6f) tokens %.0f max |grad diff| %.3g\n", gst.loss, l.loss,
                 gst.tokens, grad_diff);

@@ -36,7 +36,7 @@ fn run() -> Result<String, Box<dyn std::error::Error>> {
         .ok_or("usage: reference RUBRIC.json")?;
     let text = std::fs::read(&path)?;
     let mut out = String::new();
-    writeln!(out, "care abi {}", care::version::CARE_ABI_VERSION)?;
+    writeln!(out, "care abi {}", care_ffi::version::CARE_ABI_VERSION)?;
 
     let mut scratch = vec![0u8; text.len()];
     let v = care_core::validate(&text, &FormatPolicy::PAPER, &mut scratch)?;

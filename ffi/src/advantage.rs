@@ -4,8 +4,8 @@ use core::ffi::c_char;
 use core::mem::{align_of, offset_of, size_of};
 
 use care_core::grpo::{
-    AdvantageOptions, Baseline, GroupLayout, GroupStats, GroupSums, Preset, Scale, SingletonPolicy,
-    StdKind,
+    AdvantageOptions, Baseline, GroupInputs, GroupLayout, GroupStats, GroupSums, Preset, Reweight,
+    Scale, SingletonPolicy, StdKind,
 };
 
 use crate::args::{self, Out};
@@ -22,6 +22,24 @@ pub enum care_baseline {
     CARE_BASELINE_LEAVE_ONE_OUT = 1,
     /// Nothing is subtracted.
     CARE_BASELINE_NONE = 2,
+    /// OPO: the length-weighted group mean `sum_j l_j r_j / sum_j l_j` (needs
+    /// `care_rewards.lengths`).
+    CARE_BASELINE_LENGTH_WEIGHTED = 3,
+    /// ReMax: one baseline reward per sample, `A = r_i - b_i` (needs `care_rewards.baselines`).
+    CARE_BASELINE_EXTERNAL = 4,
+    /// pass@k: `A_i = max_j r_j - max_{j != i} r_j` (only a group's best sample gets credit).
+    CARE_BASELINE_PASS_K = 5,
+}
+
+/// A factor on the batch's advantages (`care_advantage_options.reweight`).
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum care_reweight {
+    /// None (default).
+    CARE_REWEIGHT_NONE = 0,
+    /// GPG: `alpha = N / (N - M)`, `M` the valid samples of groups without signal.
+    CARE_REWEIGHT_GPG = 1,
 }
 
 /// What the centered reward is divided by (`care_advantage_options.scale`).
@@ -62,7 +80,8 @@ pub enum care_singleton_policy {
 }
 
 /// Named advantage option sets that reproduce a trainer exactly (also by name:
-/// `"verl"`, `"trl"`, `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`).
+/// `"verl"`, `"trl"`, `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`, `"opo"`, `"remax"`,
+/// `"grpo_passk"`, `"gpg"`, `"reinforce_pp_baseline"`).
 #[allow(non_camel_case_types)]
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,11 +98,23 @@ pub enum care_advantage_preset {
     CARE_ADVANTAGE_PRESET_DR_GRPO = 4,
     /// RLOO: leave-one-out baseline, no scale.
     CARE_ADVANTAGE_PRESET_RLOO = 5,
+    /// verl `opo`: length-weighted baseline, no scale (needs `care_rewards.lengths`).
+    CARE_ADVANTAGE_PRESET_OPO = 6,
+    /// verl `remax`: external baseline (the greedy response's reward), no scale (needs
+    /// `care_rewards.baselines`).
+    CARE_ADVANTAGE_PRESET_REMAX = 7,
+    /// verl `grpo_passk`: pass@k baseline, group std.
+    CARE_ADVANTAGE_PRESET_GRPO_PASSK = 8,
+    /// GPG (paper): mean baseline, no scale, `alpha = N / (N - M)`.
+    CARE_ADVANTAGE_PRESET_GPG = 9,
+    /// verl `reinforce_plus_plus_baseline`, group part: mean baseline, no scale.
+    CARE_ADVANTAGE_PRESET_REINFORCE_PP_BASELINE = 10,
 }
 
 /// Options of the advantage functions. Initialize with `care_advantage_options_default` or
 /// `care_advantage_options_preset`, which set `struct_size`; then change fields. Enum fields
-/// hold `care_baseline`, `care_scale`, `care_std_kind` and `care_singleton_policy` values.
+/// hold `care_baseline`, `care_scale`, `care_std_kind`, `care_singleton_policy` and
+/// `care_reweight` values.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -98,10 +129,13 @@ pub struct care_advantage_options {
     pub std_kind: u32,
     /// A `care_singleton_policy`.
     pub singleton: u32,
-    /// Reserved, set to 0 (keeps `eps` 8-byte aligned on every target).
-    pub reserved: u32,
+    /// A `care_reweight` (0: none, the value every earlier caller left in this field).
+    pub reweight: u32,
     /// Added to the std before dividing; finite and `>= 0` (default 1e-6).
     pub eps: f64,
+    /// Lower bound of the std the advantages are divided by: `max(std, std_floor) + eps`;
+    /// finite and `>= 0` (default 0: off).
+    pub std_floor: f64,
 }
 
 /// Per-group statistics of the valid rewards.
@@ -145,26 +179,6 @@ const _: () = {
     assert!(offset_of!(care_group_sums, sum) == offset_of!(GroupSums, sum));
 };
 
-const BASELINES: [Baseline; 3] = [Baseline::Mean, Baseline::LeaveOneOut, Baseline::None];
-/// The presets the C struct can express: the later ones need the std floor, the GPG factor or
-/// per-sample inputs (lengths, external baselines) that `care_advantage_options` does not carry
-/// yet, and a preset must never be handed out with a field silently dropped.
-const C_PRESETS: [Preset; 6] = [
-    Preset::Verl,
-    Preset::Trl,
-    Preset::TrlBatch,
-    Preset::OpenRlhf,
-    Preset::DrGrpo,
-    Preset::Rloo,
-];
-const SCALES: [Scale; 3] = [Scale::GroupStd, Scale::BatchStd, Scale::None];
-const STD_KINDS: [StdKind; 2] = [StdKind::Unbiased, StdKind::Biased];
-const SINGLETONS: [SingletonPolicy; 3] = [
-    SingletonPolicy::Zero,
-    SingletonPolicy::Raw,
-    SingletonPolicy::Error,
-];
-
 fn to_c(o: &AdvantageOptions) -> care_advantage_options {
     care_advantage_options {
         struct_size: size_of::<care_advantage_options>() as u32,
@@ -172,12 +186,14 @@ fn to_c(o: &AdvantageOptions) -> care_advantage_options {
         scale: o.scale as u32,
         std_kind: o.std_kind as u32,
         singleton: o.singleton as u32,
-        reserved: 0,
+        reweight: o.reweight as u32,
         eps: o.eps,
+        std_floor: o.std_floor,
     }
 }
 
-/// Reads the caller's options (NULL: SPEC defaults), checking every enum value.
+/// Reads the caller's options (NULL: SPEC defaults): every enum value decoded, then the
+/// core's `AdvantageOptions::validate`.
 ///
 /// # Safety
 /// As for [`args::options`].
@@ -186,35 +202,181 @@ pub(crate) unsafe fn read_options(
 ) -> Result<AdvantageOptions, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, to_c(&AdvantageOptions::default())) }?;
-    Ok(AdvantageOptions {
-        baseline: args::enum_arg(c.baseline, &BASELINES)?,
-        scale: args::enum_arg(c.scale, &SCALES)?,
-        std_kind: args::enum_arg(c.std_kind, &STD_KINDS)?,
-        singleton: args::enum_arg(c.singleton, &SINGLETONS)?,
+    let o = AdvantageOptions {
+        baseline: args::enum_arg(c.baseline, &Baseline::ALL)?,
+        scale: args::enum_arg(c.scale, &Scale::ALL)?,
+        std_kind: args::enum_arg(c.std_kind, &StdKind::ALL)?,
+        singleton: args::enum_arg(c.singleton, &SingletonPolicy::ALL)?,
         eps: c.eps,
-        // Not in the C struct yet (std floor, GPG factor): the defaults, off.
-        ..AdvantageOptions::default()
+        std_floor: c.std_floor,
+        reweight: args::enum_arg(c.reweight, &Reweight::ALL)?,
+    };
+    // The core's own rules, checked here too so that a GPU call reports them before it needs
+    // a driver, exactly as the CPU does.
+    o.validate().map_err(crate::result::map_error)?;
+    Ok(o)
+}
+
+/// The rewards of a batch: `rewards[rewards_len]` and which of them are valid. `valid` is
+/// optional ((NULL, 0): all valid; else `valid_len == rewards_len`, non-zero = valid); a NaN
+/// reward is invalid too. The per-sample inputs of two baselines are optional too, (NULL, 0)
+/// unless the options' baseline reads them: `lengths` (`CARE_BASELINE_LENGTH_WEIGHTED`, each
+/// response's token count) and `baselines` (`CARE_BASELINE_EXTERNAL`); each has
+/// `rewards_len` entries. Host memory for the CPU functions, device memory for the GPU ones.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_rewards {
+    /// `sizeof(care_rewards)`.
+    pub struct_size: u32,
+    /// One reward per sample, groups contiguous.
+    pub rewards: *const f32,
+    /// Number of samples `N`.
+    pub rewards_len: usize,
+    /// Optional validity flags, one per sample.
+    pub valid: *const u8,
+    /// 0 or `rewards_len`.
+    pub valid_len: usize,
+    /// Optional response lengths in tokens, one per sample.
+    pub lengths: *const u32,
+    /// 0 or `rewards_len`.
+    pub lengths_len: usize,
+    /// Optional baseline rewards, one per sample.
+    pub baselines: *const f32,
+    /// 0 or `rewards_len`.
+    pub baselines_len: usize,
+}
+
+/// How samples form groups (one group = the responses to one prompt): `group_size` samples per
+/// group when `offsets` is (NULL, 0), else CSR `offsets[B + 1]` (first 0, non-decreasing, last
+/// `N`) with `group_size` 0, so that a layout never says two things at once
+/// (`CARE_ERR_INVALID_ARGUMENT`). Host or device memory like the rewards it describes.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_group_layout {
+    /// `sizeof(care_group_layout)`.
+    pub struct_size: u32,
+    /// Samples per group (fixed layout; must divide `N`), or 0 with `offsets`.
+    pub group_size: u32,
+    /// CSR group offsets (ragged groups), or NULL.
+    pub offsets: *const u32,
+    /// `B + 1`, or 0.
+    pub offsets_len: usize,
+}
+
+/// Where the advantage functions write: `advantages[advantages_len]` (`== N`) and, optionally,
+/// one `care_group_stats` per group (`stats_len == B`; (NULL, 0) to skip).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_advantage_outputs {
+    /// `sizeof(care_advantage_outputs)`.
+    pub struct_size: u32,
+    /// One advantage per sample.
+    pub advantages: *mut f32,
+    /// `N`.
+    pub advantages_len: usize,
+    /// Optional per-group statistics.
+    pub stats: *mut care_group_stats,
+    /// 0 or `B`.
+    pub stats_len: usize,
+}
+
+/// The checked rewards of a `care_rewards` struct: the rewards, their validity and the optional
+/// per-sample lengths and baselines, each of `rewards_len` entries when present. Every function
+/// that reads the struct checks all of it, whether or not it uses every member.
+///
+/// # Safety
+/// As for [`args::input`]; the struct's pointers are valid for their lengths.
+#[allow(clippy::type_complexity)]
+pub(crate) unsafe fn read_rewards_all<'a>(
+    p: *const care_rewards,
+) -> Result<
+    (
+        &'a [f32],
+        Option<&'a [u8]>,
+        Option<&'a [u32]>,
+        Option<&'a [f32]>,
+    ),
+    care_result,
+> {
+    // SAFETY (all blocks): forwarded contract.
+    let r = unsafe { args::input(p) }?;
+    let rewards = unsafe { args::slice(r.rewards, r.rewards_len) }?;
+    let valid = unsafe { args::opt_slice(r.valid, r.valid_len) }?;
+    let lengths = unsafe { args::opt_slice(r.lengths, r.lengths_len) }?;
+    let baselines = unsafe { args::opt_slice(r.baselines, r.baselines_len) }?;
+    let n = rewards.len();
+    if lengths.is_some_and(|l| l.len() != n) || baselines.is_some_and(|b| b.len() != n) {
+        return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
+    }
+    Ok((rewards, valid, lengths, baselines))
+}
+
+/// The rewards and their validity of a `care_rewards` struct (all of it checked, see
+/// [`read_rewards_all`]).
+///
+/// # Safety
+/// As for [`read_rewards_all`].
+pub(crate) unsafe fn read_rewards<'a>(
+    p: *const care_rewards,
+) -> Result<(&'a [f32], Option<&'a [u8]>), care_result> {
+    // SAFETY: forwarded contract.
+    let (rewards, valid, _, _) = unsafe { read_rewards_all(p) }?;
+    Ok((rewards, valid))
+}
+
+/// The core's group inputs from a `care_rewards` struct and a layout.
+///
+/// # Safety
+/// As for [`read_rewards_all`] and [`read_layout`].
+pub(crate) unsafe fn read_group_inputs<'a>(
+    p: *const care_rewards,
+    layout: *const care_group_layout,
+) -> Result<GroupInputs<'a>, care_result> {
+    // SAFETY (both blocks): forwarded contract.
+    let (rewards, valid, lengths, baselines) = unsafe { read_rewards_all(p) }?;
+    Ok(GroupInputs {
+        rewards,
+        valid,
+        layout: unsafe { read_layout(layout) }?,
+        lengths,
+        baselines,
     })
 }
 
-/// The group layout: fixed `group_size` when `group_offsets` is NULL, CSR offsets otherwise
-/// (then `group_size` must be 0, so that a caller never passes both by mistake).
+/// The group layout of a `care_group_layout` struct.
 ///
 /// # Safety
-/// As for [`args::opt_slice`].
+/// As for [`args::input`]; `offsets` is valid for `offsets_len` elements.
 pub(crate) unsafe fn read_layout<'a>(
-    group_size: u32,
-    offsets: *const u32,
-    offsets_len: usize,
+    p: *const care_group_layout,
 ) -> Result<GroupLayout<'a>, care_result> {
-    // SAFETY: forwarded contract.
-    match unsafe { args::opt_slice(offsets, offsets_len) }? {
+    // SAFETY (both blocks): forwarded contract.
+    let l = unsafe { args::input(p) }?;
+    match unsafe { args::opt_slice(l.offsets, l.offsets_len) }? {
         None => Ok(GroupLayout::Fixed {
-            group_size: group_size as usize,
+            group_size: l.group_size as usize,
         }),
-        Some(o) if group_size == 0 => Ok(GroupLayout::Offsets(o)),
+        Some(o) if l.group_size == 0 => Ok(GroupLayout::Offsets(o)),
         Some(_) => Err(care_result::CARE_ERR_INVALID_ARGUMENT),
     }
+}
+
+/// The checked output slices of a `care_advantage_outputs` struct (stats as the core's type).
+///
+/// # Safety
+/// As for [`args::input`]; the struct's pointers are valid for writes of their lengths.
+unsafe fn read_outputs<'a>(
+    p: *const care_advantage_outputs,
+) -> Result<(&'a mut [f32], Option<&'a mut [GroupStats]>), care_result> {
+    // SAFETY (all blocks): forwarded contract; `care_group_stats` is laid out as `GroupStats`
+    // (checked at compile time above).
+    let o = unsafe { args::input(p) }?;
+    let adv = unsafe { args::slice_mut(o.advantages, o.advantages_len) }?;
+    let stats = unsafe { args::opt_slice_mut(o.stats.cast::<GroupStats>(), o.stats_len) }?;
+    Ok((adv, stats))
 }
 
 /// Writes the SPEC §9 default advantage options (mean, group std, unbiased, eps 1e-6,
@@ -246,15 +408,16 @@ pub unsafe extern "C" fn care_advantage_options_preset(
 ) -> care_result {
     ffi_panic_boundary! {
         let out = tri!(Out::new(options_out));
-        let p = tri!(args::enum_arg(preset, &C_PRESETS));
+        let p = tri!(args::enum_arg(preset, &Preset::ALL));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
         unsafe { out.write(to_c(&AdvantageOptions::preset(p))) };
         care_result::CARE_OK
     }
 }
 
-/// Writes the options of the preset named `(name, name_len)` (`"verl"`, `"trl"`,
-/// `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`) into `*options_out`.
+/// Writes the options of the preset named `(name, name_len)` (the names of
+/// `care_advantage_preset`: `"verl"`, `"trl"`, ..., `"reinforce_pp_baseline"`) into
+/// `*options_out`.
 /// Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown name.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_advantage_options_preset_by_name(
@@ -266,77 +429,52 @@ pub unsafe extern "C" fn care_advantage_options_preset_by_name(
         // SAFETY: forwarded contract.
         let name = tri!(unsafe { args::text(name, name_len) });
         let out = tri!(Out::new(options_out));
-        let p = tri!(
-            Preset::from_name(name)
-                .filter(|p| C_PRESETS.contains(p))
-                .ok_or(care_result::CARE_ERR_INVALID_ARGUMENT)
-        );
+        let p = tri!(Preset::from_name(name).ok_or(care_result::CARE_ERR_INVALID_ARGUMENT));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
         unsafe { out.write(to_c(&AdvantageOptions::preset(p))) };
         care_result::CARE_OK
     }
 }
 
-/// Group-relative advantages of one batch (single rank, CPU).
-///
-/// `rewards[n]`; `valid[valid_len]` optional (NULL, 0: all valid; else `valid_len == n`, non-zero =
-/// valid; a NaN reward is invalid too); layout: `group_size` samples per group when
-/// `group_offsets` is NULL, else CSR `group_offsets[B + 1]` with `group_size == 0`; `options`
-/// NULL for the defaults. Writes `advantages_out[n]` and, if not NULL, `stats_out[B]`.
+/// Group-relative advantages of one batch (single rank, CPU): `rewards` (with their validity),
+/// grouped by `layout`, under `options` (NULL: the defaults), into `outputs`.
 ///
 /// ```c
+/// care_rewards in = {sizeof in, rewards, 8, NULL, 0};
+/// care_group_layout groups = {sizeof groups, 4, NULL, 0};       /* two groups of four */
 /// float adv[8];
-/// care_result r = care_group_advantages(rewards, 8, NULL, 0, 4, NULL, 0, NULL,
-///                                       adv, 8, NULL, 0);
+/// care_advantage_outputs out = {sizeof out, adv, 8, NULL, 0};
+/// care_result r = care_group_advantages(&in, &groups, NULL, &out);
 /// ```
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_group_advantages(
-    rewards: *const f32,
-    n: usize,
-    valid: *const u8,
-    valid_len: usize,
-    group_size: u32,
-    group_offsets: *const u32,
-    group_offsets_len: usize,
+    rewards: *const care_rewards,
+    layout: *const care_group_layout,
     options: *const care_advantage_options,
-    advantages_out: *mut f32,
-    advantages_len: usize,
-    stats_out: *mut care_group_stats,
-    stats_len: usize,
+    outputs: *const care_advantage_outputs,
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let rewards = tri!(unsafe { args::slice(rewards, n) });
-        let valid = tri!(unsafe { args::opt_slice(valid, valid_len) });
-        let layout = tri!(unsafe { read_layout(group_size, group_offsets, group_offsets_len) });
+        let inputs = tri!(unsafe { read_group_inputs(rewards, layout) });
         let opts = tri!(unsafe { read_options(options) });
-        let out = tri!(unsafe { args::slice_mut(advantages_out, advantages_len) });
-        let stats = tri!(unsafe { args::opt_slice_mut(stats_out.cast::<GroupStats>(), stats_len) });
-        to_code(care_core::grpo::group_advantages(rewards, valid, layout, &opts, out, stats))
+        let (out, stats) = tri!(unsafe { read_outputs(outputs) });
+        to_code(care_core::grpo::group_advantages_with(&inputs, &opts, out, stats))
     }
 }
 
-/// Cross-rank step 1: this rank's count and sum per group into `sums_out[B]` (all-reduce the
-/// `2 * B` doubles with a sum). Arguments as `care_group_advantages`.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// Cross-rank step 1: this rank's count and sum of valid rewards per group into `sums_out[B]`
+/// (all-reduce the `2 * B` doubles with a sum). Arguments as `care_group_advantages`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_group_partial_sums(
-    rewards: *const f32,
-    n: usize,
-    valid: *const u8,
-    valid_len: usize,
-    group_size: u32,
-    group_offsets: *const u32,
-    group_offsets_len: usize,
+    rewards: *const care_rewards,
+    layout: *const care_group_layout,
     sums_out: *mut care_group_sums,
     sums_len: usize,
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let rewards = tri!(unsafe { args::slice(rewards, n) });
-        let valid = tri!(unsafe { args::opt_slice(valid, valid_len) });
-        let layout = tri!(unsafe { read_layout(group_size, group_offsets, group_offsets_len) });
+        let (rewards, valid) = tri!(unsafe { read_rewards(rewards) });
+        let layout = tri!(unsafe { read_layout(layout) });
         let out = tri!(unsafe { args::slice_mut(sums_out.cast::<GroupSums>(), sums_len) });
         to_code(care_core::grpo::group_partial_sums(rewards, valid, layout, out))
     }
@@ -344,16 +482,10 @@ pub unsafe extern "C" fn care_group_partial_sums(
 
 /// Cross-rank step 2: centered sums of squares around the reduced (global) group means into
 /// `m2_out[B]` (all-reduce with a sum). `sums[B]` are the all-reduced step-1 sums.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_group_partial_squares(
-    rewards: *const f32,
-    n: usize,
-    valid: *const u8,
-    valid_len: usize,
-    group_size: u32,
-    group_offsets: *const u32,
-    group_offsets_len: usize,
+    rewards: *const care_rewards,
+    layout: *const care_group_layout,
     sums: *const care_group_sums,
     sums_len: usize,
     m2_out: *mut f64,
@@ -361,9 +493,8 @@ pub unsafe extern "C" fn care_group_partial_squares(
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let rewards = tri!(unsafe { args::slice(rewards, n) });
-        let valid = tri!(unsafe { args::opt_slice(valid, valid_len) });
-        let layout = tri!(unsafe { read_layout(group_size, group_offsets, group_offsets_len) });
+        let (rewards, valid) = tri!(unsafe { read_rewards(rewards) });
+        let layout = tri!(unsafe { read_layout(layout) });
         let sums = tri!(unsafe { args::slice(sums.cast::<GroupSums>(), sums_len) });
         let out = tri!(unsafe { args::slice_mut(m2_out, m2_len) });
         to_code(care_core::grpo::group_partial_squares(rewards, valid, layout, sums, out))
@@ -372,38 +503,26 @@ pub unsafe extern "C" fn care_group_partial_squares(
 
 /// Cross-rank step 3: this rank's advantages from the all-reduced `sums[B]` and `m2[B]`;
 /// equal to `care_group_advantages` on the whole batch. Other arguments as there.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_group_advantages_finalize(
-    rewards: *const f32,
-    n: usize,
-    valid: *const u8,
-    valid_len: usize,
-    group_size: u32,
-    group_offsets: *const u32,
-    group_offsets_len: usize,
+    rewards: *const care_rewards,
+    layout: *const care_group_layout,
     sums: *const care_group_sums,
     sums_len: usize,
     m2: *const f64,
     m2_len: usize,
     options: *const care_advantage_options,
-    advantages_out: *mut f32,
-    advantages_len: usize,
-    stats_out: *mut care_group_stats,
-    stats_len: usize,
+    outputs: *const care_advantage_outputs,
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let rewards = tri!(unsafe { args::slice(rewards, n) });
-        let valid = tri!(unsafe { args::opt_slice(valid, valid_len) });
-        let layout = tri!(unsafe { read_layout(group_size, group_offsets, group_offsets_len) });
+        let inputs = tri!(unsafe { read_group_inputs(rewards, layout) });
         let sums = tri!(unsafe { args::slice(sums.cast::<GroupSums>(), sums_len) });
         let m2 = tri!(unsafe { args::slice(m2, m2_len) });
         let opts = tri!(unsafe { read_options(options) });
-        let out = tri!(unsafe { args::slice_mut(advantages_out, advantages_len) });
-        let stats = tri!(unsafe { args::opt_slice_mut(stats_out.cast::<GroupStats>(), stats_len) });
-        to_code(care_core::grpo::group_advantages_finalize(
-            rewards, valid, layout, sums, m2, &opts, out, stats,
+        let (out, stats) = tri!(unsafe { read_outputs(outputs) });
+        to_code(care_core::grpo::group_advantages_finalize_with(
+            &inputs, sums, m2, &opts, out, stats,
         ))
     }
 }
@@ -411,7 +530,6 @@ pub unsafe extern "C" fn care_group_advantages_finalize(
 /// Broadcasts per-sequence advantages onto tokens: `tokens_out[t] = advantages[seq(t)] *
 /// mask[t]`. `seq_offsets[B + 1]` is the CSR token layout (last entry = `tokens_len`);
 /// `advantages[B]`; `mask[mask_len]` optional (`mask_len == tokens_len`).
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_broadcast_to_tokens(
     advantages: *const f32,
@@ -440,16 +558,19 @@ mod tests {
     #[test]
     fn c_enum_values_index_the_core_tables() {
         assert_eq!(
-            BASELINES[care_baseline::CARE_BASELINE_LEAVE_ONE_OUT as usize],
+            Baseline::ALL[care_baseline::CARE_BASELINE_LEAVE_ONE_OUT as usize],
             Baseline::LeaveOneOut
         );
-        assert_eq!(SCALES[care_scale::CARE_SCALE_NONE as usize], Scale::None);
         assert_eq!(
-            STD_KINDS[care_std_kind::CARE_STD_BIASED as usize],
+            Scale::ALL[care_scale::CARE_SCALE_NONE as usize],
+            Scale::None
+        );
+        assert_eq!(
+            StdKind::ALL[care_std_kind::CARE_STD_BIASED as usize],
             StdKind::Biased
         );
         assert_eq!(
-            SINGLETONS[care_singleton_policy::CARE_SINGLETON_ERROR as usize],
+            SingletonPolicy::ALL[care_singleton_policy::CARE_SINGLETON_ERROR as usize],
             SingletonPolicy::Error
         );
         for (i, p) in Preset::ALL.iter().enumerate() {
@@ -459,20 +580,36 @@ mod tests {
             Preset::ALL[care_advantage_preset::CARE_ADVANTAGE_PRESET_RLOO as usize],
             Preset::Rloo
         );
-        for b in BASELINES {
-            assert_eq!(BASELINES[b as usize], b);
+        for b in Baseline::ALL {
+            assert_eq!(Baseline::ALL[b as usize], b);
         }
-        for s in SCALES {
-            assert_eq!(SCALES[s as usize], s);
+        for s in Scale::ALL {
+            assert_eq!(Scale::ALL[s as usize], s);
         }
-        for s in SINGLETONS {
-            assert_eq!(SINGLETONS[s as usize], s);
+        for s in SingletonPolicy::ALL {
+            assert_eq!(SingletonPolicy::ALL[s as usize], s);
         }
+        for r in Reweight::ALL {
+            assert_eq!(Reweight::ALL[r as usize], r);
+        }
+        // Every core value has its C name: the last constant of each enum is the last value.
+        assert_eq!(
+            Baseline::ALL[Baseline::ALL.len() - 1] as u32,
+            care_baseline::CARE_BASELINE_PASS_K as u32
+        );
+        assert_eq!(
+            Preset::ALL[Preset::ALL.len() - 1] as u32,
+            care_advantage_preset::CARE_ADVANTAGE_PRESET_REINFORCE_PP_BASELINE as u32
+        );
+        assert_eq!(
+            Reweight::ALL[Reweight::ALL.len() - 1] as u32,
+            care_reweight::CARE_REWEIGHT_GPG as u32
+        );
     }
 
     #[test]
     fn options_round_trip_through_the_c_struct() {
-        for p in C_PRESETS {
+        for p in Preset::ALL {
             let o = AdvantageOptions::preset(p);
             let c = to_c(&o);
             // SAFETY: pointer to a live, fully initialized struct.

@@ -100,6 +100,15 @@ impl<T> Out<T> {
         Ok(Out(p))
     }
 
+    /// An optional output: NULL is `None` (not asked for), otherwise as [`Out::new`].
+    pub(crate) fn optional(p: *mut T) -> Result<Option<Self>, care_result> {
+        if p.is_null() {
+            Ok(None)
+        } else {
+            Out::new(p).map(Some)
+        }
+    }
+
     /// Writes the value (without reading or dropping the old, possibly uninitialized, one).
     ///
     /// # Safety
@@ -180,16 +189,17 @@ pub(crate) unsafe fn opt_slice_mut<'a, T: Copy>(
     unsafe { slice_mut(p, len) }.map(Some)
 }
 
-/// Reads a versioned options struct whose first field is `struct_size: u32`: NULL gives
-/// `default`; a `struct_size` smaller than `T` is `CARE_ERR_STRUCT_SIZE` (an older, larger
-/// layout is read up to `size_of::<T>()`, newer trailing fields are ignored).
+/// Reads a size-versioned struct whose first field is `struct_size: u32`: NULL is `None`; a
+/// `struct_size` smaller than `T` is `CARE_ERR_STRUCT_SIZE` (a larger one, from a newer header,
+/// is read up to `size_of::<T>()`; the trailing fields it adds are not this version's).
 ///
 /// # Safety
 /// `p` is NULL or points to at least `struct_size` readable bytes, the first four being the
-/// `u32` size. `T` is a `#[repr(C)]` struct of plain numbers (every bit pattern valid).
-pub(crate) unsafe fn options<T: Copy>(p: *const T, default: T) -> Result<T, care_result> {
+/// `u32` size. `T` is a `#[repr(C)]` struct of plain numbers and raw pointers (every bit
+/// pattern valid).
+unsafe fn versioned<T: Copy>(p: *const T) -> Result<Option<T>, care_result> {
     if p.is_null() {
-        return Ok(default);
+        return Ok(None);
     }
     check_ptr(p)?;
     // SAFETY: non-NULL, aligned; the first field is a `u32` (contract).
@@ -199,7 +209,37 @@ pub(crate) unsafe fn options<T: Copy>(p: *const T, default: T) -> Result<T, care
     }
     // SAFETY: at least `size_of::<T>()` bytes are readable (checked) and every bit pattern is
     // valid for `T` (contract).
-    Ok(unsafe { p.read() })
+    Ok(Some(unsafe { p.read() }))
+}
+
+/// An options struct (see [`versioned`]); NULL gives `default`. The callers decode it into the
+/// core's options and call the core's `validate()`: the rules of every option live in
+/// `care_core`, and a GPU entry point reports them before it needs a driver.
+///
+/// # Safety
+/// As for [`versioned`].
+pub(crate) unsafe fn options<T: Copy>(p: *const T, default: T) -> Result<T, care_result> {
+    // SAFETY: forwarded contract.
+    Ok(unsafe { versioned(p) }?.unwrap_or(default))
+}
+
+/// A required input struct (see [`versioned`]); NULL is `CARE_ERR_NULL_POINTER`.
+///
+/// # Safety
+/// As for [`versioned`].
+pub(crate) unsafe fn input<T: Copy>(p: *const T) -> Result<T, care_result> {
+    // SAFETY: forwarded contract.
+    unsafe { versioned(p) }?.ok_or(care_result::CARE_ERR_NULL_POINTER)
+}
+
+/// A boolean field: 0 or 1, anything else `CARE_ERR_INVALID_BOOL` (a C `bool` cannot cross
+/// the boundary safely, so flags are integers, and a stray value is an error, not "true").
+pub(crate) fn flag(value: impl Into<u32>) -> Result<bool, care_result> {
+    match value.into() {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(care_result::CARE_ERR_INVALID_BOOL),
+    }
 }
 
 /// A `u32` enum value from C converted to its Rust enum; an unknown value is

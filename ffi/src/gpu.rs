@@ -1,8 +1,10 @@
 //! GPU advantages and loss (SPEC §9-10) on caller device pointers and a caller `CUstream`,
-//! through `care-kernels`. Launches are asynchronous on the caller's stream; results that the
-//! host needs (the advantage status word, the loss stats) are read back by separate calls that
-//! synchronize the stream. Without a CUDA driver or device every function checks its arguments
-//! and then returns `CARE_ERR_CUDA_UNAVAILABLE`.
+//! through `care-kernels`, with the input structs of the CPU entry points (their pointers are
+//! device addresses here) and a `care_gpu_launch`. Launches are asynchronous on the caller's
+//! stream; results that the host needs (the status word, the loss stats) are read back by
+//! separate calls that synchronize the stream. Device memory cannot be inspected, so every
+//! length is checked against the others instead. Without a CUDA driver or device every
+//! function checks its arguments and then returns `CARE_ERR_CUDA_UNAVAILABLE`.
 
 use core::ffi::c_void;
 use core::mem::size_of;
@@ -11,14 +13,17 @@ use care_core::grpo::LossStats;
 use care_kernels::cuda::{CudaLauncher, driver_available};
 use care_kernels::params::LossStatsRaw;
 use care_kernels::{
-    AdvantageBuffers, DeviceGroups, Dtype, KernelError, LossBuffers, Tuning, WORKSPACE_BYTES,
+    AdvantageBuffers, AdvantageInputs, DeviceGroups, Dtype, KernelError, LossBuffers,
+    RolloutBuffers, Tuning, WORKSPACE_BYTES,
 };
 use cudarc::driver::result as cu;
 use cudarc::driver::{DriverError, sys};
 
-use crate::advantage::{self, care_advantage_options, care_group_stats};
-use crate::args::Out;
-use crate::loss::{self, care_loss_options, care_loss_stats};
+use crate::advantage::{
+    self, care_advantage_options, care_advantage_outputs, care_group_layout, care_rewards,
+};
+use crate::args::{self, Out};
+use crate::loss::{self, care_loss_inputs, care_loss_options, care_loss_stats};
 use crate::result::{care_result, map_error};
 
 /// Bytes of device workspace every GPU call needs (16-byte aligned, caller-allocated).
@@ -28,19 +33,6 @@ pub const CARE_GPU_LOSS_STATS_BYTES: usize = 56;
 
 const _: () = assert!(CARE_GPU_WORKSPACE_BYTES == WORKSPACE_BYTES);
 const _: () = assert!(CARE_GPU_LOSS_STATS_BYTES == size_of::<LossStatsRaw>());
-
-/// The log-prob dtype of `care_gpu_policy_loss`.
-#[allow(non_camel_case_types)]
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum care_dtype {
-    /// `float`.
-    CARE_DTYPE_F32 = 0,
-    /// bfloat16 (raw 16-bit patterns).
-    CARE_DTYPE_BF16 = 1,
-    /// IEEE half (raw 16-bit patterns).
-    CARE_DTYPE_F16 = 2,
-}
 
 /// A device address: NULL is `None` when the buffer is optional and `CARE_ERR_NULL_POINTER`
 /// when it is required; `len` must be `want` (the lengths are checked against each other,
@@ -128,6 +120,58 @@ pub(crate) unsafe fn backend(
     unsafe { CudaLauncher::new(stream.cast(), any_ptr) }.map_err(driver_code)
 }
 
+/// Where a GPU call runs and its scratch memory; every GPU function but `care_gpu_available`
+/// takes one as its last argument. The kernels run asynchronously on `stream` in the CUDA
+/// context current on the calling thread (else the primary context of the pointers' device).
+/// `workspace` is caller-allocated device memory of at least `CARE_GPU_WORKSPACE_BYTES`, 16-byte
+/// aligned (`CARE_ERR_BUFFER_TOO_SMALL`, `CARE_ERR_INVALID_ARGUMENT`); it holds the status word
+/// that the `_status` functions read, so keep it until they have been called. The backward pass
+/// and the loss-statistics functions use no workspace: there it may be (NULL, 0).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_gpu_launch {
+    /// `sizeof(care_gpu_launch)`.
+    pub struct_size: u32,
+    /// A `CUstream` (for example `torch.cuda.current_stream().cuda_stream`); NULL is the
+    /// legacy default stream.
+    pub stream: *mut c_void,
+    /// Device scratch memory, or NULL where none is used.
+    pub workspace: *mut c_void,
+    /// Bytes at `workspace`.
+    pub workspace_len: usize,
+}
+
+/// A checked `care_gpu_launch`: the stream and the workspace address (0 when absent).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Launch {
+    pub(crate) stream: *mut c_void,
+    pub(crate) workspace: u64,
+}
+
+/// Reads `*p`; `needs_workspace` says whether the call needs scratch memory (then NULL is
+/// `CARE_ERR_NULL_POINTER`; otherwise (NULL, 0) is accepted and a given one is still checked).
+///
+/// # Safety
+/// As for [`args::input`].
+pub(crate) unsafe fn read_launch(
+    p: *const care_gpu_launch,
+    needs_workspace: bool,
+) -> Result<Launch, care_result> {
+    // SAFETY: forwarded contract.
+    let l = unsafe { args::input(p) }?;
+    let absent = l.workspace.is_null() && l.workspace_len == 0;
+    let workspace = if absent && !needs_workspace {
+        0
+    } else {
+        workspace(l.workspace, l.workspace_len)?
+    };
+    Ok(Launch {
+        stream: l.stream,
+        workspace,
+    })
+}
+
 /// `CARE_OK` when the CUDA driver library loads and reports at least one device, else
 /// `CARE_ERR_CUDA_UNAVAILABLE`. Creates no context.
 #[unsafe(no_mangle)]
@@ -143,132 +187,154 @@ pub extern "C" fn care_gpu_available() -> care_result {
     }
 }
 
-/// Group advantages on the GPU, asynchronously on `stream` (a `CUstream`, NULL = legacy default
-/// stream), in the context current on this thread (else the primary context of the pointer's
-/// device). All `d_` pointers are device memory: `d_rewards[n]`; `d_valid[valid_len]` optional
-/// (`valid_len` 0 or `n`); fixed `group_size`, or CSR `d_group_offsets[group_offsets_len]` with
-/// `group_size == 0`; `d_advantages_out[advantages_len]` (`== n`); `d_stats_out[stats_len]`
-/// optional (one per group); `d_workspace` at least `CARE_GPU_WORKSPACE_BYTES`, 16-byte
-/// aligned, kept until `care_gpu_advantage_status` has been called; `d_batch_std` optional: one
-/// device `float` with the batch std to use under `CARE_SCALE_BATCH_STD` (for example one
-/// all-reduced across ranks), NULL to compute it from this call's rewards. Same results as
-/// `care_group_advantages` within the documented tolerance; a singleton group under the
-/// `error` policy or an infinite reward is reported by `care_gpu_advantage_status`.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// The device addresses of a `care_rewards` and a `care_group_layout`: the rewards, the
+/// validity flags (0 when absent), the sample count and the layout with its group count.
+///
+/// # Safety
+/// As for [`args::input`] (the structs themselves are host memory).
+unsafe fn device_groups(
+    rewards: *const care_rewards,
+    layout: *const care_group_layout,
+) -> Result<(u64, u64, usize, DeviceGroups, usize), care_result> {
+    // SAFETY (both blocks): forwarded contract.
+    let r = unsafe { args::input(rewards) }?;
+    let l = unsafe { args::input(layout) }?;
+    let n = r.rewards_len;
+    let d_rewards = dev(r.rewards, n, n, true)?;
+    let valid = dev(r.valid, r.valid_len, n, false)?;
+    let (groups, num_groups) = if l.offsets.is_null() {
+        if l.offsets_len != 0 {
+            return Err(care_result::CARE_ERR_NULL_POINTER);
+        }
+        if l.group_size == 0 || !n.is_multiple_of(l.group_size as usize) {
+            return Err(care_result::CARE_ERR_INVALID_LAYOUT);
+        }
+        let g = DeviceGroups::Fixed {
+            group_size: l.group_size,
+        };
+        (g, n / l.group_size as usize)
+    } else {
+        if l.group_size != 0 {
+            return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+        }
+        let Some(b) = l.offsets_len.checked_sub(1) else {
+            return Err(care_result::CARE_ERR_INVALID_LAYOUT);
+        };
+        let ptr = dev(l.offsets, l.offsets_len, l.offsets_len, true)?;
+        let g = DeviceGroups::Offsets {
+            ptr,
+            num_groups: to_u32(b)?,
+        };
+        (g, b)
+    };
+    Ok((d_rewards, valid, n, groups, num_groups))
+}
+
+/// Group advantages on the GPU, asynchronously on `launch->stream`: as `care_group_advantages`
+/// (same structs, device memory) within the documented tolerance. `d_batch_std` is optional:
+/// one device `float` with the batch std to use under `CARE_SCALE_BATCH_STD` (for example one
+/// all-reduced across ranks); NULL computes it from this call's rewards. A singleton group under
+/// the `error` policy or an infinite reward cannot stop the kernel: it is reported by
+/// `care_gpu_group_advantages_status`, which reads `launch->workspace`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_gpu_group_advantages(
-    d_rewards: *const f32,
-    n: usize,
-    d_valid: *const u8,
-    valid_len: usize,
-    group_size: u32,
-    d_group_offsets: *const u32,
-    group_offsets_len: usize,
+    rewards: *const care_rewards,
+    layout: *const care_group_layout,
     options: *const care_advantage_options,
-    d_advantages_out: *mut f32,
-    advantages_len: usize,
-    d_stats_out: *mut care_group_stats,
-    stats_len: usize,
+    outputs: *const care_advantage_outputs,
     d_batch_std: *const f32,
-    d_workspace: *mut c_void,
-    workspace_len: usize,
-    stream: *mut c_void,
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        let rewards = tri!(dev(d_rewards, n, n, true));
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let (d_rewards, valid, n, groups, num_groups) =
+            tri!(unsafe { device_groups(rewards, layout) });
+        let o = tri!(unsafe { args::input(outputs) });
+        let adv = tri!(dev(o.advantages.cast_const(), o.advantages_len, n, true));
+        let stats = tri!(dev(o.stats.cast_const(), o.stats_len, num_groups, false));
         let batch_std = tri!(dev(d_batch_std, usize::from(!d_batch_std.is_null()), 1, false));
-        let valid = tri!(dev(d_valid, valid_len, n, false));
-        let out = tri!(dev(d_advantages_out.cast_const(), advantages_len, n, true));
-        let groups = if d_group_offsets.is_null() {
-            if group_offsets_len != 0 {
-                return care_result::CARE_ERR_NULL_POINTER;
-            }
-            if group_size == 0 || !n.is_multiple_of(group_size as usize) {
-                return care_result::CARE_ERR_INVALID_LAYOUT;
-            }
-            DeviceGroups::Fixed { group_size }
-        } else {
-            if group_size != 0 {
-                return care_result::CARE_ERR_INVALID_ARGUMENT;
-            }
-            let Some(b) = group_offsets_len.checked_sub(1) else {
-                return care_result::CARE_ERR_INVALID_LAYOUT;
-            };
-            tri!(dev(d_group_offsets, group_offsets_len, group_offsets_len, true));
-            DeviceGroups::Offsets { ptr: d_group_offsets as u64, num_groups: tri!(to_u32(b)) }
-        };
-        let num_groups = match groups {
-            DeviceGroups::Fixed { group_size } => n / group_size as usize,
-            DeviceGroups::Offsets { num_groups, .. } => num_groups as usize,
-        };
-        let stats = tri!(dev(d_stats_out.cast_const(), stats_len, num_groups, false));
-        let ws = tri!(workspace(d_workspace, workspace_len));
-        // SAFETY: forwarded contract.
         let opts = tri!(unsafe { advantage::read_options(options) });
+        let r = tri!(unsafe { args::input(rewards) });
+        let per_sample = AdvantageInputs {
+            lengths: tri!(dev(r.lengths, r.lengths_len, n, false)),
+            baselines: tri!(dev(r.baselines, r.baselines_len, n, false)),
+        };
+        // Reported before a driver is needed, as the CPU reports it.
+        tri!(per_sample.check(&opts).map_err(map_error));
+        let l = tri!(unsafe { read_launch(launch, true) });
         let buf = AdvantageBuffers {
-            rewards,
+            rewards: d_rewards,
             valid,
             n: tri!(to_u32(n)),
             groups,
-            adv: out,
+            adv,
             group_stats: stats,
             tok_offsets: 0,
             tok_mask: 0,
             adv_tok: 0,
-            workspace: ws,
+            workspace: l.workspace,
             batch_std,
         };
-        // SAFETY: forwarded contract (stream and device pointers are the caller's).
-        let b = tri!(unsafe { backend(stream, rewards) });
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { care_kernels::group_advantages(&b, &buf, &opts, Tuning::default()) } {
+        let run = unsafe {
+            care_kernels::group_advantages_with(&b, &buf, &per_sample, &opts, Tuning::default())
+        };
+        match run {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }
     }
 }
 
-/// Synchronizes `stream` and reads the status word that `care_gpu_group_advantages` left in
-/// `d_workspace`: `CARE_OK`, `CARE_ERR_NON_FINITE` (an infinite valid reward) or
+/// Synchronizes the stream and reads the status word that a `care_gpu_*` call left in the
+/// workspace.
+///
+/// # Safety
+/// As for [`read_launch`]; the workspace is device memory on the stream's context.
+pub(crate) unsafe fn read_status(launch: *const care_gpu_launch) -> Result<u32, care_result> {
+    // SAFETY (all blocks): forwarded contract.
+    let l = unsafe { read_launch(launch, true) }?;
+    let b = unsafe { backend(l.stream, l.workspace) }?;
+    b.synchronize().map_err(driver_code)?;
+    let mut word = [0u8; 4];
+    // SAFETY: the stream is idle (synchronized); the workspace holds at least 4 bytes.
+    unsafe { cu::memcpy_dtoh_sync(&mut word, l.workspace) }.map_err(driver_code)?;
+    Ok(u32::from_ne_bytes(word))
+}
+
+/// Synchronizes `launch->stream` and reads the status that `care_gpu_group_advantages` left in
+/// `launch->workspace`: `CARE_OK`, `CARE_ERR_NON_FINITE` (an infinite valid reward) or
 /// `CARE_ERR_SINGLETON_GROUP` (singleton policy `error`).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_gpu_advantage_status(
-    d_workspace: *const c_void,
-    workspace_len: usize,
-    stream: *mut c_void,
+pub unsafe extern "C" fn care_gpu_group_advantages_status(
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        let ws = tri!(workspace(d_workspace.cast_mut(), workspace_len));
         // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(stream, ws) });
-        if let Err(e) = b.synchronize() {
-            return driver_code(e);
-        }
-        let mut word = [0u8; 4];
-        // SAFETY: the stream is idle (synchronized); `ws` holds at least 4 bytes.
-        if let Err(e) = unsafe { cu::memcpy_dtoh_sync(&mut word, ws) } {
-            return driver_code(e);
-        }
-        match care_kernels::advantage_status(u32::from_ne_bytes(word)) {
+        let word = tri!(unsafe { read_status(launch) });
+        match care_kernels::advantage_status(word) {
             Ok(()) => care_result::CARE_OK,
             Err(e) => map_error(e),
         }
     }
 }
 
-/// Synchronizes `stream`, then resets the device loss-statistics accumulator `d_stats`
-/// (`CARE_GPU_LOSS_STATS_BYTES`) to empty. `care_gpu_policy_loss` adds into it, so one accumulator
-/// can collect several micro-batches.
+/// Synchronizes `launch->stream`, then resets the device loss-statistics accumulator `d_stats`
+/// (`stats_len == CARE_GPU_LOSS_STATS_BYTES`) to empty. `care_gpu_policy_loss` adds into it, so
+/// one accumulator can collect several micro-batches.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_gpu_loss_stats_reset(
     d_stats: *mut c_void,
     stats_len: usize,
-    stream: *mut c_void,
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
         let s = tri!(dev(d_stats.cast_const(), stats_len, CARE_GPU_LOSS_STATS_BYTES, true));
         // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(stream, s) });
+        let l = tri!(unsafe { read_launch(launch, false) });
+        // SAFETY: forwarded contract.
+        let b = tri!(unsafe { backend(l.stream, s) });
         static EMPTY: LossStatsRaw = LossStatsRaw::EMPTY;
         let bytes: &'static [u8] = bytemuck::bytes_of(&EMPTY);
         if let Err(e) = b.synchronize() {
@@ -282,19 +348,22 @@ pub unsafe extern "C" fn care_gpu_loss_stats_reset(
     }
 }
 
-/// Synchronizes `stream` and reads the device loss-statistics accumulator into `*stats_out`.
+/// Synchronizes `launch->stream` and reads the device loss-statistics accumulator `d_stats`
+/// into `*stats_out`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_gpu_loss_stats_read(
     d_stats: *const c_void,
     stats_len: usize,
-    stream: *mut c_void,
+    launch: *const care_gpu_launch,
     stats_out: *mut care_loss_stats,
 ) -> care_result {
     ffi_panic_boundary! {
         let s = tri!(dev(d_stats, stats_len, CARE_GPU_LOSS_STATS_BYTES, true));
         let out = tri!(Out::new(stats_out));
         // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(stream, s) });
+        let l = tri!(unsafe { read_launch(launch, false) });
+        // SAFETY: forwarded contract.
+        let b = tri!(unsafe { backend(l.stream, s) });
         if let Err(e) = b.synchronize() {
             return driver_code(e);
         }
@@ -311,88 +380,129 @@ pub unsafe extern "C" fn care_gpu_loss_stats_read(
     }
 }
 
-/// The fused clipped-ratio loss on the GPU, asynchronously on `stream`: writes the gradient
-/// `d_grad_out[grad_len]` (`== logp_len`; `float`, or the input dtype when
-/// `grad_in_input_dtype` is 1) and adds this call's statistics into `d_stats`
-/// (`CARE_GPU_LOSS_STATS_BYTES`, see `care_gpu_loss_stats_reset` / `_read`; the loss is
-/// `stats.loss`). Log-prob arrays hold `dtype` (`care_dtype`) elements; optional ones are
-/// (NULL, 0); every given per-token length must equal `logp_len`. `max_seq_len` is the longest
-/// sequence if known (geometry only), else 0. Other arguments as `care_policy_loss_f32`.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// The checked device view of a `care_loss_inputs` over `t` tokens (the log-prob arrays are
+/// checked only when `with_logp`): log-probs, old and reference log-probs (0 when absent),
+/// sequence offsets and count, mask, advantages and their kind.
+pub(crate) struct DeviceLoss {
+    pub(crate) dtype: Dtype,
+    pub(crate) logp: u64,
+    pub(crate) logp_old: u64,
+    pub(crate) logp_ref: u64,
+    pub(crate) seq_offsets: u64,
+    pub(crate) n_seq: u32,
+    pub(crate) mask: u64,
+    pub(crate) adv: u64,
+    pub(crate) per_token: bool,
+    pub(crate) max_seq_len: u32,
+}
+
+/// Reads the device addresses of `c` for `t` tokens (`c.logp_len` for the plain loss, the rows
+/// for the fused path, which computes `logp` and passes `with_logp = false`).
+pub(crate) fn device_loss(
+    c: &care_loss_inputs,
+    t: usize,
+    with_logp: bool,
+) -> Result<DeviceLoss, care_result> {
+    let dtype = loss::read_dtype(c.dtype)?;
+    let logp = if with_logp {
+        dev(c.logp, c.logp_len, t, true)?
+    } else {
+        0
+    };
+    let logp_old = dev(c.logp_old, c.logp_old_len, t, false)?;
+    let logp_ref = dev(c.logp_ref, c.logp_ref_len, t, false)?;
+    let Some(n_seq) = c.seq_offsets_len.checked_sub(1) else {
+        return Err(if c.seq_offsets.is_null() {
+            care_result::CARE_ERR_NULL_POINTER
+        } else {
+            care_result::CARE_ERR_INVALID_LAYOUT
+        });
+    };
+    let seq_offsets = dev(c.seq_offsets, c.seq_offsets_len, c.seq_offsets_len, true)?;
+    let mask = dev(c.mask, c.mask_len, t, false)?;
+    let per_token = loss::per_token(c.advantages_kind)?;
+    let adv = dev(
+        c.advantages,
+        c.advantages_len,
+        if per_token { t } else { n_seq },
+        true,
+    )?;
+    Ok(DeviceLoss {
+        dtype,
+        logp,
+        logp_old,
+        logp_ref,
+        seq_offsets,
+        n_seq: to_u32(n_seq)?,
+        mask,
+        adv,
+        per_token,
+        max_seq_len: c.max_seq_len,
+    })
+}
+
+/// The fused policy loss on the GPU, asynchronously on `launch->stream`: the inputs and
+/// options of `care_policy_loss` (device memory), the gradient into `d_grad_out[grad_len]`
+/// (`== T`; (NULL, 0) for loss and statistics only) as `grad_dtype` elements
+/// (`CARE_DTYPE_F32`, or the inputs' dtype), and this call's statistics added into the device
+/// accumulator `d_stats` (`CARE_GPU_LOSS_STATS_BYTES`; see `care_gpu_loss_stats_reset` /
+/// `_read`; the loss is `stats.loss`; (NULL, 0) to skip). Same results as `care_policy_loss`
+/// within the documented tolerance, the policy-loss family and the rollout correction included,
+/// except Clip-Cov and KL-Cov (`CARE_ERR_INVALID_ARGUMENT`: their batch-wide covariance
+/// selection runs on the CPU only).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_gpu_policy_loss(
-    dtype: u32,
-    d_logp: *const c_void,
-    logp_len: usize,
-    d_logp_old: *const c_void,
-    logp_old_len: usize,
-    d_logp_ref: *const c_void,
-    logp_ref_len: usize,
-    d_seq_offsets: *const u32,
-    seq_offsets_len: usize,
-    d_mask: *const u8,
-    mask_len: usize,
-    d_advantages: *const f32,
-    advantages_len: usize,
-    advantages_kind: u32,
+    inputs: *const care_loss_inputs,
     options: *const care_loss_options,
-    max_seq_len: u32,
     d_grad_out: *mut c_void,
     grad_len: usize,
-    grad_in_input_dtype: u32,
+    grad_dtype: u32,
     d_stats: *mut c_void,
     stats_len: usize,
-    d_workspace: *mut c_void,
-    workspace_len: usize,
-    stream: *mut c_void,
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        let dtype = tri!(crate::args::enum_arg(dtype, &Dtype::ALL));
-        let t = logp_len;
-        let logp = tri!(dev(d_logp, logp_len, t, true));
-        let logp_old = tri!(dev(d_logp_old, logp_old_len, t, false));
-        let logp_ref = tri!(dev(d_logp_ref, logp_ref_len, t, false));
-        let Some(n_seq) = seq_offsets_len.checked_sub(1) else {
-            return if d_seq_offsets.is_null() {
-                care_result::CARE_ERR_NULL_POINTER
-            } else {
-                care_result::CARE_ERR_INVALID_LAYOUT
-            };
-        };
-        let offs = tri!(dev(d_seq_offsets, seq_offsets_len, seq_offsets_len, true));
-        let mask = tri!(dev(d_mask, mask_len, t, false));
-        let per_token = match advantages_kind {
-            0 => false,
-            1 => true,
-            _ => return care_result::CARE_ERR_INVALID_ARGUMENT,
-        };
-        let adv = tri!(dev(d_advantages, advantages_len, if per_token { t } else { n_seq }, true));
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let c = tri!(unsafe { args::input(inputs) });
+        let t = c.logp_len;
+        let d = tri!(device_loss(&c, t, true));
+        let grad_dtype = tri!(loss::read_dtype(grad_dtype));
+        if grad_dtype != Dtype::F32 && grad_dtype != d.dtype {
+            return care_result::CARE_ERR_INVALID_ARGUMENT;
+        }
         let grad = tri!(dev(d_grad_out.cast_const(), grad_len, t, false));
         let stats = tri!(dev(d_stats.cast_const(), stats_len, CARE_GPU_LOSS_STATS_BYTES, false));
-        let ws = tri!(workspace(d_workspace, workspace_len));
-        // SAFETY: forwarded contract.
         let opts = tri!(unsafe { loss::read_options(options) });
+        let l = tri!(unsafe { read_launch(launch, true) });
         let buf = LossBuffers {
-            dtype,
-            logp,
-            logp_old,
-            logp_ref,
-            adv,
-            adv_per_token: per_token,
-            mask,
-            seq_offsets: offs,
-            n_seq: tri!(to_u32(n_seq)),
+            dtype: d.dtype,
+            logp: d.logp,
+            logp_old: d.logp_old,
+            logp_ref: d.logp_ref,
+            adv: d.adv,
+            adv_per_token: d.per_token,
+            mask: d.mask,
+            seq_offsets: d.seq_offsets,
+            n_seq: d.n_seq,
             n_tok: tri!(to_u32(t)),
-            max_seq_len,
+            max_seq_len: d.max_seq_len,
             grad,
-            grad_in_input_dtype: grad_in_input_dtype != 0,
+            grad_in_input_dtype: grad_dtype != Dtype::F32,
             stats,
-            workspace: ws,
+            workspace: l.workspace,
         };
-        // SAFETY: forwarded contract (stream and device pointers are the caller's).
-        let b = tri!(unsafe { backend(stream, offs) });
+        // Options the kernels do not implement are reported before a driver is needed.
+        if !care_kernels::loss_supported(&opts) {
+            return care_result::CARE_ERR_INVALID_ARGUMENT;
+        }
+        let roll = RolloutBuffers {
+            logp_rollout: tri!(dev(c.logp_rollout, c.logp_rollout_len, t, false)),
+            stats: 0,
+        };
+        let b = tri!(unsafe { backend(l.stream, d.seq_offsets) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { care_kernels::grpo_loss(&b, &buf, &opts, Tuning::default()) } {
+        let run = unsafe { care_kernels::grpo_loss_with(&b, &buf, &roll, &opts, Tuning::default()) };
+        match run {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }
@@ -402,18 +512,6 @@ pub unsafe extern "C" fn care_gpu_policy_loss(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dtype_values_are_the_stable_numbers() {
-        for (c, d) in [
-            (care_dtype::CARE_DTYPE_F32, Dtype::F32),
-            (care_dtype::CARE_DTYPE_BF16, Dtype::Bf16),
-            (care_dtype::CARE_DTYPE_F16, Dtype::F16),
-        ] {
-            assert_eq!(c as u32, d.number());
-            assert_eq!(Dtype::ALL[c as usize], d);
-        }
-    }
 
     #[test]
     fn driver_errors_map_to_cuda_codes() {

@@ -1,18 +1,33 @@
-//! `care-ffi`: the C ABI of `care` (`libcare.so`, `libcare.a`, header `include/care.h`).
+//! `care-ffi`: the C ABI of `care` (`libcare.so` and `libcare.a`, built by the `libcare`
+//! package; header `include/care.h`).
 //!
 //! Conventions (also in the README's "C API" section):
-//! * names are `care_<noun>_<verb>`; every fallible function returns `care_result`, `CARE_OK`
-//!   (0) on success, codes grouped by hundreds and never renumbered;
+//! * **names**: every symbol starts with `care_`. A function that computes a quantity of the
+//!   contract is named after it, as in Rust (`care_policy_reward`, `care_group_advantages`,
+//!   `care_selective_log_softmax`); a function that makes, reads or changes an object is
+//!   `care_<object>_<verb>` (`care_rubric_parse`, `care_loss_stats_add`,
+//!   `care_strategy_counts_from_labels`), an accessor `care_<object>_<property>`
+//!   (`care_rubric_weights`); device variants put `gpu` after `care_`
+//!   (`care_gpu_policy_loss`). Types are `care_<noun>`, constants `CARE_<NAME>`;
+//! * every fallible function returns `care_result`, `CARE_OK` (0) on success, codes grouped by
+//!   hundreds and never renumbered;
 //! * output parameters are written only on success (the one exception: a too-small output
 //!   buffer reports the required size);
 //! * every buffer is a `(pointer, length)` pair; `(NULL, 0)` is an empty input; every other
 //!   NULL pointer is `CARE_ERR_NULL_POINTER`; lengths are checked against each other;
+//! * inputs that travel together are size-versioned structs shared by the CPU and GPU entry
+//!   points (`care_loss_inputs`, `care_logits`, `care_group_layout`, ...), options are
+//!   size-versioned structs too (NULL: the defaults): the first field of each is
+//!   `struct_size`, and a smaller one is `CARE_ERR_STRUCT_SIZE`; enum fields are `uint32_t`
+//!   (unknown value: `CARE_ERR_INVALID_ARGUMENT`), boolean fields are integers that must be 0
+//!   or 1 (`CARE_ERR_INVALID_BOOL`); no function takes more than eight parameters;
 //! * `_free(NULL)` is a no-op; every body runs inside a panic boundary (`CARE_ERR_PANIC`).
 //!
 //! # Safety
 //! Every exported function is `unsafe` for Rust callers and has the same contract: each
-//! non-NULL pointer is valid for its documented length and type, handles come from this
-//! library and are not used after their `_free`, and output buffers do not overlap inputs.
+//! non-NULL pointer (including those inside input structs) is valid for its documented length
+//! and type, handles come from this library and are not used after their `_free`, and output
+//! buffers do not overlap inputs.
 #![deny(missing_docs)]
 // The safety contract is the same for every entry point and is written once above.
 #![allow(clippy::missing_safety_doc)]

@@ -1,15 +1,14 @@
 //! Selective log-softmax (per-token log-probs and entropy from logits, and the backward pass):
 //! the `f64` CPU reference on host arrays, and the fused CUDA kernels on caller device pointers
-//! and a caller `CUstream`, including the fused path from logits to the policy loss.
-//! The contract (edge cases included) is `care_core::logsoftmax`.
+//! and a caller `CUstream`; plus the fused path from logits to the policy loss on both. The
+//! contract (edge cases included) is `care_core::logsoftmax`.
 //!
-//! Logits are `[rows, vocab]` row-major with a row stride in elements (`>= vocab`), in
-//! `care_dtype` (16-bit dtypes as raw bit patterns); targets are `int32_t` or `int64_t`
-//! (`targets_i64`); the optional mask is `uint8_t` (0 = row not read, outputs 0).
+//! A `care_logits` describes the rows (logits, targets, mask, temperature) for every entry
+//! point here, CPU and GPU alike.
 
 use core::ffi::c_void;
 
-use care_core::grpo::LogProb;
+use care_core::grpo::{Advantages, LogProb, LossInputs, LossOptions, LossOutput};
 use care_core::logsoftmax::{
     LogSoftmaxOptions, Logits, TokenId, selective_log_softmax, selective_log_softmax_backward,
 };
@@ -18,19 +17,133 @@ use care_kernels::{
     WORKSPACE_BYTES, log_softmax_backward, log_softmax_forward, log_softmax_status,
     logits_loss_forward,
 };
-use cudarc::driver::result as cu;
 use half::{bf16, f16};
 
-use crate::args;
+use crate::args::{self, Out};
 use crate::gpu::{
-    CARE_GPU_LOSS_STATS_BYTES, CARE_GPU_WORKSPACE_BYTES, backend, dev, driver_code, kernel_code,
-    workspace,
+    CARE_GPU_LOSS_STATS_BYTES, CARE_GPU_WORKSPACE_BYTES, backend, care_gpu_launch, dev,
+    device_loss, kernel_code, read_launch,
 };
-use crate::loss::{self, care_loss_options};
+use crate::loss::{
+    self, care_loss_inputs, care_loss_options, care_loss_stats, read_dtype as dtype_arg,
+};
 use crate::result::{care_result, map_error};
 
-fn dtype_arg(d: u32) -> Result<Dtype, care_result> {
-    args::enum_arg(d, &Dtype::ALL)
+/// Rows of logits with their targets: the input of every selective log-softmax entry point
+/// (CPU: host memory; GPU: device memory).
+///
+/// `logits` holds `rows` rows of `vocab` elements of `dtype` (a `care_dtype`), row `i` starting
+/// at element `i * row_stride` (`row_stride >= vocab`; a strided view such as `x[:, :V]` needs
+/// no copy), so `logits_len >= (rows - 1) * row_stride + vocab` (`CARE_ERR_LENGTH_MISMATCH`).
+/// `targets[targets_len]` (`== rows`) are `int64_t` when `targets_i64` is 1, `int32_t` when it
+/// is 0. `mask` is optional ((NULL, 0), else `mask_len == rows`; 0 = row not read, its outputs
+/// and gradient are 0). The logits are divided by `temperature` (finite, `> 0`).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_logits {
+    /// `sizeof(care_logits)`.
+    pub struct_size: u32,
+    /// A `care_dtype`: the element type of `logits`.
+    pub dtype: u32,
+    /// The logits.
+    pub logits: *const c_void,
+    /// Elements readable at `logits`.
+    pub logits_len: usize,
+    /// Number of rows (tokens).
+    pub rows: usize,
+    /// Vocabulary size `V` (`> 0`).
+    pub vocab: usize,
+    /// Elements between the starts of two rows (`>= vocab`).
+    pub row_stride: usize,
+    /// One target id per row.
+    pub targets: *const c_void,
+    /// `rows`.
+    pub targets_len: usize,
+    /// 1: `targets` are `int64_t`; 0: `int32_t`.
+    pub targets_i64: u32,
+    /// Row mask, or NULL.
+    pub mask: *const u8,
+    /// 0 or `rows`.
+    pub mask_len: usize,
+    /// Sampling temperature `T` (1 for none).
+    pub temperature: f64,
+}
+
+/// What the forward pass writes, one `float` per row: `logp` (required) and, optionally
+/// ((NULL, 0) to skip), the entropy and the log-sum-exp of the scaled logits (the GPU backward
+/// pass reads the latter).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_log_softmax_outputs {
+    /// `sizeof(care_log_softmax_outputs)`.
+    pub struct_size: u32,
+    /// `log softmax(x_i / T)[y_i]`.
+    pub logp: *mut f32,
+    /// `rows`.
+    pub logp_len: usize,
+    /// Entropy of each row's distribution, or NULL.
+    pub entropy: *mut f32,
+    /// 0 or `rows`.
+    pub entropy_len: usize,
+    /// `log sum_j exp(x_ij / T)`, or NULL.
+    pub lse: *mut f32,
+    /// 0 or `rows`.
+    pub lse_len: usize,
+}
+
+/// What the backward pass reads besides the logits, one `float` per row: the gradients of the
+/// loss with respect to `logp` and the entropy (each optional: (NULL, 0) is zero), and the
+/// forward's saved `lse` and `entropy`. The GPU reads the saved values (`lse` required,
+/// `entropy` with `dentropy`); the CPU reference recomputes both in `f64` from the logits, so
+/// for it they are optional and only their lengths are checked.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_log_softmax_grads {
+    /// `sizeof(care_log_softmax_grads)`.
+    pub struct_size: u32,
+    /// `dL/dlogp`, or NULL.
+    pub dlogp: *const f32,
+    /// 0 or `rows`.
+    pub dlogp_len: usize,
+    /// `dL/dentropy`, or NULL.
+    pub dentropy: *const f32,
+    /// 0 or `rows`.
+    pub dentropy_len: usize,
+    /// The forward's `lse`, or NULL (CPU only).
+    pub lse: *const f32,
+    /// 0 or `rows`.
+    pub lse_len: usize,
+    /// The forward's `entropy`, or NULL (needed by the GPU only with `dentropy`).
+    pub entropy: *const f32,
+    /// 0 or `rows`.
+    pub entropy_len: usize,
+}
+
+/// What the fused logits-to-loss forward writes besides the loss and its statistics, one
+/// `float` per row: the log-probs, the log-sum-exp (required on the GPU, whose backward pass
+/// reads it; optional on the CPU) and `dL/dlogp`, which `_selective_log_softmax_backward`
+/// turns into `dL/dlogits`.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_logits_loss_outputs {
+    /// `sizeof(care_logits_loss_outputs)`.
+    pub struct_size: u32,
+    /// Log-probs of the targets.
+    pub logp: *mut f32,
+    /// `rows`.
+    pub logp_len: usize,
+    /// Log-sum-exp of each row's scaled logits, or NULL (CPU only).
+    pub lse: *mut f32,
+    /// 0 or `rows`.
+    pub lse_len: usize,
+    /// `dL/dlogp`.
+    pub dlogp: *mut f32,
+    /// `rows`.
+    pub dlogp_len: usize,
 }
 
 fn options(temperature: f64) -> Result<LogSoftmaxOptions, care_result> {
@@ -55,312 +168,410 @@ fn matrix_len(rows: usize, vocab: usize, stride: usize) -> Result<usize, care_re
 
 // ---- CPU ------------------------------------------------------------------------------------
 
+/// The checked host view of a `care_logits`.
+struct HostRows<'a, T: LogProb, I: TokenId> {
+    logits: Logits<'a, T>,
+    targets: &'a [I],
+    mask: Option<&'a [u8]>,
+    opts: LogSoftmaxOptions,
+}
+
+/// A computation over host rows of any logits dtype and target type.
+trait WithRows {
+    type Out;
+    fn run<T: LogProb, I: TokenId>(
+        self,
+        rows: HostRows<'_, T, I>,
+    ) -> Result<Self::Out, care_result>;
+}
+
 /// # Safety
-/// The contract of `care_log_softmax`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn cpu_forward<T: LogProb, I: TokenId>(
-    logits: *const c_void,
-    logits_len: usize,
-    rows: usize,
-    vocab: usize,
-    row_stride: usize,
-    targets: *const c_void,
-    targets_len: usize,
-    mask: *const u8,
-    mask_len: usize,
-    temperature: f64,
-    logp_out: *mut f32,
-    logp_len: usize,
-    entropy_out: *mut f32,
-    entropy_len: usize,
-    lse_out: *mut f32,
-    lse_len: usize,
-) -> care_result {
-    // SAFETY (all blocks below): forwarded contract of the entry point.
-    let x = tri!(unsafe { args::slice(logits.cast::<T>(), logits_len) });
-    let y = tri!(unsafe { args::slice(targets.cast::<I>(), targets_len) });
-    let mask = tri!(unsafe { args::opt_slice(mask, mask_len) });
-    let opts = tri!(options(temperature));
-    let l = match Logits::new(x, rows, vocab, row_stride) {
-        Ok(l) => l,
-        Err(e) => return map_error(e),
-    };
-    let logp = tri!(unsafe { args::slice_mut(logp_out, logp_len) });
-    let ent = tri!(unsafe { args::opt_slice_mut(entropy_out, entropy_len) });
-    let lse = tri!(unsafe { args::opt_slice_mut(lse_out, lse_len) });
-    let n = rows;
-    if logp.len() != n
-        || ent.as_ref().is_some_and(|e| e.len() != n)
-        || lse.as_ref().is_some_and(|e| e.len() != n)
-    {
-        return care_result::CARE_ERR_LENGTH_MISMATCH;
+/// The pointers of `c` are NULL or valid for their lengths and hold `T` / `I` elements.
+unsafe fn host_rows<'a, T: LogProb, I: TokenId>(
+    c: &care_logits,
+) -> Result<HostRows<'a, T, I>, care_result> {
+    // SAFETY (all blocks): forwarded contract; bf16/f16 are repr(transparent) over u16.
+    let x = unsafe { args::slice(c.logits.cast::<T>(), c.logits_len) }?;
+    let targets = unsafe { args::slice(c.targets.cast::<I>(), c.targets_len) }?;
+    let mask = unsafe { args::opt_slice(c.mask, c.mask_len) }?;
+    let opts = options(c.temperature)?;
+    let logits = Logits::new(x, c.rows, c.vocab, c.row_stride).map_err(map_error)?;
+    Ok(HostRows {
+        logits,
+        targets,
+        mask,
+        opts,
+    })
+}
+
+/// Reads `*p` and runs `f` on its rows, dispatching on the logits dtype and target type.
+///
+/// # Safety
+/// `p` is a valid `care_logits` whose pointers are valid for their lengths.
+unsafe fn with_rows<F: WithRows>(p: *const care_logits, f: F) -> Result<F::Out, care_result> {
+    // SAFETY (all blocks): forwarded contract.
+    let c = unsafe { args::input(p) }?;
+    let dtype = dtype_arg(c.dtype)?;
+    let i64t = args::flag(c.targets_i64)?;
+    match (dtype, i64t) {
+        (Dtype::F32, false) => f.run(unsafe { host_rows::<f32, i32>(&c) }?),
+        (Dtype::F32, true) => f.run(unsafe { host_rows::<f32, i64>(&c) }?),
+        (Dtype::Bf16, false) => f.run(unsafe { host_rows::<bf16, i32>(&c) }?),
+        (Dtype::Bf16, true) => f.run(unsafe { host_rows::<bf16, i64>(&c) }?),
+        (Dtype::F16, false) => f.run(unsafe { host_rows::<f16, i32>(&c) }?),
+        (Dtype::F16, true) => f.run(unsafe { host_rows::<f16, i64>(&c) }?),
     }
-    let (mut lp, mut h, mut ls) = (vec![0.0f64; n], vec![0.0f64; n], vec![0.0f64; n]);
-    if let Err(e) = selective_log_softmax(&l, y, mask, &opts, &mut lp, Some(&mut h), Some(&mut ls))
-    {
-        return map_error(e);
-    }
-    for (o, v) in logp.iter_mut().zip(&lp) {
+}
+
+/// `src` rounded to `float` into `dst` (same length).
+fn narrow(dst: &mut [f32], src: &[f64]) {
+    for (o, v) in dst.iter_mut().zip(src) {
         *o = *v as f32;
     }
-    if let Some(e) = ent {
-        for (o, v) in e.iter_mut().zip(&h) {
-            *o = *v as f32;
-        }
-    }
-    if let Some(e) = lse {
-        for (o, v) in e.iter_mut().zip(&ls) {
-            *o = *v as f32;
-        }
-    }
-    care_result::CARE_OK
 }
 
-/// Selective log-softmax on the CPU (the `f64` reference, outputs rounded to `float`):
-/// `logp_out[rows]` = `log softmax(x_i / temperature)[y_i]`, and optionally the entropy
-/// `entropy_out[rows]` and the log-sum-exp of the scaled logits `lse_out[rows]` ((NULL, 0) to
-/// skip). `logits[logits_len]` holds `dtype` elements (`care_dtype`), `logits_len >=
-/// (rows - 1) * row_stride + vocab`; `targets[targets_len]` (`== rows`) are `int64_t` when
-/// `targets_i64` is 1, else `int32_t`; `mask` optional (`mask_len` 0 or `rows`).
+/// An optional per-row slice: (NULL, 0) is `None`, else its length must be `rows`.
+fn per_row<S: AsRef<[f32]>>(s: Option<S>, rows: usize) -> Result<Option<S>, care_result> {
+    match s {
+        Some(v) if v.as_ref().len() != rows => Err(care_result::CARE_ERR_LENGTH_MISMATCH),
+        s => Ok(s),
+    }
+}
+
+struct Forward<'o> {
+    logp: &'o mut [f32],
+    entropy: Option<&'o mut [f32]>,
+    lse: Option<&'o mut [f32]>,
+}
+
+impl WithRows for Forward<'_> {
+    type Out = ();
+    fn run<T: LogProb, I: TokenId>(self, r: HostRows<'_, T, I>) -> Result<(), care_result> {
+        let n = r.logits.rows();
+        if self.logp.len() != n {
+            return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
+        }
+        let entropy = per_row(self.entropy, n)?;
+        let lse = per_row(self.lse, n)?;
+        // The core writes its f64 outputs; ours are written only once it has succeeded.
+        let (mut lp, mut h, mut ls) = (vec![0.0f64; n], vec![0.0f64; n], vec![0.0f64; n]);
+        selective_log_softmax(
+            &r.logits,
+            r.targets,
+            r.mask,
+            &r.opts,
+            &mut lp,
+            Some(&mut h),
+            Some(&mut ls),
+        )
+        .map_err(map_error)?;
+        narrow(self.logp, &lp);
+        if let Some(e) = entropy {
+            narrow(e, &h);
+        }
+        if let Some(l) = lse {
+            narrow(l, &ls);
+        }
+        Ok(())
+    }
+}
+
+/// Selective log-softmax on the CPU (the `f64` reference, outputs rounded to `float`): for
+/// every row `i`, `outputs->logp[i] = log softmax(x_i / T)[y_i]`, and the entropy and
+/// log-sum-exp when asked for. Errors: `CARE_ERR_INVALID_ARGUMENT` for a temperature that is
+/// not finite and positive, `vocab == 0`, `row_stride < vocab`, or a counted row's target
+/// outside `0..vocab` (nothing is written).
 ///
-/// Errors: `CARE_ERR_INVALID_ARGUMENT` for `temperature` not finite and positive, `vocab == 0`,
-/// `row_stride < vocab`, or a counted row's target outside `0..vocab` (nothing is written).
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// ```c
+/// care_logits x = {sizeof x, CARE_DTYPE_BF16, logits, rows * V, rows, V, V,
+///                  targets, rows, 1 /* int64 */, NULL, 0, 1.0};
+/// care_log_softmax_outputs out = {sizeof out, logp, rows, NULL, 0, NULL, 0};
+/// care_result r = care_selective_log_softmax(&x, &out);
+/// ```
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_log_softmax(
-    dtype: u32,
-    logits: *const c_void,
-    logits_len: usize,
-    rows: usize,
-    vocab: usize,
-    row_stride: usize,
-    targets: *const c_void,
-    targets_len: usize,
-    targets_i64: u32,
-    mask: *const u8,
-    mask_len: usize,
-    temperature: f64,
-    logp_out: *mut f32,
-    logp_len: usize,
-    entropy_out: *mut f32,
-    entropy_len: usize,
-    lse_out: *mut f32,
-    lse_len: usize,
+pub unsafe extern "C" fn care_selective_log_softmax(
+    logits: *const care_logits,
+    outputs: *const care_log_softmax_outputs,
 ) -> care_result {
     ffi_panic_boundary! {
-        let dt = tri!(dtype_arg(dtype));
-        macro_rules! go {
-            ($t:ty, $i:ty) => {
-                // SAFETY: the entry point's contract; bf16/f16 are repr(transparent) over u16.
-                unsafe {
-                    cpu_forward::<$t, $i>(
-                        logits, logits_len, rows, vocab, row_stride, targets, targets_len, mask,
-                        mask_len, temperature, logp_out, logp_len, entropy_out, entropy_len,
-                        lse_out, lse_len,
-                    )
-                }
-            };
-        }
-        match (dt, targets_i64) {
-            (Dtype::F32, 0) => go!(f32, i32),
-            (Dtype::F32, 1) => go!(f32, i64),
-            (Dtype::Bf16, 0) => go!(bf16, i32),
-            (Dtype::Bf16, 1) => go!(bf16, i64),
-            (Dtype::F16, 0) => go!(f16, i32),
-            (Dtype::F16, 1) => go!(f16, i64),
-            _ => care_result::CARE_ERR_INVALID_ARGUMENT,
-        }
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let o = tri!(unsafe { args::input(outputs) });
+        let f = Forward {
+            logp: tri!(unsafe { args::slice_mut(o.logp, o.logp_len) }),
+            entropy: tri!(unsafe { args::opt_slice_mut(o.entropy, o.entropy_len) }),
+            lse: tri!(unsafe { args::opt_slice_mut(o.lse, o.lse_len) }),
+        };
+        tri!(unsafe { with_rows(logits, f) });
+        care_result::CARE_OK
     }
 }
 
+struct Backward<'o> {
+    dlogp: Option<&'o [f32]>,
+    dentropy: Option<&'o [f32]>,
+    saved: [Option<&'o [f32]>; 2],
+    dlogits: &'o mut [f32],
+}
+
+impl WithRows for Backward<'_> {
+    type Out = ();
+    fn run<T: LogProb, I: TokenId>(self, r: HostRows<'_, T, I>) -> Result<(), care_result> {
+        let n = r.logits.rows();
+        let g = per_row(self.dlogp, n)?;
+        let e = per_row(self.dentropy, n)?;
+        for s in self.saved {
+            per_row(s, n)?;
+        }
+        let g64: Vec<f64> = match g {
+            Some(g) => g.iter().map(|&v| f64::from(v)).collect(),
+            None => vec![0.0; n],
+        };
+        let e64: Option<Vec<f64>> = e.map(|e| e.iter().map(|&v| f64::from(v)).collect());
+        let mut d = vec![0.0f64; self.dlogits.len()];
+        selective_log_softmax_backward(
+            &r.logits,
+            r.targets,
+            r.mask,
+            &r.opts,
+            &g64,
+            e64.as_deref(),
+            &mut d,
+        )
+        .map_err(map_error)?;
+        narrow(self.dlogits, &d);
+        Ok(())
+    }
+}
+
+/// Backward of `care_selective_log_softmax` on the CPU: `dlogits_out[rows * vocab]` (dense,
+/// `float`) = `dL/dx` from `grads` (see `care_log_softmax_grads`). Masked rows get exact
+/// zeros. Errors as `care_selective_log_softmax`; `dlogits_len != rows * vocab` is
+/// `CARE_ERR_LENGTH_MISMATCH`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_selective_log_softmax_backward(
+    logits: *const care_logits,
+    grads: *const care_log_softmax_grads,
+    dlogits_out: *mut f32,
+    dlogits_len: usize,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let g = tri!(unsafe { args::input(grads) });
+        let b = Backward {
+            dlogp: tri!(unsafe { args::opt_slice(g.dlogp, g.dlogp_len) }),
+            dentropy: tri!(unsafe { args::opt_slice(g.dentropy, g.dentropy_len) }),
+            saved: [
+                tri!(unsafe { args::opt_slice(g.lse, g.lse_len) }),
+                tri!(unsafe { args::opt_slice(g.entropy, g.entropy_len) }),
+            ],
+            dlogits: tri!(unsafe { args::slice_mut(dlogits_out, dlogits_len) }),
+        };
+        tri!(unsafe { with_rows(logits, b) });
+        care_result::CARE_OK
+    }
+}
+
+/// The loss inputs of the fused logits paths, checked: `logp` and `mask` must be (NULL, 0)
+/// (the log-probs are computed, the mask is the logits' row mask), so must `logp_rollout` (no
+/// rollout correction on these paths), and the log-prob dtype is `float`, else
+/// `CARE_ERR_INVALID_ARGUMENT`.
+///
 /// # Safety
-/// The contract of `care_log_softmax_backward`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn cpu_backward<T: LogProb, I: TokenId>(
-    logits: *const c_void,
-    logits_len: usize,
-    rows: usize,
-    vocab: usize,
-    row_stride: usize,
-    targets: *const c_void,
-    targets_len: usize,
-    mask: *const u8,
-    mask_len: usize,
-    temperature: f64,
-    dlogp: *const f32,
-    dlogp_len: usize,
-    dentropy: *const f32,
-    dentropy_len: usize,
-    dlogits_out: *mut f32,
-    dlogits_len: usize,
-) -> care_result {
-    // SAFETY (all blocks below): forwarded contract of the entry point.
-    let x = tri!(unsafe { args::slice(logits.cast::<T>(), logits_len) });
-    let y = tri!(unsafe { args::slice(targets.cast::<I>(), targets_len) });
-    let mask = tri!(unsafe { args::opt_slice(mask, mask_len) });
-    let g = tri!(unsafe { args::slice(dlogp, dlogp_len) });
-    let e = tri!(unsafe { args::opt_slice(dentropy, dentropy_len) });
-    let opts = tri!(options(temperature));
-    let l = match Logits::new(x, rows, vocab, row_stride) {
-        Ok(l) => l,
-        Err(e) => return map_error(e),
-    };
-    let out = tri!(unsafe { args::slice_mut(dlogits_out, dlogits_len) });
-    let g64: Vec<f64> = g.iter().map(|&v| f64::from(v)).collect();
-    let e64: Option<Vec<f64>> = e.map(|e| e.iter().map(|&v| f64::from(v)).collect());
-    let mut d = vec![0.0f64; out.len()];
-    match selective_log_softmax_backward(&l, y, mask, &opts, &g64, e64.as_deref(), &mut d) {
-        Ok(()) => {
-            for (o, v) in out.iter_mut().zip(&d) {
-                *o = *v as f32;
-            }
-            care_result::CARE_OK
+/// As for [`args::input`].
+unsafe fn logits_loss_inputs(p: *const care_loss_inputs) -> Result<care_loss_inputs, care_result> {
+    // SAFETY: forwarded contract.
+    let c = unsafe { args::input(p) }?;
+    if !c.logp.is_null() || c.logp_len != 0 || !c.mask.is_null() || c.mask_len != 0 {
+        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+    }
+    // The fused paths have no rollout correction (refused rather than ignored).
+    if !c.logp_rollout.is_null() || c.logp_rollout_len != 0 {
+        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+    }
+    if dtype_arg(c.dtype)? != Dtype::F32 {
+        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+    }
+    Ok(c)
+}
+
+struct LogitsLoss<'o> {
+    logp_old: Option<Vec<f64>>,
+    logp_ref: Option<Vec<f64>>,
+    seq_offsets: &'o [u32],
+    advantages: Advantages<'o>,
+    opts: LossOptions,
+    logp: &'o mut [f32],
+    lse: Option<&'o mut [f32]>,
+    dlogp: &'o mut [f32],
+}
+
+impl WithRows for LogitsLoss<'_> {
+    type Out = LossOutput;
+    fn run<T: LogProb, I: TokenId>(self, r: HostRows<'_, T, I>) -> Result<LossOutput, care_result> {
+        let n = r.logits.rows();
+        if self.logp.len() != n || self.dlogp.len() != n {
+            return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
         }
-        Err(e) => map_error(e),
+        let lse = per_row(self.lse, n)?;
+        // As care_core::logsoftmax::logits_policy_loss up to dL/dlogp: the backward pass is a
+        // separate call, as on the GPU.
+        let (mut lp, mut ls) = (vec![0.0f64; n], vec![0.0f64; n]);
+        selective_log_softmax(
+            &r.logits,
+            r.targets,
+            r.mask,
+            &r.opts,
+            &mut lp,
+            None,
+            Some(&mut ls),
+        )
+        .map_err(map_error)?;
+        let inputs = LossInputs {
+            logp: &lp[..],
+            logp_old: self.logp_old.as_deref(),
+            logp_ref: self.logp_ref.as_deref(),
+            seq_offsets: self.seq_offsets,
+            mask: r.mask,
+            advantages: self.advantages,
+            // Refused by logits_loss_inputs (the fused paths have no rollout correction yet).
+            logp_rollout: None,
+        };
+        let mut g = vec![0.0f32; n];
+        let out = care_core::grpo::policy_loss(&inputs, &self.opts, &mut g).map_err(map_error)?;
+        narrow(self.logp, &lp);
+        if let Some(l) = lse {
+            narrow(l, &ls);
+        }
+        self.dlogp.copy_from_slice(&g);
+        Ok(out)
     }
 }
 
-/// Backward of `care_log_softmax` on the CPU: `dlogits_out[rows * vocab]` (dense, `float`) =
-/// `dL/dx` from `dlogp[rows]` and, optionally, `dentropy[rows]` ((NULL, 0) for no entropy
-/// term). Masked rows get exact zeros. Arguments and errors as `care_log_softmax`.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// The fused path from logits to the policy loss (SPEC §10, token layout over the rows) on the
+/// CPU, forward half, as `care_gpu_logits_policy_loss`: the selective log-softmax of `logits`
+/// gives `outputs->logp` (and `lse`), the loss of `inputs` on them gives `*loss_out`, the
+/// statistics (`stats_out`, optional) and `outputs->dlogp`; then
+/// `care_selective_log_softmax_backward` with `dlogp` gives `dL/dlogits`. `inputs->logp` and
+/// `inputs->mask` are (NULL, 0) (the log-probs are computed here; the logits' mask is the token
+/// mask), `inputs->dtype` is `CARE_DTYPE_F32` (`logp_old`, `logp_ref` are `float`), and
+/// `T = logits->rows`; otherwise `CARE_ERR_INVALID_ARGUMENT`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_log_softmax_backward(
-    dtype: u32,
-    logits: *const c_void,
-    logits_len: usize,
-    rows: usize,
-    vocab: usize,
-    row_stride: usize,
-    targets: *const c_void,
-    targets_len: usize,
-    targets_i64: u32,
-    mask: *const u8,
-    mask_len: usize,
-    temperature: f64,
-    dlogp: *const f32,
-    dlogp_len: usize,
-    dentropy: *const f32,
-    dentropy_len: usize,
-    dlogits_out: *mut f32,
-    dlogits_len: usize,
+pub unsafe extern "C" fn care_logits_policy_loss(
+    logits: *const care_logits,
+    inputs: *const care_loss_inputs,
+    options: *const care_loss_options,
+    outputs: *const care_logits_loss_outputs,
+    loss_out: *mut f64,
+    stats_out: *mut care_loss_stats,
 ) -> care_result {
     ffi_panic_boundary! {
-        let dt = tri!(dtype_arg(dtype));
-        macro_rules! go {
-            ($t:ty, $i:ty) => {
-                // SAFETY: the entry point's contract; bf16/f16 are repr(transparent) over u16.
-                unsafe {
-                    cpu_backward::<$t, $i>(
-                        logits, logits_len, rows, vocab, row_stride, targets, targets_len, mask,
-                        mask_len, temperature, dlogp, dlogp_len, dentropy, dentropy_len,
-                        dlogits_out, dlogits_len,
-                    )
-                }
-            };
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let c = tri!(unsafe { logits_loss_inputs(inputs) });
+        let widen = |v: Option<&[f32]>| v.map(|v| v.iter().map(|&x| f64::from(x)).collect());
+        let logp_old = tri!(unsafe { args::opt_slice(c.logp_old.cast::<f32>(), c.logp_old_len) });
+        let logp_ref = tri!(unsafe { args::opt_slice(c.logp_ref.cast::<f32>(), c.logp_ref_len) });
+        let adv = tri!(unsafe { args::slice(c.advantages, c.advantages_len) });
+        let opts = tri!(unsafe { loss::read_options(options) });
+        let o = tri!(unsafe { args::input(outputs) });
+        let loss_out = tri!(Out::new(loss_out));
+        let stats_out = tri!(Out::optional(stats_out));
+        let f = LogitsLoss {
+            logp_old: widen(logp_old),
+            logp_ref: widen(logp_ref),
+            seq_offsets: tri!(unsafe { args::slice(c.seq_offsets, c.seq_offsets_len) }),
+            advantages: tri!(loss::advantages(c.advantages_kind, adv)),
+            opts,
+            logp: tri!(unsafe { args::slice_mut(o.logp, o.logp_len) }),
+            lse: tri!(unsafe { args::opt_slice_mut(o.lse, o.lse_len) }),
+            dlogp: tri!(unsafe { args::slice_mut(o.dlogp, o.dlogp_len) }),
+        };
+        let out = tri!(unsafe { with_rows(logits, f) });
+        unsafe { loss_out.write(out.loss) };
+        if let Some(s) = stats_out {
+            unsafe { s.write(loss::stats_to_c(&out.stats)) };
         }
-        match (dt, targets_i64) {
-            (Dtype::F32, 0) => go!(f32, i32),
-            (Dtype::F32, 1) => go!(f32, i64),
-            (Dtype::Bf16, 0) => go!(bf16, i32),
-            (Dtype::Bf16, 1) => go!(bf16, i64),
-            (Dtype::F16, 0) => go!(f16, i32),
-            (Dtype::F16, 1) => go!(f16, i64),
-            _ => care_result::CARE_ERR_INVALID_ARGUMENT,
-        }
+        care_result::CARE_OK
     }
 }
 
 // ---- GPU ------------------------------------------------------------------------------------
-
-/// The checked row description shared by the GPU entry points.
-#[allow(clippy::too_many_arguments)]
-fn gpu_rows(
-    dtype: u32,
-    d_logits: *const c_void,
+/// A device matrix of `rows` rows of `vocab` elements of `dtype`, `stride` apart, at `p` with
+/// `len` elements readable: the address, after the checks the CPU makes on host rows (shape,
+/// then length), plus NULL and the dtype's alignment.
+fn device_matrix(
+    p: *const c_void,
+    len: usize,
+    dtype: Dtype,
     rows: usize,
-    vocab: u32,
-    row_stride: usize,
-    d_targets: *const c_void,
-    targets_len: usize,
-    targets_i64: u32,
-    d_mask: *const u8,
-    mask_len: usize,
-) -> Result<LogitsBuffers, care_result> {
-    let dtype = dtype_arg(dtype)?;
-    matrix_len(rows, vocab as usize, row_stride)?;
-    let i64t = match targets_i64 {
-        0 => false,
-        1 => true,
-        _ => return Err(care_result::CARE_ERR_INVALID_ARGUMENT),
-    };
-    let logits = dev(d_logits.cast::<u8>(), rows, rows, true)?;
-    if !(logits as usize).is_multiple_of(dtype.size()) {
+    vocab: usize,
+    stride: usize,
+) -> Result<u64, care_result> {
+    let need = matrix_len(rows, vocab, stride)?;
+    if p.is_null() && len != 0 {
+        return Err(care_result::CARE_ERR_NULL_POINTER);
+    }
+    if len < need {
+        return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
+    }
+    if !(p as usize).is_multiple_of(dtype.size()) {
         return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
     }
-    let targets = if i64t {
-        dev(d_targets.cast::<i64>(), targets_len, rows, true)?
-    } else {
-        dev(d_targets.cast::<i32>(), targets_len, rows, true)?
-    };
-    Ok(LogitsBuffers {
-        dtype,
-        logits,
-        rows: rows as u64,
-        vocab,
-        stride: row_stride as u64,
-        targets,
-        targets_i64: i64t,
-        mask: dev(d_mask, mask_len, rows, false)?,
-    })
+    Ok(p as u64)
 }
 
-/// Selective log-softmax on the GPU, asynchronously on `stream` (NULL = legacy default stream)
-/// in the context current on this thread (else the primary context of the pointer's device).
-/// `d_logits` holds `rows` rows of `vocab` `dtype` elements, `row_stride` elements apart (any
-/// stride `>= vocab`, any alignment of the element type; 16-byte aligned rows are fastest);
-/// `d_targets[targets_len]` (`== rows`) `int32_t` or `int64_t` (`targets_i64`); `d_mask`
-/// optional. Writes `d_logp_out[rows]` and, when given, `d_entropy_out[rows]` and
-/// `d_lse_out[rows]` (the backward pass needs `lse`). `d_workspace`: at least
-/// `CARE_GPU_WORKSPACE_BYTES`, 16-byte aligned; `care_gpu_log_softmax_status` reads it.
-/// Same results as `care_log_softmax` within the documented tolerance; a bad target gives NaN
-/// and is reported by `care_gpu_log_softmax_status`.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// The checked device view of a `care_logits` and its temperature.
+///
+/// # Safety
+/// As for [`args::input`].
+unsafe fn device_rows(
+    p: *const care_logits,
+) -> Result<(LogitsBuffers, LogSoftmaxOptions), care_result> {
+    // SAFETY: forwarded contract.
+    let c = unsafe { args::input(p) }?;
+    let dtype = dtype_arg(c.dtype)?;
+    let i64t = args::flag(c.targets_i64)?;
+    let logits = device_matrix(c.logits, c.logits_len, dtype, c.rows, c.vocab, c.row_stride)?;
+    let vocab = u32::try_from(c.vocab).map_err(|_| care_result::CARE_ERR_INVALID_ARGUMENT)?;
+    let targets = if i64t {
+        dev(c.targets.cast::<i64>(), c.targets_len, c.rows, true)?
+    } else {
+        dev(c.targets.cast::<i32>(), c.targets_len, c.rows, true)?
+    };
+    let rows = LogitsBuffers {
+        dtype,
+        logits,
+        rows: c.rows as u64,
+        vocab,
+        stride: c.row_stride as u64,
+        targets,
+        targets_i64: i64t,
+        mask: dev(c.mask, c.mask_len, c.rows, false)?,
+    };
+    Ok((rows, options(c.temperature)?))
+}
+
+/// Selective log-softmax on the GPU, asynchronously on `launch->stream`: as
+/// `care_selective_log_softmax` (the same structs, device memory; any row stride `>= vocab`
+/// and any alignment of the element type, 16-byte aligned rows being fastest) within the
+/// documented tolerance. A counted row's target outside `0..vocab` cannot stop the kernel: the
+/// row's `logp` is NaN and `care_gpu_selective_log_softmax_status` reports it.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_gpu_log_softmax(
-    dtype: u32,
-    d_logits: *const c_void,
-    rows: usize,
-    vocab: u32,
-    row_stride: usize,
-    d_targets: *const c_void,
-    targets_len: usize,
-    targets_i64: u32,
-    d_mask: *const u8,
-    mask_len: usize,
-    temperature: f64,
-    d_logp_out: *mut f32,
-    logp_len: usize,
-    d_entropy_out: *mut f32,
-    entropy_len: usize,
-    d_lse_out: *mut f32,
-    lse_len: usize,
-    d_workspace: *mut c_void,
-    workspace_len: usize,
-    stream: *mut c_void,
+pub unsafe extern "C" fn care_gpu_selective_log_softmax(
+    logits: *const care_logits,
+    outputs: *const care_log_softmax_outputs,
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        let r = tri!(gpu_rows(dtype, d_logits, rows, vocab, row_stride, d_targets, targets_len,
-                              targets_i64, d_mask, mask_len));
-        let out = LogSoftmaxOutputs {
-            logp: tri!(dev(d_logp_out.cast_const(), logp_len, rows, true)),
-            entropy: tri!(dev(d_entropy_out.cast_const(), entropy_len, rows, false)),
-            lse: tri!(dev(d_lse_out.cast_const(), lse_len, rows, false)),
-            status: tri!(workspace(d_workspace, workspace_len)),
-        };
-        let opts = tri!(options(temperature));
-        // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(stream, out.status) });
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let (r, opts) = tri!(unsafe { device_rows(logits) });
+        let o = tri!(unsafe { args::input(outputs) });
+        let n = r.rows as usize;
+        let logp = tri!(dev(o.logp.cast_const(), o.logp_len, n, true));
+        let entropy = tri!(dev(o.entropy.cast_const(), o.entropy_len, n, false));
+        let lse = tri!(dev(o.lse.cast_const(), o.lse_len, n, false));
+        let l = tri!(unsafe { read_launch(launch, true) });
+        let out = LogSoftmaxOutputs { logp, entropy, lse, status: l.workspace };
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
         match unsafe { log_softmax_forward(&b, &r, &out, &opts, Tuning::default()) } {
             Ok(()) => care_result::CARE_OK,
@@ -369,177 +580,115 @@ pub unsafe extern "C" fn care_gpu_log_softmax(
     }
 }
 
-/// Synchronizes `stream` and reads the status word that `care_gpu_log_softmax` or
-/// `care_gpu_logits_policy_loss` left in `d_workspace`: `CARE_OK`, or
+/// Synchronizes `launch->stream` and reads the status that `care_gpu_selective_log_softmax` or
+/// `care_gpu_logits_policy_loss` left in `launch->workspace`: `CARE_OK`, or
 /// `CARE_ERR_INVALID_ARGUMENT` when a counted row's target was outside `0..vocab`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_gpu_log_softmax_status(
-    d_workspace: *const c_void,
-    workspace_len: usize,
-    stream: *mut c_void,
+pub unsafe extern "C" fn care_gpu_selective_log_softmax_status(
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        let ws = tri!(workspace(d_workspace.cast_mut(), workspace_len));
         // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(stream, ws) });
-        if let Err(e) = b.synchronize() {
-            return driver_code(e);
-        }
-        let mut word = [0u8; 4];
-        // SAFETY: the stream is idle (synchronized); `ws` holds at least 4 bytes.
-        if let Err(e) = unsafe { cu::memcpy_dtoh_sync(&mut word, ws) } {
-            return driver_code(e);
-        }
-        match log_softmax_status(u32::from_ne_bytes(word)) {
+        let word = tri!(unsafe { crate::gpu::read_status(launch) });
+        match log_softmax_status(word) {
             Ok(()) => care_result::CARE_OK,
             Err(e) => map_error(e),
         }
     }
 }
 
-/// Backward of `care_gpu_log_softmax`, asynchronously on `stream`: writes
-/// `d_dlogits_out` (`dtype`, `rows` rows `dlogits_row_stride` elements apart) =
-/// `(g / T) * (onehot - softmax) - (e / T) * p * (log p + H)` from `d_dlogp[rows]` (optional:
-/// (NULL, 0) is 0) and `d_dentropy[rows]` (optional; needs the forward's `d_entropy`), using
-/// the forward's `d_lse[rows]`. Pass `d_dlogits_out = d_logits` with the same stride to
-/// overwrite the logits in place. Masked rows get zeros.
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// Backward of `care_gpu_selective_log_softmax`, asynchronously on `launch->stream`: writes
+/// `d_dlogits_out` (the logits' dtype; `rows` rows `dlogits_row_stride` elements apart,
+/// `dlogits_len >= (rows - 1) * dlogits_row_stride + vocab`) =
+/// `(g / T) * (onehot - softmax) - (e / T) * p * (log p + H)` from `grads` (its `lse` is
+/// required, its `entropy` with `dentropy`). Pass `d_dlogits_out = logits->logits` with the same
+/// stride to overwrite the logits in place. Masked rows get zeros. Uses no workspace.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_gpu_log_softmax_backward(
-    dtype: u32,
-    d_logits: *const c_void,
-    rows: usize,
-    vocab: u32,
-    row_stride: usize,
-    d_targets: *const c_void,
-    targets_len: usize,
-    targets_i64: u32,
-    d_mask: *const u8,
-    mask_len: usize,
-    temperature: f64,
-    d_lse: *const f32,
-    lse_len: usize,
-    d_entropy: *const f32,
-    entropy_len: usize,
-    d_dlogp: *const f32,
-    dlogp_len: usize,
-    d_dentropy: *const f32,
-    dentropy_len: usize,
+pub unsafe extern "C" fn care_gpu_selective_log_softmax_backward(
+    logits: *const care_logits,
+    grads: *const care_log_softmax_grads,
     d_dlogits_out: *mut c_void,
+    dlogits_len: usize,
     dlogits_row_stride: usize,
-    stream: *mut c_void,
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        let r = tri!(gpu_rows(dtype, d_logits, rows, vocab, row_stride, d_targets, targets_len,
-                              targets_i64, d_mask, mask_len));
-        tri!(matrix_len(rows, vocab as usize, dlogits_row_stride));
-        let g = LogSoftmaxGrads {
-            lse: tri!(dev(d_lse, lse_len, rows, true)),
-            entropy: tri!(dev(d_entropy, entropy_len, rows, false)),
-            dlogp: tri!(dev(d_dlogp, dlogp_len, rows, false)),
-            dentropy: tri!(dev(d_dentropy, dentropy_len, rows, false)),
-            dlogits: tri!(dev(d_dlogits_out.cast_const().cast::<u8>(), rows, rows, true)),
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let (r, opts) = tri!(unsafe { device_rows(logits) });
+        let n = r.rows as usize;
+        let g = tri!(unsafe { args::input(grads) });
+        let dlogits = tri!(device_matrix(d_dlogits_out.cast_const(), dlogits_len, r.dtype, n,
+                                         r.vocab as usize, dlogits_row_stride));
+        let grads = LogSoftmaxGrads {
+            lse: tri!(dev(g.lse, g.lse_len, n, true)),
+            entropy: tri!(dev(g.entropy, g.entropy_len, n, false)),
+            dlogp: tri!(dev(g.dlogp, g.dlogp_len, n, false)),
+            dentropy: tri!(dev(g.dentropy, g.dentropy_len, n, false)),
+            dlogits,
             dstride: dlogits_row_stride as u64,
         };
-        if !(g.dlogits as usize).is_multiple_of(r.dtype.size()) {
-            return care_result::CARE_ERR_INVALID_ARGUMENT;
+        if grads.dentropy != 0 && grads.entropy == 0 {
+            return care_result::CARE_ERR_INVALID_ARGUMENT; // the entropy term needs the entropy
         }
-        let opts = tri!(options(temperature));
-        if rows == 0 {
+        let l = tri!(unsafe { read_launch(launch, false) });
+        if n == 0 {
             return care_result::CARE_OK;
         }
-        // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(stream, g.lse) });
+        let b = tri!(unsafe { backend(l.stream, grads.lse) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { log_softmax_backward(&b, &r, &g, &opts, Tuning::default()) } {
+        match unsafe { log_softmax_backward(&b, &r, &grads, &opts, Tuning::default()) } {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }
     }
 }
 
-/// The fused path from logits to the policy loss (SPEC §10, token-level layout over the rows),
-/// forward half, asynchronously on `stream`: the selective log-softmax writes
-/// `d_logp_out[rows]` and `d_lse_out[rows]`, then the loss writes `d_dlogp_out[rows]`
-/// (`dL/dlogp`, `float`) and adds its statistics into `d_stats` (see
-/// `care_gpu_loss_stats_reset` / `_read`). Then call `care_gpu_log_softmax_backward` with
-/// `d_dlogp_out` and `d_lse_out` (in place over the logits if they are not needed any more)
-/// to get `dlogits`. `d_logp_old` / `d_logp_ref` are `float` (optional); sequences, mask,
-/// advantages and `options` as `care_gpu_policy_loss`. The status word in `d_workspace`
-/// reports bad targets (`care_gpu_log_softmax_status`).
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// The fused path from logits to the policy loss on the GPU, forward half, asynchronously on
+/// `launch->stream`: as `care_logits_policy_loss` (the same structs, device memory; `lse` is
+/// required), except that the loss statistics are added into the device accumulator `d_stats`
+/// (`CARE_GPU_LOSS_STATS_BYTES`, see `care_gpu_loss_stats_reset` / `_read`; the loss is
+/// `stats.loss`; (NULL, 0) to skip). Then `care_gpu_selective_log_softmax_backward` with
+/// `outputs->dlogp` and `outputs->lse` (in place over the logits if they are not needed any
+/// more) gives `dL/dlogits`. Bad targets are reported by
+/// `care_gpu_selective_log_softmax_status`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_gpu_logits_policy_loss(
-    dtype: u32,
-    d_logits: *const c_void,
-    rows: usize,
-    vocab: u32,
-    row_stride: usize,
-    d_targets: *const c_void,
-    targets_len: usize,
-    targets_i64: u32,
-    d_mask: *const u8,
-    mask_len: usize,
-    temperature: f64,
-    d_logp_old: *const f32,
-    logp_old_len: usize,
-    d_logp_ref: *const f32,
-    logp_ref_len: usize,
-    d_seq_offsets: *const u32,
-    seq_offsets_len: usize,
-    d_advantages: *const f32,
-    advantages_len: usize,
-    advantages_kind: u32,
-    options_: *const care_loss_options,
-    max_seq_len: u32,
-    d_logp_out: *mut f32,
-    logp_len: usize,
-    d_lse_out: *mut f32,
-    lse_len: usize,
-    d_dlogp_out: *mut f32,
-    dlogp_len: usize,
+    logits: *const care_logits,
+    inputs: *const care_loss_inputs,
+    options: *const care_loss_options,
+    outputs: *const care_logits_loss_outputs,
     d_stats: *mut c_void,
     stats_len: usize,
-    d_workspace: *mut c_void,
-    workspace_len: usize,
-    stream: *mut c_void,
+    launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        let r = tri!(gpu_rows(dtype, d_logits, rows, vocab, row_stride, d_targets, targets_len,
-                              targets_i64, d_mask, mask_len));
-        let Some(n_seq) = seq_offsets_len.checked_sub(1) else {
-            return if d_seq_offsets.is_null() {
-                care_result::CARE_ERR_NULL_POINTER
-            } else {
-                care_result::CARE_ERR_INVALID_LAYOUT
-            };
-        };
-        let per_token = match advantages_kind {
-            0 => false,
-            1 => true,
-            _ => return care_result::CARE_ERR_INVALID_ARGUMENT,
-        };
-        let adv_want = if per_token { rows } else { n_seq };
-        let ws = tri!(workspace(d_workspace, workspace_len));
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let (r, opts) = tri!(unsafe { device_rows(logits) });
+        let n = r.rows as usize;
+        let c = tri!(unsafe { logits_loss_inputs(inputs) });
+        let d = tri!(device_loss(&c, n, false));
+        let o = tri!(unsafe { args::input(outputs) });
+        let stats = tri!(dev(d_stats.cast_const(), stats_len, CARE_GPU_LOSS_STATS_BYTES, false));
+        let loss_opts = tri!(unsafe { loss::read_options(options) });
+        if !care_kernels::loss_supported(&loss_opts) {
+            return care_result::CARE_ERR_INVALID_ARGUMENT; // before a driver is needed
+        }
+        let l = tri!(unsafe { read_launch(launch, true) });
         let buf = LogitsLossBuffers {
-            logp: tri!(dev(d_logp_out.cast_const(), logp_len, rows, true)),
-            lse: tri!(dev(d_lse_out.cast_const(), lse_len, rows, true)),
-            dlogp: tri!(dev(d_dlogp_out.cast_const(), dlogp_len, rows, true)),
-            logp_old: tri!(dev(d_logp_old, logp_old_len, rows, false)),
-            logp_ref: tri!(dev(d_logp_ref, logp_ref_len, rows, false)),
-            adv: tri!(dev(d_advantages, advantages_len, adv_want, true)),
-            adv_per_token: per_token,
-            seq_offsets: tri!(dev(d_seq_offsets, seq_offsets_len, seq_offsets_len, true)),
-            n_seq: tri!(u32::try_from(n_seq).map_err(|_| care_result::CARE_ERR_INVALID_ARGUMENT)),
-            max_seq_len,
-            stats: tri!(dev(d_stats.cast_const(), stats_len, CARE_GPU_LOSS_STATS_BYTES, false)),
-            workspace: ws,
+            logp: tri!(dev(o.logp.cast_const(), o.logp_len, n, true)),
+            lse: tri!(dev(o.lse.cast_const(), o.lse_len, n, true)),
+            dlogp: tri!(dev(o.dlogp.cast_const(), o.dlogp_len, n, true)),
+            logp_old: d.logp_old,
+            logp_ref: d.logp_ref,
+            adv: d.adv,
+            adv_per_token: d.per_token,
+            seq_offsets: d.seq_offsets,
+            n_seq: d.n_seq,
+            max_seq_len: d.max_seq_len,
+            stats,
+            workspace: l.workspace,
         };
-        let opts = tri!(options(temperature));
-        // SAFETY: forwarded contract.
-        let loss_opts = tri!(unsafe { loss::read_options(options_) });
-        // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(stream, ws) });
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
         match unsafe { logits_loss_forward(&b, &r, &buf, &opts, &loss_opts, Tuning::default()) } {
             Ok(()) => care_result::CARE_OK,
@@ -556,6 +705,24 @@ mod tests {
     use super::*;
     use core::ptr::{null, null_mut};
 
+    fn rows(x: &[u16], y: &[i64]) -> care_logits {
+        care_logits {
+            struct_size: size_of::<care_logits>() as u32,
+            dtype: loss::care_dtype::CARE_DTYPE_BF16 as u32,
+            logits: x.as_ptr().cast(),
+            logits_len: 7,
+            rows: 2,
+            vocab: 3,
+            row_stride: 4,
+            targets: y.as_ptr().cast(),
+            targets_len: y.len(),
+            targets_i64: 1,
+            mask: null(),
+            mask_len: 0,
+            temperature: 0.6,
+        }
+    }
+
     #[test]
     fn cpu_forward_and_backward_match_the_reference() {
         // Two rows of V = 3, stride 4, bf16 logits; i64 targets; temperature 0.6.
@@ -565,62 +732,53 @@ mod tests {
             .collect();
         let y = [2i64, 1];
         let (mut lp, mut h, mut lse) = ([0f32; 2], [0f32; 2], [0f32; 2]);
-        // SAFETY: host buffers of the given lengths.
-        let r = unsafe {
-            care_log_softmax(
-                1,
-                x.as_ptr().cast(),
-                7,
-                2,
-                3,
-                4,
-                y.as_ptr().cast(),
-                2,
-                1,
-                null(),
-                0,
-                0.6,
-                lp.as_mut_ptr(),
-                2,
-                h.as_mut_ptr(),
-                2,
-                lse.as_mut_ptr(),
-                2,
-            )
+        let c = rows(&x, &y);
+        let out = care_log_softmax_outputs {
+            struct_size: size_of::<care_log_softmax_outputs>() as u32,
+            logp: lp.as_mut_ptr(),
+            logp_len: 2,
+            entropy: h.as_mut_ptr(),
+            entropy_len: 2,
+            lse: lse.as_mut_ptr(),
+            lse_len: 2,
         };
-        assert_eq!(r, care_result::CARE_OK);
+        // SAFETY: host buffers of the given lengths.
+        assert_eq!(
+            unsafe { care_selective_log_softmax(&c, &out) },
+            care_result::CARE_OK
+        );
         let xb: Vec<bf16> = x.iter().map(|&b| bf16::from_bits(b)).collect();
         let l = Logits::new(&xb[..], 2, 3, 4).unwrap();
-        let mut want = [0f64; 2];
+        let (mut want, mut want_h, mut want_lse) = ([0f64; 2], [0f64; 2], [0f64; 2]);
         let o = LogSoftmaxOptions { temperature: 0.6 };
-        selective_log_softmax(&l, &y, None, &o, &mut want, None, None).unwrap();
-        assert_eq!(lp, [want[0] as f32, want[1] as f32]);
+        selective_log_softmax(
+            &l,
+            &y,
+            None,
+            &o,
+            &mut want,
+            Some(&mut want_h),
+            Some(&mut want_lse),
+        )
+        .unwrap();
+        let f = |v: [f64; 2]| [v[0] as f32, v[1] as f32];
+        assert_eq!((lp, h, lse), (f(want), f(want_h), f(want_lse)));
 
         let g = [1.0f32, -0.5];
         let mut d = [f32::NAN; 6];
-        // SAFETY: as above.
-        let r = unsafe {
-            care_log_softmax_backward(
-                1,
-                x.as_ptr().cast(),
-                7,
-                2,
-                3,
-                4,
-                y.as_ptr().cast(),
-                2,
-                1,
-                null(),
-                0,
-                0.6,
-                g.as_ptr(),
-                2,
-                null(),
-                0,
-                d.as_mut_ptr(),
-                6,
-            )
+        let grads = care_log_softmax_grads {
+            struct_size: size_of::<care_log_softmax_grads>() as u32,
+            dlogp: g.as_ptr(),
+            dlogp_len: 2,
+            dentropy: null(),
+            dentropy_len: 0,
+            lse: null(),
+            lse_len: 0,
+            entropy: null(),
+            entropy_len: 0,
         };
+        // SAFETY: as above.
+        let r = unsafe { care_selective_log_softmax_backward(&c, &grads, d.as_mut_ptr(), 6) };
         assert_eq!(r, care_result::CARE_OK);
         assert!(d.iter().all(|v| v.is_finite()));
         // Softmax gradients of each row sum to 0.
@@ -629,173 +787,97 @@ mod tests {
 
     #[test]
     fn cpu_argument_errors() {
-        let x = [0f32; 4];
-        let y = [0i32, 5];
-        let mut lp = [0f32; 2];
-        let lpp = lp.as_mut_ptr();
-        // SAFETY: host buffers of the given lengths (or NULL with length 0).
-        unsafe {
-            let call = |dtype, ti64, t: f64, y: &[i32], vocab| {
-                care_log_softmax(
-                    dtype,
-                    x.as_ptr().cast(),
-                    4,
-                    2,
-                    vocab,
-                    2,
-                    y.as_ptr().cast(),
-                    y.len(),
-                    ti64,
-                    null(),
-                    0,
-                    t,
-                    lpp,
-                    2,
-                    null_mut(),
-                    0,
-                    null_mut(),
-                    0,
-                )
-            };
-            assert_eq!(
-                call(0, 0, 1.0, &y, 2),
-                care_result::CARE_ERR_INVALID_ARGUMENT
-            ); // target 5
-            assert_eq!(
-                call(3, 0, 1.0, &[0, 0], 2),
-                care_result::CARE_ERR_INVALID_ARGUMENT
-            );
-            assert_eq!(
-                call(0, 2, 1.0, &[0, 0], 2),
-                care_result::CARE_ERR_INVALID_ARGUMENT
-            );
-            assert_eq!(
-                call(0, 0, 0.0, &[0, 0], 2),
-                care_result::CARE_ERR_INVALID_ARGUMENT
-            );
-            assert_eq!(
-                call(0, 0, 1.0, &[0, 0], 3),
-                care_result::CARE_ERR_INVALID_ARGUMENT
-            );
-            assert_eq!(
-                call(0, 0, 1.0, &[0], 2),
-                care_result::CARE_ERR_LENGTH_MISMATCH
-            );
-            assert_eq!(call(0, 0, 1.0, &[0, 1], 2), care_result::CARE_OK);
-        }
+        let x = [0u16; 8];
+        let mut lp = [7f32; 2];
+        let out = care_log_softmax_outputs {
+            struct_size: size_of::<care_log_softmax_outputs>() as u32,
+            logp: lp.as_mut_ptr(),
+            logp_len: 2,
+            entropy: null_mut(),
+            entropy_len: 0,
+            lse: null_mut(),
+            lse_len: 0,
+        };
+        let call = |f: &dyn Fn(&mut care_logits), y: &[i64]| {
+            let mut c = rows(&x, y);
+            f(&mut c);
+            // SAFETY: host buffers of the given lengths (or NULL with length 0).
+            unsafe { care_selective_log_softmax(&c, &out) }
+        };
+        use care_result::*;
+        assert_eq!(
+            call(&|_| {}, &[0, 5]),
+            CARE_ERR_INVALID_ARGUMENT,
+            "target 5"
+        );
+        assert_eq!(call(&|c| c.dtype = 3, &[0, 0]), CARE_ERR_INVALID_ARGUMENT);
+        assert_eq!(call(&|c| c.targets_i64 = 2, &[0, 0]), CARE_ERR_INVALID_BOOL);
+        assert_eq!(
+            call(&|c| c.temperature = 0.0, &[0, 0]),
+            CARE_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            call(&|c| c.vocab = 5, &[0, 0]),
+            CARE_ERR_INVALID_ARGUMENT,
+            "stride < V"
+        );
+        assert_eq!(
+            call(&|c| c.logits_len = 6, &[0, 0]),
+            CARE_ERR_LENGTH_MISMATCH
+        );
+        assert_eq!(call(&|_| {}, &[0]), CARE_ERR_LENGTH_MISMATCH);
+        assert_eq!(lp, [7.0; 2], "nothing written on failure");
+        assert_eq!(call(&|_| {}, &[0, 1]), CARE_OK);
     }
 
     #[test]
-    fn gpu_checks_arguments_before_the_driver() {
-        // SAFETY: every call is rejected before any device access.
-        unsafe {
-            let r = care_gpu_log_softmax(
-                0,
-                null(),
-                4,
-                8,
-                8,
-                null(),
-                4,
-                0,
-                null(),
-                0,
-                1.0,
-                null_mut(),
-                4,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-            );
-            assert_eq!(r, care_result::CARE_ERR_NULL_POINTER);
-            let r = care_gpu_log_softmax(
-                7,
-                null(),
-                0,
-                8,
-                8,
-                null(),
-                0,
-                0,
-                null(),
-                0,
-                1.0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-            );
-            assert_eq!(r, care_result::CARE_ERR_INVALID_ARGUMENT);
-            let r = care_gpu_log_softmax(
-                0,
-                null(),
-                0,
-                8,
-                4,
-                null(),
-                0,
-                0,
-                null(),
-                0,
-                1.0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                null_mut(),
-            );
-            assert_eq!(r, care_result::CARE_ERR_INVALID_ARGUMENT, "stride < vocab");
-        }
-    }
-
-    #[test]
-    fn gpu_without_a_driver_is_unavailable() {
-        if care_kernels::cuda::driver_available() {
-            return; // covered by the GPU tests
-        }
+    fn gpu_without_a_driver_is_unavailable_after_the_argument_checks() {
         #[repr(align(16))]
         struct Ws([u8; 64]);
         let ws = Ws([0; 64]);
-        // Fake (aligned, non-NULL) addresses: the call must stop at the driver check.
+        // Fake (aligned, non-NULL) device addresses: the call must stop before touching them.
         let p = 0x1000usize as *mut f32;
-        // SAFETY: nothing is dereferenced without a driver.
-        let r = unsafe {
-            care_gpu_log_softmax(
-                0,
-                p.cast(),
-                2,
-                8,
-                8,
-                p.cast(),
-                2,
-                0,
-                null(),
-                0,
-                1.0,
-                p,
-                2,
-                null_mut(),
-                0,
-                null_mut(),
-                0,
-                ws.0.as_ptr().cast_mut().cast(),
-                64,
-                null_mut(),
-            )
+        let mut c = rows(&[], &[]);
+        c.logits = p.cast_const().cast();
+        c.targets = p.cast_const().cast();
+        c.targets_len = 2;
+        c.logits_len = 7;
+        let out = care_log_softmax_outputs {
+            struct_size: size_of::<care_log_softmax_outputs>() as u32,
+            logp: p,
+            logp_len: 2,
+            entropy: null_mut(),
+            entropy_len: 0,
+            lse: null_mut(),
+            lse_len: 0,
         };
-        assert_eq!(r, care_result::CARE_ERR_CUDA_UNAVAILABLE);
+        let mut launch = care_gpu_launch {
+            struct_size: size_of::<care_gpu_launch>() as u32,
+            stream: null_mut(),
+            workspace: ws.0.as_ptr().cast_mut().cast(),
+            workspace_len: 64,
+        };
+        // SAFETY: nothing is dereferenced before the driver check, which fails here.
+        unsafe {
+            launch.workspace_len = 32;
+            assert_eq!(
+                care_gpu_selective_log_softmax(&c, &out, &launch),
+                care_result::CARE_ERR_BUFFER_TOO_SMALL
+            );
+            launch.workspace_len = 64;
+            c.row_stride = 2;
+            assert_eq!(
+                care_gpu_selective_log_softmax(&c, &out, &launch),
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                "stride < vocab"
+            );
+            c.row_stride = 4;
+            if !care_kernels::cuda::driver_available() {
+                assert_eq!(
+                    care_gpu_selective_log_softmax(&c, &out, &launch),
+                    care_result::CARE_ERR_CUDA_UNAVAILABLE
+                );
+            }
+        }
     }
 }

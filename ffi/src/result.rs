@@ -28,10 +28,12 @@ pub enum care_result {
     CARE_ERR_EMPTY = 104,
     /// A required pointer argument is NULL.
     CARE_ERR_NULL_POINTER = 150,
-    /// An options struct's `struct_size` is smaller than the fields this library reads.
+    /// An input or options struct's `struct_size` is smaller than the fields this library reads.
     CARE_ERR_STRUCT_SIZE = 151,
     /// An index (dimension, criterion, violation) is out of range.
     CARE_ERR_OUT_OF_RANGE = 152,
+    /// A boolean field of an input or options struct holds a value other than 0 or 1.
+    CARE_ERR_INVALID_BOOL = 153,
 
     // ---- 2xx: parse and format (= care_core::Error) ----------------------------------------
     /// The text is not one JSON value.
@@ -89,7 +91,7 @@ pub enum care_result {
 /// cbindgen:ignore
 impl care_result {
     /// Every code, in number order (for the message table test and the header check).
-    pub const ALL: [care_result; 29] = [
+    pub const ALL: [care_result; 30] = [
         care_result::CARE_OK,
         care_result::CARE_ERR_LENGTH_MISMATCH,
         care_result::CARE_ERR_INVALID_ARGUMENT,
@@ -98,6 +100,7 @@ impl care_result {
         care_result::CARE_ERR_NULL_POINTER,
         care_result::CARE_ERR_STRUCT_SIZE,
         care_result::CARE_ERR_OUT_OF_RANGE,
+        care_result::CARE_ERR_INVALID_BOOL,
         care_result::CARE_ERR_NOT_JSON,
         care_result::CARE_ERR_TRAILING_TEXT,
         care_result::CARE_ERR_SCHEMA,
@@ -137,9 +140,10 @@ impl care_result {
             CARE_ERR_EMPTY => c"input is empty",
             CARE_ERR_NULL_POINTER => c"a required pointer argument is NULL",
             CARE_ERR_STRUCT_SIZE => {
-                c"options struct_size too small (initialize with the _default function)"
+                c"struct_size smaller than the struct (set it to sizeof, or use the _default function)"
             }
             CARE_ERR_OUT_OF_RANGE => c"index out of range",
+            CARE_ERR_INVALID_BOOL => c"a boolean field is neither 0 nor 1",
             CARE_ERR_NOT_JSON => c"text is not one JSON value",
             CARE_ERR_TRAILING_TEXT => c"text before or after the JSON value",
             CARE_ERR_SCHEMA => c"wrong JSON type, missing key or unknown key",

@@ -1,5 +1,6 @@
-//! Rewards (SPEC §5-8): policy reward for one response and a batch, preference, alignment and
-//! generator rewards, strategy counts, judge prompt rendering and judge output parsing.
+//! Rewards (SPEC §5-8): the policy reward of one response and of a GRPO group, the preference,
+//! alignment and generator rewards, strategy counts, judge prompt rendering and judge output
+//! parsing.
 
 use core::ffi::c_char;
 use core::mem::size_of;
@@ -74,16 +75,16 @@ pub struct care_score_options {
     pub missing: u32,
     /// A `care_range_policy`.
     pub out_of_range: u32,
-    /// 1: ignore the rubric's weights and use 1/3 each (paper Table 3 ablation).
+    /// 1: ignore the rubric's weights and use 1/3 each (paper Table 3 ablation); 0: use them.
     pub uniform_weights: u32,
 }
 
-/// Options of the preference reward. Initialize with `care_pref_options_default`.
+/// Options of the preference reward. Initialize with `care_preference_options_default`.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct care_pref_options {
-    /// `sizeof(care_pref_options)`.
+pub struct care_preference_options {
+    /// `sizeof(care_preference_options)`.
     pub struct_size: u32,
     /// A `care_score_scale`.
     pub scale: u32,
@@ -136,11 +137,11 @@ pub struct care_reward_detail {
     pub fired: care_fired,
 }
 
-/// What happened while scoring a batch of responses.
+/// What happened while scoring the responses of `care_policy_reward_group`.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct care_batch_report {
+pub struct care_group_report {
     /// Responses with a finite reward.
     pub scored: u32,
     /// Responses that got a NaN reward because a score broke an `error` policy.
@@ -216,16 +217,78 @@ pub struct care_judge_report {
     pub malformed_items: u32,
 }
 
-const MISSING: [MissingPolicy; 3] = [
-    MissingPolicy::Error,
-    MissingPolicy::Zero,
-    MissingPolicy::Skip,
-];
-const RANGE: [RangePolicy; 2] = [RangePolicy::Error, RangePolicy::Clamp];
-const SCALES: [ScoreScale; 2] = [ScoreScale::Normalized, ScoreScale::Raw];
-const LABEL_POLICIES: [UnknownLabelPolicy; 2] =
-    [UnknownLabelPolicy::Error, UnknownLabelPolicy::Ignore];
+/// The raw scores of a chosen and a rejected response under one rubric (the inputs of
+/// `care_preference_reward`): two flat arrays of `care_rubric_total_criteria` scores each.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_preference_pair {
+    /// `sizeof(care_preference_pair)`.
+    pub struct_size: u32,
+    /// Scores of the chosen response (`0..=5`, NaN = missing).
+    pub chosen: *const f64,
+    /// Length of `chosen`.
+    pub chosen_len: usize,
+    /// Scores of the rejected response; `rejected_len == chosen_len`.
+    pub rejected: *const f64,
+    /// Length of `rejected`.
+    pub rejected_len: usize,
+}
 
+/// The inputs of `care_generator_reward`: the generated rubric text, the judge scores of a
+/// chosen and a rejected response under it, and the chosen response's tactic labels.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_generator_inputs {
+    /// `sizeof(care_generator_inputs)`.
+    pub struct_size: u32,
+    /// Rubric JSON (UTF-8 expected; not NUL-terminated).
+    pub text: *const c_char,
+    /// Bytes of `text`.
+    pub text_len: usize,
+    /// Scores of the chosen response over the parsed rubric's criteria.
+    pub chosen: *const f64,
+    /// Length of `chosen`.
+    pub chosen_len: usize,
+    /// Scores of the rejected response.
+    pub rejected: *const f64,
+    /// Length of `rejected`.
+    pub rejected_len: usize,
+    /// `label_count` tactic labels (UTF-8, not NUL-terminated), or (NULL, 0) for none.
+    pub labels: *const *const c_char,
+    /// Byte length of each label.
+    pub label_lens: *const usize,
+    /// Number of labels.
+    pub label_count: usize,
+}
+
+/// The inputs of `care_judge_prompt_render`: the dialogue so far, the seeker's latest turn and
+/// the candidate response (all UTF-8, not NUL-terminated).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_judge_prompt_inputs {
+    /// `sizeof(care_judge_prompt_inputs)`.
+    pub struct_size: u32,
+    /// `context_count` earlier dialogue lines, or (NULL, 0) for none.
+    pub context: *const *const c_char,
+    /// Byte length of each context line.
+    pub context_lens: *const usize,
+    /// Number of context lines.
+    pub context_count: usize,
+    /// The seeker's latest turn.
+    pub seeker_turn: *const c_char,
+    /// Bytes of `seeker_turn`.
+    pub seeker_turn_len: usize,
+    /// The candidate response to be judged.
+    pub response: *const c_char,
+    /// Bytes of `response`.
+    pub response_len: usize,
+}
+
+/// The C value of a core enum variant: its position in the core's `ALL` (which holds every
+/// variant, so the fallback is never taken).
 fn index_of<T: PartialEq>(table: &[T], v: &T) -> u32 {
     table.iter().position(|t| t == v).unwrap_or(0) as u32
 }
@@ -233,16 +296,16 @@ fn index_of<T: PartialEq>(table: &[T], v: &T) -> u32 {
 fn score_to_c(o: &ScoreOptions) -> care_score_options {
     care_score_options {
         struct_size: size_of::<care_score_options>() as u32,
-        missing: index_of(&MISSING, &o.missing),
-        out_of_range: index_of(&RANGE, &o.out_of_range),
+        missing: index_of(&MissingPolicy::ALL, &o.missing),
+        out_of_range: index_of(&RangePolicy::ALL, &o.out_of_range),
         uniform_weights: u32::from(o.uniform_weights),
     }
 }
 
-fn pref_to_c(o: &PreferenceOptions) -> care_pref_options {
-    care_pref_options {
-        struct_size: size_of::<care_pref_options>() as u32,
-        scale: index_of(&SCALES, &o.scale),
+fn pref_to_c(o: &PreferenceOptions) -> care_preference_options {
+    care_preference_options {
+        struct_size: size_of::<care_preference_options>() as u32,
+        scale: index_of(&ScoreScale::ALL, &o.scale),
         tau: o.tau,
     }
 }
@@ -250,7 +313,7 @@ fn pref_to_c(o: &PreferenceOptions) -> care_pref_options {
 fn generator_to_c(o: &GeneratorOptions) -> care_generator_options {
     care_generator_options {
         struct_size: size_of::<care_generator_options>() as u32,
-        unknown_labels: index_of(&LABEL_POLICIES, &o.labels),
+        unknown_labels: index_of(&UnknownLabelPolicy::ALL, &o.labels),
         lambda: o.lambda,
         gamma: o.gamma,
     }
@@ -261,22 +324,26 @@ fn generator_to_c(o: &GeneratorOptions) -> care_generator_options {
 unsafe fn read_score(p: *const care_score_options) -> Result<ScoreOptions, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, score_to_c(&ScoreOptions::default())) }?;
-    Ok(ScoreOptions {
-        missing: args::enum_arg(c.missing, &MISSING)?,
-        out_of_range: args::enum_arg(c.out_of_range, &RANGE)?,
-        uniform_weights: c.uniform_weights != 0,
-    })
+    let o = ScoreOptions {
+        missing: args::enum_arg(c.missing, &MissingPolicy::ALL)?,
+        out_of_range: args::enum_arg(c.out_of_range, &RangePolicy::ALL)?,
+        uniform_weights: args::flag(c.uniform_weights)?,
+    };
+    o.validate().map_err(map_error)?;
+    Ok(o)
 }
 
 /// # Safety
 /// As for [`args::options`].
-unsafe fn read_pref(p: *const care_pref_options) -> Result<PreferenceOptions, care_result> {
+unsafe fn read_pref(p: *const care_preference_options) -> Result<PreferenceOptions, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, pref_to_c(&PreferenceOptions::PAPER)) }?;
-    Ok(PreferenceOptions {
+    let o = PreferenceOptions {
         tau: c.tau,
-        scale: args::enum_arg(c.scale, &SCALES)?,
-    })
+        scale: args::enum_arg(c.scale, &ScoreScale::ALL)?,
+    };
+    o.validate().map_err(map_error)?;
+    Ok(o)
 }
 
 /// The optional detail output of the policy and preference rewards.
@@ -340,8 +407,8 @@ pub unsafe extern "C" fn care_score_options_default(
 
 /// Writes the paper's preference options (`tau = 0.7`, normalized scores).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_pref_options_default(
-    options_out: *mut care_pref_options,
+pub unsafe extern "C" fn care_preference_options_default(
+    options_out: *mut care_preference_options,
 ) -> care_result {
     ffi_panic_boundary! {
         let out = tri!(Out::new(options_out));
@@ -387,7 +454,7 @@ pub unsafe extern "C" fn care_policy_reward(
         let scores = tri!(unsafe { args::slice(scores, scores_len) });
         let opts = tri!(unsafe { read_score(options) });
         let out = tri!(Out::new(reward_out));
-        let detail = if detail_out.is_null() { None } else { Some(tri!(Out::new(detail_out))) };
+        let detail = tri!(Out::optional(detail_out));
         let p = match care_core::reward::policy_reward_fixed(r.weights, r.counts, scores, &opts) {
             Ok(p) => p,
             Err(e) => return map_error(e),
@@ -400,8 +467,8 @@ pub unsafe extern "C" fn care_policy_reward(
     }
 }
 
-/// The policy reward of `rewards_len` responses under one rubric (one GRPO group or a whole
-/// batch). `scores` is response-major: response `j`'s scores are
+/// The policy reward of the `rewards_len` responses of one GRPO group (or of a whole batch)
+/// under one rubric. `scores` is response-major: response `j`'s scores are
 /// `scores[j * total .. (j + 1) * total]` (`scores_len == rewards_len * total`, else
 /// `CARE_ERR_LENGTH_MISMATCH`). A response that breaks an `error` policy gets a NaN reward
 /// (an invalid sample for the advantage functions) and is counted in `*report_out` (optional);
@@ -409,25 +476,25 @@ pub unsafe extern "C" fn care_policy_reward(
 ///
 /// ```c
 /// double rewards[G];
-/// care_batch_report rep;
-/// care_result r = care_policy_reward_batch(rubric, scores, G * total, NULL, rewards, G, &rep);
+/// care_group_report rep;
+/// care_result r = care_policy_reward_group(rubric, scores, G * total, NULL, rewards, G, &rep);
 /// ```
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_policy_reward_batch(
+pub unsafe extern "C" fn care_policy_reward_group(
     rubric: *const care_rubric,
     scores: *const f64,
     scores_len: usize,
     options: *const care_score_options,
     rewards_out: *mut f64,
     rewards_len: usize,
-    report_out: *mut care_batch_report,
+    report_out: *mut care_group_report,
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
         let r = tri!(unsafe { handle::arc_ref(rubric) });
         let scores = tri!(unsafe { args::slice(scores, scores_len) });
         let opts = tri!(unsafe { read_score(options) });
-        let report = if report_out.is_null() { None } else { Some(tri!(Out::new(report_out))) };
+        let report = tri!(Out::optional(report_out));
         let out = tri!(unsafe { args::slice_mut(rewards_out, rewards_len) });
         // Checked here, before the core writes `out`, so that outputs stay untouched on error.
         if rewards_len.checked_mul(r.counts.iter().sum()) != Some(scores.len()) {
@@ -442,7 +509,7 @@ pub unsafe extern "C" fn care_policy_reward_batch(
                 Some((i, e)) => (i64::try_from(i).unwrap_or(i64::MAX), map_error(e)),
                 None => (-1, care_result::CARE_OK),
             };
-            let c = care_batch_report {
+            let c = care_group_report {
                 scored: g.scored,
                 failed: g.failed,
                 first_error_index: idx,
@@ -455,34 +522,37 @@ pub unsafe extern "C" fn care_policy_reward_batch(
     }
 }
 
-/// The preference reward (paper Eq. 3) of a chosen over a rejected response under one rubric:
-/// two flat score arrays of `care_rubric_total_criteria` raw scores each. Antisymmetric.
-/// `score_options` / `pref_options` NULL: defaults (`tau = 0.7`).
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+/// The preference reward (paper Eq. 3) of the chosen over the rejected response of `pair`
+/// under one rubric (both flat score arrays of `care_rubric_total_criteria` raw scores).
+/// Antisymmetric. `score_options` / `preference_options` NULL: defaults (`tau = 0.7`).
+///
+/// ```c
+/// care_preference_pair pair = {sizeof pair, chosen, total, rejected, total};
+/// double reward;
+/// care_result r = care_preference_reward(rubric, &pair, NULL, NULL, &reward, NULL);
+/// ```
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_preference_reward(
     rubric: *const care_rubric,
-    chosen: *const f64,
-    chosen_len: usize,
-    rejected: *const f64,
-    rejected_len: usize,
+    pair: *const care_preference_pair,
     score_options: *const care_score_options,
-    pref_options: *const care_pref_options,
+    preference_options: *const care_preference_options,
     reward_out: *mut f64,
     detail_out: *mut care_reward_detail,
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
         let r = tri!(unsafe { handle::arc_ref(rubric) });
-        let chosen = tri!(unsafe { args::slice(chosen, chosen_len) });
-        let rejected = tri!(unsafe { args::slice(rejected, rejected_len) });
+        let pair = tri!(unsafe { args::input(pair) });
+        let chosen = tri!(unsafe { args::slice(pair.chosen, pair.chosen_len) });
+        let rejected = tri!(unsafe { args::slice(pair.rejected, pair.rejected_len) });
         if chosen.len() != rejected.len() {
             return care_result::CARE_ERR_LENGTH_MISMATCH;
         }
         let score = tri!(unsafe { read_score(score_options) });
-        let pref = tri!(unsafe { read_pref(pref_options) });
+        let pref = tri!(unsafe { read_pref(preference_options) });
         let out = tri!(Out::new(reward_out));
-        let detail = if detail_out.is_null() { None } else { Some(tri!(Out::new(detail_out))) };
+        let detail = tri!(Out::optional(detail_out));
         let p = match care_core::reward::preference_reward_fixed(
             r.weights, r.counts, chosen, rejected, &score, &pref,
         ) {
@@ -498,18 +568,19 @@ pub unsafe extern "C" fn care_preference_reward(
 }
 
 /// Counts strategy labels per dimension (paper Eq. 2; ESConv and MINT labels, trimmed and
-/// case-insensitive, `[Question]` accepted, a repeated label counted once). Labels are
-/// `count` UTF-8 strings given as `labels[i]` with byte length `label_lens[i]`;
-/// `unknown_policy` is a `care_unknown_label_policy`.
+/// case-insensitive, `[Question]` accepted, a repeated label counted once) into the
+/// `care_strategy_counts` at `*counts_out`. Labels are `count` UTF-8 strings given as
+/// `labels[i]` with byte length `label_lens[i]`; `unknown_policy` is a
+/// `care_unknown_label_policy`.
 ///
 /// ```c
 /// const char *labels[] = {"Question", "Affirmation and Reassurance"};
 /// size_t lens[] = {8, 27};
 /// care_strategy_counts c;
-/// care_strategy_count(labels, lens, 2, CARE_UNKNOWN_LABEL_ERROR, &c);
+/// care_strategy_counts_from_labels(labels, lens, 2, CARE_UNKNOWN_LABEL_ERROR, &c);
 /// ```
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_strategy_count(
+pub unsafe extern "C" fn care_strategy_counts_from_labels(
     labels: *const *const c_char,
     label_lens: *const usize,
     count: usize,
@@ -519,7 +590,7 @@ pub unsafe extern "C" fn care_strategy_count(
     ffi_panic_boundary! {
         // SAFETY: forwarded contract.
         let labels = tri!(unsafe { read_labels(labels, label_lens, count) });
-        let policy = tri!(args::enum_arg(unknown_policy, &LABEL_POLICIES));
+        let policy = tri!(args::enum_arg(unknown_policy, &UnknownLabelPolicy::ALL));
         let out = tri!(Out::new(counts_out));
         let c = match care_core::strategy_counts(&labels, policy) {
             Ok(c) => c,
@@ -555,37 +626,36 @@ pub unsafe extern "C" fn care_alignment_reward(
     }
 }
 
-/// The generator reward (paper Eq. 4) of rubric text: validates `(text, text_len)` under
-/// `policy`, then `r_pref` of `chosen` over `rejected` scores (flat arrays over the parsed
+/// The generator reward (paper Eq. 4) of rubric text: validates `inputs->text` under `policy`,
+/// then `r_pref` of `inputs->chosen` over `inputs->rejected` scores (flat arrays over the parsed
 /// rubric's criteria; ignored when it does not parse), `r_align` of the chosen response's
 /// tactic labels, and `r_fmt`. Every options pointer may be NULL (paper defaults).
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
+///
+/// ```c
+/// care_generator_inputs in = {sizeof in, json, json_len, chosen, total, rejected, total,
+///                             labels, lens, 2};
+/// care_generator_result g;
+/// care_result r = care_generator_reward(&in, NULL, NULL, NULL, NULL, &g);
+/// ```
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_generator_reward(
-    text: *const c_char,
-    text_len: usize,
-    chosen: *const f64,
-    chosen_len: usize,
-    rejected: *const f64,
-    rejected_len: usize,
-    labels: *const *const c_char,
-    label_lens: *const usize,
-    label_count: usize,
+    inputs: *const care_generator_inputs,
     policy: *const care_format_policy,
     score_options: *const care_score_options,
-    pref_options: *const care_pref_options,
+    preference_options: *const care_preference_options,
     generator_options: *const care_generator_options,
     result_out: *mut care_generator_result,
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
-        let chosen = tri!(unsafe { args::slice(chosen, chosen_len) });
-        let rejected = tri!(unsafe { args::slice(rejected, rejected_len) });
-        let labels = tri!(unsafe { read_labels(labels, label_lens, label_count) });
+        let i = tri!(unsafe { args::input(inputs) });
+        let text = tri!(unsafe { args::slice(i.text.cast::<u8>(), i.text_len) });
+        let chosen = tri!(unsafe { args::slice(i.chosen, i.chosen_len) });
+        let rejected = tri!(unsafe { args::slice(i.rejected, i.rejected_len) });
+        let labels = tri!(unsafe { read_labels(i.labels, i.label_lens, i.label_count) });
         let format = tri!(unsafe { rubric::read_policy(policy) });
         let score = tri!(unsafe { read_score(score_options) });
-        let pref = tri!(unsafe { read_pref(pref_options) });
+        let pref = tri!(unsafe { read_pref(preference_options) });
         let g = tri!(unsafe {
             args::options(generator_options, generator_to_c(&GeneratorOptions::PAPER))
         });
@@ -596,8 +666,9 @@ pub unsafe extern "C" fn care_generator_reward(
             preference: pref,
             score,
             format,
-            labels: tri!(args::enum_arg(g.unknown_labels, &LABEL_POLICIES)),
+            labels: tri!(args::enum_arg(g.unknown_labels, &UnknownLabelPolicy::ALL)),
         };
+        tri!(opts.validate().map_err(map_error));
         let mut scratch = vec![0u8; text.len()];
         let r = match care_core::generator_reward(
             text, &mut scratch, chosen, rejected, &labels, &opts,
@@ -622,31 +693,25 @@ pub unsafe extern "C" fn care_generator_reward(
     }
 }
 
-/// Renders the rubric-conditioned judge prompt (dialogue context lines, the seeker's latest
-/// turn, the candidate response, every criterion with its anchors, the output shape) into
-/// `(buf, buf_len)` (UTF-8, not NUL-terminated) and its length into `*len_out`. When the buffer
-/// is too small, nothing is copied, `*len_out` receives the size needed and the result is
-/// `CARE_ERR_BUFFER_TOO_SMALL`; pass `(NULL, 0)` to ask for the size first.
+/// Renders the rubric-conditioned judge prompt for `inputs` (dialogue context lines, the
+/// seeker's latest turn, the candidate response; then every criterion with its anchors and the
+/// output shape) into `(buf, buf_len)` (UTF-8, not NUL-terminated) and its length into
+/// `*len_out`. When the buffer is too small, nothing is copied, `*len_out` receives the size
+/// needed and the result is `CARE_ERR_BUFFER_TOO_SMALL`; pass `(NULL, 0)` to ask for the size
+/// first.
 ///
 /// ```c
+/// care_judge_prompt_inputs in = {sizeof in, ctx, ctx_lens, n_ctx, seeker, seeker_len,
+///                                resp, resp_len};
 /// size_t need = 0;
-/// care_judge_prompt_render(rubric, ctx, ctx_lens, n_ctx, seeker, seeker_len,
-///                          resp, resp_len, NULL, 0, &need);   /* CARE_ERR_BUFFER_TOO_SMALL */
+/// care_judge_prompt_render(rubric, &in, NULL, 0, &need);   /* CARE_ERR_BUFFER_TOO_SMALL */
 /// char *prompt = malloc(need);
-/// care_judge_prompt_render(rubric, ctx, ctx_lens, n_ctx, seeker, seeker_len,
-///                          resp, resp_len, prompt, need, &need);
+/// care_judge_prompt_render(rubric, &in, prompt, need, &need);
 /// ```
-#[allow(clippy::too_many_arguments)] // one (pointer, length) pair per buffer
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_judge_prompt_render(
     rubric: *const care_rubric,
-    context: *const *const c_char,
-    context_lens: *const usize,
-    context_count: usize,
-    seeker_turn: *const c_char,
-    seeker_turn_len: usize,
-    response: *const c_char,
-    response_len: usize,
+    inputs: *const care_judge_prompt_inputs,
     buf: *mut c_char,
     buf_len: usize,
     len_out: *mut usize,
@@ -654,9 +719,10 @@ pub unsafe extern "C" fn care_judge_prompt_render(
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
         let r = tri!(unsafe { handle::arc_ref(rubric) });
-        let context = tri!(unsafe { read_labels(context, context_lens, context_count) });
-        let seeker = tri!(unsafe { args::text(seeker_turn, seeker_turn_len) });
-        let response = tri!(unsafe { args::text(response, response_len) });
+        let i = tri!(unsafe { args::input(inputs) });
+        let context = tri!(unsafe { read_labels(i.context, i.context_lens, i.context_count) });
+        let seeker = tri!(unsafe { args::text(i.seeker_turn, i.seeker_turn_len) });
+        let response = tri!(unsafe { args::text(i.response, i.response_len) });
         let mut prompt = String::new();
         let view = r.buf.rubric();
         if care_core::render_judge_prompt(&mut prompt, &view, &context, seeker, response).is_err() {
@@ -684,7 +750,7 @@ pub unsafe extern "C" fn care_judge_output_parse(
         // SAFETY (all blocks below): forwarded contract of the entry point.
         let r = tri!(unsafe { handle::arc_ref(rubric) });
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
-        let report = if report_out.is_null() { None } else { Some(tri!(Out::new(report_out))) };
+        let report = tri!(Out::optional(report_out));
         let out = tri!(unsafe { args::slice_mut(scores_out, scores_len) });
         // Parse into a local buffer: the core fills its output with NaN even when it then
         // fails, and outputs are only written on success.
@@ -719,23 +785,23 @@ mod tests {
     #[test]
     fn c_enum_values_index_the_core_tables() {
         assert_eq!(
-            MISSING[care_missing_policy::CARE_MISSING_SKIP as usize],
+            MissingPolicy::ALL[care_missing_policy::CARE_MISSING_SKIP as usize],
             MissingPolicy::Skip
         );
         assert_eq!(
-            MISSING[care_missing_policy::CARE_MISSING_ZERO as usize],
+            MissingPolicy::ALL[care_missing_policy::CARE_MISSING_ZERO as usize],
             MissingPolicy::Zero
         );
         assert_eq!(
-            RANGE[care_range_policy::CARE_RANGE_CLAMP as usize],
+            RangePolicy::ALL[care_range_policy::CARE_RANGE_CLAMP as usize],
             RangePolicy::Clamp
         );
         assert_eq!(
-            SCALES[care_score_scale::CARE_SCORE_SCALE_RAW as usize],
+            ScoreScale::ALL[care_score_scale::CARE_SCORE_SCALE_RAW as usize],
             ScoreScale::Raw
         );
         assert_eq!(
-            LABEL_POLICIES[care_unknown_label_policy::CARE_UNKNOWN_LABEL_IGNORE as usize],
+            UnknownLabelPolicy::ALL[care_unknown_label_policy::CARE_UNKNOWN_LABEL_IGNORE as usize],
             UnknownLabelPolicy::Ignore
         );
     }

@@ -1,5 +1,5 @@
 //! Rubrics: the format policy, parsing into an immutable shareable handle, accessors, the
-//! validation report and `r_fmt` (SPEC §1-3).
+//! validation report and the format reward `r_fmt` (SPEC §1-3).
 
 use core::ffi::c_char;
 use core::fmt::Write as _;
@@ -105,7 +105,8 @@ pub enum care_violation_code {
 }
 
 /// The options of the format contract. Initialize with `care_format_policy_default` (the
-/// paper's contract, behind `r_fmt`) or `care_format_policy_lenient`; flags are 0 or 1.
+/// paper's contract, behind `r_fmt`) or `care_format_policy_lenient`; every flag is 0 or 1
+/// (anything else is `CARE_ERR_INVALID_BOOL`).
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -164,7 +165,8 @@ fn policy_to_c(p: &FormatPolicy) -> care_format_policy {
     }
 }
 
-/// Reads the caller's format policy (NULL: the paper's contract).
+/// Reads the caller's format policy (NULL: the paper's contract): flags decoded, then the
+/// core's `FormatPolicy::validate`.
 ///
 /// # Safety
 /// As for [`args::options`].
@@ -173,21 +175,19 @@ pub(crate) unsafe fn read_policy(
 ) -> Result<FormatPolicy, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, policy_to_c(&FormatPolicy::PAPER)) }?;
-    let tol_ok = c.weight_tolerance.is_finite() && c.weight_tolerance >= 0.0;
-    if !tol_ok || c.min_criteria > c.max_criteria {
-        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
-    }
-    Ok(FormatPolicy {
-        allow_think: c.allow_think != 0,
-        allow_code_fence: c.allow_code_fence != 0,
-        allow_envelope: c.allow_envelope != 0,
+    let policy = FormatPolicy {
+        allow_think: args::flag(c.allow_think)?,
+        allow_code_fence: args::flag(c.allow_code_fence)?,
+        allow_envelope: args::flag(c.allow_envelope)?,
         weight_tolerance: c.weight_tolerance,
-        require_order: c.require_order != 0,
-        require_key_order: c.require_key_order != 0,
+        require_order: args::flag(c.require_order)?,
+        require_key_order: args::flag(c.require_key_order)?,
         min_criteria: c.min_criteria,
         max_criteria: c.max_criteria,
-        meta_words: c.meta_words != 0,
-    })
+        meta_words: args::flag(c.meta_words)?,
+    };
+    policy.validate().map_err(map_error)?;
+    Ok(policy)
 }
 
 /// The code `care_rubric_parse` returns for a text with violations: the parse-level code when
@@ -455,20 +455,20 @@ pub unsafe extern "C" fn care_rubric_validate(
     }
 }
 
-/// `r_fmt` of rubric JSON under `policy` (NULL: the paper's contract): 1.0 when the text passes
-/// every check, else 0.0, into `*r_fmt_out`.
+/// The format reward `r_fmt` of rubric JSON under `policy` (NULL: the paper's contract): 1.0
+/// when the text passes every check, else 0.0, into `*reward_out`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_r_fmt(
+pub unsafe extern "C" fn care_format_reward(
     text: *const c_char,
     text_len: usize,
     policy: *const care_format_policy,
-    r_fmt_out: *mut f64,
+    reward_out: *mut f64,
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let policy = tri!(unsafe { read_policy(policy) });
-        let out = tri!(Out::new(r_fmt_out));
+        let out = tri!(Out::new(reward_out));
         let mut scratch = vec![0u8; text.len()];
         let r = tri!(care_core::format_reward(text, &policy, &mut scratch).map_err(map_error));
         unsafe { out.write(r) };

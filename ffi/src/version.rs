@@ -8,7 +8,10 @@ pub const CARE_VERSION_MINOR: u32 = 1;
 pub const CARE_VERSION_PATCH: u32 = 0;
 /// Version of the C ABI described by this header. Bumped on every incompatible change to a
 /// signature, struct layout or code meaning; compare with `care_abi_version()` at startup.
-pub const CARE_ABI_VERSION: u32 = 1;
+/// Version 2: inputs in size-versioned structs shared by the CPU and GPU entry points, one
+/// `care_policy_loss` for every log-prob dtype, names that follow one rule, boolean fields
+/// checked (`CARE_ERR_INVALID_BOOL`).
+pub const CARE_ABI_VERSION: u32 = 2;
 
 /// The library version as a static NUL-terminated string (`"0.1.0"`). Never NULL; do not free.
 #[unsafe(no_mangle)]

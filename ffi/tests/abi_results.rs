@@ -10,15 +10,24 @@ mod common;
 use std::ffi::c_char;
 use std::ptr::{null, null_mut};
 
-use care::advantage::*;
-use care::care_result::*;
-use care::loss::*;
-use care::reward::*;
-use care::rubric::*;
 use care_core::grpo::{
-    AdvantageOptions, Advantages, GroupLayout, LossInputs, LossOptions, LossPreset, Preset,
+    AdvantageOptions, Advantages, GroupLayout, IsLevel, LogProb, LossInputs, LossOptions,
+    LossPreset, Preset, Rejection, RejectionMode, RolloutInputs, RolloutOptions,
+};
+use care_core::logsoftmax::{
+    LogSoftmaxOptions, Logits, LogitsLossBuffers, logits_policy_loss, selective_log_softmax,
 };
 use care_core::{FormatPolicy, ScoreOptions};
+use care_ffi::advantage::*;
+use care_ffi::care_result::*;
+use care_ffi::logsoftmax::*;
+use care_ffi::loss::care_advantages_kind::*;
+use care_ffi::loss::care_dtype::{self, *};
+use care_ffi::loss::care_loss_preset::*;
+use care_ffi::loss::*;
+use care_ffi::reward::*;
+use care_ffi::rubric::*;
+use half::{bf16, f16};
 
 /// A small deterministic generator (xorshift64*), so the tests need no extra crate.
 struct Rng(u64);
@@ -163,7 +172,7 @@ fn validation_report_matches_the_core() {
         );
         let mut r_fmt = 9.0;
         assert_eq!(
-            care_r_fmt(text.as_ptr().cast(), text.len(), null(), &mut r_fmt),
+            care_format_reward(text.as_ptr().cast(), text.len(), null(), &mut r_fmt),
             CARE_OK
         );
         assert_eq!(r_fmt, 0.0);
@@ -202,18 +211,15 @@ fn paper_worked_example_through_the_c_abi() {
             care_policy_reward(r.0, chosen.as_ptr(), 6, null(), &mut policy, null_mut()),
             CARE_OK
         );
+        let pair = care_preference_pair {
+            struct_size: size_of::<care_preference_pair>() as u32,
+            chosen: chosen.as_ptr(),
+            chosen_len: 6,
+            rejected: rejected.as_ptr(),
+            rejected_len: 6,
+        };
         assert_eq!(
-            care_preference_reward(
-                r.0,
-                chosen.as_ptr(),
-                6,
-                rejected.as_ptr(),
-                6,
-                null(),
-                null(),
-                &mut pref,
-                null_mut()
-            ),
+            care_preference_reward(r.0, &pair, null(), null(), &mut pref, null_mut()),
             CARE_OK
         );
     }
@@ -304,39 +310,25 @@ fn rewards_judge_and_generator_match_the_core() {
     );
     let mut want_prompt = String::new();
     care_core::render_judge_prompt(&mut want_prompt, &view, &ctx, seeker, resp).unwrap();
+    let inputs = care_judge_prompt_inputs {
+        struct_size: size_of::<care_judge_prompt_inputs>() as u32,
+        context: ctx_p.as_ptr(),
+        context_lens: ctx_l.as_ptr(),
+        context_count: 2,
+        seeker_turn: seeker.as_ptr().cast(),
+        seeker_turn_len: seeker.len(),
+        response: resp.as_ptr().cast(),
+        response_len: resp.len(),
+    };
     let mut need = 0;
     // SAFETY: live handle, valid buffers; first call asks for the size.
     unsafe {
-        let code = care_judge_prompt_render(
-            r.0,
-            ctx_p.as_ptr(),
-            ctx_l.as_ptr(),
-            2,
-            seeker.as_ptr().cast(),
-            seeker.len(),
-            resp.as_ptr().cast(),
-            resp.len(),
-            null_mut(),
-            0,
-            &mut need,
-        );
+        let code = care_judge_prompt_render(r.0, &inputs, null_mut(), 0, &mut need);
         assert_eq!(code, CARE_ERR_BUFFER_TOO_SMALL);
         assert_eq!(need, want_prompt.len());
         let mut buf = vec![0 as c_char; need];
         let mut len = 0;
-        let code = care_judge_prompt_render(
-            r.0,
-            ctx_p.as_ptr(),
-            ctx_l.as_ptr(),
-            2,
-            seeker.as_ptr().cast(),
-            seeker.len(),
-            resp.as_ptr().cast(),
-            resp.len(),
-            buf.as_mut_ptr(),
-            need,
-            &mut len,
-        );
+        let code = care_judge_prompt_render(r.0, &inputs, buf.as_mut_ptr(), need, &mut len);
         assert_eq!(code, CARE_OK);
         assert_eq!(
             std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len),
@@ -358,7 +350,7 @@ fn rewards_judge_and_generator_match_the_core() {
     let mut sc = unsafe { std::mem::zeroed::<care_strategy_counts>() };
     // SAFETY: valid buffers.
     assert_eq!(
-        unsafe { care_strategy_count(lp.as_ptr(), ll.as_ptr(), 4, 0, &mut sc) },
+        unsafe { care_strategy_counts_from_labels(lp.as_ptr(), ll.as_ptr(), 4, 0, &mut sc) },
         CARE_OK
     );
     assert_eq!(
@@ -388,24 +380,19 @@ fn rewards_judge_and_generator_match_the_core() {
     .unwrap();
     let mut got = unsafe { std::mem::zeroed::<care_generator_result>() };
     // SAFETY: valid buffers.
-    let code = unsafe {
-        care_generator_reward(
-            text.as_ptr().cast(),
-            text.len(),
-            chosen.as_ptr(),
-            total,
-            rejected.as_ptr(),
-            total,
-            lp.as_ptr(),
-            ll.as_ptr(),
-            4,
-            null(),
-            null(),
-            null(),
-            null(),
-            &mut got,
-        )
+    let inputs = care_generator_inputs {
+        struct_size: size_of::<care_generator_inputs>() as u32,
+        text: text.as_ptr().cast(),
+        text_len: text.len(),
+        chosen: chosen.as_ptr(),
+        chosen_len: total,
+        rejected: rejected.as_ptr(),
+        rejected_len: total,
+        labels: lp.as_ptr(),
+        label_lens: ll.as_ptr(),
+        label_count: 4,
     };
+    let code = unsafe { care_generator_reward(&inputs, null(), null(), null(), null(), &mut got) };
     assert_eq!(code, CARE_OK);
     assert_eq!(
         (got.reward, got.r_pref, got.r_align, got.r_fmt, got.parsed),
@@ -421,17 +408,17 @@ fn advantages_and_loss_match_the_core() {
         .map(|i| if i % 13 == 5 { f32::NAN } else { rng.unit() })
         .collect();
     let offsets = [0u32, 8, 9, 20, 20, 48];
+    // The per-sample inputs of the OPO and ReMax baselines, given to every preset (the others
+    // do not read them).
+    let lengths: Vec<u32> = (0..n as u32).map(|i| 1 + (i * 7) % 11).collect();
+    let baselines: Vec<f32> = (0..n).map(|_| rng.unit()).collect();
     for preset in Preset::ALL {
         let mut o = unsafe { std::mem::zeroed::<care_advantage_options>() };
         // SAFETY: valid output.
-        let code = unsafe { care_advantage_options_preset(preset as u32, &mut o) };
-        if preset as u32 > Preset::Rloo as u32 {
-            // Not expressible in the C struct yet (std floor, GPG factor, per-sample inputs):
-            // refused rather than handed out with a field dropped.
-            assert_eq!(code, CARE_ERR_INVALID_ARGUMENT, "{preset:?}");
-            continue;
-        }
-        assert_eq!(code, CARE_OK);
+        assert_eq!(
+            unsafe { care_advantage_options_preset(preset as u32, &mut o) },
+            CARE_OK
+        );
         for layout in [
             GroupLayout::Fixed { group_size: 8 },
             GroupLayout::Offsets(&offsets),
@@ -440,10 +427,13 @@ fn advantages_and_loss_match_the_core() {
             let mut want = vec![0f32; n];
             let mut want_stats =
                 vec![care_core::grpo::GroupStats::default(); layout.validate(n).unwrap()];
-            let want_code = care_core::grpo::group_advantages(
-                &rewards,
-                None,
-                layout,
+            let inputs = care_core::grpo::GroupInputs {
+                lengths: Some(&lengths),
+                baselines: Some(&baselines),
+                ..care_core::grpo::GroupInputs::new(&rewards, None, layout)
+            };
+            let want_code = care_core::grpo::group_advantages_with(
+                &inputs,
                 &opts,
                 &mut want,
                 Some(&mut want_stats),
@@ -455,23 +445,32 @@ fn advantages_and_loss_match_the_core() {
                 GroupLayout::Fixed { group_size } => (group_size as u32, null(), 0),
                 GroupLayout::Offsets(o) => (0, o.as_ptr(), o.len()),
             };
-            // SAFETY: valid buffers.
-            let code = unsafe {
-                care_group_advantages(
-                    rewards.as_ptr(),
-                    n,
-                    null(),
-                    0,
-                    gs,
-                    op,
-                    ol,
-                    &o,
-                    got.as_mut_ptr(),
-                    n,
-                    got_stats.as_mut_ptr(),
-                    got_stats.len(),
-                )
+            let c_rewards = care_rewards {
+                struct_size: size_of::<care_rewards>() as u32,
+                rewards: rewards.as_ptr(),
+                rewards_len: n,
+                valid: null(),
+                valid_len: 0,
+                lengths: lengths.as_ptr(),
+                lengths_len: n,
+                baselines: baselines.as_ptr(),
+                baselines_len: n,
             };
+            let c_layout = care_group_layout {
+                struct_size: size_of::<care_group_layout>() as u32,
+                group_size: gs,
+                offsets: op,
+                offsets_len: ol,
+            };
+            let out = care_advantage_outputs {
+                struct_size: size_of::<care_advantage_outputs>() as u32,
+                advantages: got.as_mut_ptr(),
+                advantages_len: n,
+                stats: got_stats.as_mut_ptr(),
+                stats_len: got_stats.len(),
+            };
+            // SAFETY: valid buffers.
+            let code = unsafe { care_group_advantages(&c_rewards, &c_layout, &o, &out) };
             match want_code {
                 Ok(()) => {
                     assert_eq!(code, CARE_OK, "{preset:?}");
@@ -491,7 +490,8 @@ fn advantages_and_loss_match_the_core() {
         }
     }
 
-    // Loss for every dtype and both presets, per-sequence advantages, with KL.
+    // Loss for every dtype and both presets, per-sequence advantages, with KL (the f16 run
+    // without the reference, so the optional input is absent once).
     let seq = [0u32, 5, 5, 12, 20];
     let t = 20;
     let logp: Vec<f32> = (0..t).map(|_| -3.0 * rng.unit()).collect();
@@ -499,19 +499,17 @@ fn advantages_and_loss_match_the_core() {
     let refp: Vec<f32> = logp.iter().map(|x| x + 0.2 * (rng.unit() - 0.5)).collect();
     let mask: Vec<u8> = (0..t).map(|i| u8::from(i % 7 != 3)).collect();
     let adv = [1.0f32, -0.5, 0.25, -2.0];
+    let bf = |v: &[f32]| v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>();
+    let hf = |v: &[f32]| v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>();
     for preset in LossPreset::ALL {
         let mut opts = LossOptions::preset(preset);
         opts.beta = 0.05;
         let mut o = unsafe { std::mem::zeroed::<care_loss_options>() };
         // SAFETY: valid output.
-        let code = unsafe { care_loss_options_preset(preset as u32, &mut o) };
-        if preset as u32 > LossPreset::Trl as u32 {
-            // Not expressible in the C struct yet: refused rather than handed out with a
-            // field dropped.
-            assert_eq!(code, CARE_ERR_INVALID_ARGUMENT, "{preset:?}");
-            continue;
-        }
-        assert_eq!(code, CARE_OK);
+        assert_eq!(
+            unsafe { care_loss_options_preset(preset as u32, &mut o) },
+            CARE_OK
+        );
         o.beta = 0.05;
         let inputs = LossInputs {
             logp: &logp[..],
@@ -522,148 +520,323 @@ fn advantages_and_loss_match_the_core() {
             advantages: Advantages::PerSequence(&adv),
             logp_rollout: None,
         };
-        let mut want_grad = vec![0f32; t];
-        let want = care_core::grpo::policy_loss(&inputs, &opts, &mut want_grad).unwrap();
-        let mut grad = vec![0f32; t];
-        let mut loss = 0.0;
-        let mut st = unsafe { std::mem::zeroed::<care_loss_stats>() };
-        // SAFETY: valid buffers.
-        let code = unsafe {
-            care_policy_loss_f32(
-                logp.as_ptr(),
-                t,
-                old.as_ptr(),
-                t,
-                refp.as_ptr(),
-                t,
-                seq.as_ptr(),
-                seq.len(),
-                mask.as_ptr(),
-                t,
-                adv.as_ptr(),
-                adv.len(),
-                0,
-                &o,
-                grad.as_mut_ptr(),
-                t,
-                &mut loss,
-                &mut st,
-            )
-        };
-        assert_eq!(code, CARE_OK);
-        assert_eq!(loss.to_bits(), want.loss.to_bits());
-        assert_eq!(grad, want_grad);
-        assert_eq!(
-            (st.tokens, st.clipped, st.kl_sum, st.ratio_max),
-            (
-                want.stats.tokens,
-                want.stats.clipped,
-                want.stats.kl_sum,
-                want.stats.ratio_max
-            )
-        );
-
-        let to_bf = |v: &[f32]| {
-            v.iter()
-                .map(|&x| half::bf16::from_f32(x))
-                .collect::<Vec<_>>()
-        };
-        let (lb, ob, rb) = (to_bf(&logp), to_bf(&old), to_bf(&refp));
+        check_loss(&inputs, CARE_DTYPE_F32, &opts, &o);
+        let (lb, ob, rb) = (bf(&logp), bf(&old), bf(&refp));
         let inputs = LossInputs {
             logp: &lb[..],
             logp_old: Some(&ob[..]),
             logp_ref: Some(&rb[..]),
-            ..inputs_f(&seq, &mask, &adv)
-        };
-        let want = care_core::grpo::policy_loss(&inputs, &opts, &mut want_grad).unwrap();
-        let bits = |v: &[half::bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
-        let (lb, ob, rb) = (bits(&lb), bits(&ob), bits(&rb));
-        // SAFETY: valid buffers.
-        let code = unsafe {
-            care_policy_loss_bf16(
-                lb.as_ptr(),
-                t,
-                ob.as_ptr(),
-                t,
-                rb.as_ptr(),
-                t,
-                seq.as_ptr(),
-                seq.len(),
-                mask.as_ptr(),
-                t,
-                adv.as_ptr(),
-                adv.len(),
-                0,
-                &o,
-                grad.as_mut_ptr(),
-                t,
-                &mut loss,
-                null_mut(),
-            )
-        };
-        assert_eq!(code, CARE_OK);
-        assert_eq!((loss.to_bits(), &grad), (want.loss.to_bits(), &want_grad));
-
-        let to_h = |v: &[f32]| {
-            v.iter()
-                .map(|&x| half::f16::from_f32(x))
-                .collect::<Vec<_>>()
-        };
-        let (lh, oh) = (to_h(&logp), to_h(&old));
-        let inputs = LossInputs::<half::f16> {
-            logp: &lh[..],
-            logp_old: Some(&oh[..]),
-            logp_ref: None,
             seq_offsets: &seq,
             mask: Some(&mask),
             advantages: Advantages::PerSequence(&adv),
             logp_rollout: None,
         };
-        let want = care_core::grpo::policy_loss(&inputs, &opts, &mut want_grad).unwrap();
-        let hb = |v: &[half::f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
-        let (lh, oh) = (hb(&lh), hb(&oh));
-        // SAFETY: valid buffers.
-        let code = unsafe {
-            care_policy_loss_f16(
-                lh.as_ptr(),
-                t,
-                oh.as_ptr(),
-                t,
-                null(),
-                0,
-                seq.as_ptr(),
-                seq.len(),
-                mask.as_ptr(),
-                t,
-                adv.as_ptr(),
-                adv.len(),
-                0,
-                &o,
-                grad.as_mut_ptr(),
-                t,
-                &mut loss,
-                null_mut(),
-            )
+        check_loss(&inputs, CARE_DTYPE_BF16, &opts, &o);
+        let (lh, oh) = (hf(&logp), hf(&old));
+        let inputs = LossInputs {
+            logp: &lh[..],
+            logp_old: Some(&oh[..]),
+            logp_ref: None,
+            seq_offsets: &seq,
+            mask: Some(&mask),
+            advantages: Advantages::PerToken(&old),
+            logp_rollout: None,
         };
-        assert_eq!(code, CARE_OK);
-        assert_eq!((loss.to_bits(), &grad), (want.loss.to_bits(), &want_grad));
+        check_loss(&inputs, CARE_DTYPE_F16, &opts, &o);
     }
 }
 
-fn inputs_f<'a, T: care_core::grpo::LogProb>(
-    seq: &'a [u32],
-    mask: &'a [u8],
-    adv: &'a [f32],
-) -> LossInputs<'a, T> {
-    LossInputs {
+/// `care_policy_loss` on `inputs` (log-probs of `dtype`) equals `care_core::grpo::policy_loss`:
+/// loss, gradient and every statistic, bit for bit.
+fn check_loss<T: LogProb>(
+    inputs: &LossInputs<'_, T>,
+    dtype: care_dtype,
+    opts: &LossOptions,
+    o: &care_loss_options,
+) {
+    let t = inputs.logp.len();
+    let mut want_grad = vec![0f32; t];
+    let want = care_core::grpo::policy_loss(inputs, opts, &mut want_grad).unwrap();
+    let (adv, kind) = match inputs.advantages {
+        Advantages::PerSequence(a) => (a, CARE_ADVANTAGES_PER_SEQUENCE),
+        Advantages::PerToken(a) => (a, CARE_ADVANTAGES_PER_TOKEN),
+    };
+    let opt = |v: Option<&[T]>| v.map_or((null(), 0), |v| (v.as_ptr().cast(), v.len()));
+    let ((po, no), (pr, nr)) = (opt(inputs.logp_old), opt(inputs.logp_ref));
+    let (plr, nlr) = opt(inputs.logp_rollout);
+    let c = care_loss_inputs {
+        struct_size: size_of::<care_loss_inputs>() as u32,
+        dtype: dtype as u32,
+        logp: inputs.logp.as_ptr().cast(),
+        logp_len: t,
+        logp_old: po,
+        logp_old_len: no,
+        logp_ref: pr,
+        logp_ref_len: nr,
+        seq_offsets: inputs.seq_offsets.as_ptr(),
+        seq_offsets_len: inputs.seq_offsets.len(),
+        mask: inputs.mask.map_or(null(), <[u8]>::as_ptr),
+        mask_len: inputs.mask.map_or(0, <[u8]>::len),
+        advantages: adv.as_ptr(),
+        advantages_len: adv.len(),
+        advantages_kind: kind as u32,
+        max_seq_len: 0,
+        logp_rollout: plr,
+        logp_rollout_len: nlr,
+    };
+    let mut grad = vec![0f32; t];
+    let mut loss = 0.0;
+    let mut st = unsafe { std::mem::zeroed::<care_loss_stats>() };
+    // SAFETY: valid buffers of the stated lengths.
+    let code = unsafe { care_policy_loss(&c, o, grad.as_mut_ptr(), t, &mut loss, &mut st) };
+    assert_eq!(code, CARE_OK, "{dtype:?}");
+    assert_eq!(loss.to_bits(), want.loss.to_bits(), "{dtype:?}");
+    assert_eq!(bits32(&grad), bits32(&want_grad), "{dtype:?}");
+    assert_eq!(stats_bits(&st), core_stats_bits(&want.stats), "{dtype:?}");
+}
+
+fn bits32(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn stats_bits(s: &care_loss_stats) -> [u64; 14] {
+    [
+        s.tokens,
+        s.sequences,
+        s.loss,
+        s.clipped,
+        s.clipped_low,
+        s.clipped_high,
+        s.dual_clipped,
+        s.ppo_kl_sum,
+        s.kl_sum,
+        s.ratio_sum,
+        s.log_ratio_clamped,
+        s.non_finite,
+        s.ratio_min,
+        s.ratio_max,
+    ]
+    .map(f64::to_bits)
+}
+
+fn core_stats_bits(s: &care_core::grpo::LossStats) -> [u64; 14] {
+    [
+        s.tokens,
+        s.sequences,
+        s.loss,
+        s.clipped,
+        s.clipped_low,
+        s.clipped_high,
+        s.dual_clipped,
+        s.ppo_kl_sum,
+        s.kl_sum,
+        s.ratio_sum,
+        s.log_ratio_clamped,
+        s.non_finite,
+        s.ratio_min,
+        s.ratio_max,
+    ]
+    .map(f64::to_bits)
+}
+
+/// The selective log-softmax and the fused logits-to-loss path through the C ABI equal the
+/// core's, for every logits dtype and both target types: forward values rounded once to
+/// `float`, loss and statistics bit for bit, `dL/dlogp` bit for bit, and the backward pass
+/// from that `dlogp` equal to the core's fused `dlogits` rounded to `float`.
+#[test]
+fn selective_log_softmax_and_logits_loss_match_the_core() {
+    let mut rng = Rng(11);
+    let (rows, vocab, stride) = (9usize, 13usize, 16usize);
+    let x: Vec<f32> = (0..(rows - 1) * stride + vocab)
+        .map(|i| {
+            if i % 29 == 3 {
+                f32::NEG_INFINITY
+            } else {
+                6.0 * (rng.unit() - 0.5)
+            }
+        })
+        .collect();
+    let y: Vec<i64> = (0..rows).map(|_| rng.below(vocab as u64) as i64).collect();
+    let y32: Vec<i32> = y.iter().map(|&v| v as i32).collect();
+    let mask: Vec<u8> = (0..rows).map(|i| u8::from(i != 4)).collect();
+    let seq = [0u32, 4, 4, 9];
+    let old: Vec<f32> = (0..rows).map(|_| -2.0 * rng.unit()).collect();
+    let adv = [0.5f32, 1.0, -1.5];
+    let temperature = 0.7;
+    let bfx: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+    let hfx: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
+    for i64t in [false, true] {
+        let (tp, tl): (*const std::ffi::c_void, usize) = if i64t {
+            (y.as_ptr().cast(), y.len())
+        } else {
+            (y32.as_ptr().cast(), y32.len())
+        };
+        let c = |dtype: care_dtype, p: *const std::ffi::c_void| care_logits {
+            struct_size: size_of::<care_logits>() as u32,
+            dtype: dtype as u32,
+            logits: p,
+            logits_len: x.len(),
+            rows,
+            vocab,
+            row_stride: stride,
+            targets: tp,
+            targets_len: tl,
+            targets_i64: u32::from(i64t),
+            mask: mask.as_ptr(),
+            mask_len: rows,
+            temperature,
+        };
+        let seq_adv = (&seq[..], &adv[..], &old[..]);
+        check_lsm(
+            &c(CARE_DTYPE_F32, x.as_ptr().cast()),
+            &x,
+            &y,
+            &mask,
+            seq_adv,
+        );
+        check_lsm(
+            &c(CARE_DTYPE_BF16, bfx.as_ptr().cast()),
+            &bfx,
+            &y,
+            &mask,
+            seq_adv,
+        );
+        check_lsm(
+            &c(CARE_DTYPE_F16, hfx.as_ptr().cast()),
+            &hfx,
+            &y,
+            &mask,
+            seq_adv,
+        );
+    }
+}
+
+fn check_lsm<T: LogProb>(
+    c: &care_logits,
+    x: &[T],
+    y: &[i64],
+    mask: &[u8],
+    (seq, adv, old): (&[u32], &[f32], &[f32]),
+) {
+    let (rows, vocab) = (c.rows, c.vocab);
+    let l = Logits::new(x, rows, vocab, c.row_stride).unwrap();
+    let lsm = LogSoftmaxOptions {
+        temperature: c.temperature,
+    };
+    let (mut lp, mut h, mut lse) = (vec![0.0; rows], vec![0.0; rows], vec![0.0; rows]);
+    selective_log_softmax(
+        &l,
+        y,
+        Some(mask),
+        &lsm,
+        &mut lp,
+        Some(&mut h),
+        Some(&mut lse),
+    )
+    .unwrap();
+    let narrow = |v: &[f64]| v.iter().map(|&x| (x as f32).to_bits()).collect::<Vec<_>>();
+    let (mut glp, mut gh, mut glse) = (vec![0f32; rows], vec![0f32; rows], vec![0f32; rows]);
+    let out = care_log_softmax_outputs {
+        struct_size: size_of::<care_log_softmax_outputs>() as u32,
+        logp: glp.as_mut_ptr(),
+        logp_len: rows,
+        entropy: gh.as_mut_ptr(),
+        entropy_len: rows,
+        lse: glse.as_mut_ptr(),
+        lse_len: rows,
+    };
+    // SAFETY: host buffers of the stated lengths.
+    assert_eq!(unsafe { care_selective_log_softmax(c, &out) }, CARE_OK);
+    assert_eq!(bits32(&glp), narrow(&lp));
+    assert_eq!(bits32(&gh), narrow(&h));
+    assert_eq!(bits32(&glse), narrow(&lse));
+
+    // The fused path: the core's `logits_policy_loss` against the C forward half + backward.
+    let old64: Vec<f64> = old.iter().map(|&v| f64::from(v)).collect();
+    let inputs = LossInputs::<f64> {
         logp: &[],
-        logp_old: None,
+        logp_old: Some(&old64),
         logp_ref: None,
         seq_offsets: seq,
         mask: Some(mask),
         advantages: Advantages::PerSequence(adv),
         logp_rollout: None,
+    };
+    let opts = LossOptions::preset(LossPreset::Verl);
+    let (mut blp, mut bdlogp, mut bdx) =
+        (vec![0.0; rows], vec![0f32; rows], vec![0.0; rows * vocab]);
+    let buf = LogitsLossBuffers {
+        logp: &mut blp,
+        dlogp: &mut bdlogp,
+        dlogits: &mut bdx,
+    };
+    let want = logits_policy_loss(&l, y, &lsm, &inputs, &opts, buf).unwrap();
+    let c_in = care_loss_inputs {
+        struct_size: size_of::<care_loss_inputs>() as u32,
+        dtype: CARE_DTYPE_F32 as u32,
+        logp: null(),
+        logp_len: 0,
+        logp_old: old.as_ptr().cast(),
+        logp_old_len: old.len(),
+        logp_ref: null(),
+        logp_ref_len: 0,
+        seq_offsets: seq.as_ptr(),
+        seq_offsets_len: seq.len(),
+        mask: null(),
+        mask_len: 0,
+        advantages: adv.as_ptr(),
+        advantages_len: adv.len(),
+        advantages_kind: CARE_ADVANTAGES_PER_SEQUENCE as u32,
+        max_seq_len: 0,
+        logp_rollout: null(),
+        logp_rollout_len: 0,
+    };
+    let mut o = unsafe { std::mem::zeroed::<care_loss_options>() };
+    let (mut llp, mut llse, mut ldlogp) = (vec![0f32; rows], vec![0f32; rows], vec![0f32; rows]);
+    let lo = care_logits_loss_outputs {
+        struct_size: size_of::<care_logits_loss_outputs>() as u32,
+        logp: llp.as_mut_ptr(),
+        logp_len: rows,
+        lse: llse.as_mut_ptr(),
+        lse_len: rows,
+        dlogp: ldlogp.as_mut_ptr(),
+        dlogp_len: rows,
+    };
+    let (mut loss, mut st) = (0.0, unsafe { std::mem::zeroed::<care_loss_stats>() });
+    // SAFETY: host buffers of the stated lengths.
+    unsafe {
+        assert_eq!(
+            care_loss_options_preset(CARE_LOSS_PRESET_VERL as u32, &mut o),
+            CARE_OK
+        );
+        assert_eq!(
+            care_logits_policy_loss(c, &c_in, &o, &lo, &mut loss, &mut st),
+            CARE_OK
+        );
     }
+    assert_eq!(loss.to_bits(), want.loss.to_bits());
+    assert_eq!(stats_bits(&st), core_stats_bits(&want.stats));
+    assert_eq!(bits32(&ldlogp), bits32(&bdlogp));
+    assert_eq!(bits32(&llp), narrow(&lp));
+    assert_eq!(bits32(&llse), narrow(&lse));
+    let grads = care_log_softmax_grads {
+        struct_size: size_of::<care_log_softmax_grads>() as u32,
+        dlogp: ldlogp.as_ptr(),
+        dlogp_len: rows,
+        dentropy: null(),
+        dentropy_len: 0,
+        lse: llse.as_ptr(),
+        lse_len: rows,
+        entropy: null(),
+        entropy_len: 0,
+    };
+    let mut dx = vec![0f32; rows * vocab];
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { care_selective_log_softmax_backward(c, &grads, dx.as_mut_ptr(), dx.len()) },
+        CARE_OK
+    );
+    assert_eq!(bits32(&dx), narrow(&bdx));
 }
 
 /// Reliability: 1M responses scored through the C ABI from 8 threads, each holding its own
@@ -692,7 +865,7 @@ fn one_million_responses_from_eight_threads_equal_single_threaded() {
             let s = &scores[c * total..(c + out.len()) * total];
             // SAFETY: live handle; `s` and `out` are valid for their lengths.
             let code = unsafe {
-                care_policy_reward_batch(
+                care_policy_reward_group(
                     r,
                     s.as_ptr(),
                     s.len(),
@@ -737,4 +910,168 @@ fn one_million_responses_from_eight_threads_equal_single_threaded() {
         nan > 0 && nan < RESPONSES / 10,
         "both paths ran: {nan} failed responses"
     );
+}
+
+/// The rollout correction through the C ABI: `care_policy_loss` with `logp_rollout` under
+/// every loss preset and a set of correction options (weights at both levels, chained criteria,
+/// both modes) equals the core bit for bit, and `care_rollout_correction` equals
+/// `care_core::grpo::rollout_correction` (weights, keep flags and every diagnostic).
+#[test]
+fn rollout_correction_and_the_family_match_the_core() {
+    let mut rng = Rng(7);
+    let seq = [0u32, 6, 6, 13, 24];
+    let t = 24;
+    let logp: Vec<f32> = (0..t).map(|_| -3.0 * rng.unit()).collect();
+    let old: Vec<f32> = logp.iter().map(|x| x + 0.4 * (rng.unit() - 0.5)).collect();
+    let rollout: Vec<f32> = old
+        .iter()
+        .enumerate()
+        .map(|(i, x)| {
+            x + if i % 7 == 2 {
+                1.5
+            } else {
+                0.3 * (rng.unit() - 0.5)
+            }
+        })
+        .collect();
+    let mask: Vec<u8> = (0..t).map(|i| u8::from(i % 9 != 4)).collect();
+    let adv = [1.0f32, -0.5, 0.25, -2.0];
+    let mut rollouts = Vec::new();
+    for (is_level, mode) in [
+        (IsLevel::Token, RejectionMode::Drop),
+        (IsLevel::Sequence, RejectionMode::ZeroWeight),
+        (IsLevel::Off, RejectionMode::Drop),
+    ] {
+        let mut r = RolloutOptions {
+            is_level,
+            rejection_mode: mode,
+            is_threshold: 1.5,
+            ..RolloutOptions::default()
+        };
+        r.set_bound(Rejection::TokenK1, 0.5, 2.0);
+        r.set_bound(Rejection::SeqMaxK3, 0.0, 2.0);
+        rollouts.push(r);
+    }
+    for preset in LossPreset::ALL {
+        for r in &rollouts {
+            let mut opts = LossOptions::preset(preset);
+            opts.rollout = *r;
+            let mut o = unsafe { std::mem::zeroed::<care_loss_options>() };
+            // SAFETY: valid output.
+            assert_eq!(
+                unsafe { care_loss_options_preset(preset as u32, &mut o) },
+                CARE_OK
+            );
+            // The C struct's rollout block, set field by field as a C caller would.
+            o.rollout.is_level = r.is_level as u32;
+            o.rollout.rejection_mode = r.rejection_mode as u32;
+            o.rollout.is_threshold = r.is_threshold;
+            for (k, b) in r.reject.iter().enumerate() {
+                o.rollout.reject[k] = care_reject_bound {
+                    lower: b.lower,
+                    upper: b.upper,
+                };
+            }
+            let inputs = LossInputs {
+                logp: &logp[..],
+                logp_old: Some(&old[..]),
+                logp_ref: None,
+                seq_offsets: &seq,
+                mask: Some(&mask),
+                advantages: Advantages::PerSequence(&adv),
+                logp_rollout: Some(&rollout[..]),
+            };
+            check_loss(&inputs, CARE_DTYPE_F32, &opts, &o);
+        }
+    }
+
+    // The correction on its own.
+    for r in &rollouts {
+        let mut o = unsafe { std::mem::zeroed::<care_loss_options>() };
+        // SAFETY: valid output.
+        assert_eq!(unsafe { care_loss_options_default(&mut o) }, CARE_OK);
+        o.rollout.is_level = r.is_level as u32;
+        o.rollout.rejection_mode = r.rejection_mode as u32;
+        o.rollout.is_threshold = r.is_threshold;
+        for (k, b) in r.reject.iter().enumerate() {
+            o.rollout.reject[k] = care_reject_bound {
+                lower: b.lower,
+                upper: b.upper,
+            };
+        }
+        let (mut want_w, mut want_k) = (vec![0f32; t], vec![0u8; t]);
+        let want = care_core::grpo::rollout_correction(
+            &RolloutInputs {
+                logp_old: &old,
+                logp_rollout: &rollout,
+                seq_offsets: &seq,
+                mask: Some(&mask),
+            },
+            r,
+            &mut want_w,
+            &mut want_k,
+        )
+        .unwrap();
+        assert!(want.rejected_tokens > 0.0, "the inputs reject something");
+        let c = care_loss_inputs {
+            struct_size: size_of::<care_loss_inputs>() as u32,
+            dtype: CARE_DTYPE_F32 as u32,
+            logp: logp.as_ptr().cast(),
+            logp_len: t,
+            logp_old: old.as_ptr().cast(),
+            logp_old_len: t,
+            logp_ref: null(),
+            logp_ref_len: 0,
+            seq_offsets: seq.as_ptr(),
+            seq_offsets_len: seq.len(),
+            mask: mask.as_ptr(),
+            mask_len: t,
+            advantages: adv.as_ptr(),
+            advantages_len: adv.len(),
+            advantages_kind: CARE_ADVANTAGES_PER_SEQUENCE as u32,
+            max_seq_len: 0,
+            logp_rollout: rollout.as_ptr().cast(),
+            logp_rollout_len: t,
+        };
+        let (mut w, mut k) = (vec![9f32; t], vec![9u8; t]);
+        let mut st = unsafe { std::mem::zeroed::<care_rollout_stats>() };
+        // SAFETY: valid buffers of the stated lengths.
+        let code = unsafe {
+            care_rollout_correction(&c, &o, w.as_mut_ptr(), t, k.as_mut_ptr(), t, &mut st)
+        };
+        assert_eq!(code, CARE_OK);
+        assert_eq!(bits32(&w), bits32(&want_w));
+        assert_eq!(k, want_k);
+        let got = [
+            st.tokens,
+            st.sequences,
+            st.rejected_tokens,
+            st.rejected_sequences,
+            st.truncated,
+            st.weight_sum,
+            st.kl_sum,
+            st.k3_sum,
+            st.log_ppl_diff_sum,
+            st.log_ppl_abs_diff_sum,
+            st.chi2_token_sum,
+            st.chi2_seq_sum,
+            st.non_finite,
+        ];
+        let want = [
+            want.tokens,
+            want.sequences,
+            want.rejected_tokens,
+            want.rejected_sequences,
+            want.truncated,
+            want.weight_sum,
+            want.kl_sum,
+            want.k3_sum,
+            want.log_ppl_diff_sum,
+            want.log_ppl_abs_diff_sum,
+            want.chi2_token_sum,
+            want.chi2_seq_sum,
+            want.non_finite,
+        ];
+        assert_eq!(got.map(f64::to_bits), want.map(f64::to_bits));
+    }
 }

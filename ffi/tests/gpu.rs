@@ -8,12 +8,13 @@
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 
-use care::advantage::*;
-use care::care_result::*;
-use care::gpu::*;
-use care::loss::*;
+use care_ffi::advantage::*;
+use care_ffi::care_result::*;
+use care_ffi::gpu::*;
+use care_ffi::logsoftmax::*;
+use care_ffi::loss::*;
 use care_kernels::Dtype;
-use care_kernels::tolerance::{Quantity, tolerance};
+use care_kernels::tolerance::{Quantity, Tolerance, tolerance};
 use cudarc::driver::{CudaContext, DevicePtr, DevicePtrMut};
 
 #[test]
@@ -45,23 +46,32 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
             CARE_OK
         );
         let mut want = vec![0f32; n];
-        // SAFETY: valid host buffers.
-        let code = unsafe {
-            care_group_advantages(
-                rewards.as_ptr(),
-                n,
-                null(),
-                0,
-                g,
-                null(),
-                0,
-                &o,
-                want.as_mut_ptr(),
-                n,
-                null_mut(),
-                0,
-            )
+        let c_rewards = care_rewards {
+            struct_size: size_of::<care_rewards>() as u32,
+            rewards: rewards.as_ptr(),
+            rewards_len: n,
+            valid: null(),
+            valid_len: 0,
+            lengths: null(),
+            lengths_len: 0,
+            baselines: null(),
+            baselines_len: 0,
         };
+        let layout = care_group_layout {
+            struct_size: size_of::<care_group_layout>() as u32,
+            group_size: g,
+            offsets: null(),
+            offsets_len: 0,
+        };
+        let out = care_advantage_outputs {
+            struct_size: size_of::<care_advantage_outputs>() as u32,
+            advantages: want.as_mut_ptr(),
+            advantages_len: n,
+            stats: null_mut(),
+            stats_len: 0,
+        };
+        // SAFETY: valid host buffers.
+        let code = unsafe { care_group_advantages(&c_rewards, &layout, &o, &out) };
         assert_eq!(code, CARE_OK);
 
         let d_r = stream.clone_htod(&rewards).unwrap();
@@ -71,35 +81,22 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
             let (pr, _a) = d_r.device_ptr(&stream);
             let (pa, _b) = d_adv.device_ptr_mut(&stream);
             let (pw, _c) = d_ws.device_ptr_mut(&stream);
+            // The same structs as the CPU call, holding device addresses.
+            let d_rewards = care_rewards {
+                rewards: pr as *const f32,
+                ..c_rewards
+            };
+            let d_out = care_advantage_outputs {
+                advantages: pa as *mut f32,
+                ..out
+            };
+            let launch = launch(cu_stream, pw as *mut c_void);
             // SAFETY: device buffers of the stated sizes on this stream's context.
             unsafe {
-                let code = care_gpu_group_advantages(
-                    pr as *const f32,
-                    n,
-                    null(),
-                    0,
-                    g,
-                    null(),
-                    0,
-                    &o,
-                    pa as *mut f32,
-                    n,
-                    null_mut(),
-                    0,
-                    null(),
-                    pw as *mut c_void,
-                    CARE_GPU_WORKSPACE_BYTES,
-                    cu_stream,
-                );
+                let code =
+                    care_gpu_group_advantages(&d_rewards, &layout, &o, &d_out, null(), &launch);
                 assert_eq!(code, CARE_OK);
-                assert_eq!(
-                    care_gpu_advantage_status(
-                        pw as *const c_void,
-                        CARE_GPU_WORKSPACE_BYTES,
-                        cu_stream
-                    ),
-                    CARE_OK
-                );
+                assert_eq!(care_gpu_group_advantages_status(&launch), CARE_OK);
             }
         }
         let got = stream.clone_dtoh(&d_adv).unwrap();
@@ -128,22 +125,30 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
     assert_eq!(unsafe { care_loss_options_preset(0, &mut lo) }, CARE_OK);
     let mut want_grad = vec![0f32; t];
     let mut want_loss = 0.0;
+    let inputs = care_loss_inputs {
+        struct_size: size_of::<care_loss_inputs>() as u32,
+        dtype: care_dtype::CARE_DTYPE_F32 as u32,
+        logp: logp.as_ptr().cast(),
+        logp_len: t,
+        logp_old: old.as_ptr().cast(),
+        logp_old_len: t,
+        logp_ref: null(),
+        logp_ref_len: 0,
+        seq_offsets: seq.as_ptr(),
+        seq_offsets_len: seq.len(),
+        mask: mask.as_ptr(),
+        mask_len: t,
+        advantages: adv.as_ptr(),
+        advantages_len: 4,
+        advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
+        max_seq_len: 0,
+        logp_rollout: null(),
+        logp_rollout_len: 0,
+    };
     // SAFETY: valid host buffers.
     let code = unsafe {
-        care_policy_loss_f32(
-            logp.as_ptr(),
-            t,
-            old.as_ptr(),
-            t,
-            null(),
-            0,
-            seq.as_ptr(),
-            seq.len(),
-            mask.as_ptr(),
-            t,
-            adv.as_ptr(),
-            4,
-            0,
+        care_policy_loss(
+            &inputs,
             &lo,
             want_grad.as_mut_ptr(),
             t,
@@ -171,46 +176,36 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
         let (pg, _f) = d_grad.device_ptr_mut(&stream);
         let (pst, _g) = d_stats.device_ptr_mut(&stream);
         let (pw, _h) = d_ws.device_ptr_mut(&stream);
+        let d_inputs = care_loss_inputs {
+            logp: pl as *const c_void,
+            logp_old: po as *const c_void,
+            seq_offsets: ps as *const u32,
+            mask: pm as *const u8,
+            advantages: pa as *const f32,
+            ..inputs
+        };
+        let launch = launch(cu_stream, pw as *mut c_void);
+        let pst = pst as *mut c_void;
+        let f32_code = care_dtype::CARE_DTYPE_F32 as u32;
         // SAFETY: device buffers of the stated sizes on this stream's context.
         unsafe {
             assert_eq!(
-                care_gpu_loss_stats_reset(pst as *mut c_void, CARE_GPU_LOSS_STATS_BYTES, cu_stream),
+                care_gpu_loss_stats_reset(pst, CARE_GPU_LOSS_STATS_BYTES, &launch),
                 CARE_OK
             );
             let code = care_gpu_policy_loss(
-                0,
-                pl as *const c_void,
-                t,
-                po as *const c_void,
-                t,
-                null(),
-                0,
-                ps as *const u32,
-                seq.len(),
-                pm as *const u8,
-                t,
-                pa as *const f32,
-                4,
-                0,
+                &d_inputs,
                 &lo,
-                0,
                 pg as *mut c_void,
                 t,
-                0,
-                pst as *mut c_void,
+                f32_code,
+                pst,
                 CARE_GPU_LOSS_STATS_BYTES,
-                pw as *mut c_void,
-                CARE_GPU_WORKSPACE_BYTES,
-                cu_stream,
+                &launch,
             );
             assert_eq!(code, CARE_OK);
             assert_eq!(
-                care_gpu_loss_stats_read(
-                    pst as *const c_void,
-                    CARE_GPU_LOSS_STATS_BYTES,
-                    cu_stream,
-                    &mut st
-                ),
+                care_gpu_loss_stats_read(pst, CARE_GPU_LOSS_STATS_BYTES, &launch, &mut st),
                 CARE_OK
             );
         }
@@ -232,4 +227,273 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
         );
     }
     assert_eq!(st.tokens, mask.iter().filter(|&&m| m != 0).count() as f64);
+
+    log_softmax_matches_the_cpu(&stream);
+}
+
+/// The selective log-softmax, its backward pass and the fused logits-to-loss forward on the
+/// GPU against the CPU entry points, with the same structs (bf16 logits with a row stride, int64
+/// targets, a row mask), within the kernels' tolerance table.
+fn log_softmax_matches_the_cpu(stream: &std::sync::Arc<cudarc::driver::CudaStream>) {
+    let cu_stream = stream.cu_stream() as *mut c_void;
+    let (rows, vocab, stride, temperature) = (9usize, 13usize, 16usize, 0.7);
+    let xf: Vec<f32> = (0..(rows - 1) * stride + vocab)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) / 3.0)
+        .collect();
+    let x: Vec<u16> = xf
+        .iter()
+        .map(|&v| half::bf16::from_f32(v).to_bits())
+        .collect();
+    let y: Vec<i64> = (0..rows).map(|i| ((i * 5) % vocab) as i64).collect();
+    let mask: Vec<u8> = (0..rows).map(|i| u8::from(i != 4)).collect();
+    let host = care_logits {
+        struct_size: size_of::<care_logits>() as u32,
+        dtype: care_dtype::CARE_DTYPE_BF16 as u32,
+        logits: x.as_ptr().cast(),
+        logits_len: x.len(),
+        rows,
+        vocab,
+        row_stride: stride,
+        targets: y.as_ptr().cast(),
+        targets_len: rows,
+        targets_i64: 1,
+        mask: mask.as_ptr(),
+        mask_len: rows,
+        temperature,
+    };
+    let (mut lp, mut h, mut lse) = (vec![0f32; rows], vec![0f32; rows], vec![0f32; rows]);
+    let out = care_log_softmax_outputs {
+        struct_size: size_of::<care_log_softmax_outputs>() as u32,
+        logp: lp.as_mut_ptr(),
+        logp_len: rows,
+        entropy: h.as_mut_ptr(),
+        entropy_len: rows,
+        lse: lse.as_mut_ptr(),
+        lse_len: rows,
+    };
+    // SAFETY: host buffers of the stated lengths.
+    assert_eq!(unsafe { care_selective_log_softmax(&host, &out) }, CARE_OK);
+
+    let d_x = stream.clone_htod(&x).unwrap();
+    let d_y = stream.clone_htod(&y).unwrap();
+    let d_m = stream.clone_htod(&mask).unwrap();
+    let mut d_lp = stream.alloc_zeros::<f32>(rows).unwrap();
+    let mut d_h = stream.alloc_zeros::<f32>(rows).unwrap();
+    let mut d_lse = stream.alloc_zeros::<f32>(rows).unwrap();
+    let mut d_ws = stream.alloc_zeros::<u8>(CARE_GPU_WORKSPACE_BYTES).unwrap();
+    // The CPU's dL/dlogp, so that both backward passes read the same gradient.
+    let g: Vec<f32> = (0..rows).map(|i| (i as f32 - 4.0) / 5.0).collect();
+    let d_g = stream.clone_htod(&g).unwrap();
+    let mut d_dx = stream.alloc_zeros::<u16>(rows * vocab).unwrap();
+    {
+        let (px, _a) = d_x.device_ptr(stream);
+        let (py, _b) = d_y.device_ptr(stream);
+        let (pm, _c) = d_m.device_ptr(stream);
+        let (plp, _d) = d_lp.device_ptr_mut(stream);
+        let (ph, _e) = d_h.device_ptr_mut(stream);
+        let (plse, _f) = d_lse.device_ptr_mut(stream);
+        let (pw, _g) = d_ws.device_ptr_mut(stream);
+        let (pg, _h) = d_g.device_ptr(stream);
+        let (pdx, _i) = d_dx.device_ptr_mut(stream);
+        let dev = care_logits {
+            logits: px as *const c_void,
+            targets: py as *const c_void,
+            mask: pm as *const u8,
+            ..host
+        };
+        let d_out = care_log_softmax_outputs {
+            logp: plp as *mut f32,
+            entropy: ph as *mut f32,
+            lse: plse as *mut f32,
+            ..out
+        };
+        let launch = launch(cu_stream, pw as *mut c_void);
+        let grads = care_log_softmax_grads {
+            struct_size: size_of::<care_log_softmax_grads>() as u32,
+            dlogp: pg as *const f32,
+            dlogp_len: rows,
+            dentropy: null(),
+            dentropy_len: 0,
+            lse: plse as *const f32,
+            lse_len: rows,
+            entropy: null(),
+            entropy_len: 0,
+        };
+        // SAFETY: device buffers of the stated sizes on this stream's context.
+        unsafe {
+            assert_eq!(
+                care_gpu_selective_log_softmax(&dev, &d_out, &launch),
+                CARE_OK
+            );
+            assert_eq!(care_gpu_selective_log_softmax_status(&launch), CARE_OK);
+            let code = care_gpu_selective_log_softmax_backward(
+                &dev,
+                &grads,
+                pdx as *mut c_void,
+                rows * vocab,
+                vocab,
+                &launch,
+            );
+            assert_eq!(code, CARE_OK);
+        }
+    }
+    let fwd = tolerance(Quantity::LogSoftmax, Dtype::Bf16).unwrap();
+    let row_scale = |i: usize| {
+        x[i * stride..i * stride + vocab]
+            .iter()
+            .map(|&b| f64::from(half::bf16::from_bits(b).to_f32()) / temperature)
+            .fold(1.0f64, |a, v| a.max(v.abs()))
+    };
+    for (name, got, want) in [
+        ("logp", stream.clone_dtoh(&d_lp).unwrap(), &lp),
+        ("entropy", stream.clone_dtoh(&d_h).unwrap(), &h),
+        ("lse", stream.clone_dtoh(&d_lse).unwrap(), &lse),
+    ] {
+        for i in 0..rows {
+            let (a, b) = (f64::from(got[i]), f64::from(want[i]));
+            assert!(
+                fwd.accepts(a, b, row_scale(i)),
+                "{name} row {i}: {a} vs {b}"
+            );
+        }
+    }
+    let mut want_dx = vec![0f32; rows * vocab];
+    let host_grads = care_log_softmax_grads {
+        struct_size: size_of::<care_log_softmax_grads>() as u32,
+        dlogp: g.as_ptr(),
+        dlogp_len: rows,
+        dentropy: null(),
+        dentropy_len: 0,
+        lse: null(),
+        lse_len: 0,
+        entropy: null(),
+        entropy_len: 0,
+    };
+    // SAFETY: host buffers of the stated lengths.
+    let code = unsafe {
+        care_selective_log_softmax_backward(&host, &host_grads, want_dx.as_mut_ptr(), rows * vocab)
+    };
+    assert_eq!(code, CARE_OK);
+    let bwd = tolerance(Quantity::LogSoftmaxGrad, Dtype::Bf16).unwrap();
+    let got_dx = stream.clone_dtoh(&d_dx).unwrap();
+    for (k, (a, w)) in got_dx.iter().zip(&want_dx).enumerate() {
+        let i = k / vocab;
+        let a = f64::from(half::bf16::from_bits(*a).to_f32());
+        let gs = f64::from(g[i]).abs() / temperature;
+        let bound = bwd.bound_through(row_scale(i), gs, f64::from(*w));
+        assert!(
+            Tolerance::within(a, f64::from(*w), bound),
+            "dlogits {k}: {a} vs {w}"
+        );
+    }
+
+    // The fused forward: loss, statistics and dL/dlogp against the CPU path.
+    let seq = [0u32, 4, 9];
+    let old: Vec<f32> = lp.iter().map(|v| v + 0.1).collect();
+    let adv = [0.5f32, -1.0];
+    let inputs = care_loss_inputs {
+        struct_size: size_of::<care_loss_inputs>() as u32,
+        dtype: care_dtype::CARE_DTYPE_F32 as u32,
+        logp: null(),
+        logp_len: 0,
+        logp_old: old.as_ptr().cast(),
+        logp_old_len: rows,
+        logp_ref: null(),
+        logp_ref_len: 0,
+        seq_offsets: seq.as_ptr(),
+        seq_offsets_len: seq.len(),
+        mask: null(),
+        mask_len: 0,
+        advantages: adv.as_ptr(),
+        advantages_len: adv.len(),
+        advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
+        max_seq_len: 5,
+        logp_rollout: null(),
+        logp_rollout_len: 0,
+    };
+    let (mut llp, mut llse, mut ldlogp) = (vec![0f32; rows], vec![0f32; rows], vec![0f32; rows]);
+    let lo = care_logits_loss_outputs {
+        struct_size: size_of::<care_logits_loss_outputs>() as u32,
+        logp: llp.as_mut_ptr(),
+        logp_len: rows,
+        lse: llse.as_mut_ptr(),
+        lse_len: rows,
+        dlogp: ldlogp.as_mut_ptr(),
+        dlogp_len: rows,
+    };
+    let (mut loss, mut st) = (0.0, unsafe { std::mem::zeroed::<care_loss_stats>() });
+    // SAFETY: host buffers of the stated lengths.
+    let code = unsafe { care_logits_policy_loss(&host, &inputs, null(), &lo, &mut loss, &mut st) };
+    assert_eq!(code, CARE_OK);
+    let d_old = stream.clone_htod(&old).unwrap();
+    let d_seq = stream.clone_htod(&seq).unwrap();
+    let d_adv = stream.clone_htod(&adv).unwrap();
+    let mut d_dlogp = stream.alloc_zeros::<f32>(rows).unwrap();
+    let mut d_stats = stream.alloc_zeros::<u8>(CARE_GPU_LOSS_STATS_BYTES).unwrap();
+    let mut gst = unsafe { std::mem::zeroed::<care_loss_stats>() };
+    {
+        let (px, _a) = d_x.device_ptr(stream);
+        let (py, _b) = d_y.device_ptr(stream);
+        let (pm, _c) = d_m.device_ptr(stream);
+        let (plp, _d) = d_lp.device_ptr_mut(stream);
+        let (plse, _f) = d_lse.device_ptr_mut(stream);
+        let (pw, _g) = d_ws.device_ptr_mut(stream);
+        let (po, _h) = d_old.device_ptr(stream);
+        let (ps, _i) = d_seq.device_ptr(stream);
+        let (pa, _j) = d_adv.device_ptr(stream);
+        let (pdg, _k) = d_dlogp.device_ptr_mut(stream);
+        let (pst, _l) = d_stats.device_ptr_mut(stream);
+        let dev = care_logits {
+            logits: px as *const c_void,
+            targets: py as *const c_void,
+            mask: pm as *const u8,
+            ..host
+        };
+        let d_inputs = care_loss_inputs {
+            logp_old: po as *const c_void,
+            seq_offsets: ps as *const u32,
+            advantages: pa as *const f32,
+            ..inputs
+        };
+        let d_lo = care_logits_loss_outputs {
+            logp: plp as *mut f32,
+            lse: plse as *mut f32,
+            dlogp: pdg as *mut f32,
+            ..lo
+        };
+        let launch = launch(cu_stream, pw as *mut c_void);
+        let pst = pst as *mut c_void;
+        let n = CARE_GPU_LOSS_STATS_BYTES;
+        // SAFETY: device buffers of the stated sizes on this stream's context.
+        unsafe {
+            assert_eq!(care_gpu_loss_stats_reset(pst, n, &launch), CARE_OK);
+            let code = care_gpu_logits_policy_loss(&dev, &d_inputs, null(), &d_lo, pst, n, &launch);
+            assert_eq!(code, CARE_OK);
+            assert_eq!(care_gpu_selective_log_softmax_status(&launch), CARE_OK);
+            assert_eq!(care_gpu_loss_stats_read(pst, n, &launch, &mut gst), CARE_OK);
+        }
+    }
+    let tl = tolerance(Quantity::Loss, Dtype::F32).unwrap();
+    assert!(
+        tl.accepts(gst.loss, loss, 1.0),
+        "loss {} vs {loss}",
+        gst.loss
+    );
+    assert_eq!(gst.tokens, st.tokens);
+    let tg = tolerance(Quantity::Grad, Dtype::F32).unwrap();
+    let gmax = ldlogp.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (a, b) in stream.clone_dtoh(&d_dlogp).unwrap().iter().zip(&ldlogp) {
+        let (a, b) = (f64::from(*a), f64::from(*b));
+        assert!(tg.accepts(a, b, f64::from(gmax)), "dlogp {a} vs {b}");
+    }
+}
+
+/// A `care_gpu_launch` on `stream` with the workspace at `ws`.
+fn launch(stream: *mut c_void, ws: *mut c_void) -> care_gpu_launch {
+    care_gpu_launch {
+        struct_size: size_of::<care_gpu_launch>() as u32,
+        stream,
+        workspace: ws,
+        workspace_len: CARE_GPU_WORKSPACE_BYTES,
+    }
 }

@@ -152,14 +152,14 @@ fn header_version_macros_match_the_crate() {
     assert_eq!(v, env!("CARGO_PKG_VERSION"));
     assert_eq!(
         get("CARE_ABI_VERSION"),
-        Some(care::version::CARE_ABI_VERSION.to_string())
+        Some(care_ffi::version::CARE_ABI_VERSION.to_string())
     );
 }
 
 #[test]
 fn header_result_codes_match_the_rust_enum() {
     let header = common::header();
-    for r in care::care_result::ALL {
+    for r in care_ffi::care_result::ALL {
         let want = format!("  {r:?} = {},", r as u32);
         assert!(header.contains(&want), "care.h lacks `{}`", want.trim());
     }
@@ -167,26 +167,40 @@ fn header_result_codes_match_the_rust_enum() {
 
 /// `(C name, size, alignment)` of every `#[repr(C)]` struct of the API, as Rust lays them out.
 fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
-    use care::advantage::*;
-    use care::loss::*;
-    use care::reward::*;
-    use care::rubric::*;
+    use care_ffi::advantage::*;
+    use care_ffi::gpu::*;
+    use care_ffi::logsoftmax::*;
+    use care_ffi::loss::*;
+    use care_ffi::reward::*;
+    use care_ffi::rubric::*;
     use std::mem::{align_of, size_of};
     macro_rules! layouts {
         ($($t:ident),* $(,)?) => { vec![$((stringify!($t), size_of::<$t>(), align_of::<$t>())),*] };
     }
     layouts![
+        care_rewards,
+        care_group_layout,
+        care_advantage_outputs,
         care_advantage_options,
         care_group_stats,
         care_group_sums,
+        care_loss_inputs,
         care_loss_options,
         care_loss_stats,
+        care_logits,
+        care_log_softmax_outputs,
+        care_log_softmax_grads,
+        care_logits_loss_outputs,
+        care_gpu_launch,
         care_score_options,
-        care_pref_options,
+        care_preference_options,
         care_generator_options,
+        care_preference_pair,
+        care_generator_inputs,
+        care_judge_prompt_inputs,
         care_fired,
         care_reward_detail,
-        care_batch_report,
+        care_group_report,
         care_strategy_counts,
         care_generator_result,
         care_judge_report,

@@ -5,11 +5,16 @@
 //! AddressSanitizer catches any overrun; no call may panic (`CARE_ERR_PANIC`).
 #![no_main]
 
-use care::advantage::care_group_advantages;
-use care::care_result::{self, *};
-use care::loss::{care_loss_stats, care_policy_loss_f32};
-use care::reward::{care_judge_output_parse, care_policy_reward, care_policy_reward_batch};
-use care::rubric::*;
+use care_ffi::advantage::{
+    care_advantage_outputs, care_group_advantages, care_group_layout, care_rewards,
+};
+use care_ffi::care_result::{self, *};
+use care_ffi::loss::{
+    care_loss_inputs, care_loss_options, care_loss_options_default, care_loss_stats,
+    care_policy_loss, care_reject_bound, care_rollout_correction, care_rollout_stats,
+};
+use care_ffi::reward::{care_judge_output_parse, care_policy_reward, care_policy_reward_group};
+use care_ffi::rubric::*;
 use libfuzzer_sys::fuzz_target;
 use std::ffi::c_char;
 use std::ptr::{null, null_mut};
@@ -28,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
     unsafe {
         // r_fmt and the validation report agree.
         let mut rf = -1.0;
-        assert!(ok(care_r_fmt(tp, text.len(), null(), &mut rf)));
+        assert!(ok(care_format_reward(tp, text.len(), null(), &mut rf)));
         let mut rep = null_mut();
         assert!(ok(care_rubric_validate(tp, text.len(), null(), &mut rep)));
         let (mut rf2, mut parsed, mut over) = (-1.0, 0u32, 0u32);
@@ -132,7 +137,7 @@ fuzz_target!(|data: &[u8]| {
         }
         let m = usize::from(b(3) >> 1) % 5;
         let mut rewards = vec![0.0f64; m];
-        let _ = ok(care_policy_reward_batch(
+        let _ = ok(care_policy_reward_group(
             rubric,
             scores.as_ptr(),
             scores.len(),
@@ -162,30 +167,40 @@ fn advantages(data: &[u8]) {
         .map(|&x| u32::from(x))
         .collect();
     let group_size = u32::from(b(3) % 5);
+    let c_rewards = care_rewards {
+        struct_size: size_of::<care_rewards>() as u32,
+        rewards: rewards.as_ptr(),
+        rewards_len: n,
+        valid: if valid.is_empty() {
+            null()
+        } else {
+            valid.as_ptr()
+        },
+        valid_len: valid.len(),
+        lengths: null(),
+        lengths_len: 0,
+        baselines: null(),
+        baselines_len: 0,
+    };
+    let layout = care_group_layout {
+        struct_size: size_of::<care_group_layout>() as u32,
+        group_size: if offsets.is_empty() { group_size } else { 0 },
+        offsets: if offsets.is_empty() {
+            null()
+        } else {
+            offsets.as_ptr()
+        },
+        offsets_len: offsets.len(),
+    };
+    let outputs = care_advantage_outputs {
+        struct_size: size_of::<care_advantage_outputs>() as u32,
+        advantages: out.as_mut_ptr(),
+        advantages_len: out.len(),
+        stats: null_mut(),
+        stats_len: 0,
+    };
     unsafe {
-        let r = care_group_advantages(
-            rewards.as_ptr(),
-            n,
-            if valid.is_empty() {
-                null()
-            } else {
-                valid.as_ptr()
-            },
-            valid.len(),
-            if offsets.is_empty() { group_size } else { 0 },
-            if offsets.is_empty() {
-                null()
-            } else {
-                offsets.as_ptr()
-            },
-            offsets.len(),
-            null(),
-            out.as_mut_ptr(),
-            out.len(),
-            null_mut(),
-            0,
-        );
-        ok(r);
+        ok(care_group_advantages(&c_rewards, &layout, null(), &outputs));
     }
 }
 
@@ -206,6 +221,7 @@ fn loss(data: &[u8]) {
     let logp: Vec<f32> = (0..len(5)).map(|i| -f32::from(b(i)) / 16.0).collect();
     let old: Vec<f32> = (0..len(6)).map(|i| -f32::from(b(i + 1)) / 16.0).collect();
     let rf: Vec<f32> = (0..len(7)).map(|i| -f32::from(b(i + 2)) / 16.0).collect();
+    let lr: Vec<f32> = (0..len(15)).map(|i| -f32::from(b(i + 4)) / 16.0).collect();
     let mask: Vec<u8> = (0..len(8)).map(|i| b(i) & 1).collect();
     let offsets: Vec<u32> = (0..usize::from(b(9) % 6))
         .map(|i| u32::from(b(10 + i) % 20))
@@ -223,26 +239,46 @@ fn loss(data: &[u8]) {
     };
     let mut loss = 0.0f64;
     let mut stats = unsafe { std::mem::zeroed::<care_loss_stats>() };
+    let inputs = care_loss_inputs {
+        struct_size: size_of::<care_loss_inputs>() as u32,
+        dtype: 0, // f32
+        logp: logp.as_ptr().cast(),
+        logp_len: logp.len(),
+        logp_old: opt(&old, b(13) & 1 != 0).cast(),
+        logp_old_len: old.len(),
+        logp_ref: opt(&rf, b(13) & 2 != 0).cast(),
+        logp_ref_len: rf.len(),
+        seq_offsets: offsets.as_ptr(),
+        seq_offsets_len: offsets.len(),
+        mask: if b(13) & 4 != 0 && mask.is_empty() {
+            null()
+        } else {
+            mask.as_ptr()
+        },
+        mask_len: mask.len(),
+        advantages: adv.as_ptr(),
+        advantages_len: adv.len(),
+        advantages_kind: u32::from(b(14) % 3),
+        max_seq_len: 0,
+        logp_rollout: opt(&lr, b(13) & 8 != 0).cast(),
+        logp_rollout_len: lr.len(),
+    };
+    // The rollout correction's options: token weights and a token_k1 bound when asked.
+    let mut lo = unsafe { std::mem::zeroed::<care_loss_options>() };
     unsafe {
-        let r = care_policy_loss_f32(
-            logp.as_ptr(),
-            logp.len(),
-            opt(&old, b(13) & 1 != 0),
-            old.len(),
-            opt(&rf, b(13) & 2 != 0),
-            rf.len(),
-            offsets.as_ptr(),
-            offsets.len(),
-            if b(13) & 4 != 0 && mask.is_empty() {
-                null()
-            } else {
-                mask.as_ptr()
-            },
-            mask.len(),
-            adv.as_ptr(),
-            adv.len(),
-            u32::from(b(14) % 3),
-            null(),
+        assert_eq!(care_loss_options_default(&mut lo), CARE_OK);
+    }
+    if b(13) & 16 != 0 {
+        lo.rollout.is_level = 1;
+        lo.rollout.reject[0] = care_reject_bound {
+            lower: 0.5,
+            upper: 2.0,
+        };
+    }
+    unsafe {
+        let r = care_policy_loss(
+            &inputs,
+            &lo,
             grad.as_mut_ptr(),
             grad.len(),
             &mut loss,
@@ -250,6 +286,21 @@ fn loss(data: &[u8]) {
         );
         if ok(r) {
             assert_eq!(grad.len(), logp.len());
+        }
+        let (mut w, mut keep) = (vec![0.0f32; len(12)], vec![0u8; len(12)]);
+        let mut rs = std::mem::zeroed::<care_rollout_stats>();
+        let r = care_rollout_correction(
+            &inputs,
+            &lo,
+            w.as_mut_ptr(),
+            w.len(),
+            keep.as_mut_ptr(),
+            keep.len(),
+            &mut rs,
+        );
+        if ok(r) {
+            assert_eq!(w.len(), logp.len());
+            assert!(keep.iter().all(|&k| k <= 1));
         }
     }
 }

@@ -11,8 +11,6 @@
 
 use std::io::{self, Read};
 
-use care::care_result;
-use care::rubric::{care_rubric_free, care_rubric_parse};
 use care_cli::Command;
 use care_cli::engine::{self, EngineOptions, LineProcessor};
 use care_core::grpo::AdvantageOptions;
@@ -20,6 +18,8 @@ use care_core::{
     Dimension, Error, FormatPolicy, RubricBuf, Validation, ViolationCode, parse_judge_output,
     validate,
 };
+use care_ffi::care_result;
+use care_ffi::rubric::{care_rubric_free, care_rubric_parse};
 use care_tests::oracle;
 
 fn fixture(name: &str) -> Vec<u8> {

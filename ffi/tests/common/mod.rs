@@ -58,14 +58,14 @@ pub fn libcare_dir() -> PathBuf {
         let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("libcare");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
         let out = std::process::Command::new(cargo)
-            .args(["build", "-p", "care-ffi", "--lib", "--target-dir"])
+            .args(["build", "-p", "libcare", "--target-dir"])
             .arg(&target)
             .current_dir(repo_root())
             .output()
             .expect("run cargo build");
         assert!(
             out.status.success(),
-            "cargo build -p care-ffi failed:\n{}",
+            "cargo build -p libcare failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
         target.join("debug")

@@ -70,6 +70,24 @@ pub struct AdvantageInputs {
     pub lengths: u64,
 }
 
+impl AdvantageInputs {
+    /// [`Error::InvalidArgument`] when the baseline of `opts` reads an input that is absent
+    /// (lengths for [`Baseline::LengthWeighted`], baselines for [`Baseline::External`]); the
+    /// launches check it first, and a caller can check it before it needs a device.
+    pub fn check(&self, opts: &AdvantageOptions) -> Result<(), Error> {
+        let missing = match opts.baseline {
+            Baseline::LengthWeighted => self.lengths == 0,
+            Baseline::External => self.baselines == 0,
+            _ => false,
+        };
+        if missing {
+            Err(Error::InvalidArgument)
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// [`group_advantages_with`] without per-sample inputs.
 ///
 /// # Safety
@@ -232,13 +250,8 @@ unsafe fn launch_advantages<L: Launcher>(
 ) -> Result<(), KernelError<L::Error>> {
     opts.validate()?;
     tuning.check()?;
-    let needs_input = match opts.baseline {
-        Baseline::LengthWeighted => inputs.lengths == 0,
-        Baseline::External => inputs.baselines == 0,
-        _ => false,
-    };
-    if needs_input && matches!(phase, Phase::Local | Phase::Finalize { .. }) {
-        return Err(Error::InvalidArgument.into());
+    if matches!(phase, Phase::Local | Phase::Finalize { .. }) {
+        inputs.check(opts)?;
     }
     let (mode, sums, m2, writes_adv) = match phase {
         Phase::Local => (ADV_LOCAL, 0, 0, true),
