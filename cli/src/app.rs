@@ -2,7 +2,7 @@
 //! outcome to the exit status.
 
 use std::fs::File;
-use std::io::{self, BufReader, IsTerminal, Write};
+use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 
 use care_core::grpo::{AdvantageOptions, GaeOptions, LossOptions, Rejection, WhitenOptions};
@@ -13,7 +13,7 @@ use crate::args::{
     flag_of,
 };
 use crate::cmd::Command;
-use crate::engine::{self, EngineOptions};
+use crate::engine::{self, EngineError, EngineOptions, os_error};
 
 /// Exit status when every line was read.
 pub const EXIT_OK: u8 = 0;
@@ -80,37 +80,53 @@ pub fn run(cli: Cli) -> ExitCode {
 
 /// Streams the input of `io` through `cmd` to stdout; returns the exit status.
 fn stream(cmd: &Command, io: &IoArgs) -> Result<u8, String> {
-    if io.max_line_bytes == 0 {
-        return Err("--max-line-bytes must be at least 1".to_owned());
-    }
     let mut opts = EngineOptions {
         max_line_bytes: io.max_line_bytes,
         threads: io.threads,
         progress: !io.no_progress && io::stderr().is_terminal(),
         ..EngineOptions::default()
     };
-    let stdout = io::stdout().lock();
-    // The engine writes whole chunks; a BufWriter keeps that to few large writes.
+    opts.validate()?;
+    // Own handles on fd 1 and fd 0: std's Stdout and Stdin treat a closed descriptor (EBADF)
+    // as a sink and as empty input, which would lose the output or the input without a word.
+    // Stdout first: with fd 1 closed, opening the input would otherwise take its number.
+    let stdout = engine::stdout_file().map_err(|e| unusable("stdout", &e))?;
+    // The engine hands over whole batches; a BufWriter keeps that to few large writes.
     let out = io::BufWriter::with_capacity(1 << 16, stdout);
-    let summary = if io.input.as_os_str() == "-" {
-        engine::run(cmd, io::stdin().lock(), out, &opts)
+    let (input, name) = if io.input.as_os_str() == "-" {
+        let stdin = engine::stdin_file().map_err(|e| unusable("stdin", &e))?;
+        (stdin, "stdin".to_owned())
     } else {
         let file = File::open(&io.input)
-            .map_err(|e| format!("cannot open {}: {e}", io.input.display()))?;
+            .map_err(|e| format!("cannot open {}: {}", io.input.display(), os_error(&e)))?;
         opts.total_bytes = file.metadata().ok().map(|m| m.len());
-        engine::run(cmd, BufReader::with_capacity(1 << 16, file), out, &opts)
+        (file, io.input.display().to_string())
     };
-    let summary = match summary {
+    let summary = match engine::run(cmd, engine::Input::new(input), out, &opts) {
         Ok(s) => s,
         // A closed pipe (`care ... | head`) is the reader's choice, not an error of ours.
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(EXIT_OK),
-        Err(e) => return Err(format!("I/O error: {e}")),
+        Err(EngineError::Write(e)) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(EXIT_OK),
+        Err(EngineError::Write(e)) => {
+            return Err(format!("cannot write to stdout: {}", os_error(&e)));
+        }
+        Err(EngineError::Read(e)) => return Err(format!("cannot read {name}: {}", os_error(&e))),
+        Err(e) => return Err(e.to_string()),
     };
     Ok(if io.strict && summary.failed > 0 {
         EXIT_LINE_FAILED
     } else {
         EXIT_OK
     })
+}
+
+/// Why a standard stream cannot be used, in one line (`stdout is closed: Bad file descriptor
+/// (EBADF)`).
+fn unusable(stream: &str, e: &io::Error) -> String {
+    if e.raw_os_error() == Some(libc::EBADF) {
+        format!("{stream} is closed: {}", os_error(e))
+    } else {
+        format!("cannot use {stream}: {}", os_error(e))
+    }
 }
 
 /// The message for options a flag put outside their domain: the flag, then the core's check.

@@ -1,18 +1,24 @@
 //! Strict JSON input and ordered JSON output, one line at a time.
 //!
-//! Input is parsed with `serde_json` into a [`Value`], but through a visitor that rejects
+//! Input is checked with `serde_json` through a visitor that builds nothing and rejects
 //! duplicate object keys (serde_json silently keeps the last one, which would let `{"rewards":
-//! [..], "rewards": [..]}` mean two different things to two tools). Nesting is bounded by
-//! serde_json's recursion limit (128), so a hostile line cannot overflow the stack.
+//! [..], "rewards": [..]}` mean two different things to two tools); the subcommands then read
+//! typed values straight from the line's text ([`crate::input`]), so a line never becomes a
+//! tree of `serde_json::Value`s many times its size. Nesting is bounded by serde_json's
+//! recursion limit (128), so a hostile line cannot overflow the stack.
 //!
 //! Output is written by hand with [`Obj`] and [`Arr`] so that keys keep the order the CLI
 //! documents (`"line"` first) without enabling serde_json's `preserve_order` for the whole
-//! workspace, and so that floats print with the shortest digits that round-trip.
+//! workspace, and so that floats print with the shortest digits that round-trip. Before each
+//! member or element they call [`watch`], which lets the streaming engine bound the output of a
+//! line as it grows (see [`set_output_watch`]).
 
 use core::fmt::Write as _;
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::collections::HashSet;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Number, Value};
 
 /// Why one input line could not be processed: a stable snake_case code and a one-line message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,12 +77,125 @@ pub fn line_text(bytes: &[u8]) -> Result<&str, LineError> {
     Ok(text)
 }
 
-/// Parses one JSON value strictly: duplicate keys are an error, numbers must be finite.
-pub fn parse_strict(text: &str) -> Result<Value, LineError> {
+/// Checks one JSON value strictly without building it: the syntax (serde_json's), no duplicate
+/// key in any object at any depth, finite numbers, nesting at most 128 deep. Nothing is
+/// allocated but the key sets of the objects being read, so a line's check costs about its
+/// own size; [`crate::input::Line`] then reads the members it needs straight from the text.
+pub fn check_strict(text: &str) -> Result<(), LineError> {
+    check_strict_top(text).map(|_| ())
+}
+
+/// [`check_strict`] that also returns the top-level members whose values are strings,
+/// decoded (borrowed from `text` when they hold no escapes): the check decodes them anyway,
+/// and a second decoding pass over a rubric's text would be a visible share of `care validate`.
+pub(crate) fn check_strict_top(text: &str) -> Result<TopStrings<'_>, LineError> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let value = StrictSeed.deserialize(&mut de).map_err(json_error)?;
+    let top = de.deserialize_any(TopVisitor).map_err(json_error)?;
     de.end().map_err(json_error)?;
-    Ok(value)
+    Ok(top)
+}
+
+/// The string-valued top-level members of a line, decoded, in line order.
+pub(crate) type TopStrings<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+
+/// The root value: checked like any value; for an object, its string members are kept.
+struct TopVisitor;
+
+impl<'de> Visitor<'de> for TopVisitor {
+    type Value = TopStrings<'de>;
+
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        StrictVisitor.visit_f64(v).map(|()| Vec::new())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        StrictVisitor.visit_seq(seq).map(|()| Vec::new())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut keys = KeySet::default();
+        let mut strings = Vec::new();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            if !keys.insert(key.clone()) {
+                return Err(de::Error::custom(format_args!("{DUPLICATE_KEY} {key:?}")));
+            }
+            if let Some(text) = map.next_value_seed(MemberSeed)? {
+                strings.push((key, text));
+            }
+        }
+        Ok(strings)
+    }
+}
+
+/// A top-level member's value: checked; `Some` with the decoded text when it is a string.
+struct MemberSeed;
+
+impl<'de> DeserializeSeed<'de> for MemberSeed {
+    type Value = Option<Cow<'de, str>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(MemberVisitor)
+    }
+}
+
+struct MemberVisitor;
+
+impl<'de> Visitor<'de> for MemberVisitor {
+    type Value = Option<Cow<'de, str>>;
+
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        StrictVisitor.visit_f64(v).map(|()| None)
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Owned(v.to_owned())))
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        StrictVisitor.visit_seq(seq).map(|()| None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        StrictVisitor.visit_map(map).map(|()| None)
+    }
+}
+
+/// Parses one JSON value strictly ([`check_strict`]) into a `serde_json::Value`: for `care
+/// analyze`, which reads small records. The streaming subcommands read typed values straight
+/// from the line's text instead ([`crate::input::Line`]), without the tree.
+pub fn parse_strict(text: &str) -> Result<serde_json::Value, LineError> {
+    check_strict(text)?;
+    serde_json::from_str(text).map_err(json_error)
 }
 
 /// Maps a serde_json error to a line error (`duplicate_key` for our own check, else `not_json`).
@@ -96,12 +215,12 @@ fn json_error(err: serde_json::Error) -> LineError {
 
 const DUPLICATE_KEY: &str = "duplicate key";
 
-/// Deserializes any JSON value, refusing duplicate object keys at every depth.
+/// Reads any JSON value and keeps nothing, refusing duplicate object keys at every depth.
 struct StrictSeed;
 
 impl<'de> DeserializeSeed<'de> for StrictSeed {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(StrictVisitor)
     }
 }
@@ -109,53 +228,137 @@ impl<'de> DeserializeSeed<'de> for StrictSeed {
 struct StrictVisitor;
 
 impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
+    type Value = ();
 
     fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
         f.write_str("a JSON value")
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
     }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
         // serde_json already refuses overflow (`1e999`); keep the check local anyway.
-        Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| E::custom("number is not finite"))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(v) = seq.next_element_seed(StrictSeed)? {
-            out.push(v);
+        if v.is_finite() {
+            Ok(())
+        } else {
+            Err(E::custom("number is not finite"))
         }
-        Ok(Value::Array(out))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if out.contains_key(&key) {
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(StrictSeed)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut keys = KeySet::default();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            if !keys.insert(key.clone()) {
                 return Err(de::Error::custom(format_args!("{DUPLICATE_KEY} {key:?}")));
             }
-            let v = map.next_value_seed(StrictSeed)?;
-            out.insert(key, v);
+            map.next_value_seed(StrictSeed)?;
         }
-        Ok(Value::Object(out))
+        Ok(())
     }
+}
+
+/// The keys of one object: a short list for the usual handful, a hash set past that (an
+/// object with a million keys must not cost a million squared comparisons).
+#[derive(Default)]
+struct KeySet<'de> {
+    few: Vec<Cow<'de, str>>,
+    many: HashSet<Cow<'de, str>>,
+}
+
+impl<'de> KeySet<'de> {
+    const FEW: usize = 16;
+
+    /// `false` when `key` was already there.
+    fn insert(&mut self, key: Cow<'de, str>) -> bool {
+        if self.many.is_empty() {
+            if self.few.contains(&key) {
+                return false;
+            }
+            if self.few.len() < Self::FEW {
+                self.few.push(key);
+                return true;
+            }
+            self.many.extend(self.few.drain(..));
+        }
+        self.many.insert(key)
+    }
+}
+
+/// Deserializes an object key or a string without copying it when it has no escapes.
+pub(crate) struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Cow<'de, str>;
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v))
+    }
+}
+
+thread_local! {
+    /// Output length past which [`watch`] calls the hook (`usize::MAX`: never).
+    static WATCH_AT: Cell<usize> = const { Cell::new(usize::MAX) };
+    static WATCH_HOOK: Cell<Option<WatchHook>> = const { Cell::new(None) };
+}
+
+/// Called with the output buffer once it is longer than the last watch point; returns the next
+/// watch point. It may wait (to keep the memory of all pending output bounded) and may truncate
+/// the buffer (a line over its output limit).
+pub type WatchHook = fn(&mut String) -> usize;
+
+/// Installs (or with `None` removes) this thread's output hook, first called once the buffer
+/// is longer than `at` bytes. The engine installs one on its worker threads; everywhere else
+/// (tests, fuzzing, [`crate::process_line`]) writing is unwatched.
+pub fn set_output_watch(hook: Option<WatchHook>, at: usize) {
+    WATCH_HOOK.set(hook);
+    WATCH_AT.set(if hook.is_some() { at } else { usize::MAX });
+}
+
+/// The output check of [`Obj`] and [`Arr`], before every member and element: one comparison
+/// unless the buffer passed the watch point.
+#[inline]
+fn watch(buf: &mut String) {
+    if buf.len() > WATCH_AT.get() {
+        watch_slow(buf);
+    }
+}
+
+#[cold]
+fn watch_slow(buf: &mut String) {
+    let next = WATCH_HOOK.get().map_or(usize::MAX, |hook| hook(buf));
+    WATCH_AT.set(next);
 }
 
 /// Appends a JSON string literal (quoted, escaped) to `buf`.
@@ -241,6 +444,7 @@ impl<'a> Obj<'a> {
     }
 
     fn key(&mut self, k: &str) -> &mut String {
+        watch(self.buf);
         if !self.first {
             self.buf.push(',');
         }
@@ -337,6 +541,7 @@ impl<'a> Arr<'a> {
     }
 
     fn sep(&mut self) -> &mut String {
+        watch(self.buf);
         if !self.first {
             self.buf.push(',');
         }
@@ -498,26 +703,35 @@ mod tests {
 
     #[test]
     fn strict_parse_rejects_duplicates_at_any_depth() {
-        let e = parse_strict(r#"{"a":{"b":1,"b":2}}"#).unwrap_err();
+        let e = check_strict(r#"{"a":{"b":1,"b":2}}"#).unwrap_err();
         assert_eq!(e.code, "duplicate_key");
-        assert!(parse_strict(r#"{"a":{"b":1,"c":2}}"#).is_ok());
+        assert!(check_strict(r#"{"a":{"b":1,"c":2}}"#).is_ok());
+        // Escaped and plain spellings of one key are the same key.
+        let e = check_strict(r#"{"ab":1,"a\u0062":2}"#).unwrap_err();
+        assert_eq!(e.code, "duplicate_key");
+        // Past the short list, the hash set still finds duplicates.
+        let many: Vec<String> = (0..40).map(|k| format!("\"k{k}\":{k}")).collect();
+        let ok = format!("{{{}}}", many.join(","));
+        assert!(check_strict(&ok).is_ok());
+        let dup = format!("{{{},\"k3\":0}}", many.join(","));
+        assert_eq!(check_strict(&dup).unwrap_err().code, "duplicate_key");
     }
 
     #[test]
     fn hostile_inputs_are_errors_not_panics() {
         let deep = "[".repeat(100_000) + &"]".repeat(100_000);
-        assert_eq!(parse_strict(&deep).unwrap_err().code, "not_json");
-        assert_eq!(parse_strict("1e999").unwrap_err().code, "not_json");
-        assert_eq!(parse_strict(r#""\ud800""#).unwrap_err().code, "not_json");
-        assert_eq!(parse_strict("\"a\u{0}b\"").unwrap_err().code, "not_json");
-        assert_eq!(parse_strict("{} x").unwrap_err().code, "not_json");
+        assert_eq!(check_strict(&deep).unwrap_err().code, "not_json");
+        assert_eq!(check_strict("1e999").unwrap_err().code, "not_json");
+        assert_eq!(check_strict(r#""\ud800""#).unwrap_err().code, "not_json");
+        assert_eq!(check_strict("\"a\u{0}b\"").unwrap_err().code, "not_json");
+        assert_eq!(check_strict("{} x").unwrap_err().code, "not_json");
         assert_eq!(line_text(b"\xef\xbb\xbf{}").unwrap_err().code, "not_json");
         assert_eq!(
             line_text(b"{\"a\":\"\xff\"}").unwrap_err().code,
             "invalid_utf8"
         );
         // -0 is a number; callers decide what it means.
-        assert!(parse_strict("-0").is_ok());
+        assert!(check_strict("-0").is_ok());
     }
 
     #[test]

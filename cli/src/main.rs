@@ -5,6 +5,24 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 
+/// Looks at fd 0 and fd 1 before the Rust runtime starts: it reopens closed standard
+/// descriptors on `/dev/null`, after which a closed stdout would swallow the output and a
+/// closed stdin would read as empty, both with exit status 0. `care` reports them instead.
+#[cfg(target_os = "linux")]
+extern "C" fn check_standard_fds() {
+    // SAFETY: fcntl(F_GETFD) only queries the descriptor table; it is async-signal-safe and
+    // fine before `main`.
+    let closed = |fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1;
+    care_cli::engine::note_closed_at_start(closed(0), closed(1));
+}
+
+/// Runs `check_standard_fds` from the ELF constructors, which run before the Rust runtime's
+/// start-up code in `main`.
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CHECK_STANDARD_FDS: extern "C" fn() = check_standard_fds;
+
 fn main() -> ExitCode {
     match care_cli::args::Cli::try_parse() {
         Ok(cli) => care_cli::app::run(cli),

@@ -51,7 +51,7 @@ pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
 
 /// Scans a string starting at the opening quote `b[i]`; returns the offset after the closing
 /// quote and whether it contains escapes.
-fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
+pub(crate) fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
     let mut j = i + 1;
     let mut escaped = false;
     loop {
@@ -166,7 +166,7 @@ fn scan_digits(b: &[u8], mut j: usize) -> usize {
 }
 
 /// Scans a number starting at `b[i]`; returns the offset after it.
-fn scan_number(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
+pub(crate) fn scan_number(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
     let mut j = i;
     if b.get(j) == Some(&b'-') {
         j += 1;
@@ -335,6 +335,14 @@ pub(crate) struct Span {
     end: u32,
     /// The string holds at least one escape.
     escaped: bool,
+}
+
+#[cfg(test)]
+impl Span {
+    /// Offsets of the opening quote and just after the closing quote.
+    pub fn range(&self) -> (usize, usize) {
+        (self.start as usize, self.end as usize)
+    }
 }
 
 /// The first `N` strings of a checked value, in text order (so sorted by start), filled by

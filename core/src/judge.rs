@@ -157,14 +157,20 @@ impl JudgeReport {
     }
 }
 
-/// Most candidate objects tried when looking for the JSON (bounds the work on hostile input).
-const MAX_CANDIDATES: usize = 64;
-
 /// Parses a judge answer into `out` (flat rubric order, length `rubric.total_criteria()`).
 ///
 /// Strips a `<think>` block (or everything up to a lone `</think>`), prefers the last fenced
-/// json block, else the first balanced object holding `criterion_scores`; matches items by
+/// json block, else the first balanced object holding a `criterion_scores` array (found in one
+/// linear pass, whatever precedes it; "first" is defined precisely below); matches items by
 /// `(category, trimmed title)`, exact first, then ASCII-case-insensitive.
+///
+/// The first judge object: reading left to right, every `{` starts a candidate. A candidate
+/// that is a complete JSON object (nesting at most 64) with a `criterion_scores` array is the
+/// answer; a complete object without one is skipped whole (objects inside it are not tried).
+/// A candidate that is not valid JSON (or is cut off, or nests deeper than 64) leaves the
+/// complete objects it held as candidates, in text order; braces inside its JSON strings are
+/// not candidates; reading goes on at the byte where it broke. In a fenced block the same
+/// search runs inside the block.
 ///
 /// # Errors
 /// [`Error::ScoreShape`] when `out` has the wrong length; [`Error::InvalidUtf8`];
@@ -286,30 +292,321 @@ fn find_scores(body: &str) -> Option<PlainCursor<'_>> {
     }
     if let Some((a, b)) = last_fenced
         && let Some(inner) = body.get(..b)
-        && let Some(c) = first_object_with_scores(inner, a)
+        && let Some(start) = first_object_with_scores(inner, a)
     {
-        return Some(c);
+        return scores_array(Cursor::new(inner, start));
     }
     // 2. The first balanced object holding `criterion_scores`.
-    first_object_with_scores(body, 0)
+    let start = first_object_with_scores(body, 0)?;
+    scores_array(Cursor::new(body, start))
 }
 
-fn first_object_with_scores(text: &str, from: usize) -> Option<PlainCursor<'_>> {
+/// The start of the first judge object of `text[from..]` (SPEC §8 fallback), in one pass.
+///
+/// What "first" means: reading from `from`, every `{` starts a candidate, read as JSON with
+/// nesting up to [`json::MAX_DEPTH`]; braces inside the JSON strings of a candidate are text,
+/// not candidates.
+///
+/// * A candidate that is a complete object holding a `criterion_scores` array is the answer.
+/// * A complete object without one is skipped whole: objects nested in it are not candidates.
+/// * A candidate that breaks (invalid JSON, cut off by the end of the text, or nested deeper
+///   than the limit) leaves the complete objects it held as candidates, in text order, with
+///   the same rules; after them, reading goes on at the byte where it broke.
+///
+/// This is the classic "try each `{` in turn, skip past complete objects" search, except that
+/// braces inside the strings of a broken candidate are not tried again. That exception is
+/// what makes one pass enough: every byte is read once, whatever the number of brace snippets
+/// before the answer. All candidates that are open at once share one parse (an inner
+/// candidate's own parse is the outer one's from that point on), kept in a stack of
+/// [`json::MAX_DEPTH`] frames; a candidate pushed past the limit drops the outermost frame,
+/// which is exactly the candidate that became too deep.
+fn first_object_with_scores(text: &str, from: usize) -> Option<usize> {
     let b = text.as_bytes();
     let mut i = from;
-    for _ in 0..MAX_CANDIDATES {
-        let start = i + b.get(i..)?.iter().position(|&c| c == b'{')?;
-        match json::scan_value(b, start) {
-            Ok(end) => {
-                if let Some(arr) = scores_array(Cursor::new(text, start)) {
-                    return Some(arr);
+    let mut st = Frames::new();
+    loop {
+        // Prose between candidates: only a `{` matters.
+        let start = json::find_byte(b, i, b'{')?;
+        st.clear();
+        if let Some(found) = st.push(start, true) {
+            return Some(found);
+        }
+        i = start + 1;
+        let mut state = State::KeyOrEnd;
+        // One candidate family: runs until the outermost open candidate completes or breaks.
+        let broke_at = loop {
+            i = json::skip_ws(b, i);
+            let Some(&c) = b.get(i) else {
+                break b.len();
+            };
+            match state {
+                State::Value | State::ValueOrEnd => match c {
+                    b']' if matches!(state, State::ValueOrEnd) => {
+                        i += 1;
+                        match st.close() {
+                            Close::Found(found) => return Some(found),
+                            Close::Done => break usize::MAX,
+                            Close::Open => state = State::After,
+                        }
+                    }
+                    b'{' | b'[' => {
+                        let judge_slot = matches!(state, State::Value) && st.pending_key;
+                        st.pending_key = false;
+                        if c == b'[' && judge_slot {
+                            st.mark_judge();
+                        }
+                        if let Some(found) = st.push(i, c == b'{') {
+                            return Some(found);
+                        }
+                        i += 1;
+                        state = if c == b'{' {
+                            State::KeyOrEnd
+                        } else {
+                            State::ValueOrEnd
+                        };
+                    }
+                    b'"' => match json::scan_string(b, i) {
+                        Ok((end, _)) => {
+                            i = end;
+                            st.pending_key = false;
+                            state = State::After;
+                        }
+                        Err(e) => break string_break(b, i, e.offset),
+                    },
+                    b'-' | b'0'..=b'9' => match json::scan_number(b, i) {
+                        Ok(end) => {
+                            i = end;
+                            st.pending_key = false;
+                            state = State::After;
+                        }
+                        Err(e) => break e.offset,
+                    },
+                    b't' | b'f' | b'n' => {
+                        let lit: &[u8] = match c {
+                            b't' => b"true",
+                            b'f' => b"false",
+                            _ => b"null",
+                        };
+                        if b.get(i..i + lit.len()) != Some(lit) {
+                            break i;
+                        }
+                        i += lit.len();
+                        st.pending_key = false;
+                        state = State::After;
+                    }
+                    _ => break i,
+                },
+                State::Key | State::KeyOrEnd => match c {
+                    b'}' if matches!(state, State::KeyOrEnd) => {
+                        i += 1;
+                        match st.close() {
+                            Close::Found(found) => return Some(found),
+                            Close::Done => break usize::MAX,
+                            Close::Open => state = State::After,
+                        }
+                    }
+                    b'"' => {
+                        let (end, escaped) = match json::scan_string(b, i) {
+                            Ok(v) => v,
+                            Err(e) => break string_break(b, i, e.offset),
+                        };
+                        let key = JStr {
+                            raw: text.get(i + 1..end - 1).unwrap_or(""),
+                            escaped,
+                            offset: i,
+                        };
+                        i = json::skip_ws(b, end);
+                        if b.get(i) != Some(&b':') {
+                            break i;
+                        }
+                        i += 1;
+                        st.pending_key = key.eq_str("criterion_scores");
+                        state = State::Value;
+                    }
+                    _ => break i,
+                },
+                State::After => {
+                    let in_obj = st.top_is_object();
+                    match (c, in_obj) {
+                        (b',', true) => state = State::Key,
+                        (b',', false) => state = State::Value,
+                        (b'}', true) | (b']', false) => match st.close() {
+                            Close::Found(found) => return Some(found),
+                            Close::Done => {
+                                i += 1;
+                                break usize::MAX;
+                            }
+                            Close::Open => {}
+                        },
+                        _ => break i,
+                    }
+                    i += 1;
                 }
-                i = end;
             }
-            Err(_) => i = start + 1,
+        };
+        if broke_at != usize::MAX {
+            // Every open candidate broke here: the first complete judge object they held wins.
+            if let Some(found) = st.first_recorded() {
+                return Some(found);
+            }
+            i = broke_at;
         }
     }
-    None
+}
+
+/// Where reading resumes after a string at `start` failed to scan with an error at `offset`:
+/// at the offending byte, or at the end for an unterminated string (the scanner reports those
+/// at the opening quote; no byte after it can start a judge object, as a judge object needs a
+/// quote that would have ended the string).
+fn string_break(b: &[u8], start: usize, offset: usize) -> usize {
+    if offset == start { b.len() } else { offset }
+}
+
+/// What the candidate scanner expects next (the states of `json::scan_value`).
+#[derive(Clone, Copy)]
+enum State {
+    Value,
+    ValueOrEnd,
+    Key,
+    KeyOrEnd,
+    After,
+}
+
+/// One open array or object of a candidate family.
+#[derive(Clone, Copy, Default)]
+struct Frame {
+    start: usize,
+    object: bool,
+    /// An object that has a `criterion_scores` member whose value is an array.
+    judge: bool,
+    /// Start of the first complete judge object this frame holds (directly, or inside complete
+    /// arrays), `usize::MAX` for none: a candidate should this frame and every open object
+    /// around it break.
+    first_judge: usize,
+}
+
+/// The open frames of a candidate family, innermost last, at most [`json::MAX_DEPTH`] (a ring:
+/// pushing one more drops the outermost).
+struct Frames {
+    ring: [Frame; json::MAX_DEPTH],
+    base: usize,
+    len: usize,
+    /// Open frames that are objects (candidates that may still complete).
+    objects: usize,
+    /// The last key read was `criterion_scores` and its value is next.
+    pending_key: bool,
+}
+
+enum Close {
+    /// A complete object is the answer.
+    Found(usize),
+    /// The outermost open frame completed without an answer: back to prose.
+    Done,
+    /// Frames remain open.
+    Open,
+}
+
+impl Frames {
+    fn new() -> Self {
+        Frames {
+            ring: [Frame::default(); json::MAX_DEPTH],
+            base: 0,
+            len: 0,
+            objects: 0,
+            pending_key: false,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.base = 0;
+        self.len = 0;
+        self.objects = 0;
+        self.pending_key = false;
+    }
+
+    fn slot(&mut self, k: usize) -> Option<&mut Frame> {
+        self.ring.get_mut((self.base + k) % json::MAX_DEPTH)
+    }
+
+    fn top(&mut self) -> Option<&mut Frame> {
+        let k = self.len.checked_sub(1)?;
+        self.slot(k)
+    }
+
+    fn top_is_object(&mut self) -> bool {
+        self.top().is_some_and(|f| f.object)
+    }
+
+    fn mark_judge(&mut self) {
+        if let Some(f) = self.top() {
+            f.judge = true;
+        }
+    }
+
+    /// Opens a frame; `Some` when that drops the outermost one, and with it a recorded answer.
+    fn push(&mut self, start: usize, object: bool) -> Option<usize> {
+        if self.len == json::MAX_DEPTH {
+            // The outermost candidate is now too deep: it breaks, the others go on.
+            let outer = self.slot(0).map(|f| *f).unwrap_or_default();
+            if outer.first_judge != usize::MAX {
+                return Some(outer.first_judge);
+            }
+            self.objects -= usize::from(outer.object);
+            self.base = (self.base + 1) % json::MAX_DEPTH;
+            self.len -= 1;
+        }
+        let k = self.len;
+        if let Some(f) = self.slot(k) {
+            *f = Frame {
+                start,
+                object,
+                judge: false,
+                first_judge: usize::MAX,
+            };
+        }
+        self.len += 1;
+        self.objects += usize::from(object);
+        None
+    }
+
+    /// Closes the innermost frame (its closing bracket was just read).
+    fn close(&mut self) -> Close {
+        let Some(done) = self.top().map(|f| *f) else {
+            return Close::Done;
+        };
+        self.len -= 1;
+        self.objects -= usize::from(done.object);
+        // What the completed frame contributes to its parent: itself when it is an answer,
+        // nothing when it is another complete object (skipped whole), its own record when it
+        // is an array (arrays are not candidates).
+        let found = if done.object {
+            if done.judge { done.start } else { usize::MAX }
+        } else {
+            done.first_judge
+        };
+        if found != usize::MAX && self.objects == 0 {
+            // No open object around it can complete and swallow it: every candidate before it
+            // broke or held nothing, so it is the answer.
+            return Close::Found(found);
+        }
+        match self.top() {
+            None => Close::Done,
+            Some(parent) => {
+                if parent.first_judge == usize::MAX {
+                    parent.first_judge = found;
+                }
+                Close::Open
+            }
+        }
+    }
+
+    /// The first recorded answer, outermost frame first (what a break of every open frame
+    /// leaves: a frame's records precede everything inside its still-open child).
+    fn first_recorded(&mut self) -> Option<usize> {
+        (0..self.len)
+            .filter_map(|k| self.slot(k).map(|f| f.first_judge))
+            .find(|&s| s != usize::MAX)
+    }
 }
 
 fn scores_array(mut c: PlainCursor<'_>) -> Option<PlainCursor<'_>> {
@@ -373,4 +670,134 @@ fn read_score(mut c: PlainCursor<'_>) -> Option<f64> {
         _ => return None,
     };
     v.is_finite().then_some(v)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    extern crate std;
+    use std::string::String;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::json::{StringIndex, scan_value_indexed};
+
+    /// The definition of "first judge object" written the slow, obvious way: try each `{` in
+    /// turn with the full syntax check, skip past complete objects, step one byte past a
+    /// broken candidate, and never try a brace inside a string of a broken candidate.
+    fn reference(text: &str, from: usize) -> Option<usize> {
+        let b = text.as_bytes();
+        let mut excluded: Vec<(usize, usize)> = Vec::new();
+        let mut idx = StringIndex::<1024>::new();
+        let mut i = from;
+        loop {
+            let s = (i..b.len())
+                .find(|&k| b[k] == b'{' && !excluded.iter().any(|&(a, e)| a < k && k < e))?;
+            match scan_value_indexed(b, s, &mut idx) {
+                Ok(end) => {
+                    if scores_array(Cursor::new(text, s)).is_some() {
+                        return Some(s);
+                    }
+                    i = end;
+                }
+                Err(_) => {
+                    excluded.extend(idx.spans().iter().map(|sp| sp.range()));
+                    i = s + 1;
+                }
+            }
+        }
+    }
+
+    const PIECES: [&str; 24] = [
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"",
+        ":",
+        ",",
+        " ",
+        "\n",
+        "\\",
+        "x",
+        "1",
+        "-",
+        "true",
+        "nul",
+        "\"criterion_scores\"",
+        "\"criterion_scores\":[",
+        "\"a\"",
+        "\"a\":",
+        "{}",
+        "{\"criterion_scores\":[]}",
+        "{\"criterion_scores\":1}",
+        "\"\\u0041\"",
+        "\"{\"",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+        /// Relation: the one-pass search returns the same candidate as the slow definition,
+        /// on text made of JSON fragments, prose and judge objects in any order.
+        #[test]
+        fn one_pass_search_equals_the_definition(
+            picks in proptest::collection::vec(0..PIECES.len(), 0..48),
+        ) {
+            let text: String = picks.iter().map(|&k| PIECES[k]).collect();
+            proptest::prop_assert_eq!(first_object_with_scores(&text, 0), reference(&text, 0), "{:?}", text);
+        }
+
+        /// The same relation on text built from whole structural pieces (wrappers, commas,
+        /// closers, several judge objects), where broken candidates hold many complete ones.
+        #[test]
+        fn one_pass_search_equals_the_definition_on_structures(
+            picks in proptest::collection::vec(0..STRUCTURE.len(), 0..40),
+        ) {
+            let text: String = picks.iter().map(|&k| STRUCTURE[k]).collect();
+            proptest::prop_assert_eq!(first_object_with_scores(&text, 0), reference(&text, 0), "{:?}", text);
+        }
+    }
+
+    const STRUCTURE: [&str; 12] = [
+        "{\"a\":",
+        "[",
+        ",",
+        "]",
+        "}",
+        "{\"criterion_scores\":[]}",
+        "{\"criterion_scores\":[1]}",
+        "{\"b\":1}",
+        " x ",
+        "\"{\"",
+        "{\"criterion_scores\":1}",
+        "{\"criterion_scores\":[",
+    ];
+
+    #[test]
+    fn deep_nesting_drops_only_the_too_deep_candidates() {
+        let judge = "{\"criterion_scores\":[]}";
+        for depth in [1usize, 62, 63, 64, 65, 100, 300] {
+            // Unclosed wrappers: every wrapper breaks at the end, the judge inside wins.
+            let open = "{\"a\":".repeat(depth);
+            let text = std::format!("{open}{judge}");
+            let want = Some(open.len());
+            assert_eq!(first_object_with_scores(&text, 0), want, "depth {depth}");
+            assert_eq!(reference(&text, 0), want, "depth {depth}");
+            // Closed wrappers: the outermost that fits the limit completes and is skipped
+            // whole (it holds no criterion_scores member itself).
+            let text = std::format!("{open}{judge}{}", "}".repeat(depth));
+            assert_eq!(
+                first_object_with_scores(&text, 0),
+                reference(&text, 0),
+                "depth {depth}"
+            );
+            // Arrays as wrappers, then a judge object after the wrappers broke.
+            let text = std::format!("{{\"a\":{} x {judge}", "[".repeat(depth));
+            assert_eq!(
+                first_object_with_scores(&text, 0),
+                reference(&text, 0),
+                "arrays {depth}"
+            );
+        }
+    }
 }

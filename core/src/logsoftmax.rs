@@ -10,12 +10,18 @@
 //! * backward, from `g_i = dL/dlogp_i` and `e_i = dL/dH_i`:
 //!   `dL/dx_j = (1/T) * (g_i * ([j = y_i] - p_j) - e_i * p_j * (log p_j + H_i))`.
 //!
-//! Edge cases (the kernel does the same):
+//! Edge cases:
 //!
 //! * A `-inf` logit (a vocabulary mask) has `p_j = 0` and contributes nothing, not even to the
 //!   entropy (`0 * log 0 = 0`); if the target's logit is `-inf`, `logp = -inf`.
-//! * A row whose logits are all `-inf` has `lse = -inf` and `logp = entropy = NaN`. A NaN or
-//!   `+inf` logit in a row makes `logp`, `entropy` and `lse` NaN.
+//! * Inputs without a defined softmax are errors, never NaN on success (checked on every
+//!   counted row before any output is written): a NaN or `+inf` logit, a row whose logits are
+//!   all `-inf` (no token has any probability), or a finite logit that overflows when divided
+//!   by `T` give [`Error::NonFinite`]; a temperature that is not finite, not positive, or so
+//!   small that `1 / T` exceeds the `f32` range (`T < 1 / f32::MAX`, about `2.94e-39`; the
+//!   kernel scales by `1 / T` in `f32`) gives [`Error::InvalidArgument`]. The backward pass
+//!   also refuses a non-finite `dL/dlogp` or `dL/dH` on a counted row ([`Error::NonFinite`]).
+//!   [`row_lse_entropy`] itself, the unchecked per-row math, still returns NaN for such rows.
 //! * A row with token mask 0 is not read at all: `logp = entropy = lse = 0` and its gradient
 //!   row is exactly 0 (padding rows may hold anything).
 //! * A target outside `0..V` on a counted row is an error here ([`Error::InvalidArgument`],
@@ -139,16 +145,23 @@ impl Default for LogSoftmaxOptions {
     }
 }
 
+/// The temperature's domain, as [`LogSoftmaxOptions::check`] words it.
+const TEMPERATURE_DOMAIN: &str =
+    "finite and at least 1/f32::MAX (about 2.94e-39: 1/T must be a finite f32)";
+
 impl LogSoftmaxOptions {
-    /// Checks the fields: `temperature` finite and `> 0`.
+    /// Checks the fields: `temperature` finite, `> 0` and at least `1 / f32::MAX` (about
+    /// `2.94e-39`), so that the scale `1 / T` is a finite `f32` (the kernel's scale; a smaller
+    /// `T` would give NaN log-probs).
     ///
     /// # Errors
     /// The first field outside its domain.
     pub fn check(&self) -> core::result::Result<(), InvalidOption> {
+        let t = self.temperature;
         InvalidOption::require(
-            domain::finite_positive(self.temperature),
+            domain::finite_positive(t) && 1.0 / t <= f64::from(f32::MAX),
             "temperature",
-            domain::FINITE_POSITIVE,
+            TEMPERATURE_DOMAIN,
         )
     }
 
@@ -163,7 +176,8 @@ impl LogSoftmaxOptions {
 
 /// Log-sum-exp and entropy of one row of scaled logits `z = x / T`, in `f64`: `(lse, H)`.
 ///
-/// See the module documentation for `-inf`, NaN and `+inf` entries. Two passes (max, then
+/// Unchecked: a NaN or `+inf` entry gives `(NaN, NaN)`, an all-`-inf` row `(-inf, NaN)`; the
+/// public entry points refuse such rows first (see the module documentation). Two passes (max, then
 /// sums) because this is the readable reference; the kernel does one online pass.
 pub fn row_lse_entropy<T: LogProb>(row: &[T], inv_t: f64) -> (f64, f64) {
     let mut m = f64::NEG_INFINITY;
@@ -196,6 +210,23 @@ fn counted(mask: Option<&[u8]>, i: usize) -> bool {
     mask.is_none_or(|m| m.get(i).is_some_and(|&v| v != 0))
 }
 
+/// A counted row has a softmax: no NaN or `+inf` logit, no finite logit that overflows when
+/// scaled by `1 / T`, and at least one logit above `-inf`.
+fn check_row<T: LogProb>(row: &[T], inv_t: f64) -> Result<()> {
+    let mut live = false;
+    for &x in row {
+        let x = x.to_f64();
+        let z = x * inv_t;
+        if z.is_finite() {
+            live = true;
+        } else if x != f64::NEG_INFINITY {
+            // NaN, +inf, or a finite logit that the scale pushed out of range.
+            return Err(Error::NonFinite);
+        }
+    }
+    if live { Ok(()) } else { Err(Error::NonFinite) }
+}
+
 /// Checks targets and mask against the logits and returns `1 / T`.
 fn check_rows<T: LogProb, I: TokenId>(
     logits: &Logits<'_, T>,
@@ -212,15 +243,23 @@ fn check_rows<T: LogProb, I: TokenId>(
             return Err(Error::InvalidArgument);
         }
     }
-    Ok(1.0 / opts.temperature)
+    let inv_t = 1.0 / opts.temperature;
+    for i in (0..logits.rows).filter(|&i| counted(mask, i)) {
+        check_row(logits.row(i).unwrap_or_default(), inv_t)?;
+    }
+    Ok(inv_t)
 }
 
 /// Forward: `logp[i] = log softmax(x_i / T)[y_i]`, optionally `entropy[i]` and the per-row
 /// log-sum-exp `lse[i]` of the scaled logits (what the backward pass needs).
 ///
+/// On success every output is finite, except `logp = -inf` for a target whose logit is `-inf`.
+///
 /// Errors: [`Error::InvalidArgument`] (temperature, or a counted row's target outside
-/// `0..V`), [`Error::LengthMismatch`] (targets, mask or an output not of `rows` entries). All
-/// checks run before any output is written.
+/// `0..V`), [`Error::NonFinite`] (a counted row with a NaN or `+inf` logit, a logit that
+/// overflows when scaled by `1 / T`, or only `-inf` logits), [`Error::LengthMismatch`]
+/// (targets, mask or an output not of `rows` entries). All checks run before any output is
+/// written.
 pub fn selective_log_softmax<T: LogProb, I: TokenId>(
     logits: &Logits<'_, T>,
     targets: &[I],
@@ -262,7 +301,8 @@ pub fn selective_log_softmax<T: LogProb, I: TokenId>(
 /// given, `dentropy[i]`. The log-sum-exp and entropy are recomputed from the logits (the
 /// reference does not trust saved values). Rows with mask 0 get exactly 0.
 ///
-/// Errors: as [`selective_log_softmax`]; `dlogits` must hold `rows * V` entries.
+/// Errors: as [`selective_log_softmax`]; `dlogits` must hold `rows * V` entries; a NaN or
+/// infinite `dlogp` or `dentropy` on a counted row is [`Error::NonFinite`].
 pub fn selective_log_softmax_backward<T: LogProb, I: TokenId>(
     logits: &Logits<'_, T>,
     targets: &[I],
@@ -279,6 +319,12 @@ pub fn selective_log_softmax_backward<T: LogProb, I: TokenId>(
         || n.checked_mul(v) != Some(dlogits.len())
     {
         return Err(Error::LengthMismatch);
+    }
+    let finite_at = |g: &[f64], i: usize| g.get(i).is_none_or(|x| x.is_finite());
+    if (0..n).any(|i| {
+        counted(mask, i) && !(finite_at(dlogp, i) && dentropy.is_none_or(|e| finite_at(e, i)))
+    }) {
+        return Err(Error::NonFinite);
     }
     for (i, out) in dlogits.chunks_exact_mut(v).enumerate() {
         let row = match (counted(mask, i), logits.row(i)) {

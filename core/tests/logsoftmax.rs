@@ -5,7 +5,7 @@
 //! to a row changes `logp` and `entropy` by nothing and `lse` by the constant / T; (3) the
 //! backward pass equals a central finite difference of `sum_i g_i logp_i + e_i H_i`; (4) the
 //! gradient rows sum to 0 (softmax gradients are orthogonal to constants); (5) every edge case
-//! of the module documentation; (6) the fused logits-to-loss path equals its three steps.
+//! of the module documentation, and that a success never carries NaN; (6) the fused logits-to-loss path equals its three steps.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_core::Error;
@@ -117,9 +117,9 @@ fn vocab_one_and_all_equal() {
 #[test]
 fn neg_inf_entries_and_rows() {
     let ni = f64::NEG_INFINITY;
-    // Row 0: a vocabulary mask; row 1: target at -inf; row 2: all -inf.
-    let x = [0.0, ni, 0.0, ni, 1.0, ni, 2.0, ni, ni, ni, ni, ni];
-    let (lp, h, lse) = fwd(&x, 3, 4, &[0, 1, 2], 1.0);
+    // Row 0: a vocabulary mask; row 1: target at -inf.
+    let x = [0.0, ni, 0.0, ni, 1.0, ni, 2.0, ni];
+    let (lp, h, _) = fwd(&x, 2, 4, &[0, 1], 1.0);
     assert!(
         (lp[0] + 2f64.ln()).abs() < 1e-12,
         "two live entries: {}",
@@ -132,8 +132,6 @@ fn neg_inf_entries_and_rows() {
     );
     assert_eq!(lp[1], ni);
     assert!(h[1].is_finite());
-    assert_eq!(lse[2], ni);
-    assert!(lp[2].is_nan() && h[2].is_nan());
     // The gradient of a -inf logit is 0, also through the entropy, except for the one-hot term
     // of a target at -inf (row 1): g * (1 - 0).
     let l = Logits::new(&x[..8], 2, 4, 4).unwrap();
@@ -153,11 +151,132 @@ fn neg_inf_entries_and_rows() {
     assert!(d.iter().all(|v| v.is_finite()));
 }
 
+/// Runs forward and backward on `x` (one row per `v` entries, target 0, no mask) and returns
+/// both results; the outputs must be untouched on error.
+fn both(x: &[f64], v: usize, t: f64) -> (Result<(), Error>, Result<(), Error>) {
+    let rows = x.len() / v;
+    let l = Logits::new(x, rows, v, v).unwrap();
+    let o = LogSoftmaxOptions { temperature: t };
+    let y = vec![0i64; rows];
+    let (mut lp, mut h, mut lse) = (vec![7.0; rows], vec![7.0; rows], vec![7.0; rows]);
+    let f = selective_log_softmax(&l, &y, None, &o, &mut lp, Some(&mut h), Some(&mut lse));
+    if f.is_err() {
+        assert!(lp.iter().chain(&h).chain(&lse).all(|&v| v == 7.0));
+    }
+    let mut d = vec![7.0; rows * v];
+    let b = selective_log_softmax_backward(&l, &y, None, &o, &vec![1.0; rows], None, &mut d);
+    if b.is_err() {
+        assert!(d.iter().all(|&v| v == 7.0));
+    }
+    (f, b)
+}
+
 #[test]
-fn nan_and_pos_inf_poison_the_row() {
-    let x = [0.0, f64::NAN, 1.0, f64::INFINITY];
-    let (lp, h, lse) = fwd(&x, 2, 2, &[0, 0], 1.0);
-    assert!(lp.iter().chain(&h).chain(&lse).all(|v| v.is_nan()));
+fn rows_without_a_softmax_are_errors_not_nan() {
+    let ni = f64::NEG_INFINITY;
+    let non_finite = (Err(Error::NonFinite), Err(Error::NonFinite));
+    // All -inf, in the first or a later row.
+    assert_eq!(both(&[ni, ni, ni], 3, 1.0), non_finite);
+    assert_eq!(both(&[0.0, 1.0, ni, ni], 2, 1.0), non_finite);
+    // NaN and +inf logits.
+    assert_eq!(both(&[0.0, f64::NAN, 1.0], 3, 1.0), non_finite);
+    assert_eq!(both(&[0.0, f64::INFINITY, 1.0], 3, 1.0), non_finite);
+    // A finite logit that overflows once divided by T (f64 logits can reach that).
+    assert_eq!(both(&[1e300, 0.0], 2, 1e-10), non_finite);
+    assert_eq!(both(&[-1e300, 0.0], 2, 1e-10), non_finite);
+    // The same rows masked out are not read: no error.
+    let masked = [ni, ni, 0.0, 1.0];
+    let l = Logits::new(&masked[..], 2, 2, 2).unwrap();
+    let mut lp = vec![0.0; 2];
+    let o = LogSoftmaxOptions::default();
+    selective_log_softmax(&l, &[0i64, 1], Some(&[0, 1]), &o, &mut lp, None, None).unwrap();
+    assert!(lp.iter().all(|v| v.is_finite()));
+}
+
+#[test]
+fn temperatures_whose_inverse_overflows_f32_are_invalid() {
+    // Finite and positive, but 1/T is not a finite f32 (1e-320 even overflows f64).
+    for t in [1e-320, 1e-300, 2.9e-39, f64::MIN_POSITIVE] {
+        assert_eq!(
+            both(&[0.0, 1.0], 2, t),
+            (Err(Error::InvalidArgument), Err(Error::InvalidArgument)),
+            "T = {t:e}"
+        );
+    }
+    // The smallest accepted temperatures still give finite results.
+    for t in [1.0 / f64::from(f32::MAX), 1e-38, 1e-30] {
+        let (lp, h, lse) = fwd(&[0.0, 1e-3, -2.0], 1, 3, &[1], t);
+        assert!(
+            lp[0].is_finite() && h[0].is_finite() && lse[0].is_finite(),
+            "T = {t:e}"
+        );
+    }
+}
+
+#[test]
+fn non_finite_gradients_on_counted_rows_are_errors() {
+    let x = [0.0, 1.0, 2.0, 3.0];
+    let l = Logits::new(&x[..], 2, 2, 2).unwrap();
+    let o = LogSoftmaxOptions::default();
+    let mut d = vec![0.0; 4];
+    for (g, e) in [
+        ([f64::NAN, 1.0], [0.0, 0.0]),
+        ([1.0, f64::INFINITY], [0.0, 0.0]),
+        ([1.0, 1.0], [0.0, f64::NEG_INFINITY]),
+    ] {
+        let r = selective_log_softmax_backward(&l, &[0i64, 1], None, &o, &g, Some(&e), &mut d);
+        assert_eq!(r, Err(Error::NonFinite), "{g:?} {e:?}");
+    }
+    // On a masked row the gradient is not read.
+    let r = selective_log_softmax_backward(
+        &l,
+        &[0i64, 1],
+        Some(&[1, 0]),
+        &o,
+        &[1.0, f64::NAN],
+        None,
+        &mut d,
+    );
+    assert_eq!(r, Ok(()));
+    assert!(d.iter().all(|v| v.is_finite()));
+}
+
+proptest! {
+    /// Relation: whatever the logits (any f32 bit pattern, -inf masks and NaN included) and
+    /// temperature, a success carries no NaN: logp is finite or -inf (target at -inf), entropy
+    /// and lse are finite, and so is the backward pass.
+    #[test]
+    fn success_never_carries_nan(
+        bits in proptest::collection::vec(
+            prop_oneof![
+                proptest::num::u32::ANY,
+                Just(f32::NEG_INFINITY.to_bits()),
+                (-20.0f32..20.0).prop_map(f32::to_bits),
+            ],
+            1..24,
+        ),
+        v in 1usize..6,
+        t in prop_oneof![Just(1.0f64), Just(1e-38), Just(1e-30), Just(1e30), 1e-3f64..1e3],
+        y in 0i64..6,
+    ) {
+        let x: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
+        let rows = x.len() / v;
+        prop_assume!(rows > 0 && y < v as i64);
+        let l = Logits::new(&x[..], rows, v, v).unwrap();
+        let (mut lp, mut h, mut lse) = (vec![0.0; rows], vec![0.0; rows], vec![0.0; rows]);
+        let o = LogSoftmaxOptions { temperature: t };
+        let ys = vec![y; rows];
+        if selective_log_softmax(&l, &ys, None, &o, &mut lp, Some(&mut h), Some(&mut lse)).is_ok() {
+            for i in 0..rows {
+                prop_assert!(lp[i].is_finite() || lp[i] == f64::NEG_INFINITY, "logp {}", lp[i]);
+                prop_assert!(h[i].is_finite() && lse[i].is_finite(), "h {} lse {}", h[i], lse[i]);
+            }
+            let mut d = vec![0.0; rows * v];
+            let g = vec![1.0; rows];
+            selective_log_softmax_backward(&l, &ys, None, &o, &g, Some(&g), &mut d).unwrap();
+            prop_assert!(d.iter().all(|v| v.is_finite()), "{:?}", d);
+        }
+    }
 }
 
 #[test]

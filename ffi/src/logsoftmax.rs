@@ -37,7 +37,8 @@ use crate::result::{care_result, map_error};
 /// no copy), so `logits_len >= (rows - 1) * row_stride + vocab` (`CARE_ERR_LENGTH_MISMATCH`).
 /// `targets[targets_len]` (`== rows`) are `int64_t` when `targets_i64` is 1, `int32_t` when it
 /// is 0. `mask` is optional ((NULL, 0), else `mask_len == rows`; 0 = row not read, its outputs
-/// and gradient are 0). The logits are divided by `temperature` (finite, `> 0`).
+/// and gradient are 0). The logits are divided by `temperature` (finite and at least
+/// `1 / FLT_MAX`, about `2.94e-39`, so that `1 / temperature` is a finite `float`).
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -278,9 +279,14 @@ impl WithRows for Forward<'_> {
 
 /// Selective log-softmax on the CPU (the `f64` reference, outputs rounded to `float`): for
 /// every row `i`, `outputs->logp[i] = log softmax(x_i / T)[y_i]`, and the entropy and
-/// log-sum-exp when asked for. Errors: `CARE_ERR_INVALID_ARGUMENT` for a temperature that is
-/// not finite and positive, `vocab == 0`, `row_stride < vocab`, or a counted row's target
-/// outside `0..vocab` (nothing is written).
+/// log-sum-exp when asked for. On `CARE_OK` no output is NaN: `logp` is finite, or
+/// `-INFINITY` for a target whose logit is `-inf`.
+///
+/// Errors (nothing is written): `CARE_ERR_INVALID_ARGUMENT` for a temperature that is not
+/// finite or below `1 / FLT_MAX` (`1 / temperature` overflows a `float`), `vocab == 0`,
+/// `row_stride < vocab`, or a counted row's target outside `0..vocab`; `CARE_ERR_NON_FINITE`
+/// for a counted row (mask 1 or no mask) with a NaN or `+inf` logit or only `-inf` logits (no
+/// softmax exists).
 ///
 /// ```c
 /// care_logits x = {sizeof x, CARE_DTYPE_BF16, logits, rows * V, rows, V, V,
@@ -346,7 +352,8 @@ impl WithRows for Backward<'_> {
 /// Backward of `care_selective_log_softmax` on the CPU: `dlogits_out[rows * vocab]` (dense,
 /// `float`) = `dL/dx` from `grads` (see `care_log_softmax_grads`). Masked rows get exact
 /// zeros. Errors as `care_selective_log_softmax`; `dlogits_len != rows * vocab` is
-/// `CARE_ERR_LENGTH_MISMATCH`.
+/// `CARE_ERR_LENGTH_MISMATCH`; a NaN or infinite `dlogp` or `dentropy` on a counted row is
+/// `CARE_ERR_NON_FINITE`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_selective_log_softmax_backward(
     logits: *const care_logits,

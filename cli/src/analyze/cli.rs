@@ -159,6 +159,7 @@ pub fn run(
         progress: !io_args.no_progress && io::stderr().is_terminal(),
         ..EngineOptions::default()
     };
+    eopts.validate()?;
     let stdin = io_args.input.as_os_str() == "-";
     let file = if stdin {
         None
@@ -174,7 +175,12 @@ pub fn run(
         .map_err(|e| format!("cannot create {}: {e}", errors_path.display()))?;
     let mut errors = BufWriter::new(errors_file);
     let acc = match file {
-        None => super::analyze(&opts, io::stdin().lock(), &eopts, &mut errors),
+        None => {
+            // Not std's Stdin, which reads a closed stdin as empty input.
+            let stdin = crate::engine::stdin_file()
+                .map_err(|e| format!("cannot read stdin: {}", crate::engine::os_error(&e)))?;
+            super::analyze(&opts, crate::engine::Input::new(stdin), &eopts, &mut errors)
+        }
         Some(f) => super::analyze(
             &opts,
             BufReader::with_capacity(1 << 16, f),

@@ -12,7 +12,7 @@
 //! The input fields, each view's definition and the interval methods are documented in
 //! `docs/ANALYZE.md`.
 
-use std::io::{self, BufRead, Write};
+use std::io::{self, Read, Write};
 
 use serde::Deserialize;
 
@@ -81,7 +81,7 @@ struct WireError {
 /// every skipped line, as an error line, to `errors`.
 struct Fold<'a> {
     acc: &'a mut Acc,
-    errors: &'a mut dyn Write,
+    errors: &'a mut (dyn Write + Send),
     partial: Vec<u8>,
 }
 
@@ -141,11 +141,11 @@ impl Write for Fold<'_> {
 ///
 /// # Errors
 /// Only I/O errors of the input or of `errors`; bad lines are skipped, never fatal.
-pub fn analyze<R: BufRead>(
+pub fn analyze<R: Read>(
     opts: &Options,
     input: R,
     engine_opts: &EngineOptions,
-    errors: &mut dyn Write,
+    errors: &mut (dyn Write + Send),
 ) -> io::Result<Acc> {
     let mut acc = Acc::new(opts.emotions.names().to_vec(), opts.format.weight_tolerance);
     let mut fold = Fold {
@@ -153,7 +153,7 @@ pub fn analyze<R: BufRead>(
         errors,
         partial: Vec::new(),
     };
-    engine::run(&Reader { opts }, input, &mut fold, engine_opts)?;
+    engine::run(&Reader { opts }, input, &mut fold, engine_opts).map_err(io::Error::from)?;
     if !fold.partial.is_empty() {
         let last = std::mem::take(&mut fold.partial);
         fold.line(&last)?;

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::cmd::rubric::{Scratch, explain_score_error, flatten_scores, member_text};
-use crate::input::{score_matrix, str_array};
+use crate::input::{Line, score_matrix, str_array};
 use crate::json::LineError;
 
 /// Highest accepted `turn`.
@@ -227,9 +227,10 @@ pub fn read(opts: &Options, line: &str, value: &Value) -> Result<Record, LineErr
     };
     match rubric_source(m)? {
         Source::Text(key) => {
-            let text = member_text(line, value, key)?;
+            let parsed = Line::parse(line)?;
+            let text = member_text(&parsed, key)?;
             let mut scratch = Scratch::take(text.len());
-            let v = validate_str(&text, &opts.format, scratch.buf())?;
+            let v = validate_str(text, &opts.format, scratch.buf())?;
             rec.rubric = Some(observe(&v));
             rec.pair = pair(opts, m, Some(&v))?;
         }
@@ -538,6 +539,12 @@ fn pair(
     }
 }
 
+/// A value of the parsed record as JSON text, for the readers of `crate::input` (which read
+/// typed values from a line's text; the numbers print back exactly).
+fn raw(v: &Value) -> Result<Box<serde_json::value::RawValue>, LineError> {
+    serde_json::value::to_raw_value(v).map_err(|e| LineError::new("internal_error", e.to_string()))
+}
+
 fn need<'v>(m: &'v Map<String, Value>, key: &str, other: &str) -> Result<&'v Value, LineError> {
     m.get(key)
         .ok_or_else(|| LineError::schema(format!("\"{other}\" needs \"{key}\" (missing key)")))
@@ -550,11 +557,11 @@ fn scored_pair(
     v: Option<&Validation<'_>>,
 ) -> Result<PairObs, LineError> {
     let chosen_m = score_matrix(
-        need(m, "chosen_scores", "rejected_scores")?,
+        &raw(need(m, "chosen_scores", "rejected_scores")?)?,
         "chosen_scores",
     )?;
     let rejected_m = score_matrix(
-        need(m, "rejected_scores", "chosen_scores")?,
+        &raw(need(m, "rejected_scores", "chosen_scores")?)?,
         "rejected_scores",
     )?;
     let unscored = PairObs {
@@ -659,11 +666,12 @@ fn reward_pair(m: &Map<String, Value>) -> Result<PairObs, LineError> {
 
 /// The tactic set: distinct canonical label ids (aliases and repeats count once).
 fn tactics(v: &Value, policy: UnknownLabelPolicy) -> Result<(Vec<u8>, u32), LineError> {
-    let labels = str_array(v, "tactics")?;
+    let v = raw(v)?;
+    let labels = str_array(&v, "tactics")?;
     let mut seen: u32 = 0;
     let mut unknown = 0;
     for label in labels {
-        match lookup(label) {
+        match lookup(&label) {
             Some(l) => seen |= 1 << (l.id & 31),
             None => match policy {
                 UnknownLabelPolicy::Error => {

@@ -2,14 +2,14 @@
 //! outcome rewards (SPEC §9), or the token-level estimators (GAE, REINFORCE++) over token
 //! rewards, each optionally whitened over the batch's tokens.
 
+use crate::input::{
+    Line, Members, f32_array, mask_array, object, optional, required, u32_array, usize_value,
+};
+use crate::json::{LineError, Obj};
 use care_core::grpo::{
     AdvantageEstimator, AdvantageOptions, GaeOptions, GroupInputs, GroupLayout, GroupStats,
     WhitenOptions, broadcast_to_tokens, discounted_returns, gae, group_advantages_with, whiten,
 };
-use serde_json::Value;
-
-use crate::input::{f32_array, mask_array, object, optional, required, u32_array, usize_value};
-use crate::json::{LineError, Obj};
 
 /// Resolved options of `care advantages`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -51,17 +51,15 @@ impl Default for Options {
 ///   `returns` per token;
 /// * reinforce_pp: `{"token_rewards", "seq_offsets", "mask"?}` gives `returns` and
 ///   `advantages` (the returns, whitened with `--whiten`).
-pub fn run(opts: &Options, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
-    let m = object(value)?;
+pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let m = object(line)?;
     match opts.estimator {
         AdvantageEstimator::Group => group(opts, m, o),
         AdvantageEstimator::Gae | AdvantageEstimator::ReinforcePp => token_level(opts, m, o),
     }
 }
 
-type Map = serde_json::Map<String, Value>;
-
-fn group(opts: &Options, m: &Map, o: &mut Obj<'_>) -> Result<(), LineError> {
+fn group(opts: &Options, m: &Members<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
     // A null reward is an invalid sample; the core treats NaN exactly that way.
     let rewards = f32_array(required(m, "rewards")?, "rewards", true)?;
     let valid = optional(m, "valid")
@@ -142,7 +140,7 @@ fn group(opts: &Options, m: &Map, o: &mut Obj<'_>) -> Result<(), LineError> {
     Ok(())
 }
 
-fn token_level(opts: &Options, m: &Map, o: &mut Obj<'_>) -> Result<(), LineError> {
+fn token_level(opts: &Options, m: &Members<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
     let rewards = f32_array(required(m, "token_rewards")?, "token_rewards", false)?;
     let seq_offsets = u32_array(required(m, "seq_offsets")?, "seq_offsets")?;
     let mask = optional(m, "mask")

@@ -3,12 +3,11 @@
 
 use care_core::reward::generator_reward_validated;
 use care_core::{GeneratorOptions, validate_str};
-use serde_json::Value;
 
 use super::rubric::{
     Scratch, explain_score_error, flatten_scores, locate_score_error, member_text, write_fired,
 };
-use crate::input::{object, required, score_matrix, str_array};
+use crate::input::{Line, object, required, score_matrix, str_array};
 use crate::json::{LineError, Obj};
 
 /// Resolved options: the core's [`GeneratorOptions`] (tau, lambda, gamma, scale, score and
@@ -20,14 +19,15 @@ pub type Options = GeneratorOptions;
 ///
 /// A rubric text that does not parse is data, not an error: SPEC §7 gives it
 /// `r_pref = r_align = r_fmt = 0`, and its scores are then not read.
-pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
-    let m = object(value)?;
-    let text = member_text(line, value, "rubric")?;
+pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let m = object(line)?;
+    let text = member_text(line, "rubric")?;
     let tactics = str_array(required(m, "chosen_tactics")?, "chosen_tactics")?;
+    let tactics: Vec<&str> = tactics.iter().map(|t| t.as_ref()).collect();
     let chosen_v = required(m, "chosen_scores")?;
     let rejected_v = required(m, "rejected_scores")?;
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(&text, &opts.format, scratch.buf())?;
+    let v = validate_str(text, &opts.format, scratch.buf())?;
     let (chosen, rejected) = match v.rubric.as_ref() {
         Some(r) => (
             flatten_scores(r, score_matrix(chosen_v, "chosen_scores")?, "chosen_scores")?,

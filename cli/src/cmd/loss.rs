@@ -1,11 +1,9 @@
 //! `care loss`: the policy loss of one micro-batch per line (SPEC §10 and the policy-loss
 //! family), with the rollout correction when the line has rollout log-probs.
 
-use care_core::grpo::{Advantages, LossInputs, LossOptions, LossStats, RolloutStats, policy_loss};
-use serde_json::Value;
-
-use crate::input::{f32_array, mask_array, object, optional, required, u32_array};
+use crate::input::{Line, f32_array, mask_array, object, optional, required, u32_array};
 use crate::json::{LineError, Obj};
+use care_core::grpo::{Advantages, LossInputs, LossOptions, LossStats, RolloutStats, policy_loss};
 
 /// Resolved options: the core's [`LossOptions`].
 pub type Options = LossOptions;
@@ -13,8 +11,8 @@ pub type Options = LossOptions;
 /// Reads `{"logp", "logp_old"?, "logp_ref"?, "logp_rollout"?, "seq_offsets", "mask"?,
 /// "advantages"}` and writes `loss`, `grad` and `stats`; `rollout` (the diagnostics) when
 /// `logp_rollout` is given; `cov_selected` for Clip-Cov and KL-Cov.
-pub fn run(opts: &Options, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
-    let m = object(value)?;
+pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let m = object(line)?;
     // null log-probs are allowed (NaN): a masked token's inputs are never read.
     let logp = f32_array(required(m, "logp")?, "logp", true)?;
     let logp_old = optional(m, "logp_old")
@@ -24,7 +22,6 @@ pub fn run(opts: &Options, value: &Value, o: &mut Obj<'_>) -> Result<(), LineErr
         .map(|v| f32_array(v, "logp_ref", true))
         .transpose()?;
     let logp_rollout = optional(m, "logp_rollout")
-        .filter(|v| !v.is_null())
         .map(|v| f32_array(v, "logp_rollout", true))
         .transpose()?;
     let seq_offsets = u32_array(required(m, "seq_offsets")?, "seq_offsets")?;

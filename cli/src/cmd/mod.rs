@@ -2,7 +2,8 @@
 //! path of the binary.
 
 use crate::engine::LineProcessor;
-use crate::json::{LineError, Obj, line_text, parse_strict, push_error_line};
+use crate::input::Line;
+use crate::json::{LineError, Obj, line_text, push_error_line};
 
 pub mod advantages;
 pub mod generator_reward;
@@ -57,20 +58,21 @@ impl LineProcessor for Command {
 impl Command {
     fn write_line(&self, line: u64, bytes: &[u8], out: &mut String) -> Result<(), LineError> {
         let text = line_text(bytes)?;
-        let value = parse_strict(text)?;
+        let input = Line::parse(text)?;
         Obj::try_write(out, |o| {
             o.u64("line", line);
-            if let Some(id) = value.get("id") {
-                // Copied through so that outputs can be joined back to their inputs.
-                o.raw("id", &id.to_string());
+            if let Some(id) = input.get("id") {
+                // Copied through byte for byte, so that outputs join back to their inputs
+                // exactly (`18446744073709551616`, `1e2` and `-0` stay as they were written).
+                o.raw("id", id.get());
             }
             match self {
-                Command::Validate(opts) => validate::run(opts, text, &value, o),
-                Command::Score(opts) => score::run(opts, text, &value, o),
-                Command::ScoreProfile(opts) => score_profile::run(opts, text, &value, o),
-                Command::GeneratorReward(opts) => generator_reward::run(opts, text, &value, o),
-                Command::Advantages(opts) => advantages::run(opts, &value, o),
-                Command::Loss(opts) => loss::run(opts, &value, o),
+                Command::Validate(opts) => validate::run(opts, &input, o),
+                Command::Score(opts) => score::run(opts, &input, o),
+                Command::ScoreProfile(opts) => score_profile::run(opts, &input, o),
+                Command::GeneratorReward(opts) => generator_reward::run(opts, &input, o),
+                Command::Advantages(opts) => advantages::run(opts, &input, o),
+                Command::Loss(opts) => loss::run(opts, &input, o),
             }
         })
     }

@@ -1,15 +1,11 @@
 //! Shared by `validate`, `score` and `pref`: where a line's rubric text comes from, and how a
 //! validation is written.
 
-use std::borrow::Cow;
 use std::cell::Cell;
-use std::collections::BTreeMap;
 
-use care_core::{Report, Rubric};
-use serde_json::Value;
-use serde_json::value::RawValue;
-
+use crate::input::Line;
 use crate::json::{Arr, LineError, Obj};
+use care_core::{Report, Rubric};
 
 /// A scratch buffer of at least `len` bytes for `care_core::validate_str`, reused across the
 /// lines a worker thread processes: a fresh zeroed buffer per line was a visible cost of
@@ -52,25 +48,11 @@ impl Drop for Scratch {
 /// The rubric text of member `key`: a JSON string is the raw generator output itself; any other
 /// JSON value (normally an object) is validated as the exact text it has in the line, so key
 /// order and number spelling reach the validator unchanged.
-pub fn member_text<'a>(
-    line: &'a str,
-    value: &'a Value,
-    key: &str,
-) -> Result<Cow<'a, str>, LineError> {
-    match value.get(key) {
-        None => Err(LineError::schema(format!("missing key \"{key}\""))),
-        Some(Value::String(s)) => Ok(Cow::Borrowed(s.as_str())),
-        Some(_) => {
-            // The line already parsed strictly (no duplicate keys), so this second, shallow
-            // parse sees the same members and only recovers the member's raw span.
-            let members: BTreeMap<String, &'a RawValue> = serde_json::from_str(line)
-                .map_err(|e| LineError::schema(format!("\"{key}\": {e}")))?;
-            members
-                .get(key)
-                .map(|raw| Cow::Borrowed(raw.get()))
-                .ok_or_else(|| LineError::schema(format!("missing key \"{key}\"")))
-        }
-    }
+pub fn member_text<'l>(line: &'l Line<'_>, key: &str) -> Result<&'l str, LineError> {
+    let raw = line
+        .get(key)
+        .ok_or_else(|| LineError::schema(format!("missing key \"{key}\"")))?;
+    Ok(line.string(key).unwrap_or(raw.get()))
 }
 
 /// Writes `violations` (code, category and criterion indices or null, message) and, when the

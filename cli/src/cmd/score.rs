@@ -5,10 +5,11 @@ use care_core::{
     FormatPolicy, JudgeReport, Rubric, ScoreOptions, parse_judge_output, policy_reward,
     validate_str,
 };
-use serde_json::{Map, Value};
 
 use super::rubric::{Scratch, explain_score_error, flatten_scores, member_text, write_fired};
-use crate::input::{object, score_matrix};
+use serde_json::value::RawValue;
+
+use crate::input::{Line, Members, object, raw_array, score_matrix, string};
 use crate::json::{LineError, Obj};
 
 /// Resolved options of `care score`.
@@ -23,11 +24,11 @@ pub struct Options {
 /// Reads `{"rubric", "scores" | "judge" | "responses"}`; writes `reward` and `per_dimension`
 /// (a single response) or `rewards`, `per_dimension` and `errors` (a group), plus the rubric's
 /// `format_reward`, the `weights` used and the policies that `fired`.
-pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
-    let m = object(value)?;
-    let text = member_text(line, value, "rubric")?;
+pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let m = object(line)?;
+    let text = member_text(line, "rubric")?;
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(&text, &opts.format, scratch.buf())?;
+    let v = validate_str(text, &opts.format, scratch.buf())?;
     let Some(rubric) = v.rubric.as_ref() else {
         let first = v
             .report
@@ -66,7 +67,7 @@ pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result
 /// The flat raw scores of one response object (`scores` or `judge`), and the judge report.
 fn response_scores(
     rubric: &Rubric<'_>,
-    m: &Map<String, Value>,
+    m: &Members<'_>,
     at: &str,
 ) -> Result<(Vec<f64>, Option<JudgeReport>), LineError> {
     match (m.get("scores"), m.get("judge")) {
@@ -74,15 +75,17 @@ fn response_scores(
             let key = format!("{at}scores");
             Ok((flatten_scores(rubric, score_matrix(s, &key)?, &key)?, None))
         }
-        (None, Some(Value::String(j))) => {
+        (None, Some(j)) => {
+            let j = string(j).ok_or_else(|| {
+                LineError::schema(format!(
+                    "\"{at}judge\" must be a string (the judge's output text)"
+                ))
+            })?;
             let mut out = vec![f64::NAN; rubric.total_criteria()];
             let rep = parse_judge_output(j.as_bytes(), rubric, &mut out)
                 .map_err(|e| LineError::core(e, &format!("{at}judge")))?;
             Ok((out, Some(rep)))
         }
-        (None, Some(_)) => Err(LineError::schema(format!(
-            "\"{at}judge\" must be a string (the judge's output text)"
-        ))),
         (Some(_), Some(_)) => Err(LineError::schema(format!(
             "give \"{at}scores\" or \"{at}judge\", not both"
         ))),
@@ -100,12 +103,10 @@ fn run_group(
     opts: &Options,
     rubric: &Rubric<'_>,
     r_fmt: f64,
-    responses: &Value,
+    responses: &RawValue,
     o: &mut Obj<'_>,
 ) -> Result<(), LineError> {
-    let list = responses
-        .as_array()
-        .ok_or_else(|| LineError::schema("\"responses\" must be an array"))?;
+    let list = raw_array(responses, "responses")?;
     let mut judges = Vec::with_capacity(list.len());
     // Scored one by one (not through `policy_reward_group`) to keep each response's per-dimension
     // means and its own error; `policy_reward_group` keeps only the first error.
@@ -114,10 +115,9 @@ fn run_group(
         .enumerate()
         .map(|(j, resp)| {
             let at = format!("responses[{j}].");
-            let (scores, rep) = resp
-                .as_object()
+            let (scores, rep) = Members::of(resp)
                 .ok_or_else(|| LineError::schema(format!("\"responses\"[{j}] must be an object")))
-                .and_then(|rm| response_scores(rubric, rm, &at))
+                .and_then(|rm| response_scores(rubric, &rm, &at))
                 .inspect_err(|_| judges.push(None))?;
             judges.push(rep);
             policy_reward(rubric, &scores, &opts.score)

@@ -14,11 +14,12 @@ use care_core::profile::{
 };
 use care_core::reward::Fired;
 use care_core::{FormatPolicy, JudgeReport, Rubric, ScoreOptions, validate_str};
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 
 use super::rubric::{Scratch, member_text, write_fired};
 use super::score::write_judge;
-use crate::input::object;
+use crate::input::{Line, Members, number_or_null, object, raw_array, string};
 use crate::json::{Arr, LineError, Obj};
 
 /// Resolved options of `care score --profile`.
@@ -64,8 +65,8 @@ pub fn load_profile(spec: &str) -> Result<ProfileBuf, String> {
 /// (by name), `weights` (by name), `vetoed_by` and `fired`, plus `judge` and, for a generated
 /// rubric, `rubric_format_reward`; for a group, the same members as arrays over the responses
 /// with `failed` and `errors`.
-pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
-    let m = object(value)?;
+pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let m = object(line)?;
     let p = opts.profile.profile();
     // The rubric of a generated profile, validated with the line's format policy.
     let text;
@@ -81,9 +82,9 @@ pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result
         }
         None
     } else {
-        text = member_text(line, value, "rubric")?;
+        text = member_text(line, "rubric")?;
         scratch = Scratch::take(text.len());
-        v = validate_str(&text, &opts.format, scratch.buf())?;
+        v = validate_str(text, &opts.format, scratch.buf())?;
         let Some(r) = v.rubric.as_ref() else {
             let first = v
                 .report
@@ -100,11 +101,12 @@ pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result
         Some(r)
     };
     let gold = gold_label(&p, m)?;
+    let gold = gold.as_deref();
     o.str("profile", p.name());
     if let Some(responses) = m.get("responses") {
         if ["output", "scores", "judge"]
             .iter()
-            .any(|k| m.contains_key(*k))
+            .any(|k| m.contains_key(k))
         {
             return Err(LineError::schema(
                 "give \"responses\" or a single \"output\"/\"scores\"/\"judge\", not both",
@@ -127,21 +129,16 @@ pub fn run(opts: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result
 }
 
 /// The gold emotion label: required (and not blank) when the profile has an emotion term.
-fn gold_label<'v>(
-    p: &Profile<'_>,
-    m: &'v Map<String, Value>,
-) -> Result<Option<&'v str>, LineError> {
+fn gold_label<'a>(p: &Profile<'_>, m: &Members<'a>) -> Result<Option<Cow<'a, str>>, LineError> {
     let gold = match m.get("emotion") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.as_str()),
-        Some(_) => {
-            return Err(LineError::schema(
-                "\"emotion\" must be a string (the gold emotion label)",
-            ));
-        }
+        None => None,
+        Some(v) if v.get() == "null" => None,
+        Some(v) => Some(string(v).ok_or_else(|| {
+            LineError::schema("\"emotion\" must be a string (the gold emotion label)")
+        })?),
     };
     if p.emotion().is_some() {
-        match gold {
+        match gold.as_deref() {
             None => {
                 return Err(LineError::schema(format!(
                     "missing key \"emotion\" (the gold emotion label; profile {} has an emotion term)",
@@ -158,21 +155,18 @@ fn gold_label<'v>(
 }
 
 /// The policy output of a response: required when the profile has an output format.
-fn output_text<'v>(
-    p: &Profile<'_>,
-    m: &'v Map<String, Value>,
-    at: &str,
-) -> Result<&'v str, LineError> {
+fn output_text<'a>(p: &Profile<'_>, m: &Members<'a>, at: &str) -> Result<Cow<'a, str>, LineError> {
     match m.get("output") {
-        Some(Value::String(s)) => Ok(s),
-        Some(_) => Err(LineError::schema(format!(
-            "\"{at}output\" must be a string (the policy's output text)"
-        ))),
+        Some(v) => string(v).ok_or_else(|| {
+            LineError::schema(format!(
+                "\"{at}output\" must be a string (the policy's output text)"
+            ))
+        }),
         None if p.has_output_format() => Err(LineError::schema(format!(
             "missing key \"{at}output\" (profile {} checks the output's format)",
             p.name()
         ))),
-        None => Ok(""),
+        None => Ok(Cow::Borrowed("")),
     }
 }
 
@@ -183,7 +177,7 @@ fn score_one(
     p: &Profile<'_>,
     rubric: Option<&Rubric<'_>>,
     check: &OutputCheck<'_>,
-    m: &Map<String, Value>,
+    m: &Members<'_>,
     gold: Option<&str>,
     at: &str,
 ) -> Result<(ProfileReward, Option<JudgeReport>), LineError> {
@@ -202,7 +196,7 @@ fn score_one(
 fn response_scores(
     p: &Profile<'_>,
     rubric: Option<&Rubric<'_>>,
-    m: &Map<String, Value>,
+    m: &Members<'_>,
     at: &str,
 ) -> Result<(Vec<f64>, Option<JudgeReport>), LineError> {
     let (counts, total) = p
@@ -210,15 +204,17 @@ fn response_scores(
         .map_err(|e| LineError::core(e, "profile"))?;
     match (m.get("scores"), m.get("judge")) {
         (Some(s), None) => Ok((flatten(p, &counts, s, &format!("{at}scores"))?, None)),
-        (None, Some(Value::String(j))) => {
+        (None, Some(j)) => {
+            let j = string(j).ok_or_else(|| {
+                LineError::schema(format!(
+                    "\"{at}judge\" must be a string (the judge's output text)"
+                ))
+            })?;
             let mut out = vec![f64::NAN; total];
             let rep = parse_profile_judge_output(j.as_bytes(), p, rubric, &mut out)
                 .map_err(|e| LineError::core(e, &format!("{at}judge")))?;
             Ok((out, Some(rep)))
         }
-        (None, Some(_)) => Err(LineError::schema(format!(
-            "\"{at}judge\" must be a string (the judge's output text)"
-        ))),
         (Some(_), Some(_)) => Err(LineError::schema(format!(
             "give \"{at}scores\" or \"{at}judge\", not both"
         ))),
@@ -239,35 +235,41 @@ fn dimension_list(p: &Profile<'_>) -> String {
 /// Flattens `scores` (an object by dimension name, or an array of arrays in profile order)
 /// into the profile's flat order, `NaN` for `null`, after checking every dimension has one
 /// score per criterion.
-fn flatten(p: &Profile<'_>, counts: &[usize], v: &Value, key: &str) -> Result<Vec<f64>, LineError> {
+fn flatten(
+    p: &Profile<'_>,
+    counts: &[usize],
+    v: &RawValue,
+    key: &str,
+) -> Result<Vec<f64>, LineError> {
     let n = p.dimension_count();
-    let mut rows: Vec<Option<&Vec<Value>>> = vec![None; n];
-    match v {
-        Value::Object(obj) => {
-            for (name, row) in obj {
-                let d = p.dimension_index(name).ok_or_else(|| {
-                    LineError::schema(format!(
-                        "\"{key}\" names no dimension of profile {}: {name:?} (its dimensions: {})",
-                        p.name(),
-                        dimension_list(p)
-                    ))
-                })?;
-                rows[d] = Some(row.as_array().ok_or_else(|| {
+    let mut rows: Vec<Option<Vec<&RawValue>>> = vec![None; n];
+    let list = raw_array(v, key).ok().filter(|l| l.len() == n);
+    if let Some(obj) = Members::of(v) {
+        // By name, in key order (as the checks always ran), so the first bad name is stable.
+        let mut by_key: Vec<(&str, &RawValue)> = obj.iter().collect();
+        by_key.sort_by_key(|(name, _)| *name);
+        for (name, row) in by_key {
+            let d = p.dimension_index(name).ok_or_else(|| {
+                LineError::schema(format!(
+                    "\"{key}\" names no dimension of profile {}: {name:?} (its dimensions: {})",
+                    p.name(),
+                    dimension_list(p)
+                ))
+            })?;
+            rows[d] =
+                Some(raw_array(row, key).map_err(|_| {
                     LineError::schema(format!("\"{key}\".{name:?} must be an array"))
                 })?);
-            }
         }
-        Value::Array(list) if list.len() == n => {
-            for (slot, row) in rows.iter_mut().zip(list) {
-                *slot = row.as_array();
-            }
+    } else if let Some(list) = list {
+        for (slot, row) in rows.iter_mut().zip(list) {
+            *slot = raw_array(row, key).ok();
         }
-        _ => {
-            return Err(LineError::schema(format!(
-                "\"{key}\" must be an object by dimension name ({}) or an array of {n} arrays",
-                dimension_list(p)
-            )));
-        }
+    } else {
+        return Err(LineError::schema(format!(
+            "\"{key}\" must be an object by dimension name ({}) or an array of {n} arrays",
+            dimension_list(p)
+        )));
     }
     let mut flat = Vec::with_capacity(counts.iter().sum());
     for (d, (row, &want)) in rows.iter().zip(counts).enumerate() {
@@ -287,12 +289,10 @@ fn flatten(p: &Profile<'_>, counts: &[usize], v: &Value, key: &str) -> Result<Ve
             ));
         }
         for (i, s) in row.iter().enumerate() {
-            flat.push(match s {
-                Value::Null => f64::NAN,
-                _ => s.as_f64().ok_or_else(|| {
-                    LineError::schema(format!("\"{key}\".{name:?}[{i}] must be a number or null"))
-                })?,
-            });
+            let x = number_or_null(s).ok_or_else(|| {
+                LineError::schema(format!("\"{key}\".{name:?}[{i}] must be a number or null"))
+            })?;
+            flat.push(x.unwrap_or(f64::NAN));
         }
     }
     Ok(flat)
@@ -401,39 +401,39 @@ fn run_group(
     p: &Profile<'_>,
     rubric: Option<&Rubric<'_>>,
     gold: Option<&str>,
-    responses: &Value,
+    responses: &RawValue,
     o: &mut Obj<'_>,
 ) -> Result<(), LineError> {
-    let list = responses
-        .as_array()
-        .ok_or_else(|| LineError::schema("\"responses\" must be an array"))?;
-    let scored: Vec<Scored<'_>> = list
+    let list = raw_array(responses, "responses")?;
+    // Each response's members and decoded output first: the checks below borrow the outputs.
+    let read: Vec<Result<(Members<'_>, Cow<'_, str>), LineError>> = list
         .iter()
         .enumerate()
         .map(|(j, resp)| {
-            let at = format!("responses[{j}].");
-            let Some(rm) = resp.as_object() else {
-                return Scored {
-                    check: None,
-                    result: Err(LineError::schema(format!(
-                        "\"responses\"[{j}] must be an object"
-                    ))),
-                };
-            };
-            match output_text(p, rm, &at) {
-                Ok(out) => {
-                    let check = p.check_output(out.as_bytes());
-                    let result = score_one(opts, p, rubric, &check, rm, gold, &at);
-                    Scored {
-                        check: Some(check),
-                        result,
-                    }
+            let rm = Members::of(resp).ok_or_else(|| {
+                LineError::schema(format!("\"responses\"[{j}] must be an object"))
+            })?;
+            let out = output_text(p, &rm, &format!("responses[{j}]."))?;
+            Ok((rm, out))
+        })
+        .collect();
+    let scored: Vec<Scored<'_>> = read
+        .iter()
+        .enumerate()
+        .map(|(j, r)| match r {
+            Ok((rm, out)) => {
+                let at = format!("responses[{j}].");
+                let check = p.check_output(out.as_bytes());
+                let result = score_one(opts, p, rubric, &check, rm, gold, &at);
+                Scored {
+                    check: Some(check),
+                    result,
                 }
-                Err(e) => Scored {
-                    check: None,
-                    result: Err(e),
-                },
             }
+            Err(e) => Scored {
+                check: None,
+                result: Err(e.clone()),
+            },
         })
         .collect();
     let ok = |s: &Scored<'_>| s.result.as_ref().ok().map(|(r, _)| *r);

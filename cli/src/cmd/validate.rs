@@ -1,9 +1,9 @@
 //! `care validate`: the format contract (SPEC §3) on generated rubrics.
 
 use care_core::{FormatPolicy, validate_str};
-use serde_json::Value;
 
 use super::rubric::{Scratch, write_shape, write_violations};
+use crate::input::Line;
 use crate::json::{LineError, Obj};
 
 /// Resolved options: the core's [`FormatPolicy`].
@@ -12,11 +12,12 @@ pub type Options = FormatPolicy;
 /// A line is `{"text": "<raw generator output>"}` (other members such as `id` allowed) or a
 /// rubric object, validated as the line's own text. Writes `format_reward`, `violations` and,
 /// when the text parsed, `weights` and `criteria`.
-pub fn run(policy: &Options, line: &str, value: &Value, o: &mut Obj<'_>) -> Result<(), LineError> {
-    let text = match value.get("text") {
-        Some(Value::String(s)) => s.as_str(),
-        Some(_) => return Err(LineError::schema("\"text\" must be a string")),
-        None => line,
+pub fn run(policy: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let text = match line.get("text") {
+        Some(_) => line
+            .string("text")
+            .ok_or_else(|| LineError::schema("\"text\" must be a string"))?,
+        None => line.text(),
     };
     // Decoding JSON escapes never makes a string longer, so the text's length always suffices.
     let mut scratch = Scratch::take(text.len());
