@@ -59,6 +59,21 @@ pub(crate) fn dev<T>(
     Ok(p as u64)
 }
 
+/// [`dev`] for a log-prob array of `dtype` passed as `void *`: its address must also be aligned
+/// to the element size (`CARE_ERR_INVALID_ARGUMENT`), which the pointer type cannot say.
+fn dev_logp(
+    p: *const c_void,
+    len: usize,
+    want: usize,
+    required: bool,
+    dtype: Dtype,
+) -> Result<u64, care_result> {
+    if !p.is_null() && (p as usize) % dtype.size() != 0 {
+        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+    }
+    dev(p, len, want, required)
+}
+
 pub(crate) fn workspace(p: *mut c_void, len: usize) -> Result<u64, care_result> {
     if p.is_null() {
         return Err(care_result::CARE_ERR_NULL_POINTER);
@@ -405,12 +420,12 @@ pub(crate) fn device_loss(
 ) -> Result<DeviceLoss, care_result> {
     let dtype = loss::read_dtype(c.dtype)?;
     let logp = if with_logp {
-        dev(c.logp, c.logp_len, t, true)?
+        dev_logp(c.logp, c.logp_len, t, true, dtype)?
     } else {
         0
     };
-    let logp_old = dev(c.logp_old, c.logp_old_len, t, false)?;
-    let logp_ref = dev(c.logp_ref, c.logp_ref_len, t, false)?;
+    let logp_old = dev_logp(c.logp_old, c.logp_old_len, t, false, dtype)?;
+    let logp_ref = dev_logp(c.logp_ref, c.logp_ref_len, t, false, dtype)?;
     let Some(n_seq) = c.seq_offsets_len.checked_sub(1) else {
         return Err(if c.seq_offsets.is_null() {
             care_result::CARE_ERR_NULL_POINTER
@@ -496,7 +511,7 @@ pub unsafe extern "C" fn care_gpu_policy_loss(
             return care_result::CARE_ERR_INVALID_ARGUMENT;
         }
         let roll = RolloutBuffers {
-            logp_rollout: tri!(dev(c.logp_rollout, c.logp_rollout_len, t, false)),
+            logp_rollout: tri!(dev_logp(c.logp_rollout, c.logp_rollout_len, t, false, d.dtype)),
             stats: 0,
         };
         let b = tri!(unsafe { backend(l.stream, d.seq_offsets) });

@@ -1268,6 +1268,10 @@ fn cpu_cases() -> Vec<Case> {
                     f.lli.mask_len = 2
                 } => CARE_ERR_INVALID_ARGUMENT,
                 "inputs.dtype not f32": |f| f.lli.dtype = 1 => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.logp_rollout given (no rollout correction here)": |f| {
+                    f.lli.logp_rollout = f.lold.as_ptr().cast();
+                    f.lli.logp_rollout_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
                 "logp_old_len != rows": |f| f.lli.logp_old_len = 1 => CARE_ERR_LENGTH_MISMATCH,
                 "seq_offsets end != rows": |f| f.lseq[2] = 3 => CARE_ERR_INVALID_LAYOUT,
                 "inputs.advantages NULL": |f| f.lli.advantages = null() => CARE_ERR_NULL_POINTER,
@@ -1370,6 +1374,9 @@ fn gpu_cases() -> Vec<Case> {
                 "inputs.dtype unknown": |f| f.d_li.dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
                 "inputs.logp NULL": |f| f.d_li.logp = null() => CARE_ERR_NULL_POINTER,
                 "inputs.logp_old_len != T": |f| f.d_li.logp_old_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.logp_old misaligned for its dtype": |f| {
+                    f.d_li.logp_old = 0x1002 as *const c_void
+                } => CARE_ERR_INVALID_ARGUMENT,
                 "inputs.seq_offsets NULL": |f| f.d_li.seq_offsets = null() => CARE_ERR_NULL_POINTER,
                 "inputs: no sequence offsets": |f| f.d_li.seq_offsets_len = 0 => CARE_ERR_INVALID_LAYOUT,
                 "inputs.mask_len != T": |f| f.d_li.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
@@ -1379,6 +1386,23 @@ fn gpu_cases() -> Vec<Case> {
                 "grad_dtype unknown": |f| f.grad_dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
                 "grad_dtype neither f32 nor the inputs'": |f| f.grad_dtype = 1 => CARE_ERR_INVALID_ARGUMENT,
                 "stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| f.d_stats_len = 8 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.logp_rollout NULL with a length": |f| {
+                    f.d_li.logp_rollout_len = T_TOK
+                } => CARE_ERR_NULL_POINTER,
+                "inputs.logp_rollout_len != T": |f| {
+                    f.d_li.logp_rollout = fake();
+                    f.d_li.logp_rollout_len = 4
+                } => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.logp_rollout misaligned": |f| {
+                    f.d_li.logp_rollout = 0x1001 as *const c_void;
+                    f.d_li.logp_rollout_len = T_TOK
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss Clip-Cov (CPU only)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss KL-Cov (CPU only)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
             ]].concat()
         },
         case! { |f, k| care_gpu_selective_log_softmax(
@@ -1424,6 +1448,16 @@ fn gpu_cases() -> Vec<Case> {
                     f.d_lli.mask_len = 2
                 } => CARE_ERR_INVALID_ARGUMENT,
                 "inputs.dtype not f32": |f| f.d_lli.dtype = 2 => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.logp_rollout given (no rollout correction here)": |f| {
+                    f.d_lli.logp_rollout = fake();
+                    f.d_lli.logp_rollout_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss Clip-Cov (CPU only)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss KL-Cov (CPU only)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
                 "logp_old_len != rows": |f| f.d_lli.logp_old_len = 1 => CARE_ERR_LENGTH_MISMATCH,
                 "inputs.advantages NULL": |f| f.d_lli.advantages = null() => CARE_ERR_NULL_POINTER,
                 "outputs.struct_size short": |f| f.d_llo.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
