@@ -240,6 +240,25 @@ typedef uint32_t care_advantage_preset;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// A factor on the batch's advantages (`care_advantage_options.reweight`).
+enum care_reweight
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // None (default).
+  CARE_REWEIGHT_NONE = 0,
+  // GPG: `alpha = N / (N - M)`, `M` the valid samples of groups without signal.
+  CARE_REWEIGHT_GPG = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_reweight care_reweight;
+#else
+typedef uint32_t care_reweight;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // How per-token losses are combined (`care_loss_options.aggregation`).
 enum care_aggregation
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -308,6 +327,134 @@ enum care_ratio_level
 typedef enum care_ratio_level care_ratio_level;
 #else
 typedef uint32_t care_ratio_level;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// The policy-gradient term (`care_loss_options.policy_loss`).
+enum care_policy_loss_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // The clipped ratio (PPO/GRPO; GSPO with a sequence ratio level; default).
+  CARE_POLICY_LOSS_CLIP = 0,
+  // CISPO: the clipped ratio as a detached weight on `A * logp`.
+  CARE_POLICY_LOSS_CISPO = 1,
+  // SAPO: a soft sigmoid gate on the ratio (`sapo_tau_pos`, `sapo_tau_neg`).
+  CARE_POLICY_LOSS_SAPO = 2,
+  // GPG: `-A * logp`.
+  CARE_POLICY_LOSS_GPG = 3,
+  // Clip-Cov: the `cov_ratio` share of tokens with the largest covariance in
+  // `(clip_cov_lb, clip_cov_ub)` gets no gradient (CPU only).
+  CARE_POLICY_LOSS_CLIP_COV = 4,
+  // KL-Cov: `kl_cov_coef * |log ratio|` on the `cov_ratio` share of tokens with the largest
+  // covariance (CPU only).
+  CARE_POLICY_LOSS_KL_COV = 5,
+  // GMPO: the geometric mean of the token ratios, clipped in log space.
+  CARE_POLICY_LOSS_GMPO = 6,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_policy_loss_kind care_policy_loss_kind;
+#else
+typedef uint32_t care_policy_loss_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Which sequences the sequence count of the aggregation counts
+// (`care_loss_options.sequence_count`).
+enum care_sequence_count
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Sequences with at least one counted token (default; verl, OpenRLHF).
+  CARE_SEQUENCE_COUNT_NON_EMPTY = 0,
+  // Every sequence of the call (TRL `grpo`, `dr_grpo`, `sapo`; verl `geo_mean`).
+  CARE_SEQUENCE_COUNT_ALL = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_sequence_count care_sequence_count;
+#else
+typedef uint32_t care_sequence_count;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// How the rollout correction forms importance weights (`care_rollout_options.is_level`).
+enum care_is_level
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // No importance weights (default).
+  CARE_IS_OFF = 0,
+  // One truncated weight per token.
+  CARE_IS_TOKEN = 1,
+  // One truncated weight per sequence.
+  CARE_IS_SEQUENCE = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_is_level care_is_level;
+#else
+typedef uint32_t care_is_level;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// What a token the rollout correction rejects becomes (`care_rollout_options.rejection_mode`).
+enum care_rejection_mode
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // It leaves the loss and every count (verl; default).
+  CARE_REJECTION_DROP = 0,
+  // It keeps its place with importance weight 0 (TRL, OpenRLHF).
+  CARE_REJECTION_ZERO_WEIGHT = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_rejection_mode care_rejection_mode;
+#else
+typedef uint32_t care_rejection_mode;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// The rejection criteria: each value indexes `care_rollout_options.reject`.
+enum care_rejection
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // `ln(lower) <= x_t <= ln(upper)`, `x_t = logp_prox_t - logp_rollout_t`.
+  CARE_REJECT_TOKEN_K1 = 0,
+  // `x_t^2 / 2 <= upper`.
+  CARE_REJECT_TOKEN_K2 = 1,
+  // `exp(x_t) - 1 - x_t <= upper`.
+  CARE_REJECT_TOKEN_K3 = 2,
+  // The sequence's sum of `k1` within `[ln(lower), ln(upper)]`.
+  CARE_REJECT_SEQ_SUM_K1 = 3,
+  // The sequence's sum of `k2 <= upper`.
+  CARE_REJECT_SEQ_SUM_K2 = 4,
+  // The sequence's sum of `k3 <= upper`.
+  CARE_REJECT_SEQ_SUM_K3 = 5,
+  // The sequence's mean of `k1` within `[ln(lower), ln(upper)]`.
+  CARE_REJECT_SEQ_MEAN_K1 = 6,
+  // The sequence's mean of `k2 <= upper`.
+  CARE_REJECT_SEQ_MEAN_K2 = 7,
+  // The sequence's mean of `k3 <= upper`.
+  CARE_REJECT_SEQ_MEAN_K3 = 8,
+  // The sequence's max of `k2 <= upper`.
+  CARE_REJECT_SEQ_MAX_K2 = 9,
+  // The sequence's max of `k3 <= upper`.
+  CARE_REJECT_SEQ_MAX_K3 = 10,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_rejection care_rejection;
+#else
+typedef uint32_t care_rejection;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -1462,7 +1609,7 @@ care_result care_loss_options_preset_by_name(const char *name,
                                              size_t name_len,
                                              struct care_loss_options *options_out);
 
-// The policy loss of one micro-batch (SPEC §10 and the policy-loss family, with the rollout
+// The policy loss of one micro-batch (SPEC §10 and §17, with the rollout
 // correction when `inputs->logp_rollout` is given) on the CPU: its gradient
 // `grad_out[grad_len]` (`dL/dlogp`, `float`, `grad_len == T`), the loss into `*loss_out` and,
 // if `stats_out` is not NULL, the statistics. `options` NULL: the defaults. The rollout
