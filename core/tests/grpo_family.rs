@@ -1,4 +1,4 @@
-//! The policy-loss family's per-token terms (SPEC, "The policy-loss family") on their own:
+//! The policy-loss family's per-token terms (SPEC §17) on their own:
 //! hand-worked values, finite-difference derivatives, and the deterministic top-k selection against
 //! a sort.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,4 @@
-//! Token-level advantages (SPEC, "Token-level advantages"): hand-worked goldens for discounted
+//! Token-level advantages (SPEC §18): hand-worked goldens for discounted
 //! returns, GAE and whitening, and the property tests (GAE with `gamma = lambda = 1` is returns
 //! minus values; masked tokens are skipped, not chain breakers; the cross-rank whitening equals one
 //! rank's).

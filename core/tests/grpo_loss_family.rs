@@ -1,5 +1,5 @@
 //! The policy-loss family, GSPO-token, the rollout correction inside the loss, the new
-//! aggregation and sequence count, and the peer presets (SPEC, "The policy-loss family").
+//! aggregation and sequence count, and the peer presets (SPEC §17).
 //! Hand-worked goldens per term and preset, finite-difference gradients for every loss, and the
 //! property tests of the issue (GSPO-token equals GSPO for advantages constant per sequence;
 //! CISPO's gradient never flows through its clipped weight; `logp_rollout == logp_old` changes

@@ -1,4 +1,4 @@
-//! Rollout correction (SPEC, "Rollout correction"): hand-worked goldens for the weights, every
+//! Rollout correction (SPEC §16): hand-worked goldens for the weights, every
 //! rejection criterion and the diagnostics, and the property tests of the issue (a sequence weight
 //! is the product of the token weights before truncation; `logp_rollout == logp_old` gives weights
 //! 1 and no rejection; diagnostics add across micro-batches).

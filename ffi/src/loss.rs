@@ -1,5 +1,5 @@
-//! The policy loss, its gradient and stats on the CPU (SPEC §10, the policy-loss family and the
-//! rollout correction), and the rollout correction on its own.
+//! The policy loss, its gradient and stats on the CPU (SPEC §10, the policy-loss family of
+//! SPEC §17 and the rollout correction of SPEC §16), and the rollout correction on its own.
 
 use core::ffi::{c_char, c_void};
 use core::mem::{align_of, size_of};
@@ -713,7 +713,7 @@ pub unsafe extern "C" fn care_loss_options_preset_by_name(
     }
 }
 
-/// The policy loss of one micro-batch (SPEC §10 and the policy-loss family, with the rollout
+/// The policy loss of one micro-batch (SPEC §10 and §17, with the rollout
 /// correction when `inputs->logp_rollout` is given) on the CPU: its gradient
 /// `grad_out[grad_len]` (`dL/dlogp`, `float`, `grad_len == T`), the loss into `*loss_out` and,
 /// if `stats_out` is not NULL, the statistics. `options` NULL: the defaults. The rollout

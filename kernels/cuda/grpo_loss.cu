@@ -1,8 +1,8 @@
-// Fused policy loss, its analytic gradient and its stats (SPEC section 10 and the sections on
-// the policy-loss family and the rollout correction): the clipped ratio at token, sequence
+// Fused policy loss, its analytic gradient and its stats (SPEC §10, §16 the rollout correction,
+// §17 the policy-loss family): the clipped ratio at token, sequence
 // (GSPO) or sequence-token (GSPO-token) level, CISPO, SAPO, GPG and GMPO, every aggregation,
 // the KL term, and the rollout correction (truncated importance weights and rejection) with its
-// diagnostics. Clip-Cov and KL-Cov select tokens by a batch-wide top-k of covariances and are
+// diagnostics. Clip-Cov and KL-Cov select tokens by a call-wide top-k of covariances and are
 // not here (the launch plan refuses them).
 //
 // One block per (sequence, chunk): grid = (n_seq, chunks), blockDim.x a multiple of 32. Block

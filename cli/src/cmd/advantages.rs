@@ -1,6 +1,6 @@
 //! `care advantages`: the advantages of one batch per line: group-relative advantages of
-//! outcome rewards (SPEC §9), or the token-level estimators (GAE, REINFORCE++) over token
-//! rewards, each optionally whitened over the batch's tokens.
+//! outcome rewards (SPEC §9, §18), or the token-level estimators (GAE, REINFORCE++; SPEC §18)
+//! over token rewards, each optionally whitened over the batch's tokens.
 
 use crate::input::{
     Line, Members, f32_array, mask_array, object, optional, required, u32_array, usize_value,

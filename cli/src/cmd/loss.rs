@@ -1,5 +1,6 @@
 //! `care loss`: the policy loss of one micro-batch per line (SPEC §10 and the policy-loss
-//! family), with the rollout correction when the line has rollout log-probs.
+//! family of SPEC §17), with the rollout correction (SPEC §16) when the line has rollout
+//! log-probs.
 
 use crate::input::{Line, f32_array, mask_array, object, optional, required, u32_array};
 use crate::json::{LineError, Obj};

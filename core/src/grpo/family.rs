@@ -1,4 +1,4 @@
-//! The policy-loss family beyond the clipped ratio (SPEC, "The policy-loss family"): the per-token
+//! The policy-loss family beyond the clipped ratio (SPEC §17): the per-token
 //! terms of CISPO, SAPO, GPG and KL-Cov, GMPO's clipped log ratio, and the deterministic covariance
 //! selection of Clip-Cov and KL-Cov. Each function returns a term's loss and its derivative in
 //! `logp`; the loss loop adds the aggregation weight, the rollout weight and the KL term.
@@ -32,7 +32,7 @@
 
 use crate::names::named_enum;
 
-/// Which policy-gradient term the loss uses (SPEC, "The policy-loss family").
+/// Which policy-gradient term the loss uses (SPEC §17).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum PolicyLoss {

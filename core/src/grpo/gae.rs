@@ -1,4 +1,4 @@
-//! Token-level advantages (SPEC, "Token-level advantages"): discounted returns (REINFORCE++), GAE
+//! Token-level advantages (SPEC §18): discounted returns (REINFORCE++), GAE
 //! over token rewards and values, and masked whitening, each a reverse scan or a reduction per
 //! sequence of the CSR token layout of SPEC §10.
 //!

@@ -1,4 +1,4 @@
-//! Rollout correction (SPEC, "Rollout correction"): importance weights and rejection masks from the
+//! Rollout correction (SPEC §16): importance weights and rejection masks from the
 //! inference engine's log-probs, and the off-policy diagnostics as sums.
 //!
 //! The rollout engine (vLLM, SGLang, an FP8 kernel, a stale checkpoint) samples with

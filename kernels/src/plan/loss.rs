@@ -1,4 +1,4 @@
-//! The fused policy loss (SPEC §10, the policy-loss family and the rollout correction):
+//! The fused policy loss (SPEC §10, §16 the rollout correction, §17 the policy-loss family):
 //! `grpo_loss_denoms` and `grpo_loss_{f32,bf16,f16}`.
 
 use care_core::Dtype;

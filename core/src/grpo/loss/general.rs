@@ -1,6 +1,7 @@
 //! The general loop of the policy loss: every option (the clipped ratio of SPEC §10, the
-//! policy-loss family, the rollout correction, every aggregation), token or sequence ratio, with
-//! or without the KL term; it hands the common case to the blocked fast path.
+//! policy-loss family of SPEC §17, the rollout correction of SPEC §16, every aggregation),
+//! token or sequence ratio, with or without the KL term; it hands the common case to the
+//! blocked fast path.
 //!
 //! Per call: (0) one pass per sequence for the rollout correction's verdicts and diagnostics and
 //! the local denominators (rejected tokens leave every count); (1) for Clip-Cov and KL-Cov, the
@@ -28,8 +29,8 @@ use crate::grpo::rollout::{
 };
 use crate::{Error, Result};
 
-/// The policy loss of one micro-batch with its gradient `grad[T] = dL/dlogp` (SPEC §10 and the
-/// policy-loss family), accumulated in `f64`.
+/// The policy loss of one micro-batch with its gradient `grad[T] = dL/dlogp` (SPEC §10 and
+/// SPEC §17), accumulated in `f64`.
 ///
 /// Pass global denominators in `opts` (`global_tokens`, `global_sequences`, `horizon`) to make
 /// the loss and gradient of micro-batches add up to those of the whole batch. Masked tokens get

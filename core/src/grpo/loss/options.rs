@@ -145,7 +145,7 @@ pub struct LossOptions {
     pub ratio_level: RatioLevel,
     /// KL estimator used when `beta > 0` and `logp_ref` is given.
     pub kl_estimator: KlEstimator,
-    /// The policy-gradient term (SPEC, "The policy-loss family"); the ratio levels other than
+    /// The policy-gradient term (SPEC §17); the ratio levels other than
     /// `token` need [`PolicyLoss::Clip`].
     pub policy_loss: PolicyLoss,
     /// SAPO gate temperature for `A > 0` (1.0). Finite, `> 0`.
