@@ -394,7 +394,7 @@ pub struct LossArgs {
     /// Dual clip constant c > 1 (default 0 = off; verl preset 3).
     #[arg(long, value_name = "C")]
     pub dual_clip: Option<f64>,
-    /// Token (default) or sequence (GSPO) ratio.
+    /// Token (default), sequence (GSPO) or sequence_token (GSPO-token) ratio.
     #[arg(long, value_parser = named::<RatioLevel>())]
     pub ratio: Option<RatioLevel>,
     /// KL estimator (default k3); `none` turns the KL term off whatever --beta says.
