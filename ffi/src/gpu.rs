@@ -68,7 +68,7 @@ fn dev_logp(
     required: bool,
     dtype: Dtype,
 ) -> Result<u64, care_result> {
-    if !p.is_null() && (p as usize) % dtype.size() != 0 {
+    if !p.is_null() && !(p as usize).is_multiple_of(dtype.size()) {
         return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
     }
     dev(p, len, want, required)

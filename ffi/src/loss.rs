@@ -805,6 +805,11 @@ unsafe fn host_rollout<T: LogProb>(
     // SAFETY (all blocks): forwarded contract.
     let logp = unsafe { args::slice(c.logp.cast::<T>(), c.logp_len) }?;
     let old = unsafe { args::opt_slice(c.logp_old.cast::<T>(), c.logp_old_len) }?;
+    // The core checks every length against the proximal log-probs; `logp` fixes `T` here as in
+    // `care_policy_loss`, so a `logp_old` of another length is a mismatch, not a smaller `T`.
+    if old.is_some_and(|o| o.len() != logp.len()) {
+        return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
+    }
     if c.logp_rollout.is_null() {
         return Err(care_result::CARE_ERR_NULL_POINTER); // required here
     }

@@ -1065,6 +1065,11 @@ fn cpu_cases() -> Vec<Case> {
                 "inputs.logp_rollout_len != T": |f| {
                     f.li.logp_rollout_len = 4
                 } => CARE_ERR_LENGTH_MISMATCH,
+                // Found by the `ffi` fuzz target: the other per-token inputs agreed with each
+                // other but not with `logp`, and the call succeeded with a smaller `T`.
+                "inputs.logp_len != the other per-token lengths": |f| {
+                    f.li.logp_len = 4
+                } => CARE_ERR_LENGTH_MISMATCH,
                 "inputs.seq_offsets end != T": |f| f.seq[2] = 4 => CARE_ERR_INVALID_LAYOUT,
                 "inputs.mask_len != T": |f| f.li.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
                 "weights_len != T": |f| f.weights_out.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
