@@ -1,13 +1,17 @@
 //! `care advantages`: group-relative advantages of one batch per line (SPEC §9).
 
 use crate::input::{
-    Line, f32_array, mask_array, object, optional, required, u32_array, usize_value,
+    Line, check_layout, f32_array, mask_array, object, optional, required, same_length, u32_array,
+    usize_value,
 };
 use crate::json::{LineError, Obj};
 use care_core::grpo::{AdvantageOptions, GroupLayout, GroupStats, group_advantages};
 
 /// Resolved options: the core's [`AdvantageOptions`].
 pub type Options = AdvantageOptions;
+
+/// The members of an input line (besides `id` and `meta`).
+pub const MEMBERS: &[&str] = &["rewards", "group_size", "group_offsets", "valid"];
 
 /// Reads `{"rewards", "group_size" | "group_offsets", "valid"?}` and writes `advantages` and
 /// `groups`.
@@ -38,9 +42,14 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
             ));
         }
     };
-    let groups = layout
-        .validate(rewards.len())
-        .map_err(|e| LineError::core(e, "group layout"))?;
+    let layout_name = match layout {
+        GroupLayout::Fixed { .. } => "group_size",
+        GroupLayout::Offsets(_) => "group_offsets",
+    };
+    let groups = check_layout(layout, rewards.len(), layout_name, "rewards")?;
+    if let Some(v) = &valid {
+        same_length("valid", v.len(), "rewards", rewards.len())?;
+    }
     let mut adv = vec![0.0f32; rewards.len()];
     let mut stats = vec![GroupStats::default(); groups];
     group_advantages(

@@ -26,7 +26,7 @@ pub use advantage::{
     StdKind, broadcast_to_tokens, group_advantages,
 };
 pub use dist::{GroupSums, group_advantages_finalize, group_partial_squares, group_partial_sums};
-pub use layout::{GroupLayout, validate_offsets};
+pub use layout::{GroupLayout, LayoutFault, NamedLayoutFault, offsets_fault, validate_offsets};
 pub use logprob::LogProb;
 pub use loss::{
     Advantages, Aggregation, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput, LossPreset,
