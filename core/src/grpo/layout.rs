@@ -244,6 +244,7 @@ mod tests {
 
     #[cfg(feature = "alloc")]
     #[test]
+    #[allow(clippy::unwrap_used)] // a fault is the point of each case
     fn faults_name_the_arrays_and_sizes() {
         use alloc::string::ToString;
         let f = |l: GroupLayout<'_>, n| {
