@@ -91,7 +91,8 @@ fn an_unknown_member_of_a_turn_is_an_error_line_naming_it() {
     )
     .unwrap();
     let out = care()
-        .args(["reward", "--scripted"])
+        .args(["reward", "--scripted", "--cache"])
+        .arg(dir.join("c.sqlite"))
         .arg(&input)
         .output()
         .unwrap();
