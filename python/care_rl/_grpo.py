@@ -37,8 +37,31 @@ def loss_options(preset: Optional[str] = None, **overrides) -> str:
 
 
 def _arr(x, dtype, name: str) -> np.ndarray:
-    a = np.ascontiguousarray(x, dtype=dtype)
-    return a.reshape(-1)
+    a = _f32(x, name) if dtype == np.float32 else np.asarray(x, dtype=dtype)
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _f32(x, name: str) -> np.ndarray:
+    """``x`` as float32, keeping its shape. The rule of every surface (CLI, C, Python): a value
+    is rounded to the nearest float32, and a finite one that rounds to infinity (``1e39``) is a
+    ``non_finite`` error naming the array and index, never an infinity passed on."""
+    src = np.asarray(x)
+    if src.dtype == np.float32:
+        return src
+    wide = src.astype(np.float64)
+    with np.errstate(over="ignore"):
+        a = wide.astype(np.float32)
+    bad = np.flatnonzero(np.isinf(a) & np.isfinite(wide))
+    if bad.size:
+        at = np.unravel_index(int(bad[0]), a.shape) if a.ndim else ()
+        place = name + "".join(f"[{int(i)}]" for i in at)
+        raise _care.error(
+            "non_finite", f"{place} = {float(wide.reshape(-1)[bad[0]]):g} exceeds the f32 range (|x| <= {_F32_MAX:g})"
+        )
+    return a
 
 
 def _layout(rewards: np.ndarray, group_size, group_offsets):
@@ -75,7 +98,7 @@ def group_advantages(
     are computed in float64 either way). With ``return_stats``, also float64 ``[B, 4]``: count,
     mean, std, zero_variance per group.
     """
-    r = np.asarray(rewards, dtype=np.float32)
+    r = _f32(rewards, "rewards")
     shape = r.shape
     r = np.ascontiguousarray(r).reshape(-1)
     gs, offs = _layout(np.asarray(rewards), group_size, group_offsets)
@@ -138,7 +161,7 @@ def group_advantages_finalize(
 ) -> np.ndarray:
     """Step 3: this rank's advantages from the all-reduced ``sums`` and ``m2``; equal to
     :func:`group_advantages` over the whole batch up to the reduction order."""
-    r = np.asarray(rewards, dtype=np.float32)
+    r = _f32(rewards, "rewards")
     shape = r.shape
     r = np.ascontiguousarray(r).reshape(-1)
     gs, offs = _layout(np.asarray(rewards), group_size, group_offsets)
@@ -199,7 +222,7 @@ def policy_loss(
     """
     lp = np.asarray(logp)
     if lp.dtype not in (np.float32, np.float64):
-        lp = lp.astype(np.float32)
+        lp = _f32(lp, "logp")
     shape = lp.shape
     if seq_offsets is None:
         if lp.ndim != 2:
@@ -210,7 +233,7 @@ def policy_loss(
     flat = np.ascontiguousarray(lp).reshape(-1)
     old = None if logp_old is None else _arr(logp_old, lp.dtype, "logp_old")
     ref = None if logp_ref is None else _arr(logp_ref, lp.dtype, "logp_ref")
-    adv = np.asarray(advantages, dtype=np.float32)
+    adv = _f32(advantages, "advantages")
     kind = advantage_kind(adv.shape, shape, flat.size, offs.size - 1, per_token)
     grad = np.empty(flat.size, dtype=np.float32)
     stats = np.empty(len(_care.LOSS_STATS_FIELDS), dtype=np.float64)
