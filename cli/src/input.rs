@@ -80,7 +80,19 @@ pub struct Line<'a> {
 
 impl<'a> Line<'a> {
     /// Checks `text` (see [`check_strict`]) and splits out its top-level members.
+    ///
+    /// The check is [`crate::scan::scan_line`] (one pass, no allocation) when it accepts the
+    /// line, and the reference check (`check_strict`, which writes the exact error) otherwise.
     pub fn parse(text: &'a str) -> Result<Self, LineError> {
+        if crate::scan::fast_path_on() {
+            if let Some(strings) = fast_top_strings(text) {
+                return Ok(Line {
+                    text,
+                    members: Members::parse(text),
+                    strings,
+                });
+            }
+        }
         let strings = check_strict_top(text)?;
         Ok(Line {
             text,
@@ -106,6 +118,37 @@ impl<'a> Line<'a> {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_ref())
     }
+}
+
+thread_local! {
+    static SCAN: std::cell::RefCell<crate::scan::Scratch> = Default::default();
+}
+
+/// The string-valued top-level members of `text` when [`crate::scan::scan_line`] accepts it
+/// (decoded; borrowed when they have no escapes); `None` when it declines.
+fn fast_top_strings(text: &str) -> Option<TopStrings<'_>> {
+    SCAN.with(|cell| {
+        let mut scratch = cell.try_borrow_mut().ok()?;
+        if !crate::scan::scan_line(text, &mut scratch) {
+            return None;
+        }
+        let mut buf = String::new();
+        Some(
+            scratch
+                .members(text)
+                .filter(|m| m.value.starts_with('"'))
+                .map(|m| {
+                    let v = if m.value.contains('\\') {
+                        Cow::Owned(crate::scan::decode_string(m.value, &mut buf).to_owned())
+                    } else {
+                        // An accepted string literal: its quotes enclose the text.
+                        Cow::Borrowed(m.value.get(1..m.value.len() - 1).unwrap_or(""))
+                    };
+                    (Cow::Borrowed(m.key), v)
+                })
+                .collect(),
+        )
+    })
 }
 
 /// The members of an input line that must be a JSON object.
