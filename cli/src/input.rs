@@ -84,14 +84,14 @@ impl<'a> Line<'a> {
     /// The check is [`crate::scan::scan_line`] (one pass, no allocation) when it accepts the
     /// line, and the reference check (`check_strict`, which writes the exact error) otherwise.
     pub fn parse(text: &'a str) -> Result<Self, LineError> {
-        if crate::scan::fast_path_on() {
-            if let Some(strings) = fast_top_strings(text) {
-                return Ok(Line {
-                    text,
-                    members: Members::parse(text),
-                    strings,
-                });
-            }
+        if crate::scan::fast_path_on()
+            && let Some(strings) = fast_top_strings(text)
+        {
+            return Ok(Line {
+                text,
+                members: Members::parse(text),
+                strings,
+            });
         }
         let strings = check_strict_top(text)?;
         Ok(Line {

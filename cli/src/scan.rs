@@ -66,6 +66,22 @@ impl Scratch {
 /// Scans `text` (one line, no newline); `true` when it is accepted, with its top-level members
 /// in `scratch` ([`Scratch::members`]). `false`: declined (no members).
 pub fn scan_line(text: &str, scratch: &mut Scratch) -> bool {
+    scan_inner(text, scratch, None)
+}
+
+/// [`scan_line`] that also decodes the string value of the top-level member `key` into `out`
+/// in the same pass (cleared first; left empty when there is no such string member), so the
+/// bytes of that string are read once. Returns what [`scan_line`] returns.
+pub fn scan_line_decoding(text: &str, scratch: &mut Scratch, key: &str, out: &mut Vec<u8>) -> bool {
+    out.clear();
+    let ok = scan_inner(text, scratch, Some((key.as_bytes(), &mut *out)));
+    if !ok {
+        out.clear();
+    }
+    ok
+}
+
+fn scan_inner(text: &str, scratch: &mut Scratch, decode: Option<(&[u8], &mut Vec<u8>)>) -> bool {
     scratch.keys.clear();
     scratch.opens.clear();
     scratch.members.clear();
@@ -77,6 +93,7 @@ pub fn scan_line(text: &str, scratch: &mut Scratch) -> bool {
         i: 0,
         keys: &mut scratch.keys,
         opens: &mut scratch.opens,
+        decode,
     };
     let ok = s.document(&mut scratch.members);
     if !ok {
@@ -159,6 +176,8 @@ struct Scanner<'b, 'k> {
     keys: &'k mut Vec<(u32, u32)>,
     /// Open containers: (`{` or `[`, index in `keys` where its keys start).
     opens: &'k mut Vec<(u8, u32)>,
+    /// The top-level key whose string value is decoded while it is scanned, and where to.
+    decode: Option<(&'k [u8], &'k mut Vec<u8>)>,
 }
 
 const LO: u64 = 0x0101_0101_0101_0101;
@@ -228,7 +247,25 @@ impl Scanner<'_, '_> {
                     }
                 }
                 b'"' => {
-                    if self.string().is_none() {
+                    let decode_here = self.opens.len() == 1
+                        && top_object
+                        && pending.is_some_and(|(ks, ke, _)| {
+                            self.decode
+                                .as_ref()
+                                .is_some_and(|(k, _)| self.b.get(ks..ke) == Some(*k))
+                        });
+                    let ok = match self.decode.take() {
+                        Some((k, out)) if decode_here => {
+                            let ok = self.string_into(out).is_some();
+                            self.decode = Some((k, out));
+                            ok
+                        }
+                        d => {
+                            self.decode = d;
+                            self.string().is_some()
+                        }
+                    };
+                    if !ok {
                         return false;
                     }
                 }
@@ -262,10 +299,11 @@ impl Scanner<'_, '_> {
                     // The root value ended: only whitespace may follow.
                     return self.i == self.b.len();
                 };
-                if self.opens.len() == 1 && top_object {
-                    if let Some((ks, ke, vs)) = pending.take() {
-                        members.push([ks as u32, ke as u32, vs as u32, end as u32]);
-                    }
+                if self.opens.len() == 1
+                    && top_object
+                    && let Some((ks, ke, vs)) = pending.take()
+                {
+                    members.push([ks as u32, ke as u32, vs as u32, end as u32]);
                 }
                 match (open, self.peek()) {
                     (_, Some(b',')) => {
@@ -373,6 +411,66 @@ impl Scanner<'_, '_> {
                 }
                 c if c < 0x20 => return None,
                 _ => j += 1,
+            }
+        }
+    }
+
+    /// [`Scanner::string`] that appends the decoded string to `out` as it goes: runs of plain
+    /// bytes eight at a time, each escape as the character it stands for.
+    fn string_into(&mut self, out: &mut Vec<u8>) -> Option<()> {
+        let b = self.b;
+        let mut j = self.i + 1;
+        loop {
+            while let Some(chunk) = b.get(j..j + 8) {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(chunk);
+                let m = special(u64::from_le_bytes(w));
+                if m != 0 {
+                    let k = (m.trailing_zeros() / 8) as usize;
+                    out.extend_from_slice(chunk.get(..k)?);
+                    j += k;
+                    break;
+                }
+                out.extend_from_slice(&w);
+                j += 8;
+            }
+            let c = *b.get(j)?;
+            match c {
+                b'"' => {
+                    self.i = j + 1;
+                    return Some(());
+                }
+                b'\\' => {
+                    let (byte, used) = match *b.get(j + 1)? {
+                        e @ (b'"' | b'\\' | b'/') => (e, 2),
+                        b'b' => (0x08, 2),
+                        b'f' => (0x0c, 2),
+                        b'n' => (b'\n', 2),
+                        b'r' => (b'\r', 2),
+                        b't' => (b'\t', 2),
+                        b'u' => {
+                            let hex = b.get(j + 2..j + 6)?;
+                            let mut cp = 0u32;
+                            for &h in hex {
+                                cp = cp * 16 + char::from(h).to_digit(16)?;
+                            }
+                            // Surrogates (pairs or lone ones): the reference path decides.
+                            let ch = char::from_u32(cp)?;
+                            let mut enc = [0u8; 4];
+                            out.extend_from_slice(ch.encode_utf8(&mut enc).as_bytes());
+                            j += 6;
+                            continue;
+                        }
+                        _ => return None,
+                    };
+                    out.push(byte);
+                    j += used;
+                }
+                c if c < 0x20 => return None,
+                c => {
+                    out.push(c);
+                    j += 1;
+                }
             }
         }
     }
@@ -509,6 +607,36 @@ mod tests {
         // Same key in sibling objects is fine; the key list is per object.
         assert!(scan(r#"[{"a":1},{"a":2}]"#).is_some());
         assert!(scan(r#"{"a":{"a":1},"b":{"a":2}}"#).is_some());
+    }
+
+    #[test]
+    fn strings_decode_in_the_scan_like_serde_json() {
+        let mut s = Scratch::default();
+        let mut out = Vec::new();
+        for raw in [
+            r#""plain and long enough to take the word loop""#,
+            r#""a\nb\t\"\\\/\b\f\r\u00e9\u20ac and é more text after the escapes""#,
+            r#""""#,
+        ] {
+            let want: String = serde_json::from_str(raw).unwrap();
+            let line = format!(r#"{{"id":"\n","text":{raw},"x":["text"]}}"#);
+            assert!(scan_line_decoding(&line, &mut s, "text", &mut out));
+            assert_eq!(std::str::from_utf8(&out).unwrap(), want);
+        }
+        // Only the top-level member is decoded, and nothing when it is no string.
+        assert!(scan_line_decoding(
+            r#"{"a":{"text":"x"},"text":1}"#,
+            &mut s,
+            "text",
+            &mut out
+        ));
+        assert!(out.is_empty());
+        assert!(!scan_line_decoding(
+            r#"{"text":"\ud800"}"#,
+            &mut s,
+            "text",
+            &mut out
+        ));
     }
 
     #[test]

@@ -64,12 +64,11 @@ impl LineProcessor for Command {
 impl Command {
     fn write_line(&self, line: u64, bytes: &[u8], out: &mut String) -> Result<(), LineError> {
         let text = line_text(bytes)?;
-        if let Command::Validate(opts) = self {
-            if crate::scan::fast_path_on() {
-                if let Some(r) = validate::run_fast(opts, line, text, out) {
-                    return r;
-                }
-            }
+        if let Command::Validate(opts) = self
+            && crate::scan::fast_path_on()
+            && let Some(r) = validate::run_fast(opts, line, text, out)
+        {
+            return r;
         }
         let input = Line::parse(text)?;
         Obj::try_write(out, |o| {

@@ -39,12 +39,12 @@ fn write_validation(policy: &Options, text: &str, o: &mut Obj<'_>) -> Result<(),
     Ok(())
 }
 
-/// Per-thread memory of [`run_fast`]: the scanner's, and the buffer a `"text"` string with
-/// escapes is decoded into.
+/// Per-thread memory of [`run_fast`]: the scanner's, and the buffer the `"text"` string is
+/// decoded into.
 #[derive(Default)]
 struct Fast {
     scan: scan::Scratch,
-    decoded: String,
+    decoded: Vec<u8>,
 }
 
 thread_local! {
@@ -54,9 +54,9 @@ thread_local! {
 /// Decoded strings longer than this are not kept for the next line.
 const KEEP_DECODED: usize = 1 << 20;
 
-/// The whole output line for input line `line` with text `text`, written in one pass over the
-/// line ([`scan::scan_line`]: the strict check and the members at once, no `Value` tree, no
-/// second parse; the `"text"` string decoded into a reused buffer only when it has escapes).
+/// The whole output line for input line `line` with text `text`, written after one pass over
+/// the line ([`scan::scan_line_decoding`]: the strict check, the members and the decoded
+/// `"text"` string at once, into a reused buffer; no `Value` tree, no second parse).
 /// `None` when the scanner declines the line: the caller takes the reference path, which writes
 /// exactly what this would have (`cli/tests/fast_path.rs` checks that).
 pub fn run_fast(
@@ -68,7 +68,7 @@ pub fn run_fast(
     FAST.with(|cell| {
         let mut guard = cell.try_borrow_mut().ok()?;
         let fast = &mut *guard;
-        if !scan::scan_line(text, &mut fast.scan) {
+        if !scan::scan_line_decoding(text, &mut fast.scan, "text", &mut fast.decoded) {
             return None;
         }
         // Only the common members: `{"text": .., "id": ..}`, or a rubric object (`categories`)
@@ -89,7 +89,11 @@ pub fn run_fast(
         let rubric = match raw_text {
             // Not a string: the reference path writes the schema error.
             Some(raw) if !raw.starts_with('"') => return None,
-            Some(raw) => scan::decode_string(raw, &mut fast.decoded),
+            // Without escapes the decoded text is the literal's inside: borrow that.
+            Some(raw) if fast.decoded.len() + 2 == raw.len() => raw.get(1..raw.len() - 1)?,
+            // Decoded by the scan; the runs between escapes are whole characters of the line,
+            // so this is valid UTF-8 (the check is the cheap ASCII pass, never a failure).
+            Some(_) => core::str::from_utf8(&fast.decoded).ok()?,
             None => text,
         };
         let r = Obj::try_write(out, |o| {
@@ -100,7 +104,7 @@ pub fn run_fast(
             write_validation(policy, rubric, o)
         });
         if fast.decoded.capacity() > KEEP_DECODED {
-            fast.decoded = String::new();
+            fast.decoded = Vec::new();
         }
         Some(r)
     })
