@@ -5,27 +5,13 @@
 #
 #   bash python/ci.sh            from the repository root
 #
-# The virtualenv lives in ${CARE_CI_CACHE:-$HOME/.cache/care-ci}/venv-py-<hash>, where <hash>
-# covers requirements-test.txt and the interpreter version; it is built in a temporary
-# directory and renamed into place when complete, so an interrupted build is never reused.
+# The virtualenv: python/venv.sh (path, cache key and atomic build in one place).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-py="${PYTHON:-python3}"
-cache="${CARE_CI_CACHE:-$HOME/.cache/care-ci}"
-key="$({ cat python/requirements-test.txt; "$py" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-16)"
-venv="$cache/venv-py-$key"
+# shellcheck source=python/venv.sh
+source python/venv.sh
 t0=$(date +%s)
-if [ ! -x "$venv/bin/python" ]; then
-    echo "python/ci.sh: building $venv (cold: torch and its CUDA wheels download, minutes)"
-    mkdir -p "$cache"
-    tmp="$venv.partial.$$"
-    trap 'rm -rf "$tmp"' EXIT
-    "$py" -m venv "$tmp"
-    "$tmp/bin/python" -m pip install --quiet -r python/requirements-test.txt
-    # Everything below runs as `python -m ...`, which works from the renamed directory.
-    mv "$tmp" "$venv"
-    trap - EXIT
-fi
+venv="$(care_ci_venv)"
 t1=$(date +%s)
 # --no-build-isolation: maturin comes from the pinned requirements instead of a fresh
 # download per run; the release build reuses the workspace's target directory.

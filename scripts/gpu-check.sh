@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
-# GPU check of care-kernels, in two halves:
+# GPU check of care, in two halves:
 #
 #   scripts/gpu-check.sh prepare [DIR]   on the CPU build machine (Rust, no GPU): builds the
 #                                        release test binaries of care-kernels, care-kernels-emu
 #                                        and care-ffi (the PTX is embedded) and the release
-#                                        libcare.so, strips them and puts them with this script,
-#                                        the header, the C/C++ examples, a paper rubric,
-#                                        python/care_torch and benches/gpu/compare_torch.py into
-#                                        DIR (default target/gpu-check), checked to stay under
-#                                        60 MiB.
-#   scripts/gpu-check.sh run OUTDIR      on the GPU machine (NVIDIA driver, CUDA tools, PyTorch,
-#                                        no Rust), from inside the prepared DIR: runs every
-#                                        `gpu_*` test with CARE_REQUIRE_GPU=1 (a missing GPU
-#                                        fails), the same tests under compute-sanitizer memcheck,
-#                                        racecheck and synccheck, the C and C++ examples against
-#                                        libcare.so (their GPU step checks itself against the
-#                                        CPU), and benches/gpu/compare_torch.py (JSON rows in
+#                                        libcare.so, strips them, builds the abi3 wheel of
+#                                        care-rl (`pip wheel ./python`, stripped) and fetches the
+#                                        pinned pytest wheels, and puts them with this script,
+#                                        the header, the C/C++ examples, a paper rubric, the
+#                                        care_rl.torch tests and benches/gpu/compare_torch.py
+#                                        into DIR (default target/gpu-check), checked to stay
+#                                        under 60 MiB.
+#   scripts/gpu-check.sh run OUTDIR      on the GPU machine (NVIDIA driver, CUDA tools, Python
+#                                        with PyTorch and numpy, no Rust), from inside the
+#                                        prepared DIR: installs the care-rl wheel (and pytest)
+#                                        with `pip install --no-deps --target OUTDIR/pylib`, runs
+#                                        the care_rl.torch tests with CARE_REQUIRE_GPU=1 (their
+#                                        CUDA tests once more under compute-sanitizer memcheck),
+#                                        every `gpu_*` test of the Rust binaries with
+#                                        CARE_REQUIRE_GPU=1 (a missing GPU fails), the same tests
+#                                        under compute-sanitizer memcheck, racecheck and synccheck, the
+#                                        C and C++ examples against libcare.so (their GPU step
+#                                        checks itself against the CPU), and
+#                                        benches/gpu/compare_torch.py (JSON rows in
 #                                        OUTDIR/compare_torch.json); one log per step and
 #                                        summary.txt in OUTDIR. Exit 0 only if every step passed.
 #
 # CARE_GPU_CASES (default 256 for the plain run, 16 under the sanitizers, which are slow) sets
-# how many random cases each GPU property test runs.
+# how many random cases each GPU property test runs. PYTHON (default python3) is the
+# interpreter with PyTorch on the GPU machine, and the one whose pip builds the wheel here
+# (default: the CI virtualenv of python/ci.sh, which has the pinned maturin).
 set -uo pipefail
 
 cmd="${1:-}"
@@ -41,20 +50,43 @@ prepare)
             strip "$dir/bin/$name"
         done
     cp "$root/scripts/gpu-check.sh" "$dir/gpu-check.sh"
-    # libcare for the examples and the PyTorch benchmark, with what they need around it, in the
-    # repository's layout (compare_torch.py finds python/ relative to itself).
+    # libcare for the C/C++ examples, with what they need around it.
     cargo build --release -p libcare
-    mkdir -p "$dir/lib" "$dir/include" "$dir/examples" "$dir/python" "$dir/benches/gpu"
+    mkdir -p "$dir/lib" "$dir/include" "$dir/examples" "$dir/python/tests" "$dir/benches/gpu" \
+        "$dir/wheels"
     cp "$root/target/release/libcare.so" "$dir/lib/" && strip "$dir/lib/libcare.so"
     cp "$root/include/care.h" "$dir/include/"
     cp -r "$root/examples/c" "$root/examples/cpp" "$dir/examples/"
     cp "$root/cli/data/rubric_sft_1.json" "$dir/"
-    cp -r "$root/python/care_torch" "$dir/python/"
-    find "$dir/python" -name __pycache__ -prune -exec rm -rf {} +
+    # care_rl: the abi3 wheel (one wheel for every CPython >= 3.9), built by the pinned maturin
+    # of the CI virtualenv (python/venv.sh) and stripped; the GPU machine installs it with
+    # --no-deps (torch and numpy are its own). pytest's wheels (the version CI pins) come along
+    # in case the machine has no pytest: the pure-Python builds (--platform any), since the
+    # machine's CPython may differ from this one (tomli also has per-version compiled wheels).
+    if [ -n "${PYTHON:-}" ]; then
+        py="$PYTHON"
+    else
+        # shellcheck source=python/venv.sh
+        source "$root/python/venv.sh"
+        py="$(care_ci_venv)/bin/python"
+    fi
+    # MATURIN_PEP517_ARGS: what maturin's PEP 517 backend adds to its build (pip has no other
+    # way to pass it options). The release profile keeps line tables; the wheel does not need them.
+    PATH="$(dirname "$py"):$PATH" MATURIN_PEP517_ARGS="--strip" "$py" -m pip wheel --quiet \
+        --no-deps --no-build-isolation -w "$dir/wheels" "$root/python"
+    pytest_pin="$(grep -o '^pytest==[0-9.]*' "$root/python/requirements-test.txt")"
+    "$py" -m pip download --quiet --only-binary=:all: --platform any --implementation py \
+        --no-deps -d "$dir/wheels" \
+        "$pytest_pin" iniconfig packaging pluggy pygments exceptiongroup tomli typing_extensions
+    # The care_rl.torch tests (they need only conftest.py) and the PyTorch comparison.
+    cp "$root/python/tests/conftest.py" "$root/python/tests/test_torch_ops.py" "$dir/python/tests/"
     cp "$root/benches/gpu/compare_torch.py" "$dir/benches/gpu/"
     git -C "$root" rev-parse HEAD > "$dir/COMMIT" 2>/dev/null || true
     size=$(du -sb "$dir" | cut -f1)
     echo "gpu-check: prepared $dir ($((size / 1024 / 1024)) MiB): $(ls "$dir/bin" | tr '\n' ' ')"
+    echo "gpu-check: wheels: $(cd "$dir/wheels" && ls | tr '\n' ' ')"
+    du -sh "$dir"/* | sed 's|^|gpu-check:   |'
+
     glibc=$(objdump -T "$dir"/bin/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1)
     echo "gpu-check: the binaries need ${glibc:-an unknown glibc} or newer and libstdc++ on the GPU machine"
     if [ "$size" -gt $((60 * 1024 * 1024)) ]; then
@@ -89,11 +121,31 @@ run)
         [ $rc -eq 0 ] || { verdict="FAIL (exit $rc)"; failed=1; }
         printf '%-44s %-16s %4ss  %s\n' "$name" "$verdict" "$((SECONDS - start))" "$log" >> "$summary"
     }
-    export CARE_REQUIRE_GPU=1
+    export CARE_REQUIRE_GPU=1 CARE_REQUIRE_TORCH=1
+    py="${PYTHON:-python3}"
+    # care_rl from the shipped wheel (and pytest, in case the machine has none), next to, not
+    # into, the machine's Python: torch and numpy stay the machine's own.
+    step "care_rl: pip install --no-deps the wheels" "pip_install.log" \
+        "$py" -m pip install --no-deps --no-index --target "$out/pylib" "$here"/wheels/*.whl
+    export PYTHONPATH="$out/pylib${PYTHONPATH:+:$PYTHONPATH}"
+    step "care_rl.torch: tests (CUDA required)" "care_rl_torch.log" \
+        "$py" -m pytest "$here/python/tests/test_torch_ops.py" -rs -p no:cacheprovider
+    # The CUDA tests of the ops under memcheck: the kernels on buffers that PyTorch allocated,
+    # through the DLPack glue. PYTORCH_NO_CUDA_MEMORY_CACHING gives every tensor its own
+    # cudaMalloc, so an access past a tensor is past an allocation; graph capture needs the
+    # caching allocator and stays out of this run.
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 step "care_rl.torch: compute-sanitizer memcheck" \
+        "care_rl_torch.memcheck.log" \
+        compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 50 \
+        "$py" -m pytest "$here/python/tests/test_torch_ops.py" -k "cuda and not graph" -rs \
+        -p no:cacheprovider
     for bin in "$here"/bin/*; do
         name="$(basename "$bin")"
-        # Only binaries that have GPU tests (the list filter prints "N tests").
-        if ! "$bin" gpu_ --list 2>/dev/null | grep -q ': test'; then
+        # Only binaries that have GPU tests (the list filter prints "N tests"). The list is read
+        # whole first: `grep -q` in the pipe would exit at the first match, the binary would
+        # die of SIGPIPE writing the rest, and pipefail would then skip a binary that has tests.
+        listed="$("$bin" gpu_ --list 2>/dev/null || true)"
+        if ! grep -q ': test' <<< "$listed"; then
             continue
         fi
         CARE_GPU_CASES="${CARE_GPU_CASES:-256}" \
@@ -119,16 +171,16 @@ run)
         -L"$here/lib" -lcare -ldl -Wl,-rpath,"$here/lib" -o "$out/examples/grpo_step_cpp"
     step "C++ example: run (GPU step when present)" "example_cpp.log" \
         "$out/examples/grpo_step_cpp" "$here/rubric_sft_1.json"
-    # care kernels vs torch eager vs torch.compile (issue 8's GPU tables).
-    CARE_LIB="$here/lib/libcare.so" step "compare_torch.py (care vs torch)" "compare_torch.log" \
-        timeout "${CARE_COMPARE_TIMEOUT:-900}" python3 "$here/benches/gpu/compare_torch.py" \
+    # care kernels vs torch eager vs torch.compile, through care_rl (the installed wheel).
+    step "compare_torch.py (care vs torch)" "compare_torch.log" \
+        timeout "${CARE_COMPARE_TIMEOUT:-900}" "$py" "$here/benches/gpu/compare_torch.py" \
         --out "$out/compare_torch.json"
     if [ $failed -eq 0 ]; then echo "result: PASS" >> "$summary"; else echo "result: FAIL" >> "$summary"; fi
     cat "$summary"
     exit $failed
     ;;
 *)
-    sed -n '2,20p' "$0"
+    sed -n '2,/^set -uo pipefail$/p' "$0" | sed '$d'
     exit 2
     ;;
 esac

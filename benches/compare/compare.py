@@ -6,7 +6,6 @@ everything and makes the venv; see that file for the command line.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import platform
@@ -19,12 +18,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "python"))
 
 import numpy as np  # noqa: E402
 
 import baselines as bl  # noqa: E402
-from care_torch import _lib  # noqa: E402
+
+try:
+    import care_rl  # noqa: E402
+except ImportError as e:  # pragma: no cover - a setup error, said plainly
+    sys.exit(f"compare.py needs the care_rl package (pip install ./python; run.sh does): {e}")
 
 ROWS = []
 
@@ -118,17 +120,9 @@ def rubric_rows(args, care_bin):
     row("validate JSONL", "Python json + hand-written checks", t_py, size, "B/s")
     row("validate JSONL", "Python pydantic v2 model", t_pd, size, "B/s")
 
-    # Do all three agree on the 100-rubric mix? (ctypes care_r_fmt is the library verdict.)
-    lib = _lib.lib()
-    lib.care_r_fmt.restype = ctypes.c_uint32
-    lib.care_r_fmt.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+    # Do all three agree on the 100-rubric mix? (care_rl.format_reward is the library verdict.)
     texts = [json.loads(x)["text"] for x in head]
-    lib_r = []
-    for t in texts:
-        b = t.encode()
-        out = ctypes.c_double()
-        _lib.check(lib.care_r_fmt(b, len(b), None, ctypes.byref(out)), "care_r_fmt")
-        lib_r.append(int(out.value))
+    lib_r = [int(care_rl.format_reward(t)) for t in texts]
     hand_r = [bl.validate_handwritten(t)[0] for t in texts]
     model = bl.make_pydantic_model()
     pyd_r = []
@@ -150,7 +144,7 @@ def rubric_rows(args, care_bin):
         try:
             cli_r = care_format_rewards(care_bin, head)
             same_cli = sum(a == b for a, b in zip(cli_r, lib_r))
-            print(f"# care validate CLI agrees with libcare on {same_cli}/100", file=sys.stderr)
+            print(f"# care validate CLI agrees with care_rl on {same_cli}/100", file=sys.stderr)
             for threads, label in ((1, "1 thread"), (0, "all cores")):
                 t, _ = timed(lambda: run_care(care_bin, "validate", vpath, threads), args.repeat)
                 row("validate JSONL", f"`care validate` ({label})", t, size, "B/s", t_py,
@@ -178,22 +172,12 @@ def score_rows(args, care_bin):
 
 
 def advantage_rows(args):
-    lib = _lib.lib()
-    opts = _lib.advantage_options("verl")
     rng = np.random.default_rng(0)
     for n, g in ((8192, 16), (1 << 20, 64), (1 << 22, 64)):
         r = (rng.integers(0, 31, n) / 30).astype(np.float32)
-        out = np.empty(n, dtype=np.float32)
 
         def care():
-            _lib.check(
-                lib.care_group_advantages(
-                    r.ctypes.data, n, None, 0, g, None, 0, ctypes.byref(opts),
-                    out.ctypes.data, n, None, 0,
-                ),
-                "care_group_advantages",
-            )  # fmt: skip
-            return out
+            return care_rl.group_advantages(r, g, preset="verl")
 
         rep = max(args.repeat, 5)
         t_np, a_np = timed(lambda: bl.advantages_numpy(r, g), rep)
@@ -208,13 +192,11 @@ def advantage_rows(args):
         task = f"advantages N={n}, G={g}"
         row(task, "numpy vectorized (reshape, mean, std ddof=1)", t_np, n, "samples/s")
         row(task, "Python per-group loop (verl reference style)", t_loop, n, "samples/s")
-        row(task, "care (libcare CPU via ctypes, 1 core)", t_c, n, "samples/s", t_np,
+        row(task, "care_rl.group_advantages (numpy API, 1 core)", t_c, n, "samples/s", t_np,
             f"vs numpy; {t_loop / t_c:.0f}x vs loop; max abs diff {err:.1e}")  # fmt: skip
 
 
 def loss_rows(args):
-    lib = _lib.lib()
-    opts = _lib.loss_options()
     rng = np.random.default_rng(1)
     seq = 1024
     for t in (1 << 20, 1 << 22):
@@ -224,19 +206,11 @@ def loss_rows(args):
         offs = (np.arange(b + 1) * seq).astype(np.uint32)
         mask = (np.arange(t) % seq >= seq // 10).astype(np.uint8)
         adv = rng.standard_normal(b).astype(np.float32)
-        grad = np.empty(t, dtype=np.float32)
-        loss_out = ctypes.c_double()
 
         def care():
-            _lib.check(
-                lib.care_policy_loss_f32(
-                    logp.ctypes.data, t, old.ctypes.data, t, None, 0, offs.ctypes.data, b + 1,
-                    mask.ctypes.data, t, adv.ctypes.data, b, _lib.ADV_PER_SEQUENCE,
-                    ctypes.byref(opts), grad.ctypes.data, t, ctypes.byref(loss_out), None,
-                ),
-                "care_policy_loss_f32",
-            )  # fmt: skip
-            return loss_out.value, grad
+            # The SPEC defaults: token_mean, eps 0.2 / 0.2, log-ratio clamp 20 (as loss_numpy).
+            res = care_rl.policy_loss(logp, old, adv, offs, mask)
+            return res.loss, res.grad
 
         rep = max(args.repeat, 5)
         t_np, (l_np, g_np) = timed(lambda: bl.loss_numpy(logp, old, adv, offs, mask), rep)
@@ -244,7 +218,7 @@ def loss_rows(args):
         err = float(np.abs(g_c - g_np).max())
         task = f"loss + grad T={t >> 20}M tokens (f32)"
         row(task, "numpy vectorized", t_np, t, "tokens/s")
-        row(task, "care (libcare CPU via ctypes, 1 core)", t_c, t, "tokens/s", t_np,
+        row(task, "care_rl.policy_loss (numpy API, 1 core)", t_c, t, "tokens/s", t_np,
             f"vs numpy; loss diff {abs(l_c - l_np):.1e}, max grad diff {err:.1e}")  # fmt: skip
 
 
@@ -275,7 +249,7 @@ def main():
         pass
     print(
         f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, numpy {np.__version__}"
+        f"Python {platform.python_version()}, numpy {np.__version__}, care_rl {care_rl.__version__}"
         + (f", pydantic {__import__('pydantic').VERSION}" if args.only != "grpo" else "")
         + f". Python file rows: one run; care rows: median of {args.repeat} "
         "(advantages/loss: median of max(repeat, 5); the 1M+ verl-loop rows one run).\n"

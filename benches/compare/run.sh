@@ -3,9 +3,11 @@
 #
 #   bash benches/compare/run.sh [MB]      # MB of JSON Lines per file (default 256)
 #
-# Makes a venv (.venv-bench, or $VENV) with numpy and pydantic from PyPI, builds the release
-# `care` binary, libcare and the data generator, writes target/care-compare/{validate,score}.jsonl,
-# then runs benches/compare/compare.py, which prints a Markdown table with the ratios.
+# Makes a venv (.venv-bench, or $VENV) with numpy and pydantic from PyPI and the care_rl package
+# of this checkout (pip install ./python, with the maturin that python/pyproject.toml pins),
+# builds the release `care` binary and the data generator, writes
+# target/care-compare/{validate,score}.jsonl, then runs benches/compare/compare.py, which prints
+# a Markdown table with the ratios.
 # Extra arguments after MB go to compare.py (e.g. `--only grpo`, `--repeat 5`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,9 +19,13 @@ DATA="${CARGO_TARGET_DIR:-target}/care-compare"
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "numpy>=1.26" "pydantic>=2.5"
+maturin="$(grep -o 'maturin==[0-9.]*' python/pyproject.toml)"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "numpy>=1.26" "pydantic>=2.5" "$maturin"
+# care_rl from this checkout: maturin runs cargo (release) in the workspace's target directory.
+PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+    --no-build-isolation --no-deps --force-reinstall ./python
 
-cargo build --release --quiet -p care-cli -p libcare -p care-benches
+cargo build --release --quiet -p care-cli -p care-benches
 GEN="${CARGO_TARGET_DIR:-target}/release/care-bench-gen"
 mkdir -p "$DATA"
 for kind in validate score; do

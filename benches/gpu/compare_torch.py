@@ -4,9 +4,9 @@
     python benches/gpu/compare_torch.py --smoke        # small sizes (the CPU smoke check)
     python benches/gpu/compare_torch.py --out r.json   # also write every row as JSON
 
-Needs torch and numpy in the Python environment and libcare (`cargo build --release -p
-care-ffi`, or `CARE_LIB`). For each size it reports the median time (CUDA events, 50 timed
-runs after warm-up on a GPU; wall clock on the CPU), bytes moved by the minimal algorithm,
+Needs torch, numpy and the care_rl package (`pip install ./python`, or the abi3 wheel that
+`scripts/gpu-check.sh prepare` ships). For each size it reports the median time (CUDA events,
+50 timed runs after warm-up on a GPU; wall clock on the CPU), bytes moved by the minimal algorithm,
 effective GB/s, that as a percentage of the device-to-device copy bandwidth measured in the
 same run, and the extra peak memory of one call (CUDA only). Every implementation's result is
 checked against torch eager before it is timed.
@@ -15,12 +15,16 @@ Advantages: `(r - mean_g) / (std_g + eps)` per group, unbiased std, all-equal gr
 preset numbers). Loss: token-mean clipped-ratio loss with `eps = 0.2`, clamp 20, padded `[B, L]`
 layout with `L = 1024` and a response mask (first tenth masked), per-sequence advantages;
 timed as forward + backward (the gradient w.r.t. `logp`).
+
+Implementations named `care_rl.torch` go through the custom ops (`torch.ops.care.*`, what a
+trainer calls); `care_rl._care direct` calls the extension function under the op with
+preallocated buffers (no op dispatch, no allocation; on CUDA no synchronization): the closest
+Python gets to a bare kernel launch.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import sys
@@ -28,12 +32,14 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils.dlpack import to_dlpack
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "python"))
-
-import care_torch  # noqa: E402
-from care_torch import _lib  # noqa: E402
+try:
+    import care_rl
+    import care_rl.torch as ct
+    from care_rl import _care
+except ImportError as e:  # pragma: no cover - a setup error, said plainly
+    sys.exit(f"compare_torch.py needs the care_rl package (pip install ./python): {e}")
 
 EPS = 1e-6
 
@@ -113,6 +119,20 @@ def copy_bandwidth(device, timer, nbytes):
 # ---------------------------------------------------------------------------------------------
 
 
+def _dl(t):
+    return None if t is None else to_dlpack(t)
+
+
+def _stream(device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+
+
+def _workspace(device):
+    if device.type != "cuda":
+        return None
+    return torch.empty(_care.WORKSPACE_BYTES // 4, dtype=torch.int32, device=device)
+
+
 def maybe_compile(fn, enabled):
     if not enabled:
         return None
@@ -125,7 +145,7 @@ def maybe_compile(fn, enabled):
 
 def bench_advantages(args, device, timer, copy_bw, rows):
     compiled = maybe_compile(adv_torch, args.compile)
-    lib = _lib.lib()
+    opts = care_rl.advantage_options("verl")
     sizes = [8192, 65536] if args.smoke else [8192, 65536, 1 << 20, 1 << 22]
     for n in sizes:
         for g in (8, 16, 64):
@@ -133,37 +153,24 @@ def bench_advantages(args, device, timer, copy_bw, rows):
             r = (torch.randint(0, 31, (n,), generator=gen).float() / 30).to(device)
             want = adv_torch(r, g)
             out = torch.empty_like(r)
-            opts = _lib.advantage_options("verl")
-            if device.type == "cuda":
-                ws = torch.empty(16, dtype=torch.int32, device=device)
+            ws = _workspace(device)
 
-                def care():
-                    stream = torch.cuda.current_stream(device).cuda_stream
-                    _lib.check(
-                        lib.care_gpu_group_advantages(
-                            r.data_ptr(), n, None, 0, g, None, 0, ctypes.byref(opts),
-                            out.data_ptr(), n, None, 0, None, ws.data_ptr(), 64, stream,
-                        ),
-                        "care_gpu_group_advantages",
-                    )  # fmt: skip
-            else:
-
-                def care():
-                    _lib.check(
-                        lib.care_group_advantages(
-                            r.data_ptr(), n, None, 0, g, None, 0, ctypes.byref(opts),
-                            out.data_ptr(), n, None, 0,
-                        ),
-                        "care_group_advantages",
-                    )  # fmt: skip
+            def care():
+                _care.group_advantages(
+                    _dl(r), _dl(out), opts, g, None, None, None, _stream(device), _dl(ws)
+                )
 
             care()
-            got_api = care_torch.advantages(r, group_size=g, preset="verl")
+            got_api = ct.advantages(r, group_size=g, preset="verl")
             if device.type == "cuda":
                 torch.cuda.synchronize()
             torch.testing.assert_close(out, want, atol=2e-5, rtol=1e-4)
             torch.testing.assert_close(got_api, want, atol=2e-5, rtol=1e-4)
-            impls = [("torch eager", lambda: adv_torch(r, g)), ("care", care)]
+            impls = [
+                ("torch eager", lambda: adv_torch(r, g)),
+                ("care_rl.torch (op)", lambda: ct.advantages(r, group_size=g, preset="verl")),
+                ("care_rl._care direct", care),
+            ]
             if compiled is not None:
                 torch.testing.assert_close(compiled(r, g), want, atol=2e-5, rtol=1e-4)
                 impls.insert(1, ("torch.compile", lambda: compiled(r, g)))
@@ -199,7 +206,7 @@ def bench_loss(args, device, timer, copy_bw, rows):
             # Correctness once: care's loss and gradient against eager autograd.
             le = loss_torch(logp, old, adv, mask)
             (ge,) = torch.autograd.grad(le, logp)
-            lc = care_torch.policy_loss(logp, old, adv, mask=mask)
+            lc = ct.policy_loss(logp, old, adv, mask=mask)
             (gc,) = torch.autograd.grad(lc, logp)
             tol = 1e-4 if dtype == torch.float32 else 2e-2
             assert abs(lc.item() - le.item()) <= tol * max(1.0, abs(le.item())), (lc, le)
@@ -211,7 +218,7 @@ def bench_loss(args, device, timer, copy_bw, rows):
 
             def care_api():
                 logp.grad = None
-                care_torch.policy_loss(logp, old, adv, mask=mask).backward()
+                ct.policy_loss(logp, old, adv, mask=mask).backward()
 
             impls = [("torch eager", eager)]
             if compiled_fn is not None:
@@ -225,9 +232,13 @@ def bench_loss(args, device, timer, copy_bw, rows):
                     impls.append(("torch.compile", comp))
                 except Exception as e:  # noqa: BLE001
                     print(f"# torch.compile failed for the loss: {e}", file=sys.stderr)
-            if device.type == "cuda":
-                impls.append(("care kernel (launch only)", care_launch(logp, old, adv, mask)))
-            impls.append(("care_torch fwd+bwd", care_api))
+            launch, grad_direct = care_launch(logp, old, adv, mask)
+            launch()
+            torch.testing.assert_close(
+                grad_direct.view(b, length).float(), ge.float(), atol=tol / t * 10, rtol=tol
+            )
+            impls.append(("care_rl._care direct (fwd, dL/dlogp)", launch))
+            impls.append(("care_rl.torch fwd+bwd", care_api))
             el = logp.element_size()
             # Minimal traffic: read logp, logp_old, mask, write grad (input dtype); per-seq adv.
             nbytes = t * (2 * el + 1 + el) + 4 * b
@@ -248,33 +259,30 @@ def bench_loss(args, device, timer, copy_bw, rows):
 
 
 def care_launch(logp, old, adv, mask):
-    """The bare kernel call on preallocated buffers (no stats read, so no synchronization)."""
-    lib = _lib.lib()
+    """The extension call under the loss op on preallocated buffers: loss and dL/dlogp (on CUDA
+    in the log-prob dtype, with no statistics read and no synchronization; the host gradient is
+    float32). Returns the call and the gradient buffer it writes."""
     device = logp.device
     t = logp.numel()
     b, length = logp.shape
-    code, _ = {torch.float32: (0, 0), torch.bfloat16: (1, 0), torch.float16: (2, 0)}[logp.dtype]
     offs = (torch.arange(b + 1, device=device) * length).to(torch.int32)
-    m = mask.reshape(-1).to(torch.uint8)
-    grad = torch.empty(t, dtype=logp.dtype, device=device)
-    stats = torch.empty(14, dtype=torch.int32, device=device)
-    ws = torch.empty(16, dtype=torch.int32, device=device)
-    opts = _lib.loss_options()
-    stream = torch.cuda.current_stream(device).cuda_stream
-    _lib.check(lib.care_gpu_loss_stats_reset(stats.data_ptr(), 56, stream), "stats reset")
-    x = logp.detach()
+    m = mask.reshape(-1)
+    x = logp.detach().reshape(-1)
+    o = old.reshape(-1)
+    cuda = device.type == "cuda"
+    grad = torch.empty(t, dtype=logp.dtype if cuda else torch.float32, device=device)
+    stats_dtype = torch.float32 if device.type == "cuda" else torch.float64
+    stats = torch.empty(len(_care.LOSS_STATS_FIELDS), dtype=stats_dtype, device=device)
+    ws = _workspace(device)
+    opts = care_rl.loss_options()
 
     def run():
-        _lib.check(
-            lib.care_gpu_policy_loss(
-                code, x.data_ptr(), t, old.data_ptr(), t, None, 0, offs.data_ptr(), b + 1,
-                m.data_ptr(), t, adv.data_ptr(), b, _lib.ADV_PER_SEQUENCE, ctypes.byref(opts),
-                length, grad.data_ptr(), t, 1, stats.data_ptr(), 56, ws.data_ptr(), 64, stream,
-            ),
-            "care_gpu_policy_loss",
+        _care.policy_loss(
+            _dl(x), _dl(adv), _dl(offs), _dl(grad), _dl(stats), opts, False, _dl(o), None,
+            _dl(m), length, _stream(device), _dl(ws), grad_in_input_dtype=cuda,
         )  # fmt: skip
 
-    return run
+    return run, grad
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,8 +321,6 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
     row-chunked torch, torch.compile and Liger's Triton kernels (forward; and logits -> GRPO loss
     fwd+bwd against care's fused `logits_policy_loss`). Minimal traffic: the forward reads the
     logits once; forward + backward reads them twice and writes dlogits once."""
-    from care_torch import logsoftmax as lsm
-
     t_temp = 0.6
     v = 151936
     sizes = [(64, 1000), (256, 4099)] if args.smoke else [(8192, v), (32768, v)]
@@ -332,7 +338,7 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
         size = f"[{n}, {vocab}]"
 
         want = lsm_torch(x, y, t_temp)
-        got = lsm.selective_log_softmax(x, y, temperature=t_temp)
+        got = ct.selective_log_softmax(x, y, temperature=t_temp)
         torch.testing.assert_close(got, want, atol=2e-4, rtol=1e-5)
 
         # ---- forward
@@ -354,10 +360,11 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
                 impls.append(("liger triton (fwd only)", lambda: liger_fwd(lx, ly, t_temp)))
             except Exception as e:  # noqa: BLE001
                 print(f"# liger fused_selective_log_softmax failed: {e}", file=sys.stderr)
-        if device.type == "cuda":
-            impls.append(("care kernel (launch only)", lsm_care_launch(x, y, t_temp)))
-        impls.append(("care_torch", lambda: lsm.selective_log_softmax(
-            x, y, temperature=t_temp, check_targets=False)))  # fmt: skip
+        launch, lp_direct, _ = lsm_care_launch(x, y, t_temp)
+        launch()
+        torch.testing.assert_close(lp_direct, want, atol=2e-4, rtol=1e-5)
+        impls.append(("care_rl._care direct", launch))
+        impls.append(("care_rl.torch", lambda: ct.selective_log_softmax(x, y, temperature=t_temp)))
         nbytes = n * vocab * el + 12 * n
         _lsm_rows(rows, impls, timer, device, copy_bw, "logsoftmax fwd", size, nbytes)
 
@@ -374,7 +381,7 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
 
         def care_fb():
             xr.grad = None
-            lp = lsm.selective_log_softmax(xr, y, temperature=t_temp, check_targets=False)
+            lp = ct.selective_log_softmax(xr, y, temperature=t_temp)
             (lp * g).sum().backward()
 
         eager_fb()
@@ -393,16 +400,18 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
                 impls.append(("torch.compile", comp_fb))
             except Exception as e:  # noqa: BLE001
                 print(f"# torch.compile failed for log-softmax fwd+bwd: {e}", file=sys.stderr)
-        if device.type == "cuda":
-            launch = lsm_care_launch(x.clone(), y, t_temp, backward=True)
-            impls.append(("care kernels (launch only, bwd in place)", launch))
-        impls.append(("care_torch", care_fb))
+        launch, _, dlogits = lsm_care_launch(x, y, t_temp, g=g)
+        launch()
+        torch.testing.assert_close(dlogits.float(), ge, atol=2e-3, rtol=2e-2)
+        impls.append(("care_rl._care direct (fwd + bwd)", launch))
+        impls.append(("care_rl.torch", care_fb))
         xr.grad = None
         _lsm_rows(rows, impls, timer, device, copy_bw, "logsoftmax fwd+bwd", size,
                   3 * n * vocab * el + 16 * n)  # fmt: skip
 
         # ---- logits -> GRPO loss, forward + backward (Liger's fused loss vs care's), as
-        # sequences of 1024 tokens; both write dlogits over their own copy of the logits.
+        # sequences of 1024 tokens; Liger writes dlogits in place over its own copy of the
+        # logits, care_rl into a fresh tensor (its ops never alias an input).
         if liger_loss is not None:
             length = min(1024, n)
             b = n // length
@@ -427,13 +436,13 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
 
             def care_loss_fb():
                 xc.grad = None
-                care_torch.logits_policy_loss(
+                ct.logits_policy_loss(
                     xc, ids, old, adv, mask=mask, temperature=t_temp,
-                    aggregation="seq_mean_token_mean", inplace_backward=True,
+                    aggregation="seq_mean_token_mean",
                 ).backward()  # fmt: skip
 
             impls = [("liger triton_grpo_loss (in place)", liger_fb),
-                     ("care logits_policy_loss (bwd in place)", care_loss_fb)]  # fmt: skip
+                     ("care_rl.torch logits_policy_loss", care_loss_fb)]  # fmt: skip
             try:
                 _lsm_rows(rows, impls, timer, device, copy_bw, "logits->loss fwd+bwd", size,
                           3 * n * vocab * el + 20 * n)  # fmt: skip
@@ -456,49 +465,36 @@ def _lsm_rows(rows, impls, timer, device, copy_bw, op, size, nbytes):
         )  # fmt: skip
 
 
-def lsm_care_launch(x, y, t, backward=False):
-    """The bare C calls on preallocated buffers (no status read, no synchronization): the
-    forward, and with `backward` also the backward pass in place over `x`."""
-    from care_torch import logsoftmax as lsm
-
-    lib = lsm._lib_handle()
+def lsm_care_launch(x, y, t, g=None):
+    """The extension calls under the ops on preallocated buffers (no status read, on CUDA no
+    synchronization): the forward, and with an upstream gradient `g` (d loss / d logp) also the
+    backward pass into a preallocated dlogits (care_rl writes it out of place: outputs never
+    alias inputs). Returns the call and its logp and dlogits (None without `g`) buffers."""
     device = x.device
     n, vocab = x.shape
-    y32 = y.to(torch.int32)
     logp = torch.empty(n, dtype=torch.float32, device=device)
     lse = torch.empty_like(logp)
-    g = torch.randn(n, device=device)
-    ws = torch.empty(16, dtype=torch.int32, device=device)
-    stream = torch.cuda.current_stream(device).cuda_stream
-    code = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
-    stride = x.stride(0)
+    dlogits = None if g is None else torch.empty_like(x)
+    ws = _workspace(device)
+    stream = _stream(device)
 
     def run():
-        _lib.check(
-            lib.care_gpu_log_softmax(
-                code, x.data_ptr(), n, vocab, stride, y32.data_ptr(), n, 0, None, 0, t,
-                logp.data_ptr(), n, None, 0, lse.data_ptr(), n, ws.data_ptr(), 64, stream,
-            ),
-            "care_gpu_log_softmax",
-        )  # fmt: skip
-        if backward:
-            _lib.check(
-                lib.care_gpu_log_softmax_backward(
-                    code, x.data_ptr(), n, vocab, stride, y32.data_ptr(), n, 0, None, 0, t,
-                    lse.data_ptr(), n, None, 0, g.data_ptr(), n, None, 0, x.data_ptr(), stride,
-                    stream,
-                ),
-                "care_gpu_log_softmax_backward",
-            )  # fmt: skip
+        _care.selective_log_softmax(
+            _dl(x), _dl(y), _dl(logp), _dl(lse), t, None, None, stream, _dl(ws)
+        )
+        if g is not None:
+            _care.selective_log_softmax_backward(
+                _dl(x), _dl(y), _dl(dlogits), _dl(lse), t, None, None, _dl(g), None, stream
+            )
 
-    return run
+    return run, logp, dlogits
 
 
 def print_rows(rows, device, copy_bw):
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke check)"
     print(
         f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {name}, "
-        f"torch {torch.__version__}, "
+        f"torch {torch.__version__}, care_rl {care_rl.__version__}, "
         f"copy bandwidth {copy_bw / 1e9:.1f} GB/s (read + write, measured in this run)\n"
     )
     print("| op | size | dtype | impl | median | GB/s | % copy BW | vs eager | extra peak MiB |")
@@ -522,8 +518,8 @@ def main():
     args = ap.parse_args()
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    if cuda and not care_torch.gpu_available():
-        sys.exit("libcare reports no usable GPU (care_gpu_available)")
+    if cuda and not ct.gpu_available():
+        sys.exit("care_rl reports no usable GPU (no CUDA driver for the care kernels)")
     iters = args.iters or (50 if cuda else (3 if args.smoke else 5))
     timer = Timer(device, iters, warmup=5 if cuda else 2)
     copy_bw = copy_bandwidth(device, timer, (1 << 30) if cuda and not args.smoke else (1 << 26))

@@ -414,7 +414,7 @@ const MIB: usize = 1 << 20;
 /// The line limit of the memory tests.
 const MAX_LINE: usize = 4 * MIB;
 
-/// The peak-memory bound of the README for `--threads 2` and `--max-line-bytes L` (4 MiB), with
+/// The peak-memory bound of docs/RELIABILITY.md ("Streaming") for `--threads 2` and `--max-line-bytes L` (4 MiB), with
 /// `C` = 8 MiB chunks, `T` = 2 workers and `O` = max(L, 1 MiB): input `2 (C + L) + L`, work
 /// `K min(C + L, T L)` with `K` = 16, output `0.75 C + 3 O`, plus the process itself (binary,
 /// stacks, allocator), which a debug build keeps under 64 MiB of address space. About

@@ -21,13 +21,17 @@
 //!   `struct_size`, and a smaller one is `CARE_ERR_STRUCT_SIZE`; enum fields are `uint32_t`
 //!   (unknown value: `CARE_ERR_INVALID_ARGUMENT`), boolean fields are integers that must be 0
 //!   or 1 (`CARE_ERR_INVALID_BOOL`); no function takes more than eight parameters;
-//! * `_free(NULL)` is a no-op; every body runs inside a panic boundary (`CARE_ERR_PANIC`).
+//! * handles (`care_rubric`, `care_validation_report`, `care_profile`, `care_profile_report`)
+//!   are tokens checked on every call, not addresses: a use after free, a double free or a
+//!   handle of another type is `CARE_ERR_INVALID_HANDLE`, never undefined behaviour (see
+//!   `handle.rs`); `_free(NULL)` is a no-op;
+//! * every body runs inside a panic boundary (`CARE_ERR_PANIC`).
 //!
 //! # Safety
 //! Every exported function is `unsafe` for Rust callers and has the same contract: each
 //! non-NULL pointer (including those inside input structs) is valid for its documented length
-//! and type, handles come from this library and are not used after their `_free`, and output
-//! buffers do not overlap inputs.
+//! and type, and output buffers do not overlap inputs. Handles need no such promise: any value
+//! passed as a handle is checked (a stale or foreign one is `CARE_ERR_INVALID_HANDLE`).
 #![deny(missing_docs)]
 // The safety contract is the same for every entry point and is written once above.
 #![allow(clippy::missing_safety_doc)]
@@ -36,12 +40,14 @@
 mod panic;
 #[macro_use]
 mod args;
+#[macro_use]
 mod handle;
 
 pub mod advantage;
 pub mod gpu;
 pub mod logsoftmax;
 pub mod loss;
+pub mod profile;
 pub mod result;
 pub mod reward;
 pub mod rubric;

@@ -34,6 +34,10 @@ pub enum care_result {
     CARE_ERR_OUT_OF_RANGE = 152,
     /// A boolean field of an input or options struct holds a value other than 0 or 1.
     CARE_ERR_INVALID_BOOL = 153,
+    /// A handle argument is not a live handle of its type: already freed (a use after free or
+    /// a double free), of another handle type, or never returned by this library. Nothing was
+    /// read through it and nothing changed.
+    CARE_ERR_INVALID_HANDLE = 154,
 
     // ---- 2xx: parse and format (= care_core::Error) ----------------------------------------
     /// The text is not one JSON value.
@@ -50,6 +54,9 @@ pub enum care_result {
     CARE_ERR_FORMAT_VIOLATION = 206,
     /// The judge output holds no JSON object with `criterion_scores`.
     CARE_ERR_NO_JUDGE_JSON = 207,
+    /// The profile JSON breaks the profile schema (`care_profile_validate` lists every
+    /// violation).
+    CARE_ERR_INVALID_PROFILE = 250,
 
     // ---- 3xx: rubric invariants and scores (= care_core::Error) ----------------------------
     /// Weights that are negative, non-finite, or sum to zero where a positive sum is required.
@@ -91,7 +98,7 @@ pub enum care_result {
 /// cbindgen:ignore
 impl care_result {
     /// Every code, in number order (for the message table test and the header check).
-    pub const ALL: [care_result; 30] = [
+    pub const ALL: [care_result; 32] = [
         care_result::CARE_OK,
         care_result::CARE_ERR_LENGTH_MISMATCH,
         care_result::CARE_ERR_INVALID_ARGUMENT,
@@ -101,6 +108,7 @@ impl care_result {
         care_result::CARE_ERR_STRUCT_SIZE,
         care_result::CARE_ERR_OUT_OF_RANGE,
         care_result::CARE_ERR_INVALID_BOOL,
+        care_result::CARE_ERR_INVALID_HANDLE,
         care_result::CARE_ERR_NOT_JSON,
         care_result::CARE_ERR_TRAILING_TEXT,
         care_result::CARE_ERR_SCHEMA,
@@ -108,6 +116,7 @@ impl care_result {
         care_result::CARE_ERR_INVALID_UTF8,
         care_result::CARE_ERR_FORMAT_VIOLATION,
         care_result::CARE_ERR_NO_JUDGE_JSON,
+        care_result::CARE_ERR_INVALID_PROFILE,
         care_result::CARE_ERR_INVALID_WEIGHTS,
         care_result::CARE_ERR_MISSING_SCORE,
         care_result::CARE_ERR_SCORE_OUT_OF_RANGE,
@@ -144,6 +153,9 @@ impl care_result {
             }
             CARE_ERR_OUT_OF_RANGE => c"index out of range",
             CARE_ERR_INVALID_BOOL => c"a boolean field is neither 0 nor 1",
+            CARE_ERR_INVALID_HANDLE => {
+                c"not a live handle of this type (already freed, of another type, or not from this library)"
+            }
             CARE_ERR_NOT_JSON => c"text is not one JSON value",
             CARE_ERR_TRAILING_TEXT => c"text before or after the JSON value",
             CARE_ERR_SCHEMA => c"wrong JSON type, missing key or unknown key",
@@ -151,6 +163,9 @@ impl care_result {
             CARE_ERR_INVALID_UTF8 => c"input is not valid UTF-8",
             CARE_ERR_FORMAT_VIOLATION => c"rubric breaks the format contract",
             CARE_ERR_NO_JUDGE_JSON => c"judge output holds no criterion_scores object",
+            CARE_ERR_INVALID_PROFILE => {
+                c"profile breaks the profile schema (care_profile_validate lists every violation)"
+            }
             CARE_ERR_INVALID_WEIGHTS => c"weights are negative, non-finite or sum to zero",
             CARE_ERR_MISSING_SCORE => c"a criterion has no score",
             CARE_ERR_SCORE_OUT_OF_RANGE => c"score outside 0..=5 or not an integer",

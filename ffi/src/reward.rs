@@ -321,7 +321,7 @@ fn generator_to_c(o: &GeneratorOptions) -> care_generator_options {
 
 /// # Safety
 /// As for [`args::options`].
-unsafe fn read_score(p: *const care_score_options) -> Result<ScoreOptions, care_result> {
+pub(crate) unsafe fn read_score(p: *const care_score_options) -> Result<ScoreOptions, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, score_to_c(&ScoreOptions::default())) }?;
     let o = ScoreOptions {
@@ -355,7 +355,7 @@ fn reward_detail(dim_means: [f64; 3], weights: [f64; 3], fired: &Fired) -> care_
     }
 }
 
-fn fired_to_c(f: &Fired) -> care_fired {
+pub(crate) fn fired_to_c(f: &Fired) -> care_fired {
     care_fired {
         missing_zeroed: f.missing_zeroed,
         missing_skipped: f.missing_skipped,
@@ -378,7 +378,7 @@ fn counts_to_c(c: &StrategyCounts) -> care_strategy_counts {
 /// # Safety
 /// `labels` and `lens` are `(NULL, 0)` or point to `count` entries; each label points to
 /// `lens[i]` bytes.
-unsafe fn read_labels<'a>(
+pub(crate) unsafe fn read_labels<'a>(
     labels: *const *const c_char,
     lens: *const usize,
     count: usize,
@@ -450,7 +450,7 @@ pub unsafe extern "C" fn care_policy_reward(
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let r = tri!(unsafe { handle::arc_ref(rubric) });
+        let r = tri!(handle::get(rubric));
         let scores = tri!(unsafe { args::slice(scores, scores_len) });
         let opts = tri!(unsafe { read_score(options) });
         let out = tri!(Out::new(reward_out));
@@ -491,7 +491,7 @@ pub unsafe extern "C" fn care_policy_reward_group(
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let r = tri!(unsafe { handle::arc_ref(rubric) });
+        let r = tri!(handle::get(rubric));
         let scores = tri!(unsafe { args::slice(scores, scores_len) });
         let opts = tri!(unsafe { read_score(options) });
         let report = tri!(Out::optional(report_out));
@@ -542,7 +542,7 @@ pub unsafe extern "C" fn care_preference_reward(
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let r = tri!(unsafe { handle::arc_ref(rubric) });
+        let r = tri!(handle::get(rubric));
         let pair = tri!(unsafe { args::input(pair) });
         let chosen = tri!(unsafe { args::slice(pair.chosen, pair.chosen_len) });
         let rejected = tri!(unsafe { args::slice(pair.rejected, pair.rejected_len) });
@@ -718,7 +718,7 @@ pub unsafe extern "C" fn care_judge_prompt_render(
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let r = tri!(unsafe { handle::arc_ref(rubric) });
+        let r = tri!(handle::get(rubric));
         let i = tri!(unsafe { args::input(inputs) });
         let context = tri!(unsafe { read_labels(i.context, i.context_lens, i.context_count) });
         let seeker = tri!(unsafe { args::text(i.seeker_turn, i.seeker_turn_len) });
@@ -748,7 +748,7 @@ pub unsafe extern "C" fn care_judge_output_parse(
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let r = tri!(unsafe { handle::arc_ref(rubric) });
+        let r = tri!(handle::get(rubric));
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let report = tri!(Out::optional(report_out));
         let out = tri!(unsafe { args::slice_mut(scores_out, scores_len) });
@@ -762,19 +762,22 @@ pub unsafe extern "C" fn care_judge_output_parse(
         };
         out.copy_from_slice(&scores);
         if let Some(o) = report {
-            let c = care_judge_report {
-                matched: rep.matched,
-                case_insensitive: rep.case_insensitive,
-                missing: rep.missing,
-                duplicates: rep.duplicates,
-                unknown: rep.unknown,
-                invalid_scores: rep.invalid_scores,
-                out_of_range: rep.out_of_range,
-                malformed_items: rep.malformed_items,
-            };
-            unsafe { o.write(c) };
+            unsafe { o.write(judge_report_to_c(&rep)) };
         }
         care_result::CARE_OK
+    }
+}
+
+pub(crate) fn judge_report_to_c(rep: &care_core::JudgeReport) -> care_judge_report {
+    care_judge_report {
+        matched: rep.matched,
+        case_insensitive: rep.case_insensitive,
+        missing: rep.missing,
+        duplicates: rep.duplicates,
+        unknown: rep.unknown,
+        invalid_scores: rep.invalid_scores,
+        out_of_range: rep.out_of_range,
+        malformed_items: rep.malformed_items,
     }
 }
 

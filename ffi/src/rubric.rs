@@ -9,11 +9,19 @@ use care_core::format::{MAX_VIOLATIONS, Report, ViolationCode};
 use care_core::{Dimension, FormatPolicy, RubricBuf};
 
 use crate::args::{self, Out};
-use crate::handle::{self, Handle};
+use crate::handle;
 use crate::result::{care_result, map_error};
 
-/// A parsed, valid rubric: immutable and safe to share across threads (reference counted;
-/// `care_rubric_clone` adds a reference, `care_rubric_free` drops one).
+/// A parsed, valid rubric: immutable and safe to share across threads.
+///
+/// Lifetime: `care_rubric_parse` returns a new handle; `care_rubric_clone` returns another
+/// handle to the same rubric; every handle is released exactly once with `care_rubric_free`,
+/// and the rubric is freed with its last handle (after any call using it has returned). A
+/// handle is a token checked on every call, not an address: using a handle after its
+/// `care_rubric_free` (from any thread, even while a clone is alive), freeing it twice, or
+/// passing a handle of another type is detected and returns `CARE_ERR_INVALID_HANDLE`.
+/// Strings borrowed from a rubric (`care_rubric_criterion`) stay valid while any handle to it
+/// is alive.
 #[allow(non_camel_case_types)]
 #[derive(Debug)]
 pub struct care_rubric {
@@ -29,12 +37,14 @@ pub(crate) struct RubricHandle {
     pub(crate) counts: [usize; 3],
 }
 
-impl Handle for care_rubric {
-    type Rust = RubricHandle;
-}
+handle_type!(care_rubric => RubricHandle, 1);
 
 /// The report of a format validation: every violation with its code, location and message.
-/// Owned by the caller; free with `care_validation_report_free`.
+///
+/// Lifetime: owned by the caller who got it from `care_rubric_validate` and released exactly
+/// once with `care_validation_report_free`. It is immutable, so it may be read from several
+/// threads at once. A use after free, a double free or a handle of another type is detected
+/// (`CARE_ERR_INVALID_HANDLE`), as for `care_rubric`.
 #[allow(non_camel_case_types)]
 #[derive(Debug)]
 pub struct care_validation_report {
@@ -48,9 +58,7 @@ pub(crate) struct ReportHandle {
     parsed: bool,
 }
 
-impl Handle for care_validation_report {
-    type Rust = ReportHandle;
-}
+handle_type!(care_validation_report => ReportHandle, 2);
 
 /// A dimension of the rubric (index of every `[3]` array of this API).
 #[allow(non_camel_case_types)]
@@ -290,7 +298,8 @@ pub unsafe extern "C" fn care_rubric_parse(
         let (buf, report) = tri!(validate_owned(text, &policy));
         match buf {
             Some(buf) => {
-                unsafe { out.write(handle::arc_into_c::<care_rubric>(rubric_handle(buf))) };
+                let h = tri!(handle::insert::<care_rubric>(rubric_handle(buf)));
+                unsafe { out.write(h) };
                 care_result::CARE_OK
             }
             None => parse_failure(&report),
@@ -298,8 +307,10 @@ pub unsafe extern "C" fn care_rubric_parse(
     }
 }
 
-/// Adds a reference to `rubric` and writes the same handle into `*rubric_out` (for handing a
-/// copy to another thread or owner; each reference is released with `care_rubric_free`).
+/// Writes a new handle to the same rubric into `*rubric_out` (for handing the rubric to another
+/// thread or owner). The two handles are independent: each is released once with
+/// `care_rubric_free`, and freeing one leaves the other valid. `CARE_ERR_INVALID_HANDLE` when
+/// `rubric` is not a live rubric handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_rubric_clone(
     rubric: *const care_rubric,
@@ -307,21 +318,21 @@ pub unsafe extern "C" fn care_rubric_clone(
 ) -> care_result {
     ffi_panic_boundary! {
         let out = tri!(Out::new(rubric_out));
-        // SAFETY: forwarded contract.
-        let p = tri!(unsafe { handle::arc_clone(rubric) });
+        let p = tri!(handle::clone(rubric));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
         unsafe { out.write(p) };
         care_result::CARE_OK
     }
 }
 
-/// Releases one reference to a rubric; the rubric is freed with its last reference.
-/// `care_rubric_free(NULL)` does nothing.
+/// Releases the handle `rubric`; the rubric itself is freed with its last handle, once no call
+/// that uses it is running. `care_rubric_free(NULL)` does nothing and returns `CARE_OK`.
+/// A handle that was already freed (a double free) or is not a rubric handle returns
+/// `CARE_ERR_INVALID_HANDLE` and changes nothing.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_rubric_free(rubric: *const care_rubric) {
+pub unsafe extern "C" fn care_rubric_free(rubric: *const care_rubric) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY: forwarded contract.
-        unsafe { handle::arc_free(rubric) }
+        handle::free_code(rubric)
     }
 }
 
@@ -334,8 +345,8 @@ pub unsafe extern "C" fn care_rubric_weights(
     weights_len: usize,
 ) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY (both blocks): forwarded contract.
-        let r = tri!(unsafe { handle::arc_ref(rubric) });
+        let r = tri!(handle::get(rubric));
+        // SAFETY: forwarded contract.
         let out = tri!(unsafe { args::slice_mut(weights_out, weights_len) });
         if out.len() != 3 {
             return care_result::CARE_ERR_LENGTH_MISMATCH;
@@ -354,8 +365,8 @@ pub unsafe extern "C" fn care_rubric_criteria_counts(
     counts_len: usize,
 ) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY (both blocks): forwarded contract.
-        let r = tri!(unsafe { handle::arc_ref(rubric) });
+        let r = tri!(handle::get(rubric));
+        // SAFETY: forwarded contract.
         let out = tri!(unsafe { args::slice_mut(counts_out, counts_len) });
         if out.len() != 3 {
             return care_result::CARE_ERR_LENGTH_MISMATCH;
@@ -373,8 +384,7 @@ pub unsafe extern "C" fn care_rubric_total_criteria(
     total_out: *mut usize,
 ) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY: forwarded contract.
-        let r = tri!(unsafe { handle::arc_ref(rubric) });
+        let r = tri!(handle::get(rubric));
         let out = tri!(Out::new(total_out));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
         unsafe { out.write(r.counts.iter().sum()) };
@@ -396,8 +406,7 @@ pub unsafe extern "C" fn care_rubric_criterion(
     description_len_out: *mut usize,
 ) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY: forwarded contract.
-        let r = tri!(unsafe { handle::arc_ref(rubric) });
+        let r = tri!(handle::get(rubric));
         let t_out = tri!(Out::new(title_out));
         let tl_out = tri!(Out::new(title_len_out));
         let d_out = tri!(Out::new(description_out));
@@ -450,7 +459,8 @@ pub unsafe extern "C" fn care_rubric_validate(
         let v = tri!(care_core::validate(text, &policy, &mut scratch).map_err(map_error));
         let parsed = v.rubric.is_some();
         let rep = ReportHandle { report: v.report, parsed };
-        unsafe { out.write(handle::box_into_c::<care_validation_report>(rep)) };
+        let h = tri!(handle::insert::<care_validation_report>(rep));
+        unsafe { out.write(h.cast_mut()) };
         care_result::CARE_OK
     }
 }
@@ -483,8 +493,7 @@ pub unsafe extern "C" fn care_validation_report_count(
     count_out: *mut usize,
 ) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY: forwarded contract.
-        let r = tri!(unsafe { handle::box_ref(report) });
+        let r = tri!(handle::get(report));
         let out = tri!(Out::new(count_out));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
         unsafe { out.write(r.report.violations().len()) };
@@ -503,8 +512,7 @@ pub unsafe extern "C" fn care_validation_report_summary(
     overflowed_out: *mut u32,
 ) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY: forwarded contract.
-        let r = tri!(unsafe { handle::box_ref(report) });
+        let r = tri!(handle::get(report));
         let f = tri!(Out::new(r_fmt_out));
         let p = tri!(Out::new(parsed_out));
         let o = tri!(Out::new(overflowed_out));
@@ -528,8 +536,7 @@ pub unsafe extern "C" fn care_validation_report_violation(
     violation_out: *mut care_violation,
 ) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY: forwarded contract.
-        let r = tri!(unsafe { handle::box_ref(report) });
+        let r = tri!(handle::get(report));
         let out = tri!(Out::new(violation_out));
         let Some(v) = r.report.violations().get(index) else {
             return care_result::CARE_ERR_OUT_OF_RANGE;
@@ -560,8 +567,7 @@ pub unsafe extern "C" fn care_validation_report_message(
     len_out: *mut usize,
 ) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY: forwarded contract.
-        let r = tri!(unsafe { handle::box_ref(report) });
+        let r = tri!(handle::get(report));
         let Some(v) = r.report.violations().get(index) else {
             // Check the other pointers first so that NULL is reported as NULL.
             tri!(Out::new(len_out));
@@ -586,8 +592,7 @@ pub unsafe extern "C" fn care_validation_report_feedback(
     len_out: *mut usize,
 ) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY: forwarded contract.
-        let r = tri!(unsafe { handle::box_ref(report) });
+        let r = tri!(handle::get(report));
         let mut msg = String::new();
         if write!(msg, "{}", r.report).is_err() {
             return care_result::CARE_ERR_INTERNAL;
@@ -597,12 +602,15 @@ pub unsafe extern "C" fn care_validation_report_feedback(
     }
 }
 
-/// Frees a validation report. `care_validation_report_free(NULL)` does nothing.
+/// Frees a validation report. `care_validation_report_free(NULL)` does nothing and returns
+/// `CARE_OK`; a report that was already freed or a handle of another type returns
+/// `CARE_ERR_INVALID_HANDLE`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn care_validation_report_free(report: *mut care_validation_report) {
+pub unsafe extern "C" fn care_validation_report_free(
+    report: *mut care_validation_report,
+) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY: forwarded contract.
-        unsafe { handle::box_free(report) }
+        handle::free_code(report.cast_const())
     }
 }
 

@@ -20,6 +20,7 @@ use care_ffi::advantage::*;
 use care_ffi::gpu::*;
 use care_ffi::logsoftmax::*;
 use care_ffi::loss::*;
+use care_ffi::profile::*;
 use care_ffi::reward::*;
 use care_ffi::rubric::*;
 use care_ffi::version::*;
@@ -68,6 +69,17 @@ fn fake<T>() -> *mut T {
 
 const T_TOK: usize = 5; // tokens of the loss fixture
 const TOTAL: usize = 8; // criteria of rubric_sft_1 (3 + 2 + 3)
+const KARDIA: usize = 5; // criteria of the kardia profile
+
+/// A well-formed kardia output and a malformed one (no emotion span).
+const KARDIA_OK: &[u8] =
+    b"<|understanding_begin|>u<|understanding_end|><|reasoning_begin|>r<|reasoning_end|>\
+<|emotion_begin|>Sad.<|emotion_end|><|response_begin|>I hear you.<|response_end|>";
+const KARDIA_BAD: &[u8] = b"<|understanding_begin|>u<|understanding_end|> I hear you.";
+/// A judge answer for kardia.
+const KARDIA_JUDGE: &[u8] = br#"{"criterion_scores":[
+  {"category":"relevance","criterion_title":"Relevance to the user's message","score":4},
+  {"category":"empathy","criterion_title":"Empathy toward the user's feelings","score":5}]}"#;
 
 /// Every input and output of every entry point, valid as built. Input structs point into the
 /// fixture's own vectors (heap buffers, which stay put when the fixture moves).
@@ -76,6 +88,10 @@ struct Fx {
     rubric: *const care_rubric,
     report: *mut care_validation_report,
     report_count: usize,
+    profile: *const care_profile,
+    care_profile: *const care_profile,
+    preport: *mut care_profile_report,
+    preport_count: usize,
     // ---- inputs
     text: Vec<u8>,
     name: Vec<u8>,
@@ -118,6 +134,18 @@ struct Fx {
     ctx_lens: Vec<usize>,
     ji: care_judge_prompt_inputs,
     judge: Vec<u8>,
+    profile_name: Vec<u8>,
+    profile_text: Vec<u8>,
+    p_index: usize,
+    p_output: Vec<u8>,
+    p_scores: Vec<f64>,
+    gold: Vec<u8>,
+    p_resp: care_profile_response,
+    p_outputs: Vec<*const c_char>,
+    p_output_lens: Vec<usize>,
+    p_group_scores: Vec<f64>,
+    p_group: care_profile_group,
+    p_judge: Vec<u8>,
     logits: Vec<f32>,
     targets: Vec<i32>,
     row_mask: Vec<u8>,
@@ -193,6 +221,22 @@ struct Fx {
     ll_lse: Vec<f32>,
     ll_dlogp: Vec<f32>,
     llo: care_logits_loss_outputs,
+    profile_out: *const care_profile,
+    preport_out: *mut care_profile_report,
+    p_name: *const c_char,
+    p_name_len: usize,
+    p_info: care_profile_info,
+    p_weight: f64,
+    p_criteria: usize,
+    p_check: care_output_check,
+    p_result: care_profile_reward_result,
+    p_rewards: Vec<f64>,
+    p_details: Vec<care_profile_reward_result>,
+    p_gout: care_profile_group_outputs,
+    p_greport: care_profile_group_report,
+    p_judge_scores: Vec<f64>,
+    p_violation: care_profile_violation,
+    p_overflowed: u32,
 }
 
 impl Fx {
@@ -218,10 +262,37 @@ impl Fx {
             );
         }
         assert!(report_count > 0);
+        let (mut profile, mut care_profile, mut preport, mut preport_count) =
+            (null(), null(), null_mut(), 0);
+        let bad_profile = br#"{"name":" ","dimensions":[{"name":"a","weight":2,"criteria":[]}]}"#;
+        // SAFETY: valid pointers and lengths.
+        unsafe {
+            assert_eq!(
+                care_profile_builtin(c"kardia".as_ptr(), 6, &mut profile),
+                CARE_OK
+            );
+            assert_eq!(
+                care_profile_builtin(c"care".as_ptr(), 4, &mut care_profile),
+                CARE_OK
+            );
+            assert_eq!(
+                care_profile_validate(bad_profile.as_ptr().cast(), bad_profile.len(), &mut preport),
+                CARE_OK
+            );
+            assert_eq!(
+                care_profile_report_count(preport, &mut preport_count, null_mut()),
+                CARE_OK
+            );
+        }
+        assert!(preport_count > 1);
         let mut f = Fx {
             rubric,
             report,
             report_count,
+            profile,
+            care_profile,
+            preport,
+            preport_count,
             text,
             name: b"rloo".to_vec(),
             loss_name: b"verl".to_vec(),
@@ -273,6 +344,21 @@ impl Fx {
             ctx_lens: vec![13],
             ji: junk(),
             judge: br#"{"criterion_scores":[]}"#.to_vec(),
+            profile_name: b"kardia".to_vec(),
+            profile_text: std::fs::read(
+                common::repo_root().join("cli/tests/data/profile_checklist.json"),
+            )
+            .expect("cli/tests/data/profile_checklist.json"),
+            p_index: 0,
+            p_output: KARDIA_OK.to_vec(),
+            p_scores: vec![4.0, 5.0, 3.0, 5.0, 5.0],
+            gold: b"sadness".to_vec(),
+            p_resp: junk(),
+            p_outputs: vec![KARDIA_OK.as_ptr().cast(), KARDIA_BAD.as_ptr().cast()],
+            p_output_lens: vec![KARDIA_OK.len(), KARDIA_BAD.len()],
+            p_group_scores: (0..2 * KARDIA).map(|i| (i % 6) as f64).collect(),
+            p_group: junk(),
+            p_judge: KARDIA_JUDGE.to_vec(),
             logits: vec![0.5, -1.0, 2.0, 0.0, 1.0, -0.5],
             targets: vec![2, 0],
             row_mask: vec![1, 1],
@@ -442,6 +528,22 @@ impl Fx {
             ll_lse: vec![7.0; 2],
             ll_dlogp: vec![7.0; 2],
             llo: junk(),
+            profile_out: null(),
+            preport_out: null_mut(),
+            p_name: null(),
+            p_name_len: 7,
+            p_info: junk(),
+            p_weight: 7.0,
+            p_criteria: 7,
+            p_check: junk(),
+            p_result: junk(),
+            p_rewards: vec![7.0; 2],
+            p_details: vec![junk(); 2],
+            p_gout: junk(),
+            p_greport: junk(),
+            p_judge_scores: vec![7.0; KARDIA],
+            p_violation: junk(),
+            p_overflowed: 7,
         };
         // SAFETY: valid output pointers.
         unsafe {
@@ -575,6 +677,34 @@ impl Fx {
             lse: f.lsm_lse.as_mut_ptr(),
             lse_len: 2,
         };
+        f.p_resp = care_profile_response {
+            struct_size: sz::<care_profile_response>(),
+            rubric: null(),
+            output: f.p_output.as_ptr().cast(),
+            output_len: f.p_output.len(),
+            scores: f.p_scores.as_ptr(),
+            scores_len: KARDIA,
+            gold_emotion: f.gold.as_ptr().cast(),
+            gold_emotion_len: f.gold.len(),
+        };
+        f.p_group = care_profile_group {
+            struct_size: sz::<care_profile_group>(),
+            rubric: null(),
+            outputs: f.p_outputs.as_ptr(),
+            output_lens: f.p_output_lens.as_ptr(),
+            output_count: 2,
+            scores: f.p_group_scores.as_ptr(),
+            scores_len: 2 * KARDIA,
+            gold_emotion: f.gold.as_ptr().cast(),
+            gold_emotion_len: f.gold.len(),
+        };
+        f.p_gout = care_profile_group_outputs {
+            struct_size: sz::<care_profile_group_outputs>(),
+            rewards: f.p_rewards.as_mut_ptr(),
+            rewards_len: 2,
+            details: f.p_details.as_mut_ptr(),
+            details_len: 2,
+        };
         f.llo = care_logits_loss_outputs {
             struct_size: sz::<care_logits_loss_outputs>(),
             logp: f.ll_logp.as_mut_ptr(),
@@ -637,6 +767,21 @@ impl Fx {
             ll_logp,
             ll_lse,
             ll_dlogp,
+            profile_out,
+            preport_out,
+            p_name,
+            p_name_len,
+            p_info,
+            p_weight,
+            p_criteria,
+            p_check,
+            p_result,
+            p_rewards,
+            p_details,
+            p_greport,
+            p_judge_scores,
+            p_violation,
+            p_overflowed,
             stats_in,
             rewards,
             logp,
@@ -659,12 +804,19 @@ fn changed(a: &[(&'static str, String)], b: &[(&'static str, String)]) -> Vec<&'
 
 impl Drop for Fx {
     fn drop(&mut self) {
-        // SAFETY: handles from this library, each released once (NULL is a no-op).
+        // Handles from this library, released once each (NULL is a no-op). A row that freed a
+        // handle or replaced it by another value gets CARE_ERR_INVALID_HANDLE here, by design.
+        // SAFETY: any value is checked before use.
         unsafe {
             care_rubric_free(self.rubric);
             care_rubric_free(self.rubric_out);
             care_validation_report_free(self.report);
             care_validation_report_free(self.report_out);
+            care_profile_free(self.profile);
+            care_profile_free(self.care_profile);
+            care_profile_free(self.profile_out);
+            care_profile_report_free(self.preport);
+            care_profile_report_free(self.preport_out);
         }
     }
 }
@@ -830,6 +982,102 @@ fn score_options_rows() -> Vec<Row> {
     ]
 }
 
+/// A rubric handle that is not live: freed (a use after free), of another handle type, or a
+/// value that never was a handle. Detected without reading through it.
+fn rubric_handle_rows() -> Vec<Row> {
+    rows![
+        // SAFETY (the rows below): handles are checked, whatever their value.
+        "rubric freed (use after free)": |f| assert_eq!(unsafe { care_rubric_free(f.rubric) }, CARE_OK) => CARE_ERR_INVALID_HANDLE,
+        "a report handle as the rubric": |f| f.rubric = f.report.cast_const().cast() => CARE_ERR_INVALID_HANDLE,
+        "a profile handle as the rubric": |f| f.rubric = f.profile.cast() => CARE_ERR_INVALID_HANDLE,
+        "an address as the rubric": |f| f.rubric = (&raw const f.loss).cast() => CARE_ERR_INVALID_HANDLE,
+    ]
+}
+/// As [`rubric_handle_rows`] for the validation report.
+fn report_handle_rows() -> Vec<Row> {
+    rows![
+        "report freed (use after free)": |f| assert_eq!(unsafe { care_validation_report_free(f.report) }, CARE_OK) => CARE_ERR_INVALID_HANDLE,
+        "a rubric handle as the report": |f| f.report = f.rubric.cast_mut().cast() => CARE_ERR_INVALID_HANDLE,
+        "an address as the report": |f| f.report = (&raw mut f.loss).cast() => CARE_ERR_INVALID_HANDLE,
+    ]
+}
+/// As [`rubric_handle_rows`] for the profile.
+fn profile_handle_rows() -> Vec<Row> {
+    rows![
+        "profile freed (use after free)": |f| assert_eq!(unsafe { care_profile_free(f.profile) }, CARE_OK) => CARE_ERR_INVALID_HANDLE,
+        "a rubric handle as the profile": |f| f.profile = f.rubric.cast() => CARE_ERR_INVALID_HANDLE,
+        "a profile report as the profile": |f| f.profile = f.preport.cast_const().cast() => CARE_ERR_INVALID_HANDLE,
+        "an address as the profile": |f| f.profile = (&raw const f.loss).cast() => CARE_ERR_INVALID_HANDLE,
+    ]
+}
+/// As [`rubric_handle_rows`] for the profile report.
+fn profile_report_handle_rows() -> Vec<Row> {
+    rows![
+        "profile report freed (use after free)": |f| assert_eq!(unsafe { care_profile_report_free(f.preport) }, CARE_OK) => CARE_ERR_INVALID_HANDLE,
+        "a validation report as the profile report": |f| f.preport = f.report.cast() => CARE_ERR_INVALID_HANDLE,
+        "an address as the profile report": |f| f.preport = (&raw mut f.loss).cast() => CARE_ERR_INVALID_HANDLE,
+    ]
+}
+/// Faults of a `care_profile_response` (on the kardia profile).
+fn profile_response_rows() -> Vec<Row> {
+    rows![
+        "response.struct_size short": |f| f.p_resp.struct_size -= 8 => CARE_ERR_STRUCT_SIZE,
+        "response.output NULL": |f| f.p_resp.output = null() => CARE_ERR_NULL_POINTER,
+        "response.scores NULL": |f| f.p_resp.scores = null() => CARE_ERR_NULL_POINTER,
+        "scores_len != criteria": |f| f.p_resp.scores_len = 4 => CARE_ERR_SCORE_SHAPE,
+        "a missing score": |f| f.p_scores[1] = f64::NAN => CARE_ERR_MISSING_SCORE,
+        "a score out of range": |f| f.p_scores[0] = 6.0 => CARE_ERR_SCORE_OUT_OF_RANGE,
+        "gold emotion missing": |f| {
+            f.p_resp.gold_emotion = null();
+            f.p_resp.gold_emotion_len = 0
+        } => CARE_ERR_INVALID_ARGUMENT,
+        "gold emotion blank": |f| {
+            f.p_resp.gold_emotion = c" .".as_ptr();
+            f.p_resp.gold_emotion_len = 2
+        } => CARE_ERR_INVALID_ARGUMENT,
+        "gold emotion not UTF-8": |f| f.p_resp.gold_emotion = c"\xff\xfe\xfd\xfc\xfb\xfa\xf9".as_ptr() => CARE_ERR_INVALID_UTF8,
+        "gold emotion NULL with a length": |f| f.p_resp.gold_emotion = null() => CARE_ERR_NULL_POINTER,
+        "a rubric for a fixed profile": |f| f.p_resp.rubric = f.rubric => CARE_ERR_INVALID_ARGUMENT,
+        "a stale rubric handle": |f| {
+            f.p_resp.rubric = f.rubric;
+            // SAFETY: a live handle, released once.
+            assert_eq!(unsafe { care_rubric_free(f.rubric) }, CARE_OK)
+        } => CARE_ERR_INVALID_HANDLE,
+        "a generated profile without its rubric": |f| f.profile = f.care_profile => CARE_ERR_INVALID_ARGUMENT,
+    ]
+}
+/// Faults of a `care_profile_group` and its outputs (on the kardia profile).
+fn profile_group_rows() -> Vec<Row> {
+    rows![
+        "group.struct_size short": |f| f.p_group.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+        "group.outputs NULL": |f| f.p_group.outputs = null() => CARE_ERR_NULL_POINTER,
+        "group.output_lens NULL": |f| f.p_group.output_lens = null() => CARE_ERR_NULL_POINTER,
+        "an output NULL with a length": |f| f.p_outputs[1] = null() => CARE_ERR_NULL_POINTER,
+        "scores_len != M * criteria": |f| f.p_group.scores_len = 9 => CARE_ERR_LENGTH_MISMATCH,
+        "gold emotion missing": |f| {
+            f.p_group.gold_emotion = null();
+            f.p_group.gold_emotion_len = 0
+        } => CARE_ERR_INVALID_ARGUMENT,
+        "a rubric for a fixed profile": |f| f.p_group.rubric = f.rubric => CARE_ERR_INVALID_ARGUMENT,
+        "a generated profile without its rubric": |f| f.profile = f.care_profile => CARE_ERR_INVALID_ARGUMENT,
+        "outputs.struct_size short": |f| f.p_gout.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+        "outputs.rewards NULL": |f| f.p_gout.rewards = null_mut() => CARE_ERR_NULL_POINTER,
+        "rewards_len != M": |f| f.p_gout.rewards_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+        "details NULL with a length": |f| f.p_gout.details = null_mut() => CARE_ERR_NULL_POINTER,
+        "details_len != M": |f| f.p_gout.details_len = 3 => CARE_ERR_LENGTH_MISMATCH,
+    ]
+}
+/// Faults of a `care_judge_prompt_inputs` (`f.ji`) and of the prompt buffer.
+fn judge_inputs_rows() -> Vec<Row> {
+    rows![
+        "inputs.struct_size short": |f| f.ji.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+        "inputs.context NULL": |f| f.ji.context = null() => CARE_ERR_NULL_POINTER,
+        "inputs.context_lens NULL": |f| f.ji.context_lens = null() => CARE_ERR_NULL_POINTER,
+        "inputs.seeker_turn NULL": |f| f.ji.seeker_turn = null() => CARE_ERR_NULL_POINTER,
+        "response not UTF-8": |f| f.ji.response = c"\xff".as_ptr() => CARE_ERR_INVALID_UTF8,
+        "buffer too small": |f| f.buf_len = 10 => CARE_ERR_BUFFER_TOO_SMALL,
+    ]
+}
 fn preference_options_rows() -> Vec<Row> {
     rows![
         "preference options: size": |f| f.po.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
@@ -1013,25 +1261,33 @@ fn cpu_cases() -> Vec<Case> {
                 } => CARE_ERR_FORMAT_VIOLATION,
             ]].concat()
         },
-        case! { |f, k| care_rubric_clone(p(k, 0, f.rubric), m(k, 1, &raw mut f.rubric_out)), 2 },
+        case! { |f, k| care_rubric_clone(p(k, 0, f.rubric), m(k, 1, &raw mut f.rubric_out)), 2,
+            rubric_handle_rows()
+        },
         case! { |f, k| care_rubric_weights(
                 p(k, 0, f.rubric), m(k, 1, f.w_out.as_mut_ptr()), f.w_out.len()), 2,
-            rows!["weights_len != 3": |f| f.w_out.truncate(2) => CARE_ERR_LENGTH_MISMATCH]
+            [rubric_handle_rows(), rows![
+                "weights_len != 3": |f| f.w_out.truncate(2) => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
         },
         case! { |f, k| care_rubric_criteria_counts(
                 p(k, 0, f.rubric), m(k, 1, f.counts_out.as_mut_ptr()), f.counts_out.len()), 2,
-            rows!["counts_len != 3": |f| f.counts_out.push(0) => CARE_ERR_LENGTH_MISMATCH]
+            [rubric_handle_rows(), rows![
+                "counts_len != 3": |f| f.counts_out.push(0) => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
         },
         case! { |f, k| care_rubric_total_criteria(
-        p(k, 0, f.rubric), m(k, 1, &raw mut f.total_out)), 2 },
+                p(k, 0, f.rubric), m(k, 1, &raw mut f.total_out)), 2,
+            rubric_handle_rows()
+        },
         case! { |f, k| care_rubric_criterion(
                 p(k, 0, f.rubric), f.crit_dim, f.crit_index, m(k, 1, &raw mut f.title),
                 m(k, 2, &raw mut f.title_len), m(k, 3, &raw mut f.desc),
                 m(k, 4, &raw mut f.desc_len)), 5,
-            rows![
+            [rubric_handle_rows(), rows![
                 "index past the criteria": |f| f.crit_index = 2 => CARE_ERR_OUT_OF_RANGE,
                 "unknown dimension": |f| f.crit_dim = 3 => CARE_ERR_INVALID_ARGUMENT,
-            ]
+            ]].concat()
         },
         case! { |f, k| care_rubric_validate(
                 p(k, 0, f.text.as_ptr().cast()), f.text.len(), &f.policy,
@@ -1044,33 +1300,41 @@ fn cpu_cases() -> Vec<Case> {
             policy_rows()
         },
         case! { |f, k| care_validation_report_count(
-        p(k, 0, f.report), m(k, 1, &raw mut f.count_out)), 2 },
+                p(k, 0, f.report), m(k, 1, &raw mut f.count_out)), 2,
+            report_handle_rows()
+        },
         case! { |f, k| care_validation_report_summary(
-        p(k, 0, f.report), m(k, 1, &raw mut f.summary.0), m(k, 2, &raw mut f.summary.1),
-        m(k, 3, &raw mut f.summary.2)), 4 },
+                p(k, 0, f.report), m(k, 1, &raw mut f.summary.0), m(k, 2, &raw mut f.summary.1),
+                m(k, 3, &raw mut f.summary.2)), 4,
+            report_handle_rows()
+        },
         case! { |f, k| care_validation_report_violation(
                 p(k, 0, f.report), f.viol_index, m(k, 1, &raw mut f.violation)), 2,
-            rows!["index == count": |f| f.viol_index = f.report_count => CARE_ERR_OUT_OF_RANGE]
+            [report_handle_rows(), rows![
+                "index == count": |f| f.viol_index = f.report_count => CARE_ERR_OUT_OF_RANGE,
+            ]].concat()
         },
         case! { |f, k| care_validation_report_message(
                 p(k, 0, f.report), f.viol_index, or_null(&mut f.buf).cast(), f.buf_len,
                 m(k, 1, &raw mut f.len_out)), 2,
-            rows![
+            [report_handle_rows(), rows![
                 "index == count": |f| f.viol_index = f.report_count => CARE_ERR_OUT_OF_RANGE,
                 "buffer too small": |f| f.buf_len = 3 => CARE_ERR_BUFFER_TOO_SMALL,
                 "buffer NULL with a length": |f| f.buf = Vec::new() => CARE_ERR_NULL_POINTER,
-            ]
+            ]].concat()
         },
         case! { |f, k| care_validation_report_feedback(
                 p(k, 0, f.report), or_null(&mut f.buf).cast(), f.buf_len,
                 m(k, 1, &raw mut f.len_out)), 2,
-            rows!["buffer too small": |f| f.buf_len = 3 => CARE_ERR_BUFFER_TOO_SMALL]
+            [report_handle_rows(), rows![
+                "buffer too small": |f| f.buf_len = 3 => CARE_ERR_BUFFER_TOO_SMALL,
+            ]].concat()
         },
         // ---- rewards ---------------------------------------------------------------------
         case! { |f, k| care_policy_reward(
                 p(k, 0, f.rubric), p(k, 1, f.scores.as_ptr()), f.scores.len(), &f.so,
                 m(k, 2, &raw mut f.reward), &raw mut f.detail), 3,
-            [score_options_rows(), rows![
+            [score_options_rows(), rubric_handle_rows(), rows![
                 "scores_len != criteria": |f| f.scores.truncate(7) => CARE_ERR_SCORE_SHAPE,
                 "a missing score": |f| f.scores[3] = f64::NAN => CARE_ERR_MISSING_SCORE,
                 "a score out of range": |f| f.scores[0] = 6.0 => CARE_ERR_SCORE_OUT_OF_RANGE,
@@ -1080,7 +1344,7 @@ fn cpu_cases() -> Vec<Case> {
                 p(k, 0, f.rubric), p(k, 1, f.scores.as_ptr()), f.scores.len(), &f.so,
                 m(k, 2, f.group_rewards.as_mut_ptr()), f.group_rewards.len(),
                 &raw mut f.group_report), 3,
-            [score_options_rows(), rows![
+            [score_options_rows(), rubric_handle_rows(), rows![
                 "scores_len != G * criteria": |f| f.scores.truncate(7) => CARE_ERR_LENGTH_MISMATCH,
                 "rewards_len too large": |f| f.group_rewards.push(0.0) => CARE_ERR_LENGTH_MISMATCH,
             ]].concat()
@@ -1088,7 +1352,7 @@ fn cpu_cases() -> Vec<Case> {
         case! { |f, k| care_preference_reward(
                 p(k, 0, f.rubric), p(k, 1, &f.pair), &f.so, &f.po, m(k, 2, &raw mut f.reward),
                 &raw mut f.detail), 3,
-            [score_options_rows(), preference_options_rows(), rows![
+            [score_options_rows(), rubric_handle_rows(), preference_options_rows(), rows![
                 "pair.struct_size short": |f| f.pair.struct_size = 8 => CARE_ERR_STRUCT_SIZE,
                 "pair.chosen NULL": |f| f.pair.chosen = null() => CARE_ERR_NULL_POINTER,
                 "pair.rejected NULL": |f| f.pair.rejected = null() => CARE_ERR_NULL_POINTER,
@@ -1134,23 +1398,145 @@ fn cpu_cases() -> Vec<Case> {
         case! { |f, k| care_judge_prompt_render(
                 p(k, 0, f.rubric), p(k, 1, &f.ji), or_null(&mut f.buf).cast(), f.buf_len,
                 m(k, 2, &raw mut f.len_out)), 3,
-            rows![
-                "inputs.struct_size short": |f| f.ji.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
-                "inputs.context NULL": |f| f.ji.context = null() => CARE_ERR_NULL_POINTER,
-                "inputs.context_lens NULL": |f| f.ji.context_lens = null() => CARE_ERR_NULL_POINTER,
-                "inputs.seeker_turn NULL": |f| f.ji.seeker_turn = null() => CARE_ERR_NULL_POINTER,
-                "response not UTF-8": |f| f.ji.response = c"\xff".as_ptr() => CARE_ERR_INVALID_UTF8,
-                "buffer too small": |f| f.buf_len = 10 => CARE_ERR_BUFFER_TOO_SMALL,
-            ]
+            [rubric_handle_rows(), judge_inputs_rows()].concat()
         },
         case! { |f, k| care_judge_output_parse(
                 p(k, 0, f.rubric), p(k, 1, f.judge.as_ptr().cast()), f.judge.len(),
                 m(k, 2, f.judge_scores.as_mut_ptr()), f.judge_scores.len(),
                 &raw mut f.judge_report), 3,
-            rows![
+            [rubric_handle_rows(), rows![
                 "scores_len != criteria": |f| f.judge_scores.truncate(7) => CARE_ERR_SCORE_SHAPE,
                 "no judge JSON": |f| f.judge = b"no json".to_vec() => CARE_ERR_NO_JUDGE_JSON,
+            ]].concat()
+        },
+        // ---- profiles --------------------------------------------------------------------
+        case! { |f, k| care_profile_builtin(
+                p(k, 0, f.profile_name.as_ptr().cast()), f.profile_name.len(),
+                m(k, 1, &raw mut f.profile_out)), 2,
+            rows![
+                "unknown name": |f| f.profile_name = b"kardia-r1".to_vec() => CARE_ERR_INVALID_ARGUMENT,
+                "name not UTF-8": |f| f.profile_name = vec![0xff] => CARE_ERR_INVALID_UTF8,
             ]
+        },
+        case! { |f, k| care_profile_parse(
+                p(k, 0, f.profile_text.as_ptr().cast()), f.profile_text.len(),
+                m(k, 1, &raw mut f.profile_out)), 2,
+            rows![
+                "not JSON": |f| f.profile_text = b"{".to_vec() => CARE_ERR_NOT_JSON,
+                "not UTF-8": |f| f.profile_text = vec![0xff] => CARE_ERR_NOT_JSON,
+                "trailing text": |f| f.profile_text.extend(b" x") => CARE_ERR_TRAILING_TEXT,
+                "a schema violation": |f| f.profile_text = br#"{"name":"x"}"#.to_vec() => CARE_ERR_INVALID_PROFILE,
+                "weights off the simplex": |f| {
+                    f.profile_text = br#"{"name":"x","dimensions":[{"name":"a","weight":0.5,"criteria":[{"title":"t","description":"d"}]}]}"#.to_vec()
+                } => CARE_ERR_INVALID_PROFILE,
+            ]
+        },
+        case! { |f, k| care_profile_validate(
+                p(k, 0, f.profile_text.as_ptr().cast()), f.profile_text.len(),
+                m(k, 1, &raw mut f.preport_out)), 2
+        },
+        case! { |f, k| care_profile_clone(p(k, 0, f.profile), m(k, 1, &raw mut f.profile_out)), 2,
+            profile_handle_rows()
+        },
+        case! { |f, k| care_profile_name(
+                p(k, 0, f.profile), m(k, 1, &raw mut f.p_name), m(k, 2, &raw mut f.p_name_len)), 3,
+            profile_handle_rows()
+        },
+        case! { |f, k| care_profile_describe(p(k, 0, f.profile), m(k, 1, &raw mut f.p_info)), 2,
+            profile_handle_rows()
+        },
+        case! { |f, k| care_profile_dimension(
+                p(k, 0, f.profile), f.p_index, m(k, 1, &raw mut f.p_name),
+                m(k, 2, &raw mut f.p_name_len), m(k, 3, &raw mut f.p_weight),
+                m(k, 4, &raw mut f.p_criteria)), 5,
+            [profile_handle_rows(), rows![
+                "index past the dimensions": |f| f.p_index = 5 => CARE_ERR_OUT_OF_RANGE,
+            ]].concat()
+        },
+        case! { |f, k| care_profile_span_name(
+                p(k, 0, f.profile), f.p_index, m(k, 1, &raw mut f.p_name),
+                m(k, 2, &raw mut f.p_name_len)), 3,
+            [profile_handle_rows(), rows![
+                "index past the spans": |f| f.p_index = 4 => CARE_ERR_OUT_OF_RANGE,
+                "a profile without spans": |f| f.profile = f.care_profile => CARE_ERR_OUT_OF_RANGE,
+            ]].concat()
+        },
+        case! { |f, k| care_profile_total_criteria(
+                p(k, 0, f.profile), f.p_resp.rubric, m(k, 1, &raw mut f.p_criteria)), 2,
+            [profile_handle_rows(), rows![
+                "a rubric for a fixed profile": |f| f.p_resp.rubric = f.rubric => CARE_ERR_INVALID_ARGUMENT,
+                "no rubric for a generated profile": |f| f.profile = f.care_profile => CARE_ERR_INVALID_ARGUMENT,
+                "a report handle as the rubric": |f| {
+                    f.p_resp.rubric = f.report.cast_const().cast()
+                } => CARE_ERR_INVALID_HANDLE,
+            ]].concat()
+        },
+        case! { |f, k| care_profile_check_output(
+                p(k, 0, f.profile), p(k, 1, f.p_output.as_ptr().cast()), f.p_output.len(),
+                m(k, 2, &raw mut f.p_check)), 3,
+            profile_handle_rows()
+        },
+        case! { |f, k| care_profile_output_feedback(
+                p(k, 0, f.profile), f.p_output.as_ptr().cast(), f.p_output.len(),
+                or_null(&mut f.buf).cast(), f.buf_len, m(k, 1, &raw mut f.len_out)), 2,
+            [profile_handle_rows(), rows![
+                "buffer too small for the feedback": |f| {
+                    f.p_output = KARDIA_BAD.to_vec();
+                    f.buf_len = 3
+                } => CARE_ERR_BUFFER_TOO_SMALL,
+            ]].concat()
+        },
+        case! { |f, k| care_profile_reward(
+                p(k, 0, f.profile), p(k, 1, &f.p_resp), &f.so, m(k, 2, &raw mut f.p_result)), 3,
+            [profile_handle_rows(), score_options_rows(), profile_response_rows()].concat()
+        },
+        case! { |f, k| care_profile_reward_group(
+                p(k, 0, f.profile), p(k, 1, &f.p_group), &f.so, p(k, 2, &f.p_gout),
+                &raw mut f.p_greport), 3,
+            [profile_handle_rows(), score_options_rows(), profile_group_rows()].concat()
+        },
+        case! { |f, k| care_profile_judge_prompt_render(
+                p(k, 0, f.profile), f.p_resp.rubric, p(k, 1, &f.ji), or_null(&mut f.buf).cast(),
+                f.buf_len, m(k, 2, &raw mut f.len_out)), 3,
+            [profile_handle_rows(), judge_inputs_rows(), rows![
+                "a rubric for a fixed profile": |f| f.p_resp.rubric = f.rubric => CARE_ERR_INVALID_ARGUMENT,
+                "no rubric for a generated profile": |f| f.profile = f.care_profile => CARE_ERR_INVALID_ARGUMENT,
+            ]].concat()
+        },
+        case! { |f, k| care_profile_judge_output_parse(
+                p(k, 0, f.profile), f.p_resp.rubric, p(k, 1, f.p_judge.as_ptr().cast()),
+                f.p_judge.len(), m(k, 2, f.p_judge_scores.as_mut_ptr()), f.p_judge_scores.len(),
+                &raw mut f.judge_report), 3,
+            [profile_handle_rows(), rows![
+                "scores_len != criteria": |f| f.p_judge_scores.truncate(4) => CARE_ERR_SCORE_SHAPE,
+                "no judge JSON": |f| f.p_judge = b"none".to_vec() => CARE_ERR_NO_JUDGE_JSON,
+                "a rubric for a fixed profile": |f| f.p_resp.rubric = f.rubric => CARE_ERR_INVALID_ARGUMENT,
+            ]].concat()
+        },
+        case! { |f, k| care_profile_report_count(
+                p(k, 0, f.preport), m(k, 1, &raw mut f.count_out), &raw mut f.p_overflowed), 2,
+            profile_report_handle_rows()
+        },
+        case! { |f, k| care_profile_report_violation(
+                p(k, 0, f.preport), f.p_index, m(k, 1, &raw mut f.p_violation)), 2,
+            [profile_report_handle_rows(), rows![
+                "index == count": |f| f.p_index = f.preport_count => CARE_ERR_OUT_OF_RANGE,
+            ]].concat()
+        },
+        case! { |f, k| care_profile_report_message(
+                p(k, 0, f.preport), f.p_index, or_null(&mut f.buf).cast(), f.buf_len,
+                m(k, 1, &raw mut f.len_out)), 2,
+            [profile_report_handle_rows(), rows![
+                "index == count": |f| f.p_index = f.preport_count => CARE_ERR_OUT_OF_RANGE,
+                "buffer too small": |f| f.buf_len = 3 => CARE_ERR_BUFFER_TOO_SMALL,
+            ]].concat()
+        },
+        case! { |f, k| care_profile_report_feedback(
+                p(k, 0, f.preport), or_null(&mut f.buf).cast(), f.buf_len,
+                m(k, 1, &raw mut f.len_out)), 2,
+            [profile_report_handle_rows(), rows![
+                "buffer too small": |f| f.buf_len = 3 => CARE_ERR_BUFFER_TOO_SMALL,
+            ]].concat()
         },
         // ---- selective log-softmax -------------------------------------------------------
         case! { |f, k| care_selective_log_softmax(p(k, 0, &f.lg), p(k, 1, &f.lsm_out)), 2,
@@ -1211,12 +1597,65 @@ fn every_exported_function_checks_its_arguments() {
     assert_eq!(care_abi_version(), CARE_ABI_VERSION);
     assert!(!care_result_message(123_456).is_null());
     covered.extend(["care_version", "care_abi_version", "care_result_message"].map(String::from));
-    // SAFETY: NULL is a no-op for every `_free`.
+    // Every `_free`: NULL is a no-op (CARE_OK); a live handle is released (CARE_OK); the same
+    // handle again (a double free), a handle of another type and a value that never was a
+    // handle are CARE_ERR_INVALID_HANDLE. The handle tests (tests/handles.rs) add the threads.
+    // SAFETY: handles are checked, whatever their value.
     unsafe {
-        care_rubric_free(null());
-        care_validation_report_free(null_mut());
+        let f = Fx::new();
+        let address = (&raw const f.loss).cast::<u8>();
+        let mut r2 = null();
+        assert_eq!(care_rubric_clone(f.rubric, &mut r2), CARE_OK);
+        assert_eq!(care_rubric_free(null()), CARE_OK);
+        assert_eq!(care_rubric_free(r2), CARE_OK);
+        assert_eq!(care_rubric_free(r2), CARE_ERR_INVALID_HANDLE);
+        assert_eq!(care_rubric_free(f.profile.cast()), CARE_ERR_INVALID_HANDLE);
+        assert_eq!(care_rubric_free(address.cast()), CARE_ERR_INVALID_HANDLE);
+        let mut rep = null_mut();
+        assert_eq!(
+            care_rubric_validate(f.text.as_ptr().cast(), f.text.len(), null(), &mut rep),
+            CARE_OK
+        );
+        assert_eq!(care_validation_report_free(null_mut()), CARE_OK);
+        assert_eq!(care_validation_report_free(rep), CARE_OK);
+        assert_eq!(care_validation_report_free(rep), CARE_ERR_INVALID_HANDLE);
+        assert_eq!(
+            care_validation_report_free(f.preport.cast()),
+            CARE_ERR_INVALID_HANDLE
+        );
+        let mut p2 = null();
+        assert_eq!(care_profile_clone(f.profile, &mut p2), CARE_OK);
+        assert_eq!(care_profile_free(null()), CARE_OK);
+        assert_eq!(care_profile_free(p2), CARE_OK);
+        assert_eq!(care_profile_free(p2), CARE_ERR_INVALID_HANDLE);
+        assert_eq!(care_profile_free(f.rubric.cast()), CARE_ERR_INVALID_HANDLE);
+        assert_eq!(care_profile_free(address.cast()), CARE_ERR_INVALID_HANDLE);
+        let mut pr = null_mut();
+        assert_eq!(
+            care_profile_validate(
+                f.profile_text.as_ptr().cast(),
+                f.profile_text.len(),
+                &mut pr
+            ),
+            CARE_OK
+        );
+        assert_eq!(care_profile_report_free(null_mut()), CARE_OK);
+        assert_eq!(care_profile_report_free(pr), CARE_OK);
+        assert_eq!(care_profile_report_free(pr), CARE_ERR_INVALID_HANDLE);
+        assert_eq!(
+            care_profile_report_free(f.report.cast()),
+            CARE_ERR_INVALID_HANDLE
+        );
     }
-    covered.extend(["care_rubric_free", "care_validation_report_free"].map(String::from));
+    covered.extend(
+        [
+            "care_rubric_free",
+            "care_validation_report_free",
+            "care_profile_free",
+            "care_profile_report_free",
+        ]
+        .map(String::from),
+    );
 
     for case in cpu_cases() {
         case.run();

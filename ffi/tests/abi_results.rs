@@ -48,7 +48,7 @@ impl Rng {
 
 struct Rubric(*const care_rubric);
 
-// SAFETY: a `care_rubric` is immutable and reference counted (documented thread-safe).
+// SAFETY: a `care_rubric` handle is immutable and may be used from any thread (documented).
 unsafe impl Send for Rubric {}
 // SAFETY: as above.
 unsafe impl Sync for Rubric {}
@@ -74,8 +74,8 @@ impl Rubric {
 
 impl Drop for Rubric {
     fn drop(&mut self) {
-        // SAFETY: this value owns one reference.
-        unsafe { care_rubric_free(self.0) }
+        // SAFETY: a handle from this library (any value would be checked).
+        assert_eq!(unsafe { care_rubric_free(self.0) }, CARE_OK);
     }
 }
 
@@ -889,4 +889,703 @@ fn one_million_responses_from_eight_threads_equal_single_threaded() {
         nan > 0 && nan < RESPONSES / 10,
         "both paths ran: {nan} failed responses"
     );
+}
+
+// ---- profiles ---------------------------------------------------------------------------------
+
+use care_core::profile::{Profile, ProfileBuf};
+use care_ffi::profile::*;
+
+/// An owned profile handle, released on drop.
+struct CProfile(*const care_profile);
+
+impl CProfile {
+    fn builtin(name: &str) -> CProfile {
+        let mut p = null();
+        // SAFETY: valid pointers.
+        let code = unsafe { care_profile_builtin(name.as_ptr().cast(), name.len(), &mut p) };
+        assert_eq!(code, CARE_OK);
+        CProfile(p)
+    }
+    fn parse(text: &[u8]) -> CProfile {
+        let mut p = null();
+        // SAFETY: valid pointers.
+        let code = unsafe { care_profile_parse(text.as_ptr().cast(), text.len(), &mut p) };
+        assert_eq!(code, CARE_OK);
+        CProfile(p)
+    }
+}
+
+impl Drop for CProfile {
+    fn drop(&mut self) {
+        // SAFETY: a handle from this library (any value would be checked).
+        assert_eq!(unsafe { care_profile_free(self.0) }, CARE_OK);
+    }
+}
+
+fn checklist_text() -> Vec<u8> {
+    std::fs::read(common::repo_root().join("cli/tests/data/profile_checklist.json")).unwrap()
+}
+
+/// `(ptr, len)` outputs as a byte slice.
+///
+/// # Safety
+/// `p` points to `len` bytes that outlive the result.
+unsafe fn bytes<'a>(p: *const c_char, len: usize) -> &'a [u8] {
+    // SAFETY: forwarded contract.
+    unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
+}
+
+/// The C view of a span of `base`, as the core's slice.
+fn c_span<'a>(base: &'a [u8], s: &care_span) -> Option<&'a [u8]> {
+    (s.located == 1).then(|| &base[s.offset..s.offset + s.len])
+}
+
+/// Policy outputs of kardia covering every output code, well-formed ones, and bytes that are
+/// not UTF-8.
+fn kardia_outputs() -> Vec<Vec<u8>> {
+    let tag = |n: &str, t: &str| format!("<|{n}_begin|>{t}<|{n}_end|>");
+    let ok = [
+        tag("understanding", "A student fears exams."),
+        tag("reasoning", "Reassure first."),
+        tag("emotion", " Afraid. "),
+        tag("response", "  That sounds frightening.  "),
+    ];
+    let mut v: Vec<Vec<u8>> = vec![ok.concat().into_bytes()];
+    v.push(format!("\n {} \t", ok.join("\n")).into_bytes());
+    v.push(ok[..3].concat().into_bytes()); // missing span
+    v.push(
+        [ok[0].as_str(), ok[0].as_str(), &ok[1], &ok[2], &ok[3]]
+            .concat()
+            .into_bytes(),
+    ); // duplicate
+    v.push(
+        [ok[1].as_str(), &ok[0], &ok[2], &ok[3]]
+            .concat()
+            .into_bytes(),
+    ); // order
+    v.push(
+        [ok[0].as_str(), &ok[1], &tag("emotion", "  "), &ok[3]]
+            .concat()
+            .into_bytes(),
+    ); // empty
+    v.push(format!("hi {} bye", ok.concat()).into_bytes()); // text outside
+    v.push(b"\xff\xfe<|response_begin|>".to_vec()); // not UTF-8
+    v.push(Vec::new());
+    v.push("<|emotion_end|>".repeat(50).into_bytes()); // more violations than kept
+    v
+}
+
+fn check_c(p: &CProfile, out: &[u8]) -> care_output_check {
+    let mut c = std::mem::MaybeUninit::<care_output_check>::uninit();
+    // SAFETY: live handle, valid buffers.
+    let code =
+        unsafe { care_profile_check_output(p.0, out.as_ptr().cast(), out.len(), c.as_mut_ptr()) };
+    assert_eq!(code, CARE_OK);
+    // SAFETY: written on success.
+    unsafe { c.assume_init() }
+}
+
+#[test]
+fn profile_accessors_match_the_core() {
+    for (c, core) in [
+        (
+            CProfile::builtin("kardia"),
+            ProfileBuf::builtin("kardia").unwrap(),
+        ),
+        (
+            CProfile::builtin("care"),
+            ProfileBuf::builtin("care").unwrap(),
+        ),
+        (
+            CProfile::parse(&checklist_text()),
+            ProfileBuf::parse(&checklist_text()).unwrap(),
+        ),
+    ] {
+        let want = core.profile();
+        let (mut name, mut len) = (null(), 0);
+        let mut info = unsafe { std::mem::zeroed::<care_profile_info>() };
+        // SAFETY: live handle, valid outputs; the strings live with the handle.
+        unsafe {
+            assert_eq!(care_profile_name(c.0, &mut name, &mut len), CARE_OK);
+            assert_eq!(bytes(name, len), want.name().as_bytes());
+            assert_eq!(care_profile_describe(c.0, &mut info), CARE_OK);
+        }
+        assert_eq!(info.dimensions as usize, want.dimension_count());
+        assert_eq!(info.spans as usize, want.span_count());
+        assert_eq!(info.judge_span, want.judge_span().map_or(-1, |j| j as i32));
+        let generated = want.rubric_source() == care_core::profile::RubricSource::Generated;
+        assert_eq!(info.rubric_source, u32::from(generated));
+        assert_eq!((info.score_min, info.score_max), {
+            let (lo, hi) = want.score_range();
+            (u32::from(lo), u32::from(hi))
+        });
+        assert_eq!(info.has_emotion == 1, want.emotion().is_some());
+        assert_eq!(
+            info.emotion_weight,
+            want.emotion().map_or(0.0, |e| e.weight())
+        );
+        assert_eq!(
+            info.emotion_span,
+            want.emotion().map_or(-1, |e| e.span() as i32)
+        );
+        assert_eq!(info.vetoes as usize, want.vetoes().len());
+        for (i, d) in want.dimensions().enumerate() {
+            let (mut n, mut l, mut w, mut k) = (null(), 0, 0.0, 0);
+            // SAFETY: as above.
+            unsafe {
+                let code = care_profile_dimension(c.0, i, &mut n, &mut l, &mut w, &mut k);
+                assert_eq!(code, CARE_OK);
+                assert_eq!(bytes(n, l), d.name.as_bytes());
+            }
+            assert_eq!((w.to_bits(), k), (d.weight.to_bits(), d.criteria));
+        }
+        for k in 0..want.span_count() {
+            let (mut n, mut l) = (null(), 0);
+            // SAFETY: as above.
+            unsafe {
+                assert_eq!(care_profile_span_name(c.0, k, &mut n, &mut l), CARE_OK);
+                assert_eq!(bytes(n, l), want.span_name(k).unwrap().as_bytes());
+            }
+        }
+        if !generated {
+            let mut total = 0;
+            // SAFETY: as above.
+            assert_eq!(
+                unsafe { care_profile_total_criteria(c.0, null(), &mut total) },
+                CARE_OK
+            );
+            assert_eq!(total, want.total_criteria(None).unwrap());
+        }
+    }
+    // A generated profile counts the criteria of the prompt's rubric.
+    let text = common::fixture("rubric_sft_1.json");
+    let (r, rubric) = (Rubric::parse(&text), core_rubric(&text));
+    let care = CProfile::builtin("care");
+    let mut total = 0;
+    // SAFETY: live handles.
+    assert_eq!(
+        unsafe { care_profile_total_criteria(care.0, r.0, &mut total) },
+        CARE_OK
+    );
+    assert_eq!(total, rubric.rubric().total_criteria());
+}
+
+#[test]
+fn output_check_spans_are_the_cores_slices_as_offsets() {
+    let c = CProfile::builtin("kardia");
+    let core = Profile::builtin("kardia").unwrap();
+    let checklist = CProfile::parse(&checklist_text());
+    let checklist_core = ProfileBuf::parse(&checklist_text()).unwrap();
+    let none = CProfile::builtin("care"); // no output format: the judge sees the whole output
+    let none_core = Profile::builtin("care").unwrap();
+    let mut outputs = kardia_outputs();
+    outputs.push(b"<think>t</think> <answer>a</answer>".to_vec());
+    for out in &outputs {
+        for (cp, want) in [
+            (&c, &core),
+            (&checklist, &checklist_core.profile()),
+            (&none, &none_core),
+        ] {
+            let got = check_c(cp, out);
+            let w = want.check_output(out);
+            assert_eq!(got.format_reward.to_bits(), w.format_reward().to_bits());
+            assert_eq!(got.judge_needed == 1, w.judge_needed());
+            assert_eq!(c_span(out, &got.judge), w.judge_text().map(str::as_bytes));
+            assert_eq!(got.span_count as usize, want.span_count());
+            for k in 0..want.span_count() {
+                assert_eq!(
+                    c_span(out, &got.spans[k]),
+                    w.span(k).map(str::as_bytes),
+                    "span {k}"
+                );
+            }
+            for s in &got.spans[want.span_count()..] {
+                assert_eq!(*s, care_span::default());
+            }
+            let kept = w.report().violations();
+            assert_eq!(got.violation_count as usize, kept.len());
+            assert_eq!(got.overflowed == 1, w.report().overflowed());
+            for (g, v) in got.violations.iter().zip(kept) {
+                assert_eq!(g.code, u32::from(v.code.number()));
+                assert_eq!(g.span, v.span.map_or(-1, i32::from));
+                assert_eq!(g.offset, v.offset.map_or(-1, |o| o as i64));
+            }
+            // The feedback text is the core's, with the size protocol.
+            let mut need = 0;
+            // SAFETY: live handle, valid buffers.
+            unsafe {
+                let code = care_profile_output_feedback(
+                    cp.0,
+                    out.as_ptr().cast(),
+                    out.len(),
+                    null_mut(),
+                    0,
+                    &mut need,
+                );
+                let want_text = w.report().to_string();
+                if want_text.is_empty() {
+                    assert_eq!((code, need), (CARE_OK, 0));
+                } else {
+                    assert_eq!((code, need), (CARE_ERR_BUFFER_TOO_SMALL, want_text.len()));
+                    let mut buf = vec![0 as c_char; need];
+                    let mut len = 0;
+                    let code = care_profile_output_feedback(
+                        cp.0,
+                        out.as_ptr().cast(),
+                        out.len(),
+                        buf.as_mut_ptr(),
+                        need,
+                        &mut len,
+                    );
+                    assert_eq!(code, CARE_OK);
+                    assert_eq!(bytes(buf.as_ptr(), len), want_text.as_bytes());
+                }
+            }
+        }
+    }
+    // Every output code occurs in the fixtures above (the table covers them all).
+    let seen: std::collections::BTreeSet<u32> = outputs
+        .iter()
+        .flat_map(|o| {
+            let g = check_c(&c, o);
+            g.violations[..g.violation_count as usize]
+                .iter()
+                .map(|v| v.code)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        seen.len(),
+        care_core::profile::OutputCode::ALL.len(),
+        "{seen:?}"
+    );
+}
+
+fn c_score_options(o: &ScoreOptions) -> care_score_options {
+    let index = |names: &[&str], n: &str| names.iter().position(|x| *x == n).unwrap() as u32;
+    care_score_options {
+        struct_size: size_of::<care_score_options>() as u32,
+        missing: index(&care_core::MissingPolicy::NAMES, o.missing.name()),
+        out_of_range: index(&care_core::RangePolicy::NAMES, o.out_of_range.name()),
+        uniform_weights: u32::from(o.uniform_weights),
+    }
+}
+
+fn assert_result_eq(got: &care_profile_reward_result, want: &care_core::profile::ProfileReward) {
+    assert_eq!(got.reward.to_bits(), want.reward.to_bits());
+    assert_eq!(got.format_reward.to_bits(), want.format_reward.to_bits());
+    assert_eq!(got.judge_needed == 1, want.judge_needed);
+    assert_eq!(got.code, CARE_OK as u32);
+    assert_eq!(got.rubric_reward.to_bits(), want.rubric_reward.to_bits());
+    assert_eq!(
+        got.emotion_correct,
+        want.emotion_correct.map_or(-1, i32::from)
+    );
+    assert_eq!(got.vetoed_by, want.vetoed_by.map_or(-1, i32::from));
+    let n = got.dimensions as usize;
+    assert_eq!(n, want.dim_values().len());
+    let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got.dim_values[..n]), bits(want.dim_values()));
+    assert_eq!(bits(&got.weights[..n]), bits(want.weights()));
+    assert_eq!(got.fired.clamped, want.fired.clamped);
+    assert_eq!(got.fired.missing_zeroed, want.fired.missing_zeroed);
+    assert_eq!(got.fired.missing_skipped, want.fired.missing_skipped);
+    assert_eq!(got.fired.weights_adjusted == 1, want.fired.weights_adjusted);
+    assert_eq!(got.fired.uniform_weights == 1, want.fired.uniform_weights);
+}
+
+/// Random raw scores in `lo..=hi`, with NaN and out-of-range ones now and then.
+fn random_scores(rng: &mut Rng, n: usize, lo: u8, hi: u8) -> Vec<f64> {
+    (0..n)
+        .map(|_| match rng.below(12) {
+            0 => f64::NAN,
+            1 => f64::from(hi) + 1.0,
+            2 => f64::from(lo) + 0.5,
+            _ => f64::from(lo) + rng.below(u64::from(hi - lo) + 1) as f64,
+        })
+        .collect()
+}
+
+#[test]
+fn profile_rewards_match_the_core_bit_for_bit() {
+    let rubric_text = common::fixture("rubric_sft_2.json");
+    let (r, rubric_buf) = (Rubric::parse(&rubric_text), core_rubric(&rubric_text));
+    let rubric = rubric_buf.rubric();
+    let checklist_core = ProfileBuf::parse(&checklist_text()).unwrap();
+    let profiles = [
+        (
+            CProfile::builtin("kardia"),
+            ProfileBuf::builtin("kardia").unwrap(),
+            false,
+        ),
+        (CProfile::parse(&checklist_text()), checklist_core, false),
+        (
+            CProfile::builtin("care"),
+            ProfileBuf::builtin("care").unwrap(),
+            true,
+        ),
+    ];
+    let options = [
+        ScoreOptions::default(),
+        ScoreOptions {
+            missing: care_core::MissingPolicy::Skip,
+            out_of_range: care_core::RangePolicy::Clamp,
+            uniform_weights: false,
+        },
+        ScoreOptions {
+            missing: care_core::MissingPolicy::Zero,
+            out_of_range: care_core::RangePolicy::Clamp,
+            uniform_weights: true,
+        },
+    ];
+    let golds = ["sadness", "Fear.", "  Happy ", "love"];
+    let mut rng = Rng(11);
+    let mut outputs = kardia_outputs();
+    outputs.push(b"<think>plan</think><answer>Try one small step.</answer>".to_vec());
+    for (c, buf, generated) in &profiles {
+        let p = buf.profile();
+        let rb = generated.then_some(&rubric);
+        let c_rb = if *generated { r.0 } else { null() };
+        let total = p.total_criteria(rb).unwrap();
+        let (lo, hi) = p.score_range();
+        for opts in &options {
+            let c_opts = c_score_options(opts);
+            for round in 0..40 {
+                let out = &outputs[round % outputs.len()];
+                let gold = golds[round % golds.len()];
+                let scores = random_scores(&mut rng, total, lo, hi);
+                let check = p.check_output(out);
+                let want =
+                    care_core::profile::profile_reward(&p, rb, &check, &scores, Some(gold), opts);
+                let resp = care_profile_response {
+                    struct_size: size_of::<care_profile_response>() as u32,
+                    rubric: c_rb,
+                    output: out.as_ptr().cast(),
+                    output_len: out.len(),
+                    scores: scores.as_ptr(),
+                    scores_len: scores.len(),
+                    gold_emotion: gold.as_ptr().cast(),
+                    gold_emotion_len: gold.len(),
+                };
+                let mut got = std::mem::MaybeUninit::<care_profile_reward_result>::uninit();
+                // SAFETY: live handles, valid buffers.
+                let code = unsafe { care_profile_reward(c.0, &resp, &c_opts, got.as_mut_ptr()) };
+                match want {
+                    Ok(w) => {
+                        assert_eq!(code, CARE_OK);
+                        // SAFETY: written on success.
+                        let got = unsafe { got.assume_init() };
+                        assert_result_eq(&got, &w);
+                    }
+                    Err(e) => assert_eq!(code as u32, e.number()),
+                }
+            }
+            // A group of 6 in one call: rewards, report and details as the core gives them.
+            let m = 6;
+            let texts: Vec<&[u8]> = (0..m)
+                .map(|j| outputs[(j * 5) % outputs.len()].as_slice())
+                .collect();
+            let scores = random_scores(&mut rng, m * total, lo, hi);
+            let mut want = vec![0.0; m];
+            let want_rep = care_core::profile::profile_reward_group(
+                &p,
+                rb,
+                &texts,
+                &scores,
+                Some("sad"),
+                opts,
+                &mut want,
+            )
+            .unwrap();
+            let ptrs: Vec<*const c_char> = texts.iter().map(|t| t.as_ptr().cast()).collect();
+            let lens: Vec<usize> = texts.iter().map(|t| t.len()).collect();
+            let g = care_profile_group {
+                struct_size: size_of::<care_profile_group>() as u32,
+                rubric: c_rb,
+                outputs: ptrs.as_ptr(),
+                output_lens: lens.as_ptr(),
+                output_count: m,
+                scores: scores.as_ptr(),
+                scores_len: scores.len(),
+                gold_emotion: c"sad".as_ptr(),
+                gold_emotion_len: 3,
+            };
+            let mut rewards = vec![7.0; m];
+            let mut details = vec![unsafe { std::mem::zeroed::<care_profile_reward_result>() }; m];
+            let o = care_profile_group_outputs {
+                struct_size: size_of::<care_profile_group_outputs>() as u32,
+                rewards: rewards.as_mut_ptr(),
+                rewards_len: m,
+                details: details.as_mut_ptr(),
+                details_len: m,
+            };
+            let mut rep = unsafe { std::mem::zeroed::<care_profile_group_report>() };
+            // SAFETY: live handles, valid buffers.
+            let code = unsafe { care_profile_reward_group(c.0, &g, &c_opts, &o, &mut rep) };
+            assert_eq!(code, CARE_OK);
+            assert_eq!(
+                rewards.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
+            assert_eq!(
+                (
+                    rep.scored,
+                    rep.malformed,
+                    rep.vetoed,
+                    rep.emotion_correct,
+                    rep.failed
+                ),
+                (
+                    want_rep.scored,
+                    want_rep.malformed,
+                    want_rep.vetoed,
+                    want_rep.emotion_correct,
+                    want_rep.failed
+                )
+            );
+            assert_eq!(
+                (rep.first_error_index, rep.first_error_code),
+                want_rep
+                    .first_error
+                    .map_or((-1, 0), |(i, e)| (i as i64, e.number()))
+            );
+            assert_eq!(rep.fired.clamped, want_rep.fired.clamped);
+            for (j, d) in details.iter().enumerate() {
+                let check = p.check_output(texts[j]);
+                let row = &scores[j * total..(j + 1) * total];
+                match care_core::profile::profile_reward(&p, rb, &check, row, Some("sad"), opts) {
+                    Ok(w) => assert_result_eq(d, &w),
+                    Err(e) => {
+                        assert!(d.reward.is_nan() && rewards[j].is_nan());
+                        assert_eq!(d.code, e.number());
+                        assert_eq!(d.format_reward, 1.0);
+                    }
+                }
+                assert_eq!(d.reward.to_bits(), rewards[j].to_bits());
+            }
+        }
+    }
+}
+
+#[test]
+fn profile_judge_io_matches_the_core() {
+    let kardia = CProfile::builtin("kardia");
+    let core = Profile::builtin("kardia").unwrap();
+    let checklist = CProfile::parse(&checklist_text());
+    let checklist_core = ProfileBuf::parse(&checklist_text()).unwrap();
+    let care = CProfile::builtin("care");
+    let care_core_p = Profile::builtin("care").unwrap();
+    let rubric_text = common::fixture("rubric_sft_1.json");
+    let (r, rubric_buf) = (Rubric::parse(&rubric_text), core_rubric(&rubric_text));
+    let rubric = rubric_buf.rubric();
+    let ctx = ["Seeker: I failed my exam.", "Supporter: I'm sorry."];
+    let ctx_p: Vec<*const c_char> = ctx.iter().map(|s| s.as_ptr().cast()).collect();
+    let ctx_l: Vec<usize> = ctx.iter().map(|s| s.len()).collect();
+    let (seeker, resp) = ("What now?", "Let's plan the retake together.");
+    let inputs = care_judge_prompt_inputs {
+        struct_size: size_of::<care_judge_prompt_inputs>() as u32,
+        context: ctx_p.as_ptr(),
+        context_lens: ctx_l.as_ptr(),
+        context_count: 2,
+        seeker_turn: seeker.as_ptr().cast(),
+        seeker_turn_len: seeker.len(),
+        response: resp.as_ptr().cast(),
+        response_len: resp.len(),
+    };
+    let checklist_view = checklist_core.profile();
+    for (c, p, rb, c_rb) in [
+        (&kardia, &core, None, null()),
+        (&checklist, &checklist_view, None, null()),
+        (&care, &care_core_p, Some(&rubric), r.0),
+    ] {
+        let mut want = String::new();
+        care_core::profile::render_profile_judge_prompt(&mut want, p, rb, &ctx, seeker, resp)
+            .unwrap();
+        let mut need = 0;
+        // SAFETY: live handles, valid buffers.
+        unsafe {
+            let code =
+                care_profile_judge_prompt_render(c.0, c_rb, &inputs, null_mut(), 0, &mut need);
+            assert_eq!((code, need), (CARE_ERR_BUFFER_TOO_SMALL, want.len()));
+            let mut buf = vec![0 as c_char; need];
+            let mut len = 0;
+            let code = care_profile_judge_prompt_render(
+                c.0,
+                c_rb,
+                &inputs,
+                buf.as_mut_ptr(),
+                need,
+                &mut len,
+            );
+            assert_eq!(code, CARE_OK);
+            assert_eq!(bytes(buf.as_ptr(), len), want.as_bytes());
+        }
+        // A judge answer naming every criterion (one case-insensitively), then parsed.
+        let mut answer = String::from("Sure.\n```json\n{\"criterion_scores\":[");
+        let mut k = 0;
+        for (i, d) in p.dimensions().enumerate() {
+            let titles: Vec<String> = if rb.is_some() {
+                rubric
+                    .iter_flat()
+                    .filter(|(dd, _)| dd.json_name() == d.name)
+                    .map(|(_, c)| c.title.to_string())
+                    .collect()
+            } else {
+                p.criteria(i).map(|c| c.title.to_string()).collect()
+            };
+            for t in titles {
+                if k > 0 {
+                    answer.push(',');
+                }
+                let t = if k == 1 { t.to_uppercase() } else { t };
+                answer.push_str(&format!(
+                    r#"{{"category":"{}","criterion_title":"{t}","score":{}}}"#,
+                    d.name,
+                    1 + k % 4
+                ));
+                k += 1;
+            }
+        }
+        answer.push_str("]}\n```");
+        let total = p.total_criteria(rb).unwrap();
+        let mut want_scores = vec![0.0; total];
+        let want_rep = care_core::profile::parse_profile_judge_output(
+            answer.as_bytes(),
+            p,
+            rb,
+            &mut want_scores,
+        )
+        .unwrap();
+        let mut got = vec![7.0; total];
+        let mut rep = unsafe { std::mem::zeroed::<care_judge_report>() };
+        // SAFETY: live handles, valid buffers.
+        let code = unsafe {
+            care_profile_judge_output_parse(
+                c.0,
+                c_rb,
+                answer.as_ptr().cast(),
+                answer.len(),
+                got.as_mut_ptr(),
+                total,
+                &mut rep,
+            )
+        };
+        assert_eq!(code, CARE_OK);
+        assert_eq!(
+            got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            want_scores.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            (rep.matched, rep.case_insensitive, rep.missing),
+            (
+                want_rep.matched,
+                want_rep.case_insensitive,
+                want_rep.missing
+            )
+        );
+        assert_eq!(rep.matched as usize, total, "{answer}");
+    }
+}
+
+#[test]
+fn profile_report_matches_the_core() {
+    let text = br#"{"name":" ","scores":{"min":3,"max":2},"dimensions":[
+        {"name":"a","weight":0.7,"criteria":[{"title":"t","description":"d","weight":0}]},
+        {"name":"A","weight":0.7,"criteria":[]}],
+        "output":{"format":"spans","spans":["x y"],"open":"<x>","close":"</{name}>","judge":"z"},
+        "vetoes":[{"dimension":"b","min_score":1}], "extra": 1}"#;
+    let mut scratch = vec![0u8; text.len()];
+    let want = care_core::profile::parse_profile(text, &mut scratch).report;
+    assert!(want.violations().len() >= 8, "{want}");
+    let mut rep = null_mut();
+    // SAFETY: valid pointers throughout; the report is freed once.
+    unsafe {
+        assert_eq!(
+            care_profile_validate(text.as_ptr().cast(), text.len(), &mut rep),
+            CARE_OK
+        );
+        let (mut n, mut over) = (0, 7);
+        assert_eq!(care_profile_report_count(rep, &mut n, &mut over), CARE_OK);
+        assert_eq!((n, over == 1), (want.violations().len(), want.overflowed()));
+        for (i, v) in want.violations().iter().enumerate() {
+            let mut c = std::mem::zeroed::<care_profile_violation>();
+            assert_eq!(care_profile_report_violation(rep, i, &mut c), CARE_OK);
+            assert_eq!(c.code, u32::from(v.code.number()));
+            assert_eq!(c.offset, v.offset.map_or(-1, |o| o as i64));
+            let (path, index, sub) = match v.path {
+                care_core::profile::ProfilePath::Root => (0, -1, -1),
+                care_core::profile::ProfilePath::Member(_) => (1, -1, -1),
+                care_core::profile::ProfilePath::Dimension(d) => (2, i32::from(d), -1),
+                care_core::profile::ProfilePath::Criterion(d, k) => (3, i32::from(d), i32::from(k)),
+                care_core::profile::ProfilePath::Span(k) => (4, i32::from(k), -1),
+                care_core::profile::ProfilePath::Label(k) => (5, i32::from(k), -1),
+                care_core::profile::ProfilePath::Veto(k) => (6, i32::from(k), -1),
+            };
+            assert_eq!((c.path, c.index, c.subindex), (path, index, sub), "{v}");
+            let mut buf = vec![0 as c_char; 1024];
+            let mut len = 0;
+            assert_eq!(
+                care_profile_report_message(rep, i, buf.as_mut_ptr(), buf.len(), &mut len),
+                CARE_OK
+            );
+            assert_eq!(bytes(buf.as_ptr(), len), v.to_string().as_bytes());
+        }
+        let mut buf = vec![0 as c_char; 8192];
+        let mut len = 0;
+        assert_eq!(
+            care_profile_report_feedback(rep, buf.as_mut_ptr(), buf.len(), &mut len),
+            CARE_OK
+        );
+        assert_eq!(bytes(buf.as_ptr(), len), want.to_string().as_bytes());
+        assert_eq!(care_profile_report_free(rep), CARE_OK);
+        // The same text does not parse, with the code of its violations.
+        let mut p = null();
+        assert_eq!(
+            care_profile_parse(text.as_ptr().cast(), text.len(), &mut p),
+            CARE_ERR_INVALID_PROFILE
+        );
+        assert!(p.is_null());
+    }
+}
+
+#[test]
+fn kardia_worked_example_through_the_c_abi() {
+    // docs/PROFILES.md: scores (4, 5, 3, 5, 5), a matching emotion:
+    // r = 0.8 * 0.2 * (4 + 5 + 3 + 5 + 5) / 5 + 0.2 = 0.8 * 0.88 + 0.2.
+    let kardia = CProfile::builtin("kardia");
+    let out = b"<|understanding_begin|>u<|understanding_end|><|reasoning_begin|>r<|reasoning_end|>\
+<|emotion_begin|>sad<|emotion_end|><|response_begin|>I hear you.<|response_end|>";
+    let scores = [4.0, 5.0, 3.0, 5.0, 5.0];
+    let resp = care_profile_response {
+        struct_size: size_of::<care_profile_response>() as u32,
+        rubric: null(),
+        output: out.as_ptr().cast(),
+        output_len: out.len(),
+        scores: scores.as_ptr(),
+        scores_len: 5,
+        gold_emotion: c"sadness".as_ptr(),
+        gold_emotion_len: 7,
+    };
+    let mut r = std::mem::MaybeUninit::<care_profile_reward_result>::uninit();
+    // SAFETY: live handle, valid buffers.
+    let r = unsafe {
+        assert_eq!(
+            care_profile_reward(kardia.0, &resp, null(), r.as_mut_ptr()),
+            CARE_OK
+        );
+        r.assume_init()
+    };
+    assert!(
+        (r.reward - (0.8 * 0.88 + 0.2)).abs() < 1e-12,
+        "{}",
+        r.reward
+    );
+    assert_eq!(
+        (r.emotion_correct, r.vetoed_by, r.judge_needed, r.dimensions),
+        (1, -1, 1, 5)
+    );
+    let check = check_c(&kardia, out);
+    assert_eq!(c_span(out, &check.judge), Some(&b"I hear you."[..]));
+    assert_eq!(c_span(out, &check.spans[2]), Some(&b"sad"[..]));
 }

@@ -171,6 +171,7 @@ fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
     use care_ffi::gpu::*;
     use care_ffi::logsoftmax::*;
     use care_ffi::loss::*;
+    use care_ffi::profile::*;
     use care_ffi::reward::*;
     use care_ffi::rubric::*;
     use std::mem::{align_of, size_of};
@@ -206,5 +207,15 @@ fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
         care_judge_report,
         care_format_policy,
         care_violation,
+        care_profile_violation,
+        care_profile_info,
+        care_span,
+        care_output_violation,
+        care_output_check,
+        care_profile_response,
+        care_profile_group,
+        care_profile_reward_result,
+        care_profile_group_outputs,
+        care_profile_group_report,
     ]
 }

@@ -6,11 +6,11 @@
 
 use care_cli::Command;
 use care_cli::cmd::{score, score_profile};
-use care_core::profile::ProfileBuf;
-use std::sync::{Arc, LazyLock};
 use care_core::grpo::{AdvantageOptions, LossOptions, LossPreset, Preset};
+use care_core::profile::ProfileBuf;
 use care_core::{FormatPolicy, GeneratorOptions, MissingPolicy, RangePolicy, ScoreOptions};
 use libfuzzer_sys::fuzz_target;
+use std::sync::{Arc, LazyLock};
 
 /// The built-in profiles, parsed once.
 static PROFILES: LazyLock<[Arc<ProfileBuf>; 2]> = LazyLock::new(|| {

@@ -1,8 +1,10 @@
 //! The C ABI entry points called with arbitrary bytes and lengths: rubric parse, validation
 //! report accessors (every index, tiny buffers), criterion accessors, judge-output parsing and
 //! rewards on the parsed handle, and the group advantages with buffers of arbitrary (possibly
-//! mismatched) lengths. Every buffer is allocated with exactly the length passed, so
-//! AddressSanitizer catches any overrun; no call may panic (`CARE_ERR_PANIC`).
+//! mismatched) lengths; the same bytes as a profile (validate, parse) and as a kardia policy
+//! output (the output check with its spans, the group reward); every handle is freed once and
+//! then refused (`CARE_ERR_INVALID_HANDLE`). Every buffer is allocated with exactly the length
+//! passed, so AddressSanitizer catches any overrun; no call may panic (`CARE_ERR_PANIC`).
 #![no_main]
 
 use care_ffi::advantage::{
@@ -10,6 +12,7 @@ use care_ffi::advantage::{
 };
 use care_ffi::care_result::{self, *};
 use care_ffi::loss::{care_loss_inputs, care_loss_stats, care_policy_loss};
+use care_ffi::profile::*;
 use care_ffi::reward::{care_judge_output_parse, care_policy_reward, care_policy_reward_group};
 use care_ffi::rubric::*;
 use libfuzzer_sys::fuzz_target;
@@ -24,6 +27,7 @@ fn ok(r: care_result) -> bool {
 fuzz_target!(|data: &[u8]| {
     advantages(data);
     loss(data);
+    profiles(data);
     let (head, text) = data.split_at(data.len().min(4));
     let b = |i: usize| head.get(i).copied().unwrap_or(0);
     let tp = text.as_ptr().cast::<c_char>();
@@ -70,7 +74,12 @@ fuzz_target!(|data: &[u8]| {
         let mut len = 0usize;
         let r = care_validation_report_feedback(rep, buf.as_mut_ptr().cast(), buf.len(), &mut len);
         assert!(r == CARE_OK || r == CARE_ERR_BUFFER_TOO_SMALL, "{r:?}");
-        care_validation_report_free(rep);
+        assert!(ok(care_validation_report_free(rep)));
+        assert_eq!(care_validation_report_free(rep), CARE_ERR_INVALID_HANDLE);
+        assert_eq!(
+            care_validation_report_count(rep, &mut count),
+            CARE_ERR_INVALID_HANDLE
+        );
 
         // Parse into a handle; accept iff r_fmt is 1.
         let mut rubric = null();
@@ -82,11 +91,15 @@ fuzz_target!(|data: &[u8]| {
         }
         let mut clone = null();
         assert!(ok(care_rubric_clone(rubric, &mut clone)));
-        care_rubric_free(rubric);
+        assert!(ok(care_rubric_free(rubric)));
+        let mut total = 0usize;
+        assert_eq!(
+            care_rubric_total_criteria(rubric, &mut total),
+            CARE_ERR_INVALID_HANDLE
+        );
         let rubric = clone;
         let mut w = [0.0f64; 3];
         assert!(ok(care_rubric_weights(rubric, w.as_mut_ptr(), 3)));
-        let mut total = 0usize;
         assert!(ok(care_rubric_total_criteria(rubric, &mut total)));
         for d in 0..4u32 {
             for i in 0..6usize {
@@ -143,9 +156,89 @@ fuzz_target!(|data: &[u8]| {
             m,
             null_mut(),
         ));
-        care_rubric_free(rubric);
+        assert!(ok(care_rubric_free(rubric)));
+        assert_eq!(care_rubric_free(rubric), CARE_ERR_INVALID_HANDLE);
     }
 });
+
+/// The bytes as profile JSON (validated, parsed) and as kardia policy outputs (the output
+/// check, whose spans must lie inside the output, and the group reward).
+fn profiles(data: &[u8]) {
+    let tp = data.as_ptr().cast::<c_char>();
+    unsafe {
+        let mut rep = null_mut();
+        assert!(ok(care_profile_validate(tp, data.len(), &mut rep)));
+        let (mut n, mut over) = (0usize, 0u32);
+        assert!(ok(care_profile_report_count(rep, &mut n, &mut over)));
+        let mut p = null();
+        let r = care_profile_parse(tp, data.len(), &mut p);
+        assert_eq!(ok(r), n == 0 && over == 0, "{r:?}");
+        for i in 0..=n {
+            let mut v = std::mem::zeroed::<care_profile_violation>();
+            assert_eq!(ok(care_profile_report_violation(rep, i, &mut v)), i < n);
+        }
+        assert!(ok(care_profile_report_free(rep)));
+        if ok(r) {
+            assert!(ok(care_profile_free(p)));
+        }
+        let mut kardia = null();
+        assert!(ok(care_profile_builtin(c"kardia".as_ptr(), 6, &mut kardia)));
+        // Two outputs: the whole input, and its second half.
+        let half = &data[data.len() / 2..];
+        let outs = [data, half];
+        for o in outs {
+            let mut c = std::mem::zeroed::<care_output_check>();
+            assert!(ok(care_profile_check_output(
+                kardia,
+                o.as_ptr().cast(),
+                o.len(),
+                &mut c
+            )));
+            for s in std::iter::once(&c.judge).chain(&c.spans[..c.span_count as usize]) {
+                assert!(s.located == 0 || s.offset + s.len <= o.len());
+            }
+            assert_eq!(c.judge_needed == 1, c.format_reward == 1.0);
+        }
+        let ptrs: Vec<*const c_char> = outs.iter().map(|o| o.as_ptr().cast()).collect();
+        let lens: Vec<usize> = outs.iter().map(|o| o.len()).collect();
+        let scores: Vec<f64> = (0..10)
+            .map(|i| f64::from(data.get(i).copied().unwrap_or(0) % 7))
+            .collect();
+        let g = care_profile_group {
+            struct_size: size_of::<care_profile_group>() as u32,
+            rubric: null(),
+            outputs: ptrs.as_ptr(),
+            output_lens: lens.as_ptr(),
+            output_count: 2,
+            scores: scores.as_ptr(),
+            scores_len: scores.len(),
+            gold_emotion: c"sadness".as_ptr(),
+            gold_emotion_len: 7,
+        };
+        let mut rewards = [0.0f64; 2];
+        let mut details = [std::mem::zeroed::<care_profile_reward_result>(); 2];
+        let o = care_profile_group_outputs {
+            struct_size: size_of::<care_profile_group_outputs>() as u32,
+            rewards: rewards.as_mut_ptr(),
+            rewards_len: 2,
+            details: details.as_mut_ptr(),
+            details_len: 2,
+        };
+        assert!(ok(care_profile_reward_group(
+            kardia,
+            &g,
+            null(),
+            &o,
+            null_mut()
+        )));
+        for (r, d) in rewards.iter().zip(&details) {
+            assert!(r.is_nan() || (0.0..=1.0).contains(r), "{r}");
+            assert_eq!(r.to_bits(), d.reward.to_bits());
+        }
+        assert!(ok(care_profile_free(kardia)));
+        assert_eq!(care_profile_free(kardia), CARE_ERR_INVALID_HANDLE);
+    }
+}
 
 /// The group advantages through the C ABI with lengths taken from the input, each buffer
 /// exactly as long as claimed.

@@ -6,15 +6,16 @@
 #![no_main]
 
 use care_core::ScoreOptions;
-use care_core::profile::{
-    Profile, parse_profile, parse_profile_judge_output, profile_reward,
-};
+use care_core::profile::{Profile, parse_profile, parse_profile_judge_output, profile_reward};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let kardia = Profile::builtin("kardia").expect("the built-in profile parses");
     let check = kardia.check_output(data);
-    assert_eq!(check.is_ok(), check.report().violations().is_empty() && !check.report().overflowed());
+    assert_eq!(
+        check.is_ok(),
+        check.report().violations().is_empty() && !check.report().overflowed()
+    );
     let range = data.as_ptr_range();
     for k in 0..kardia.span_count() {
         if let Some(s) = check.span(k)
@@ -24,8 +25,15 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let opts = ScoreOptions::default();
-    let r = profile_reward(&kardia, None, &check, &[4.0, 5.0, 3.0, 5.0, 2.0], Some("sad"), &opts)
-        .expect("valid scores and a gold label");
+    let r = profile_reward(
+        &kardia,
+        None,
+        &check,
+        &[4.0, 5.0, 3.0, 5.0, 2.0],
+        Some("sad"),
+        &opts,
+    )
+    .expect("valid scores and a gold label");
     assert!((0.0..=1.0).contains(&r.reward), "{r:?}");
     if !check.is_ok() {
         assert_eq!((r.reward, r.judge_needed), (0.0, false));

@@ -7,8 +7,8 @@
 use arbitrary::Arbitrary;
 use care_core::reward::{policy_reward_fixed, preference_reward_fixed};
 use care_core::{
-    MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions, ScoreScale, alignment, alignment_reward,
-    policy_reward_group_fixed,
+    MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions, ScoreScale, alignment,
+    alignment_reward, policy_reward_group_fixed,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -147,6 +147,8 @@ fuzz_target!(|inp: Input| {
     }
     let mut wrong = vec![0.0; m + 1];
     if total > 0 {
-        assert!(policy_reward_group_fixed(inp.weights, counts, &opts, &scores, &mut wrong).is_err());
+        assert!(
+            policy_reward_group_fixed(inp.weights, counts, &opts, &scores, &mut wrong).is_err()
+        );
     }
 });

@@ -2,7 +2,9 @@
 
 ``import care_rl`` needs numpy only (no PyTorch): rubric validation (:func:`validate`,
 :class:`Rubric`), the format, policy, preference, generator and alignment rewards, strategy
-counts, the judge prompt and judge-output parser, and the GRPO step on numpy arrays
+counts, the judge prompt and judge-output parser, rubric profiles (:class:`Profile`,
+:func:`check_output`, :func:`profile_reward`, :func:`profile_reward_group`, the profile judge
+I/O), and the GRPO step on numpy arrays
 (:func:`group_advantages` and its cross-rank phases, :func:`policy_loss`).
 ``import care_rl.torch`` adds the PyTorch custom ops (``torch.ops.care.*``) and their
 plain-function API. Every error is a :class:`CareError` with the stable ``code`` and
@@ -12,7 +14,7 @@ plain-function API. Every error is a :class:`CareError` with the stable ``code``
 from __future__ import annotations
 
 from . import _care
-from ._care import CareError, Rubric
+from ._care import CareError, Profile, Rubric
 from ._grpo import (
     advantage_options,
     group_advantages,
@@ -21,6 +23,15 @@ from ._grpo import (
     group_partial_sums,
     loss_options,
     policy_loss,
+)
+from ._profile import (
+    PROFILE_NAMES,
+    check_output,
+    parse_profile_judge_output,
+    profile_reward,
+    profile_reward_group,
+    render_profile_judge_prompt,
+    validate_profile,
 )
 from ._reward import (
     alignment,
@@ -53,8 +64,15 @@ from ._types import (
     JudgeOutput,
     JudgeReport,
     LossResult,
+    OutputCheck,
+    OutputViolation,
     PolicyReward,
     PreferenceReward,
+    ProfileGroupReport,
+    ProfileGroupReward,
+    ProfileReward,
+    ProfileValidation,
+    ProfileViolation,
     StrategyCounts,
     Validation,
     Violation,
@@ -80,6 +98,14 @@ __all__ = [
     "strategy_counts",
     "render_judge_prompt",
     "parse_judge_output",
+    "Profile",
+    "PROFILE_NAMES",
+    "validate_profile",
+    "check_output",
+    "profile_reward",
+    "profile_reward_group",
+    "render_profile_judge_prompt",
+    "parse_profile_judge_output",
     "advantage_options",
     "loss_options",
     "group_advantages",
@@ -96,8 +122,15 @@ __all__ = [
     "JudgeOutput",
     "JudgeReport",
     "LossResult",
+    "OutputCheck",
+    "OutputViolation",
     "PolicyReward",
     "PreferenceReward",
+    "ProfileGroupReport",
+    "ProfileGroupReward",
+    "ProfileReward",
+    "ProfileValidation",
+    "ProfileViolation",
     "StrategyCounts",
     "Validation",
     "Violation",

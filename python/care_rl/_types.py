@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 if TYPE_CHECKING:
     import numpy as np
 
-    from ._care import Rubric
+    from ._care import Profile, Rubric
 
 Triple = Tuple[float, float, float]
 
@@ -188,3 +188,115 @@ class LossResult:
     loss: float
     grad: "np.ndarray"
     stats: Dict[str, float]
+
+
+# ---- rubric profiles (docs/PROFILES.md) --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfileViolation:
+    """One violation of the profile schema: ``code``/``number`` (``"weight_sum"``, 8),
+    ``path`` (``"dimensions[1].criteria[0]"``), ``offset`` (byte offset in the JSON, when it
+    applies) and the one-line ``message`` that says what to fix."""
+
+    code: str
+    number: int
+    path: str
+    offset: Optional[int]
+    message: str
+
+
+@dataclass(frozen=True)
+class ProfileValidation:
+    """Result of :func:`care_rl.validate_profile`: ``valid`` when there is no violation (then
+    ``profile`` is the parsed :class:`care_rl.Profile`), every violation (at most 64 kept,
+    ``overflowed`` when more were found) and all messages one per line in ``feedback``."""
+
+    valid: bool
+    violations: List[ProfileViolation]
+    overflowed: bool
+    feedback: str
+    profile: Optional["Profile"]
+
+
+@dataclass(frozen=True)
+class OutputViolation:
+    """One violation of a profile's output format: ``code``/``number`` (``"missing_span"``,
+    2), the ``span`` it concerns (its name) when it concerns one, the byte ``offset`` in the
+    output when it applies, and the one-line ``message``."""
+
+    code: str
+    number: int
+    span: Optional[str]
+    offset: Optional[int]
+    message: str
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """Result of :func:`care_rl.check_output`: ``format_reward`` (``r_fmt``, 1.0 or 0.0);
+    ``judge_needed`` (False for a malformed output, whose reward is 0 whatever the judge says:
+    skip the call); ``judge_text``, what the judge sees (the judge span, or the whole output
+    without an output format; ``None`` when the judge is not needed) and ``judge_offset``, its
+    ``(byte offset, byte length)`` in the output; ``spans``: each span's trimmed text by name
+    (``None`` when not found; found spans are reported in malformed outputs too) and
+    ``span_offsets`` the same as ``(byte offset, byte length)``; every violation, ``overflowed``
+    when more than 32 were found, and the ``feedback`` lines for a retry prompt."""
+
+    format_reward: float
+    judge_needed: bool
+    judge_text: Optional[str]
+    judge_offset: Optional[Tuple[int, int]]
+    spans: Dict[str, Optional[str]]
+    span_offsets: Dict[str, Optional[Tuple[int, int]]]
+    violations: List[OutputViolation]
+    overflowed: bool
+    feedback: str
+
+
+@dataclass(frozen=True)
+class ProfileReward:
+    """The reward of one response under a profile:
+    ``reward = format_reward * (1 - veto) * ((1 - lambda) * rubric_reward + lambda * r_emo)``
+    in [0, 1]; ``judge_needed`` False when the output was malformed (then the scores were not
+    read); ``emotion_correct`` (``None`` without an emotion term or emotion span);
+    ``vetoed_by``, the dimension whose veto set the reward to 0; ``per_dimension`` each
+    dimension's value ``v_d`` and ``weights`` the weights used, by dimension name; ``fired``
+    the scoring policies that fired."""
+
+    reward: float
+    format_reward: float
+    judge_needed: bool
+    rubric_reward: float
+    emotion_correct: Optional[bool]
+    vetoed_by: Optional[str]
+    per_dimension: Dict[str, float]
+    weights: Dict[str, float]
+    fired: Fired
+
+
+@dataclass(frozen=True)
+class ProfileGroupReport:
+    """What happened while scoring a group under a profile: responses ``scored`` (finite
+    reward; malformed ones included, they score 0), of those ``malformed`` and ``vetoed``;
+    ``emotion_correct`` responses; ``failed`` ones (NaN reward under an ``error`` policy) and
+    the ``first_error`` as ``(response index, error code)``; the policies ``fired``."""
+
+    scored: int
+    malformed: int
+    vetoed: int
+    emotion_correct: int
+    failed: int
+    first_error: Optional[Tuple[int, str]]
+    fired: Fired
+
+
+@dataclass(frozen=True)
+class ProfileGroupReward:
+    """Result of :func:`care_rl.profile_reward_group`: ``rewards`` float64 ``[M]`` (NaN for a
+    response whose scores broke an ``error`` policy), the group's ``report``, and with
+    ``details=True`` each response's :class:`ProfileReward` (``None`` for a failed one)."""
+
+    rewards: "np.ndarray"
+    report: ProfileGroupReport
+    details: Optional[List[Optional[ProfileReward]]]

@@ -32,6 +32,12 @@ pub fn mismatch(msg: String) -> PyErr {
     make(&msg, "", e.code(), e.number())
 }
 
+/// An error with a code that only the bindings (and the C ABI) have, such as
+/// `invalid_profile`.
+pub fn make_code(what: &str, code: &'static str, number: u32) -> PyErr {
+    make(what, "", code, number)
+}
+
 fn make(what: &str, message: &str, code: &'static str, number: u32) -> PyErr {
     let text = if message.is_empty() {
         format!("{what} ({code})")

@@ -11,6 +11,7 @@ mod error;
 mod grpo;
 mod names;
 mod options;
+mod profile;
 mod reward;
 
 use care_core::grpo::{Combine, FieldKind, LOSS_STATS_LAYOUT};
@@ -64,6 +65,14 @@ fn _care(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reward::strategy_counts, m)?)?;
     m.add_function(wrap_pyfunction!(reward::render_judge_prompt, m)?)?;
     m.add_function(wrap_pyfunction!(reward::parse_judge_output, m)?)?;
+    m.add_class::<profile::Profile>()?;
+    m.add("PROFILE_NAMES", care_core::profile::BUILTIN_NAMES.to_vec())?;
+    m.add_function(wrap_pyfunction!(profile::validate_profile, m)?)?;
+    m.add_function(wrap_pyfunction!(profile::check_output, m)?)?;
+    m.add_function(wrap_pyfunction!(profile::profile_reward, m)?)?;
+    m.add_function(wrap_pyfunction!(profile::profile_reward_group, m)?)?;
+    m.add_function(wrap_pyfunction!(profile::render_profile_judge_prompt, m)?)?;
+    m.add_function(wrap_pyfunction!(profile::parse_profile_judge_output, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::group_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::group_partial_sums, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::group_partial_squares, m)?)?;

@@ -106,7 +106,7 @@ impl Rubric {
 }
 
 /// `str` (UTF-8) or `bytes` as bytes.
-fn text_bytes(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u8>> {
+pub fn text_bytes(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u8>> {
     if let Ok(s) = obj.cast::<PyString>() {
         return Ok(s.to_cow()?.as_bytes().to_vec());
     }
@@ -152,6 +152,17 @@ fn with_rubric<R>(
     f(&r.buf.rubric())
 }
 
+/// Runs `f` on the rubric of `obj` when one is given (`None` and Python `None`: no rubric).
+pub fn with_opt_rubric<R>(
+    obj: Option<&Bound<'_, PyAny>>,
+    f: impl FnOnce(Option<&care_core::Rubric<'_>>) -> PyResult<R>,
+) -> PyResult<R> {
+    match obj.filter(|o| !o.is_none()) {
+        Some(o) => with_rubric(o, |r| f(Some(r))),
+        None => f(None),
+    }
+}
+
 /// The dataclasses of `care_rl._types`, looked up once.
 fn types(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static MODULE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -163,7 +174,7 @@ fn types(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 }
 
 /// `care_rl._types.<class>(**kwargs)`.
-fn make<'py>(
+pub fn make<'py>(
     py: Python<'py>,
     class: &str,
     kwargs: &Bound<'py, PyDict>,
@@ -301,7 +312,7 @@ pub fn format_reward(text: &Bound<'_, PyAny>, policy: Option<&Bound<'_, PyAny>>)
     care_core::format_reward(&bytes, &policy, &mut scratch).or_raise("format_reward")
 }
 
-fn score_options(
+pub fn score_options(
     missing: Option<&str>,
     out_of_range: Option<&str>,
     uniform_weights: Option<bool>,
@@ -319,7 +330,7 @@ fn score_options(
     Ok(o)
 }
 
-fn fired<'py>(py: Python<'py>, f: &Fired) -> PyResult<Bound<'py, PyAny>> {
+pub fn fired<'py>(py: Python<'py>, f: &Fired) -> PyResult<Bound<'py, PyAny>> {
     dc!(py, "Fired", {
         "missing_zeroed" => f.missing_zeroed,
         "missing_skipped" => f.missing_skipped,
@@ -581,6 +592,14 @@ pub fn parse_judge_output<'py>(
         care_core::parse_judge_output(&bytes, r, o.slice_mut::<f64>()?)
             .or_raise("parse_judge_output")
     })?;
+    judge_report(py, &rep)
+}
+
+/// A `care_rl.JudgeReport` of the core's report.
+pub fn judge_report<'py>(
+    py: Python<'py>,
+    rep: &care_core::JudgeReport,
+) -> PyResult<Bound<'py, PyAny>> {
     dc!(py, "JudgeReport", {
         "matched" => rep.matched,
         "case_insensitive" => rep.case_insensitive,
