@@ -8,7 +8,7 @@
 //! validated as the exact text it has in the line (the `"id"`, a rubric object).
 
 use std::borrow::Cow;
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -19,7 +19,26 @@ use crate::json::{KeySeed, LineError, TopStrings, check_strict_top};
 /// unique: the strict check refused duplicates).
 #[derive(Debug, Default)]
 pub struct Members<'a> {
-    list: Vec<(Cow<'a, str>, &'a RawValue)>,
+    list: Vec<Member<'a>>,
+}
+
+/// One member: its key, the exact text of its value, and that text as a [`RawValue`], made on
+/// first use for members split out by the one-pass scanner ([`crate::scan`]): a subcommand
+/// that only needs a member's text (the rubric of `care score`) never has serde_json read it.
+#[derive(Debug)]
+struct Member<'a> {
+    key: Cow<'a, str>,
+    text: &'a str,
+    raw: OnceCell<Option<&'a RawValue>>,
+}
+
+impl<'a> Member<'a> {
+    fn raw(&self) -> Option<&'a RawValue> {
+        // The text was checked strictly, so this never fails; `None` would read as absent.
+        *self
+            .raw
+            .get_or_init(|| serde_json::from_str(self.text).ok())
+    }
 }
 
 impl<'a> Members<'a> {
@@ -39,17 +58,28 @@ impl<'a> Members<'a> {
 
     /// The member `key`.
     pub fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.list.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+        self.find(key).and_then(Member::raw)
+    }
+
+    /// The exact text of member `key`'s value.
+    pub fn text(&self, key: &str) -> Option<&'a str> {
+        self.find(key).map(|m| m.text)
+    }
+
+    fn find(&self, key: &str) -> Option<&Member<'a>> {
+        self.list.iter().find(|m| m.key == key)
     }
 
     /// The members in line order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &'a RawValue)> + '_ {
-        self.list.iter().map(|(k, v)| (k.as_ref(), *v))
+        self.list
+            .iter()
+            .filter_map(|m| m.raw().map(|r| (m.key.as_ref(), r)))
     }
 
     /// Whether the member `key` is present (even as `null`).
     pub fn contains_key(&self, key: &str) -> bool {
-        self.get(key).is_some()
+        self.find(key).is_some()
     }
 }
 
@@ -62,8 +92,13 @@ impl<'de> Visitor<'de> for MembersVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
         let mut list = Vec::new();
-        while let Some(k) = map.next_key_seed(KeySeed)? {
-            list.push((k, map.next_value::<&'de RawValue>()?));
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let raw = map.next_value::<&'de RawValue>()?;
+            list.push(Member {
+                key,
+                text: raw.get(),
+                raw: OnceCell::from(Some(raw)),
+            });
         }
         Ok(Members { list })
     }
@@ -85,11 +120,11 @@ impl<'a> Line<'a> {
     /// line, and the reference check (`check_strict`, which writes the exact error) otherwise.
     pub fn parse(text: &'a str) -> Result<Self, LineError> {
         if crate::scan::fast_path_on()
-            && let Some(strings) = fast_top_strings(text)
+            && let Some((members, strings)) = fast_parse(text)
         {
             return Ok(Line {
                 text,
-                members: Members::parse(text),
+                members,
                 strings,
             });
         }
@@ -111,6 +146,11 @@ impl<'a> Line<'a> {
         self.members.as_ref().and_then(|m| m.get(key))
     }
 
+    /// The exact text of member `key`'s value (without reading it as a [`RawValue`]).
+    pub fn raw_text(&self, key: &str) -> Option<&'a str> {
+        self.members.as_ref().and_then(|m| m.text(key))
+    }
+
     /// The decoded text of member `key` when it is a JSON string (see [`string`]).
     pub fn string(&self, key: &str) -> Option<&str> {
         self.strings
@@ -124,30 +164,40 @@ thread_local! {
     static SCAN: std::cell::RefCell<crate::scan::Scratch> = Default::default();
 }
 
-/// The string-valued top-level members of `text` when [`crate::scan::scan_line`] accepts it
-/// (decoded; borrowed when they have no escapes); `None` when it declines.
-fn fast_top_strings(text: &str) -> Option<TopStrings<'_>> {
+/// The top-level members of `text` (`None` when it is no object) and its string-valued ones
+/// decoded (borrowed when they have no escapes), when [`crate::scan::scan_line`] accepts it;
+/// `None` when it declines.
+fn fast_parse(text: &str) -> Option<(Option<Members<'_>>, TopStrings<'_>)> {
     SCAN.with(|cell| {
         let mut scratch = cell.try_borrow_mut().ok()?;
         if !crate::scan::scan_line(text, &mut scratch) {
             return None;
         }
         let mut buf = String::new();
-        Some(
-            scratch
-                .members(text)
-                .filter(|m| m.value.starts_with('"'))
-                .map(|m| {
-                    let v = if m.value.contains('\\') {
-                        Cow::Owned(crate::scan::decode_string(m.value, &mut buf).to_owned())
-                    } else {
-                        // An accepted string literal: its quotes enclose the text.
-                        Cow::Borrowed(m.value.get(1..m.value.len() - 1).unwrap_or(""))
-                    };
-                    (Cow::Borrowed(m.key), v)
-                })
-                .collect(),
-        )
+        let mut strings = Vec::new();
+        let mut list = Vec::new();
+        for m in scratch.members(text) {
+            if m.value.starts_with('"') {
+                let v = if m.value.contains('\\') {
+                    Cow::Owned(crate::scan::decode_string(m.value, &mut buf).to_owned())
+                } else {
+                    // An accepted string literal: its quotes enclose the text.
+                    Cow::Borrowed(m.value.get(1..m.value.len() - 1).unwrap_or(""))
+                };
+                strings.push((Cow::Borrowed(m.key), v));
+            }
+            // Accepted keys have no escapes: the raw key is the key.
+            list.push(Member {
+                key: Cow::Borrowed(m.key),
+                text: m.value,
+                raw: OnceCell::new(),
+            });
+        }
+        let members = text
+            .trim_start()
+            .starts_with('{')
+            .then_some(Members { list });
+        Some((members, strings))
     })
 }
 
