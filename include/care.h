@@ -18,6 +18,9 @@
 // Bytes of the device-side loss statistics accumulator of `care_gpu_policy_loss`.
 #define CARE_GPU_LOSS_STATS_BYTES 56
 
+// The number of rejection criteria (`care_rollout_options.reject` entries).
+#define CARE_REJECTION_COUNT 11
+
 // Most dimensions of a profile (the length of the per-dimension arrays).
 #define CARE_PROFILE_MAX_DIMENSIONS 8
 
@@ -139,6 +142,13 @@ enum care_baseline
   CARE_BASELINE_LEAVE_ONE_OUT = 1,
   // Nothing is subtracted.
   CARE_BASELINE_NONE = 2,
+  // OPO: the length-weighted group mean `sum_j l_j r_j / sum_j l_j` (needs
+  // `care_rewards.lengths`).
+  CARE_BASELINE_LENGTH_WEIGHTED = 3,
+  // ReMax: one baseline reward per sample, `A = r_i - b_i` (needs `care_rewards.baselines`).
+  CARE_BASELINE_EXTERNAL = 4,
+  // pass@k: `A_i = max_j r_j - max_{j != i} r_j` (only a group's best sample gets credit).
+  CARE_BASELINE_PASS_K = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -210,7 +220,8 @@ typedef uint32_t care_singleton_policy;
 #endif // __cplusplus
 
 // Named advantage option sets that reproduce a trainer exactly (also by name:
-// `"verl"`, `"trl"`, `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`).
+// `"verl"`, `"trl"`, `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`, `"opo"`, `"remax"`,
+// `"grpo_passk"`, `"gpg"`, `"reinforce_pp_baseline"`).
 enum care_advantage_preset
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
@@ -228,12 +239,42 @@ enum care_advantage_preset
   CARE_ADVANTAGE_PRESET_DR_GRPO = 4,
   // RLOO: leave-one-out baseline, no scale.
   CARE_ADVANTAGE_PRESET_RLOO = 5,
+  // verl `opo`: length-weighted baseline, no scale (needs `care_rewards.lengths`).
+  CARE_ADVANTAGE_PRESET_OPO = 6,
+  // verl `remax`: external baseline (the greedy response's reward), no scale (needs
+  // `care_rewards.baselines`).
+  CARE_ADVANTAGE_PRESET_REMAX = 7,
+  // verl `grpo_passk`: pass@k baseline, group std.
+  CARE_ADVANTAGE_PRESET_GRPO_PASSK = 8,
+  // GPG (paper): mean baseline, no scale, `alpha = N / (N - M)`.
+  CARE_ADVANTAGE_PRESET_GPG = 9,
+  // verl `reinforce_plus_plus_baseline`, group part: mean baseline, no scale.
+  CARE_ADVANTAGE_PRESET_REINFORCE_PP_BASELINE = 10,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
 typedef enum care_advantage_preset care_advantage_preset;
 #else
 typedef uint32_t care_advantage_preset;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// A factor on the batch's advantages (`care_advantage_options.reweight`).
+enum care_reweight
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // None (default).
+  CARE_REWEIGHT_NONE = 0,
+  // GPG: `alpha = N / (N - M)`, `M` the valid samples of groups without signal.
+  CARE_REWEIGHT_GPG = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_reweight care_reweight;
+#else
+typedef uint32_t care_reweight;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -253,6 +294,8 @@ enum care_aggregation
   CARE_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM = 3,
   // `w = 1`.
   CARE_AGGREGATION_TOKEN_SUM = 4,
+  // `w = 1 / H` (verl's `seq-mean-token-sum-norm` until 2026: no sequence mean).
+  CARE_AGGREGATION_TOKEN_SUM_NORM = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -295,6 +338,8 @@ enum care_ratio_level
   CARE_RATIO_TOKEN = 0,
   // GSPO: one ratio per sequence from the mean log ratio.
   CARE_RATIO_SEQUENCE = 1,
+  // GSPO-token: the sequence ratio's value with each token's own gradient.
+  CARE_RATIO_SEQUENCE_TOKEN = 2,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -304,7 +349,136 @@ typedef uint32_t care_ratio_level;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// Named loss option sets (also by name: `"verl"`, `"trl"`).
+// The policy-gradient term (`care_loss_options.policy_loss`).
+enum care_policy_loss_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // The clipped ratio (PPO/GRPO; GSPO with a sequence ratio level; default).
+  CARE_POLICY_LOSS_CLIP = 0,
+  // CISPO: the clipped ratio as a detached weight on `A * logp`.
+  CARE_POLICY_LOSS_CISPO = 1,
+  // SAPO: a soft sigmoid gate on the ratio (`sapo_tau_pos`, `sapo_tau_neg`).
+  CARE_POLICY_LOSS_SAPO = 2,
+  // GPG: `-A * logp`.
+  CARE_POLICY_LOSS_GPG = 3,
+  // Clip-Cov: the `cov_ratio` share of tokens with the largest covariance in
+  // `(clip_cov_lb, clip_cov_ub)` gets no gradient (CPU only).
+  CARE_POLICY_LOSS_CLIP_COV = 4,
+  // KL-Cov: `kl_cov_coef * |log ratio|` on the `cov_ratio` share of tokens with the largest
+  // covariance (CPU only).
+  CARE_POLICY_LOSS_KL_COV = 5,
+  // GMPO: the geometric mean of the token ratios, clipped in log space.
+  CARE_POLICY_LOSS_GMPO = 6,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_policy_loss_kind care_policy_loss_kind;
+#else
+typedef uint32_t care_policy_loss_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Which sequences the sequence count of the aggregation counts
+// (`care_loss_options.sequence_count`).
+enum care_sequence_count
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Sequences with at least one counted token (default; verl, OpenRLHF).
+  CARE_SEQUENCE_COUNT_NON_EMPTY = 0,
+  // Every sequence of the call (TRL `grpo`, `dr_grpo`, `sapo`; verl `geo_mean`).
+  CARE_SEQUENCE_COUNT_ALL = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_sequence_count care_sequence_count;
+#else
+typedef uint32_t care_sequence_count;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// How the rollout correction forms importance weights (`care_rollout_options.is_level`).
+enum care_is_level
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // No importance weights (default).
+  CARE_IS_OFF = 0,
+  // One truncated weight per token.
+  CARE_IS_TOKEN = 1,
+  // One truncated weight per sequence.
+  CARE_IS_SEQUENCE = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_is_level care_is_level;
+#else
+typedef uint32_t care_is_level;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// What a token the rollout correction rejects becomes (`care_rollout_options.rejection_mode`).
+enum care_rejection_mode
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // It leaves the loss and every count (verl; default).
+  CARE_REJECTION_DROP = 0,
+  // It keeps its place with importance weight 0 (TRL, OpenRLHF).
+  CARE_REJECTION_ZERO_WEIGHT = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_rejection_mode care_rejection_mode;
+#else
+typedef uint32_t care_rejection_mode;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// The rejection criteria: each value indexes `care_rollout_options.reject`.
+enum care_rejection
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // `ln(lower) <= x_t <= ln(upper)`, `x_t = logp_prox_t - logp_rollout_t`.
+  CARE_REJECT_TOKEN_K1 = 0,
+  // `x_t^2 / 2 <= upper`.
+  CARE_REJECT_TOKEN_K2 = 1,
+  // `exp(x_t) - 1 - x_t <= upper`.
+  CARE_REJECT_TOKEN_K3 = 2,
+  // The sequence's sum of `k1` within `[ln(lower), ln(upper)]`.
+  CARE_REJECT_SEQ_SUM_K1 = 3,
+  // The sequence's sum of `k2 <= upper`.
+  CARE_REJECT_SEQ_SUM_K2 = 4,
+  // The sequence's sum of `k3 <= upper`.
+  CARE_REJECT_SEQ_SUM_K3 = 5,
+  // The sequence's mean of `k1` within `[ln(lower), ln(upper)]`.
+  CARE_REJECT_SEQ_MEAN_K1 = 6,
+  // The sequence's mean of `k2 <= upper`.
+  CARE_REJECT_SEQ_MEAN_K2 = 7,
+  // The sequence's mean of `k3 <= upper`.
+  CARE_REJECT_SEQ_MEAN_K3 = 8,
+  // The sequence's max of `k2 <= upper`.
+  CARE_REJECT_SEQ_MAX_K2 = 9,
+  // The sequence's max of `k3 <= upper`.
+  CARE_REJECT_SEQ_MAX_K3 = 10,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_rejection care_rejection;
+#else
+typedef uint32_t care_rejection;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Named loss option sets (also by name: the constant's suffix in lower case, `"verl"`,
+// `"trl"`, `"verl_seq_mean_token_mean"`, ..., `"openrlhf_gspo"`).
 enum care_loss_preset
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
@@ -314,6 +488,44 @@ enum care_loss_preset
   CARE_LOSS_PRESET_VERL = 0,
   // TRL `dapo`: eps 0.2/0.2, no dual clip, token mean.
   CARE_LOSS_PRESET_TRL = 1,
+  // verl vanilla, `seq-mean-token-mean`.
+  CARE_LOSS_PRESET_VERL_SEQ_MEAN_TOKEN_MEAN = 2,
+  // verl vanilla, `seq-mean-token-sum`.
+  CARE_LOSS_PRESET_VERL_SEQ_MEAN_TOKEN_SUM = 3,
+  // verl vanilla, `seq-mean-token-sum-norm` as verl computed it until 2026 (token sum / H).
+  CARE_LOSS_PRESET_VERL_SEQ_MEAN_TOKEN_SUM_NORM = 4,
+  // verl `gspo`: GSPO-token ratio, `seq-mean-token-mean`.
+  CARE_LOSS_PRESET_VERL_GSPO = 5,
+  // verl `sapo`: tau 1 / 1.05, `seq-mean-token-mean`.
+  CARE_LOSS_PRESET_VERL_SAPO = 6,
+  // verl `cispo`: weight clipped to [0.8, 1.2], token mean.
+  CARE_LOSS_PRESET_VERL_CISPO = 7,
+  // verl `gpg`: `-A * logp`, token mean.
+  CARE_LOSS_PRESET_VERL_GPG = 8,
+  // verl `clip_cov` (CPU only).
+  CARE_LOSS_PRESET_VERL_CLIP_COV = 9,
+  // verl `kl_cov` (CPU only).
+  CARE_LOSS_PRESET_VERL_KL_COV = 10,
+  // verl `geo_mean` (GMPO).
+  CARE_LOSS_PRESET_VERL_GEO_MEAN = 11,
+  // TRL `grpo`: `seq-mean-token-mean` over every row.
+  CARE_LOSS_PRESET_TRL_GRPO = 12,
+  // TRL `bnpo`: local token mean.
+  CARE_LOSS_PRESET_TRL_BNPO = 13,
+  // TRL `dr_grpo`: token sum over rows times the horizon.
+  CARE_LOSS_PRESET_TRL_DR_GRPO = 14,
+  // TRL `dapo`: global token mean.
+  CARE_LOSS_PRESET_TRL_DAPO = 15,
+  // TRL `cispo`: weight capped at 5, global token mean.
+  CARE_LOSS_PRESET_TRL_CISPO = 16,
+  // TRL `sapo`: tau 1 / 1.05, `grpo` normalization.
+  CARE_LOSS_PRESET_TRL_SAPO = 17,
+  // OpenRLHF `ppo`, token-level loss.
+  CARE_LOSS_PRESET_OPENRLHF = 18,
+  // OpenRLHF `ppo` with `token_level_loss = False`.
+  CARE_LOSS_PRESET_OPENRLHF_SEQ = 19,
+  // OpenRLHF `gspo`: the sequence ratio through the mean.
+  CARE_LOSS_PRESET_OPENRLHF_GSPO = 20,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -679,7 +891,8 @@ typedef struct care_validation_report care_validation_report;
 
 // Options of the advantage functions. Initialize with `care_advantage_options_default` or
 // `care_advantage_options_preset`, which set `struct_size`; then change fields. Enum fields
-// hold `care_baseline`, `care_scale`, `care_std_kind` and `care_singleton_policy` values.
+// hold `care_baseline`, `care_scale`, `care_std_kind`, `care_singleton_policy` and
+// `care_reweight` values.
 typedef struct care_advantage_options {
   // `sizeof(care_advantage_options)`; lets the struct grow without breaking old callers.
   uint32_t struct_size;
@@ -691,16 +904,21 @@ typedef struct care_advantage_options {
   uint32_t std_kind;
   // A `care_singleton_policy`.
   uint32_t singleton;
-  // Reserved, must be 0 (`CARE_ERR_INVALID_ARGUMENT` otherwise); keeps `eps` 8-byte
-  // aligned on every target.
-  uint32_t reserved;
+  // A `care_reweight` (0: none, the value every earlier caller left in this field).
+  uint32_t reweight;
   // Added to the std before dividing; finite and `>= 0` (default 1e-6).
   double eps;
+  // Lower bound of the std the advantages are divided by: `max(std, std_floor) + eps`;
+  // finite and `>= 0` (default 0: off).
+  double std_floor;
 } care_advantage_options;
 
 // The rewards of a batch: `rewards[rewards_len]` and which of them are valid. `valid` is
 // optional ((NULL, 0): all valid; else `valid_len == rewards_len`, non-zero = valid); a NaN
-// reward is invalid too. Host memory for the CPU functions, device memory for the GPU ones.
+// reward is invalid too. The per-sample inputs of two baselines are optional too, (NULL, 0)
+// unless the options' baseline reads them: `lengths` (`CARE_BASELINE_LENGTH_WEIGHTED`, each
+// response's token count) and `baselines` (`CARE_BASELINE_EXTERNAL`); each has
+// `rewards_len` entries. Host memory for the CPU functions, device memory for the GPU ones.
 typedef struct care_rewards {
   // `sizeof(care_rewards)`.
   uint32_t struct_size;
@@ -712,6 +930,14 @@ typedef struct care_rewards {
   const uint8_t *valid;
   // 0 or `rewards_len`.
   size_t valid_len;
+  // Optional response lengths in tokens, one per sample.
+  const uint32_t *lengths;
+  // 0 or `rewards_len`.
+  size_t lengths_len;
+  // Optional baseline rewards, one per sample.
+  const float *baselines;
+  // 0 or `rewards_len`.
+  size_t baselines_len;
 } care_rewards;
 
 // How samples form groups (one group = the responses to one prompt): `group_size` samples per
@@ -822,7 +1048,9 @@ typedef struct care_loss_stats {
 //
 // Token layout: `seq_offsets[B + 1]` CSR offsets (first 0, non-decreasing, last `T`). `logp`
 // has `T` elements of `dtype`; `logp_old` (absent: on-policy) and `logp_ref` (the KL term,
-// used when `beta > 0`) are optional, of `dtype`, `T` elements each; `mask` is optional
+// used when `beta > 0`) are optional, of `dtype`, `T` elements each, and so is `logp_rollout`
+// (the inference engine's log-probs: the rollout correction of `care_loss_options.rollout`
+// applies; `CARE_ERR_INVALID_ARGUMENT` on the fused logits paths); `mask` is optional
 // (non-zero = counted, `T` entries); `advantages` has `B` (per sequence) or `T` (per token)
 // values as `advantages_kind` says. Optional arrays are (NULL, 0); every per-token length
 // must equal `logp_len` (`CARE_ERR_LENGTH_MISMATCH`).
@@ -860,7 +1088,38 @@ typedef struct care_loss_inputs {
   // The longest sequence if known, else 0: a hint for the GPU launch geometry only (any
   // value gives the same results; the CPU does not read it).
   uint32_t max_seq_len;
+  // Rollout (inference-engine) log-probs `[T]`, or (NULL, 0).
+  const void *logp_rollout;
+  // 0 or `T`.
+  size_t logp_rollout_len;
 } care_loss_inputs;
+
+// One rejection criterion's bounds: off when `upper` is 0. The `k1` criteria bound the ratio
+// (`lower` 0: no lower bound); the others bound the statistic by `upper`, with `lower` 0.
+typedef struct care_reject_bound {
+  // Lower bound (`k1` criteria only), or 0.
+  double lower;
+  // Upper bound, or 0 (off).
+  double upper;
+} care_reject_bound;
+
+// The rollout correction (`care_loss_options.rollout`): importance weights and rejection from
+// the inference engine's log-probs (`care_loss_inputs.logp_rollout`). Defaults: weights off,
+// `is_threshold` 2, `is_threshold_low` 0, `log_ratio_clamp` 20, no criterion, drop.
+typedef struct care_rollout_options {
+  // Upper truncation bound `C` of the importance weights (> 0).
+  double is_threshold;
+  // Lower truncation bound (finite, `0 <= is_threshold_low <= is_threshold`).
+  double is_threshold_low;
+  // Bound on the rollout log ratio before `exp` (> 0; infinity turns it off).
+  double log_ratio_clamp;
+  // One bound per `care_rejection`; every criterion that is on must pass.
+  struct care_reject_bound reject[CARE_REJECTION_COUNT];
+  // A `care_is_level`.
+  uint32_t is_level;
+  // A `care_rejection_mode`.
+  uint32_t rejection_mode;
+} care_rollout_options;
 
 // Options of the policy loss. Initialize with `care_loss_options_default` or
 // `care_loss_options_preset` (they set `struct_size`), then change fields. A denominator of
@@ -896,6 +1155,24 @@ typedef struct care_loss_options {
   double global_sequences;
   // Dr. GRPO horizon `H` (0 = the longest sequence of this call).
   double horizon;
+  // A `care_policy_loss_kind`.
+  uint32_t policy_loss;
+  // A `care_sequence_count`.
+  uint32_t sequence_count;
+  // SAPO temperature for `A > 0` (1).
+  double sapo_tau_pos;
+  // SAPO temperature for `A <= 0` (1.05).
+  double sapo_tau_neg;
+  // Clip-Cov / KL-Cov: the share of counted tokens selected (2e-4).
+  double cov_ratio;
+  // Clip-Cov: the covariance window's lower end (1).
+  double clip_cov_lb;
+  // Clip-Cov: the covariance window's upper end (5).
+  double clip_cov_ub;
+  // KL-Cov: the coefficient of `|log ratio|` (1).
+  double kl_cov_coef;
+  // The rollout correction (applies with `care_loss_inputs.logp_rollout`).
+  struct care_rollout_options rollout;
 } care_loss_options;
 
 // Rows of logits with their targets: the input of every selective log-softmax entry point
@@ -1003,6 +1280,39 @@ typedef struct care_logits_loss_outputs {
   // `rows`.
   size_t dlogp_len;
 } care_logits_loss_outputs;
+
+// The rollout correction's diagnostics as sums over counted tokens (the mask's, before
+// rejection) and over sequences with a counted token; they add across micro-batches and
+// ranks. Means: divide by `tokens` or `sequences`.
+typedef struct care_rollout_stats {
+  // Counted tokens.
+  double tokens;
+  // Sequences with a counted token.
+  double sequences;
+  // Counted tokens some criterion rejects.
+  double rejected_tokens;
+  // Sequences with a rejected token.
+  double rejected_sequences;
+  // Counted tokens whose weight hit a truncation bound.
+  double truncated;
+  // Sum of the importance weights before rejection.
+  double weight_sum;
+  // `sum (logp_rollout - logp_prox)` (the k1 KL estimate of the rollout policy from the
+  // proximal one, unclamped).
+  double kl_sum;
+  // `sum (exp(x) - x - 1)`, unclamped.
+  double k3_sum;
+  // Per sequence: `-mean_t x_t` (the log-perplexity difference).
+  double log_ppl_diff_sum;
+  // Per sequence: `|mean_t x_t|`.
+  double log_ppl_abs_diff_sum;
+  // `sum rho_t^2` (clamped log ratio).
+  double chi2_token_sum;
+  // Per sequence: `(prod_t rho_t)^2` (clamped sum).
+  double chi2_seq_sum;
+  // Counted tokens with a non-finite `logp_prox` or `logp_rollout`.
+  double non_finite;
+} care_rollout_stats;
 
 // What a profile holds, in numbers.
 typedef struct care_profile_info {
@@ -1446,8 +1756,9 @@ care_result care_advantage_options_default(struct care_advantage_options *option
 care_result care_advantage_options_preset(uint32_t preset,
                                           struct care_advantage_options *options_out);
 
-// Writes the options of the preset named `(name, name_len)` (`"verl"`, `"trl"`,
-// `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`) into `*options_out`.
+// Writes the options of the preset named `(name, name_len)` (the names of
+// `care_advantage_preset`: `"verl"`, `"trl"`, ..., `"reinforce_pp_baseline"`) into
+// `*options_out`.
 // Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown name.
 care_result care_advantage_options_preset_by_name(const char *name,
                                                   size_t name_len,
@@ -1543,13 +1854,15 @@ care_result care_gpu_loss_stats_read(const void *d_stats,
                                      const struct care_gpu_launch *launch,
                                      struct care_loss_stats *stats_out);
 
-// The fused clipped-ratio loss on the GPU, asynchronously on `launch->stream`: the inputs and
+// The fused policy loss on the GPU, asynchronously on `launch->stream`: the inputs and
 // options of `care_policy_loss` (device memory), the gradient into `d_grad_out[grad_len]`
 // (`== T`; (NULL, 0) for loss and statistics only) as `grad_dtype` elements
 // (`CARE_DTYPE_F32`, or the inputs' dtype), and this call's statistics added into the device
 // accumulator `d_stats` (`CARE_GPU_LOSS_STATS_BYTES`; see `care_gpu_loss_stats_reset` /
 // `_read`; the loss is `stats.loss`; (NULL, 0) to skip). Same results as `care_policy_loss`
-// within the documented tolerance.
+// within the documented tolerance, the policy-loss family and the rollout correction included,
+// except Clip-Cov and KL-Cov (`CARE_ERR_INVALID_ARGUMENT`: their batch-wide covariance
+// selection runs on the CPU only).
 care_result care_gpu_policy_loss(const struct care_loss_inputs *inputs,
                                  const struct care_loss_options *options,
                                  void *d_grad_out,
@@ -1661,15 +1974,18 @@ care_result care_loss_options_default(struct care_loss_options *options_out);
 // Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown preset.
 care_result care_loss_options_preset(uint32_t preset, struct care_loss_options *options_out);
 
-// Writes the options of the loss preset named `(name, name_len)` (`"verl"`, `"trl"`).
+// Writes the options of the loss preset named `(name, name_len)` (the names of
+// `care_loss_preset`: `"verl"`, `"trl"`, ..., `"openrlhf_gspo"`).
 // Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown name.
 care_result care_loss_options_preset_by_name(const char *name,
                                              size_t name_len,
                                              struct care_loss_options *options_out);
 
-// The clipped-ratio policy loss of one micro-batch (SPEC §10) on the CPU: its gradient
+// The policy loss of one micro-batch (SPEC §10 and §17, with the rollout
+// correction when `inputs->logp_rollout` is given) on the CPU: its gradient
 // `grad_out[grad_len]` (`dL/dlogp`, `float`, `grad_len == T`), the loss into `*loss_out` and,
-// if `stats_out` is not NULL, the statistics. `options` NULL: the defaults.
+// if `stats_out` is not NULL, the statistics. `options` NULL: the defaults. The rollout
+// diagnostics come from `care_rollout_correction` on the same inputs.
 //
 // ```c
 // care_loss_inputs in = {sizeof in, CARE_DTYPE_F32, logp, T, logp_old, T, NULL, 0,
@@ -1683,6 +1999,21 @@ care_result care_policy_loss(const struct care_loss_inputs *inputs,
                              size_t grad_len,
                              double *loss_out,
                              struct care_loss_stats *stats_out);
+
+// The rollout correction on its own (CPU): per counted token the importance weight the loss
+// applies (`weights_out[T]`, 0 for a rejected token) and whether the token stays in the loss
+// (`keep_out[T]`, 1/0; a masked token gets weight 0 and keep 0), and the diagnostics into
+// `*stats_out` (optional, NULL to skip). `inputs` as for `care_policy_loss`, with
+// `logp_rollout` required; the proximal log-probs are `logp_old`, or `logp` when it is absent;
+// the advantages are not read. `options->rollout` (NULL: the defaults) says which weights and
+// criteria apply.
+care_result care_rollout_correction(const struct care_loss_inputs *inputs,
+                                    const struct care_loss_options *options,
+                                    float *weights_out,
+                                    size_t weights_len,
+                                    uint8_t *keep_out,
+                                    size_t keep_len,
+                                    struct care_rollout_stats *stats_out);
 
 // Adds the stats of another micro-batch or rank into `*acc` (sums add, min/max combine).
 // Start from `care_loss_stats_empty`.

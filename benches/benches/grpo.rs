@@ -4,8 +4,8 @@ use std::hint::black_box;
 
 use care_benches::{loss_data, rewards};
 use care_core::grpo::{
-    AdvantageOptions, Advantages, GroupLayout, LossInputs, LossOptions, Preset, group_advantages,
-    policy_loss,
+    AdvantageOptions, Advantages, GroupLayout, IsLevel, LossInputs, LossOptions, LossPreset,
+    Preset, RejectBound, Rejection, group_advantages, policy_loss,
 };
 use criterion::{BenchmarkId, Criterion, Throughput};
 use half::bf16;
@@ -57,6 +57,7 @@ fn loss(c: &mut Criterion) {
         seq_offsets: &d.seq_offsets,
         mask: Some(&d.mask),
         advantages: Advantages::PerSequence(&d.advantages),
+        logp_rollout: None,
     };
     g.bench_function(BenchmarkId::new("token_mean/f32", "T=1M"), |b| {
         b.iter(|| policy_loss(black_box(&inputs), &opts, &mut grad).map(|o| o.loss))
@@ -70,9 +71,36 @@ fn loss(c: &mut Criterion) {
         seq_offsets: &d.seq_offsets,
         mask: Some(&d.mask),
         advantages: Advantages::PerSequence(&d.advantages),
+        logp_rollout: None,
     };
     g.bench_function(BenchmarkId::new("token_mean/bf16", "T=1M"), |b| {
         b.iter(|| policy_loss(black_box(&inputs), &opts, &mut grad).map(|o| o.loss))
     });
+    // The rollout correction on: token TIS (C = 2) with the token_k3 and seq_mean_k1
+    // rejections, the weights on the policy term (the general loop: one more pass per
+    // sequence for the verdicts and the diagnostics).
+    let mut rc = LossOptions::default();
+    rc.rollout.is_level = IsLevel::Token;
+    rc.rollout.set_bound(Rejection::TokenK3, 0.0, 0.05);
+    rc.rollout.reject[Rejection::SeqMeanK1 as usize] = RejectBound::ratio(1.05);
+    let inputs = LossInputs {
+        logp: &d.logp[..],
+        logp_old: Some(&d.logp_old[..]),
+        logp_ref: None,
+        seq_offsets: &d.seq_offsets,
+        mask: Some(&d.mask),
+        advantages: Advantages::PerSequence(&d.advantages),
+        logp_rollout: Some(&d.logp_rollout[..]),
+    };
+    g.bench_function(BenchmarkId::new("rollout_tis_rs/f32", "T=1M"), |b| {
+        b.iter(|| policy_loss(black_box(&inputs), &rc, &mut grad).map(|o| o.loss))
+    });
+    // The same inputs through GSPO-token and CISPO (the general loop's other terms).
+    for preset in [LossPreset::VerlGspo, LossPreset::VerlCispo] {
+        let o = LossOptions::preset(preset);
+        g.bench_function(BenchmarkId::new(preset.name(), "T=1M"), |b| {
+            b.iter(|| policy_loss(black_box(&inputs), &o, &mut grad).map(|o| o.loss))
+        });
+    }
     g.finish();
 }

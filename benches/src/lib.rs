@@ -381,6 +381,9 @@ pub struct LossData {
     pub mask: Vec<u8>,
     /// One advantage per sequence.
     pub advantages: Vec<f32>,
+    /// The rollout engine's log-probs: `logp_old` plus a small mismatch (std 0.05), drawn from
+    /// a second generator so that the other columns are those of earlier runs.
+    pub logp_rollout: Vec<f32>,
 }
 
 /// See [`LossData`]; `tokens` is rounded down to a multiple of `seq_len` (`seq_len > 0`).
@@ -400,12 +403,18 @@ pub fn loss_data(tokens: usize, seq_len: usize, seed: u64) -> LossData {
     }
     let seq_offsets = (0..=b).map(|i| (i * seq_len) as u32).collect();
     let advantages = (0..b).map(|_| rng.normal() as f32).collect();
+    let mut mismatch = Rng::new(seed ^ 0x5eed);
+    let logp_rollout = logp_old
+        .iter()
+        .map(|&o| o - (0.05 * mismatch.normal()) as f32)
+        .collect();
     LossData {
         logp,
         logp_old,
         seq_offsets,
         mask,
         advantages,
+        logp_rollout,
     }
 }
 

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 
-use care_core::grpo::{AdvantageOptions, LossOptions};
+use care_core::grpo::{AdvantageOptions, GaeOptions, LossOptions, Rejection, WhitenOptions};
 use care_core::{FormatPolicy, GeneratorOptions, InvalidOption, PreferenceOptions, ScoreOptions};
 
 use crate::args::{
@@ -38,7 +38,7 @@ pub fn run(cli: Cli) -> ExitCode {
             advantage_options(&adv).and_then(|o| stream(&Command::Advantages(o), &io))
         }
         CliCommand::Loss { loss, io } => {
-            loss_options(&loss).and_then(|o| stream(&Command::Loss(o), &io))
+            loss_options(&loss).and_then(|o| stream(&Command::Loss(Box::new(o)), &io))
         }
         CliCommand::Validate { format, io } => {
             format_policy(&format).and_then(|p| stream(&Command::Validate(p), &io))
@@ -135,7 +135,7 @@ pub(crate) fn invalid(e: InvalidOption) -> String {
 }
 
 /// The advantage options of a preset (or the SPEC defaults), then the single-field overrides.
-pub fn advantage_options(a: &AdvArgs) -> Result<AdvantageOptions, String> {
+pub fn advantage_options(a: &AdvArgs) -> Result<crate::cmd::advantages::Options, String> {
     let mut o = a
         .preset
         .map_or_else(AdvantageOptions::default, AdvantageOptions::preset);
@@ -144,8 +144,32 @@ pub fn advantage_options(a: &AdvArgs) -> Result<AdvantageOptions, String> {
     set(&mut o.std_kind, a.std);
     set(&mut o.singleton, a.singleton);
     set(&mut o.eps, a.eps);
+    set(&mut o.std_floor, a.std_floor);
+    set(&mut o.reweight, a.reweight);
     o.check().map_err(invalid)?;
-    Ok(o)
+    let mut gae = GaeOptions::default();
+    set(&mut gae.gamma, a.gamma);
+    set(&mut gae.lambda, a.lambda);
+    if gae.validate().is_err() {
+        return Err("--gamma and --lambda must be in [0, 1]".to_owned());
+    }
+    let whiten = a.whiten.then(|| {
+        let mut w = WhitenOptions {
+            std_kind: o.std_kind,
+            ..WhitenOptions::default()
+        };
+        set(&mut w.eps, a.whiten_eps);
+        w
+    });
+    if whiten.is_some_and(|w| w.validate().is_err()) {
+        return Err("--whiten-eps must be finite and >= 0".to_owned());
+    }
+    Ok(crate::cmd::advantages::Options {
+        estimator: a.estimator,
+        group: o,
+        gae,
+        whiten,
+    })
 }
 
 /// `*field = v` when the flag was given.
@@ -171,6 +195,35 @@ pub fn loss_options(a: &LossArgs) -> Result<LossOptions, String> {
     set(&mut o.log_ratio_clamp, a.log_ratio_clamp);
     set(&mut o.ratio_level, a.ratio);
     set(&mut o.aggregation, a.agg);
+    set(&mut o.seq_log_ratio_max, a.seq_log_ratio_max);
+    set(&mut o.kl_input_clamp, a.kl_input_clamp);
+    set(&mut o.kl_output_clamp, a.kl_output_clamp);
+    set(&mut o.policy_loss, a.policy_loss);
+    set(&mut o.sequence_count, a.sequence_count);
+    set(&mut o.sapo_tau_pos, a.sapo_tau_pos);
+    set(&mut o.sapo_tau_neg, a.sapo_tau_neg);
+    set(&mut o.cov_ratio, a.cov_ratio);
+    set(&mut o.clip_cov_lb, a.clip_cov_lb);
+    set(&mut o.clip_cov_ub, a.clip_cov_ub);
+    set(&mut o.kl_cov_coef, a.kl_cov_coef);
+    set(&mut o.rollout.is_level, a.rollout_is);
+    set(&mut o.rollout.is_threshold, a.rollout_is_threshold);
+    set(&mut o.rollout.is_threshold_low, a.rollout_is_threshold_low);
+    set(&mut o.rollout.rejection_mode, a.rollout_rejection);
+    set(&mut o.rollout.log_ratio_clamp, a.rollout_log_ratio_clamp);
+    if let (Some(opts), Some(thr)) = (&a.rollout_rs, &a.rollout_rs_threshold) {
+        o.rollout.set_rejections(opts, thr).map_err(|_| {
+            format!(
+                "--rollout-rs {opts:?} with --rollout-rs-threshold {thr:?}: expected names of {} \
+                 and one threshold or one per name (k1: lower_upper or u; others: an upper \
+                 bound > 0)",
+                Rejection::NAMES.join(", ")
+            )
+        })?;
+    }
+    if a.no_clamps {
+        o = o.without_clamps();
+    }
     match a.kl {
         None => {}
         Some(KlChoice::Off) => o.beta = 0.0,

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use care_core::grpo::{
-    Aggregation, Baseline, KlEstimator, LossPreset, Preset, RatioLevel, Scale, SingletonPolicy,
-    StdKind,
+    AdvantageEstimator, Aggregation, Baseline, IsLevel, KlEstimator, LossPreset, PolicyLoss,
+    Preset, RatioLevel, RejectionMode, Reweight, Scale, SequenceCount, SingletonPolicy, StdKind,
 };
 use care_core::{
     GeneratorOptions, MissingPolicy, Named, PreferenceOptions, RangePolicy, ScoreScale,
@@ -47,7 +47,9 @@ pub fn flag_of(field: &str) -> String {
         "eps_low" => "--clip-low".to_owned(),
         "eps_high" => "--clip-high".to_owned(),
         "global_sequences" => "--global-seqs".to_owned(),
-        f => format!("--{}", f.replace('_', "-")),
+        "ratio_level" => "--ratio".to_owned(),
+        "rollout.reject" => "--rollout-rs-threshold".to_owned(),
+        f => format!("--{}", f.replace(['_', '.'], "-")),
     }
 }
 
@@ -129,9 +131,9 @@ pub enum CliCommand {
     /// Clipped-ratio policy loss, its gradient and stats, for one micro-batch per line.
     #[command(allow_negative_numbers = true, after_help = LOSS_AFTER)]
     Loss {
-        /// Loss options.
+        /// Loss options (boxed: dozens of optional fields).
         #[command(flatten)]
-        loss: LossArgs,
+        loss: Box<LossArgs>,
         /// Input and engine options.
         #[command(flatten)]
         io: IoArgs,
@@ -203,9 +205,14 @@ Example:
   care generator-reward --tau 0.7 --lambda 0.1 --gamma 0.3 pairs.jsonl";
 
 const ADV_AFTER: &str = "\
-Input line: {\"rewards\": [..], \"group_size\": G} or {\"rewards\": [..], \"group_offsets\": [0, ..]},
-  optional \"valid\": [true|false|0|1, ..]; a null reward is invalid (A = 0, left out of the stats).
+Input line (--estimator group, the default): {\"rewards\": [..], \"group_size\": G} or
+  {\"rewards\": [..], \"group_offsets\": [0, ..]}, optional \"valid\": [true|false|0|1, ..]; a null
+  reward is invalid (A = 0, left out of the stats). OPO (--baseline length_weighted) reads
+  \"lengths\", ReMax (--baseline external) \"baselines\"; with \"seq_offsets\" (and \"mask\") the
+  advantages are also broadcast to \"token_advantages\" (whitened with --whiten).
 Output: advantages and groups [{count, mean, std, zero_variance}].
+--estimator gae: {\"token_rewards\", \"values\", \"seq_offsets\", \"mask\"?} -> advantages, returns.
+--estimator reinforce_pp: {\"token_rewards\", \"seq_offsets\", \"mask\"?} -> advantages, returns.
 A preset sets every option; options given after it override single fields.
 
 Example:
@@ -213,9 +220,11 @@ Example:
 
 const LOSS_AFTER: &str = "\
 Input line: {\"logp\": [..], \"logp_old\": [..] | null, \"logp_ref\": [..] | null,
-  \"seq_offsets\": [0, ..], \"mask\": [..] | null, \"advantages\": [..]}
+  \"logp_rollout\": [..] | null, \"seq_offsets\": [0, ..], \"mask\": [..] | null, \"advantages\": [..]}
   (advantages per sequence if there is one per sequence, else per token).
-Output: loss, grad (dL/dlogp per token) and stats (sums, addable across micro-batches).
+Output: loss, grad (dL/dlogp per token) and stats (sums, addable across micro-batches); with
+  \"logp_rollout\", rollout (the rollout correction's diagnostics, sums); with clip_cov or kl_cov,
+  cov_selected.
 
 Example:
   echo '{\"logp\":[-1,-2],\"logp_old\":[-1.1,-2],\"seq_offsets\":[0,2],\"advantages\":[1]}' | care loss -";
@@ -327,6 +336,28 @@ pub struct AdvArgs {
     /// Groups with one valid sample (default zero; verl: raw; openrlhf: error).
     #[arg(long, value_parser = named::<SingletonPolicy>())]
     pub singleton: Option<SingletonPolicy>,
+    /// A floor under the std before eps is added: max(std, X) (default 0 = off).
+    #[arg(long, value_name = "X")]
+    pub std_floor: Option<f64>,
+    /// A factor on every advantage (default none; gpg: N / (N - M)).
+    #[arg(long, value_parser = named::<Reweight>())]
+    pub reweight: Option<Reweight>,
+    /// The estimator (default group; gae and reinforce_pp read token rewards).
+    #[arg(long, value_parser = named::<AdvantageEstimator>(), default_value = "group")]
+    pub estimator: AdvantageEstimator,
+    /// Discount gamma of gae and reinforce_pp, in [0, 1] (default 1).
+    #[arg(long, value_name = "X")]
+    pub gamma: Option<f64>,
+    /// GAE lambda, in [0, 1] (default 1).
+    #[arg(long, value_name = "X")]
+    pub lambda: Option<f64>,
+    /// Whiten the token advantages over the line's counted tokens (verl's gae, REINFORCE++ and
+    /// REINFORCE++-baseline do): (x - mean) / sqrt(var + eps), var by --std.
+    #[arg(long)]
+    pub whiten: bool,
+    /// The eps of --whiten (default 1e-8).
+    #[arg(long, value_name = "X", requires = "whiten")]
+    pub whiten_eps: Option<f64>,
 }
 
 /// `--kl`: a KL estimator of the core, or `none` (no KL term, whatever `--beta` says).
@@ -363,7 +394,7 @@ pub struct LossArgs {
     /// Dual clip constant c > 1 (default 0 = off; verl preset 3).
     #[arg(long, value_name = "C")]
     pub dual_clip: Option<f64>,
-    /// Token (default) or sequence (GSPO) ratio.
+    /// Token (default), sequence (GSPO) or sequence_token (GSPO-token) ratio.
     #[arg(long, value_parser = named::<RatioLevel>())]
     pub ratio: Option<RatioLevel>,
     /// KL estimator (default k3); `none` turns the KL term off whatever --beta says.
@@ -384,7 +415,66 @@ pub struct LossArgs {
     /// Horizon H of seq_mean_token_sum_norm (default: the longest sequence of the line).
     #[arg(long, value_name = "H")]
     pub horizon: Option<f64>,
-    /// Bound of the log-ratio clamp |logp - logp_old| (default 20).
+    /// Bound of the log-ratio clamp |logp - logp_old| (default 20; inf turns it off).
     #[arg(long, value_name = "X")]
     pub log_ratio_clamp: Option<f64>,
+    /// GSPO: cap of the mean log ratio (default 10; inf turns it off).
+    #[arg(long, value_name = "X")]
+    pub seq_log_ratio_max: Option<f64>,
+    /// Bound of the KL input |logp_ref - logp| (default 20; inf turns it off).
+    #[arg(long, value_name = "X")]
+    pub kl_input_clamp: Option<f64>,
+    /// Bound of the k3 value (default 10; inf turns it off).
+    #[arg(long, value_name = "X")]
+    pub kl_output_clamp: Option<f64>,
+    /// Every safety clamp off (log ratio, GSPO mean, KL input, k3 output, rollout log ratio):
+    /// a peer without them, bit for bit on extreme inputs.
+    #[arg(long)]
+    pub no_clamps: bool,
+    /// The policy-gradient term (default clip).
+    #[arg(long, value_parser = named::<PolicyLoss>())]
+    pub policy_loss: Option<PolicyLoss>,
+    /// What the local N_seq counts (default non_empty; TRL grpo / dr_grpo: all).
+    #[arg(long, value_parser = named::<SequenceCount>())]
+    pub sequence_count: Option<SequenceCount>,
+    /// SAPO temperature for A > 0 (default 1).
+    #[arg(long, value_name = "X")]
+    pub sapo_tau_pos: Option<f64>,
+    /// SAPO temperature for A <= 0 (default 1.05).
+    #[arg(long, value_name = "X")]
+    pub sapo_tau_neg: Option<f64>,
+    /// Clip-Cov / KL-Cov: share of counted tokens selected (default 2e-4).
+    #[arg(long, value_name = "X")]
+    pub cov_ratio: Option<f64>,
+    /// Clip-Cov: lower end of the covariance window (default 1).
+    #[arg(long, value_name = "X")]
+    pub clip_cov_lb: Option<f64>,
+    /// Clip-Cov: upper end of the covariance window (default 5).
+    #[arg(long, value_name = "X")]
+    pub clip_cov_ub: Option<f64>,
+    /// KL-Cov: coefficient of |log ratio| on selected tokens (default 1).
+    #[arg(long, value_name = "X")]
+    pub kl_cov_coef: Option<f64>,
+    /// Rollout correction (with "logp_rollout" in the input): importance weights (default off).
+    #[arg(long, value_parser = named::<IsLevel>())]
+    pub rollout_is: Option<IsLevel>,
+    /// Truncation C of the importance weights (default 2; inf: none).
+    #[arg(long, value_name = "C")]
+    pub rollout_is_threshold: Option<f64>,
+    /// Lower truncation of the importance weights (default 0: none).
+    #[arg(long, value_name = "C")]
+    pub rollout_is_threshold_low: Option<f64>,
+    /// Rejection criteria, comma-separated (verl's rollout_rs: token_k1, seq_mean_k3, ...).
+    #[arg(long, value_name = "LIST", requires = "rollout_rs_threshold")]
+    pub rollout_rs: Option<String>,
+    /// Their thresholds: one shared or one per criterion, comma-separated; k1 takes
+    /// lower_upper or one number u for [1/u, u] (verl's rollout_rs_threshold).
+    #[arg(long, value_name = "LIST", requires = "rollout_rs")]
+    pub rollout_rs_threshold: Option<String>,
+    /// What a rejected token becomes (default drop; zero_weight keeps it counted).
+    #[arg(long, value_parser = named::<RejectionMode>())]
+    pub rollout_rejection: Option<RejectionMode>,
+    /// Bound of the rollout log ratio before exp (default 20; inf turns it off).
+    #[arg(long, value_name = "X")]
+    pub rollout_log_ratio_clamp: Option<f64>,
 }

@@ -293,6 +293,7 @@ pub fn render(be: &dyn GrpoDevice) -> Result<String, String> {
         seq_offsets: &seq,
         mask: None,
         advantages: Advantages::PerSequence(&adv),
+        logp_rollout: None,
     };
     let mut grad = vec![0.0f32; logp.len()];
     let out = be

@@ -88,6 +88,7 @@ impl GrpoDevice for Gpu {
         let logp = up(inputs.logp)?;
         let logp_old = inputs.logp_old.map(up).transpose()?;
         let logp_ref = inputs.logp_ref.map(up).transpose()?;
+        let logp_rollout = inputs.logp_rollout.map(up).transpose()?;
         let (adv, adv_per_token) = match inputs.advantages {
             Advantages::PerSequence(a) => (up(a)?, false),
             Advantages::PerToken(a) => (up(a)?, true),
@@ -104,7 +105,7 @@ impl GrpoDevice for Gpu {
             .max()
             .unwrap_or(0);
         let mut d_grad = s.alloc_zeros::<f32>(inputs.logp.len()).map_err(driver)?;
-        let stats = cuda::grpo_loss_on(
+        let (stats, rollout) = cuda::grpo_loss_with_on(
             s,
             &DeviceLossInputs {
                 logp: &logp,
@@ -115,6 +116,7 @@ impl GrpoDevice for Gpu {
                 mask: mask.as_ref(),
                 seq_offsets: &seq_offsets,
                 max_seq_len,
+                logp_rollout: logp_rollout.as_ref(),
             },
             opts,
             &mut d_grad,
@@ -128,6 +130,9 @@ impl GrpoDevice for Gpu {
         Ok(LossOutput {
             loss: stats.loss,
             stats,
+            rollout,
+            // Clip-Cov and KL-Cov (the covariance selection) are refused on the device.
+            cov_selected: 0.0,
         })
     }
 }

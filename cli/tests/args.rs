@@ -119,7 +119,7 @@ fn options_are_the_core_presets_and_defaults_with_the_overrides() {
         panic!("not advantages")
     };
     assert_eq!(
-        advantage_options(&adv).unwrap(),
+        advantage_options(&adv).unwrap().group,
         AdvantageOptions {
             eps: 0.5,
             ..AdvantageOptions::preset(Preset::OpenRlhf)

@@ -525,6 +525,7 @@ fn loss_agrees_with_the_library_bit_for_bit() {
                 seq_offsets: &seq,
                 mask: mask.as_deref(),
                 advantages,
+                logp_rollout: None,
             };
             let mut grad = vec![0.0f32; logp.len()];
             let lib = policy_loss(&inputs, &opts, &mut grad).unwrap();
@@ -856,7 +857,10 @@ fn usage_errors_name_the_accepted_values_on_one_line() {
     let err = String::from_utf8(o.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("[possible values: verl, trl, trl_batch, openrlhf, dr_grpo, rloo]"),
+        err.contains(
+            "[possible values: verl, trl, trl_batch, openrlhf, dr_grpo, rloo, opo, remax, \
+             grpo_passk, gpg, reinforce_pp_baseline]"
+        ),
         "{err}"
     );
     assert!(err.contains("a similar value exists: 'trl_batch'"), "{err}");
@@ -933,4 +937,236 @@ fn group_scoring_agrees_with_the_core_batch_api() {
         .map(|x| x.as_f64().unwrap())
         .collect();
     assert_eq!(cli, rewards);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The 2026 options: rollout correction, the policy-loss family, the new estimators
+
+/// The `loss` member of output line `i` (0-based).
+fn loss_of_line(out: &str, i: usize) -> f64 {
+    let v: serde_json::Value = serde_json::from_str(out.lines().nth(i).unwrap()).unwrap();
+    v["loss"].as_f64().unwrap()
+}
+
+fn assert_close(got: f64, want: f64) {
+    assert!(
+        (got - want).abs() <= 1e-14 * (1.0 + want.abs()),
+        "got {got}, want {want}"
+    );
+}
+
+#[test]
+fn loss_rollout_correction_golden() {
+    // Line "tis": logp = logp_old = 0, A = 1, so pg = -1 per token; x = old - rollout =
+    // [0, -1, 2, -0.5]; token TIS at C = 2: w = [1, e^-1, 2, e^-0.5], loss = -sum(w) / 4.
+    let out = golden(
+        &["loss", "--rollout-is", "token"],
+        "loss_rollout.jsonl",
+        "loss_rollout_tis.out.jsonl",
+    );
+    assert_one_line_per_input(&out, "loss_rollout.jsonl");
+    let w: f64 = 1.0 + (-1.0f64).exp() + 2.0 + (-0.5f64).exp();
+    assert_close(loss_of_line(&out, 0), -w / 4.0);
+    assert!(out.contains(r#""rollout":{"tokens":4,"sequences":1,"rejected_tokens":0"#));
+    // A line without rollout log-probs has no "rollout" member.
+    assert!(out.contains(r#"{"line":4,"id":"no_rollout""#));
+    let line4 = out.lines().nth(3).unwrap();
+    assert!(!line4.contains("rollout\":{"), "{line4}");
+    // Rejection: token_k2 <= 1 drops x = 2 (token 2 of line 1): (1 + e^-1 + e^-0.5) / 3.
+    let out = golden(
+        &[
+            "loss",
+            "--rollout-is",
+            "token",
+            "--rollout-rs",
+            "token_k2,seq_mean_k1",
+            "--rollout-rs-threshold",
+            "1,10",
+        ],
+        "loss_rollout.jsonl",
+        "loss_rollout_rs.out.jsonl",
+    );
+    let kept: f64 = 1.0 + (-1.0f64).exp() + (-0.5f64).exp();
+    assert_close(loss_of_line(&out, 0), -kept / 3.0);
+    assert!(out.contains(r#""rejected_tokens":1,"rejected_sequences":1"#));
+}
+
+#[test]
+fn loss_family_and_presets_golden() {
+    for (args, expected) in [
+        (
+            &["loss", "--preset", "verl_gspo"][..],
+            "loss_verl_gspo.out.jsonl",
+        ),
+        (
+            &["loss", "--preset", "trl_cispo"],
+            "loss_trl_cispo.out.jsonl",
+        ),
+        (
+            &["loss", "--preset", "verl_geo_mean"],
+            "loss_verl_geo_mean.out.jsonl",
+        ),
+        (
+            &["loss", "--policy-loss", "sapo", "--agg", "token_sum_norm"],
+            "loss_sapo.out.jsonl",
+        ),
+        (
+            &["loss", "--preset", "trl_grpo", "--no-clamps"],
+            "loss_trl_grpo_no_clamps.out.jsonl",
+        ),
+        (
+            &[
+                "loss",
+                "--policy-loss",
+                "kl_cov",
+                "--cov-ratio",
+                "0.5",
+                "--kl-cov-coef",
+                "2",
+            ],
+            "loss_kl_cov.out.jsonl",
+        ),
+    ] {
+        let out = golden(args, "loss_valid.jsonl", expected);
+        assert_one_line_per_input(&out, "loss_valid.jsonl");
+    }
+    // Line 1 of loss_valid: logp - logp_old = [-1 - (-1.1f32), 0] (one sequence, A = 1).
+    // CISPO capped at 5 (TRL): rho = [e^0.1, 1] inside, l = -rho * logp = [e^0.1, 2], token
+    // mean.
+    let out = std::fs::read_to_string(data("loss_trl_cispo.out.jsonl")).unwrap();
+    let rho = (-1.0f64 - f64::from(-1.1f32)).exp();
+    assert_close(loss_of_line(&out, 0), (rho + 2.0) / 2.0);
+    let kl_cov = std::fs::read_to_string(data("loss_kl_cov.out.jsonl")).unwrap();
+    assert!(kl_cov.contains("\"cov_selected\":"));
+}
+
+#[test]
+fn advantages_estimators_golden() {
+    // OPO: baseline (2*1 + 6*1) / 12 = 2/3.
+    let out = golden(
+        &[
+            "advantages",
+            "--baseline",
+            "length_weighted",
+            "--scale",
+            "none",
+        ],
+        "advantages_estimators.jsonl",
+        "advantages_opo.out.jsonl",
+    );
+    assert!(
+        out.starts_with(r#"{"line":1,"id":"opo","advantages":[0.33333334,-0.6666667,0.33333334]"#)
+    );
+    // ReMax: r - b per sample.
+    let out = golden(
+        &["advantages", "--preset", "remax"],
+        "advantages_estimators.jsonl",
+        "advantages_remax.out.jsonl",
+    );
+    assert!(out.contains(r#"{"line":2,"id":"remax","advantages":[0.75,0,-0.25]"#));
+    // pass@k without the std: only the best gets 1 - 0.5.
+    let out = golden(
+        &["advantages", "--preset", "grpo_passk", "--scale", "none"],
+        "advantages_estimators.jsonl",
+        "advantages_passk.out.jsonl",
+    );
+    assert!(out.contains(r#"{"line":3,"id":"passk","advantages":[0,0.5,0,0]"#));
+    // GPG: alpha = 8 / (8 - 4) = 2 undoes the all-equal group's dilution.
+    let out = golden(
+        &["advantages", "--preset", "gpg"],
+        "advantages_estimators.jsonl",
+        "advantages_gpg.out.jsonl",
+    );
+    assert!(out.contains(r#"{"line":4,"id":"gpg","advantages":[1,-1,1,-1,0,0,0,0]"#));
+    // REINFORCE++-baseline: [0.5, -0.5] broadcast to [0.5, 0.5, -0.5], whitened.
+    let out = golden(
+        &[
+            "advantages",
+            "--preset",
+            "reinforce_pp_baseline",
+            "--whiten",
+        ],
+        "advantages_estimators.jsonl",
+        "advantages_reinforce_pp_baseline.out.jsonl",
+    );
+    assert!(
+        out.contains(r#""token_advantages":[0.57735026,0.57735026,-1.1547005]"#),
+        "{out}"
+    );
+    // The std floor: max(std, 1) + eps instead of std + eps.
+    golden(
+        &["advantages", "--std-floor", "1"],
+        "advantages_valid.jsonl",
+        "advantages_std_floor.out.jsonl",
+    );
+}
+
+#[test]
+fn advantages_token_estimators_golden() {
+    // GAE, gamma = lambda = 0.5: line 1 by hand A = [-0.328125, 0.1875, 0.25], R = A + V; line 2
+    // skips the masked token: A = [2, 0, 4, 1], R = [2, 0, 4, 2].
+    let out = golden(
+        &[
+            "advantages",
+            "--estimator",
+            "gae",
+            "--gamma",
+            "0.5",
+            "--lambda",
+            "0.5",
+        ],
+        "advantages_tokens.jsonl",
+        "advantages_gae.out.jsonl",
+    );
+    assert!(out.contains(r#""advantages":[-0.328125,0.1875,0.25],"returns":[0.171875,0.4375,1]"#));
+    assert!(out.contains(r#""advantages":[2,0,4,1],"returns":[2,0,4,2]"#));
+    // REINFORCE++: discounted returns, then whitened over the line's counted tokens.
+    let out = golden(
+        &[
+            "advantages",
+            "--estimator",
+            "reinforce_pp",
+            "--gamma",
+            "0.5",
+            "--whiten",
+        ],
+        "advantages_tokens.jsonl",
+        "advantages_reinforce_pp.out.jsonl",
+    );
+    assert!(out.contains(r#""returns":[0.25,0.5,1]"#));
+    assert!(out.contains(r#""returns":[3,0,4,2]"#));
+}
+
+#[test]
+fn new_option_errors_name_the_flag() {
+    let o = care(
+        &[
+            "loss",
+            "--rollout-rs",
+            "token_k4",
+            "--rollout-rs-threshold",
+            "2",
+        ],
+        Some(b""),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(err.starts_with("care: --rollout-rs \"token_k4\""), "{err}");
+    let o = care(
+        &["loss", "--policy-loss", "cispo", "--ratio", "sequence"],
+        Some(b""),
+    );
+    assert_eq!(
+        String::from_utf8(o.stderr).unwrap(),
+        "care: --ratio: ratio_level must be token unless the policy loss is clip\n"
+    );
+    let o = care(&["advantages", "--gamma", "2"], Some(b""));
+    assert_eq!(o.status.code(), Some(2));
+    // A baseline that needs an input the line lacks is a line error, not a silent default.
+    let o = care(
+        &["advantages", "--preset", "opo"],
+        Some(br#"{"rewards":[1,0],"group_size":2}"#),
+    );
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.contains(r#""code":"invalid_argument""#), "{out}");
 }

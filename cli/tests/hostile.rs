@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_cli::Command;
-use care_core::grpo::{AdvantageOptions, LossOptions};
+use care_core::grpo::AdvantageOptions;
 use care_core::{FormatPolicy, GeneratorOptions};
 
 fn commands() -> Vec<Command> {
@@ -12,8 +12,8 @@ fn commands() -> Vec<Command> {
         Command::Validate(FormatPolicy::PAPER),
         Command::Score(care_cli::cmd::score::Options::default()),
         Command::GeneratorReward(GeneratorOptions::PAPER),
-        Command::Advantages(AdvantageOptions::default()),
-        Command::Loss(LossOptions::default()),
+        Command::Advantages(AdvantageOptions::default().into()),
+        Command::Loss(Box::default()),
     ]
 }
 
@@ -95,7 +95,7 @@ fn every_hostile_line_gives_one_json_line_per_command() {
 
 #[test]
 fn hostile_lines_get_the_documented_codes() {
-    let adv = Command::Advantages(AdvantageOptions::default());
+    let adv = Command::Advantages(AdvantageOptions::default().into());
     let code = |line: &[u8]| -> String {
         let (out, ok) = care_cli::process_line(&adv, 1, line);
         assert!(!ok, "{out}");

@@ -208,8 +208,9 @@ mod tests {
     use super::*;
     use crate::format::ViolationCode;
     use crate::grpo::{
-        Aggregation, Baseline, KlEstimator, LossPreset, Preset, RatioLevel, Scale, SingletonPolicy,
-        StdKind,
+        AdvantageEstimator, Aggregation, Baseline, IsLevel, KlEstimator, LossPreset, PolicyLoss,
+        Preset, RatioLevel, Rejection, RejectionMode, Reweight, Scale, SequenceCount,
+        SingletonPolicy, StdKind,
     };
     use crate::reward::{MissingPolicy, RangePolicy, ScoreScale};
     use crate::rubric::Dimension;
@@ -274,6 +275,13 @@ mod tests {
         check::<KlEstimator>();
         check::<RatioLevel>();
         check::<LossPreset>();
+        check::<Reweight>();
+        check::<IsLevel>();
+        check::<Rejection>();
+        check::<RejectionMode>();
+        check::<PolicyLoss>();
+        check::<SequenceCount>();
+        check::<AdvantageEstimator>();
         check::<crate::Dtype>();
         check::<crate::profile::RubricSource>();
         check::<crate::profile::OutputCode>();
@@ -300,6 +308,14 @@ mod tests {
             KlEstimator
         );
         in_order!(RatioLevel, LossPreset, Dimension);
+        in_order!(
+            Reweight,
+            IsLevel,
+            Rejection,
+            RejectionMode,
+            PolicyLoss,
+            SequenceCount
+        );
     }
 
     #[test]
@@ -307,10 +323,32 @@ mod tests {
         // Pinned: the CLI's values, the C header's docs and care_torch's tables use these.
         assert_eq!(
             Preset::NAMES,
-            ["verl", "trl", "trl_batch", "openrlhf", "dr_grpo", "rloo"]
+            [
+                "verl",
+                "trl",
+                "trl_batch",
+                "openrlhf",
+                "dr_grpo",
+                "rloo",
+                "opo",
+                "remax",
+                "grpo_passk",
+                "gpg",
+                "reinforce_pp_baseline"
+            ]
         );
-        assert_eq!(LossPreset::NAMES, ["verl", "trl"]);
-        assert_eq!(Baseline::NAMES, ["mean", "leave_one_out", "none"]);
+        assert_eq!(LossPreset::NAMES[..2], ["verl", "trl"]);
+        assert_eq!(
+            Baseline::NAMES,
+            [
+                "mean",
+                "leave_one_out",
+                "none",
+                "length_weighted",
+                "external",
+                "pass_k"
+            ]
+        );
         assert_eq!(Scale::NAMES, ["group_std", "batch_std", "none"]);
         assert_eq!(StdKind::NAMES, ["unbiased", "biased"]);
         assert_eq!(SingletonPolicy::NAMES, ["zero", "raw", "error"]);
@@ -321,11 +359,12 @@ mod tests {
                 "seq_mean_token_mean",
                 "seq_mean_token_sum",
                 "seq_mean_token_sum_norm",
-                "token_sum"
+                "token_sum",
+                "token_sum_norm"
             ]
         );
         assert_eq!(KlEstimator::NAMES, ["k1", "abs", "k2", "k3"]);
-        assert_eq!(RatioLevel::NAMES, ["token", "sequence"]);
+        assert_eq!(RatioLevel::NAMES, ["token", "sequence", "sequence_token"]);
         assert_eq!(MissingPolicy::NAMES, ["error", "zero", "skip"]);
         assert_eq!(RangePolicy::NAMES, ["error", "clamp"]);
         assert_eq!(ScoreScale::NAMES, ["normalized", "raw"]);

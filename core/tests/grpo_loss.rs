@@ -47,6 +47,7 @@ fn golden<T: LogProb>(conv: fn(f32) -> T) {
         seq_offsets: &[0, 5],
         mask: None,
         advantages: Advantages::PerToken(&ADV),
+        logp_rollout: None,
     };
     // verl: token-mean, dual clip 3.
     let (out, g) = run(&inputs, &LossOptions::preset(LossPreset::Verl));
@@ -87,7 +88,7 @@ fn loss_presets_by_name() {
     for p in LossPreset::ALL {
         assert_eq!(LossPreset::from_name(p.name()), Some(p));
     }
-    assert_eq!(LossPreset::from_name("openrlhf"), None);
+    assert_eq!(LossPreset::from_name("vanilla"), None);
     let v = LossOptions::preset(LossPreset::Verl);
     assert_eq!(
         (v.dual_clip, v.eps_low, v.eps_high, v.log_ratio_clamp),
@@ -115,6 +116,7 @@ fn bf16_rounds_inputs_once() {
             seq_offsets: &[0, 2],
             mask: None,
             advantages: adv,
+            logp_rollout: None,
         },
         &LossOptions::default(),
     );
@@ -126,6 +128,7 @@ fn bf16_rounds_inputs_once() {
             seq_offsets: &[0, 2],
             mask: None,
             advantages: adv,
+            logp_rollout: None,
         },
         &LossOptions::default(),
     );
@@ -144,6 +147,7 @@ fn delta_plus_minus_100_is_clamped_and_finite() {
         seq_offsets: &[0, 4],
         mask: None,
         advantages: Advantages::PerToken(&adv),
+        logp_rollout: None,
     };
     let (e20, em20) = (485165195.4097903f64, 2.061153622438558e-09);
     // trl: (A=1, e^20) clipped -1.2; (A=1, e^-20) unclipped -e^-20; (A=-1, e^20) unclipped
@@ -171,6 +175,7 @@ fn on_policy_ratio_is_one_and_gradient_flows() {
         seq_offsets: &[0, 1, 3],
         mask: None,
         advantages: Advantages::PerSequence(&[0.5, -1.5]),
+        logp_rollout: None,
     };
     let (out, g) = run(&inputs, &LossOptions::default());
     close(out.loss, (-0.5 + 1.5 + 1.5) / 3.0, 1e-15);
@@ -199,6 +204,7 @@ fn aggregations_and_global_denominators() {
         seq_offsets: &[0, 1, 4],
         mask: Some(&mask),
         advantages: Advantages::PerSequence(&[1.0, 2.0]),
+        logp_rollout: None,
     };
     let cases = [
         (Aggregation::TokenMean, -5.0 / 3.0, [-1.0 / 3.0, -2.0 / 3.0]),
@@ -247,6 +253,7 @@ fn fully_masked_row_is_ignored_even_with_nan_inputs() {
         seq_offsets: &[0, 1, 3, 4],
         mask: Some(&mask),
         advantages: Advantages::PerSequence(&adv),
+        logp_rollout: None,
     };
     let o = LossOptions {
         aggregation: Aggregation::SeqMeanTokenMean,
@@ -268,6 +275,7 @@ fn fully_masked_row_is_ignored_even_with_nan_inputs() {
         seq_offsets: &[0, 1, 2],
         mask: None,
         advantages: Advantages::PerSequence(&[1.0, 2.0]),
+        logp_rollout: None,
     };
     let (out2, g2) = run(&inputs2, &o);
     assert_eq!(out.loss, out2.loss);
@@ -283,6 +291,7 @@ fn everything_masked_gives_zero() {
         seq_offsets: &[0, 3],
         mask: Some(&[0, 0, 0]),
         advantages: Advantages::PerSequence(&[1.0]),
+        logp_rollout: None,
     };
     for agg in [
         Aggregation::TokenMean,
@@ -318,6 +327,7 @@ fn non_finite_counted_inputs_are_counted() {
         seq_offsets: &[0, 3],
         mask: None,
         advantages: Advantages::PerToken(&[1.0, f32::INFINITY, 1.0]),
+        logp_rollout: None,
     };
     let (out, _) = run(&inputs, &LossOptions::default());
     assert_eq!(out.stats.non_finite, 3.0);
@@ -358,6 +368,7 @@ fn kl_estimators_goldens() {
             seq_offsets: &[0, 3],
             mask: m,
             advantages: Advantages::PerSequence(&[0.0]),
+            logp_rollout: None,
         };
         let (out, g) = run(&inputs, &o);
         close(out.loss, l, 1e-14);
@@ -379,6 +390,7 @@ fn kl_estimators_goldens() {
             seq_offsets: &[0, 1],
             mask: None,
             advantages: Advantages::PerSequence(&[0.0]),
+            logp_rollout: None,
         };
         let (out, g) = run(&inputs, &o);
         close(out.loss, 0.1 * k, 1e-15);
@@ -392,6 +404,7 @@ fn kl_estimators_goldens() {
         seq_offsets: &[0, 1],
         mask: None,
         advantages: Advantages::PerSequence(&[0.0]),
+        logp_rollout: None,
     };
     assert_eq!(run(&inputs, &mk(KlEstimator::K3, None).0).0.loss, 0.0);
 }
@@ -415,6 +428,7 @@ fn gspo_golden() {
         seq_offsets: &[0, 2],
         mask: None,
         advantages: Advantages::PerSequence(&[1.0]),
+        logp_rollout: None,
     };
     let (out, g) = run(&inputs, &o);
     close(out.loss, -1.2, 1e-15);
@@ -451,6 +465,7 @@ fn argument_errors() {
         seq_offsets: &[0, 3],
         mask: None,
         advantages: Advantages::PerSequence(&[1.0]),
+        logp_rollout: None,
     };
     let mut g = [0.0f32; 3];
     let o = LossOptions::default();
@@ -694,6 +709,7 @@ fn loss_of(
         } else {
             Advantages::PerSequence(&bt.adv_seq)
         },
+        logp_rollout: None,
     };
     policy_loss(&inputs, o, grad).unwrap()
 }
@@ -821,10 +837,14 @@ proptest! {
 #[test]
 fn c_layouts_are_as_documented() {
     use core::mem::{offset_of, size_of};
-    assert_eq!(size_of::<LossOptions>(), 104);
+    assert_eq!(size_of::<LossOptions>(), 368);
     assert_eq!(offset_of!(LossOptions, horizon), 80);
     assert_eq!(offset_of!(LossOptions, aggregation), 88);
     assert_eq!(offset_of!(LossOptions, kl_estimator), 96);
+    assert_eq!(offset_of!(LossOptions, policy_loss), 100);
+    assert_eq!(offset_of!(LossOptions, sapo_tau_pos), 104);
+    assert_eq!(offset_of!(LossOptions, rollout), 152);
+    assert_eq!(offset_of!(LossOptions, sequence_count), 360);
     assert_eq!(size_of::<LossStats>(), 14 * 8);
     assert_eq!(offset_of!(LossStats, non_finite), 11 * 8);
     assert_eq!(offset_of!(LossStats, ratio_min), 12 * 8);
@@ -893,6 +913,7 @@ fn naive_loss(bt: &Batch, per_token: bool, o: &LossOptions) -> f64 {
                 Aggregation::SeqMeanTokenSum => 1.0 / n_seq as f64,
                 Aggregation::SeqMeanTokenSumNorm => 1.0 / (n_seq as f64 * f64::from(h)),
                 Aggregation::TokenSum => 1.0,
+                Aggregation::TokenSumNorm => 1.0 / f64::from(h),
             };
             total += w * l;
         }

@@ -382,6 +382,7 @@ fn fused_path_equals_its_steps() {
         seq_offsets: &seq,
         mask: Some(&mask),
         advantages: Advantages::PerSequence(&adv),
+        logp_rollout: None,
     };
     let (mut lp, mut dlp, mut dl) = (vec![0.0; rows], vec![0.0f32; rows], vec![0.0; rows * v]);
     let out = logits_policy_loss(

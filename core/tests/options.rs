@@ -316,6 +316,7 @@ fn the_grpo_functions_refuse_invalid_options_before_writing() {
         seq_offsets: &[0, 2],
         mask: None,
         advantages: Advantages::PerSequence(&[1.0]),
+        logp_rollout: None,
     };
     let bad = LossOptions {
         kl_output_clamp: 0.0,
@@ -362,6 +363,7 @@ fn the_log_softmax_functions_refuse_invalid_options_before_writing() {
         seq_offsets: &[0, 2],
         mask: None,
         advantages: Advantages::PerSequence(&[1.0]),
+        logp_rollout: None,
     };
     let bad_loss = LossOptions {
         eps_low: f64::NAN,

@@ -175,6 +175,7 @@ fn results_of_the_grpo_step_round_trip() {
         seq_offsets: &[0, 2, 3],
         mask: None,
         advantages: Advantages::PerSequence(&[1.0, -0.5]),
+        logp_rollout: None,
     };
     let mut grad = [0.0f32; 3];
     let out = policy_loss(&inputs, &LossOptions::default(), &mut grad).unwrap();

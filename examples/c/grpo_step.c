@@ -181,7 +181,8 @@ int main(int argc, char **argv) {
   care_advantage_options ao;
   CHECK(care_advantage_options_preset_by_name("verl", 4, &ao));
   care_group_stats gs[B];
-  care_rewards batch = {sizeof batch, rf, N, NULL, 0};            /* all samples valid */
+  /* all samples valid; no lengths or baselines (only the OPO and ReMax baselines read them) */
+  care_rewards batch = {sizeof batch, rf, N, NULL, 0, NULL, 0, NULL, 0};
   care_group_layout groups = {sizeof groups, G, NULL, 0};         /* B groups of G */
   care_advantage_outputs aout = {sizeof aout, adv, N, gs, B};
   CHECK(care_group_advantages(&batch, &groups, &ao, &aout));
@@ -208,7 +209,8 @@ int main(int argc, char **argv) {
   double loss;
   care_loss_stats st;
   care_loss_inputs li = {sizeof li, CARE_DTYPE_F32, logp, T, old, T, NULL, 0, seq, N + 1,
-                         mask, T, adv, N, CARE_ADVANTAGES_PER_SEQUENCE, 0};
+                         mask, T, adv, N, CARE_ADVANTAGES_PER_SEQUENCE, 0,
+                         NULL, 0 /* no rollout log-probs: no rollout correction */};
   CHECK(care_policy_loss(&li, &lo, grad, T, &loss, &st));
   printf("loss: %.6f tokens %.0f clipped %.0f ratio %.6f..%.6f\n", loss, st.tokens, st.clipped,
          st.ratio_min, st.ratio_max);

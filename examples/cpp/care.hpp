@@ -193,7 +193,7 @@ inline std::vector<float> group_advantages(const std::vector<float> &rewards,
                                            std::vector<care_group_stats> *stats = nullptr) {
   std::vector<float> adv(rewards.size());
   if (stats && group_size) stats->assign(rewards.size() / group_size, care_group_stats{});
-  care_rewards in{sizeof in, rewards.data(), rewards.size(), nullptr, 0};
+  care_rewards in{sizeof in, rewards.data(), rewards.size(), nullptr, 0, nullptr, 0, nullptr, 0};
   care_group_layout groups{sizeof groups, group_size, nullptr, 0};
   care_advantage_outputs out{sizeof out, adv.data(), adv.size(), stats ? stats->data() : nullptr,
                              stats ? stats->size() : 0};

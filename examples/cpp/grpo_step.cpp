@@ -198,7 +198,7 @@ int main(int argc, char **argv) try {
     DeviceBuffer d_ws(cu, nullptr, CARE_GPU_WORKSPACE_BYTES);
     // The structs of the CPU calls, with device addresses.
     care_gpu_launch launch{sizeof launch, nullptr, d_ws.as<void>(), CARE_GPU_WORKSPACE_BYTES};
-    care_rewards batch{sizeof batch, d_r.as<const float>(), N, nullptr, 0};
+    care_rewards batch{sizeof batch, d_r.as<const float>(), N, nullptr, 0, nullptr, 0, nullptr, 0};
     care_group_layout groups{sizeof groups, G, nullptr, 0};
     care_advantage_outputs aout{sizeof aout, d_adv.as<float>(), N, nullptr, 0};
     care::check(care_gpu_group_advantages(&batch, &groups, &opts, &aout, nullptr, &launch));

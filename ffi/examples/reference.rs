@@ -117,6 +117,7 @@ fn run() -> Result<String, Box<dyn std::error::Error>> {
         seq_offsets: &seq,
         mask: Some(&mask),
         advantages: Advantages::PerSequence(&adv),
+        logp_rollout: None,
     };
     let mut grad = vec![0f32; t_len];
     let l = policy_loss(&inputs, &LossOptions::preset(LossPreset::Verl), &mut grad)?;

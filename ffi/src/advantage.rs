@@ -4,8 +4,8 @@ use core::ffi::c_char;
 use core::mem::{align_of, offset_of, size_of};
 
 use care_core::grpo::{
-    AdvantageOptions, Baseline, GroupLayout, GroupStats, GroupSums, Preset, Scale, SingletonPolicy,
-    StdKind,
+    AdvantageOptions, Baseline, GroupInputs, GroupLayout, GroupStats, GroupSums, Preset, Reweight,
+    Scale, SingletonPolicy, StdKind,
 };
 
 use crate::args::{self, Out};
@@ -22,6 +22,24 @@ pub enum care_baseline {
     CARE_BASELINE_LEAVE_ONE_OUT = 1,
     /// Nothing is subtracted.
     CARE_BASELINE_NONE = 2,
+    /// OPO: the length-weighted group mean `sum_j l_j r_j / sum_j l_j` (needs
+    /// `care_rewards.lengths`).
+    CARE_BASELINE_LENGTH_WEIGHTED = 3,
+    /// ReMax: one baseline reward per sample, `A = r_i - b_i` (needs `care_rewards.baselines`).
+    CARE_BASELINE_EXTERNAL = 4,
+    /// pass@k: `A_i = max_j r_j - max_{j != i} r_j` (only a group's best sample gets credit).
+    CARE_BASELINE_PASS_K = 5,
+}
+
+/// A factor on the batch's advantages (`care_advantage_options.reweight`).
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum care_reweight {
+    /// None (default).
+    CARE_REWEIGHT_NONE = 0,
+    /// GPG: `alpha = N / (N - M)`, `M` the valid samples of groups without signal.
+    CARE_REWEIGHT_GPG = 1,
 }
 
 /// What the centered reward is divided by (`care_advantage_options.scale`).
@@ -62,7 +80,8 @@ pub enum care_singleton_policy {
 }
 
 /// Named advantage option sets that reproduce a trainer exactly (also by name:
-/// `"verl"`, `"trl"`, `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`).
+/// `"verl"`, `"trl"`, `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`, `"opo"`, `"remax"`,
+/// `"grpo_passk"`, `"gpg"`, `"reinforce_pp_baseline"`).
 #[allow(non_camel_case_types)]
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,11 +98,23 @@ pub enum care_advantage_preset {
     CARE_ADVANTAGE_PRESET_DR_GRPO = 4,
     /// RLOO: leave-one-out baseline, no scale.
     CARE_ADVANTAGE_PRESET_RLOO = 5,
+    /// verl `opo`: length-weighted baseline, no scale (needs `care_rewards.lengths`).
+    CARE_ADVANTAGE_PRESET_OPO = 6,
+    /// verl `remax`: external baseline (the greedy response's reward), no scale (needs
+    /// `care_rewards.baselines`).
+    CARE_ADVANTAGE_PRESET_REMAX = 7,
+    /// verl `grpo_passk`: pass@k baseline, group std.
+    CARE_ADVANTAGE_PRESET_GRPO_PASSK = 8,
+    /// GPG (paper): mean baseline, no scale, `alpha = N / (N - M)`.
+    CARE_ADVANTAGE_PRESET_GPG = 9,
+    /// verl `reinforce_plus_plus_baseline`, group part: mean baseline, no scale.
+    CARE_ADVANTAGE_PRESET_REINFORCE_PP_BASELINE = 10,
 }
 
 /// Options of the advantage functions. Initialize with `care_advantage_options_default` or
 /// `care_advantage_options_preset`, which set `struct_size`; then change fields. Enum fields
-/// hold `care_baseline`, `care_scale`, `care_std_kind` and `care_singleton_policy` values.
+/// hold `care_baseline`, `care_scale`, `care_std_kind`, `care_singleton_policy` and
+/// `care_reweight` values.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -98,11 +129,13 @@ pub struct care_advantage_options {
     pub std_kind: u32,
     /// A `care_singleton_policy`.
     pub singleton: u32,
-    /// Reserved, must be 0 (`CARE_ERR_INVALID_ARGUMENT` otherwise); keeps `eps` 8-byte
-    /// aligned on every target.
-    pub reserved: u32,
+    /// A `care_reweight` (0: none, the value every earlier caller left in this field).
+    pub reweight: u32,
     /// Added to the std before dividing; finite and `>= 0` (default 1e-6).
     pub eps: f64,
+    /// Lower bound of the std the advantages are divided by: `max(std, std_floor) + eps`;
+    /// finite and `>= 0` (default 0: off).
+    pub std_floor: f64,
 }
 
 /// Per-group statistics of the valid rewards.
@@ -153,8 +186,9 @@ fn to_c(o: &AdvantageOptions) -> care_advantage_options {
         scale: o.scale as u32,
         std_kind: o.std_kind as u32,
         singleton: o.singleton as u32,
-        reserved: 0,
+        reweight: o.reweight as u32,
         eps: o.eps,
+        std_floor: o.std_floor,
     }
 }
 
@@ -168,17 +202,14 @@ pub(crate) unsafe fn read_options(
 ) -> Result<AdvantageOptions, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, to_c(&AdvantageOptions::default())) }?;
-    if c.reserved != 0 {
-        // Zero today so that a later version can give it a meaning without misreading old
-        // callers' garbage.
-        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
-    }
     let o = AdvantageOptions {
         baseline: args::enum_arg(c.baseline, &Baseline::ALL)?,
         scale: args::enum_arg(c.scale, &Scale::ALL)?,
         std_kind: args::enum_arg(c.std_kind, &StdKind::ALL)?,
         singleton: args::enum_arg(c.singleton, &SingletonPolicy::ALL)?,
         eps: c.eps,
+        std_floor: c.std_floor,
+        reweight: args::enum_arg(c.reweight, &Reweight::ALL)?,
     };
     // The core's own rules, checked here too so that a GPU call reports them before it needs
     // a driver, exactly as the CPU does.
@@ -188,7 +219,10 @@ pub(crate) unsafe fn read_options(
 
 /// The rewards of a batch: `rewards[rewards_len]` and which of them are valid. `valid` is
 /// optional ((NULL, 0): all valid; else `valid_len == rewards_len`, non-zero = valid); a NaN
-/// reward is invalid too. Host memory for the CPU functions, device memory for the GPU ones.
+/// reward is invalid too. The per-sample inputs of two baselines are optional too, (NULL, 0)
+/// unless the options' baseline reads them: `lengths` (`CARE_BASELINE_LENGTH_WEIGHTED`, each
+/// response's token count) and `baselines` (`CARE_BASELINE_EXTERNAL`); each has
+/// `rewards_len` entries. Host memory for the CPU functions, device memory for the GPU ones.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -203,6 +237,14 @@ pub struct care_rewards {
     pub valid: *const u8,
     /// 0 or `rewards_len`.
     pub valid_len: usize,
+    /// Optional response lengths in tokens, one per sample.
+    pub lengths: *const u32,
+    /// 0 or `rewards_len`.
+    pub lengths_len: usize,
+    /// Optional baseline rewards, one per sample.
+    pub baselines: *const f32,
+    /// 0 or `rewards_len`.
+    pub baselines_len: usize,
 }
 
 /// How samples form groups (one group = the responses to one prompt): `group_size` samples per
@@ -241,18 +283,67 @@ pub struct care_advantage_outputs {
     pub stats_len: usize,
 }
 
-/// The checked rewards of a `care_rewards` struct.
+/// The checked rewards of a `care_rewards` struct: the rewards, their validity and the optional
+/// per-sample lengths and baselines, each of `rewards_len` entries when present. Every function
+/// that reads the struct checks all of it, whether or not it uses every member.
 ///
 /// # Safety
 /// As for [`args::input`]; the struct's pointers are valid for their lengths.
-pub(crate) unsafe fn read_rewards<'a>(
+#[allow(clippy::type_complexity)]
+pub(crate) unsafe fn read_rewards_all<'a>(
     p: *const care_rewards,
-) -> Result<(&'a [f32], Option<&'a [u8]>), care_result> {
+) -> Result<
+    (
+        &'a [f32],
+        Option<&'a [u8]>,
+        Option<&'a [u32]>,
+        Option<&'a [f32]>,
+    ),
+    care_result,
+> {
     // SAFETY (all blocks): forwarded contract.
     let r = unsafe { args::input(p) }?;
     let rewards = unsafe { args::slice(r.rewards, r.rewards_len) }?;
     let valid = unsafe { args::opt_slice(r.valid, r.valid_len) }?;
+    let lengths = unsafe { args::opt_slice(r.lengths, r.lengths_len) }?;
+    let baselines = unsafe { args::opt_slice(r.baselines, r.baselines_len) }?;
+    let n = rewards.len();
+    if lengths.is_some_and(|l| l.len() != n) || baselines.is_some_and(|b| b.len() != n) {
+        return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
+    }
+    Ok((rewards, valid, lengths, baselines))
+}
+
+/// The rewards and their validity of a `care_rewards` struct (all of it checked, see
+/// [`read_rewards_all`]).
+///
+/// # Safety
+/// As for [`read_rewards_all`].
+pub(crate) unsafe fn read_rewards<'a>(
+    p: *const care_rewards,
+) -> Result<(&'a [f32], Option<&'a [u8]>), care_result> {
+    // SAFETY: forwarded contract.
+    let (rewards, valid, _, _) = unsafe { read_rewards_all(p) }?;
     Ok((rewards, valid))
+}
+
+/// The core's group inputs from a `care_rewards` struct and a layout.
+///
+/// # Safety
+/// As for [`read_rewards_all`] and [`read_layout`].
+pub(crate) unsafe fn read_group_inputs<'a>(
+    p: *const care_rewards,
+    layout: *const care_group_layout,
+) -> Result<GroupInputs<'a>, care_result> {
+    // SAFETY (both blocks): forwarded contract.
+    let (rewards, valid, lengths, baselines) = unsafe { read_rewards_all(p) }?;
+    Ok(GroupInputs {
+        rewards,
+        valid,
+        layout: unsafe { read_layout(layout) }?,
+        lengths,
+        baselines,
+    })
 }
 
 /// The group layout of a `care_group_layout` struct.
@@ -324,8 +415,9 @@ pub unsafe extern "C" fn care_advantage_options_preset(
     }
 }
 
-/// Writes the options of the preset named `(name, name_len)` (`"verl"`, `"trl"`,
-/// `"trl_batch"`, `"openrlhf"`, `"dr_grpo"`, `"rloo"`) into `*options_out`.
+/// Writes the options of the preset named `(name, name_len)` (the names of
+/// `care_advantage_preset`: `"verl"`, `"trl"`, ..., `"reinforce_pp_baseline"`) into
+/// `*options_out`.
 /// Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown name.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_advantage_options_preset_by_name(
@@ -363,11 +455,10 @@ pub unsafe extern "C" fn care_group_advantages(
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let (rewards, valid) = tri!(unsafe { read_rewards(rewards) });
-        let layout = tri!(unsafe { read_layout(layout) });
+        let inputs = tri!(unsafe { read_group_inputs(rewards, layout) });
         let opts = tri!(unsafe { read_options(options) });
         let (out, stats) = tri!(unsafe { read_outputs(outputs) });
-        to_code(care_core::grpo::group_advantages(rewards, valid, layout, &opts, out, stats))
+        to_code(care_core::grpo::group_advantages_with(&inputs, &opts, out, stats))
     }
 }
 
@@ -425,14 +516,13 @@ pub unsafe extern "C" fn care_group_advantages_finalize(
 ) -> care_result {
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
-        let (rewards, valid) = tri!(unsafe { read_rewards(rewards) });
-        let layout = tri!(unsafe { read_layout(layout) });
+        let inputs = tri!(unsafe { read_group_inputs(rewards, layout) });
         let sums = tri!(unsafe { args::slice(sums.cast::<GroupSums>(), sums_len) });
         let m2 = tri!(unsafe { args::slice(m2, m2_len) });
         let opts = tri!(unsafe { read_options(options) });
         let (out, stats) = tri!(unsafe { read_outputs(outputs) });
-        to_code(care_core::grpo::group_advantages_finalize(
-            rewards, valid, layout, sums, m2, &opts, out, stats,
+        to_code(care_core::grpo::group_advantages_finalize_with(
+            &inputs, sums, m2, &opts, out, stats,
         ))
     }
 }
@@ -499,6 +589,22 @@ mod tests {
         for s in SingletonPolicy::ALL {
             assert_eq!(SingletonPolicy::ALL[s as usize], s);
         }
+        for r in Reweight::ALL {
+            assert_eq!(Reweight::ALL[r as usize], r);
+        }
+        // Every core value has its C name: the last constant of each enum is the last value.
+        assert_eq!(
+            Baseline::ALL[Baseline::ALL.len() - 1] as u32,
+            care_baseline::CARE_BASELINE_PASS_K as u32
+        );
+        assert_eq!(
+            Preset::ALL[Preset::ALL.len() - 1] as u32,
+            care_advantage_preset::CARE_ADVANTAGE_PRESET_REINFORCE_PP_BASELINE as u32
+        );
+        assert_eq!(
+            Reweight::ALL[Reweight::ALL.len() - 1] as u32,
+            care_reweight::CARE_REWEIGHT_GPG as u32
+        );
     }
 
     #[test]

@@ -13,7 +13,8 @@ use care_core::grpo::LossStats;
 use care_kernels::cuda::{CudaLauncher, driver_available};
 use care_kernels::params::LossStatsRaw;
 use care_kernels::{
-    AdvantageBuffers, DeviceGroups, Dtype, KernelError, LossBuffers, Tuning, WORKSPACE_BYTES,
+    AdvantageBuffers, AdvantageInputs, DeviceGroups, Dtype, KernelError, LossBuffers,
+    RolloutBuffers, Tuning, WORKSPACE_BYTES,
 };
 use cudarc::driver::result as cu;
 use cudarc::driver::{DriverError, sys};
@@ -56,6 +57,21 @@ pub(crate) fn dev<T>(
         return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
     }
     Ok(p as u64)
+}
+
+/// [`dev`] for a log-prob array of `dtype` passed as `void *`: its address must also be aligned
+/// to the element size (`CARE_ERR_INVALID_ARGUMENT`), which the pointer type cannot say.
+fn dev_logp(
+    p: *const c_void,
+    len: usize,
+    want: usize,
+    required: bool,
+    dtype: Dtype,
+) -> Result<u64, care_result> {
+    if !p.is_null() && !(p as usize).is_multiple_of(dtype.size()) {
+        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+    }
+    dev(p, len, want, required)
 }
 
 pub(crate) fn workspace(p: *mut c_void, len: usize) -> Result<u64, care_result> {
@@ -253,6 +269,13 @@ pub unsafe extern "C" fn care_gpu_group_advantages(
         let stats = tri!(dev(o.stats.cast_const(), o.stats_len, num_groups, false));
         let batch_std = tri!(dev(d_batch_std, usize::from(!d_batch_std.is_null()), 1, false));
         let opts = tri!(unsafe { advantage::read_options(options) });
+        let r = tri!(unsafe { args::input(rewards) });
+        let per_sample = AdvantageInputs {
+            lengths: tri!(dev(r.lengths, r.lengths_len, n, false)),
+            baselines: tri!(dev(r.baselines, r.baselines_len, n, false)),
+        };
+        // Reported before a driver is needed, as the CPU reports it.
+        tri!(per_sample.check(&opts).map_err(map_error));
         let l = tri!(unsafe { read_launch(launch, true) });
         let buf = AdvantageBuffers {
             rewards: d_rewards,
@@ -269,7 +292,10 @@ pub unsafe extern "C" fn care_gpu_group_advantages(
         };
         let b = tri!(unsafe { backend(l.stream, l.workspace) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { care_kernels::group_advantages(&b, &buf, &opts, Tuning::default()) } {
+        let run = unsafe {
+            care_kernels::group_advantages_with(&b, &buf, &per_sample, &opts, Tuning::default())
+        };
+        match run {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }
@@ -394,12 +420,12 @@ pub(crate) fn device_loss(
 ) -> Result<DeviceLoss, care_result> {
     let dtype = loss::read_dtype(c.dtype)?;
     let logp = if with_logp {
-        dev(c.logp, c.logp_len, t, true)?
+        dev_logp(c.logp, c.logp_len, t, true, dtype)?
     } else {
         0
     };
-    let logp_old = dev(c.logp_old, c.logp_old_len, t, false)?;
-    let logp_ref = dev(c.logp_ref, c.logp_ref_len, t, false)?;
+    let logp_old = dev_logp(c.logp_old, c.logp_old_len, t, false, dtype)?;
+    let logp_ref = dev_logp(c.logp_ref, c.logp_ref_len, t, false, dtype)?;
     let Some(n_seq) = c.seq_offsets_len.checked_sub(1) else {
         return Err(if c.seq_offsets.is_null() {
             care_result::CARE_ERR_NULL_POINTER
@@ -430,13 +456,15 @@ pub(crate) fn device_loss(
     })
 }
 
-/// The fused clipped-ratio loss on the GPU, asynchronously on `launch->stream`: the inputs and
+/// The fused policy loss on the GPU, asynchronously on `launch->stream`: the inputs and
 /// options of `care_policy_loss` (device memory), the gradient into `d_grad_out[grad_len]`
 /// (`== T`; (NULL, 0) for loss and statistics only) as `grad_dtype` elements
 /// (`CARE_DTYPE_F32`, or the inputs' dtype), and this call's statistics added into the device
 /// accumulator `d_stats` (`CARE_GPU_LOSS_STATS_BYTES`; see `care_gpu_loss_stats_reset` /
 /// `_read`; the loss is `stats.loss`; (NULL, 0) to skip). Same results as `care_policy_loss`
-/// within the documented tolerance.
+/// within the documented tolerance, the policy-loss family and the rollout correction included,
+/// except Clip-Cov and KL-Cov (`CARE_ERR_INVALID_ARGUMENT`: their batch-wide covariance
+/// selection runs on the CPU only).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_gpu_policy_loss(
     inputs: *const care_loss_inputs,
@@ -478,9 +506,18 @@ pub unsafe extern "C" fn care_gpu_policy_loss(
             stats,
             workspace: l.workspace,
         };
+        // Options the kernels do not implement are reported before a driver is needed.
+        if !care_kernels::loss_supported(&opts) {
+            return care_result::CARE_ERR_INVALID_ARGUMENT;
+        }
+        let roll = RolloutBuffers {
+            logp_rollout: tri!(dev_logp(c.logp_rollout, c.logp_rollout_len, t, false, d.dtype)),
+            stats: 0,
+        };
         let b = tri!(unsafe { backend(l.stream, d.seq_offsets) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        match unsafe { care_kernels::grpo_loss(&b, &buf, &opts, Tuning::default()) } {
+        let run = unsafe { care_kernels::grpo_loss_with(&b, &buf, &roll, &opts, Tuning::default()) };
+        match run {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }

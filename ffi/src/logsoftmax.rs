@@ -379,8 +379,9 @@ pub unsafe extern "C" fn care_selective_log_softmax_backward(
 }
 
 /// The loss inputs of the fused logits paths, checked: `logp` and `mask` must be (NULL, 0)
-/// (the log-probs are computed, the mask is the logits' row mask) and the log-prob dtype is
-/// `float`, else `CARE_ERR_INVALID_ARGUMENT`.
+/// (the log-probs are computed, the mask is the logits' row mask), so must `logp_rollout` (no
+/// rollout correction on these paths), and the log-prob dtype is `float`, else
+/// `CARE_ERR_INVALID_ARGUMENT`.
 ///
 /// # Safety
 /// As for [`args::input`].
@@ -388,6 +389,10 @@ unsafe fn logits_loss_inputs(p: *const care_loss_inputs) -> Result<care_loss_inp
     // SAFETY: forwarded contract.
     let c = unsafe { args::input(p) }?;
     if !c.logp.is_null() || c.logp_len != 0 || !c.mask.is_null() || c.mask_len != 0 {
+        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+    }
+    // The fused paths have no rollout correction (refused rather than ignored).
+    if !c.logp_rollout.is_null() || c.logp_rollout_len != 0 {
         return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
     }
     if dtype_arg(c.dtype)? != Dtype::F32 {
@@ -435,6 +440,8 @@ impl WithRows for LogitsLoss<'_> {
             seq_offsets: self.seq_offsets,
             mask: r.mask,
             advantages: self.advantages,
+            // Refused by logits_loss_inputs (the fused paths have no rollout correction yet).
+            logp_rollout: None,
         };
         let mut g = vec![0.0f32; n];
         let out = care_core::grpo::policy_loss(&inputs, &self.opts, &mut g).map_err(map_error)?;
@@ -670,6 +677,9 @@ pub unsafe extern "C" fn care_gpu_logits_policy_loss(
         let o = tri!(unsafe { args::input(outputs) });
         let stats = tri!(dev(d_stats.cast_const(), stats_len, CARE_GPU_LOSS_STATS_BYTES, false));
         let loss_opts = tri!(unsafe { loss::read_options(options) });
+        if !care_kernels::loss_supported(&loss_opts) {
+            return care_result::CARE_ERR_INVALID_ARGUMENT; // before a driver is needed
+        }
         let l = tri!(unsafe { read_launch(launch, true) });
         let buf = LogitsLossBuffers {
             logp: tri!(dev(o.logp.cast_const(), o.logp_len, n, true)),

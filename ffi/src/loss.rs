@@ -1,12 +1,14 @@
-//! The clipped-ratio policy loss, its gradient and stats on the CPU (SPEC §10).
+//! The policy loss, its gradient and stats on the CPU (SPEC §10, the policy-loss family of
+//! SPEC §17 and the rollout correction of SPEC §16), and the rollout correction on its own.
 
 use core::ffi::{c_char, c_void};
 use core::mem::{align_of, size_of};
 
 use care_core::Dtype;
 use care_core::grpo::{
-    Advantages, Aggregation, KlEstimator, LogProb, LossInputs, LossOptions, LossOutput, LossPreset,
-    LossStats, RatioLevel,
+    Advantages, Aggregation, IsLevel, KlEstimator, LogProb, LossInputs, LossOptions, LossOutput,
+    LossPreset, LossStats, PolicyLoss, RatioLevel, RejectBound, Rejection, RejectionMode,
+    RolloutInputs, RolloutOptions, RolloutStats, SequenceCount,
 };
 use half::{bf16, f16};
 
@@ -28,6 +30,8 @@ pub enum care_aggregation {
     CARE_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM = 3,
     /// `w = 1`.
     CARE_AGGREGATION_TOKEN_SUM = 4,
+    /// `w = 1 / H` (verl's `seq-mean-token-sum-norm` until 2026: no sequence mean).
+    CARE_AGGREGATION_TOKEN_SUM_NORM = 5,
 }
 
 /// The KL-to-reference estimator (`care_loss_options.kl_estimator`).
@@ -54,9 +58,183 @@ pub enum care_ratio_level {
     CARE_RATIO_TOKEN = 0,
     /// GSPO: one ratio per sequence from the mean log ratio.
     CARE_RATIO_SEQUENCE = 1,
+    /// GSPO-token: the sequence ratio's value with each token's own gradient.
+    CARE_RATIO_SEQUENCE_TOKEN = 2,
 }
 
-/// Named loss option sets (also by name: `"verl"`, `"trl"`).
+/// The policy-gradient term (`care_loss_options.policy_loss`).
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum care_policy_loss_kind {
+    /// The clipped ratio (PPO/GRPO; GSPO with a sequence ratio level; default).
+    CARE_POLICY_LOSS_CLIP = 0,
+    /// CISPO: the clipped ratio as a detached weight on `A * logp`.
+    CARE_POLICY_LOSS_CISPO = 1,
+    /// SAPO: a soft sigmoid gate on the ratio (`sapo_tau_pos`, `sapo_tau_neg`).
+    CARE_POLICY_LOSS_SAPO = 2,
+    /// GPG: `-A * logp`.
+    CARE_POLICY_LOSS_GPG = 3,
+    /// Clip-Cov: the `cov_ratio` share of tokens with the largest covariance in
+    /// `(clip_cov_lb, clip_cov_ub)` gets no gradient (CPU only).
+    CARE_POLICY_LOSS_CLIP_COV = 4,
+    /// KL-Cov: `kl_cov_coef * |log ratio|` on the `cov_ratio` share of tokens with the largest
+    /// covariance (CPU only).
+    CARE_POLICY_LOSS_KL_COV = 5,
+    /// GMPO: the geometric mean of the token ratios, clipped in log space.
+    CARE_POLICY_LOSS_GMPO = 6,
+}
+
+/// Which sequences the sequence count of the aggregation counts
+/// (`care_loss_options.sequence_count`).
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum care_sequence_count {
+    /// Sequences with at least one counted token (default; verl, OpenRLHF).
+    CARE_SEQUENCE_COUNT_NON_EMPTY = 0,
+    /// Every sequence of the call (TRL `grpo`, `dr_grpo`, `sapo`; verl `geo_mean`).
+    CARE_SEQUENCE_COUNT_ALL = 1,
+}
+
+/// How the rollout correction forms importance weights (`care_rollout_options.is_level`).
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum care_is_level {
+    /// No importance weights (default).
+    CARE_IS_OFF = 0,
+    /// One truncated weight per token.
+    CARE_IS_TOKEN = 1,
+    /// One truncated weight per sequence.
+    CARE_IS_SEQUENCE = 2,
+}
+
+/// What a token the rollout correction rejects becomes (`care_rollout_options.rejection_mode`).
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum care_rejection_mode {
+    /// It leaves the loss and every count (verl; default).
+    CARE_REJECTION_DROP = 0,
+    /// It keeps its place with importance weight 0 (TRL, OpenRLHF).
+    CARE_REJECTION_ZERO_WEIGHT = 1,
+}
+
+/// The rejection criteria: each value indexes `care_rollout_options.reject`.
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum care_rejection {
+    /// `ln(lower) <= x_t <= ln(upper)`, `x_t = logp_prox_t - logp_rollout_t`.
+    CARE_REJECT_TOKEN_K1 = 0,
+    /// `x_t^2 / 2 <= upper`.
+    CARE_REJECT_TOKEN_K2 = 1,
+    /// `exp(x_t) - 1 - x_t <= upper`.
+    CARE_REJECT_TOKEN_K3 = 2,
+    /// The sequence's sum of `k1` within `[ln(lower), ln(upper)]`.
+    CARE_REJECT_SEQ_SUM_K1 = 3,
+    /// The sequence's sum of `k2 <= upper`.
+    CARE_REJECT_SEQ_SUM_K2 = 4,
+    /// The sequence's sum of `k3 <= upper`.
+    CARE_REJECT_SEQ_SUM_K3 = 5,
+    /// The sequence's mean of `k1` within `[ln(lower), ln(upper)]`.
+    CARE_REJECT_SEQ_MEAN_K1 = 6,
+    /// The sequence's mean of `k2 <= upper`.
+    CARE_REJECT_SEQ_MEAN_K2 = 7,
+    /// The sequence's mean of `k3 <= upper`.
+    CARE_REJECT_SEQ_MEAN_K3 = 8,
+    /// The sequence's max of `k2 <= upper`.
+    CARE_REJECT_SEQ_MAX_K2 = 9,
+    /// The sequence's max of `k3 <= upper`.
+    CARE_REJECT_SEQ_MAX_K3 = 10,
+}
+
+/// The number of rejection criteria (`care_rollout_options.reject` entries).
+pub const CARE_REJECTION_COUNT: usize = 11;
+
+/// One rejection criterion's bounds: off when `upper` is 0. The `k1` criteria bound the ratio
+/// (`lower` 0: no lower bound); the others bound the statistic by `upper`, with `lower` 0.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_reject_bound {
+    /// Lower bound (`k1` criteria only), or 0.
+    pub lower: f64,
+    /// Upper bound, or 0 (off).
+    pub upper: f64,
+}
+
+/// The rollout correction (`care_loss_options.rollout`): importance weights and rejection from
+/// the inference engine's log-probs (`care_loss_inputs.logp_rollout`). Defaults: weights off,
+/// `is_threshold` 2, `is_threshold_low` 0, `log_ratio_clamp` 20, no criterion, drop.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_rollout_options {
+    /// Upper truncation bound `C` of the importance weights (> 0).
+    pub is_threshold: f64,
+    /// Lower truncation bound (finite, `0 <= is_threshold_low <= is_threshold`).
+    pub is_threshold_low: f64,
+    /// Bound on the rollout log ratio before `exp` (> 0; infinity turns it off).
+    pub log_ratio_clamp: f64,
+    /// One bound per `care_rejection`; every criterion that is on must pass.
+    pub reject: [care_reject_bound; CARE_REJECTION_COUNT],
+    /// A `care_is_level`.
+    pub is_level: u32,
+    /// A `care_rejection_mode`.
+    pub rejection_mode: u32,
+}
+
+/// The rollout correction's diagnostics as sums over counted tokens (the mask's, before
+/// rejection) and over sequences with a counted token; they add across micro-batches and
+/// ranks. Means: divide by `tokens` or `sequences`.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_rollout_stats {
+    /// Counted tokens.
+    pub tokens: f64,
+    /// Sequences with a counted token.
+    pub sequences: f64,
+    /// Counted tokens some criterion rejects.
+    pub rejected_tokens: f64,
+    /// Sequences with a rejected token.
+    pub rejected_sequences: f64,
+    /// Counted tokens whose weight hit a truncation bound.
+    pub truncated: f64,
+    /// Sum of the importance weights before rejection.
+    pub weight_sum: f64,
+    /// `sum (logp_rollout - logp_prox)` (the k1 KL estimate of the rollout policy from the
+    /// proximal one, unclamped).
+    pub kl_sum: f64,
+    /// `sum (exp(x) - x - 1)`, unclamped.
+    pub k3_sum: f64,
+    /// Per sequence: `-mean_t x_t` (the log-perplexity difference).
+    pub log_ppl_diff_sum: f64,
+    /// Per sequence: `|mean_t x_t|`.
+    pub log_ppl_abs_diff_sum: f64,
+    /// `sum rho_t^2` (clamped log ratio).
+    pub chi2_token_sum: f64,
+    /// Per sequence: `(prod_t rho_t)^2` (clamped sum).
+    pub chi2_seq_sum: f64,
+    /// Counted tokens with a non-finite `logp_prox` or `logp_rollout`.
+    pub non_finite: f64,
+}
+
+// `care_reject_bound`, `care_rollout_options` and `care_rollout_stats` have the layout of the
+// core's `#[repr(C)]` `RejectBound`, `RolloutOptions` and `RolloutStats`.
+const _: () = {
+    assert!(size_of::<care_reject_bound>() == size_of::<RejectBound>());
+    assert!(size_of::<care_rollout_options>() == size_of::<RolloutOptions>());
+    assert!(align_of::<care_rollout_options>() == align_of::<RolloutOptions>());
+    assert!(size_of::<care_rollout_stats>() == size_of::<RolloutStats>());
+    assert!(align_of::<care_rollout_stats>() == align_of::<RolloutStats>());
+    assert!(CARE_REJECTION_COUNT == Rejection::ALL.len());
+};
+
+/// Named loss option sets (also by name: the constant's suffix in lower case, `"verl"`,
+/// `"trl"`, `"verl_seq_mean_token_mean"`, ..., `"openrlhf_gspo"`).
 #[allow(non_camel_case_types)]
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +243,44 @@ pub enum care_loss_preset {
     CARE_LOSS_PRESET_VERL = 0,
     /// TRL `dapo`: eps 0.2/0.2, no dual clip, token mean.
     CARE_LOSS_PRESET_TRL = 1,
+    /// verl vanilla, `seq-mean-token-mean`.
+    CARE_LOSS_PRESET_VERL_SEQ_MEAN_TOKEN_MEAN = 2,
+    /// verl vanilla, `seq-mean-token-sum`.
+    CARE_LOSS_PRESET_VERL_SEQ_MEAN_TOKEN_SUM = 3,
+    /// verl vanilla, `seq-mean-token-sum-norm` as verl computed it until 2026 (token sum / H).
+    CARE_LOSS_PRESET_VERL_SEQ_MEAN_TOKEN_SUM_NORM = 4,
+    /// verl `gspo`: GSPO-token ratio, `seq-mean-token-mean`.
+    CARE_LOSS_PRESET_VERL_GSPO = 5,
+    /// verl `sapo`: tau 1 / 1.05, `seq-mean-token-mean`.
+    CARE_LOSS_PRESET_VERL_SAPO = 6,
+    /// verl `cispo`: weight clipped to [0.8, 1.2], token mean.
+    CARE_LOSS_PRESET_VERL_CISPO = 7,
+    /// verl `gpg`: `-A * logp`, token mean.
+    CARE_LOSS_PRESET_VERL_GPG = 8,
+    /// verl `clip_cov` (CPU only).
+    CARE_LOSS_PRESET_VERL_CLIP_COV = 9,
+    /// verl `kl_cov` (CPU only).
+    CARE_LOSS_PRESET_VERL_KL_COV = 10,
+    /// verl `geo_mean` (GMPO).
+    CARE_LOSS_PRESET_VERL_GEO_MEAN = 11,
+    /// TRL `grpo`: `seq-mean-token-mean` over every row.
+    CARE_LOSS_PRESET_TRL_GRPO = 12,
+    /// TRL `bnpo`: local token mean.
+    CARE_LOSS_PRESET_TRL_BNPO = 13,
+    /// TRL `dr_grpo`: token sum over rows times the horizon.
+    CARE_LOSS_PRESET_TRL_DR_GRPO = 14,
+    /// TRL `dapo`: global token mean.
+    CARE_LOSS_PRESET_TRL_DAPO = 15,
+    /// TRL `cispo`: weight capped at 5, global token mean.
+    CARE_LOSS_PRESET_TRL_CISPO = 16,
+    /// TRL `sapo`: tau 1 / 1.05, `grpo` normalization.
+    CARE_LOSS_PRESET_TRL_SAPO = 17,
+    /// OpenRLHF `ppo`, token-level loss.
+    CARE_LOSS_PRESET_OPENRLHF = 18,
+    /// OpenRLHF `ppo` with `token_level_loss = False`.
+    CARE_LOSS_PRESET_OPENRLHF_SEQ = 19,
+    /// OpenRLHF `gspo`: the sequence ratio through the mean.
+    CARE_LOSS_PRESET_OPENRLHF_GSPO = 20,
 }
 
 /// Whether `advantages` holds one value per sequence or one per token.
@@ -105,7 +321,9 @@ pub(crate) fn read_dtype(value: u32) -> Result<Dtype, care_result> {
 ///
 /// Token layout: `seq_offsets[B + 1]` CSR offsets (first 0, non-decreasing, last `T`). `logp`
 /// has `T` elements of `dtype`; `logp_old` (absent: on-policy) and `logp_ref` (the KL term,
-/// used when `beta > 0`) are optional, of `dtype`, `T` elements each; `mask` is optional
+/// used when `beta > 0`) are optional, of `dtype`, `T` elements each, and so is `logp_rollout`
+/// (the inference engine's log-probs: the rollout correction of `care_loss_options.rollout`
+/// applies; `CARE_ERR_INVALID_ARGUMENT` on the fused logits paths); `mask` is optional
 /// (non-zero = counted, `T` entries); `advantages` has `B` (per sequence) or `T` (per token)
 /// values as `advantages_kind` says. Optional arrays are (NULL, 0); every per-token length
 /// must equal `logp_len` (`CARE_ERR_LENGTH_MISMATCH`).
@@ -146,6 +364,10 @@ pub struct care_loss_inputs {
     /// The longest sequence if known, else 0: a hint for the GPU launch geometry only (any
     /// value gives the same results; the CPU does not read it).
     pub max_seq_len: u32,
+    /// Rollout (inference-engine) log-probs `[T]`, or (NULL, 0).
+    pub logp_rollout: *const c_void,
+    /// 0 or `T`.
+    pub logp_rollout_len: usize,
 }
 
 /// Whether a `care_advantages_kind` is per token; an unknown kind is
@@ -184,6 +406,7 @@ unsafe fn host_inputs<'a, T: LogProb>(
         advantages: advantages(c.advantages_kind, unsafe {
             args::slice(c.advantages, c.advantages_len)
         }?)?,
+        logp_rollout: unsafe { args::opt_slice(c.logp_rollout.cast::<T>(), c.logp_rollout_len) }?,
     })
 }
 
@@ -238,6 +461,24 @@ pub struct care_loss_options {
     pub global_sequences: f64,
     /// Dr. GRPO horizon `H` (0 = the longest sequence of this call).
     pub horizon: f64,
+    /// A `care_policy_loss_kind`.
+    pub policy_loss: u32,
+    /// A `care_sequence_count`.
+    pub sequence_count: u32,
+    /// SAPO temperature for `A > 0` (1).
+    pub sapo_tau_pos: f64,
+    /// SAPO temperature for `A <= 0` (1.05).
+    pub sapo_tau_neg: f64,
+    /// Clip-Cov / KL-Cov: the share of counted tokens selected (2e-4).
+    pub cov_ratio: f64,
+    /// Clip-Cov: the covariance window's lower end (1).
+    pub clip_cov_lb: f64,
+    /// Clip-Cov: the covariance window's upper end (5).
+    pub clip_cov_ub: f64,
+    /// KL-Cov: the coefficient of `|log ratio|` (1).
+    pub kl_cov_coef: f64,
+    /// The rollout correction (applies with `care_loss_inputs.logp_rollout`).
+    pub rollout: care_rollout_options,
 }
 
 /// Loss statistics as sums that add across micro-batches and ranks (all-reduce the first
@@ -300,6 +541,61 @@ fn to_c(o: &LossOptions) -> care_loss_options {
         global_tokens: o.global_tokens,
         global_sequences: o.global_sequences,
         horizon: o.horizon,
+        policy_loss: o.policy_loss as u32,
+        sequence_count: o.sequence_count as u32,
+        sapo_tau_pos: o.sapo_tau_pos,
+        sapo_tau_neg: o.sapo_tau_neg,
+        cov_ratio: o.cov_ratio,
+        clip_cov_lb: o.clip_cov_lb,
+        clip_cov_ub: o.clip_cov_ub,
+        kl_cov_coef: o.kl_cov_coef,
+        rollout: rollout_to_c(&o.rollout),
+    }
+}
+
+fn rollout_to_c(r: &RolloutOptions) -> care_rollout_options {
+    care_rollout_options {
+        is_threshold: r.is_threshold,
+        is_threshold_low: r.is_threshold_low,
+        log_ratio_clamp: r.log_ratio_clamp,
+        reject: r.reject.map(|b| care_reject_bound {
+            lower: b.lower,
+            upper: b.upper,
+        }),
+        is_level: r.is_level as u32,
+        rejection_mode: r.rejection_mode as u32,
+    }
+}
+
+fn rollout_from_c(c: &care_rollout_options) -> Result<RolloutOptions, care_result> {
+    Ok(RolloutOptions {
+        is_threshold: c.is_threshold,
+        is_threshold_low: c.is_threshold_low,
+        log_ratio_clamp: c.log_ratio_clamp,
+        reject: c.reject.map(|b| RejectBound {
+            lower: b.lower,
+            upper: b.upper,
+        }),
+        is_level: args::enum_arg(c.is_level, &IsLevel::ALL)?,
+        rejection_mode: args::enum_arg(c.rejection_mode, &RejectionMode::ALL)?,
+    })
+}
+
+fn rollout_stats_to_c(s: &RolloutStats) -> care_rollout_stats {
+    care_rollout_stats {
+        tokens: s.tokens,
+        sequences: s.sequences,
+        rejected_tokens: s.rejected_tokens,
+        rejected_sequences: s.rejected_sequences,
+        truncated: s.truncated,
+        weight_sum: s.weight_sum,
+        kl_sum: s.kl_sum,
+        k3_sum: s.k3_sum,
+        log_ppl_diff_sum: s.log_ppl_diff_sum,
+        log_ppl_abs_diff_sum: s.log_ppl_abs_diff_sum,
+        chi2_token_sum: s.chi2_token_sum,
+        chi2_seq_sum: s.chi2_seq_sum,
+        non_finite: s.non_finite,
     }
 }
 
@@ -345,6 +641,15 @@ pub(crate) unsafe fn read_options(p: *const care_loss_options) -> Result<LossOpt
         aggregation: args::enum_arg(c.aggregation, &Aggregation::ALL)?,
         ratio_level: args::enum_arg(c.ratio_level, &RatioLevel::ALL)?,
         kl_estimator: args::enum_arg(c.kl_estimator, &KlEstimator::ALL)?,
+        policy_loss: args::enum_arg(c.policy_loss, &PolicyLoss::ALL)?,
+        sequence_count: args::enum_arg(c.sequence_count, &SequenceCount::ALL)?,
+        sapo_tau_pos: c.sapo_tau_pos,
+        sapo_tau_neg: c.sapo_tau_neg,
+        cov_ratio: c.cov_ratio,
+        clip_cov_lb: c.clip_cov_lb,
+        clip_cov_ub: c.clip_cov_ub,
+        kl_cov_coef: c.kl_cov_coef,
+        rollout: rollout_from_c(&c.rollout)?,
     };
     // The core's own rules, checked here too so that a GPU call reports them before it needs
     // a driver, exactly as the CPU does.
@@ -388,7 +693,8 @@ pub unsafe extern "C" fn care_loss_options_preset(
     }
 }
 
-/// Writes the options of the loss preset named `(name, name_len)` (`"verl"`, `"trl"`).
+/// Writes the options of the loss preset named `(name, name_len)` (the names of
+/// `care_loss_preset`: `"verl"`, `"trl"`, ..., `"openrlhf_gspo"`).
 /// Errors: `CARE_ERR_INVALID_ARGUMENT` for an unknown name.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_loss_options_preset_by_name(
@@ -407,9 +713,11 @@ pub unsafe extern "C" fn care_loss_options_preset_by_name(
     }
 }
 
-/// The clipped-ratio policy loss of one micro-batch (SPEC §10) on the CPU: its gradient
+/// The policy loss of one micro-batch (SPEC §10 and §17, with the rollout
+/// correction when `inputs->logp_rollout` is given) on the CPU: its gradient
 /// `grad_out[grad_len]` (`dL/dlogp`, `float`, `grad_len == T`), the loss into `*loss_out` and,
-/// if `stats_out` is not NULL, the statistics. `options` NULL: the defaults.
+/// if `stats_out` is not NULL, the statistics. `options` NULL: the defaults. The rollout
+/// diagnostics come from `care_rollout_correction` on the same inputs.
 ///
 /// ```c
 /// care_loss_inputs in = {sizeof in, CARE_DTYPE_F32, logp, T, logp_old, T, NULL, 0,
@@ -445,6 +753,74 @@ pub unsafe extern "C" fn care_policy_loss(
         }
         care_result::CARE_OK
     }
+}
+
+/// The rollout correction on its own (CPU): per counted token the importance weight the loss
+/// applies (`weights_out[T]`, 0 for a rejected token) and whether the token stays in the loss
+/// (`keep_out[T]`, 1/0; a masked token gets weight 0 and keep 0), and the diagnostics into
+/// `*stats_out` (optional, NULL to skip). `inputs` as for `care_policy_loss`, with
+/// `logp_rollout` required; the proximal log-probs are `logp_old`, or `logp` when it is absent;
+/// the advantages are not read. `options->rollout` (NULL: the defaults) says which weights and
+/// criteria apply.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_rollout_correction(
+    inputs: *const care_loss_inputs,
+    options: *const care_loss_options,
+    weights_out: *mut f32,
+    weights_len: usize,
+    keep_out: *mut u8,
+    keep_len: usize,
+    stats_out: *mut care_rollout_stats,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let c = tri!(unsafe { args::input(inputs) });
+        let dtype = tri!(read_dtype(c.dtype));
+        let opts = tri!(unsafe { read_options(options) });
+        let stats_out = tri!(Out::optional(stats_out));
+        let weights = tri!(unsafe { args::slice_mut(weights_out, weights_len) });
+        let keep = tri!(unsafe { args::slice_mut(keep_out, keep_len) });
+        let st = tri!(match dtype {
+            Dtype::F32 => unsafe { host_rollout::<f32>(&c, &opts.rollout, weights, keep) },
+            Dtype::Bf16 => unsafe { host_rollout::<bf16>(&c, &opts.rollout, weights, keep) },
+            Dtype::F16 => unsafe { host_rollout::<f16>(&c, &opts.rollout, weights, keep) },
+        });
+        if let Some(s) = stats_out {
+            unsafe { s.write(rollout_stats_to_c(&st)) };
+        }
+        care_result::CARE_OK
+    }
+}
+
+/// The core's rollout correction on host inputs of type `T`.
+///
+/// # Safety
+/// As for [`host_inputs`].
+unsafe fn host_rollout<T: LogProb>(
+    c: &care_loss_inputs,
+    opts: &RolloutOptions,
+    weights: &mut [f32],
+    keep: &mut [u8],
+) -> Result<RolloutStats, care_result> {
+    // SAFETY (all blocks): forwarded contract.
+    let logp = unsafe { args::slice(c.logp.cast::<T>(), c.logp_len) }?;
+    let old = unsafe { args::opt_slice(c.logp_old.cast::<T>(), c.logp_old_len) }?;
+    // The core checks every length against the proximal log-probs; `logp` fixes `T` here as in
+    // `care_policy_loss`, so a `logp_old` of another length is a mismatch, not a smaller `T`.
+    if old.is_some_and(|o| o.len() != logp.len()) {
+        return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
+    }
+    if c.logp_rollout.is_null() {
+        return Err(care_result::CARE_ERR_NULL_POINTER); // required here
+    }
+    let rollout = unsafe { args::slice(c.logp_rollout.cast::<T>(), c.logp_rollout_len) }?;
+    let inputs = RolloutInputs {
+        logp_old: old.unwrap_or(logp),
+        logp_rollout: rollout,
+        seq_offsets: unsafe { args::slice(c.seq_offsets, c.seq_offsets_len) }?,
+        mask: unsafe { args::opt_slice(c.mask, c.mask_len) }?,
+    };
+    care_core::grpo::rollout_correction(&inputs, opts, weights, keep).map_err(map_error)
 }
 
 /// Adds the stats of another micro-batch or rank into `*acc` (sums add, min/max combine).

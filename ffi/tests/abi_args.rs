@@ -182,6 +182,10 @@ struct Fx {
     m2_out: Vec<f64>,
     tokens: Vec<f32>,
     grad: Vec<f32>,
+    logp_rollout: Vec<f32>,
+    weights_out: Vec<f32>,
+    keep_out: Vec<u8>,
+    rollout_stats: care_rollout_stats,
     loss: f64,
     stats: care_loss_stats,
     lo_out: care_loss_options,
@@ -381,6 +385,10 @@ impl Fx {
                 rewards_len: 8,
                 valid: fake(),
                 valid_len: 8,
+                lengths: null(),
+                lengths_len: 0,
+                baselines: null(),
+                baselines_len: 0,
             },
             d_layout: care_group_layout {
                 struct_size: sz::<care_group_layout>(),
@@ -413,6 +421,8 @@ impl Fx {
                 advantages_len: 2,
                 advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
                 max_seq_len: 0,
+                logp_rollout: null(),
+                logp_rollout_len: 0,
             },
             d_grad_len: T_TOK,
             grad_dtype: care_dtype::CARE_DTYPE_F32 as u32,
@@ -471,6 +481,8 @@ impl Fx {
                 advantages_len: 2,
                 advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
                 max_seq_len: 0,
+                logp_rollout: null(),
+                logp_rollout_len: 0,
             },
             d_llo: care_logits_loss_outputs {
                 struct_size: sz::<care_logits_loss_outputs>(),
@@ -489,6 +501,10 @@ impl Fx {
             m2_out: vec![7.0; 2],
             tokens: vec![7.0; T_TOK],
             grad: vec![7.0; T_TOK],
+            logp_rollout: vec![-1.0, -1.1, -0.6, -1.4, -0.3],
+            weights_out: vec![7.0; T_TOK],
+            keep_out: vec![7; T_TOK],
+            rollout_stats: junk(),
             loss: 7.0,
             stats: junk(),
             lo_out: junk(),
@@ -563,6 +579,10 @@ impl Fx {
             rewards_len: 4,
             valid: f.valid.as_ptr(),
             valid_len: 4,
+            lengths: null(),
+            lengths_len: 0,
+            baselines: null(),
+            baselines_len: 0,
         };
         f.layout = care_group_layout {
             struct_size: sz::<care_group_layout>(),
@@ -587,6 +607,8 @@ impl Fx {
             advantages_len: 2,
             advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
             max_seq_len: 0,
+            logp_rollout: f.logp_rollout.as_ptr().cast(),
+            logp_rollout_len: T_TOK,
         };
         f.pair = care_preference_pair {
             struct_size: sz::<care_preference_pair>(),
@@ -660,6 +682,8 @@ impl Fx {
             advantages_len: 2,
             advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
             max_seq_len: 1,
+            logp_rollout: null(),
+            logp_rollout_len: 0,
         };
         f.ado = care_advantage_outputs {
             struct_size: sz::<care_advantage_outputs>(),
@@ -731,6 +755,9 @@ impl Fx {
             m2_out,
             tokens,
             grad,
+            weights_out,
+            keep_out,
+            rollout_stats,
             loss,
             stats,
             lo_out,
@@ -921,6 +948,11 @@ fn rewards_rows() -> Vec<Row> {
         "rewards.rewards NULL": |f| f.rw.rewards = null() => CARE_ERR_NULL_POINTER,
         "rewards.valid NULL with a length": |f| f.rw.valid = null() => CARE_ERR_NULL_POINTER,
         "rewards.valid_len != rewards_len": |f| f.rw.valid_len = 3 => CARE_ERR_LENGTH_MISMATCH,
+        "rewards.lengths NULL with a length": |f| f.rw.lengths_len = 4 => CARE_ERR_NULL_POINTER,
+        "rewards.baselines_len != rewards_len": |f| {
+            f.rw.baselines = f.rewards.as_ptr();
+            f.rw.baselines_len = 3
+        } => CARE_ERR_LENGTH_MISMATCH,
         "layout.struct_size too small": |f| f.layout.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
         "layout.offsets NULL with a length": |f| f.layout.offsets = null() => CARE_ERR_NULL_POINTER,
         "layout: group size and offsets": |f| f.layout.group_size = 2 => CARE_ERR_INVALID_ARGUMENT,
@@ -938,8 +970,13 @@ fn advantage_options_rows() -> Vec<Row> {
         "options.struct_size too small": |f| f.ao.struct_size = 8 => CARE_ERR_STRUCT_SIZE,
         "options.scale unknown": |f| f.ao.scale = 3 => CARE_ERR_INVALID_ARGUMENT,
         "options.singleton unknown": |f| f.ao.singleton = 9 => CARE_ERR_INVALID_ARGUMENT,
-        "options.reserved not 0": |f| f.ao.reserved = 1 => CARE_ERR_INVALID_ARGUMENT,
+        "options.reweight unknown": |f| f.ao.reweight = 2 => CARE_ERR_INVALID_ARGUMENT,
+        "options.baseline unknown": |f| f.ao.baseline = 6 => CARE_ERR_INVALID_ARGUMENT,
+        "options: a length-weighted baseline without lengths": |f| {
+            f.ao.baseline = 3
+        } => CARE_ERR_INVALID_ARGUMENT,
         "options.eps negative": |f| f.ao.eps = -1.0 => CARE_ERR_INVALID_ARGUMENT,
+        "options.std_floor negative": |f| f.ao.std_floor = -1.0 => CARE_ERR_INVALID_ARGUMENT,
     ]
 }
 
@@ -957,7 +994,23 @@ fn loss_options_rows() -> Vec<Row> {
     rows![
         "options.struct_size too small": |f| f.lo.struct_size -= 8 => CARE_ERR_STRUCT_SIZE,
         "options.kl_estimator unknown": |f| f.lo.kl_estimator = 4 => CARE_ERR_INVALID_ARGUMENT,
-        "options.aggregation unknown": |f| f.lo.aggregation = 5 => CARE_ERR_INVALID_ARGUMENT,
+        "options.aggregation unknown": |f| f.lo.aggregation = 6 => CARE_ERR_INVALID_ARGUMENT,
+        "options.ratio_level unknown": |f| f.lo.ratio_level = 3 => CARE_ERR_INVALID_ARGUMENT,
+        "options.policy_loss unknown": |f| f.lo.policy_loss = 7 => CARE_ERR_INVALID_ARGUMENT,
+        "options.sequence_count unknown": |f| f.lo.sequence_count = 2 => CARE_ERR_INVALID_ARGUMENT,
+        "options.sapo_tau_neg 0": |f| f.lo.sapo_tau_neg = 0.0 => CARE_ERR_INVALID_ARGUMENT,
+        "options: a sequence ratio with CISPO": |f| {
+            f.lo.ratio_level = 1;
+            f.lo.policy_loss = 1
+        } => CARE_ERR_INVALID_ARGUMENT,
+        "options.rollout.is_level unknown": |f| f.lo.rollout.is_level = 3 => CARE_ERR_INVALID_ARGUMENT,
+        "options.rollout.rejection_mode unknown": |f| {
+            f.lo.rollout.rejection_mode = 2
+        } => CARE_ERR_INVALID_ARGUMENT,
+        "options.rollout: a k2 bound with a lower end": |f| {
+            f.lo.rollout.reject[1] = care_reject_bound { lower: 0.5, upper: 1.0 }
+        } => CARE_ERR_INVALID_ARGUMENT,
+        "options.rollout.is_threshold 0": |f| f.lo.rollout.is_threshold = 0.0 => CARE_ERR_INVALID_ARGUMENT,
         "options.eps_low negative": |f| f.lo.eps_low = -0.1 => CARE_ERR_INVALID_ARGUMENT,
         "options.beta NaN": |f| f.lo.beta = f64::NAN => CARE_ERR_INVALID_ARGUMENT,
     ]
@@ -1169,7 +1222,7 @@ fn cpu_cases() -> Vec<Case> {
         },
         case! { |f, k| care_loss_options_default(m(k, 0, &raw mut f.lo_out)), 1 },
         case! { |f, k| care_loss_options_preset(f.preset, m(k, 0, &raw mut f.lo_out)), 1,
-            rows!["unknown preset": |f| f.preset = 2 => CARE_ERR_INVALID_ARGUMENT]
+            rows!["unknown preset": |f| f.preset = 99 => CARE_ERR_INVALID_ARGUMENT]
         },
         case! { |f, k| care_loss_options_preset_by_name(
                 p(k, 0, f.loss_name.as_ptr().cast()), f.loss_name.len(),
@@ -1240,6 +1293,35 @@ fn cpu_cases() -> Vec<Case> {
                 "per-token, B values": |f| f.li.advantages_kind = 1 => CARE_ERR_LENGTH_MISMATCH,
                 "unknown adv. kind": |f| f.li.advantages_kind = 7 => CARE_ERR_INVALID_ARGUMENT,
                 "grad_len != T": |f| f.grad.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.logp_rollout NULL": |f| f.li.logp_rollout = null() => CARE_ERR_NULL_POINTER,
+                "inputs.logp_rollout_len != T": |f| {
+                    f.li.logp_rollout_len = 4
+                } => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_rollout_correction(
+                p(k, 0, &f.li), &f.lo, m(k, 1, f.weights_out.as_mut_ptr()), f.weights_out.len(),
+                m(k, 2, f.keep_out.as_mut_ptr()), f.keep_out.len(),
+                &raw mut f.rollout_stats), 3,
+            [loss_options_rows(), rows![
+                "inputs.struct_size short": |f| f.li.struct_size -= 4 => CARE_ERR_STRUCT_SIZE,
+                "inputs.dtype unknown": |f| f.li.dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.logp_rollout absent": |f| {
+                    f.li.logp_rollout = null();
+                    f.li.logp_rollout_len = 0
+                } => CARE_ERR_NULL_POINTER,
+                "inputs.logp_rollout_len != T": |f| {
+                    f.li.logp_rollout_len = 4
+                } => CARE_ERR_LENGTH_MISMATCH,
+                // Found by the `ffi` fuzz target: the other per-token inputs agreed with each
+                // other but not with `logp`, and the call succeeded with a smaller `T`.
+                "inputs.logp_len != the other per-token lengths": |f| {
+                    f.li.logp_len = 4
+                } => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.seq_offsets end != T": |f| f.seq[2] = 4 => CARE_ERR_INVALID_LAYOUT,
+                "inputs.mask_len != T": |f| f.li.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "weights_len != T": |f| f.weights_out.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "keep_len != T": |f| f.keep_out.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
             ]].concat()
         },
         case! { |f, k| care_loss_stats_empty(m(k, 0, &raw mut f.stats)), 1 },
@@ -1577,6 +1659,10 @@ fn cpu_cases() -> Vec<Case> {
                     f.lli.mask_len = 2
                 } => CARE_ERR_INVALID_ARGUMENT,
                 "inputs.dtype not f32": |f| f.lli.dtype = 1 => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.logp_rollout given (no rollout correction here)": |f| {
+                    f.lli.logp_rollout = f.lold.as_ptr().cast();
+                    f.lli.logp_rollout_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
                 "logp_old_len != rows": |f| f.lli.logp_old_len = 1 => CARE_ERR_LENGTH_MISMATCH,
                 "seq_offsets end != rows": |f| f.lseq[2] = 3 => CARE_ERR_INVALID_LAYOUT,
                 "inputs.advantages NULL": |f| f.lli.advantages = null() => CARE_ERR_NULL_POINTER,
@@ -1732,6 +1818,9 @@ fn gpu_cases() -> Vec<Case> {
                 "inputs.dtype unknown": |f| f.d_li.dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
                 "inputs.logp NULL": |f| f.d_li.logp = null() => CARE_ERR_NULL_POINTER,
                 "inputs.logp_old_len != T": |f| f.d_li.logp_old_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.logp_old misaligned for its dtype": |f| {
+                    f.d_li.logp_old = 0x1002 as *const c_void
+                } => CARE_ERR_INVALID_ARGUMENT,
                 "inputs.seq_offsets NULL": |f| f.d_li.seq_offsets = null() => CARE_ERR_NULL_POINTER,
                 "inputs: no sequence offsets": |f| f.d_li.seq_offsets_len = 0 => CARE_ERR_INVALID_LAYOUT,
                 "inputs.mask_len != T": |f| f.d_li.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
@@ -1741,6 +1830,23 @@ fn gpu_cases() -> Vec<Case> {
                 "grad_dtype unknown": |f| f.grad_dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
                 "grad_dtype neither f32 nor the inputs'": |f| f.grad_dtype = 1 => CARE_ERR_INVALID_ARGUMENT,
                 "stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| f.d_stats_len = 8 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.logp_rollout NULL with a length": |f| {
+                    f.d_li.logp_rollout_len = T_TOK
+                } => CARE_ERR_NULL_POINTER,
+                "inputs.logp_rollout_len != T": |f| {
+                    f.d_li.logp_rollout = fake();
+                    f.d_li.logp_rollout_len = 4
+                } => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.logp_rollout misaligned": |f| {
+                    f.d_li.logp_rollout = 0x1001 as *const c_void;
+                    f.d_li.logp_rollout_len = T_TOK
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss Clip-Cov (CPU only)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss KL-Cov (CPU only)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
             ]].concat()
         },
         case! { |f, k| care_gpu_selective_log_softmax(
@@ -1786,6 +1892,16 @@ fn gpu_cases() -> Vec<Case> {
                     f.d_lli.mask_len = 2
                 } => CARE_ERR_INVALID_ARGUMENT,
                 "inputs.dtype not f32": |f| f.d_lli.dtype = 2 => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.logp_rollout given (no rollout correction here)": |f| {
+                    f.d_lli.logp_rollout = fake();
+                    f.d_lli.logp_rollout_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss Clip-Cov (CPU only)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss KL-Cov (CPU only)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
                 "logp_old_len != rows": |f| f.d_lli.logp_old_len = 1 => CARE_ERR_LENGTH_MISMATCH,
                 "inputs.advantages NULL": |f| f.d_lli.advantages = null() => CARE_ERR_NULL_POINTER,
                 "outputs.struct_size short": |f| f.d_llo.struct_size = 4 => CARE_ERR_STRUCT_SIZE,

@@ -11,7 +11,8 @@ use std::ffi::c_char;
 use std::ptr::{null, null_mut};
 
 use care_core::grpo::{
-    AdvantageOptions, Advantages, GroupLayout, LogProb, LossInputs, LossOptions, LossPreset, Preset,
+    AdvantageOptions, Advantages, GroupLayout, IsLevel, LogProb, LossInputs, LossOptions,
+    LossPreset, Preset, Rejection, RejectionMode, RolloutInputs, RolloutOptions,
 };
 use care_core::logsoftmax::{
     LogSoftmaxOptions, Logits, LogitsLossBuffers, logits_policy_loss, selective_log_softmax,
@@ -407,6 +408,10 @@ fn advantages_and_loss_match_the_core() {
         .map(|i| if i % 13 == 5 { f32::NAN } else { rng.unit() })
         .collect();
     let offsets = [0u32, 8, 9, 20, 20, 48];
+    // The per-sample inputs of the OPO and ReMax baselines, given to every preset (the others
+    // do not read them).
+    let lengths: Vec<u32> = (0..n as u32).map(|i| 1 + (i * 7) % 11).collect();
+    let baselines: Vec<f32> = (0..n).map(|_| rng.unit()).collect();
     for preset in Preset::ALL {
         let mut o = unsafe { std::mem::zeroed::<care_advantage_options>() };
         // SAFETY: valid output.
@@ -422,10 +427,13 @@ fn advantages_and_loss_match_the_core() {
             let mut want = vec![0f32; n];
             let mut want_stats =
                 vec![care_core::grpo::GroupStats::default(); layout.validate(n).unwrap()];
-            let want_code = care_core::grpo::group_advantages(
-                &rewards,
-                None,
-                layout,
+            let inputs = care_core::grpo::GroupInputs {
+                lengths: Some(&lengths),
+                baselines: Some(&baselines),
+                ..care_core::grpo::GroupInputs::new(&rewards, None, layout)
+            };
+            let want_code = care_core::grpo::group_advantages_with(
+                &inputs,
                 &opts,
                 &mut want,
                 Some(&mut want_stats),
@@ -443,6 +451,10 @@ fn advantages_and_loss_match_the_core() {
                 rewards_len: n,
                 valid: null(),
                 valid_len: 0,
+                lengths: lengths.as_ptr(),
+                lengths_len: n,
+                baselines: baselines.as_ptr(),
+                baselines_len: n,
             };
             let c_layout = care_group_layout {
                 struct_size: size_of::<care_group_layout>() as u32,
@@ -506,6 +518,7 @@ fn advantages_and_loss_match_the_core() {
             seq_offsets: &seq,
             mask: Some(&mask),
             advantages: Advantages::PerSequence(&adv),
+            logp_rollout: None,
         };
         check_loss(&inputs, CARE_DTYPE_F32, &opts, &o);
         let (lb, ob, rb) = (bf(&logp), bf(&old), bf(&refp));
@@ -516,6 +529,7 @@ fn advantages_and_loss_match_the_core() {
             seq_offsets: &seq,
             mask: Some(&mask),
             advantages: Advantages::PerSequence(&adv),
+            logp_rollout: None,
         };
         check_loss(&inputs, CARE_DTYPE_BF16, &opts, &o);
         let (lh, oh) = (hf(&logp), hf(&old));
@@ -526,6 +540,7 @@ fn advantages_and_loss_match_the_core() {
             seq_offsets: &seq,
             mask: Some(&mask),
             advantages: Advantages::PerToken(&old),
+            logp_rollout: None,
         };
         check_loss(&inputs, CARE_DTYPE_F16, &opts, &o);
     }
@@ -548,6 +563,7 @@ fn check_loss<T: LogProb>(
     };
     let opt = |v: Option<&[T]>| v.map_or((null(), 0), |v| (v.as_ptr().cast(), v.len()));
     let ((po, no), (pr, nr)) = (opt(inputs.logp_old), opt(inputs.logp_ref));
+    let (plr, nlr) = opt(inputs.logp_rollout);
     let c = care_loss_inputs {
         struct_size: size_of::<care_loss_inputs>() as u32,
         dtype: dtype as u32,
@@ -565,6 +581,8 @@ fn check_loss<T: LogProb>(
         advantages_len: adv.len(),
         advantages_kind: kind as u32,
         max_seq_len: 0,
+        logp_rollout: plr,
+        logp_rollout_len: nlr,
     };
     let mut grad = vec![0f32; t];
     let mut loss = 0.0;
@@ -742,6 +760,7 @@ fn check_lsm<T: LogProb>(
         seq_offsets: seq,
         mask: Some(mask),
         advantages: Advantages::PerSequence(adv),
+        logp_rollout: None,
     };
     let opts = LossOptions::preset(LossPreset::Verl);
     let (mut blp, mut bdlogp, mut bdx) =
@@ -769,6 +788,8 @@ fn check_lsm<T: LogProb>(
         advantages_len: adv.len(),
         advantages_kind: CARE_ADVANTAGES_PER_SEQUENCE as u32,
         max_seq_len: 0,
+        logp_rollout: null(),
+        logp_rollout_len: 0,
     };
     let mut o = unsafe { std::mem::zeroed::<care_loss_options>() };
     let (mut llp, mut llse, mut ldlogp) = (vec![0f32; rows], vec![0f32; rows], vec![0f32; rows]);
@@ -1588,4 +1609,168 @@ fn kardia_worked_example_through_the_c_abi() {
     let check = check_c(&kardia, out);
     assert_eq!(c_span(out, &check.judge), Some(&b"I hear you."[..]));
     assert_eq!(c_span(out, &check.spans[2]), Some(&b"sad"[..]));
+}
+
+/// The rollout correction through the C ABI: `care_policy_loss` with `logp_rollout` under
+/// every loss preset and a set of correction options (weights at both levels, chained criteria,
+/// both modes) equals the core bit for bit, and `care_rollout_correction` equals
+/// `care_core::grpo::rollout_correction` (weights, keep flags and every diagnostic).
+#[test]
+fn rollout_correction_and_the_family_match_the_core() {
+    let mut rng = Rng(7);
+    let seq = [0u32, 6, 6, 13, 24];
+    let t = 24;
+    let logp: Vec<f32> = (0..t).map(|_| -3.0 * rng.unit()).collect();
+    let old: Vec<f32> = logp.iter().map(|x| x + 0.4 * (rng.unit() - 0.5)).collect();
+    let rollout: Vec<f32> = old
+        .iter()
+        .enumerate()
+        .map(|(i, x)| {
+            x + if i % 7 == 2 {
+                1.5
+            } else {
+                0.3 * (rng.unit() - 0.5)
+            }
+        })
+        .collect();
+    let mask: Vec<u8> = (0..t).map(|i| u8::from(i % 9 != 4)).collect();
+    let adv = [1.0f32, -0.5, 0.25, -2.0];
+    let mut rollouts = Vec::new();
+    for (is_level, mode) in [
+        (IsLevel::Token, RejectionMode::Drop),
+        (IsLevel::Sequence, RejectionMode::ZeroWeight),
+        (IsLevel::Off, RejectionMode::Drop),
+    ] {
+        let mut r = RolloutOptions {
+            is_level,
+            rejection_mode: mode,
+            is_threshold: 1.5,
+            ..RolloutOptions::default()
+        };
+        r.set_bound(Rejection::TokenK1, 0.5, 2.0);
+        r.set_bound(Rejection::SeqMaxK3, 0.0, 2.0);
+        rollouts.push(r);
+    }
+    for preset in LossPreset::ALL {
+        for r in &rollouts {
+            let mut opts = LossOptions::preset(preset);
+            opts.rollout = *r;
+            let mut o = unsafe { std::mem::zeroed::<care_loss_options>() };
+            // SAFETY: valid output.
+            assert_eq!(
+                unsafe { care_loss_options_preset(preset as u32, &mut o) },
+                CARE_OK
+            );
+            // The C struct's rollout block, set field by field as a C caller would.
+            o.rollout.is_level = r.is_level as u32;
+            o.rollout.rejection_mode = r.rejection_mode as u32;
+            o.rollout.is_threshold = r.is_threshold;
+            for (k, b) in r.reject.iter().enumerate() {
+                o.rollout.reject[k] = care_reject_bound {
+                    lower: b.lower,
+                    upper: b.upper,
+                };
+            }
+            let inputs = LossInputs {
+                logp: &logp[..],
+                logp_old: Some(&old[..]),
+                logp_ref: None,
+                seq_offsets: &seq,
+                mask: Some(&mask),
+                advantages: Advantages::PerSequence(&adv),
+                logp_rollout: Some(&rollout[..]),
+            };
+            check_loss(&inputs, CARE_DTYPE_F32, &opts, &o);
+        }
+    }
+
+    // The correction on its own.
+    for r in &rollouts {
+        let mut o = unsafe { std::mem::zeroed::<care_loss_options>() };
+        // SAFETY: valid output.
+        assert_eq!(unsafe { care_loss_options_default(&mut o) }, CARE_OK);
+        o.rollout.is_level = r.is_level as u32;
+        o.rollout.rejection_mode = r.rejection_mode as u32;
+        o.rollout.is_threshold = r.is_threshold;
+        for (k, b) in r.reject.iter().enumerate() {
+            o.rollout.reject[k] = care_reject_bound {
+                lower: b.lower,
+                upper: b.upper,
+            };
+        }
+        let (mut want_w, mut want_k) = (vec![0f32; t], vec![0u8; t]);
+        let want = care_core::grpo::rollout_correction(
+            &RolloutInputs {
+                logp_old: &old,
+                logp_rollout: &rollout,
+                seq_offsets: &seq,
+                mask: Some(&mask),
+            },
+            r,
+            &mut want_w,
+            &mut want_k,
+        )
+        .unwrap();
+        assert!(want.rejected_tokens > 0.0, "the inputs reject something");
+        let c = care_loss_inputs {
+            struct_size: size_of::<care_loss_inputs>() as u32,
+            dtype: CARE_DTYPE_F32 as u32,
+            logp: logp.as_ptr().cast(),
+            logp_len: t,
+            logp_old: old.as_ptr().cast(),
+            logp_old_len: t,
+            logp_ref: null(),
+            logp_ref_len: 0,
+            seq_offsets: seq.as_ptr(),
+            seq_offsets_len: seq.len(),
+            mask: mask.as_ptr(),
+            mask_len: t,
+            advantages: adv.as_ptr(),
+            advantages_len: adv.len(),
+            advantages_kind: CARE_ADVANTAGES_PER_SEQUENCE as u32,
+            max_seq_len: 0,
+            logp_rollout: rollout.as_ptr().cast(),
+            logp_rollout_len: t,
+        };
+        let (mut w, mut k) = (vec![9f32; t], vec![9u8; t]);
+        let mut st = unsafe { std::mem::zeroed::<care_rollout_stats>() };
+        // SAFETY: valid buffers of the stated lengths.
+        let code = unsafe {
+            care_rollout_correction(&c, &o, w.as_mut_ptr(), t, k.as_mut_ptr(), t, &mut st)
+        };
+        assert_eq!(code, CARE_OK);
+        assert_eq!(bits32(&w), bits32(&want_w));
+        assert_eq!(k, want_k);
+        let got = [
+            st.tokens,
+            st.sequences,
+            st.rejected_tokens,
+            st.rejected_sequences,
+            st.truncated,
+            st.weight_sum,
+            st.kl_sum,
+            st.k3_sum,
+            st.log_ppl_diff_sum,
+            st.log_ppl_abs_diff_sum,
+            st.chi2_token_sum,
+            st.chi2_seq_sum,
+            st.non_finite,
+        ];
+        let want = [
+            want.tokens,
+            want.sequences,
+            want.rejected_tokens,
+            want.rejected_sequences,
+            want.truncated,
+            want.weight_sum,
+            want.kl_sum,
+            want.k3_sum,
+            want.log_ppl_diff_sum,
+            want.log_ppl_abs_diff_sum,
+            want.chi2_token_sum,
+            want.chi2_seq_sum,
+            want.non_finite,
+        ];
+        assert_eq!(got.map(f64::to_bits), want.map(f64::to_bits));
+    }
 }

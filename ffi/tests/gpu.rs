@@ -52,6 +52,10 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
             rewards_len: n,
             valid: null(),
             valid_len: 0,
+            lengths: null(),
+            lengths_len: 0,
+            baselines: null(),
+            baselines_len: 0,
         };
         let layout = care_group_layout {
             struct_size: size_of::<care_group_layout>() as u32,
@@ -138,6 +142,8 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
         advantages_len: 4,
         advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
         max_seq_len: 0,
+        logp_rollout: null(),
+        logp_rollout_len: 0,
     };
     // SAFETY: valid host buffers.
     let code = unsafe {
@@ -402,6 +408,8 @@ fn log_softmax_matches_the_cpu(stream: &std::sync::Arc<cudarc::driver::CudaStrea
         advantages_len: adv.len(),
         advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
         max_seq_len: 5,
+        logp_rollout: null(),
+        logp_rollout_len: 0,
     };
     let (mut llp, mut llse, mut ldlogp) = (vec![0f32; rows], vec![0f32; rows], vec![0f32; rows]);
     let lo = care_logits_loss_outputs {

@@ -165,6 +165,72 @@ fn header_result_codes_match_the_rust_enum() {
     }
 }
 
+/// The enums of the policy-loss family, the rollout correction and the advantage estimators are
+/// in `care.h` with the numbers the library decodes, and each C number is the core enum's own
+/// number (the library decodes a C value by its index in the core's `ALL` table).
+#[test]
+fn header_has_the_option_enums_with_the_core_numbers() {
+    use care_core::grpo::{
+        Aggregation, Baseline, IsLevel, PolicyLoss, RatioLevel, Rejection, RejectionMode, Reweight,
+        SequenceCount,
+    };
+    use care_ffi::advantage::*;
+    use care_ffi::loss::*;
+    macro_rules! pairs {
+        ($($c:ident::$v:ident => $core:expr),* $(,)?) => {
+            vec![$((stringify!($v), $c::$v as u32, $core as u32)),*]
+        };
+    }
+    let pairs = pairs![
+        care_reweight::CARE_REWEIGHT_NONE => Reweight::None,
+        care_reweight::CARE_REWEIGHT_GPG => Reweight::Gpg,
+        care_baseline::CARE_BASELINE_LENGTH_WEIGHTED => Baseline::LengthWeighted,
+        care_baseline::CARE_BASELINE_EXTERNAL => Baseline::External,
+        care_baseline::CARE_BASELINE_PASS_K => Baseline::PassK,
+        care_aggregation::CARE_AGGREGATION_TOKEN_SUM_NORM => Aggregation::TokenSumNorm,
+        care_ratio_level::CARE_RATIO_SEQUENCE_TOKEN => RatioLevel::SequenceToken,
+        care_policy_loss_kind::CARE_POLICY_LOSS_CLIP => PolicyLoss::Clip,
+        care_policy_loss_kind::CARE_POLICY_LOSS_CISPO => PolicyLoss::Cispo,
+        care_policy_loss_kind::CARE_POLICY_LOSS_SAPO => PolicyLoss::Sapo,
+        care_policy_loss_kind::CARE_POLICY_LOSS_GPG => PolicyLoss::Gpg,
+        care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV => PolicyLoss::ClipCov,
+        care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV => PolicyLoss::KlCov,
+        care_policy_loss_kind::CARE_POLICY_LOSS_GMPO => PolicyLoss::Gmpo,
+        care_sequence_count::CARE_SEQUENCE_COUNT_NON_EMPTY => SequenceCount::NonEmpty,
+        care_sequence_count::CARE_SEQUENCE_COUNT_ALL => SequenceCount::All,
+        care_is_level::CARE_IS_OFF => IsLevel::Off,
+        care_is_level::CARE_IS_TOKEN => IsLevel::Token,
+        care_is_level::CARE_IS_SEQUENCE => IsLevel::Sequence,
+        care_rejection_mode::CARE_REJECTION_DROP => RejectionMode::Drop,
+        care_rejection_mode::CARE_REJECTION_ZERO_WEIGHT => RejectionMode::ZeroWeight,
+        care_rejection::CARE_REJECT_TOKEN_K1 => Rejection::TokenK1,
+        care_rejection::CARE_REJECT_TOKEN_K2 => Rejection::TokenK2,
+        care_rejection::CARE_REJECT_TOKEN_K3 => Rejection::TokenK3,
+        care_rejection::CARE_REJECT_SEQ_SUM_K1 => Rejection::SeqSumK1,
+        care_rejection::CARE_REJECT_SEQ_SUM_K2 => Rejection::SeqSumK2,
+        care_rejection::CARE_REJECT_SEQ_SUM_K3 => Rejection::SeqSumK3,
+        care_rejection::CARE_REJECT_SEQ_MEAN_K1 => Rejection::SeqMeanK1,
+        care_rejection::CARE_REJECT_SEQ_MEAN_K2 => Rejection::SeqMeanK2,
+        care_rejection::CARE_REJECT_SEQ_MEAN_K3 => Rejection::SeqMeanK3,
+        care_rejection::CARE_REJECT_SEQ_MAX_K2 => Rejection::SeqMaxK2,
+        care_rejection::CARE_REJECT_SEQ_MAX_K3 => Rejection::SeqMaxK3,
+    ];
+    let header = common::header();
+    for (name, c, core) in pairs {
+        assert_eq!(c, core, "{name}: the C number is not the core's");
+        let want = format!("  {name} = {c},");
+        assert!(header.contains(&want), "care.h lacks `{}`", want.trim());
+    }
+    // Every table the decoder indexes has exactly the C enum's values.
+    assert_eq!(PolicyLoss::ALL.len(), 7);
+    assert_eq!(Rejection::ALL.len(), CARE_REJECTION_COUNT);
+    assert_eq!(IsLevel::ALL.len(), 3);
+    assert_eq!(Reweight::ALL.len(), 2);
+    assert!(header.contains(&format!(
+        "#define CARE_REJECTION_COUNT {CARE_REJECTION_COUNT}"
+    )));
+}
+
 /// `(C name, size, alignment)` of every `#[repr(C)]` struct of the API, as Rust lays them out.
 fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
     use care_ffi::advantage::*;
@@ -188,6 +254,9 @@ fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
         care_loss_inputs,
         care_loss_options,
         care_loss_stats,
+        care_reject_bound,
+        care_rollout_options,
+        care_rollout_stats,
         care_logits,
         care_log_softmax_outputs,
         care_log_softmax_grads,

@@ -1,4 +1,6 @@
-//! Group advantages and the token broadcast on arbitrary layouts, masks, values and options:
+//! Group advantages (every baseline, the std floor, the GPG factor, lengths and external
+//! baselines), the token broadcast, and the token-level estimators (discounted returns, GAE,
+//! whitening) on arbitrary layouts, masks, values and options:
 //! no panic, no out-of-bounds (every buffer has exactly its claimed length, so ASan sees any
 //! overrun), invalid samples get exactly 0, outputs finite whenever the call succeeds (a
 //! success means every valid reward was finite), f32 outputs finite too (they narrow with
@@ -8,8 +10,9 @@
 
 use arbitrary::Arbitrary;
 use care_core::grpo::{
-    AdvantageOptions, Baseline, GroupLayout, GroupStats, Scale, SingletonPolicy, StdKind,
-    broadcast_to_tokens, group_advantages, narrow_f32,
+    AdvantageOptions, Baseline, GaeOptions, GroupInputs, GroupLayout, GroupStats, Reweight, Scale,
+    SingletonPolicy, StdKind, WhitenOptions, broadcast_to_tokens, discounted_returns, gae,
+    group_advantages_with, narrow_f32, whiten,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -32,9 +35,16 @@ struct Input {
     biased: bool,
     singleton: u8,
     eps: f64,
+    std_floor: f64,
+    gpg: bool,
+    lengths: Option<Vec<u32>>,
+    baselines: Option<Vec<f32>>,
     out_len_delta: i8,
     stats: bool,
     token_mask: Vec<bool>,
+    gamma: f64,
+    lambda: f64,
+    whiten_eps: f64,
 }
 
 fuzz_target!(|inp: Input| {
@@ -64,8 +74,14 @@ fuzz_target!(|inp: Input| {
             .collect()
     });
     let opts = AdvantageOptions {
-        baseline: [Baseline::Mean, Baseline::LeaveOneOut, Baseline::None]
-            [usize::from(inp.baseline % 3)],
+        baseline: [
+            Baseline::Mean,
+            Baseline::LeaveOneOut,
+            Baseline::None,
+            Baseline::LengthWeighted,
+            Baseline::External,
+            Baseline::PassK,
+        ][usize::from(inp.baseline % 6)],
         scale: [Scale::GroupStd, Scale::BatchStd, Scale::None][usize::from(inp.scale % 3)],
         std_kind: if inp.biased {
             StdKind::Biased
@@ -78,16 +94,25 @@ fuzz_target!(|inp: Input| {
             SingletonPolicy::Error,
         ][usize::from(inp.singleton % 3)],
         eps: inp.eps,
+        std_floor: inp.std_floor,
+        reweight: if inp.gpg {
+            Reweight::Gpg
+        } else {
+            Reweight::None
+        },
+    };
+    let inputs = GroupInputs {
+        lengths: inp.lengths.as_deref(),
+        baselines: inp.baselines.as_deref(),
+        ..GroupInputs::new(&inp.rewards, valid.as_deref(), layout)
     };
     let out_len = n.saturating_add_signed(isize::from(inp.out_len_delta % 2));
     let groups = layout.validate(n).unwrap_or(0);
     let mut stats = vec![GroupStats::default(); groups];
     let sentinel = 12345.0f64;
     let mut out = vec![sentinel; out_len];
-    let res = group_advantages(
-        &inp.rewards,
-        valid.as_deref(),
-        layout,
+    let res = group_advantages_with(
+        &inputs,
         &opts,
         &mut out,
         inp.stats.then_some(&mut stats[..]),
@@ -104,15 +129,7 @@ fuzz_target!(|inp: Input| {
             }
             // The f32 output agrees with the f64 one rounded, and stays finite in range.
             let mut out32 = vec![0.0f32; n];
-            group_advantages(
-                &inp.rewards,
-                valid.as_deref(),
-                layout,
-                &opts,
-                &mut out32,
-                None,
-            )
-            .unwrap();
+            group_advantages_with(&inputs, &opts, &mut out32, None).unwrap();
             for i in 0..n {
                 assert_eq!(out32[i], narrow_f32(out[i]));
                 assert!(out32[i].is_finite(), "f32 A[{i}] = {}", out32[i]);
@@ -132,6 +149,7 @@ fuzz_target!(|inp: Input| {
             let mask: Vec<u8> = (0..t)
                 .map(|i| u8::from(inp.token_mask.get(i).copied().unwrap_or(i % 3 != 0)))
                 .collect();
+            token_estimators(&inp, o, &mask);
             let mut tok = vec![7.0f32; t];
             if broadcast_to_tokens(&adv, o, Some(&mask), &mut tok).is_ok() {
                 for (s, w) in o.windows(2).enumerate() {
@@ -147,3 +165,75 @@ fuzz_target!(|inp: Input| {
         }
     }
 });
+
+/// Discounted returns, GAE and whitening on the token layout `o` (rewards and values taken from
+/// the reward column, cycled): nothing written on error; on success masked tokens are exactly
+/// 0, and finite inputs give finite outputs.
+fn token_estimators(inp: &Input, o: &[u32], mask: &[u8]) {
+    let t = mask.len();
+    let col = |k: usize| -> Vec<f32> {
+        (0..t)
+            .map(|i| {
+                inp.rewards
+                    .get((i + k) % inp.rewards.len().max(1))
+                    .copied()
+                    .unwrap_or(0.5)
+            })
+            .collect()
+    };
+    let (r, v) = (col(0), col(1));
+    let finite = r.iter().chain(&v).all(|x| x.is_finite());
+    let g = GaeOptions {
+        gamma: inp.gamma,
+        lambda: inp.lambda,
+    };
+    let (mut a, mut ret) = (vec![7.0f32; t], vec![7.0f32; t]);
+    match gae(&r, &v, o, Some(mask), &g, &mut a, &mut ret) {
+        Ok(()) => {
+            for i in 0..t {
+                if mask[i] == 0 {
+                    assert_eq!((a[i].to_bits(), ret[i].to_bits()), (0, 0));
+                } else if finite {
+                    assert!(
+                        a[i].is_finite() && ret[i].is_finite(),
+                        "GAE {i}: {} {}",
+                        a[i],
+                        ret[i]
+                    );
+                }
+            }
+            let w = WhitenOptions {
+                eps: inp.whiten_eps,
+                std_kind: if inp.biased {
+                    StdKind::Biased
+                } else {
+                    StdKind::Unbiased
+                },
+            };
+            let before = a.clone();
+            match whiten(&mut a, Some(mask), &w) {
+                Ok(_) => {
+                    for i in 0..t {
+                        if mask[i] == 0 {
+                            assert_eq!(a[i].to_bits(), 0);
+                        } else if finite {
+                            assert!(a[i].is_finite(), "whitened {i}: {}", a[i]);
+                        }
+                    }
+                }
+                Err(_) => {
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a), bits(&before), "whiten wrote on error");
+                }
+            }
+        }
+        Err(_) => assert!(
+            a.iter().chain(&ret).all(|&x| x == 7.0),
+            "GAE wrote on error"
+        ),
+    }
+    let mut g2 = vec![7.0f32; t];
+    if discounted_returns(&r, o, Some(mask), &g, &mut g2).is_err() {
+        assert!(g2.iter().all(|&x| x == 7.0), "returns written on error");
+    }
+}

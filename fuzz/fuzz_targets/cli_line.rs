@@ -29,14 +29,14 @@ fuzz_target!(|data: &[u8]| {
         FormatPolicy::lenient()
     };
     let cmd = match sel % 8 {
-        0 => Command::Advantages(AdvantageOptions::default()),
-        1 => Command::Advantages(AdvantageOptions::preset(
-            Preset::ALL[hi % Preset::ALL.len()],
-        )),
-        2 => Command::Loss(LossOptions::default()),
-        3 => Command::Loss(LossOptions::preset(
+        0 => Command::Advantages(AdvantageOptions::default().into()),
+        1 => Command::Advantages(
+            AdvantageOptions::preset(Preset::ALL[hi % Preset::ALL.len()]).into(),
+        ),
+        2 => Command::Loss(Box::default()),
+        3 => Command::Loss(Box::new(LossOptions::preset(
             LossPreset::ALL[hi % LossPreset::ALL.len()],
-        )),
+        ))),
         4 => Command::Validate(format),
         5 => Command::Score(score::Options {
             score: score_options(hi),

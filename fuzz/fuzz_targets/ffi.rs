@@ -11,7 +11,10 @@ use care_ffi::advantage::{
     care_advantage_outputs, care_group_advantages, care_group_layout, care_rewards,
 };
 use care_ffi::care_result::{self, *};
-use care_ffi::loss::{care_loss_inputs, care_loss_stats, care_policy_loss};
+use care_ffi::loss::{
+    care_loss_inputs, care_loss_options, care_loss_options_default, care_loss_stats,
+    care_policy_loss, care_reject_bound, care_rollout_correction, care_rollout_stats,
+};
 use care_ffi::profile::*;
 use care_ffi::reward::{care_judge_output_parse, care_policy_reward, care_policy_reward_group};
 use care_ffi::rubric::*;
@@ -267,6 +270,10 @@ fn advantages(data: &[u8]) {
             valid.as_ptr()
         },
         valid_len: valid.len(),
+        lengths: null(),
+        lengths_len: 0,
+        baselines: null(),
+        baselines_len: 0,
     };
     let layout = care_group_layout {
         struct_size: size_of::<care_group_layout>() as u32,
@@ -307,6 +314,7 @@ fn loss(data: &[u8]) {
     let logp: Vec<f32> = (0..len(5)).map(|i| -f32::from(b(i)) / 16.0).collect();
     let old: Vec<f32> = (0..len(6)).map(|i| -f32::from(b(i + 1)) / 16.0).collect();
     let rf: Vec<f32> = (0..len(7)).map(|i| -f32::from(b(i + 2)) / 16.0).collect();
+    let lr: Vec<f32> = (0..len(15)).map(|i| -f32::from(b(i + 4)) / 16.0).collect();
     let mask: Vec<u8> = (0..len(8)).map(|i| b(i) & 1).collect();
     let offsets: Vec<u32> = (0..usize::from(b(9) % 6))
         .map(|i| u32::from(b(10 + i) % 20))
@@ -345,11 +353,25 @@ fn loss(data: &[u8]) {
         advantages_len: adv.len(),
         advantages_kind: u32::from(b(14) % 3),
         max_seq_len: 0,
+        logp_rollout: opt(&lr, b(13) & 8 != 0).cast(),
+        logp_rollout_len: lr.len(),
     };
+    // The rollout correction's options: token weights and a token_k1 bound when asked.
+    let mut lo = unsafe { std::mem::zeroed::<care_loss_options>() };
+    unsafe {
+        assert_eq!(care_loss_options_default(&mut lo), CARE_OK);
+    }
+    if b(13) & 16 != 0 {
+        lo.rollout.is_level = 1;
+        lo.rollout.reject[0] = care_reject_bound {
+            lower: 0.5,
+            upper: 2.0,
+        };
+    }
     unsafe {
         let r = care_policy_loss(
             &inputs,
-            null(),
+            &lo,
             grad.as_mut_ptr(),
             grad.len(),
             &mut loss,
@@ -357,6 +379,21 @@ fn loss(data: &[u8]) {
         );
         if ok(r) {
             assert_eq!(grad.len(), logp.len());
+        }
+        let (mut w, mut keep) = (vec![0.0f32; len(12)], vec![0u8; len(12)]);
+        let mut rs = std::mem::zeroed::<care_rollout_stats>();
+        let r = care_rollout_correction(
+            &inputs,
+            &lo,
+            w.as_mut_ptr(),
+            w.len(),
+            keep.as_mut_ptr(),
+            keep.len(),
+            &mut rs,
+        );
+        if ok(r) {
+            assert_eq!(w.len(), logp.len());
+            assert!(keep.iter().all(|&k| k <= 1));
         }
     }
 }

@@ -1,15 +1,18 @@
-//! The clipped-ratio policy loss on arbitrary token layouts, masks, values, dtypes and
-//! options: no panic, no out-of-bounds, masked tokens get a gradient of exactly 0 whatever their
-//! inputs, nothing is written on error, the stats count the counted tokens, and the loss and
-//! gradient are finite whenever every counted input is finite and the options are in a
-//! realistic range (beta <= 1e6, clamp bounds <= 50, global denominators 0 or >= 1; outside it
-//! `exp` of a clamp bound can overflow). Any finite advantage is in range: the f32 gradient
-//! saturates at `f32::MAX` (see `care-tests`' regressions).
+//! The policy loss (every policy loss of the family, every ratio level and aggregation, the
+//! rollout correction with rollout log-probs) on arbitrary token layouts, masks, values, dtypes
+//! and options: no panic, no out-of-bounds, masked (and dropped) tokens get a gradient of
+//! exactly 0 whatever their inputs, nothing is written on error, the stats count the counted
+//! tokens (those the rollout correction drops excluded), and the loss and gradient are finite
+//! whenever every counted input is finite and the options are in a realistic range (beta and
+//! the KL-Cov coefficient <= 1e6, SAPO temperatures >= 1e-3, clamp bounds <= 50, global
+//! denominators 0 or >= 1; outside it `exp` of a clamp bound can overflow). Any finite advantage
+//! is in range: the f32 gradient saturates at `f32::MAX` (see `care-tests`' regressions).
 #![no_main]
 
 use arbitrary::Arbitrary;
 use care_core::grpo::{
-    Advantages, Aggregation, KlEstimator, LogProb, LossInputs, LossOptions, RatioLevel, policy_loss,
+    Advantages, Aggregation, IsLevel, KlEstimator, LogProb, LossInputs, LossOptions, PolicyLoss,
+    RatioLevel, RejectBound, Rejection, RejectionMode, RolloutOptions, SequenceCount, policy_loss,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -27,9 +30,27 @@ struct Opts {
     global_sequences: f64,
     horizon: f64,
     aggregation: u8,
-    sequence: bool,
+    ratio_level: u8,
     kl: u8,
+    policy_loss: u8,
+    all_rows: bool,
+    sapo_tau: (f64, f64),
+    cov: (f64, f64, f64, f64),
+    rollout: RolloutOpts,
     /// Use the defaults for most fields (so valid options are common).
+    defaults: bool,
+}
+
+#[derive(Arbitrary, Debug)]
+struct RolloutOpts {
+    is_level: u8,
+    is_threshold: f64,
+    is_threshold_low: f64,
+    log_ratio_clamp: f64,
+    /// (criterion, lower, upper), a few at a time.
+    reject: Vec<(u8, f64, f64)>,
+    zero_weight: bool,
+    /// Use defaults with a few valid bounds (so valid corrections are common).
     defaults: bool,
 }
 
@@ -40,6 +61,7 @@ struct Input {
     logp: Vec<f32>,
     logp_old: Option<Vec<f32>>,
     logp_ref: Option<Vec<f32>>,
+    logp_rollout: Option<Vec<f32>>,
     mask: Option<Vec<bool>>,
     adv: Vec<f32>,
     per_token: bool,
@@ -48,36 +70,83 @@ struct Input {
     opts: Opts,
 }
 
+fn rollout(r: &RolloutOpts) -> RolloutOptions {
+    let is_level = IsLevel::ALL[usize::from(r.is_level) % IsLevel::ALL.len()];
+    let rejection_mode = if r.zero_weight {
+        RejectionMode::ZeroWeight
+    } else {
+        RejectionMode::Drop
+    };
+    let mut o = RolloutOptions {
+        is_level,
+        rejection_mode,
+        ..RolloutOptions::default()
+    };
+    if r.defaults {
+        for &(k, _, u) in r.reject.iter().take(3) {
+            let c = Rejection::ALL[usize::from(k) % Rejection::ALL.len()];
+            let u = 1.0 + u.abs().min(4.0);
+            o.reject[c as usize] = if c.is_k1() {
+                RejectBound::ratio(u)
+            } else {
+                RejectBound {
+                    lower: 0.0,
+                    upper: u - 1.0 + 1e-3,
+                }
+            };
+        }
+        return o;
+    }
+    o.is_threshold = r.is_threshold;
+    o.is_threshold_low = r.is_threshold_low;
+    o.log_ratio_clamp = r.log_ratio_clamp;
+    for &(k, l, u) in r.reject.iter().take(4) {
+        o.reject[usize::from(k) % Rejection::ALL.len()] = RejectBound { lower: l, upper: u };
+    }
+    o
+}
+
 fn options(o: &Opts) -> LossOptions {
     let d = LossOptions::default();
-    let aggregation = [
-        Aggregation::TokenMean,
-        Aggregation::SeqMeanTokenMean,
-        Aggregation::SeqMeanTokenSum,
-        Aggregation::SeqMeanTokenSumNorm,
-        Aggregation::TokenSum,
-    ][usize::from(o.aggregation % 5)];
-    let ratio_level = if o.sequence {
-        RatioLevel::Sequence
+    let aggregation = Aggregation::ALL[usize::from(o.aggregation) % Aggregation::ALL.len()];
+    let ratio_level = RatioLevel::ALL[usize::from(o.ratio_level) % RatioLevel::ALL.len()];
+    let kl_estimator = KlEstimator::ALL[usize::from(o.kl % 4)];
+    let policy_loss = PolicyLoss::ALL[usize::from(o.policy_loss) % PolicyLoss::ALL.len()];
+    let sequence_count = if o.all_rows {
+        SequenceCount::All
     } else {
-        RatioLevel::Token
+        SequenceCount::NonEmpty
     };
-    let kl_estimator = [
-        KlEstimator::K1,
-        KlEstimator::Abs,
-        KlEstimator::K2,
-        KlEstimator::K3,
-    ][usize::from(o.kl % 4)];
     if o.defaults {
         return LossOptions {
             beta: o.beta.abs().min(1.0),
             aggregation,
-            ratio_level,
+            // Ratio levels beyond token need the clipped ratio.
+            ratio_level: if policy_loss == PolicyLoss::Clip {
+                ratio_level
+            } else {
+                RatioLevel::Token
+            },
             kl_estimator,
+            policy_loss,
+            sequence_count,
+            cov_ratio: 0.25,
+            clip_cov_lb: -1.0,
+            clip_cov_ub: 1.0,
+            rollout: rollout(&o.rollout),
             ..d
         };
     }
     LossOptions {
+        policy_loss,
+        sequence_count,
+        sapo_tau_pos: o.sapo_tau.0,
+        sapo_tau_neg: o.sapo_tau.1,
+        cov_ratio: o.cov.0,
+        clip_cov_lb: o.cov.1,
+        clip_cov_ub: o.cov.2,
+        kl_cov_coef: o.cov.3,
+        rollout: rollout(&o.rollout),
         eps_low: o.eps_low,
         eps_high: o.eps_high,
         dual_clip: o.dual_clip,
@@ -103,6 +172,10 @@ fn realistic(o: &LossOptions, adv: &[f32]) -> bool {
         && o.seq_log_ratio_max <= 50.0
         && o.kl_input_clamp <= 50.0
         && o.kl_output_clamp <= 50.0
+        && o.kl_cov_coef <= 1e6
+        && o.sapo_tau_pos >= 1e-3
+        && o.sapo_tau_neg >= 1e-3
+        && o.rollout.log_ratio_clamp <= 50.0
         && denom(o.global_tokens)
         && denom(o.global_sequences)
         && denom(o.horizon)
@@ -135,6 +208,10 @@ fn run<T: LogProb>(inp: &Input, conv: impl Fn(f32) -> T) {
         .logp_ref
         .as_ref()
         .map(|v| per_token(v, t).into_iter().map(&conv).collect());
+    let roll: Option<Vec<T>> = inp
+        .logp_rollout
+        .as_ref()
+        .map(|v| per_token(v, t).into_iter().map(&conv).collect());
     let mask: Option<Vec<u8>> = inp.mask.as_ref().map(|m| {
         (0..t)
             .map(|i| u8::from(m.get(i).copied().unwrap_or(true)))
@@ -158,13 +235,27 @@ fn run<T: LogProb>(inp: &Input, conv: impl Fn(f32) -> T) {
         } else {
             Advantages::PerSequence(&adv)
         },
+        logp_rollout: roll.as_deref(),
     };
     match policy_loss(&inputs, &opts, &mut grad) {
         Ok(out) => {
             assert_eq!(grad_len, t);
             let counted = |i: usize| mask.as_ref().is_none_or(|m| m[i] != 0);
-            let n_counted = (0..t).filter(|&i| counted(i)).count();
-            assert_eq!(out.stats.tokens, n_counted as f64);
+            let n_counted = (0..t).filter(|&i| counted(i)).count() as f64;
+            // The rollout correction's diagnostics count the tokens before rejection.
+            if roll.is_some() {
+                assert_eq!(out.rollout.tokens, n_counted);
+            }
+            let dropped = roll.is_some()
+                && opts.rollout.active()
+                && opts.rollout.rejection_mode == RejectionMode::Drop;
+            let kept = n_counted
+                - if dropped {
+                    out.rollout.rejected_tokens
+                } else {
+                    0.0
+                };
+            assert_eq!(out.stats.tokens, kept);
             assert!(out.loss == out.stats.loss || (out.loss.is_nan() && out.stats.loss.is_nan()));
             for (i, g) in grad.iter().enumerate() {
                 if !counted(i) {

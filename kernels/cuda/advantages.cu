@@ -7,8 +7,15 @@
 // the forward pass, and double keeps near-equal rewards (1.0 vs 1.00001) as exact as the f64 CPU
 // reference. "All valid rewards equal" is detected exactly (min == max), never through std > 0.
 //
-// Entry points: group_advantages_f32 (one launch) and batch_std_f32 (one single-block launch that
-// precedes it only when scale == batch_std; a multi-rank caller may instead write the global std).
+// Entry points: group_advantages_f32 (one launch), batch_std_f32 (one single-block launch that
+// precedes it only when scale == batch_std; a multi-rank caller may instead write the global std)
+// and group_alpha_f32 (one single-block launch that precedes it only under the GPG factor: the
+// factor needs every group's zero-variance verdict before any advantage is written).
+//
+// Baselines beyond mean / leave-one-out / none: length-weighted (OPO; a team reduction of
+// sum l r and sum l), external (ReMax; a per-sample baseline, no all-equal or singleton rule) and
+// pass@k (the team finds the first maximum and the largest of the others; only that sample gets
+// r_max - r_second). The std floor raises the std before eps is added.
 //
 // Groups split across ranks (SPEC section 11) use the same kernel in three phases (`mode`), with
 // the trainer's all-reduce (a sum) after each of the first two: partial sums (count and f64 sum
@@ -19,6 +26,12 @@
 #define CARE_BASELINE_MEAN 0u
 #define CARE_BASELINE_LOO 1u
 #define CARE_BASELINE_NONE 2u
+#define CARE_BASELINE_LENGTH_WEIGHTED 3u
+#define CARE_BASELINE_EXTERNAL 4u
+#define CARE_BASELINE_PASSK 5u
+
+#define CARE_REWEIGHT_NONE 0u
+#define CARE_REWEIGHT_GPG 1u
 
 #define CARE_SCALE_GROUP_STD 0u
 #define CARE_SCALE_BATCH_STD 1u
@@ -70,6 +83,9 @@ struct CareAdvParams {
     care_u32* status;            // device word or null; CARE_STATUS_* bits are OR-ed in
     CareGroupSums* sums;         // [num_groups]: output of PARTIAL_SUMS, input of the later phases
     double* m2;                  // [num_groups]: output of PARTIAL_SQUARES, input of FINALIZE
+    const float* baselines;      // [n] external baselines (baseline == external), or null
+    const care_u32* lengths;     // [n] response lengths (baseline == length_weighted), or null
+    double* alpha;               // device scalar: the GPG factor, written by group_alpha_f32
     care_u32 n;
     care_u32 num_groups;
     care_u32 group_size;         // fixed layout only: n == num_groups * group_size
@@ -80,6 +96,8 @@ struct CareAdvParams {
     care_u32 warp_per_group;     // 1: one warp per group; 0: one block per group
     float eps;
     care_u32 mode;               // CARE_ADV_*
+    float std_floor;             // the std is raised to at least this before eps is added
+    care_u32 reweight;           // CARE_REWEIGHT_*: 1 multiplies every advantage by *alpha
 };
 
 // Mirrored by `care_kernels::params::BatchStdParams`.
@@ -114,9 +132,11 @@ __device__ __forceinline__ float care_team_max(float v, bool warp_mode, float* s
 // Everything needed to turn a reward of the group into its advantage.
 struct CareGroupCoef {
     care_u32 kind;   // 0: all zero, 1: singleton raw, 2: normal
-    double mean;
+    double mean;     // the mean, or the length-weighted mean (OPO)
     double count;
-    double inv_scale; // 1 / (std + eps), or 1 when scale == none
+    double inv_scale; // alpha / (max(std, std_floor) + eps), or alpha when scale == none
+    care_u32 best;    // pass@k: the sample that gets r - second
+    double second;    // pass@k: the largest reward of the others
 };
 
 __device__ __forceinline__ float care_adv_of(const CareAdvParams& p, const CareGroupCoef& c,
@@ -134,8 +154,28 @@ __device__ __forceinline__ float care_adv_of(const CareAdvParams& p, const CareG
         d = d * c.count / (c.count - 1.0);
     } else if (p.baseline == CARE_BASELINE_NONE) {
         d = (double)r;
+    } else if (p.baseline == CARE_BASELINE_EXTERNAL) {
+        d = (double)r - (double)p.baselines[i];
+    } else if (p.baseline == CARE_BASELINE_PASSK) {
+        if (i != c.best) {
+            return 0.0f;
+        }
+        d = (double)r - c.second;
     }
     return care_narrow(d * c.inv_scale);
+}
+
+// Whether a group's advantages are all 0 (the GPG factor's M): no valid sample, a singleton
+// not under `raw`, or all valid rewards equal. External baselines never zero a group.
+__device__ __forceinline__ bool care_group_silent(const CareAdvParams& p, double cnt,
+                                                  bool all_equal) {
+    if (p.baseline == CARE_BASELINE_EXTERNAL) {
+        return false;
+    }
+    if (cnt == 1.0) {
+        return p.singleton != CARE_SINGLETON_RAW;
+    }
+    return all_equal;
 }
 
 // Launch geometry (see `care_kernels::geometry::advantages_geometry`): warp mode: grid.x =
@@ -183,6 +223,9 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
         float r = p.rewards[i];
         if (care_adv_valid(p, i, r)) {
             inf_seen = inf_seen || !care_isfinite(r);
+            if (p.baseline == CARE_BASELINE_EXTERNAL && p.baselines != 0) {
+                inf_seen = inf_seen || !care_isfinite(p.baselines[i]);
+            }
             cnt += 1.0;
             sum += (double)r;
             mn = r < mn ? r : mn;
@@ -254,18 +297,60 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
     c.mean = mean;
     c.count = cnt;
     c.kind = 2;
+    c.best = 0xffffffffu;
+    c.second = 0.0;
+    if (p.baseline == CARE_BASELINE_LENGTH_WEIGHTED) {
+        // OPO: sum l r / sum l (the plain mean when every length is 0). LOCAL mode only.
+        double lr = 0.0, l = 0.0;
+        for (care_u32 i = start + lane; i < end; i += team) {
+            float r = p.rewards[i];
+            if (care_adv_valid(p, i, r)) {
+                double len = (double)p.lengths[i];
+                lr += len * (double)r;
+                l += len;
+            }
+        }
+        lr = care_team_sum(lr, warp_mode, dscratch);
+        l = care_team_sum(l, warp_mode, dscratch);
+        c.mean = l > 0.0 ? lr / l : mean;
+    } else if (p.baseline == CARE_BASELINE_PASSK) {
+        // The first sample holding the maximum, then the largest reward of the others.
+        float cand = __uint_as_float(0xff800000u);
+        care_u32 first = 0xffffffffu;
+        for (care_u32 i = start + lane; i < end; i += team) {
+            float r = p.rewards[i];
+            if (care_adv_valid(p, i, r) && r == mx && i < first) {
+                first = i;
+            }
+        }
+        first = warp_mode ? care_warp_min(first)
+                          : care_block_min(first, (care_u32*)fscratch, 0xffffffffu);
+        for (care_u32 i = start + lane; i < end; i += team) {
+            float r = p.rewards[i];
+            if (care_adv_valid(p, i, r) && i != first) {
+                cand = r > cand ? r : cand;
+            }
+        }
+        cand = care_team_max(cand, warp_mode, fscratch);
+        c.best = first;
+        c.second = (double)cand;
+    }
+    double alpha = p.reweight == CARE_REWEIGHT_GPG ? p.alpha[0] : 1.0;
     double s = std;
     if (p.scale == CARE_SCALE_BATCH_STD) {
         s = (double)p.batch_std[0];
     }
-    c.inv_scale = p.scale == CARE_SCALE_NONE ? 1.0 : 1.0 / (s + (double)p.eps);
+    s = s < (double)p.std_floor ? (double)p.std_floor : s;
+    c.inv_scale = p.scale == CARE_SCALE_NONE ? alpha : alpha / (s + (double)p.eps);
     if (cnt == 0.0) {
         c.kind = 0;
+    } else if (p.baseline == CARE_BASELINE_EXTERNAL) {
+        c.kind = 2; // not group-relative: no singleton or all-equal rule
     } else if (cnt == 1.0) {
         if (p.singleton == CARE_SINGLETON_RAW) {
             // verl: baseline 0 and std 1, so A = r / (1 + eps) under std scaling, r without.
             c.kind = 1;
-            c.inv_scale = p.scale == CARE_SCALE_NONE ? 1.0 : 1.0 / (1.0 + (double)p.eps);
+            c.inv_scale = p.scale == CARE_SCALE_NONE ? alpha : alpha / (1.0 + (double)p.eps);
         } else {
             c.kind = 0;
             if (p.singleton == CARE_SINGLETON_ERROR && lane == 0 && p.status != 0) {
@@ -361,5 +446,57 @@ extern "C" __global__ void __launch_bounds__(1024) batch_std_f32(CareBatchStdPar
             var = cnt > 0.0 ? ss / cnt : 0.0;
         }
         p.out_std[0] = care_narrow(sqrt(var));
+    }
+}
+
+// The GPG factor alpha = N / (N - M) (1 when N = M) into *p.alpha: N valid samples, M of them
+// in groups whose advantages are all 0 (care_group_silent). Geometry: grid (1,1,1), blockDim.x a
+// multiple of 32; each warp takes every nwarps-th group. LOCAL decides "all equal" from the
+// rewards (min == max), FINALIZE from the reduced moments (count, m2 == 0).
+extern "C" __global__ void __launch_bounds__(1024) group_alpha_f32(CareAdvParams p) {
+    __shared__ double scratch[CARE_WARP];
+    const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
+    const care_u32 warp = threadIdx.x / CARE_WARP;
+    const care_u32 nwarps = blockDim.x / CARE_WARP;
+    double n_all = 0.0, m_all = 0.0; // lane 0 of each warp accumulates
+    for (care_u32 g = warp; g < p.num_groups; g += nwarps) {
+        care_u32 start, end;
+        if (p.offsets != 0) {
+            start = p.offsets[g];
+            end = p.offsets[g + 1];
+            start = start < p.n ? start : p.n;
+            end = end < start ? start : (end < p.n ? end : p.n);
+        } else {
+            start = g * p.group_size;
+            end = start + p.group_size;
+            end = end < p.n ? end : p.n;
+        }
+        double cnt = 0.0;
+        float mn = __uint_as_float(0x7f800000u), mx = __uint_as_float(0xff800000u);
+        for (care_u32 i = start + lane; i < end; i += CARE_WARP) {
+            float r = p.rewards[i];
+            if (care_adv_valid(p, i, r)) {
+                cnt += 1.0;
+                mn = r < mn ? r : mn;
+                mx = r > mx ? r : mx;
+            }
+        }
+        cnt = care_warp_sum(cnt);
+        mn = care_warp_min(mn);
+        mx = care_warp_max(mx);
+        bool all_equal = mn == mx;
+        if (p.mode == CARE_ADV_FINALIZE) {
+            cnt = p.sums[g].count;
+            all_equal = p.m2[g] == 0.0;
+        }
+        if (lane == 0) {
+            n_all += cnt;
+            m_all += (cnt > 0.0 && care_group_silent(p, cnt, all_equal)) ? cnt : 0.0;
+        }
+    }
+    n_all = care_block_sum(n_all, scratch);
+    m_all = care_block_sum(m_all, scratch);
+    if (threadIdx.x == 0) {
+        p.alpha[0] = n_all - m_all > 0.0 ? n_all / (n_all - m_all) : 1.0;
     }
 }

@@ -1,12 +1,19 @@
-// Fused clipped-ratio policy loss, its analytic gradient and its stats (SPEC section 10).
+// Fused policy loss, its analytic gradient and its stats (SPEC §10, §16 the rollout correction,
+// §17 the policy-loss family): the clipped ratio at token, sequence
+// (GSPO) or sequence-token (GSPO-token) level, CISPO, SAPO, GPG and GMPO, every aggregation,
+// the KL term, and the rollout correction (truncated importance weights and rejection) with its
+// diagnostics. Clip-Cov and KL-Cov select tokens by a call-wide top-k of covariances and are
+// not here (the launch plan refuses them).
 //
 // One block per (sequence, chunk): grid = (n_seq, chunks), blockDim.x a multiple of 32. Block
 // (i, y) owns the tokens start_i + y*blockDim.x + k*chunks*blockDim.x of sequence i, so a long
 // sequence is spread over `chunks` blocks and every block reads coalesced runs. The token-level
 // path reads each input once and writes the gradient once; only seq_mean_token_mean first scans
-// the u8 mask for the per-sequence count n_i. The sequence-level ratio (GSPO) needs the mean log
-// ratio and a masked sum over the whole sequence before any gradient can be written, so that
-// path reads the sequence twice more (each chunk block does it).
+// the u8 mask for the per-sequence count n_i. Whatever needs a whole-sequence quantity before
+// any gradient can be written reads the sequence again in each chunk block, as a segmented
+// (per-block) reduction: the GSPO mean log ratio and its masked sum, GMPO's mean clipped log
+// ratio, and the rollout correction's sequence statistics (sum of log ratios, sums and maxima
+// of k1/k2/k3), whose verdict and sequence weight every token of the sequence needs.
 //
 // Stats are reduced per block and added to the caller's device struct with atomics; the caller
 // initializes it (sums 0, ratio_min +inf, ratio_max 0), so micro-batches accumulate.
@@ -19,6 +26,39 @@
 #define CARE_AGG_SEQ_MEAN_TOKEN_SUM 2u
 #define CARE_AGG_SEQ_MEAN_TOKEN_SUM_NORM 3u
 #define CARE_AGG_TOKEN_SUM 4u
+#define CARE_AGG_TOKEN_SUM_NORM 5u
+
+// `care_core::grpo::PolicyLoss` values the kernel implements.
+#define CARE_PL_CLIP 0u
+#define CARE_PL_CISPO 1u
+#define CARE_PL_SAPO 2u
+#define CARE_PL_GPG 3u
+#define CARE_PL_GMPO 6u
+
+// `care_core::grpo::RatioLevel` values.
+#define CARE_RATIO_TOKEN 0u
+#define CARE_RATIO_SEQUENCE 1u
+#define CARE_RATIO_SEQUENCE_TOKEN 2u
+
+// `care_core::grpo::IsLevel` values.
+#define CARE_IS_OFF 0u
+#define CARE_IS_TOKEN 1u
+#define CARE_IS_SEQUENCE 2u
+
+// `care_core::grpo::Rejection` values (bit k of `rej_on`, index k of `rej_lower`/`rej_upper`).
+#define CARE_REJ_TOKEN_K1 0
+#define CARE_REJ_TOKEN_K2 1
+#define CARE_REJ_TOKEN_K3 2
+#define CARE_REJ_SEQ_SUM_K1 3
+#define CARE_REJ_SEQ_SUM_K2 4
+#define CARE_REJ_SEQ_SUM_K3 5
+#define CARE_REJ_SEQ_MEAN_K1 6
+#define CARE_REJ_SEQ_MEAN_K2 7
+#define CARE_REJ_SEQ_MEAN_K3 8
+#define CARE_REJ_SEQ_MAX_K2 9
+#define CARE_REJ_SEQ_MAX_K3 10
+#define CARE_REJ_COUNT 11
+#define CARE_REJ_TOKEN_BITS 0x7u
 
 #define CARE_KL_K1 0u
 #define CARE_KL_ABS 1u
@@ -44,6 +84,24 @@ struct CareLossStats {
     care_u32 dual_clipped; // the dual clip bound
     care_u32 log_ratio_clamped; // |logp - logp_old| beyond the clamp
     care_u32 non_finite;   // counted tokens with a non-finite input
+};
+
+// Mirrored by `care_kernels::params::RolloutStatsRaw` (`care_core::grpo::RolloutStats` as f32
+// sums and u32 counts; field names and types checked by kernels/tests/cuda_mirrors.rs).
+struct CareRolloutStats {
+    float weight_sum;            // importance weights before rejection, over counted tokens
+    float kl_sum;                // sum -(logp_prox - logp_rollout), unclamped
+    float k3_sum;                // sum exp(x) - x - 1, unclamped
+    float log_ppl_diff_sum;      // per sequence: -mean_t x
+    float log_ppl_abs_diff_sum;  // per sequence: |mean_t x|
+    float chi2_token_sum;        // sum rho_t^2 (clamped log ratio)
+    float chi2_seq_sum;          // per sequence: (prod_t rho_t)^2 (clamped sum)
+    care_u32 tokens;             // counted tokens (mask), before rejection
+    care_u32 sequences;          // sequences with a counted token
+    care_u32 rejected_tokens;    // counted tokens some criterion rejects
+    care_u32 rejected_sequences; // sequences with a rejected token
+    care_u32 truncated;          // counted tokens whose weight hit a truncation bound
+    care_u32 non_finite;         // counted tokens with a non-finite logp_prox or logp_rollout
 };
 
 // Mirrored by `care_kernels::params::LossDenomsRaw`: the default denominators, computed on the
@@ -86,15 +144,23 @@ struct CareLossParams {
     float n_seq_denom;            // > 0: caller's (global) sequence count
     float horizon;                // > 0: caller's horizon H
     float pad1;
-};
-
-struct CareSeqInfo {
-    care_u32 start, end, n_counted;
-    bool scanned;     // n_counted is known before the main pass
-    float w;          // aggregation weight of every counted token of the sequence
-    float rho_seq;    // GSPO only
-    bool seq_hit;     // GSPO: the mean log ratio reached its bound (no gradient)
-    float gspo_coef;  // GSPO: rho_i / n_i * sum_t' w (-A_t') [unclipped at t']
+    // The policy-loss family and the rollout correction.
+    const void* logp_rollout;     // T[n_tok] or null (no correction, no diagnostics)
+    CareRolloutStats* rollout_stats; // device, or null
+    care_u32 policy;              // CARE_PL_*
+    care_u32 is_level;            // CARE_IS_*
+    care_u32 rej_zero;            // 1: a rejected token keeps its place with weight 0
+    care_u32 roll_on;             // 1: weights and rejections apply (else diagnostics only)
+    float sapo_tau_pos;
+    float sapo_tau_neg;
+    float is_threshold;           // C: upper truncation bound of the weights
+    float is_threshold_low;       // lower truncation bound
+    float roll_clamp;             // bound on the rollout log ratio
+    care_u32 rej_on;              // bit k: rejection criterion k (CARE_REJ_*) is on
+    float rej_lower[CARE_REJ_COUNT]; // k1 criteria: ln(lower) (-inf: none); others unused
+    float rej_upper[CARE_REJ_COUNT]; // k1 criteria: ln(upper); k2/k3: upper
+    care_u32 dtype;               // care_dtype of logp & co. (the denominators kernel dispatches)
+    care_u32 pad2;
 };
 
 __device__ __forceinline__ bool care_counted(const CareLossParams& p, care_u32 t) {
@@ -171,6 +237,316 @@ __device__ __forceinline__ float care_logp_old(const CareLossParams& p, care_u32
     return p.logp_old != 0 ? care_load((const T*)p.logp_old, t) : lp;
 }
 
+// ---- rollout correction ----------------------------------------------------------------------
+// With x_t = logp_prox_t - logp_rollout_t (logp_prox = logp_old, or logp on-policy) and
+// x^_t = clamp(x_t, -S, S): k1 = x^, k2 = x^^2 / 2, k3 = exp(x^) - 1 - x^; token weight
+// clamp(exp(x^_t), C_low, C); sequence weight clamp(exp(clamp(sum_t x_t, -S, S)), C_low, C).
+// The same operations as care_core::grpo::rollout, in f32.
+
+// The sequence statistics of the rollout correction and its verdict.
+struct CareRollSeq {
+    float n;      // counted tokens (mask), before rejection
+    float sum_x;  // sum of the unclamped log ratios
+    float w;      // the sequence weight (IS level sequence)
+    bool trunc;   // the sequence weight hit a bound
+    bool kept;    // every sequence criterion passes
+    // Token diagnostics, summed over the counted tokens by the same pass (so the loss pass
+    // carries no extra accumulators): sum exp(x) - x - 1 (unclamped), sum rho^2 (clamped),
+    // the token weights before rejection, how many hit a truncation bound, and how many had a
+    // non-finite logp_prox or logp_rollout.
+    float k3_raw, chi2, w_sum, n_trunc, n_non_finite;
+};
+
+// One token's correction.
+struct CareRollTok {
+    float x, xh; // log ratio, unclamped and clamped
+    float w;     // importance weight before rejection
+    bool trunc;  // the weight hit a bound
+    bool kept;   // its sequence and every token criterion pass
+};
+
+// No correction: every token kept with weight 1.
+__device__ __forceinline__ CareRollSeq care_roll_none() {
+    CareRollSeq r;
+    r.n = 0.0f;
+    r.sum_x = 0.0f;
+    r.w = 1.0f;
+    r.trunc = false;
+    r.kept = true;
+    r.k3_raw = 0.0f;
+    r.chi2 = 0.0f;
+    r.w_sum = 0.0f;
+    r.n_trunc = 0.0f;
+    r.n_non_finite = 0.0f;
+    return r;
+}
+
+// Explicit comparisons (not care_clamp): an infinite bound turns the clamp off.
+__device__ __forceinline__ float care_roll_clamp(float x, float bound) {
+    return x > bound ? bound : (x < -bound ? -bound : x);
+}
+
+__device__ __forceinline__ float care_truncate(float log_w, float lo, float hi, bool* trunc) {
+    float w = expf(log_w);
+    *trunc = w > hi || w < lo;
+    return w > hi ? hi : (w < lo ? lo : w);
+}
+
+__device__ __forceinline__ bool care_rej(const CareLossParams& p, int k) {
+    return ((p.rej_on >> k) & 1u) != 0;
+}
+
+// k1 criteria: ln(lower) <= x <= ln(upper); k2/k3 criteria: x <= upper. NaN never passes.
+__device__ __forceinline__ bool care_rej_within(const CareLossParams& p, int k, float x) {
+    return !care_rej(p, k) || (x >= p.rej_lower[k] && x <= p.rej_upper[k]);
+}
+__device__ __forceinline__ bool care_rej_below(const CareLossParams& p, int k, float x) {
+    return !care_rej(p, k) || x <= p.rej_upper[k];
+}
+
+__device__ __forceinline__ bool care_token_criteria(const CareLossParams& p, float xh) {
+    return care_rej_within(p, CARE_REJ_TOKEN_K1, xh) &&
+           care_rej_below(p, CARE_REJ_TOKEN_K2, 0.5f * xh * xh) &&
+           care_rej_below(p, CARE_REJ_TOKEN_K3, expf(xh) - 1.0f - xh);
+}
+
+__device__ __forceinline__ CareRollTok care_roll_tok(const CareLossParams& p,
+                                                     const CareRollSeq& rs, float prox,
+                                                     float lr) {
+    CareRollTok r;
+    r.x = prox - lr;
+    r.xh = care_roll_clamp(r.x, p.roll_clamp);
+    r.kept = rs.kept && care_token_criteria(p, r.xh);
+    r.trunc = false;
+    r.w = 1.0f;
+    if (p.is_level == CARE_IS_TOKEN) {
+        r.w = care_truncate(r.xh, p.is_threshold_low, p.is_threshold, &r.trunc);
+    } else if (p.is_level == CARE_IS_SEQUENCE) {
+        r.w = rs.w;
+        r.trunc = rs.trunc;
+    }
+    return r;
+}
+
+template <typename T>
+__device__ __forceinline__ float care_prox(const CareLossParams& p, care_u32 t) {
+    return p.logp_old != 0 ? care_load((const T*)p.logp_old, t) : care_load((const T*)p.logp, t);
+}
+
+// Reduces N values of every thread over the block, the first S by sum and the rest by max
+// (identity -inf); every thread gets the results. `part` is N x 32 floats of shared memory.
+template <int N, int S>
+__device__ __forceinline__ void care_block_reduce(float* v, float (*part)[CARE_WARP]) {
+    const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
+    const care_u32 warp = threadIdx.x / CARE_WARP;
+    const care_u32 nwarps = (blockDim.x + CARE_WARP - 1) / CARE_WARP;
+    const float ninf = __uint_as_float(0xff800000u);
+    for (int k = 0; k < N; ++k) {
+        v[k] = k < S ? care_warp_sum(v[k]) : care_warp_max(v[k]);
+    }
+    __syncthreads(); // a previous call may still be reading `part`
+    if (lane == 0) {
+        for (int k = 0; k < N; ++k) {
+            part[k][warp] = v[k];
+        }
+    }
+    __syncthreads();
+    for (int k = 0; k < N; ++k) {
+        float x = lane < nwarps ? part[k][lane] : (k < S ? 0.0f : ninf);
+        v[k] = k < S ? care_warp_sum(x) : care_warp_max(x);
+    }
+}
+
+// The rollout correction's sequence pass: one segmented reduction over the counted tokens of
+// [start, end) gives the sums and maxima the sequence criteria and weight need, and with DIAG
+// the token diagnostics.
+template <typename T, bool DIAG>
+__device__ __forceinline__ CareRollSeq care_roll_seq(const CareLossParams& p, care_u32 start,
+                                                     care_u32 end) {
+    // n, sum x, sum k1, sum k2, sum k3, [diagnostics (5)] | max k2, max k3, NaN seen
+    const int M = DIAG ? 10 : 5; // first maximum
+    __shared__ float part[M + 3][CARE_WARP];
+    const float ninf = __uint_as_float(0xff800000u);
+    float v[M + 3];
+    for (int k = 0; k < M; ++k) {
+        v[k] = 0.0f;
+    }
+    v[M] = ninf;
+    v[M + 1] = ninf;
+    v[M + 2] = 0.0f;
+    for (care_u32 t = start + threadIdx.x; t < end; t += blockDim.x) {
+        if (care_counted(p, t)) {
+            float prox = care_prox<T>(p, t);
+            float lr = care_load((const T*)p.logp_rollout, t);
+            float x = prox - lr;
+            float xh = care_roll_clamp(x, p.roll_clamp);
+            float e = expf(xh);
+            float k2 = 0.5f * xh * xh;
+            float k3 = e - 1.0f - xh;
+            v[0] += 1.0f;
+            v[1] += x;
+            v[2] += xh;
+            v[3] += k2;
+            v[4] += k3;
+            if (DIAG) {
+                bool trunc = false;
+                float w = p.is_level == CARE_IS_TOKEN
+                              ? care_truncate(xh, p.is_threshold_low, p.is_threshold, &trunc)
+                              : 1.0f;
+                v[5] += x == xh ? k3 : expf(x) - x - 1.0f;
+                v[6] += e * e;
+                v[7] += w;
+                v[8] += trunc ? 1.0f : 0.0f;
+                v[9] += (care_isfinite(prox) && care_isfinite(lr)) ? 0.0f : 1.0f;
+            }
+            v[M] = k2 > v[M] ? k2 : v[M];
+            v[M + 1] = k3 > v[M + 1] ? k3 : v[M + 1];
+            v[M + 2] = (care_isnan(xh) || care_isnan(k3)) ? 1.0f : v[M + 2];
+        }
+    }
+    care_block_reduce<M + 3, M>(v, part);
+    CareRollSeq r;
+    r.n = v[0];
+    r.sum_x = v[1];
+    r.w = care_truncate(care_roll_clamp(v[1], p.roll_clamp), p.is_threshold_low, p.is_threshold,
+                        &r.trunc);
+    r.k3_raw = DIAG ? v[5] : 0.0f;
+    r.chi2 = DIAG ? v[6] : 0.0f;
+    r.n_non_finite = DIAG ? v[9] : 0.0f;
+    // The weights before rejection: per token, or the sequence weight on each token.
+    r.w_sum = !DIAG ? 0.0f : (p.is_level == CARE_IS_SEQUENCE ? r.n * r.w : v[7]);
+    r.n_trunc = !DIAG ? 0.0f : (p.is_level == CARE_IS_SEQUENCE ? (r.trunc ? r.n : 0.0f) : v[8]);
+    r.kept = true;
+    if (r.n > 0.0f) {
+        const bool nan = v[M + 2] > 0.0f;
+        r.kept = care_rej_within(p, CARE_REJ_SEQ_SUM_K1, v[2]) &&
+                 care_rej_below(p, CARE_REJ_SEQ_SUM_K2, v[3]) &&
+                 care_rej_below(p, CARE_REJ_SEQ_SUM_K3, v[4]) &&
+                 care_rej_within(p, CARE_REJ_SEQ_MEAN_K1, v[2] / r.n) &&
+                 care_rej_below(p, CARE_REJ_SEQ_MEAN_K2, v[3] / r.n) &&
+                 care_rej_below(p, CARE_REJ_SEQ_MEAN_K3, v[4] / r.n) &&
+                 (!care_rej(p, CARE_REJ_SEQ_MAX_K2) ||
+                  (!nan && care_rej_below(p, CARE_REJ_SEQ_MAX_K2, v[M]))) &&
+                 (!care_rej(p, CARE_REJ_SEQ_MAX_K3) ||
+                  (!nan && care_rej_below(p, CARE_REJ_SEQ_MAX_K3, v[M + 1])));
+    }
+    return r;
+}
+
+// Counts of one sequence: before rejection (n_pre) and kept by the rollout criteria (n_kept),
+// with the rollout sequence statistics when `with_roll`.
+struct CareSeqCount {
+    float n_pre;
+    float n_kept;
+    CareRollSeq roll;
+};
+
+template <typename T, bool DIAG>
+__device__ __forceinline__ CareSeqCount care_seq_count(const CareLossParams& p, care_u32 start,
+                                                       care_u32 end, bool with_roll,
+                                                       float* scratch) {
+    CareSeqCount c;
+    c.roll = care_roll_none();
+    if (with_roll) {
+        c.roll = care_roll_seq<T, DIAG>(p, start, end);
+        c.n_pre = c.roll.n;
+        if (!c.roll.kept) {
+            c.n_kept = 0.0f;
+        } else if ((p.rej_on & CARE_REJ_TOKEN_BITS) == 0u) {
+            c.n_kept = c.n_pre;
+        } else {
+            float k = 0.0f;
+            for (care_u32 t = start + threadIdx.x; t < end; t += blockDim.x) {
+                if (care_counted(p, t)) {
+                    float x = care_prox<T>(p, t) - care_load((const T*)p.logp_rollout, t);
+                    k += care_token_criteria(p, care_roll_clamp(x, p.roll_clamp)) ? 1.0f : 0.0f;
+                }
+            }
+            c.n_kept = care_block_sum(k, scratch);
+        }
+    } else {
+        if (p.mask == 0) {
+            c.n_pre = (float)(end - start);
+        } else {
+            float k = 0.0f;
+            for (care_u32 t = start + threadIdx.x; t < end; t += blockDim.x) {
+                k += p.mask[t] != 0 ? 1.0f : 0.0f;
+            }
+            c.n_pre = care_block_sum(k, scratch);
+        }
+        c.n_kept = c.n_pre;
+        c.roll.n = c.n_pre;
+    }
+    return c;
+}
+
+// Whether the rollout correction drops rejected tokens from the loss (and its counts).
+__device__ __forceinline__ bool care_roll_drops(const CareLossParams& p) {
+    return p.roll_on != 0 && p.rej_zero == 0;
+}
+
+// ---- per-sequence quantities ------------------------------------------------------------------
+
+struct CareSeqInfo {
+    care_u32 start, end, n_counted;
+    bool scanned;     // n_counted is known before the main pass
+    float w;          // aggregation weight of every counted token of the sequence
+    float rho_seq;    // GSPO, GSPO-token, GMPO (the geometric mean ratio)
+    bool seq_hit;     // GSPO(-token): the mean log ratio reached its bound (no gradient)
+    float gspo_coef;  // GSPO: rho_i / n_i * sum_t' w omega_t' (-A_t') [unclipped at t']
+    float a_mean;     // GMPO: the mean advantage
+    float omega_seq;  // GMPO: the geometric mean of the importance weights
+    CareRollSeq roll; // the rollout correction's verdict and sequence weight
+    float n_pre;      // counted tokens before rejection (rollout diagnostics)
+    float n_kept;     // counted tokens no criterion rejects (rollout diagnostics)
+};
+
+// Whether token t counts in the loss, and its importance weight omega (1 without correction;
+// 0 for a rejected token under the zero-weight mode). `prox` is logp_old or logp.
+template <typename T>
+__device__ __forceinline__ bool care_token_omega(const CareLossParams& p, const CareRollSeq& rs,
+                                                 care_u32 t, float prox, float* omega) {
+    *omega = 1.0f;
+    if (!care_counted(p, t)) {
+        return false;
+    }
+    if (p.roll_on == 0) {
+        return true;
+    }
+    CareRollTok r = care_roll_tok(p, rs, prox, care_load((const T*)p.logp_rollout, t));
+    if (r.kept) {
+        *omega = r.w;
+        return true;
+    }
+    *omega = 0.0f;
+    return p.rej_zero != 0;
+}
+
+// GMPO's clipped log ratio: sgn(A) * min(sgn(A) delta, sgn(A) clip(delta, -eps_low, eps_high)),
+// with whether the gradient flows through delta (`live`); A = 0 gives 0, not live.
+__device__ __forceinline__ float care_gmpo_log_ratio(const CareLossParams& p, float delta,
+                                                     float a, bool* live) {
+    float c = delta > p.eps_high ? p.eps_high : (delta < -p.eps_low ? -p.eps_low : delta);
+    if (a > 0.0f) {
+        *live = !(c < delta);
+        return c < delta ? c : delta;
+    }
+    if (a < 0.0f) {
+        *live = !(c > delta);
+        return c > delta ? c : delta;
+    }
+    *live = false;
+    return 0.0f;
+}
+
+__device__ __forceinline__ float care_sigmoid(float x) {
+    if (x >= 0.0f) {
+        return 1.0f / (1.0f + expf(-x));
+    }
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
 // Per-sequence quantities; every thread of the block gets them (block reductions).
 template <typename T>
 __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, float* scratch) {
@@ -180,22 +556,28 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
     s.start = a < p.n_tok ? a : p.n_tok;
     s.end = b < s.start ? s.start : (b < p.n_tok ? b : p.n_tok);
 
-    // n_i: counted tokens of the sequence. Without a mask it is the length. With one, a u8 scan
-    // of the sequence, done only where n_i is needed before the main pass: the weight of
-    // seq_mean_token_mean and the GSPO mean. Otherwise nothing needs it (the `sequences` stat
-    // looks for the first counted token instead, see care_grpo_loss), so each input is read
-    // once. Counts are summed as float, exact below 2^24 tokens per sequence.
-    s.scanned = p.mask == 0 || p.agg == CARE_AGG_SEQ_MEAN_TOKEN_MEAN || p.seq_level != 0;
-    if (p.mask == 0) {
+    // n_i: counted tokens of the sequence. Without a mask (and without rejection) it is the
+    // length. With one, a u8 scan of the sequence, done only where n_i is needed before the main
+    // pass: the weight of seq_mean_token_mean, the GSPO and GMPO means, and the rollout
+    // correction (whose sequence pass counts them anyway). Otherwise nothing needs it (the
+    // `sequences` stat looks for the first counted token instead, see care_grpo_loss), so each
+    // input is read once. Counts are summed as float, exact below 2^24 tokens per sequence.
+    const bool with_roll = p.logp_rollout != 0;
+    s.scanned = p.mask == 0 || p.agg == CARE_AGG_SEQ_MEAN_TOKEN_MEAN || p.seq_level != 0 ||
+                p.policy == CARE_PL_GMPO || with_roll;
+    s.roll = care_roll_none();
+    s.n_pre = 0.0f;
+    s.n_kept = 0.0f;
+    if (p.mask == 0 && !with_roll) {
         s.n_counted = s.end - s.start;
     } else if (!s.scanned) {
         s.n_counted = 0; // unused before the main pass; counted there
     } else {
-        float c = 0.0f;
-        for (care_u32 t = s.start + threadIdx.x; t < s.end; t += blockDim.x) {
-            c += p.mask[t] != 0 ? 1.0f : 0.0f;
-        }
-        s.n_counted = (care_u32)care_block_sum(c, scratch);
+        CareSeqCount c = care_seq_count<T, true>(p, s.start, s.end, with_roll, scratch);
+        s.roll = c.roll;
+        s.n_pre = c.n_pre;
+        s.n_kept = c.n_kept;
+        s.n_counted = (care_u32)(care_roll_drops(p) ? c.n_kept : c.n_pre);
     }
 
     float n_tok = p.n_tok_denom > 0.0f ? p.n_tok_denom
@@ -218,6 +600,9 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
     case CARE_AGG_SEQ_MEAN_TOKEN_SUM_NORM:
         d = n_seq * h;
         break;
+    case CARE_AGG_TOKEN_SUM_NORM:
+        d = h;
+        break;
     default:
         d = 1.0f;
         break;
@@ -227,12 +612,15 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
     s.rho_seq = 1.0f;
     s.seq_hit = false;
     s.gspo_coef = 0.0f;
+    s.a_mean = 0.0f;
+    s.omega_seq = 1.0f;
     if (p.seq_level != 0 && s.n_counted > 0) {
         float sd = 0.0f;
         for (care_u32 t = s.start + threadIdx.x; t < s.end; t += blockDim.x) {
-            if (care_counted(p, t)) {
-                float lp = care_load((const T*)p.logp, t);
-                float lo = care_logp_old<T>(p, t, lp);
+            float lp = care_load((const T*)p.logp, t);
+            float lo = care_logp_old<T>(p, t, lp);
+            float om;
+            if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
                 sd += care_clamp(lp - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
             }
         }
@@ -240,19 +628,46 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
         float mean = sd / (float)s.n_counted;
         s.seq_hit = mean > p.seq_log_ratio_max;
         s.rho_seq = expf(s.seq_hit ? p.seq_log_ratio_max : mean);
-        // sum over the sequence of w * (-A) where the unclipped branch is active.
-        float acc = 0.0f;
-        for (care_u32 t = s.start + threadIdx.x; t < s.end; t += blockDim.x) {
-            if (care_counted(p, t)) {
-                float a = care_adv_at(p, seq, t);
-                CareSurrogate su = care_surrogate(p, a, s.rho_seq);
-                if (su.unclipped) {
-                    acc += -a;
+        if (p.seq_level == CARE_RATIO_SEQUENCE) {
+            // sum over the sequence of omega * (-A) where the unclipped branch is active.
+            float acc = 0.0f;
+            for (care_u32 t = s.start + threadIdx.x; t < s.end; t += blockDim.x) {
+                float lp = care_load((const T*)p.logp, t);
+                float lo = care_logp_old<T>(p, t, lp);
+                float om;
+                if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
+                    float at = care_adv_at(p, seq, t);
+                    CareSurrogate su = care_surrogate(p, at, s.rho_seq);
+                    if (su.unclipped) {
+                        acc += om * -at;
+                    }
                 }
             }
+            acc = care_block_sum(acc, scratch);
+            s.gspo_coef = s.rho_seq / (float)s.n_counted * (s.w * acc);
         }
-        acc = care_block_sum(acc, scratch);
-        s.gspo_coef = s.rho_seq / (float)s.n_counted * (s.w * acc);
+    } else if (p.policy == CARE_PL_GMPO && s.n_counted > 0) {
+        // GMPO: the mean clipped log ratio, the mean advantage and the mean log weight.
+        __shared__ float part[3][CARE_WARP];
+        float v[3] = {0.0f, 0.0f, 0.0f};
+        for (care_u32 t = s.start + threadIdx.x; t < s.end; t += blockDim.x) {
+            float lp = care_load((const T*)p.logp, t);
+            float lo = care_logp_old<T>(p, t, lp);
+            float om;
+            if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
+                float at = care_adv_at(p, seq, t);
+                float delta = care_clamp(lp - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
+                bool live;
+                v[0] += care_gmpo_log_ratio(p, delta, at, &live);
+                v[1] += at;
+                v[2] += logf(om);
+            }
+        }
+        care_block_reduce<3, 3>(v, part);
+        float n = (float)s.n_counted;
+        s.rho_seq = expf(v[0] / n);
+        s.a_mean = v[1] / n;
+        s.omega_seq = p.roll_on != 0 ? expf(v[2] / n) : 1.0f;
     }
     return s;
 }
@@ -261,6 +676,56 @@ struct CareStatAcc {
     float loss, ppo_kl, kl, ratio_sum, ratio_min, ratio_max;
     care_u32 tokens, clipped, clipped_low, clipped_high, dual, clamped, non_finite;
 };
+
+// One counted token's policy-gradient term at the token ratio level: its loss l (before the
+// aggregation weight w) and w * dl/dlogp, with the clip flags. `rho = exp(delta)`.
+struct CareTerm {
+    float l, g;
+    bool clipped, low, high, dual;
+};
+
+__device__ __forceinline__ CareTerm care_token_term(const CareLossParams& p, float lp, float a,
+                                                    float rho, bool clamped, float w) {
+    CareTerm r;
+    const float lo = 1.0f - p.eps_low, hi = 1.0f + p.eps_high;
+    r.low = rho < lo && a < 0.0f;
+    r.high = rho > hi && a > 0.0f;
+    r.dual = false;
+    r.clipped = false;
+    switch (p.policy) {
+    case CARE_PL_CISPO: {
+        // The clipped ratio is a detached weight on A * logp: the gradient never flows
+        // through it, so the clamp of delta does not stop it either.
+        float wc = rho > hi ? hi : (rho < lo ? lo : rho);
+        r.clipped = rho > hi || rho < lo;
+        r.l = -wc * a * lp;
+        r.g = -wc * a * w;
+        break;
+    }
+    case CARE_PL_SAPO: {
+        float tau = a > 0.0f ? p.sapo_tau_pos : p.sapo_tau_neg;
+        float sg = care_sigmoid(tau * (rho - 1.0f));
+        r.l = -a * (4.0f / tau) * sg;
+        r.g = clamped ? 0.0f : -a * 4.0f * sg * (1.0f - sg) * rho * w;
+        break;
+    }
+    case CARE_PL_GPG:
+        r.l = -a * lp;
+        r.g = -a * w;
+        break;
+    default: {
+        CareSurrogate su = care_surrogate(p, a, rho);
+        r.l = su.l;
+        // rho * w first: it cannot overflow (rho <= e^clamp), so the product overflows only
+        // when the f64 reference value does.
+        r.g = (su.unclipped && !clamped) ? -a * (rho * w) : 0.0f;
+        r.clipped = su.clipped;
+        r.dual = su.dual;
+        break;
+    }
+    }
+    return r;
+}
 
 template <typename T>
 __device__ void care_grpo_loss(const CareLossParams& p) {
@@ -271,6 +736,7 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
     }
     CareSeqInfo si = care_seq_info<T>(p, seq, scratch);
     const bool kl_on = p.beta > 0.0f && p.logp_ref != 0;
+    const bool with_roll = p.logp_rollout != 0;
 
     CareStatAcc st;
     st.loss = 0.0f;
@@ -287,56 +753,127 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
     st.clamped = 0;
     st.non_finite = 0;
 
+    // The rollout diagnostics of the sequence, once (chunk 0), from its sequence pass.
+    if (with_roll && p.rollout_stats != 0 && blockIdx.y == 0 && threadIdx.x == 0 &&
+        si.n_pre > 0.0f) {
+        CareRolloutStats* r = p.rollout_stats;
+        float d = -si.roll.sum_x / si.n_pre;
+        atomicAdd(&r->tokens, (care_u32)si.n_pre);
+        atomicAdd(&r->sequences, 1u);
+        atomicAdd(&r->rejected_tokens, (care_u32)(si.n_pre - si.n_kept));
+        atomicAdd(&r->rejected_sequences, si.n_kept < si.n_pre ? 1u : 0u);
+        atomicAdd(&r->truncated, (care_u32)si.roll.n_trunc);
+        atomicAdd(&r->non_finite, (care_u32)si.roll.n_non_finite);
+        atomicAdd(&r->weight_sum, si.roll.w_sum);
+        atomicAdd(&r->kl_sum, -si.roll.sum_x);
+        atomicAdd(&r->k3_sum, si.roll.k3_raw);
+        atomicAdd(&r->log_ppl_diff_sum, d);
+        atomicAdd(&r->log_ppl_abs_diff_sum, d < 0.0f ? -d : d);
+        atomicAdd(&r->chi2_token_sum, si.roll.chi2);
+        atomicAdd(&r->chi2_seq_sum, expf(2.0f * care_roll_clamp(si.roll.sum_x, p.roll_clamp)));
+    }
+
     const care_u32 stride = gridDim.y * blockDim.x;
     for (care_u32 t = si.start + blockIdx.y * blockDim.x + threadIdx.x; t < si.end; t += stride) {
         float g = 0.0f;
         if (care_counted(p, t)) {
             float lp = care_load((const T*)p.logp, t);
             float lo = care_logp_old<T>(p, t, lp);
-            float a = care_adv_at(p, seq, t);
-            float lr = kl_on ? care_load((const T*)p.logp_ref, t) : 0.0f;
-            float raw = lp - lo;
-            float delta = care_clamp(raw, -p.log_ratio_clamp, p.log_ratio_clamp);
-            bool clamped = raw < -p.log_ratio_clamp || raw > p.log_ratio_clamp;
-            float rho = p.seq_level != 0 ? si.rho_seq : expf(delta);
-            CareSurrogate su = care_surrogate(p, a, rho);
-            float l = su.l;
-            if (p.seq_level != 0) {
-                g = (si.seq_hit || clamped) ? 0.0f : si.gspo_coef;
+            float omega = 1.0f;
+            bool in_loss = true;
+            bool lr_fin = true;
+            if (p.roll_on != 0) {
+                float lrl = care_load((const T*)p.logp_rollout, t);
+                CareRollTok rt = care_roll_tok(p, si.roll, lo, lrl);
+                lr_fin = care_isfinite(lrl);
+                omega = rt.kept ? rt.w : 0.0f;
+                in_loss = rt.kept || p.rej_zero != 0;
+            }
+            if (!in_loss) {
+                // Dropped: it leaves the loss, but a non-finite log-prob the correction read
+                // (its sequence statistics did) counts as a non-finite input.
+                st.non_finite += (care_isfinite(lo) && lr_fin) ? 0u : 1u;
             } else {
-                // rho * w first: it cannot overflow (rho <= e^clamp), so the product overflows
-                // only when the f64 reference value does.
-                g = (su.unclipped && !clamped) ? -a * (rho * si.w) : 0.0f;
-            }
-            if (kl_on) {
-                float k, dk;
-                care_kl(p, lp, lr, &k, &dk);
-                l += p.beta * k;
-                g += p.beta * si.w * dk;
-                st.kl += k;
-            }
-            st.loss += si.w * l;
-            st.ppo_kl -= delta;
-            st.ratio_sum += rho;
-            if (care_isfinite(rho)) {
-                st.ratio_min = rho < st.ratio_min ? rho : st.ratio_min;
-                st.ratio_max = rho > st.ratio_max ? rho : st.ratio_max;
-            }
-            st.tokens += 1;
-            st.clipped += su.clipped ? 1u : 0u;
-            st.clipped_low += (rho < 1.0f - p.eps_low && a < 0.0f) ? 1u : 0u;
-            st.clipped_high += (rho > 1.0f + p.eps_high && a > 0.0f) ? 1u : 0u;
-            st.dual += su.dual ? 1u : 0u;
-            st.clamped += clamped ? 1u : 0u;
-            bool fin = care_isfinite(lp) && care_isfinite(lo) && care_isfinite(a) &&
-                       (!kl_on || care_isfinite(lr));
-            st.non_finite += fin ? 0u : 1u;
-            if (fin) {
-                g = care_saturate(g); // finite inputs give a finite gradient, as on the CPU
+                float a = care_adv_at(p, seq, t);
+                float lr = kl_on ? care_load((const T*)p.logp_ref, t) : 0.0f;
+                float raw = lp - lo;
+                float delta = care_clamp(raw, -p.log_ratio_clamp, p.log_ratio_clamp);
+                bool clamped = raw < -p.log_ratio_clamp || raw > p.log_ratio_clamp;
+                float rho;
+                float l;
+                bool clipped, low, high, dual;
+                if (p.seq_level != 0) {
+                    rho = si.rho_seq;
+                    CareSurrogate su = care_surrogate(p, a, rho);
+                    l = omega * su.l;
+                    if (p.seq_level == CARE_RATIO_SEQUENCE) {
+                        g = (si.seq_hit || clamped) ? 0.0f : si.gspo_coef;
+                    } else {
+                        // GSPO-token: d s_i,t / d logp_t = s_i (0 when the mean was capped).
+                        g = (su.unclipped && !si.seq_hit) ? omega * (-a * (rho * si.w)) : 0.0f;
+                    }
+                    clipped = su.clipped;
+                    low = rho < 1.0f - p.eps_low && a < 0.0f;
+                    high = rho > 1.0f + p.eps_high && a > 0.0f;
+                    dual = su.dual;
+                } else if (p.policy == CARE_PL_GMPO) {
+                    // Every counted token carries the sequence's loss l_i; with the common weight
+                    // w, dL/dlogp_t = w * l_i * [delta_t live] (times the weight's mean).
+                    rho = si.rho_seq;
+                    bool live;
+                    care_gmpo_log_ratio(p, delta, a, &live);
+                    float li = -si.a_mean * rho;
+                    l = si.omega_seq * li;
+                    g = clamped ? 0.0f : si.omega_seq * (li * (live ? 1.0f : 0.0f)) * si.w;
+                    bool bound = !live && a != 0.0f;
+                    clipped = bound;
+                    low = bound && a < 0.0f;
+                    high = bound && a > 0.0f;
+                    dual = false;
+                } else {
+                    rho = expf(delta);
+                    CareTerm tt = care_token_term(p, lp, a, rho, clamped, si.w);
+                    l = omega * tt.l;
+                    g = tt.g;
+                    if (p.roll_on != 0) {
+                        g *= omega;
+                    }
+                    clipped = tt.clipped;
+                    low = tt.low;
+                    high = tt.high;
+                    dual = tt.dual;
+                }
+                if (kl_on) {
+                    float k, dk;
+                    care_kl(p, lp, lr, &k, &dk);
+                    l += p.beta * k;
+                    g += p.beta * si.w * dk;
+                    st.kl += k;
+                }
+                st.loss += si.w * l;
+                st.ppo_kl -= delta;
+                st.ratio_sum += rho;
+                if (care_isfinite(rho)) {
+                    st.ratio_min = rho < st.ratio_min ? rho : st.ratio_min;
+                    st.ratio_max = rho > st.ratio_max ? rho : st.ratio_max;
+                }
+                st.tokens += 1;
+                st.clipped += clipped ? 1u : 0u;
+                st.clipped_low += low ? 1u : 0u;
+                st.clipped_high += high ? 1u : 0u;
+                st.dual += dual ? 1u : 0u;
+                st.clamped += clamped ? 1u : 0u;
+                bool fin = care_isfinite(lp) && care_isfinite(lo) && care_isfinite(a) &&
+                           (!kl_on || care_isfinite(lr)) && (p.roll_on == 0 || lr_fin);
+                st.non_finite += fin ? 0u : 1u;
+                if (fin) {
+                    g = care_saturate(g); // finite inputs give a finite gradient, as on the CPU
+                }
             }
         }
         if (p.grad != 0) {
-            // A token with mask 0 gets exactly 0, whatever its inputs.
+            // A token with mask 0 (or dropped by the rollout correction) gets exactly 0,
+            // whatever its inputs.
             if (p.grad_in_input_dtype != 0) {
                 care_store((T*)p.grad, t, g);
             } else {
@@ -404,9 +941,14 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
             atomicAdd(&s->clipped_high, u[3]);
             atomicAdd(&s->dual_clipped, u[4]);
             atomicAdd(&s->log_ratio_clamped, u[5]);
-            atomicAdd(&s->non_finite, u[6]);
+        }
+        // Tokens the rollout correction drops count as non-finite inputs too, even in a block
+        // where no token counts.
+        if (lane == 0 && u[6] > 0) {
+            atomicAdd(&p.stats->non_finite, u[6]);
         }
     }
+
 
     // `sequences`: counted once per sequence with a counted token, by chunk 0. Without n_i, chunk
     // 0 searches for a counted token from the start of the sequence, block-wide: a few mask
@@ -431,30 +973,39 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
 }
 
 // Default denominators. Geometry: grid.x = min(n_seq, 1024) blocks striding over sequences,
-// blockDim.x a multiple of 32; *out must be zeroed on the stream first.
-extern "C" __global__ void __launch_bounds__(1024) grpo_loss_denoms(CareLossParams p,
-                                                                   CareLossDenoms* out) {
+// blockDim.x a multiple of 32; *out must be zeroed on the stream first. Tokens the rollout
+// correction drops leave the counts (the sequence pass reads the log-probs in `dtype`).
+template <typename T>
+__device__ void care_loss_denoms(const CareLossParams& p, CareLossDenoms* out) {
     __shared__ float scratch[CARE_WARP];
+    const bool with_roll = care_roll_drops(p);
     for (care_u32 seq = blockIdx.x; seq < p.n_seq; seq += gridDim.x) {
         care_u32 a = p.seq_offsets[seq];
         care_u32 b = p.seq_offsets[seq + 1];
         care_u32 start = a < p.n_tok ? a : p.n_tok;
         care_u32 end = b < start ? start : (b < p.n_tok ? b : p.n_tok);
-        care_u32 n;
-        if (p.mask == 0) {
-            n = end - start;
-        } else {
-            float c = 0.0f;
-            for (care_u32 t = start + threadIdx.x; t < end; t += blockDim.x) {
-                c += p.mask[t] != 0 ? 1.0f : 0.0f;
-            }
-            n = (care_u32)care_block_sum(c, scratch);
-        }
+        CareSeqCount c = care_seq_count<T, false>(p, start, end, with_roll, scratch);
+        care_u32 n = (care_u32)c.n_kept;
         if (threadIdx.x == 0) {
             atomicAdd(&out->n_tok, n);
             atomicAdd(&out->n_seq, n > 0 ? 1u : 0u);
             atomicMax(&out->horizon, end - start);
         }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(1024) grpo_loss_denoms(CareLossParams p,
+                                                                   CareLossDenoms* out) {
+    switch (p.dtype) { // uniform over the grid
+    case 1u:
+        care_loss_denoms<care_bf16>(p, out);
+        break;
+    case 2u:
+        care_loss_denoms<care_f16>(p, out);
+        break;
+    default:
+        care_loss_denoms<float>(p, out);
+        break;
     }
 }
 

@@ -200,6 +200,8 @@ registry! {
         GroupAdvantagesF32 GROUP_ADVANTAGES_F32 "group_advantages_f32" (AdvParams);
         /// Batch std of the valid rewards, one block (`CareBatchStdParams`).
         BatchStdF32 BATCH_STD_F32 "batch_std_f32" (BatchStdParams);
+        /// The GPG factor `N / (N - M)`, one block (`CareAdvParams`).
+        GroupAlphaF32 GROUP_ALPHA_F32 "group_alpha_f32" (AdvParams);
     }
     /// `grpo_loss.cu`: the fused clipped-ratio loss and its default denominators.
     GrpoLoss "grpo_loss" {

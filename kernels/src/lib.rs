@@ -4,8 +4,9 @@
 //!   every baseline/scale/std/singleton option, optional per-group stats and fused token
 //!   broadcast; one warp per small group, one block per large one) and `batch_std_f32`.
 //! * `kernels/cuda/grpo_loss.cu`: `grpo_loss_{f32,bf16,f16}` (ratio, clip, dual clip, KL,
-//!   aggregation weights, analytic gradient and stats in one pass; token- or sequence-level
-//!   ratio; global denominators as inputs) and `grpo_loss_denoms`.
+//!   aggregation weights, analytic gradient and stats in one pass; token-, sequence- or
+//!   sequence-token-level ratio; CISPO, SAPO, GPG and GMPO; the rollout correction's weights,
+//!   rejections and diagnostics; global denominators as inputs) and `grpo_loss_denoms`.
 //! * `kernels/cuda/logsoftmax.cu`: `logsoftmax_{fwd,bwd}_{f32,bf16,f16}` (selective
 //!   log-softmax straight from logits: log-probs, entropy and log-sum-exp, and the backward
 //!   pass into `dlogits`, in place if wanted).
@@ -36,8 +37,10 @@ pub use care_core::Dtype;
 pub use geometry::{Geometry, Tuning};
 pub use kernel::{Entry, Kernel, KernelArgs, Module, Param, ParamLayout};
 pub use plan::{
-    AdvantageBuffers, DeviceGroups, KernelError, Launcher, LogSoftmaxGrads, LogSoftmaxOutputs,
-    LogitsBuffers, LogitsLossBuffers, LossBuffers, WORKSPACE_BYTES, advantage_status,
-    group_advantages, group_advantages_finalize, group_partial_squares, group_partial_sums,
-    grpo_loss, log_softmax_backward, log_softmax_forward, log_softmax_status, logits_loss_forward,
+    AdvantageBuffers, AdvantageInputs, DeviceGroups, KernelError, Launcher, LogSoftmaxGrads,
+    LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers, RolloutBuffers,
+    WORKSPACE_BYTES, advantage_status, group_advantages, group_advantages_finalize,
+    group_advantages_finalize_with, group_advantages_with, group_partial_squares,
+    group_partial_sums, grpo_loss, grpo_loss_with, log_softmax_backward, log_softmax_forward,
+    log_softmax_status, logits_loss_forward, loss_supported,
 };

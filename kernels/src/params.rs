@@ -1,7 +1,7 @@
 //! Kernel parameter structs, passed by value to the kernels: `#[repr(C)]` mirrors of the structs
 //! in `kernels/cuda/*.cu`, one per kernel family ([`AdvParams`], [`BatchStdParams`],
 //! [`LossParams`], [`LogSoftmaxParams`]), plus the device structs the kernels write
-//! ([`LossStatsRaw`], [`LossDenomsRaw`]) and the status bits. The host-emulation tests compare
+//! ([`LossStatsRaw`], [`RolloutStatsRaw`], [`LossDenomsRaw`]) and the status bits. The host-emulation tests compare
 //! every size, alignment and field offset with the C++ compiler's view of the same source, and
 //! `tests/registry.rs` compares every size and alignment with the PTX.
 //!
@@ -11,8 +11,9 @@
 use core::mem::offset_of;
 
 use care_core::grpo::{
-    AdvantageOptions, Aggregation, Baseline, Combine, FieldKind, KlEstimator, LossOptions,
-    LossStats, RatioLevel, Scale, SingletonPolicy, StatsField, StdKind,
+    AdvantageOptions, Aggregation, Combine, FieldKind, IsLevel, KlEstimator, LossOptions,
+    LossStats, RatioLevel, Rejection, RejectionMode, RolloutStats, Scale, SingletonPolicy,
+    StatsField, StdKind,
 };
 
 /// Status bit: a group had exactly one valid sample under [`SingletonPolicy::Error`].
@@ -63,6 +64,13 @@ pub struct AdvParams {
     pub sums: u64,
     /// `f64[num_groups]`: output of the partial-squares phase, input of finalize.
     pub m2: u64,
+    /// `f32[n]` external baselines (ReMax), or 0.
+    pub baselines: u64,
+    /// `u32[n]` response lengths (OPO), or 0.
+    pub lengths: u64,
+    /// `f64` device scalar: the GPG factor, written by `group_alpha_f32`, read under
+    /// [`Reweight::Gpg`](care_core::grpo::Reweight::Gpg).
+    pub alpha: u64,
     /// Number of samples.
     pub n: u32,
     /// Number of groups.
@@ -83,16 +91,16 @@ pub struct AdvParams {
     pub eps: f32,
     /// Phase: [`ADV_LOCAL`], [`ADV_PARTIAL_SUMS`], [`ADV_PARTIAL_SQUARES`], [`ADV_FINALIZE`].
     pub mode: u32,
+    /// The std floor (`max(std, std_floor) + eps`).
+    pub std_floor: f32,
+    /// [`Reweight`](care_core::grpo::Reweight) as its `u32` value.
+    pub reweight: u32,
 }
 
 impl AdvParams {
     /// Copies the options' fields (everything but pointers, sizes and the team mode).
     pub fn with_options(mut self, o: &AdvantageOptions) -> Self {
-        self.baseline = match o.baseline {
-            Baseline::Mean => 0,
-            Baseline::LeaveOneOut => 1,
-            Baseline::None => 2,
-        };
+        self.baseline = o.baseline as u32;
         self.scale = match o.scale {
             Scale::GroupStd => 0,
             Scale::BatchStd => 1,
@@ -105,6 +113,8 @@ impl AdvParams {
             SingletonPolicy::Error => 2,
         };
         self.eps = o.eps as f32;
+        self.std_floor = o.std_floor as f32;
+        self.reweight = o.reweight as u32;
         self
     }
 }
@@ -195,6 +205,39 @@ pub struct LossParams {
     pub horizon: f32,
     /// Padding.
     pub pad1: f32,
+    /// `T[n_tok]` rollout log-probs, or 0 (no rollout correction, no diagnostics).
+    pub logp_rollout: u64,
+    /// [`RolloutStatsRaw`] device struct (accumulated into) or 0.
+    pub rollout_stats: u64,
+    /// [`PolicyLoss`](care_core::grpo::PolicyLoss) as its `u32` value.
+    pub policy: u32,
+    /// [`IsLevel`] as its `u32` value.
+    pub is_level: u32,
+    /// 1: [`RejectionMode::ZeroWeight`].
+    pub rej_zero: u32,
+    /// 1: the rollout correction's weights and rejections apply (with `logp_rollout`).
+    pub roll_on: u32,
+    /// SAPO temperature for `A > 0`.
+    pub sapo_tau_pos: f32,
+    /// SAPO temperature for `A <= 0`.
+    pub sapo_tau_neg: f32,
+    /// Upper truncation bound of the importance weights.
+    pub is_threshold: f32,
+    /// Lower truncation bound of the importance weights.
+    pub is_threshold_low: f32,
+    /// Bound on the rollout log ratio.
+    pub roll_clamp: f32,
+    /// Bit `k`: [`Rejection`] `k` is on.
+    pub rej_on: u32,
+    /// Per [`Rejection`]: `ln(lower)` for the `k1` criteria (`-inf`: no lower bound), else 0.
+    pub rej_lower: [f32; 11],
+    /// Per [`Rejection`]: `ln(upper)` for the `k1` criteria, `upper` for the others.
+    pub rej_upper: [f32; 11],
+    /// [`Dtype::number`](care_core::Dtype::number) of the log-probs (the denominators kernel
+    /// reads them for the rollout correction).
+    pub dtype: u32,
+    /// Padding.
+    pub pad2: u32,
 }
 
 impl LossParams {
@@ -206,6 +249,7 @@ impl LossParams {
             Aggregation::SeqMeanTokenSum => 2,
             Aggregation::SeqMeanTokenSumNorm => 3,
             Aggregation::TokenSum => 4,
+            Aggregation::TokenSumNorm => 5,
         };
         self.kl = match o.kl_estimator {
             KlEstimator::K1 => 0,
@@ -213,7 +257,6 @@ impl LossParams {
             KlEstimator::K2 => 2,
             KlEstimator::K3 => 3,
         };
-        self.seq_level = u32::from(o.ratio_level == RatioLevel::Sequence);
         self.eps_low = o.eps_low as f32;
         self.eps_high = o.eps_high as f32;
         self.dual_clip = o.dual_clip as f32;
@@ -225,6 +268,40 @@ impl LossParams {
         self.n_tok_denom = o.global_tokens as f32;
         self.n_seq_denom = o.global_sequences as f32;
         self.horizon = o.horizon as f32;
+        self.seq_level = match o.ratio_level {
+            RatioLevel::Token => 0,
+            RatioLevel::Sequence => 1,
+            RatioLevel::SequenceToken => 2,
+        };
+        self.policy = o.policy_loss as u32;
+        self.sapo_tau_pos = o.sapo_tau_pos as f32;
+        self.sapo_tau_neg = o.sapo_tau_neg as f32;
+        let r = &o.rollout;
+        self.is_level = match r.is_level {
+            IsLevel::Off => 0,
+            IsLevel::Token => 1,
+            IsLevel::Sequence => 2,
+        };
+        self.rej_zero = u32::from(r.rejection_mode == RejectionMode::ZeroWeight);
+        self.is_threshold = r.is_threshold as f32;
+        self.is_threshold_low = r.is_threshold_low as f32;
+        self.roll_clamp = r.log_ratio_clamp as f32;
+        self.rej_on = 0;
+        for c in Rejection::ALL {
+            let (k, b) = (c as usize, r.bound(c));
+            if !b.on() {
+                (self.rej_lower[k], self.rej_upper[k]) = (0.0, 0.0);
+                continue;
+            }
+            self.rej_on |= 1 << k;
+            // The k1 criteria compare log ratios: the bounds in log space (ln 0 = -inf: none),
+            // rounded to f32 once.
+            (self.rej_lower[k], self.rej_upper[k]) = if c.is_k1() {
+                (b.lower.ln() as f32, b.upper.ln() as f32)
+            } else {
+                (0.0, b.upper as f32)
+            };
+        }
         self
     }
 
@@ -362,20 +439,36 @@ impl Default for LossStatsRaw {
 }
 
 macro_rules! device_fields {
-    ($($field:ident: $kind:ident $combine:ident),* $(,)?) => {
+    ($t:ty; $($field:ident: $kind:ident $combine:ident),* $(,)?) => {
         [$(StatsField {
             name: stringify!($field),
             kind: FieldKind::$kind,
-            offset: offset_of!(LossStatsRaw, $field),
+            offset: offset_of!($t, $field),
             combine: Combine::$combine,
         }),*]
+    };
+}
+
+/// Checks at compile time that a device stats table covers its struct densely and in order.
+macro_rules! dense_table {
+    ($table:ident, $t:ty) => {
+        const _: () = {
+            let mut end = 0;
+            let mut i = 0;
+            while i < $table.len() {
+                assert!($table[i].offset == end, "device stats table out of order");
+                end += $table[i].kind.size();
+                i += 1;
+            }
+            assert!(end == size_of::<$t>(), "device stats table misses a field");
+        };
     };
 }
 
 /// The fields of the device accumulator [`LossStatsRaw`] (C `CareLossStats`) in declaration
 /// order: the same names and combine rules as [`care_core::grpo::LOSS_STATS_LAYOUT`] (checked
 /// by a test), as `f32` sums and extrema first, then `u32` counts.
-pub const LOSS_STATS_DEVICE_LAYOUT: [StatsField; 14] = device_fields![
+pub const LOSS_STATS_DEVICE_LAYOUT: [StatsField; 14] = device_fields![LossStatsRaw;
     loss: F32 Sum,
     ppo_kl_sum: F32 Sum,
     kl_sum: F32 Sum,
@@ -392,23 +485,82 @@ pub const LOSS_STATS_DEVICE_LAYOUT: [StatsField; 14] = device_fields![
     non_finite: U32 Sum,
 ];
 
-// The table covers the whole struct, densely and in order.
-const _: () = {
-    let mut end = 0;
-    let mut i = 0;
-    while i < LOSS_STATS_DEVICE_LAYOUT.len() {
-        assert!(
-            LOSS_STATS_DEVICE_LAYOUT[i].offset == end,
-            "device stats table out of order"
-        );
-        end += LOSS_STATS_DEVICE_LAYOUT[i].kind.size();
-        i += 1;
+dense_table!(LOSS_STATS_DEVICE_LAYOUT, LossStatsRaw);
+
+/// The rollout correction's diagnostics as the loss kernel accumulates them (C
+/// `CareRolloutStats`): `f32` sums, then `u32` counts, added with atomics; initialize to zero.
+/// Convert with [`RolloutStatsRaw::to_core`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct RolloutStatsRaw {
+    /// [`RolloutStats::weight_sum`].
+    pub weight_sum: f32,
+    /// [`RolloutStats::kl_sum`].
+    pub kl_sum: f32,
+    /// [`RolloutStats::k3_sum`].
+    pub k3_sum: f32,
+    /// [`RolloutStats::log_ppl_diff_sum`].
+    pub log_ppl_diff_sum: f32,
+    /// [`RolloutStats::log_ppl_abs_diff_sum`].
+    pub log_ppl_abs_diff_sum: f32,
+    /// [`RolloutStats::chi2_token_sum`].
+    pub chi2_token_sum: f32,
+    /// [`RolloutStats::chi2_seq_sum`].
+    pub chi2_seq_sum: f32,
+    /// [`RolloutStats::tokens`].
+    pub tokens: u32,
+    /// [`RolloutStats::sequences`].
+    pub sequences: u32,
+    /// [`RolloutStats::rejected_tokens`].
+    pub rejected_tokens: u32,
+    /// [`RolloutStats::rejected_sequences`].
+    pub rejected_sequences: u32,
+    /// [`RolloutStats::truncated`].
+    pub truncated: u32,
+    /// [`RolloutStats::non_finite`].
+    pub non_finite: u32,
+}
+
+impl RolloutStatsRaw {
+    /// The same statistics as [`care_core::grpo::RolloutStats`].
+    pub fn to_core(&self) -> RolloutStats {
+        RolloutStats {
+            tokens: f64::from(self.tokens),
+            sequences: f64::from(self.sequences),
+            rejected_tokens: f64::from(self.rejected_tokens),
+            rejected_sequences: f64::from(self.rejected_sequences),
+            truncated: f64::from(self.truncated),
+            weight_sum: f64::from(self.weight_sum),
+            kl_sum: f64::from(self.kl_sum),
+            k3_sum: f64::from(self.k3_sum),
+            log_ppl_diff_sum: f64::from(self.log_ppl_diff_sum),
+            log_ppl_abs_diff_sum: f64::from(self.log_ppl_abs_diff_sum),
+            chi2_token_sum: f64::from(self.chi2_token_sum),
+            chi2_seq_sum: f64::from(self.chi2_seq_sum),
+            non_finite: f64::from(self.non_finite),
+        }
     }
-    assert!(
-        end == size_of::<LossStatsRaw>(),
-        "device stats table misses a field"
-    );
-};
+}
+
+/// The fields of [`RolloutStatsRaw`] (C `CareRolloutStats`) in declaration order, each named as
+/// its [`RolloutStats`] field; every one is a sum.
+pub const ROLLOUT_STATS_DEVICE_LAYOUT: [StatsField; 13] = device_fields![RolloutStatsRaw;
+    weight_sum: F32 Sum,
+    kl_sum: F32 Sum,
+    k3_sum: F32 Sum,
+    log_ppl_diff_sum: F32 Sum,
+    log_ppl_abs_diff_sum: F32 Sum,
+    chi2_token_sum: F32 Sum,
+    chi2_seq_sum: F32 Sum,
+    tokens: U32 Sum,
+    sequences: U32 Sum,
+    rejected_tokens: U32 Sum,
+    rejected_sequences: U32 Sum,
+    truncated: U32 Sum,
+    non_finite: U32 Sum,
+];
+
+dense_table!(ROLLOUT_STATS_DEVICE_LAYOUT, RolloutStatsRaw);
 
 /// Default loss denominators computed on the device (C `CareLossDenoms`).
 #[repr(C)]
@@ -442,8 +594,9 @@ pub mod layout {
     /// `CareAdvParams`.
     pub fn adv() -> Vec<u32> {
         layout!(AdvParams: rewards, valid, offsets, adv, group_stats, batch_std, tok_offsets,
-            tok_mask, adv_tok, status, sums, m2, n, num_groups, group_size, baseline, scale,
-            unbiased, singleton, warp_per_group, eps, mode)
+            tok_mask, adv_tok, status, sums, m2, baselines, lengths, alpha, n, num_groups,
+            group_size, baseline, scale, unbiased, singleton, warp_per_group, eps, mode,
+            std_floor, reweight)
     }
 
     /// `CareGroupStats` (= `care_core::grpo::GroupStats`).
@@ -462,7 +615,18 @@ pub mod layout {
         layout!(LossParams: logp, logp_old, logp_ref, adv, mask, seq_offsets, grad, stats,
             denoms, n_seq, n_tok, adv_per_token, grad_in_input_dtype, agg, kl, seq_level, pad0,
             eps_low, eps_high, dual_clip, log_ratio_clamp, kl_clamp, k3_clamp, seq_log_ratio_max,
-            beta, n_tok_denom, n_seq_denom, horizon, pad1)
+            beta, n_tok_denom, n_seq_denom, horizon, pad1, logp_rollout, rollout_stats, policy,
+            is_level, rej_zero, roll_on, sapo_tau_pos, sapo_tau_neg, is_threshold,
+            is_threshold_low, roll_clamp, rej_on, rej_lower, rej_upper, dtype, pad2)
+    }
+
+    /// `CareRolloutStats`, from [`ROLLOUT_STATS_DEVICE_LAYOUT`].
+    pub fn rollout_stats() -> Vec<u32> {
+        [size_of::<RolloutStatsRaw>(), align_of::<RolloutStatsRaw>()]
+            .into_iter()
+            .chain(ROLLOUT_STATS_DEVICE_LAYOUT.iter().map(|f| f.offset))
+            .map(|x| x as u32)
+            .collect()
     }
 
     /// `CareLsmParams`.
@@ -533,5 +697,75 @@ mod tests {
         }
         // The empty accumulator converts to the empty host stats.
         assert_eq!(LossStatsRaw::EMPTY.to_core(), LossStats::EMPTY);
+    }
+
+    #[test]
+    #[allow(clippy::panic)]
+    fn rollout_to_core_maps_every_field_by_name() {
+        // Distinct values per device field, read back through the host field of the same name.
+        let mut raw = RolloutStatsRaw::default();
+        let bytes = bytemuck::bytes_of_mut(&mut raw);
+        for (i, f) in ROLLOUT_STATS_DEVICE_LAYOUT.iter().enumerate() {
+            let v = i as u32 + 1;
+            let b = match f.kind {
+                FieldKind::F32 => (v as f32).to_ne_bytes(),
+                _ => v.to_ne_bytes(),
+            };
+            bytes[f.offset..f.offset + 4].copy_from_slice(&b);
+        }
+        let h = raw.to_core();
+        let host = |name: &str| match name {
+            "weight_sum" => h.weight_sum,
+            "kl_sum" => h.kl_sum,
+            "k3_sum" => h.k3_sum,
+            "log_ppl_diff_sum" => h.log_ppl_diff_sum,
+            "log_ppl_abs_diff_sum" => h.log_ppl_abs_diff_sum,
+            "chi2_token_sum" => h.chi2_token_sum,
+            "chi2_seq_sum" => h.chi2_seq_sum,
+            "tokens" => h.tokens,
+            "sequences" => h.sequences,
+            "rejected_tokens" => h.rejected_tokens,
+            "rejected_sequences" => h.rejected_sequences,
+            "truncated" => h.truncated,
+            "non_finite" => h.non_finite,
+            other => panic!("{other} is not a RolloutStats field"),
+        };
+        for (i, f) in ROLLOUT_STATS_DEVICE_LAYOUT.iter().enumerate() {
+            assert_eq!(host(f.name), (i + 1) as f64, "{}", f.name);
+        }
+        // Every host field has its device field (13 of each).
+        assert_eq!(
+            core::mem::size_of::<RolloutStats>(),
+            8 * ROLLOUT_STATS_DEVICE_LAYOUT.len()
+        );
+        assert_eq!(
+            RolloutStatsRaw::default().to_core(),
+            RolloutStats::default()
+        );
+    }
+
+    #[test]
+    fn loss_params_carry_the_rejection_bounds_in_log_space_for_k1() {
+        let mut o = LossOptions::default();
+        o.rollout.set_bound(Rejection::TokenK1, 0.5, 2.0);
+        o.rollout.set_bound(Rejection::SeqSumK1, 0.0, 4.0);
+        o.rollout.set_bound(Rejection::SeqMaxK3, 0.0, 0.25);
+        let p = LossParams::default().with_options(&o);
+        let bits = (1 << Rejection::TokenK1 as u32)
+            | (1 << Rejection::SeqSumK1 as u32)
+            | (1 << Rejection::SeqMaxK3 as u32);
+        assert_eq!(p.rej_on, bits);
+        let k = Rejection::TokenK1 as usize;
+        assert_eq!(
+            (p.rej_lower[k], p.rej_upper[k]),
+            (0.5f64.ln() as f32, 2f64.ln() as f32)
+        );
+        let k = Rejection::SeqSumK1 as usize;
+        assert_eq!(
+            (p.rej_lower[k], p.rej_upper[k]),
+            (f32::NEG_INFINITY, 4f64.ln() as f32)
+        );
+        let k = Rejection::SeqMaxK3 as usize;
+        assert_eq!((p.rej_lower[k], p.rej_upper[k]), (0.0, 0.25));
     }
 }

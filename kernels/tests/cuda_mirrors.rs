@@ -1,4 +1,5 @@
-//! The CUDA source's mirror of the loss statistics against the one field list.
+//! The CUDA source's mirrors of the loss statistics and the rollout diagnostics against their
+//! field lists.
 //!
 //! Relation checked: the members of `struct CareLossStats` in `kernels/cuda/grpo_loss.cu`
 //! (name and C type, in declaration order) are exactly
@@ -6,11 +7,12 @@
 //! `care_core::grpo::LOSS_STATS_LAYOUT` (unit test in `params.rs`). The C compiler's offsets of
 //! the same struct are compared with the Rust mirror by the emulator's layout test; this test
 //! adds the names and types, which offsets alone cannot tell apart (two swapped `u32` counters
-//! have the same offsets).
+//! have the same offsets). The same for `struct CareRolloutStats` and
+//! `care_kernels::params::ROLLOUT_STATS_DEVICE_LAYOUT`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_core::grpo::FieldKind;
-use care_kernels::params::LOSS_STATS_DEVICE_LAYOUT;
+use care_kernels::params::{LOSS_STATS_DEVICE_LAYOUT, ROLLOUT_STATS_DEVICE_LAYOUT};
 
 /// The `(name, C type)` members of `struct NAME { ... };` in `src`, in order; comments dropped.
 fn struct_members(src: &str, name: &str) -> Vec<(String, String)> {
@@ -43,6 +45,17 @@ fn cuda_loss_stats_struct_is_the_device_layout() {
     let src = include_str!("../cuda/grpo_loss.cu");
     let got = struct_members(src, "CareLossStats");
     let want: Vec<(String, String)> = LOSS_STATS_DEVICE_LAYOUT
+        .iter()
+        .map(|f| (f.name.to_owned(), c_type(f.kind).to_owned()))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn cuda_rollout_stats_struct_is_the_device_layout() {
+    let src = include_str!("../cuda/grpo_loss.cu");
+    let got = struct_members(src, "CareRolloutStats");
+    let want: Vec<(String, String)> = ROLLOUT_STATS_DEVICE_LAYOUT
         .iter()
         .map(|f| (f.name.to_owned(), c_type(f.kind).to_owned()))
         .collect();

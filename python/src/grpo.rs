@@ -424,6 +424,7 @@ fn host_loss<T: LogProb + Elem>(
         seq_offsets: offsets,
         mask,
         advantages: adv,
+        logp_rollout: None,
     };
     py.detach(|| care_core::grpo::policy_loss(&inputs, opts, grad))
         .or_raise("policy_loss")
@@ -841,6 +842,7 @@ fn host_logits_loss<T: LogProb + Elem, I: TokenId + Elem>(
         seq_offsets: offsets,
         mask,
         advantages: adv,
+        logp_rollout: None,
     };
     py.detach(|| care_core::grpo::policy_loss(&inputs, opts, dlogp))
         .or_raise("logits_policy_loss")

@@ -50,7 +50,9 @@ impl OptionSet for AdvantageOptions {
             "scale" => self.scale = parse(key, value)?,
             "std_kind" => self.std_kind = parse(key, value)?,
             "singleton" => self.singleton = parse(key, value)?,
+            "reweight" => self.reweight = parse(key, value)?,
             "eps" => self.eps = num(key, value)?,
+            "std_floor" => self.std_floor = num(key, value)?,
             _ => return Err(unknown::<Self>(key, &self.fields())),
         }
         Ok(())
@@ -62,7 +64,9 @@ impl OptionSet for AdvantageOptions {
             ("scale", self.scale.name().into()),
             ("std_kind", self.std_kind.name().into()),
             ("singleton", self.singleton.name().into()),
+            ("reweight", self.reweight.name().into()),
             ("eps", format!("{:?}", self.eps)),
+            ("std_floor", format!("{:?}", self.std_floor)),
         ]
     }
 
@@ -86,6 +90,8 @@ impl OptionSet for LossOptions {
             "aggregation" => self.aggregation = parse(key, value)?,
             "ratio_level" => self.ratio_level = parse(key, value)?,
             "kl_estimator" => self.kl_estimator = parse(key, value)?,
+            "policy_loss" => self.policy_loss = parse(key, value)?,
+            "sequence_count" => self.sequence_count = parse(key, value)?,
             "eps_low" => self.eps_low = num(key, value)?,
             "eps_high" => self.eps_high = num(key, value)?,
             "dual_clip" => self.dual_clip = num(key, value)?,
@@ -97,6 +103,12 @@ impl OptionSet for LossOptions {
             "global_tokens" => self.global_tokens = num(key, value)?,
             "global_sequences" => self.global_sequences = num(key, value)?,
             "horizon" => self.horizon = num(key, value)?,
+            "sapo_tau_pos" => self.sapo_tau_pos = num(key, value)?,
+            "sapo_tau_neg" => self.sapo_tau_neg = num(key, value)?,
+            "cov_ratio" => self.cov_ratio = num(key, value)?,
+            "clip_cov_lb" => self.clip_cov_lb = num(key, value)?,
+            "clip_cov_ub" => self.clip_cov_ub = num(key, value)?,
+            "kl_cov_coef" => self.kl_cov_coef = num(key, value)?,
             _ => return Err(unknown::<Self>(key, &self.fields())),
         }
         Ok(())
@@ -108,6 +120,8 @@ impl OptionSet for LossOptions {
             ("aggregation", self.aggregation.name().into()),
             ("ratio_level", self.ratio_level.name().into()),
             ("kl_estimator", self.kl_estimator.name().into()),
+            ("policy_loss", self.policy_loss.name().into()),
+            ("sequence_count", self.sequence_count.name().into()),
             ("eps_low", f(self.eps_low)),
             ("eps_high", f(self.eps_high)),
             ("dual_clip", f(self.dual_clip)),
@@ -119,6 +133,12 @@ impl OptionSet for LossOptions {
             ("global_tokens", f(self.global_tokens)),
             ("global_sequences", f(self.global_sequences)),
             ("horizon", f(self.horizon)),
+            ("sapo_tau_pos", f(self.sapo_tau_pos)),
+            ("sapo_tau_neg", f(self.sapo_tau_neg)),
+            ("cov_ratio", f(self.cov_ratio)),
+            ("clip_cov_lb", f(self.clip_cov_lb)),
+            ("clip_cov_ub", f(self.clip_cov_ub)),
+            ("kl_cov_coef", f(self.kl_cov_coef)),
         ]
     }
 

@@ -154,6 +154,43 @@ def test_policy_loss_matches_spec_and_finite_differences():
     assert again.loss == res.loss and (again.grad[mask == 0] == 0).all()
 
 
+def test_presets_keep_their_policy_loss_and_counts_through_the_option_text():
+    # The option text carries every field a preset sets: a preset of the policy-loss family
+    # must not fall back to the clipped ratio on its way through the text.
+    for preset, field, want in (
+        ("verl_cispo", "policy_loss", "cispo"),
+        ("verl_sapo", "sapo_tau_neg", "1.05"),
+        ("verl_geo_mean", "policy_loss", "gmpo"),
+        ("verl_gspo", "ratio_level", "sequence_token"),
+        ("trl_grpo", "sequence_count", "all"),
+        ("verl_seq_mean_token_sum_norm", "aggregation", "token_sum_norm"),
+    ):
+        fields = dict(care_rl._care.loss_option_fields(care_rl.loss_options(preset)))
+        assert fields[field] == want, (preset, fields)
+    fields = dict(care_rl._care.advantage_option_fields(care_rl.advantage_options("gpg")))
+    assert fields["reweight"] == "gpg"
+    fields = dict(care_rl._care.advantage_option_fields(care_rl.advantage_options(std_floor=0.1)))
+    assert fields["std_floor"] == "0.1"
+
+
+def test_cispo_preset_gradient_is_the_detached_clipped_weight():
+    # CISPO: l = -sg(clip(rho, 1 - eps_low, 1 + eps_high)) * A * logp, so the gradient is
+    # -clip(rho) * A * w even where the ratio is clipped (verl eps 0.2 / 0.2, token mean).
+    rng = np.random.default_rng(5)
+    b, length = 3, 6
+    old = -rng.random((b, length)) * 2
+    logp = old + rng.normal(0, 0.4, (b, length))
+    adv = rng.normal(0, 1, b).astype(np.float32)
+    res = care_rl.policy_loss(logp, old, adv, preset="verl_cispo")
+    a = np.repeat(adv.astype(np.float64), length).reshape(b, length)
+    c = np.clip(np.exp(logp - old), 0.8, 1.2)
+    n = b * length
+    np.testing.assert_allclose(res.grad, -c * a / n, rtol=1e-6, atol=1e-9)
+    assert res.loss == pytest.approx(float((-c * a * logp).sum() / n), rel=1e-12)
+    clipped = ((np.exp(logp - old) > 1.2) | (np.exp(logp - old) < 0.8)).sum()
+    assert clipped > 0 and res.stats["clipped"] == clipped
+
+
 def test_policy_loss_layouts_and_errors():
     logp = np.array([-0.5, -1.0, -0.7, -2.0], np.float32)
     offs = np.array([0, 1, 4], np.uint32)

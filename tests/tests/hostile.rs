@@ -74,7 +74,7 @@ fn ffi_parse(text: &[u8]) -> care_result {
 
 /// One CLI line through the binary's code path (`care advantages`): the error code, if any.
 fn cli_error(line: &[u8]) -> Option<String> {
-    let cmd = Command::Advantages(AdvantageOptions::default());
+    let cmd = Command::Advantages(AdvantageOptions::default().into());
     let (out, ok) = care_cli::process_line(&cmd, 1, line);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["line"], 1);
@@ -165,7 +165,7 @@ impl io::Write for Count {
 
 #[test]
 fn a_100_mb_cli_line_is_line_too_long() {
-    let cmd = Command::Advantages(AdvantageOptions::default());
+    let cmd = Command::Advantages(AdvantageOptions::default().into());
     let input = io::repeat(b' ')
         .take(100 << 20)
         .chain(&b"\n{\"rewards\":[1,0],\"group_size\":2}\n"[..]);

@@ -116,7 +116,7 @@ fn advantage_f32_output_never_overflows_to_infinity() {
 /// output would take for data. Fixed by the saturation above: the line holds `±f32::MAX`.
 #[test]
 fn cli_success_line_holds_no_null_advantage() {
-    let cmd = Command::Advantages(AdvantageOptions::preset(Preset::DrGrpo));
+    let cmd = Command::Advantages(AdvantageOptions::preset(Preset::DrGrpo).into());
     let (out, ok) = care_cli::process_line(
         &cmd,
         1,
@@ -146,6 +146,7 @@ fn loss_f32_gradient_never_overflows_to_infinity() {
         seq_offsets: &[0, 1],
         mask: None,
         advantages: Advantages::PerSequence(&adv),
+        logp_rollout: None,
     };
     match policy_loss(&inputs, &opts, &mut grad) {
         Ok(out) => {
@@ -154,4 +155,59 @@ fn loss_f32_gradient_never_overflows_to_infinity() {
         }
         Err(e) => assert_eq!(e, Error::NonFinite),
     }
+}
+
+/// Found by the `advantages` fuzz target when it started driving the token-level estimators
+/// (artifact `crash-7ebfd276bc3df46ed8b30328a3478e15d3d23d3f`): GAE of NaN token rewards gives
+/// NaN advantages, and whitening them failed. Two things were wrong: the harness compared the
+/// untouched NaN buffer with `==` (NaN is never equal to itself) and reported a write on error;
+/// and `whiten` reported the NaN statistics as `invalid_argument` (the cross-rank check of bad
+/// reduced moments), which names the wrong culprit. A non-finite counted value is `non_finite`
+/// now, and nothing is written.
+#[test]
+fn whitening_a_non_finite_value_is_non_finite_and_writes_nothing() {
+    use care_core::grpo::{WhitenOptions, whiten};
+    let mut v = [f32::NAN, 1.0, 2.0];
+    let before = v.map(f32::to_bits);
+    let e = whiten(&mut v, None, &WhitenOptions::default());
+    assert_eq!(e, Err(Error::NonFinite));
+    assert_eq!(v.map(f32::to_bits), before);
+    // A masked NaN is not read.
+    let mut w = [f32::NAN, 1.0, 2.0];
+    whiten(&mut w, Some(&[0, 1, 1]), &WhitenOptions::default()).unwrap();
+    assert_eq!(w[0], 0.0);
+}
+
+/// Found by the `loss` fuzz target once it drove the rollout correction (artifact
+/// `crash-bfbfd5a50a9b0f24187dd29a62e4df55be4f5907`): `f16` rollout log-probs that overflow to
+/// infinity on some tokens; `token_k1` drops those tokens, but the sequence weight sums the log
+/// ratios of every counted token, so it is NaN and so is the loss of the kept, finite tokens,
+/// while `non_finite` said 0. The dropped tokens' non-finite log-probs now count in
+/// `non_finite`: a NaN loss is always announced.
+#[test]
+fn dropped_non_finite_rollout_tokens_are_counted() {
+    use care_core::grpo::{
+        Advantages, IsLevel, LossInputs, LossOptions, RejectBound, Rejection, policy_loss,
+    };
+    let logp = [-1.0f32; 4];
+    let old = [-1.0f32; 4];
+    let rollout = [f32::INFINITY, f32::NEG_INFINITY, -1.0, -1.0];
+    let mut o = LossOptions::default();
+    o.rollout.is_level = IsLevel::Sequence;
+    o.rollout.reject[Rejection::TokenK1 as usize] = RejectBound::ratio(5.0);
+    let inputs = LossInputs {
+        logp: &logp[..],
+        logp_old: Some(&old[..]),
+        logp_ref: None,
+        seq_offsets: &[0, 4],
+        mask: None,
+        advantages: Advantages::PerSequence(&[1.0]),
+        logp_rollout: Some(&rollout[..]),
+    };
+    let mut g = [0.0f32; 4];
+    let out = policy_loss(&inputs, &o, &mut g).unwrap();
+    assert_eq!(out.stats.tokens, 2.0); // the two infinite ones were dropped
+    assert!(out.loss.is_nan());
+    assert_eq!(out.stats.non_finite, 2.0);
+    assert_eq!(out.rollout.non_finite, 2.0);
 }

@@ -1,22 +1,75 @@
-//! `care advantages`: group-relative advantages of one batch per line (SPEC §9).
+//! `care advantages`: the advantages of one batch per line: group-relative advantages of
+//! outcome rewards (SPEC §9, §18), or the token-level estimators (GAE, REINFORCE++; SPEC §18)
+//! over token rewards, each optionally whitened over the batch's tokens.
 
 use crate::input::{
-    Line, f32_array, mask_array, object, optional, required, u32_array, usize_value,
+    Line, Members, f32_array, mask_array, object, optional, required, u32_array, usize_value,
 };
 use crate::json::{LineError, Obj};
-use care_core::grpo::{AdvantageOptions, GroupLayout, GroupStats, group_advantages};
+use care_core::grpo::{
+    AdvantageEstimator, AdvantageOptions, GaeOptions, GroupInputs, GroupLayout, GroupStats,
+    WhitenOptions, broadcast_to_tokens, discounted_returns, gae, group_advantages_with, whiten,
+};
 
-/// Resolved options: the core's [`AdvantageOptions`].
-pub type Options = AdvantageOptions;
+/// Resolved options of `care advantages`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Options {
+    /// Which estimator.
+    pub estimator: AdvantageEstimator,
+    /// The group estimator's options.
+    pub group: AdvantageOptions,
+    /// The token-level estimators' discount and GAE lambda.
+    pub gae: GaeOptions,
+    /// Whiten the token advantages over the line's counted tokens.
+    pub whiten: Option<WhitenOptions>,
+}
 
-/// Reads `{"rewards", "group_size" | "group_offsets", "valid"?}` and writes `advantages` and
-/// `groups`.
+impl From<AdvantageOptions> for Options {
+    /// The group estimator with these options, no whitening.
+    fn from(group: AdvantageOptions) -> Self {
+        Options {
+            estimator: AdvantageEstimator::Group,
+            group,
+            gae: GaeOptions::default(),
+            whiten: None,
+        }
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        AdvantageOptions::default().into()
+    }
+}
+
+/// Reads one line and writes its advantages:
+///
+/// * group: `{"rewards", "group_size" | "group_offsets", "valid"?, "lengths"?, "baselines"?,
+///   "seq_offsets"?, "mask"?}` gives `advantages` and `groups`, plus `token_advantages` (the
+///   broadcast, whitened with `--whiten`) when `seq_offsets` is given;
+/// * gae: `{"token_rewards", "values", "seq_offsets", "mask"?}` gives `advantages` and
+///   `returns` per token;
+/// * reinforce_pp: `{"token_rewards", "seq_offsets", "mask"?}` gives `returns` and
+///   `advantages` (the returns, whitened with `--whiten`).
 pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
     let m = object(line)?;
+    match opts.estimator {
+        AdvantageEstimator::Group => group(opts, m, o),
+        AdvantageEstimator::Gae | AdvantageEstimator::ReinforcePp => token_level(opts, m, o),
+    }
+}
+
+fn group(opts: &Options, m: &Members<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
     // A null reward is an invalid sample; the core treats NaN exactly that way.
     let rewards = f32_array(required(m, "rewards")?, "rewards", true)?;
     let valid = optional(m, "valid")
         .map(|v| mask_array(v, "valid"))
+        .transpose()?;
+    let lengths = optional(m, "lengths")
+        .map(|v| u32_array(v, "lengths"))
+        .transpose()?;
+    let baselines = optional(m, "baselines")
+        .map(|v| f32_array(v, "baselines", true))
         .transpose()?;
     let offsets;
     let layout = match (optional(m, "group_size"), optional(m, "group_offsets")) {
@@ -41,16 +94,35 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
     let groups = layout
         .validate(rewards.len())
         .map_err(|e| LineError::core(e, "group layout"))?;
+    let inputs = GroupInputs {
+        lengths: lengths.as_deref(),
+        baselines: baselines.as_deref(),
+        ..GroupInputs::new(&rewards, valid.as_deref(), layout)
+    };
     let mut adv = vec![0.0f32; rewards.len()];
     let mut stats = vec![GroupStats::default(); groups];
-    group_advantages(
-        &rewards,
-        valid.as_deref(),
-        layout,
-        opts,
-        &mut adv,
-        Some(&mut stats),
-    )?;
+    group_advantages_with(&inputs, &opts.group, &mut adv, Some(&mut stats))?;
+    let tokens = match optional(m, "seq_offsets") {
+        Some(v) => {
+            let seq_offsets = u32_array(v, "seq_offsets")?;
+            let mask = optional(m, "mask")
+                .map(|v| mask_array(v, "mask"))
+                .transpose()?;
+            let t = seq_offsets.last().copied().unwrap_or(0) as usize;
+            let mut tok = vec![0.0f32; t];
+            broadcast_to_tokens(&adv, &seq_offsets, mask.as_deref(), &mut tok)?;
+            if let Some(w) = &opts.whiten {
+                whiten(&mut tok, mask.as_deref(), w)?;
+            }
+            Some(tok)
+        }
+        None if opts.whiten.is_some() => {
+            return Err(LineError::schema(
+                "--whiten needs \"seq_offsets\" (the token layout to whiten over)",
+            ));
+        }
+        None => None,
+    };
     o.f32s("advantages", &adv);
     o.arr("groups", |a| {
         for s in &stats {
@@ -62,5 +134,38 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
             });
         }
     });
+    if let Some(tok) = tokens {
+        o.f32s("token_advantages", &tok);
+    }
+    Ok(())
+}
+
+fn token_level(opts: &Options, m: &Members<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
+    let rewards = f32_array(required(m, "token_rewards")?, "token_rewards", false)?;
+    let seq_offsets = u32_array(required(m, "seq_offsets")?, "seq_offsets")?;
+    let mask = optional(m, "mask")
+        .map(|v| mask_array(v, "mask"))
+        .transpose()?;
+    let t = rewards.len();
+    let (mut adv, mut ret) = (vec![0.0f32; t], vec![0.0f32; t]);
+    if opts.estimator == AdvantageEstimator::Gae {
+        let values = f32_array(required(m, "values")?, "values", false)?;
+        gae(
+            &rewards,
+            &values,
+            &seq_offsets,
+            mask.as_deref(),
+            &opts.gae,
+            &mut adv,
+            &mut ret,
+        )?;
+    } else {
+        discounted_returns(&rewards, &seq_offsets, mask.as_deref(), &opts.gae, &mut ret)?;
+        adv.copy_from_slice(&ret);
+    }
+    if let Some(w) = &opts.whiten {
+        whiten(&mut adv, mask.as_deref(), w)?;
+    }
+    o.f32s("advantages", &adv).f32s("returns", &ret);
     Ok(())
 }

@@ -1,14 +1,17 @@
-//! `care loss`: the clipped-ratio policy loss of one micro-batch per line (SPEC §10).
+//! `care loss`: the policy loss of one micro-batch per line (SPEC §10 and the policy-loss
+//! family of SPEC §17), with the rollout correction (SPEC §16) when the line has rollout
+//! log-probs.
 
 use crate::input::{Line, f32_array, mask_array, object, optional, required, u32_array};
 use crate::json::{LineError, Obj};
-use care_core::grpo::{Advantages, LossInputs, LossOptions, LossStats, policy_loss};
+use care_core::grpo::{Advantages, LossInputs, LossOptions, LossStats, RolloutStats, policy_loss};
 
 /// Resolved options: the core's [`LossOptions`].
 pub type Options = LossOptions;
 
-/// Reads `{"logp", "logp_old"?, "logp_ref"?, "seq_offsets", "mask"?, "advantages"}` and writes
-/// `loss`, `grad` and `stats`.
+/// Reads `{"logp", "logp_old"?, "logp_ref"?, "logp_rollout"?, "seq_offsets", "mask"?,
+/// "advantages"}` and writes `loss`, `grad` and `stats`; `rollout` (the diagnostics) when
+/// `logp_rollout` is given; `cov_selected` for Clip-Cov and KL-Cov.
 pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineError> {
     let m = object(line)?;
     // null log-probs are allowed (NaN): a masked token's inputs are never read.
@@ -18,6 +21,9 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
         .transpose()?;
     let logp_ref = optional(m, "logp_ref")
         .map(|v| f32_array(v, "logp_ref", true))
+        .transpose()?;
+    let logp_rollout = optional(m, "logp_rollout")
+        .map(|v| f32_array(v, "logp_rollout", true))
         .transpose()?;
     let seq_offsets = u32_array(required(m, "seq_offsets")?, "seq_offsets")?;
     let mask = optional(m, "mask")
@@ -47,12 +53,36 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
         seq_offsets: &seq_offsets,
         mask: mask.as_deref(),
         advantages,
+        logp_rollout: logp_rollout.as_deref(),
     };
     let mut grad = vec![0.0f32; logp.len()];
     let out = policy_loss(&inputs, opts, &mut grad)?;
     o.f64("loss", out.loss).f32s("grad", &grad);
     o.obj("stats", |s| write_stats(s, &out.stats));
+    if logp_rollout.is_some() {
+        o.obj("rollout", |s| write_rollout_stats(s, &out.rollout));
+    }
+    if opts.policy_loss.selects_by_covariance() {
+        o.f64("cov_selected", out.cov_selected);
+    }
     Ok(())
+}
+
+/// The rollout correction's diagnostics, in the core's field order (all sums).
+pub fn write_rollout_stats(s: &mut Obj<'_>, st: &RolloutStats) {
+    s.f64("tokens", st.tokens)
+        .f64("sequences", st.sequences)
+        .f64("rejected_tokens", st.rejected_tokens)
+        .f64("rejected_sequences", st.rejected_sequences)
+        .f64("truncated", st.truncated)
+        .f64("weight_sum", st.weight_sum)
+        .f64("kl_sum", st.kl_sum)
+        .f64("k3_sum", st.k3_sum)
+        .f64("log_ppl_diff_sum", st.log_ppl_diff_sum)
+        .f64("log_ppl_abs_diff_sum", st.log_ppl_abs_diff_sum)
+        .f64("chi2_token_sum", st.chi2_token_sum)
+        .f64("chi2_seq_sum", st.chi2_seq_sum)
+        .f64("non_finite", st.non_finite);
 }
 
 /// The stats members, in the core's field order (`ratio_min`/`ratio_max` are `null` when no

@@ -26,8 +26,9 @@ pub enum Command {
     GeneratorReward(generator_reward::Options),
     /// `care advantages`.
     Advantages(advantages::Options),
-    /// `care loss`.
-    Loss(loss::Options),
+    /// `care loss` (boxed: the loss options with the rollout correction are a few hundred
+    /// bytes).
+    Loss(Box<loss::Options>),
 }
 
 /// Processes one input line (`bytes`, without the newline) as the binary does: returns the

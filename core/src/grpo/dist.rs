@@ -16,8 +16,9 @@
 //! gives the same answer on any split.
 
 use super::advantage::{
-    AdvantageOptions, AdvantageValue, GroupStats, check_lengths, group_map, group_stats,
-    range_centered_squares, range_sums, std_from, write_group,
+    AdvantageOptions, AdvantageValue, Baseline, GroupExtra, GroupInputs, GroupStats, Reweight,
+    check_lengths, gpg_alpha, group_map, group_stats, range_centered_squares, range_sums, std_from,
+    write_group,
 };
 use super::layout::GroupLayout;
 use crate::{Error, Result};
@@ -80,9 +81,9 @@ pub fn group_partial_squares(
 /// single-rank [`group_advantages`](super::group_advantages) over the whole batch (to rounding
 /// of the reduction order).
 ///
-/// Errors: as [`group_advantages`](super::group_advantages); [`Error::LengthMismatch`] for
-/// `sums`/`m2`; [`Error::InvalidArgument`] for a negative or non-finite reduced value. Checks
-/// run before any write.
+/// [`group_advantages_finalize_with`] without external baselines.
+///
+/// Errors: as [`group_advantages_finalize_with`].
 #[allow(clippy::too_many_arguments)] // mirrors the C ABI: one slice per buffer, no structs
 pub fn group_advantages_finalize<O: AdvantageValue>(
     rewards: &[f32],
@@ -92,9 +93,36 @@ pub fn group_advantages_finalize<O: AdvantageValue>(
     m2: &[f64],
     opts: &AdvantageOptions,
     out: &mut [O],
+    stats: Option<&mut [GroupStats]>,
+) -> Result<()> {
+    let inputs = GroupInputs::new(rewards, valid, layout);
+    group_advantages_finalize_with(&inputs, sums, m2, opts, out, stats)
+}
+
+/// Step 3 with the per-sample inputs of [`GroupInputs`].
+///
+/// The baselines that need a whole group on one rank ([`Baseline::LengthWeighted`],
+/// [`Baseline::PassK`]) are not available here: gather such groups on one rank and call
+/// [`group_advantages_with`](super::group_advantages_with). [`Baseline::External`] takes this
+/// rank's `inputs.baselines`; [`Reweight::Gpg`] is computed from the reduced moments.
+///
+/// Errors: as [`group_advantages_with`](super::group_advantages_with);
+/// [`Error::LengthMismatch`] for `sums`/`m2`; [`Error::InvalidArgument`] for a negative or
+/// non-finite reduced value or a length-weighted or pass@k baseline. Checks run before any
+/// write.
+pub fn group_advantages_finalize_with<O: AdvantageValue>(
+    inputs: &GroupInputs<'_>,
+    sums: &[GroupSums],
+    m2: &[f64],
+    opts: &AdvantageOptions,
+    out: &mut [O],
     mut stats: Option<&mut [GroupStats]>,
 ) -> Result<()> {
     opts.validate()?;
+    if matches!(opts.baseline, Baseline::LengthWeighted | Baseline::PassK) {
+        return Err(Error::InvalidArgument);
+    }
+    let (rewards, valid, layout) = (inputs.rewards, inputs.valid, inputs.layout);
     let b = check_lengths(
         rewards,
         valid,
@@ -105,13 +133,16 @@ pub fn group_advantages_finalize<O: AdvantageValue>(
     if sums.len() != b || m2.len() != b {
         return Err(Error::LengthMismatch);
     }
+    inputs.check(opts)?;
+    let none = GroupExtra::default();
     let (mut tot_n, mut tot_sum) = (0.0f64, 0.0f64);
     for (s, &q) in sums.iter().zip(m2) {
         let ok = s.count.is_finite() && s.count >= 0.0 && s.sum.is_finite();
         if !(ok && q.is_finite() && q >= 0.0) {
             return Err(Error::InvalidArgument);
         }
-        group_map(s.count, s.sum, q, 0.0, opts)?;
+        // The singleton policy's error, before any write (alpha does not matter here).
+        group_map(s.count, s.sum, q, 0.0, &none, 1.0, opts)?;
         tot_n += s.count;
         tot_sum += s.sum;
     }
@@ -130,9 +161,21 @@ pub fn group_advantages_finalize<O: AdvantageValue>(
     } else {
         0.0
     };
+    let alpha = match opts.reweight {
+        Reweight::None => 1.0,
+        Reweight::Gpg => {
+            let mut m = 0.0f64;
+            for (s, &q) in sums.iter().zip(m2) {
+                if group_map(s.count, s.sum, q, batch_std, &none, 1.0, opts)?.factor == 0.0 {
+                    m += s.count;
+                }
+            }
+            gpg_alpha(tot_n, m)
+        }
+    };
     for (g, (s, &q)) in sums.iter().zip(m2).enumerate() {
-        let map = group_map(s.count, s.sum, q, batch_std, opts)?;
-        write_group(rewards, valid, layout.range(g), &map, out)?;
+        let map = group_map(s.count, s.sum, q, batch_std, &none, alpha, opts)?;
+        write_group(inputs, layout.range(g), &map, out)?;
         if let Some(st) = stats.as_deref_mut() {
             st[g] = group_stats(s.count, s.sum, &map);
         }

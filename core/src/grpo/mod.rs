@@ -16,22 +16,41 @@
 
 mod advantage;
 mod dist;
+mod family;
+mod gae;
 mod layout;
 mod logprob;
 mod loss;
+mod rollout;
 mod stats_layout;
 
 pub use advantage::{
-    AdvantageOptions, AdvantageValue, Baseline, GroupStats, Preset, Scale, SingletonPolicy,
-    StdKind, broadcast_to_tokens, group_advantages,
+    AdvantageOptions, AdvantageValue, Baseline, GroupInputs, GroupStats, Preset, Reweight, Scale,
+    SingletonPolicy, StdKind, broadcast_to_tokens, group_advantages, group_advantages_with,
 };
-pub use dist::{GroupSums, group_advantages_finalize, group_partial_squares, group_partial_sums};
+pub use dist::{
+    GroupSums, group_advantages_finalize, group_advantages_finalize_with, group_partial_squares,
+    group_partial_sums,
+};
+pub use family::{
+    PgTerm, PolicyLoss, Selection, cispo_term, cov_select_count, covariance, gmpo_log_ratio,
+    gpg_term, kl_cov_term, sapo_term, sigmoid, top_k,
+};
+pub use gae::{
+    AdvantageEstimator, GaeOptions, WhitenOptions, discounted_returns, gae, whiten,
+    whiten_finalize, whiten_partial_squares, whiten_partial_sums,
+};
 pub use layout::{GroupLayout, validate_offsets};
 pub use logprob::LogProb;
 pub use loss::{
     Advantages, Aggregation, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput, LossPreset,
-    LossStats, RatioLevel, Surrogate, TokenTerms, aggregation_weight, kl_term, log_ratio,
-    policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
+    LossStats, RatioLevel, SequenceCount, Surrogate, TokenTerms, aggregation_weight, kl_term,
+    log_ratio, policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
+};
+pub use rollout::{
+    IsLevel, RejectBound, Rejection, RejectionMode, RolloutInputs, RolloutOptions, RolloutStats,
+    SequenceRollout, TokenDivergence, rollout_correction, rollout_log_ratio, token_divergence,
+    truncated_weight,
 };
 pub use stats_layout::{Combine, FieldKind, LOSS_STATS_LAYOUT, LOSS_STATS_SIZE, StatsField};
 

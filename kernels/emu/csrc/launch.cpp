@@ -19,6 +19,7 @@ extern "C" {
 
 EMU_ENTRY(group_advantages_f32, CareAdvParams)
 EMU_ENTRY(batch_std_f32, CareBatchStdParams)
+EMU_ENTRY(group_alpha_f32, CareAdvParams)
 EMU_ENTRY(grpo_loss_f32, CareLossParams)
 EMU_ENTRY(grpo_loss_bf16, CareLossParams)
 EMU_ENTRY(grpo_loss_f16, CareLossParams)
@@ -46,11 +47,14 @@ size_t emu_layout_adv(uint32_t* out, size_t cap) {
                     EMU_OFF(CareAdvParams, tok_offsets), EMU_OFF(CareAdvParams, tok_mask),
                     EMU_OFF(CareAdvParams, adv_tok), EMU_OFF(CareAdvParams, status),
                     EMU_OFF(CareAdvParams, sums), EMU_OFF(CareAdvParams, m2),
+                    EMU_OFF(CareAdvParams, baselines), EMU_OFF(CareAdvParams, lengths),
+                    EMU_OFF(CareAdvParams, alpha),
                     EMU_OFF(CareAdvParams, n), EMU_OFF(CareAdvParams, num_groups),
                     EMU_OFF(CareAdvParams, group_size), EMU_OFF(CareAdvParams, baseline),
                     EMU_OFF(CareAdvParams, scale), EMU_OFF(CareAdvParams, unbiased),
                     EMU_OFF(CareAdvParams, singleton), EMU_OFF(CareAdvParams, warp_per_group),
-                    EMU_OFF(CareAdvParams, eps), EMU_OFF(CareAdvParams, mode)};
+                    EMU_OFF(CareAdvParams, eps), EMU_OFF(CareAdvParams, mode),
+                    EMU_OFF(CareAdvParams, std_floor), EMU_OFF(CareAdvParams, reweight)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;
@@ -90,7 +94,15 @@ size_t emu_layout_loss(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossParams, k3_clamp), EMU_OFF(CareLossParams, seq_log_ratio_max),
                     EMU_OFF(CareLossParams, beta), EMU_OFF(CareLossParams, n_tok_denom),
                     EMU_OFF(CareLossParams, n_seq_denom), EMU_OFF(CareLossParams, horizon),
-                    EMU_OFF(CareLossParams, pad1)};
+                    EMU_OFF(CareLossParams, pad1), EMU_OFF(CareLossParams, logp_rollout),
+                    EMU_OFF(CareLossParams, rollout_stats), EMU_OFF(CareLossParams, policy),
+                    EMU_OFF(CareLossParams, is_level), EMU_OFF(CareLossParams, rej_zero),
+                    EMU_OFF(CareLossParams, roll_on), EMU_OFF(CareLossParams, sapo_tau_pos),
+                    EMU_OFF(CareLossParams, sapo_tau_neg), EMU_OFF(CareLossParams, is_threshold),
+                    EMU_OFF(CareLossParams, is_threshold_low),
+                    EMU_OFF(CareLossParams, roll_clamp), EMU_OFF(CareLossParams, rej_on),
+                    EMU_OFF(CareLossParams, rej_lower), EMU_OFF(CareLossParams, rej_upper),
+                    EMU_OFF(CareLossParams, dtype), EMU_OFF(CareLossParams, pad2)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;
@@ -104,6 +116,21 @@ size_t emu_layout_stats(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossStats, clipped), EMU_OFF(CareLossStats, clipped_low),
                     EMU_OFF(CareLossStats, clipped_high), EMU_OFF(CareLossStats, dual_clipped),
                     EMU_OFF(CareLossStats, log_ratio_clamped), EMU_OFF(CareLossStats, non_finite)};
+    size_t n = sizeof(v) / sizeof(v[0]);
+    for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
+    return n;
+}
+size_t emu_layout_rollout_stats(uint32_t* out, size_t cap) {
+    uint32_t v[] = {(uint32_t)sizeof(CareRolloutStats), (uint32_t)alignof(CareRolloutStats),
+                    EMU_OFF(CareRolloutStats, weight_sum), EMU_OFF(CareRolloutStats, kl_sum),
+                    EMU_OFF(CareRolloutStats, k3_sum), EMU_OFF(CareRolloutStats, log_ppl_diff_sum),
+                    EMU_OFF(CareRolloutStats, log_ppl_abs_diff_sum),
+                    EMU_OFF(CareRolloutStats, chi2_token_sum),
+                    EMU_OFF(CareRolloutStats, chi2_seq_sum), EMU_OFF(CareRolloutStats, tokens),
+                    EMU_OFF(CareRolloutStats, sequences),
+                    EMU_OFF(CareRolloutStats, rejected_tokens),
+                    EMU_OFF(CareRolloutStats, rejected_sequences),
+                    EMU_OFF(CareRolloutStats, truncated), EMU_OFF(CareRolloutStats, non_finite)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;

@@ -46,6 +46,13 @@ unsafe extern "C" {
         p: *const BatchStdParams,
         seed: u64,
     ) -> i32;
+    fn emu_launch_group_alpha_f32(
+        g: Dim3,
+        b: Dim3,
+        sh: usize,
+        p: *const AdvParams,
+        seed: u64,
+    ) -> i32;
     fn emu_launch_grpo_loss_f32(
         g: Dim3,
         b: Dim3,
@@ -124,6 +131,7 @@ unsafe extern "C" {
     fn emu_layout_loss(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_denoms(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_rollout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_lsm(out: *mut u32, cap: usize) -> usize;
 }
 
@@ -185,6 +193,9 @@ impl Launcher for Emulator {
             },
             (Kernel::BatchStdF32, [p]) => unsafe {
                 emu_launch_batch_std_f32(grid, block, 0, p.cast(), s)
+            },
+            (Kernel::GroupAlphaF32, [p]) => unsafe {
+                emu_launch_group_alpha_f32(grid, block, 0, p.cast(), s)
             },
             (Kernel::GrpoLossF32, [p]) => unsafe {
                 emu_launch_grpo_loss_f32(grid, block, 0, p.cast(), s)
@@ -297,6 +308,10 @@ pub mod c_layout {
     /// `CareLossDenoms`.
     pub fn denoms() -> Vec<u32> {
         get(super::emu_layout_denoms)
+    }
+    /// `CareRolloutStats`.
+    pub fn rollout_stats() -> Vec<u32> {
+        get(super::emu_layout_rollout_stats)
     }
     /// `CareLsmParams`.
     pub fn log_softmax() -> Vec<u32> {

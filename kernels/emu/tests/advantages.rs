@@ -1,5 +1,7 @@
-//! `group_advantages_f32` and `batch_std_f32`, run under the host emulator through the same launch
-//! plan as on the GPU, against the `care-core` CPU reference.
+//! `group_advantages_f32`, `batch_std_f32` and `group_alpha_f32`, run under the host emulator
+//! through the same launch plan as on the GPU, against the `care-core` CPU reference, for every
+//! baseline (OPO's lengths and ReMax's external baselines included), the std floor and the GPG
+//! factor.
 //!
 //! Relations checked: (1) oracle: advantages, per-group stats, token broadcast and error status
 //! equal the reference within `care_kernels::tolerance`; (2) schedule independence: two fiber
@@ -9,10 +11,10 @@
 
 use care_core::Error;
 use care_core::grpo::{
-    AdvantageOptions, Baseline, GroupLayout, GroupStats, Preset, Scale, SingletonPolicy, StdKind,
-    broadcast_to_tokens, group_advantages,
+    AdvantageOptions, Baseline, GroupInputs, GroupLayout, GroupStats, Preset, Reweight, Scale,
+    SingletonPolicy, StdKind, broadcast_to_tokens, group_advantages_with,
 };
-use care_kernels::plan::{AdvantageBuffers, DeviceGroups};
+use care_kernels::plan::{AdvantageBuffers, AdvantageInputs, DeviceGroups};
 use care_kernels::tolerance::{Quantity, tolerance};
 use care_kernels::{Dtype, KernelError, Tuning, WORKSPACE_BYTES, advantage_status};
 use care_kernels_emu::{Emulator, addr, addr_mut};
@@ -35,6 +37,17 @@ struct Case {
     opts: AdvantageOptions,
     /// Token lengths per sample and the token mask, for the fused broadcast.
     broadcast: Option<(Vec<u32>, Option<Vec<u8>>)>,
+    /// Response lengths (OPO) and external baselines (ReMax), one per sample.
+    lengths: Vec<u32>,
+    baselines: Vec<f32>,
+}
+
+/// Deterministic per-sample lengths and external baselines for `n` samples.
+fn extra_inputs(n: usize) -> (Vec<u32>, Vec<f32>) {
+    (
+        (0..n).map(|i| (i * 7 % 13) as u32).collect(),
+        (0..n).map(|i| ((i * 29 % 17) as f32 - 8.0) / 8.0).collect(),
+    )
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -109,8 +122,14 @@ fn run_kernel<D: Device>(
         workspace: ws,
         batch_std: 0,
     };
+    let inputs = AdvantageInputs {
+        baselines: dev.upload(&c.baselines),
+        lengths: dev.upload(&c.lengths),
+    };
     // SAFETY: every address was uploaded with the documented size.
-    unsafe { care_kernels::group_advantages(&dev.launcher(seed), &buf, &c.opts, tuning) }?;
+    unsafe {
+        care_kernels::group_advantages_with(&dev.launcher(seed), &buf, &inputs, &c.opts, tuning)
+    }?;
     let raw: Vec<u32> = dev.download(stats, 4 * b);
     let stats = raw
         .chunks_exact(4)
@@ -145,14 +164,12 @@ fn run_reference(c: &Case) -> Result<Reference, Error> {
         },
         Layout::Offsets(o) => GroupLayout::Offsets(o),
     };
-    group_advantages(
-        &c.rewards,
-        c.valid.as_deref(),
-        layout,
-        &c.opts,
-        &mut adv,
-        Some(&mut stats),
-    )?;
+    let inputs = GroupInputs {
+        lengths: Some(&c.lengths),
+        baselines: Some(&c.baselines),
+        ..GroupInputs::new(&c.rewards, c.valid.as_deref(), layout)
+    };
+    group_advantages_with(&inputs, &c.opts, &mut adv, Some(&mut stats))?;
     let mut tok = Vec::new();
     if let Some((lens, mask)) = &c.broadcast {
         let o = tok_offsets(lens);
@@ -238,7 +255,10 @@ fn opts_strategy() -> impl Strategy<Value = AdvantageOptions> {
         prop_oneof![
             Just(Baseline::Mean),
             Just(Baseline::LeaveOneOut),
-            Just(Baseline::None)
+            Just(Baseline::None),
+            Just(Baseline::LengthWeighted),
+            Just(Baseline::External),
+            Just(Baseline::PassK)
         ],
         prop_oneof![
             Just(Scale::GroupStd),
@@ -252,14 +272,18 @@ fn opts_strategy() -> impl Strategy<Value = AdvantageOptions> {
             Just(SingletonPolicy::Error)
         ],
         prop_oneof![Just(0.0), Just(1e-9), Just(1e-6), Just(1e-4)],
+        prop_oneof![3 => Just(0.0), 1 => Just(1e-3), 1 => Just(0.5)],
+        any::<bool>(),
     )
         .prop_map(
-            |(baseline, scale, std_kind, singleton, eps)| AdvantageOptions {
+            |(baseline, scale, std_kind, singleton, eps, std_floor, gpg)| AdvantageOptions {
                 baseline,
                 scale,
                 std_kind,
                 singleton,
                 eps,
+                std_floor,
+                reweight: if gpg { Reweight::Gpg } else { Reweight::None },
             },
         )
 }
@@ -341,12 +365,17 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 Just(None).boxed()
             };
             (Just(layout), Just(rewards), valid, Just(opts), bc).prop_map(
-                |(layout, rewards, valid, opts, broadcast)| Case {
-                    rewards,
-                    valid,
-                    layout,
-                    opts,
-                    broadcast,
+                |(layout, rewards, valid, opts, broadcast)| {
+                    let (lengths, baselines) = extra_inputs(rewards.len());
+                    Case {
+                        rewards,
+                        valid,
+                        layout,
+                        opts,
+                        broadcast,
+                        lengths,
+                        baselines,
+                    }
                 },
             )
         })
@@ -363,12 +392,15 @@ proptest! {
 }
 
 fn simple(rewards: Vec<f32>, layout: Layout, opts: AdvantageOptions) -> Case {
+    let (lengths, baselines) = extra_inputs(rewards.len());
     Case {
         rewards,
         valid: None,
         layout,
         opts,
         broadcast: None,
+        lengths,
+        baselines,
     }
 }
 
@@ -670,10 +702,20 @@ fn split_ranks(c: &Case, k: usize, cuts: &[Vec<f64>]) -> Vec<RankShare> {
             .collect::<Vec<u32>>(),
         Layout::Offsets(o) => o.clone(),
     };
-    // Per rank: rewards, valid bytes, CSR offsets, global index of each sample.
-    type Share = (Vec<f32>, Vec<u8>, Vec<u32>, Vec<usize>);
+    // Per rank: rewards, valid bytes, CSR offsets, global index of each sample, lengths and
+    // external baselines.
+    type Share = (Vec<f32>, Vec<u8>, Vec<u32>, Vec<usize>, Vec<u32>, Vec<f32>);
     let mut ranks: Vec<Share> = (0..k)
-        .map(|_| (Vec::new(), Vec::new(), vec![0u32], Vec::new()))
+        .map(|_| {
+            (
+                Vec::new(),
+                Vec::new(),
+                vec![0u32],
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+            )
+        })
         .collect();
     for (g, w) in o.windows(2).enumerate() {
         let (a, b) = (w[0] as usize, w[1] as usize);
@@ -687,6 +729,8 @@ fn split_ranks(c: &Case, k: usize, cuts: &[Vec<f64>]) -> Vec<RankShare> {
         bounds.push(b);
         for (r, rank) in ranks.iter_mut().enumerate() {
             for i in bounds[r]..bounds[r + 1] {
+                rank.4.push(c.lengths[i]);
+                rank.5.push(c.baselines[i]);
                 rank.0.push(c.rewards[i]);
                 rank.1.push(c.valid.as_ref().map_or(1, |v| v[i]));
                 rank.3.push(i);
@@ -697,16 +741,20 @@ fn split_ranks(c: &Case, k: usize, cuts: &[Vec<f64>]) -> Vec<RankShare> {
     }
     ranks
         .into_iter()
-        .map(|(rewards, valid, offsets, global)| RankShare {
-            case: Case {
-                rewards,
-                valid: c.valid.as_ref().map(|_| valid),
-                layout: Layout::Offsets(offsets),
-                opts: c.opts,
-                broadcast: None,
+        .map(
+            |(rewards, valid, offsets, global, lengths, baselines)| RankShare {
+                case: Case {
+                    rewards,
+                    valid: c.valid.as_ref().map(|_| valid),
+                    layout: Layout::Offsets(offsets),
+                    opts: c.opts,
+                    broadcast: None,
+                    lengths,
+                    baselines,
+                },
+                global,
             },
-            global,
-        })
+        )
         .collect()
 }
 
@@ -788,10 +836,27 @@ fn check_ranks_on<D: Device>(dev: &mut D, c: &Case, k: usize, cuts: &[Vec<f64>],
     for ((buf, share), &w) in bufs.iter().zip(&shares).zip(&ws) {
         let (s, q) = (dev.upload(&sums), dev.upload(&m2));
         // SAFETY: as above.
-        unsafe {
-            care_kernels::group_advantages_finalize(&dev.launcher(seed), buf, s, q, &c.opts, t)
+        let inputs = AdvantageInputs {
+            baselines: dev.upload(&share.case.baselines),
+            lengths: 0,
+        };
+        let r = unsafe {
+            care_kernels::group_advantages_finalize_with(
+                &dev.launcher(seed),
+                buf,
+                &inputs,
+                s,
+                q,
+                &c.opts,
+                t,
+            )
+        };
+        if matches!(c.opts.baseline, Baseline::LengthWeighted | Baseline::PassK) {
+            // They need a whole group on one rank, on the GPU as on the CPU.
+            assert!(matches!(r, Err(KernelError::Core(Error::InvalidArgument))));
+            return;
         }
-        .unwrap();
+        r.unwrap();
         let status = dev.download::<u32>(w, 1)[0];
         let adv = dev.download::<f32>(buf.adv, share.global.len());
         match &reference {
@@ -868,4 +933,63 @@ fn finalize_rejects_invalid_moments() {
         advantage_status(dev.download::<u32>(ws, 1)[0]),
         Err(Error::InvalidArgument)
     );
+}
+
+#[test]
+fn new_baselines_std_floor_and_gpg_factor() {
+    // Ragged groups with ties, an all-equal group and a singleton.
+    let rewards = vec![
+        0.5, 1.0, 1.0, 0.25, 0.75, 0.75, 0.75, 2.0, 0.1, 0.3, 0.2, 0.9,
+    ];
+    let layout = Layout::Offsets(vec![0, 4, 7, 8, 12]);
+    for preset in [Preset::Opo, Preset::Remax, Preset::GrpoPassK, Preset::Gpg] {
+        let opts = AdvantageOptions::preset(preset);
+        check_case(&simple(rewards.clone(), layout.clone(), opts), 64, 3);
+        let floored = AdvantageOptions {
+            std_floor: 0.5,
+            scale: Scale::GroupStd,
+            ..opts
+        };
+        check_case(&simple(rewards.clone(), layout.clone(), floored), 32, 9);
+    }
+    // The GPG factor is 12 / (12 - 4) here (the all-equal group and the singleton are silent).
+    let c = simple(rewards, layout, AdvantageOptions::preset(Preset::Gpg));
+    let k = run_kernel(&mut EmuDevice::default(), &c, Tuning::default(), 1).unwrap();
+    let mean = (0.5f64 + 1.0 + 1.0 + 0.25) / 4.0;
+    let want = ((0.5 - mean) * 12.0 / 8.0) as f32;
+    assert!((k.adv[0] - want).abs() <= 1e-6, "{} vs {want}", k.adv[0]);
+}
+
+#[test]
+fn baselines_without_their_inputs_are_refused() {
+    let mut dev = EmuDevice::default();
+    let c = simple(ramp(4), Layout::Fixed(2), AdvantageOptions::default());
+    let buf = rank_buffers(
+        &mut dev,
+        &Case {
+            layout: Layout::Offsets(vec![0, 2, 4]),
+            ..c.clone()
+        },
+        0,
+        0,
+        0,
+    );
+    let ws = dev.upload(&[0u8; WORKSPACE_BYTES]);
+    let adv = dev.upload(&[0f32; 4]);
+    let buf = AdvantageBuffers {
+        adv,
+        workspace: ws,
+        ..buf
+    };
+    for preset in [Preset::Opo, Preset::Remax] {
+        let opts = AdvantageOptions::preset(preset);
+        // SAFETY: uploaded buffers of the documented sizes.
+        let r = unsafe {
+            care_kernels::group_advantages(&Emulator { seed: 1 }, &buf, &opts, Tuning::default())
+        };
+        assert!(
+            matches!(r, Err(KernelError::Core(Error::InvalidArgument))),
+            "{preset:?}"
+        );
+    }
 }

@@ -24,6 +24,11 @@ fn parameter_structs_match_the_c_layout() {
     assert_eq!(layout::stats(), c_layout::stats(), "CareLossStats");
     assert_eq!(layout::denoms(), c_layout::denoms(), "CareLossDenoms");
     assert_eq!(
+        layout::rollout_stats(),
+        c_layout::rollout_stats(),
+        "CareRolloutStats"
+    );
+    assert_eq!(
         layout::log_softmax(),
         c_layout::log_softmax(),
         "CareLsmParams"

@@ -856,6 +856,7 @@ fn check_fused<T: El>(c: &Case, seed: u64) {
         seq_offsets: &seq,
         mask: c.mask.as_deref(),
         advantages: Advantages::PerSequence(&adv),
+        logp_rollout: None,
     };
     let want = logits_policy_loss(
         &logits,

@@ -87,6 +87,7 @@ fn run_reference<T: Lp>(c: &Case) -> (Vec<f32>, LossStats) {
         } else {
             Advantages::PerSequence(&c.adv)
         },
+        logp_rollout: None,
     };
     let mut grad = vec![0f32; logp.len()];
     let out = policy_loss(&inputs, &c.opts, &mut grad).unwrap();

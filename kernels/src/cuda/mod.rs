@@ -47,6 +47,7 @@
 //!     mask: None,
 //!     seq_offsets: &offsets,
 //!     max_seq_len: 1,
+//!     logp_rollout: None,
 //! };
 //! let stats = cuda::grpo_loss_on(&stream, &inputs, &LossOptions::default(), &mut grad)?;
 //! println!("loss {} over {} tokens", stats.loss, stats.tokens);
@@ -70,7 +71,8 @@ mod safe;
 
 pub use safe::{
     DeviceAdvantageInputs, DeviceLogSoftmaxGrads, DeviceLogits, DeviceLossInputs, KernelDtype,
-    TargetDtype, group_advantages_on, grpo_loss_on, log_softmax_backward_on, log_softmax_on,
+    TargetDtype, group_advantages_on, grpo_loss_on, grpo_loss_with_on, log_softmax_backward_on,
+    log_softmax_on,
 };
 
 /// Whether the CUDA driver library can be loaded (no context is created).

@@ -6,16 +6,16 @@ use std::sync::Arc;
 
 use care_core::Dtype;
 use care_core::Error;
-use care_core::grpo::{AdvantageOptions, GroupStats, LossOptions, LossStats};
+use care_core::grpo::{AdvantageOptions, GroupStats, LossOptions, LossStats, RolloutStats};
 use care_core::logsoftmax::LogSoftmaxOptions;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 
 use super::{CudaError, CudaLauncher};
 use crate::geometry::Tuning;
-use crate::params::LossStatsRaw;
+use crate::params::{LossStatsRaw, RolloutStatsRaw};
 use crate::plan::{
     self, AdvantageBuffers, DeviceGroups, KernelError, LogSoftmaxGrads, LogSoftmaxOutputs,
-    LogitsBuffers, LossBuffers, WORKSPACE_BYTES,
+    LogitsBuffers, LossBuffers, RolloutBuffers, WORKSPACE_BYTES,
 };
 
 fn ptr_of<T, S: DevicePtr<T>>(s: &S, stream: &CudaStream) -> u64 {
@@ -187,16 +187,31 @@ pub struct DeviceLossInputs<'a, T: KernelDtype> {
     pub seq_offsets: &'a CudaSlice<u32>,
     /// Longest sequence, if known (geometry only), else 0.
     pub max_seq_len: u32,
+    /// `logp_rollout[T]` (the inference engine's log-probs) or `None`: the rollout correction
+    /// of `opts.rollout` and its diagnostics.
+    pub logp_rollout: Option<&'a CudaSlice<T>>,
 }
 
 /// The fused loss on `cudarc` buffers (SPEC §10), synchronous: writes `grad` (`f32[T]`) and
-/// returns this call's statistics (`stats.loss` is `L`).
+/// returns this call's statistics (`stats.loss` is `L`). [`grpo_loss_with_on`] also returns
+/// the rollout diagnostics.
 pub fn grpo_loss_on<T: KernelDtype>(
     stream: &Arc<CudaStream>,
     inputs: &DeviceLossInputs<'_, T>,
     opts: &LossOptions,
     grad: &mut CudaSlice<f32>,
 ) -> Result<LossStats, CudaError> {
+    grpo_loss_with_on(stream, inputs, opts, grad).map(|(s, _)| s)
+}
+
+/// [`grpo_loss_on`] with the rollout diagnostics (zero without `logp_rollout`), as
+/// `care_core::grpo::policy_loss` returns them.
+pub fn grpo_loss_with_on<T: KernelDtype>(
+    stream: &Arc<CudaStream>,
+    inputs: &DeviceLossInputs<'_, T>,
+    opts: &LossOptions,
+    grad: &mut CudaSlice<f32>,
+) -> Result<(LossStats, RolloutStats), CudaError> {
     let n_tok = inputs.logp.len();
     let n_seq = inputs.seq_offsets.len().saturating_sub(1);
     let len_ok = |l: Option<usize>| l.is_none_or(|l| l == n_tok);
@@ -206,6 +221,7 @@ pub fn grpo_loss_on<T: KernelDtype>(
         || !len_ok(inputs.logp_old.map(CudaSlice::len))
         || !len_ok(inputs.logp_ref.map(CudaSlice::len))
         || !len_ok(inputs.mask.map(CudaSlice::len))
+        || !len_ok(inputs.logp_rollout.map(CudaSlice::len))
     {
         return Err(Error::LengthMismatch.into());
     }
@@ -237,14 +253,23 @@ pub fn grpo_loss_on<T: KernelDtype>(
         stats: ptr_of_mut(&mut stats, stream),
         workspace: ptr_of_mut(&mut ws, stream),
     };
+    let mut rstats = stream
+        .alloc_zeros::<u32>(size_of::<RolloutStatsRaw>() / 4)
+        .map_err(KernelError::Backend)?;
+    let roll = RolloutBuffers {
+        logp_rollout: inputs.logp_rollout.map_or(0, |s| ptr_of(s, stream)),
+        stats: ptr_of_mut(&mut rstats, stream),
+    };
     let l = launcher(stream, buf.logp)?;
     // SAFETY: addresses of live cudarc buffers with checked lengths, on this stream's context;
     // the buffers outlive the synchronize below.
-    unsafe { plan::grpo_loss(&l, &buf, opts, Tuning::default()) }?;
+    unsafe { plan::grpo_loss_with(&l, &buf, &roll, opts, Tuning::default()) }?;
     l.synchronize().map_err(KernelError::Backend)?;
     let raw = stream.clone_dtoh(&stats).map_err(KernelError::Backend)?;
     let s: LossStatsRaw = bytemuck::pod_read_unaligned(bytemuck::cast_slice::<u32, u8>(&raw));
-    Ok(s.to_core())
+    let raw = stream.clone_dtoh(&rstats).map_err(KernelError::Backend)?;
+    let r: RolloutStatsRaw = bytemuck::pod_read_unaligned(bytemuck::cast_slice::<u32, u8>(&raw));
+    Ok((s.to_core(), r.to_core()))
 }
 
 // ---- log-softmax --------------------------------------------------------------------------------

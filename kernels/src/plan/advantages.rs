@@ -1,8 +1,8 @@
-//! Group advantages (SPEC §9) and their cross-rank phases (§11): `batch_std_f32` and
-//! `group_advantages_f32`.
+//! Group advantages (SPEC §9) and their cross-rank phases (§11): `batch_std_f32`,
+//! `group_alpha_f32` and `group_advantages_f32`.
 
 use care_core::Error;
-use care_core::grpo::{AdvantageOptions, Scale};
+use care_core::grpo::{AdvantageOptions, Baseline, Reweight, Scale, StdKind};
 
 use super::{KernelError, Launcher, launch};
 use crate::geometry::{MAX_GRID_X, Tuning, advantages_geometry, batch_std_geometry};
@@ -60,17 +60,38 @@ pub struct AdvantageBuffers {
     pub batch_std: u64,
 }
 
-/// Launches the group advantages (SPEC §9): `batch_std_f32` first when the scale is the batch
-/// std, then `group_advantages_f32`. `tuning` overrides the tuned launch choices
-/// (`Tuning::default()` on the GPU).
-///
-/// Unlike the CPU reference, the kernel cannot refuse to write: a singleton group under the
-/// `error` policy or an infinite valid reward sets a bit in the workspace status word and the
-/// outputs are still written; check it with [`advantage_status`].
+/// The per-sample inputs some baselines read (device addresses, 0 = absent), as
+/// `care_core::grpo::GroupInputs`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdvantageInputs {
+    /// `f32[n]` external baselines ([`Baseline::External`], ReMax).
+    pub baselines: u64,
+    /// `u32[n]` response lengths ([`Baseline::LengthWeighted`], OPO).
+    pub lengths: u64,
+}
+
+impl AdvantageInputs {
+    /// [`Error::InvalidArgument`] when the baseline of `opts` reads an input that is absent
+    /// (lengths for [`Baseline::LengthWeighted`], baselines for [`Baseline::External`]); the
+    /// launches check it first, and a caller can check it before it needs a device.
+    pub fn check(&self, opts: &AdvantageOptions) -> Result<(), Error> {
+        let missing = match opts.baseline {
+            Baseline::LengthWeighted => self.lengths == 0,
+            Baseline::External => self.baselines == 0,
+            _ => false,
+        };
+        if missing {
+            Err(Error::InvalidArgument)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// [`group_advantages_with`] without per-sample inputs.
 ///
 /// # Safety
-/// Every address in `buf` is valid device memory of the launcher with the sizes documented on
-/// [`AdvantageBuffers`], and stays valid until the launches complete.
+/// As [`group_advantages_with`].
 pub unsafe fn group_advantages<L: Launcher>(
     launcher: &L,
     buf: &AdvantageBuffers,
@@ -78,7 +99,34 @@ pub unsafe fn group_advantages<L: Launcher>(
     tuning: Tuning,
 ) -> Result<(), KernelError<L::Error>> {
     // SAFETY: forwarded caller contract.
-    unsafe { launch_advantages(launcher, buf, opts, Phase::Local, tuning) }
+    unsafe { group_advantages_with(launcher, buf, &AdvantageInputs::default(), opts, tuning) }
+}
+
+/// Launches the group advantages (SPEC §9): `batch_std_f32` first when the scale is the batch
+/// std, `group_alpha_f32` first under the GPG factor, then `group_advantages_f32`. `tuning` overrides the tuned launch choices
+/// (`Tuning::default()` on the GPU).
+///
+/// Unlike the CPU reference, the kernel cannot refuse to write: a singleton group under the
+/// `error` policy or an infinite valid reward sets a bit in the workspace status word and the
+/// outputs are still written; check it with [`advantage_status`].
+///
+/// A baseline that needs an input of [`AdvantageInputs`] without it is
+/// [`Error::InvalidArgument`], as on the CPU; a non-finite external baseline on a valid sample
+/// sets the status ([`Error::NonFinite`]).
+///
+/// # Safety
+/// Every address in `buf` and `inputs` is valid device memory of the launcher with the sizes
+/// documented on [`AdvantageBuffers`] and [`AdvantageInputs`], and stays valid until the
+/// launches complete.
+pub unsafe fn group_advantages_with<L: Launcher>(
+    launcher: &L,
+    buf: &AdvantageBuffers,
+    inputs: &AdvantageInputs,
+    opts: &AdvantageOptions,
+    tuning: Tuning,
+) -> Result<(), KernelError<L::Error>> {
+    // SAFETY: forwarded caller contract.
+    unsafe { launch_advantages(launcher, buf, inputs, opts, Phase::Local, tuning) }
 }
 
 /// Groups split across ranks (SPEC §11), step 1 of 3: writes this rank's count and sum of the
@@ -99,6 +147,7 @@ pub unsafe fn group_partial_sums<L: Launcher>(
         launch_advantages(
             launcher,
             buf,
+            &AdvantageInputs::default(),
             &AdvantageOptions::default(),
             Phase::PartialSums { sums },
             tuning,
@@ -123,6 +172,7 @@ pub unsafe fn group_partial_squares<L: Launcher>(
         launch_advantages(
             launcher,
             buf,
+            &AdvantageInputs::default(),
             &AdvantageOptions::default(),
             Phase::PartialSquares { sums, m2 },
             tuning,
@@ -146,8 +196,40 @@ pub unsafe fn group_advantages_finalize<L: Launcher>(
     opts: &AdvantageOptions,
     tuning: Tuning,
 ) -> Result<(), KernelError<L::Error>> {
+    let inputs = AdvantageInputs::default();
     // SAFETY: forwarded caller contract.
-    unsafe { launch_advantages(launcher, buf, opts, Phase::Finalize { sums, m2 }, tuning) }
+    unsafe { group_advantages_finalize_with(launcher, buf, &inputs, sums, m2, opts, tuning) }
+}
+
+/// Step 3 with the per-sample inputs of [`AdvantageInputs`] (this rank's external baselines).
+/// The length-weighted and pass@k baselines need a whole group on one rank and are
+/// [`Error::InvalidArgument`] here, as in `care_core::grpo::group_advantages_finalize_with`.
+///
+/// # Safety
+/// As [`group_advantages_with`]; `sums` and `m2` hold `B` entries.
+pub unsafe fn group_advantages_finalize_with<L: Launcher>(
+    launcher: &L,
+    buf: &AdvantageBuffers,
+    inputs: &AdvantageInputs,
+    sums: u64,
+    m2: u64,
+    opts: &AdvantageOptions,
+    tuning: Tuning,
+) -> Result<(), KernelError<L::Error>> {
+    if matches!(opts.baseline, Baseline::LengthWeighted | Baseline::PassK) {
+        return Err(Error::InvalidArgument.into());
+    }
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        launch_advantages(
+            launcher,
+            buf,
+            inputs,
+            opts,
+            Phase::Finalize { sums, m2 },
+            tuning,
+        )
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,12 +243,16 @@ enum Phase {
 unsafe fn launch_advantages<L: Launcher>(
     launcher: &L,
     buf: &AdvantageBuffers,
+    inputs: &AdvantageInputs,
     opts: &AdvantageOptions,
     phase: Phase,
     tuning: Tuning,
 ) -> Result<(), KernelError<L::Error>> {
     opts.validate()?;
     tuning.check()?;
+    if matches!(phase, Phase::Local | Phase::Finalize { .. }) {
+        inputs.check(opts)?;
+    }
     let (mode, sums, m2, writes_adv) = match phase {
         Phase::Local => (ADV_LOCAL, 0, 0, true),
         Phase::PartialSums { sums } => (ADV_PARTIAL_SUMS, sums, 0, false),
@@ -215,7 +301,7 @@ unsafe fn launch_advantages<L: Launcher>(
             sums,
             m2,
             n: buf.n,
-            unbiased: u32::from(opts.std_kind == care_core::grpo::StdKind::Unbiased),
+            unbiased: u32::from(opts.std_kind == StdKind::Unbiased),
             num_groups,
             pad0: 0,
         };
@@ -230,32 +316,54 @@ unsafe fn launch_advantages<L: Launcher>(
             )
         }?;
     }
+    // The GPG factor, an f64 in the workspace after the status word and the batch std.
+    let alpha = buf.workspace + 8;
+    let gpg = writes_adv && opts.reweight == Reweight::Gpg;
+    let base = AdvParams {
+        rewards: buf.rewards,
+        valid: buf.valid,
+        offsets,
+        status,
+        sums,
+        m2,
+        baselines: inputs.baselines,
+        lengths: inputs.lengths,
+        alpha,
+        n: buf.n,
+        num_groups,
+        group_size,
+        mode,
+        ..AdvParams::default()
+    }
+    .with_options(opts);
+    if gpg {
+        // SAFETY: rewards/valid/offsets (or sums/m2 in finalize) have their documented sizes
+        // and `alpha` is inside the workspace (caller contract).
+        unsafe {
+            launch(
+                launcher,
+                entry::GROUP_ALPHA_F32,
+                batch_std_geometry(tuning),
+                (base,),
+            )
+        }?;
+    }
     let broadcast = writes_adv && buf.tok_offsets != 0;
     let (geometry, warp) = advantages_geometry(buf.n, num_groups, broadcast, tuning);
     if geometry.grid.0 > MAX_GRID_X {
         return Err(Error::InvalidArgument.into());
     }
     let p = AdvParams {
-        rewards: buf.rewards,
-        valid: buf.valid,
-        offsets,
         adv: if writes_adv { buf.adv } else { 0 },
         group_stats: if writes_adv { buf.group_stats } else { 0 },
         batch_std,
         tok_offsets: if broadcast { buf.tok_offsets } else { 0 },
         tok_mask: buf.tok_mask,
         adv_tok: if broadcast { buf.adv_tok } else { 0 },
-        status,
-        sums,
-        m2,
-        n: buf.n,
-        num_groups,
-        group_size,
         warp_per_group: u32::from(warp),
-        mode,
-        ..AdvParams::default()
-    }
-    .with_options(opts);
+        reweight: if gpg { base.reweight } else { 0 },
+        ..base
+    };
     // SAFETY: the buffers of `p` have the documented sizes (caller contract); the geometry is
     // the one the kernel's team indexing assumes.
     unsafe { launch(launcher, entry::GROUP_ADVANTAGES_F32, geometry, (p,)) }

@@ -1,8 +1,9 @@
-//! The fused clipped-ratio loss (SPEC §10): `grpo_loss_denoms` and `grpo_loss_{f32,bf16,f16}`.
+//! The fused policy loss (SPEC §10, §16 the rollout correction, §17 the policy-loss family):
+//! `grpo_loss_denoms` and `grpo_loss_{f32,bf16,f16}`.
 
 use care_core::Dtype;
 use care_core::Error;
-use care_core::grpo::{Aggregation, LossOptions, RatioLevel};
+use care_core::grpo::{Aggregation, LossOptions, PolicyLoss, RatioLevel, SequenceCount};
 
 use super::{KernelError, Launcher, launch};
 use crate::geometry::{MAX_GRID_X, Tuning, denoms_geometry, loss_geometry};
@@ -46,8 +47,19 @@ pub struct LossBuffers {
     pub workspace: u64,
 }
 
-/// Launches the fused clipped-ratio loss (SPEC §10): `grpo_loss_denoms` first when some
-/// denominator of `opts` is 0 (this call's own counts), then `grpo_loss_<dtype>`.
+/// The rollout correction's device buffers of [`grpo_loss_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RolloutBuffers {
+    /// `T[n_tok]` rollout log-probs (the inference engine's), in [`LossBuffers::dtype`], or 0:
+    /// no correction and no diagnostics, as without `logp_rollout` on the CPU.
+    pub logp_rollout: u64,
+    /// A [`RolloutStatsRaw`](crate::params::RolloutStatsRaw) to accumulate the diagnostics into (initialize it to zero), or 0.
+    pub stats: u64,
+}
+
+/// Launches the fused policy loss (SPEC §10): `grpo_loss_denoms` first when some denominator
+/// of `opts` is 0 (this call's own counts), then `grpo_loss_<dtype>`. Without rollout
+/// log-probs; see [`grpo_loss_with`].
 ///
 /// # Safety
 /// Every address in `buf` is valid device memory of the launcher with the documented sizes and
@@ -58,8 +70,41 @@ pub unsafe fn grpo_loss<L: Launcher>(
     opts: &LossOptions,
     tuning: Tuning,
 ) -> Result<(), KernelError<L::Error>> {
+    // SAFETY: the caller's contract, and no rollout buffers.
+    unsafe { grpo_loss_with(launcher, buf, &RolloutBuffers::default(), opts, tuning) }
+}
+
+/// Whether the kernels implement these options: everything but the covariance selection of
+/// Clip-Cov and KL-Cov (a batch-wide top-k over the call's tokens, which the CPU reference
+/// computes; on the device it would need a sort or a bisection over the whole batch before the
+/// loss pass).
+pub fn loss_supported(opts: &LossOptions) -> bool {
+    !opts.policy_loss.selects_by_covariance()
+}
+
+/// [`grpo_loss`] with the rollout correction: with `roll.logp_rollout`, the importance weights
+/// and rejections of `opts.rollout` apply (when active) and the diagnostics accumulate into
+/// `roll.stats` (when not 0), as `care_core::grpo::policy_loss` with `logp_rollout`.
+///
+/// Errors: [`Error::InvalidArgument`] for options the kernels do not implement
+/// ([`loss_supported`]), a missing required buffer or too many sequences;
+/// [`Error::InvalidLayout`] for tokens without sequences.
+///
+/// # Safety
+/// Every address in `buf` and `roll` is valid device memory of the launcher with the documented
+/// sizes and dtypes, and stays valid until the launches complete.
+pub unsafe fn grpo_loss_with<L: Launcher>(
+    launcher: &L,
+    buf: &LossBuffers,
+    roll: &RolloutBuffers,
+    opts: &LossOptions,
+    tuning: Tuning,
+) -> Result<(), KernelError<L::Error>> {
     opts.validate()?;
     tuning.check()?;
+    if !loss_supported(opts) {
+        return Err(Error::InvalidArgument.into());
+    }
     if buf.logp == 0 || buf.adv == 0 || buf.seq_offsets == 0 || buf.workspace == 0 {
         return Err(Error::InvalidArgument.into());
     }
@@ -73,6 +118,7 @@ pub unsafe fn grpo_loss<L: Launcher>(
             Err(Error::InvalidLayout.into())
         };
     }
+    let with_roll = roll.logp_rollout != 0;
     let mut p = LossParams {
         logp: buf.logp,
         logp_old: buf.logp_old,
@@ -90,13 +136,25 @@ pub unsafe fn grpo_loss<L: Launcher>(
         ..LossParams::default()
     }
     .with_options(opts);
+    p.dtype = buf.dtype.number();
+    if with_roll {
+        p.logp_rollout = roll.logp_rollout;
+        p.rollout_stats = roll.stats;
+        p.roll_on = u32::from(opts.rollout.active());
+    }
+    // Every row in the sequence count: the call's row count stands for a missing global count
+    // (the device pre-pass counts only the sequences with a counted token).
+    if opts.sequence_count == SequenceCount::All && opts.global_sequences <= 0.0 {
+        p.n_seq_denom = buf.n_seq as f32;
+    }
     if p.needs_denoms() {
         p.denoms = buf.workspace;
         // SAFETY: the workspace holds WORKSPACE_BYTES >= size_of::<LossDenomsRaw>().
         unsafe { launcher.memset_zero(buf.workspace, core::mem::size_of::<LossDenomsRaw>()) }
             .map_err(KernelError::Backend)?;
         // SAFETY: `out` is the workspace, which holds the `CareLossDenoms` the kernel writes;
-        // the kernel reads only `seq_offsets` and `mask` (caller contract on their sizes).
+        // the kernel reads `seq_offsets` and `mask`, and with the rollout correction the
+        // log-probs (caller contract on their sizes).
         unsafe {
             launch(
                 launcher,
@@ -106,9 +164,11 @@ pub unsafe fn grpo_loss<L: Launcher>(
             )
         }?;
     }
-    // Chunks re-read their whole sequence for the GSPO mean and for the mask scan of
-    // seq_mean_token_mean.
-    let rescans = opts.ratio_level == RatioLevel::Sequence
+    // Chunks re-read their whole sequence for the GSPO and GMPO means, the rollout correction's
+    // sequence pass and the mask scan of seq_mean_token_mean.
+    let rescans = opts.ratio_level != RatioLevel::Token
+        || opts.policy_loss == PolicyLoss::Gmpo
+        || with_roll
         || (buf.mask != 0 && opts.aggregation == Aggregation::SeqMeanTokenMean);
     let geometry = loss_geometry(buf.n_seq, buf.n_tok, buf.max_seq_len, rescans, tuning);
     // SAFETY: buffers have the documented sizes and dtype (caller contract); grid.x = n_seq as

@@ -17,14 +17,15 @@ pub mod logsoftmax;
 pub mod loss;
 
 pub use advantages::{
-    AdvantageBuffers, DeviceGroups, advantage_status, group_advantages, group_advantages_finalize,
+    AdvantageBuffers, AdvantageInputs, DeviceGroups, advantage_status, group_advantages,
+    group_advantages_finalize, group_advantages_finalize_with, group_advantages_with,
     group_partial_squares, group_partial_sums,
 };
 pub use logsoftmax::{
     LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, log_softmax_backward,
     log_softmax_forward, log_softmax_status, logits_loss_forward,
 };
-pub use loss::{LossBuffers, grpo_loss};
+pub use loss::{LossBuffers, RolloutBuffers, grpo_loss, grpo_loss_with, loss_supported};
 
 /// Bytes of device workspace an operation needs (status words, batch std, loss denominators);
 /// 16-byte aligned.

@@ -28,6 +28,10 @@ pub struct LossInputs<'a, T: LogProb> {
     pub mask: Option<&'a [u8]>,
     /// Per-sequence or per-token advantages.
     pub advantages: Advantages<'a>,
+    /// The rollout engine's log-probs `[T]` (vLLM, SGLang, ...): the rollout correction of
+    /// [`LossOptions::rollout`](super::LossOptions::rollout) compares them with `logp_old` (with
+    /// `logp` as a constant when on-policy); `None` = no correction and no diagnostics.
+    pub logp_rollout: Option<&'a [T]>,
 }
 
 #[inline]

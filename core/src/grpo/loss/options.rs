@@ -1,6 +1,8 @@
 //! The options of the policy loss, their enums and presets.
 
 use crate::error::{InvalidOption, domain};
+use crate::grpo::family::PolicyLoss;
+use crate::grpo::rollout::RolloutOptions;
 use crate::names::named_enum;
 use crate::{Error, Result};
 
@@ -19,6 +21,9 @@ pub enum Aggregation {
     SeqMeanTokenSumNorm = 3,
     /// `w = 1`.
     TokenSum = 4,
+    /// `w = 1 / H`: every sequence's token sum over the horizon, summed (verl's
+    /// `seq-mean-token-sum-norm` up to early 2026, which has no sequence mean).
+    TokenSumNorm = 5,
 }
 
 named_enum!(Aggregation, "aggregation", {
@@ -27,6 +32,7 @@ named_enum!(Aggregation, "aggregation", {
     SeqMeanTokenSum => "seq_mean_token_sum", "Mean over sequences of the per-sequence token sum";
     SeqMeanTokenSumNorm => "seq_mean_token_sum_norm", "Token sum per sequence over N_seq * horizon (Dr. GRPO)";
     TokenSum => "token_sum", "Plain sum";
+    TokenSumNorm => "token_sum_norm", "Token sum over the horizon, no sequence mean (verl <= 2025)";
 });
 
 /// The KL-to-reference estimator, with `x = logp_ref - logp` (clamped).
@@ -61,18 +67,43 @@ pub enum RatioLevel {
     /// GSPO: `rho_i = exp(min(mean_t delta_t, seq_log_ratio_max))` over the counted tokens of
     /// sequence `i`, used for each of its tokens; the gradient flows through the mean.
     Sequence = 1,
+    /// GSPO-token: the value of the sequence ratio with the gradient of the token's own log-prob,
+    /// `s_i,t = sg(rho_i) * exp(logp_t - sg(logp_t))`, so per-token advantages keep their own
+    /// gradient (verl `gspo`). Equal to [`RatioLevel::Sequence`] when the advantage is constant
+    /// within a sequence.
+    SequenceToken = 2,
 }
 
 named_enum!(RatioLevel, "ratio level", {
     Token => "token", "Per-token ratio (PPO/GRPO)";
     Sequence => "sequence", "Per-sequence ratio (GSPO)";
+    SequenceToken => "sequence_token", "Sequence ratio value, token gradient (GSPO-token, verl gspo)";
+});
+
+/// Which sequences the local sequence count `N_seq` counts when `global_sequences` is 0.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SequenceCount {
+    /// Sequences with at least one counted token (default; verl, OpenRLHF).
+    #[default]
+    NonEmpty = 0,
+    /// Every sequence of the call, fully masked ones included (TRL `grpo`/`dr_grpo`/`sapo`,
+    /// verl `geo_mean`).
+    All = 1,
+}
+
+named_enum!(SequenceCount, "sequence count", {
+    NonEmpty => "non_empty", "Sequences with a counted token (verl, OpenRLHF)";
+    All => "all", "Every sequence, fully masked ones included (TRL)";
 });
 
 /// Options of [`policy_loss`](super::policy_loss). Plain `#[repr(C)]` data, mirrored by the C ABI and the kernels.
 ///
 /// Field order (C): the eleven `f64` fields in declaration order (`eps_low` ... `horizon`), then
-/// `aggregation: u32, ratio_level: u32, kl_estimator: u32`, then 4 bytes of tail padding
-/// (104 bytes). A denominator field of `0.0` means "use this call's own count".
+/// `aggregation: u32, ratio_level: u32, kl_estimator: u32, policy_loss: u32`, the six `f64`
+/// fields `sapo_tau_pos` ... `kl_cov_coef`, `rollout` (208 bytes), `sequence_count: u32` and 4
+/// bytes of tail padding (368 bytes; the first 100 bytes are those of the 2025 layout). A
+/// denominator field of `0.0` means "use this call's own count".
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(
@@ -114,9 +145,31 @@ pub struct LossOptions {
     pub ratio_level: RatioLevel,
     /// KL estimator used when `beta > 0` and `logp_ref` is given.
     pub kl_estimator: KlEstimator,
+    /// The policy-gradient term (SPEC §17); the ratio levels other than
+    /// `token` need [`PolicyLoss::Clip`].
+    pub policy_loss: PolicyLoss,
+    /// SAPO gate temperature for `A > 0` (1.0). Finite, `> 0`.
+    pub sapo_tau_pos: f64,
+    /// SAPO gate temperature for `A <= 0` (1.05). Finite, `> 0`.
+    pub sapo_tau_neg: f64,
+    /// Clip-Cov / KL-Cov: the share of counted tokens selected, `k = max(1, floor(ratio * N))`
+    /// (`2e-4`). Finite, `> 0`.
+    pub cov_ratio: f64,
+    /// Clip-Cov: candidates have a covariance strictly above this (1.0). Finite.
+    pub clip_cov_lb: f64,
+    /// Clip-Cov: candidates have a covariance strictly below this (5.0). Finite, `>= lb`.
+    pub clip_cov_ub: f64,
+    /// KL-Cov: the coefficient of `|delta|` on selected tokens (1.0). Finite, `>= 0`.
+    pub kl_cov_coef: f64,
+    /// Rollout correction, applied when `logp_rollout` is given (off by default).
+    pub rollout: RolloutOptions,
+    /// What the local `N_seq` counts.
+    pub sequence_count: SequenceCount,
 }
 
-/// Named loss option sets that match an anchor trainer.
+/// Named loss option sets that reproduce a peer's configuration on ordinary inputs (log ratios
+/// inside the clamps; see GRPO.md for every remaining difference). Each keeps the safety clamps;
+/// [`LossOptions::without_clamps`] turns them off for a bit-for-bit match on extreme inputs.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LossPreset {
@@ -127,11 +180,79 @@ pub enum LossPreset {
     /// token count, KL `k3` (off: TRL's default `beta = 0`). TRL does not clamp the log ratio;
     /// the preset keeps the clamp at 20, which agrees with TRL wherever TRL's result is finite.
     Trl = 1,
+    /// verl `vanilla` with `seq-mean-token-mean`.
+    VerlSeqMeanTokenMean = 2,
+    /// verl `vanilla` with `seq-mean-token-sum`.
+    VerlSeqMeanTokenSum = 3,
+    /// verl `vanilla` with `seq-mean-token-sum-norm` as verl computed it until 2026: every
+    /// sequence's token sum over the horizon (the padded length), with no sequence mean
+    /// ([`Aggregation::TokenSumNorm`]). verl since 2026 divides by the sequence count too:
+    /// `verl` with [`Aggregation::SeqMeanTokenSumNorm`].
+    VerlSeqMeanTokenSumNorm = 4,
+    /// verl `gspo`: the GSPO-token ratio ([`RatioLevel::SequenceToken`]), mean log ratio capped
+    /// at 10, `seq-mean-token-mean` (verl forces it), no dual clip.
+    VerlGspo = 5,
+    /// verl `sapo`: `tau_pos = 1`, `tau_neg = 1.05`, `seq-mean-token-mean` (verl forces it).
+    VerlSapo = 6,
+    /// verl `cispo`: the weight clipped to `[1 - 0.2, 1 + 0.2]`, `token-mean`.
+    VerlCispo = 7,
+    /// verl `gpg`: `-A * logp`, `token-mean`.
+    VerlGpg = 8,
+    /// verl `clip_cov`: ratio `2e-4`, window `(1, 5)`, `token-mean`, no dual clip; the `k`
+    /// candidates with the largest covariance (verl samples them at random).
+    VerlClipCov = 9,
+    /// verl `kl_cov`: ratio `2e-4`, coefficient 1, `token-mean`.
+    VerlKlCov = 10,
+    /// verl `geo_mean` (GMPO): the log ratio clipped to `[-0.2, 0.2]`, the mean over every
+    /// row of the micro-batch (`torch.mean`: [`SequenceCount::All`]).
+    VerlGeoMean = 11,
+    /// TRL `grpo`: `seq_mean_token_mean` over every row, fully masked ones included.
+    TrlGrpo = 12,
+    /// TRL `bnpo`: the token mean over the micro-batch's own tokens (the options of `trl`;
+    /// TRL divides by the gradient-accumulation steps as well).
+    TrlBnpo = 13,
+    /// TRL `dr_grpo`: the token sum over `rows * max_completion_length` (pass
+    /// `max_completion_length` as `horizon`; every row counts).
+    TrlDrGrpo = 14,
+    /// TRL `dapo` (its default): the options of `trl`.
+    TrlDapo = 15,
+    /// TRL `cispo` with `epsilon_high = 5` (its documented recommendation): the weight capped at
+    /// 5 with no lower bound, the global token mean.
+    TrlCispo = 16,
+    /// TRL `sapo`: `tau_pos = 1`, `tau_neg = 1.05`, the `grpo` normalization (every row).
+    TrlSapo = 17,
+    /// OpenRLHF `PolicyLoss` `ppo` with `token_level_loss` (default): eps 0.2/0.2, clamp 20,
+    /// the token mean, no dual clip (its default `dual_clip = None`).
+    OpenRlhf = 18,
+    /// OpenRLHF `ppo` with `token_level_loss = False`: `seq_mean_token_mean`.
+    OpenRlhfSeq = 19,
+    /// OpenRLHF `gspo`: the sequence ratio with the gradient through the mean
+    /// ([`RatioLevel::Sequence`]), `seq_mean_token_mean`.
+    OpenRlhfGspo = 20,
 }
 
 named_enum!(LossPreset, "loss preset", {
-    Verl => "verl", "verl: dual clip c = 3";
+    Verl => "verl", "verl vanilla: dual clip c = 3, token-mean";
     Trl => "trl", "TRL (dapo): the defaults";
+    VerlSeqMeanTokenMean => "verl_seq_mean_token_mean", "verl vanilla, seq-mean-token-mean";
+    VerlSeqMeanTokenSum => "verl_seq_mean_token_sum", "verl vanilla, seq-mean-token-sum";
+    VerlSeqMeanTokenSumNorm => "verl_seq_mean_token_sum_norm", "verl vanilla, token sum over the horizon";
+    VerlGspo => "verl_gspo", "verl gspo: GSPO-token ratio, seq-mean-token-mean";
+    VerlSapo => "verl_sapo", "verl sapo: tau 1 / 1.05, seq-mean-token-mean";
+    VerlCispo => "verl_cispo", "verl cispo: weight clipped to [0.8, 1.2], token-mean";
+    VerlGpg => "verl_gpg", "verl gpg: -A * logp, token-mean";
+    VerlClipCov => "verl_clip_cov", "verl clip_cov: ratio 2e-4, window (1, 5)";
+    VerlKlCov => "verl_kl_cov", "verl kl_cov: ratio 2e-4, coefficient 1";
+    VerlGeoMean => "verl_geo_mean", "verl geo_mean (GMPO): log clip 0.2, mean over rows";
+    TrlGrpo => "trl_grpo", "TRL grpo: seq-mean-token-mean over every row";
+    TrlBnpo => "trl_bnpo", "TRL bnpo: local token mean";
+    TrlDrGrpo => "trl_dr_grpo", "TRL dr_grpo: token sum over rows * horizon";
+    TrlDapo => "trl_dapo", "TRL dapo: global token mean";
+    TrlCispo => "trl_cispo", "TRL cispo: weight capped at 5, global token mean";
+    TrlSapo => "trl_sapo", "TRL sapo: tau 1 / 1.05, grpo normalization";
+    OpenRlhf => "openrlhf", "OpenRLHF ppo: token-level loss";
+    OpenRlhfSeq => "openrlhf_seq", "OpenRLHF ppo with token_level_loss = False";
+    OpenRlhfGspo => "openrlhf_gspo", "OpenRLHF gspo: sequence ratio through the mean";
 });
 
 impl Default for LossOptions {
@@ -153,6 +274,15 @@ impl Default for LossOptions {
             aggregation: Aggregation::TokenMean,
             ratio_level: RatioLevel::Token,
             kl_estimator: KlEstimator::K3,
+            policy_loss: PolicyLoss::Clip,
+            sapo_tau_pos: 1.0,
+            sapo_tau_neg: 1.05,
+            cov_ratio: 2e-4,
+            clip_cov_lb: 1.0,
+            clip_cov_ub: 5.0,
+            kl_cov_coef: 1.0,
+            rollout: RolloutOptions::DEFAULT,
+            sequence_count: SequenceCount::NonEmpty,
         }
     }
 }
@@ -160,13 +290,92 @@ impl Default for LossOptions {
 impl LossOptions {
     /// The options of a preset.
     pub fn preset(preset: LossPreset) -> Self {
+        use Aggregation::*;
+        use LossPreset as P;
         let base = LossOptions::default();
+        let verl = LossOptions {
+            dual_clip: 3.0,
+            ..base
+        };
+        let all_rows = SequenceCount::All;
         match preset {
-            LossPreset::Verl => LossOptions {
-                dual_clip: 3.0,
+            P::Verl => verl,
+            P::Trl | P::TrlBnpo | P::TrlDapo | P::OpenRlhf => base,
+            P::VerlSeqMeanTokenMean => LossOptions {
+                aggregation: SeqMeanTokenMean,
+                ..verl
+            },
+            P::VerlSeqMeanTokenSum => LossOptions {
+                aggregation: SeqMeanTokenSum,
+                ..verl
+            },
+            P::VerlSeqMeanTokenSumNorm => LossOptions {
+                aggregation: TokenSumNorm,
+                ..verl
+            },
+            P::VerlGspo => LossOptions {
+                ratio_level: RatioLevel::SequenceToken,
+                aggregation: SeqMeanTokenMean,
                 ..base
             },
-            LossPreset::Trl => base,
+            P::VerlSapo => LossOptions {
+                policy_loss: PolicyLoss::Sapo,
+                aggregation: SeqMeanTokenMean,
+                ..base
+            },
+            P::VerlCispo => LossOptions {
+                policy_loss: PolicyLoss::Cispo,
+                ..base
+            },
+            P::VerlGpg => LossOptions {
+                policy_loss: PolicyLoss::Gpg,
+                ..base
+            },
+            P::VerlClipCov => LossOptions {
+                policy_loss: PolicyLoss::ClipCov,
+                ..base
+            },
+            P::VerlKlCov => LossOptions {
+                policy_loss: PolicyLoss::KlCov,
+                ..base
+            },
+            P::VerlGeoMean => LossOptions {
+                policy_loss: PolicyLoss::Gmpo,
+                aggregation: SeqMeanTokenMean,
+                sequence_count: all_rows,
+                ..base
+            },
+            P::TrlGrpo => LossOptions {
+                aggregation: SeqMeanTokenMean,
+                sequence_count: all_rows,
+                ..base
+            },
+            P::TrlDrGrpo => LossOptions {
+                aggregation: SeqMeanTokenSumNorm,
+                sequence_count: all_rows,
+                ..base
+            },
+            P::TrlCispo => LossOptions {
+                policy_loss: PolicyLoss::Cispo,
+                eps_low: 1.0,
+                eps_high: 4.0,
+                ..base
+            },
+            P::TrlSapo => LossOptions {
+                policy_loss: PolicyLoss::Sapo,
+                aggregation: SeqMeanTokenMean,
+                sequence_count: all_rows,
+                ..base
+            },
+            P::OpenRlhfSeq => LossOptions {
+                aggregation: SeqMeanTokenMean,
+                ..base
+            },
+            P::OpenRlhfGspo => LossOptions {
+                ratio_level: RatioLevel::Sequence,
+                aggregation: SeqMeanTokenMean,
+                ..base
+            },
         }
     }
 
@@ -199,7 +408,41 @@ impl LossOptions {
             "global_sequences",
             FINITE_NON_NEGATIVE,
         )?;
-        InvalidOption::require(fin(self.horizon), "horizon", FINITE_NON_NEGATIVE)
+        InvalidOption::require(fin(self.horizon), "horizon", FINITE_NON_NEGATIVE)?;
+        use domain::{FINITE, FINITE_POSITIVE, finite_positive as fpos};
+        InvalidOption::require(fpos(self.sapo_tau_pos), "sapo_tau_pos", FINITE_POSITIVE)?;
+        InvalidOption::require(fpos(self.sapo_tau_neg), "sapo_tau_neg", FINITE_POSITIVE)?;
+        InvalidOption::require(fpos(self.cov_ratio), "cov_ratio", FINITE_POSITIVE)?;
+        InvalidOption::require(self.clip_cov_lb.is_finite(), "clip_cov_lb", FINITE)?;
+        InvalidOption::require(
+            self.clip_cov_ub.is_finite() && self.clip_cov_ub >= self.clip_cov_lb,
+            "clip_cov_ub",
+            "finite and >= clip_cov_lb",
+        )?;
+        InvalidOption::require(fin(self.kl_cov_coef), "kl_cov_coef", FINITE_NON_NEGATIVE)?;
+        InvalidOption::require(
+            self.ratio_level == RatioLevel::Token || self.policy_loss == PolicyLoss::Clip,
+            "ratio_level",
+            "token unless the policy loss is clip",
+        )?;
+        self.rollout.check()
+    }
+
+    /// The options with every safety clamp off (log ratio, GSPO mean, KL input, `k3` output,
+    /// rollout log ratio), so that a peer without them is reproduced bit for bit on extreme
+    /// inputs (TRL, Liger and the peers' GSPO clamp nothing).
+    pub fn without_clamps(self) -> Self {
+        LossOptions {
+            log_ratio_clamp: f64::INFINITY,
+            seq_log_ratio_max: f64::INFINITY,
+            kl_input_clamp: f64::INFINITY,
+            kl_output_clamp: f64::INFINITY,
+            rollout: RolloutOptions {
+                log_ratio_clamp: f64::INFINITY,
+                ..self.rollout
+            },
+            ..self
+        }
     }
 
     /// [`LossOptions::check`] as an [`Error`].

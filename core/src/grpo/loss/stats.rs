@@ -1,5 +1,7 @@
 //! The statistics of the policy loss (sums that add across micro-batches and ranks).
 
+use crate::grpo::rollout::RolloutStats;
+
 /// Statistics of one call as sums, so that they add across micro-batches and ranks.
 ///
 /// Field order (C): fourteen `f64`s in declaration order. The first twelve combine by sum
@@ -45,8 +47,10 @@ pub struct LossStats {
     #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub log_ratio_clamped: f64,
     /// Counted tokens with at least one non-finite input that the loss reads (`logp`,
-    /// `logp_old` if given, `logp_ref` if the KL term is on, the advantage). When non-zero, the
-    /// loss and gradient may be non-finite.
+    /// `logp_old` if given, `logp_ref` if the KL term is on, the advantage; with the rollout
+    /// correction active, `logp_rollout`, and the log-probs of tokens it drops, which its
+    /// sequence weight and criteria read). When non-zero, the loss and gradient may be
+    /// non-finite.
     #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::float"))]
     pub non_finite: f64,
     /// Smallest `rho` (`+inf` when no token counted).
@@ -109,4 +113,9 @@ pub struct LossOutput {
     pub loss: f64,
     /// Statistics as sums.
     pub stats: LossStats,
+    /// The rollout correction's diagnostics (all zero without `logp_rollout`).
+    pub rollout: RolloutStats,
+    /// Tokens the covariance selection of Clip-Cov or KL-Cov chose (0 for the other losses);
+    /// a sum, like the statistics.
+    pub cov_selected: f64,
 }

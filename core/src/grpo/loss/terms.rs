@@ -220,5 +220,6 @@ pub fn aggregation_weight(agg: Aggregation, n_i: f64, n_tok: f64, n_seq: f64, h:
         Aggregation::SeqMeanTokenSum => inv(n_seq),
         Aggregation::SeqMeanTokenSumNorm => inv(n_seq * h),
         Aggregation::TokenSum => 1.0,
+        Aggregation::TokenSumNorm => inv(h),
     }
 }
