@@ -17,7 +17,7 @@ use care_cli::cmd::{score, score_profile};
 use care_cli::input::{Line, object};
 use care_cli::json::check_strict;
 use care_cli::scan::{Scratch, scan_line, with_reference_path};
-use care_core::grpo::{AdvantageOptions, LossOptions};
+use care_core::grpo::AdvantageOptions;
 use care_core::profile::ProfileBuf;
 use care_core::{FormatPolicy, GeneratorOptions, ScoreOptions};
 use proptest::prelude::*;
@@ -37,8 +37,8 @@ fn commands() -> Vec<Command> {
             format: FormatPolicy::PAPER,
         }),
         Command::GeneratorReward(GeneratorOptions::PAPER),
-        Command::Advantages(AdvantageOptions::default()),
-        Command::Loss(LossOptions::default()),
+        Command::Advantages(AdvantageOptions::default().into()),
+        Command::Loss(Box::default()),
     ]
 }
 
