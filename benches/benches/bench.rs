@@ -11,6 +11,7 @@ criterion_group!(
     benches,
     rubric::register_benches,
     grpo::register_benches,
-    cli::register_benches
+    cli::register_benches,
+    cli::register_shape_benches
 );
 criterion_main!(benches);

@@ -339,3 +339,78 @@ def loss_numpy(logp, logp_old, adv_seq, offsets, mask, eps_low=0.2, eps_high=0.2
 
 def math_close(a, b, tol=1e-5):
     return math.isclose(a, b, rel_tol=tol, abs_tol=tol)
+
+
+# ----------------------------------------------------------------------------------------------
+# The command-line input shapes (benches/compare/shapes.py): any line `care validate` or
+# `care score` reads, checked or scored the straightforward way.
+
+
+def validate_line_any(line: str) -> tuple:
+    """(r_fmt, violations) of one `care validate` line: `{"text": ...}` or a rubric object."""
+    obj = json.loads(line)
+    if isinstance(obj, dict) and "text" in obj:
+        return validate_handwritten(obj["text"])
+    v = check_rubric_value(obj)
+    return (1 if not v else 0), v
+
+
+def run_validate_any(path: str, sink) -> int:
+    n = 0
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            r, v = validate_line_any(line)
+            sink.write(json.dumps({"line": i, "format_reward": r, "violations": v}) + "\n")
+            n += 1
+    return n
+
+
+def run_validate_pydantic_any(path: str, sink) -> int:
+    """The pydantic model on each line's rubric: the `text` string, or the line itself."""
+    from pydantic import ValidationError
+
+    model = make_pydantic_model()
+    n = 0
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            text = json.loads(line)["text"] if line.startswith('{"text"') else line
+            try:
+                model.model_validate_json(text)
+                r, v = 1, []
+            except ValidationError as e:
+                r, v = 0, [err["type"] for err in e.errors()]
+            sink.write(json.dumps({"line": i, "format_reward": r, "violations": v}) + "\n")
+            n += 1
+    return n
+
+
+def judge_matrix(rubric, text: str) -> list:
+    """The score matrix a judge answer gives: its `{"criterion_scores": [..]}` object, matched
+    to the rubric's criteria by (category, title)."""
+    start = text.find('{"criterion_scores"')
+    if start < 0:
+        raise ValueError("no criterion_scores object")
+    obj, _ = json.JSONDecoder().raw_decode(text, start)
+    by = {(it["category"], it["criterion_title"]): it["score"] for it in obj["criterion_scores"]}
+    return [[by[(c["category"], k["title"])] for k in c["criteria"]] for c in rubric["categories"]]
+
+
+def score_line_any(obj) -> list:
+    """Rewards of one `care score` line: `responses`, or a single `scores` or `judge`."""
+    if "responses" in obj:
+        return score_line(obj)
+    if "scores" in obj:
+        scores = obj["scores"]
+    else:
+        scores = judge_matrix(obj["rubric"], obj["judge"])
+    return score_line({"rubric": obj["rubric"], "responses": [{"scores": scores}]})
+
+
+def run_score_any(path: str, sink) -> int:
+    n = 0
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            rewards = score_line_any(json.loads(line))
+            sink.write(json.dumps({"line": i, "rewards": rewards}) + "\n")
+            n += len(rewards)
+    return n

@@ -482,6 +482,189 @@ pub fn write_score_jsonl<W: Write + ?Sized>(
     write_cycled(w, &lines, target_bytes)
 }
 
+/// Pretty-prints compact JSON `text` the way `json.dumps(obj, indent=2)` and most generator
+/// models write it: one member or element per line, two spaces per level, `": "` after keys.
+/// Empty objects and arrays stay `{}` / `[]`. Text that is not JSON is re-indented as far as
+/// its brackets go (the broken rubrics of the mix stay broken the same way).
+pub fn pretty(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+    let indent = |out: &mut String, d: usize| {
+        out.push('\n');
+        for _ in 0..d {
+            out.push_str("  ");
+        }
+    };
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_str {
+            out.push(c);
+            if esc {
+                esc = false;
+            } else if c == '\\' {
+                esc = true;
+            } else if c == '"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_str = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                if matches!(chars.peek(), Some('}' | ']')) {
+                    if let Some(close) = chars.next() {
+                        out.push(close);
+                    }
+                } else {
+                    depth += 1;
+                    indent(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                indent(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(',');
+                indent(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The input shapes of the command-line benchmarks, by name (`care-bench-gen shape NAME ..`,
+/// `benches/compare/shapes.sh`, the criterion `cli/shape` group).
+///
+/// * `objects`: a valid rubric object per line (the line is the rubric).
+/// * `text`: `{"text": "<compact rubric>"}`, valid.
+/// * `pretty`: `{"text": "<pretty-printed rubric>"}`, valid; newlines and indentation are
+///   `\n` escapes and spaces inside the string, as generators write it.
+/// * `mixed30`: `{"text": "<compact rubric>"}` where 3 lines in 10 break the contract: a
+///   wrong weight (`weight_sum`) or a missing level anchor (`level_format`).
+/// * `score-scores`: `{"rubric": {..}, "scores": [[..],[..],[..]]}`, one response per line.
+/// * `score-judge`: `{"rubric": {..}, "judge": "<judge answer text>"}`, one response per line.
+/// * `score-group8`: `{"rubric": {..}, "responses": [8 x {"scores": ..}]}`, a GRPO group.
+pub const SHAPES: [&str; 7] = [
+    "objects",
+    "text",
+    "pretty",
+    "mixed30",
+    "score-scores",
+    "score-judge",
+    "score-group8",
+];
+
+/// The 100 distinct lines (newline included) that [`write_shape_jsonl`] cycles through for
+/// `shape` (one of [`SHAPES`]); `None` for an unknown shape.
+pub fn shape_lines(shape: &str, seed: u64) -> Option<Vec<String>> {
+    let mut rng = Rng::new(seed ^ 0x5A9E);
+    // Valid rubrics only: the mix's fixtures and unbroken synthetic rubrics, topped up with
+    // fresh synthetic ones to 100.
+    let mut valid: Vec<(String, [usize; 3])> = rubric_mix(100, seed)
+        .into_iter()
+        .filter_map(|t| criteria_counts(&t).map(|c| (t, c)))
+        .collect();
+    while valid.len() < 100 {
+        let per = [
+            2 + rng.below(3) as usize,
+            2 + rng.below(3) as usize,
+            2 + rng.below(3) as usize,
+        ];
+        valid.push((synth_rubric(&mut rng, per), per));
+    }
+    let text_line = |t: &str| {
+        let mut s = String::from("{\"text\":");
+        push_json_str(&mut s, t);
+        s.push_str("}\n");
+        s
+    };
+    let scores = |rng: &mut Rng, counts: &[usize; 3], out: &mut String| {
+        out.push('[');
+        for (d, &c) in counts.iter().enumerate() {
+            if d > 0 {
+                out.push(',');
+            }
+            out.push('[');
+            for k in 0..c {
+                if k > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "{}", rng.below(6));
+            }
+            out.push(']');
+        }
+        out.push(']');
+    };
+    let lines = valid
+        .iter()
+        .enumerate()
+        .map(|(i, (t, counts))| match shape {
+            "objects" => format!("{t}\n"),
+            "text" => text_line(t),
+            "pretty" => text_line(&pretty(t)),
+            "mixed30" if i % 10 < 3 => {
+                // weight_sum or level_format (BREAKS[0] and BREAKS[2]).
+                text_line(&break_rubric(t, if i % 2 == 0 { 0 } else { 2 }, &mut rng))
+            }
+            "mixed30" => text_line(t),
+            "score-scores" => {
+                let mut s = format!("{{\"rubric\":{t},\"scores\":");
+                scores(&mut rng, counts, &mut s);
+                s.push_str("}\n");
+                s
+            }
+            "score-judge" => {
+                let total = counts.iter().sum();
+                let flat = group_scores(&mut rng, total, 1);
+                let mut s = format!("{{\"rubric\":{t},\"judge\":");
+                push_json_str(&mut s, &judge_output(t, &flat));
+                s.push_str("}\n");
+                s
+            }
+            _ => {
+                let mut s = format!("{{\"rubric\":{t},\"responses\":[");
+                for j in 0..8 {
+                    if j > 0 {
+                        s.push(',');
+                    }
+                    s.push_str("{\"scores\":");
+                    scores(&mut rng, counts, &mut s);
+                    s.push('}');
+                }
+                s.push_str("]}\n");
+                s
+            }
+        })
+        .collect();
+    SHAPES.contains(&shape).then_some(lines)
+}
+
+/// Writes JSON Lines of `shape` (one of [`SHAPES`]) until at least `target_bytes` are written.
+/// Returns (lines, bytes); an unknown shape is an `InvalidInput` error.
+pub fn write_shape_jsonl<W: Write + ?Sized>(
+    w: &mut W,
+    shape: &str,
+    target_bytes: u64,
+    seed: u64,
+) -> io::Result<(u64, u64)> {
+    let lines = shape_lines(shape, seed).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("unknown shape {shape:?} (one of {})", SHAPES.join(", ")),
+        )
+    })?;
+    write_cycled(w, &lines, target_bytes)
+}
+
 fn write_cycled<W: Write + ?Sized>(
     w: &mut W,
     lines: &[String],
@@ -583,6 +766,55 @@ mod tests {
         let first = buf.split(|&c| c == b'\n').next().expect("one line");
         assert!(first.starts_with(b"{\"rubric\":{\"categories\""));
         assert!(lines > 0);
+    }
+
+    #[test]
+    fn pretty_printing_keeps_the_value() {
+        let r = compact(FIXTURE_1);
+        let p = pretty(&r);
+        assert!(p.contains("\n  \"categories\": ["));
+        assert_eq!(compact(&p), r);
+        assert!(check(&p).is_ok());
+        assert_eq!(
+            pretty("{\"a\":[],\"b\":{}}"),
+            "{\n  \"a\": [],\n  \"b\": {}\n}"
+        );
+    }
+
+    #[test]
+    fn shapes_have_the_documented_content() {
+        for shape in SHAPES {
+            let lines = shape_lines(shape, 1).expect("known shape");
+            assert_eq!(lines.len(), 100, "{shape}");
+            assert!(
+                lines
+                    .iter()
+                    .all(|l| l.ends_with('\n') && l.matches('\n').count() == 1)
+            );
+        }
+        let text = |l: &str| -> String {
+            let inner = l.trim_end().strip_prefix("{\"text\":").expect("text line");
+            let inner = inner.strip_suffix('}').expect("closing brace");
+            // Undo push_json_str for the escapes it writes.
+            let body = inner.trim_matches('"');
+            body.replace("\\n", "\n").replace("\\\"", "\"")
+        };
+        let valid = |shape: &str| {
+            shape_lines(shape, 1)
+                .expect("known shape")
+                .iter()
+                .filter(|l| check(&text(l)).is_ok())
+                .count()
+        };
+        assert_eq!(valid("text"), 100);
+        assert_eq!(valid("pretty"), 100);
+        assert_eq!(valid("mixed30"), 70);
+        let objects = shape_lines("objects", 1).expect("known shape");
+        assert!(objects.iter().all(|l| check(l.trim_end()).is_ok()));
+        assert!(shape_lines("pretty", 1).expect("known")[0].contains("\\n  \\\"categories"));
+        assert!(shape_lines("nope", 1).is_none());
+        let g = shape_lines("score-group8", 1).expect("known shape");
+        assert_eq!(g[0].matches("{\"scores\":").count(), 8);
     }
 
     #[test]

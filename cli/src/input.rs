@@ -8,7 +8,7 @@
 //! validated as the exact text it has in the line (the `"id"`, a rubric object).
 
 use std::borrow::Cow;
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -19,7 +19,26 @@ use crate::json::{KeySeed, LineError, TopStrings, check_strict_top};
 /// unique: the strict check refused duplicates).
 #[derive(Debug, Default)]
 pub struct Members<'a> {
-    list: Vec<(Cow<'a, str>, &'a RawValue)>,
+    list: Vec<Member<'a>>,
+}
+
+/// One member: its key, the exact text of its value, and that text as a [`RawValue`], made on
+/// first use for members split out by the one-pass scanner ([`crate::scan`]): a subcommand
+/// that only needs a member's text (the rubric of `care score`) never has serde_json read it.
+#[derive(Debug)]
+struct Member<'a> {
+    key: Cow<'a, str>,
+    text: &'a str,
+    raw: OnceCell<Option<&'a RawValue>>,
+}
+
+impl<'a> Member<'a> {
+    fn raw(&self) -> Option<&'a RawValue> {
+        // The text was checked strictly, so this never fails; `None` would read as absent.
+        *self
+            .raw
+            .get_or_init(|| serde_json::from_str(self.text).ok())
+    }
 }
 
 impl<'a> Members<'a> {
@@ -39,17 +58,33 @@ impl<'a> Members<'a> {
 
     /// The member `key`.
     pub fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.list.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+        self.find(key).and_then(Member::raw)
+    }
+
+    /// The exact text of member `key`'s value.
+    pub fn text(&self, key: &str) -> Option<&'a str> {
+        self.find(key).map(|m| m.text)
+    }
+
+    fn find(&self, key: &str) -> Option<&Member<'a>> {
+        self.list.iter().find(|m| m.key == key)
     }
 
     /// The members in line order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &'a RawValue)> + '_ {
-        self.list.iter().map(|(k, v)| (k.as_ref(), *v))
+        self.list
+            .iter()
+            .filter_map(|m| m.raw().map(|r| (m.key.as_ref(), r)))
+    }
+
+    /// The members' keys in input order (reads no value, unlike [`Members::iter`]).
+    pub fn keys(&self) -> impl Iterator<Item = &str> + '_ {
+        self.list.iter().map(|m| m.key.as_ref())
     }
 
     /// Whether the member `key` is present (even as `null`).
     pub fn contains_key(&self, key: &str) -> bool {
-        self.get(key).is_some()
+        self.find(key).is_some()
     }
 }
 
@@ -62,8 +97,13 @@ impl<'de> Visitor<'de> for MembersVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
         let mut list = Vec::new();
-        while let Some(k) = map.next_key_seed(KeySeed)? {
-            list.push((k, map.next_value::<&'de RawValue>()?));
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let raw = map.next_value::<&'de RawValue>()?;
+            list.push(Member {
+                key,
+                text: raw.get(),
+                raw: OnceCell::from(Some(raw)),
+            });
         }
         Ok(Members { list })
     }
@@ -80,7 +120,19 @@ pub struct Line<'a> {
 
 impl<'a> Line<'a> {
     /// Checks `text` (see [`check_strict`]) and splits out its top-level members.
+    ///
+    /// The check is [`crate::scan::scan_line`] (one pass, no allocation) when it accepts the
+    /// line, and the reference check (`check_strict`, which writes the exact error) otherwise.
     pub fn parse(text: &'a str) -> Result<Self, LineError> {
+        if crate::scan::fast_path_on()
+            && let Some((members, strings)) = fast_parse(text)
+        {
+            return Ok(Line {
+                text,
+                members,
+                strings,
+            });
+        }
         let strings = check_strict_top(text)?;
         Ok(Line {
             text,
@@ -104,6 +156,11 @@ impl<'a> Line<'a> {
         self.members.as_ref()
     }
 
+    /// The exact text of member `key`'s value (without reading it as a [`RawValue`]).
+    pub fn raw_text(&self, key: &str) -> Option<&'a str> {
+        self.members.as_ref().and_then(|m| m.text(key))
+    }
+
     /// The decoded text of member `key` when it is a JSON string (see [`string`]).
     pub fn string(&self, key: &str) -> Option<&str> {
         self.strings
@@ -111,6 +168,47 @@ impl<'a> Line<'a> {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_ref())
     }
+}
+
+thread_local! {
+    static SCAN: std::cell::RefCell<crate::scan::Scratch> = Default::default();
+}
+
+/// The top-level members of `text` (`None` when it is no object) and its string-valued ones
+/// decoded (borrowed when they have no escapes), when [`crate::scan::scan_line`] accepts it;
+/// `None` when it declines.
+fn fast_parse(text: &str) -> Option<(Option<Members<'_>>, TopStrings<'_>)> {
+    SCAN.with(|cell| {
+        let mut scratch = cell.try_borrow_mut().ok()?;
+        if !crate::scan::scan_line(text, &mut scratch) {
+            return None;
+        }
+        let mut buf = String::new();
+        let mut strings = Vec::new();
+        let mut list = Vec::new();
+        for m in scratch.members(text) {
+            if m.value.starts_with('"') {
+                let v = if m.value.contains('\\') {
+                    Cow::Owned(crate::scan::decode_string(m.value, &mut buf).to_owned())
+                } else {
+                    // An accepted string literal: its quotes enclose the text.
+                    Cow::Borrowed(m.value.get(1..m.value.len() - 1).unwrap_or(""))
+                };
+                strings.push((Cow::Borrowed(m.key), v));
+            }
+            // Accepted keys have no escapes: the raw key is the key.
+            list.push(Member {
+                key: Cow::Borrowed(m.key),
+                text: m.value,
+                raw: OnceCell::new(),
+            });
+        }
+        let members = text
+            .trim_start()
+            .starts_with('{')
+            .then_some(Members { list });
+        Some((members, strings))
+    })
 }
 
 /// The members of an input line that must be a JSON object.
@@ -132,8 +230,7 @@ pub const PASSTHROUGH: [&str; 2] = ["id", "meta"];
 /// `at` is the object's place for nested objects (`"responses"[2] `), empty at the top level.
 pub fn check_members(m: &Members<'_>, known: &[&str], at: &str) -> Result<(), LineError> {
     let Some(key) = m
-        .iter()
-        .map(|(k, _)| k)
+        .keys()
         .find(|k| !known.contains(k) && !PASSTHROUGH.contains(k))
     else {
         return Ok(());

@@ -16,6 +16,7 @@ pub mod gpu;
 pub mod input;
 pub mod json;
 pub mod reward_loop;
+pub mod scan;
 
-pub use cmd::{Command, process_line};
+pub use cmd::{Command, process_line, process_line_reference};
 pub use engine::{EngineOptions, Summary};

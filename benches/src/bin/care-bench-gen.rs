@@ -4,6 +4,7 @@
 //! ```text
 //! care-bench-gen validate-jsonl OUT MB        # {"text": ...} lines, 100-rubric mix
 //! care-bench-gen score-jsonl OUT MB GROUP     # {"rubric": .., "responses": [..]} lines
+//! care-bench-gen shape OUT MB NAME          # one input shape of care_benches::SHAPES
 //! care-bench-gen rubric-mix OUT               # the 100 rubric texts, one JSON string a line
 //! care-bench-gen rewards OUT N                # N little-endian f32 rewards
 //! care-bench-gen loss OUT_PREFIX TOKENS SEQ   # .logp .logp_old .mask .offsets .adv raw files
@@ -13,7 +14,8 @@ use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
 use care_benches::{
-    loss_data, push_json_str, rewards, rubric_mix, write_score_jsonl, write_validate_jsonl,
+    loss_data, push_json_str, rewards, rubric_mix, write_score_jsonl, write_shape_jsonl,
+    write_validate_jsonl,
 };
 
 const SEED: u64 = 20_260_101;
@@ -58,6 +60,14 @@ fn run(args: &[String]) -> Result<(), String> {
             let mut w = create(out)?;
             let group = arg_num(args, 4)? as usize;
             let (lines, bytes) = write_score_jsonl(&mut w, arg_num(args, 3)? << 20, group, SEED)
+                .map_err(|e| e.to_string())?;
+            w.flush().map_err(|e| e.to_string())?;
+            println!("{lines} lines, {bytes} bytes");
+        }
+        "shape" => {
+            let mut w = create(out)?;
+            let name = args.get(4).ok_or("missing shape NAME")?;
+            let (lines, bytes) = write_shape_jsonl(&mut w, name, arg_num(args, 3)? << 20, SEED)
                 .map_err(|e| e.to_string())?;
             w.flush().map_err(|e| e.to_string())?;
             println!("{lines} lines, {bytes} bytes");

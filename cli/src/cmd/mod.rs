@@ -41,6 +41,13 @@ pub fn process_line(cmd: &Command, line: u64, bytes: &[u8]) -> (String, bool) {
     (out, ok)
 }
 
+/// [`process_line`] on the reference path only: the strict check and serde_json for every
+/// line, as before the one-pass scanner ([`crate::scan`]). Its output is the specification of
+/// the fast path's; the differential tests compare the two.
+pub fn process_line_reference(cmd: &Command, line: u64, bytes: &[u8]) -> (String, bool) {
+    crate::scan::with_reference_path(|| process_line(cmd, line, bytes))
+}
+
 impl LineProcessor for Command {
     fn process(&self, line: u64, bytes: &[u8], out: &mut String) -> bool {
         let mark = out.len();
@@ -73,6 +80,12 @@ impl Command {
 
     fn write_line(&self, line: u64, bytes: &[u8], out: &mut String) -> Result<(), LineError> {
         let text = line_text(bytes)?;
+        if let Command::Validate(opts) = self
+            && crate::scan::fast_path_on()
+            && let Some(r) = validate::run_fast(opts, line, text, out)
+        {
+            return r;
+        }
         let input = Line::parse(text)?;
         if let (Some(known), Some(m)) = (self.members(&input), input.members()) {
             check_members(m, known, "")?;

@@ -50,9 +50,9 @@ impl Drop for Scratch {
 /// order and number spelling reach the validator unchanged.
 pub fn member_text<'l>(line: &'l Line<'_>, key: &str) -> Result<&'l str, LineError> {
     let raw = line
-        .get(key)
+        .raw_text(key)
         .ok_or_else(|| LineError::schema(format!("missing key \"{key}\"")))?;
-    Ok(line.string(key).unwrap_or(raw.get()))
+    Ok(line.string(key).unwrap_or(raw))
 }
 
 /// Writes `violations` (code, category and criterion indices or null, message) and, when the

@@ -1,10 +1,13 @@
 //! `care validate`: the format contract (SPEC §3) on generated rubrics.
 
+use std::cell::RefCell;
+
 use care_core::{FormatPolicy, validate_str};
 
 use super::rubric::{Scratch, write_shape, write_violations};
 use crate::input::Line;
 use crate::json::{LineError, Obj};
+use crate::scan;
 
 /// Resolved options: the core's [`FormatPolicy`].
 pub type Options = FormatPolicy;
@@ -22,6 +25,11 @@ pub fn run(policy: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), Lin
             .ok_or_else(|| LineError::schema("\"text\" must be a string"))?,
         None => line.text(),
     };
+    write_validation(policy, text, o)
+}
+
+/// Validates the rubric `text` and writes what [`run`] documents.
+fn write_validation(policy: &Options, text: &str, o: &mut Obj<'_>) -> Result<(), LineError> {
     // Decoding JSON escapes never makes a string longer, so the text's length always suffices.
     let mut scratch = Scratch::take(text.len());
     let v = validate_str(text, policy, scratch.buf())?;
@@ -32,4 +40,75 @@ pub fn run(policy: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), Lin
         write_shape(o, r);
     }
     Ok(())
+}
+
+/// Per-thread memory of [`run_fast`]: the scanner's, and the buffer the `"text"` string is
+/// decoded into.
+#[derive(Default)]
+struct Fast {
+    scan: scan::Scratch,
+    decoded: Vec<u8>,
+}
+
+thread_local! {
+    static FAST: RefCell<Fast> = RefCell::new(Fast::default());
+}
+
+/// Decoded strings longer than this are not kept for the next line.
+const KEEP_DECODED: usize = 1 << 20;
+
+/// The whole output line for input line `line` with text `text`, written after one pass over
+/// the line ([`scan::scan_line_decoding`]: the strict check, the members and the decoded
+/// `"text"` string at once, into a reused buffer; no `Value` tree, no second parse).
+/// `None` when the scanner declines the line: the caller takes the reference path, which writes
+/// exactly what this would have (`cli/tests/fast_path.rs` checks that).
+pub fn run_fast(
+    policy: &Options,
+    line: u64,
+    text: &str,
+    out: &mut String,
+) -> Option<Result<(), LineError>> {
+    FAST.with(|cell| {
+        let mut guard = cell.try_borrow_mut().ok()?;
+        let fast = &mut *guard;
+        if !scan::scan_line_decoding(text, &mut fast.scan, "text", &mut fast.decoded) {
+            return None;
+        }
+        // Only the common members: `{"text": .., "id": ..}`, or a rubric object (`categories`)
+        // with an optional `id`. Any other member is one the reference path may check or echo
+        // (`meta`, a misspelled member), so it decides.
+        let (mut id, mut raw_text, mut categories) = (None, None, false);
+        for m in fast.scan.members(text) {
+            match m.key {
+                "id" => id = Some(m.value),
+                "text" => raw_text = Some(m.value),
+                "categories" => categories = true,
+                _ => return None,
+            }
+        }
+        if raw_text.is_some() && categories {
+            return None;
+        }
+        let rubric = match raw_text {
+            // Not a string: the reference path writes the schema error.
+            Some(raw) if !raw.starts_with('"') => return None,
+            // Without escapes the decoded text is the literal's inside: borrow that.
+            Some(raw) if fast.decoded.len() + 2 == raw.len() => raw.get(1..raw.len() - 1)?,
+            // Decoded by the scan; the runs between escapes are whole characters of the line,
+            // so this is valid UTF-8 (the check is the cheap ASCII pass, never a failure).
+            Some(_) => core::str::from_utf8(&fast.decoded).ok()?,
+            None => text,
+        };
+        let r = Obj::try_write(out, |o| {
+            o.u64("line", line);
+            if let Some(id) = id {
+                o.raw("id", id);
+            }
+            write_validation(policy, rubric, o)
+        });
+        if fast.decoded.capacity() > KEEP_DECODED {
+            fast.decoded = Vec::new();
+        }
+        Some(r)
+    })
 }
