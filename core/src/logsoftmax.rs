@@ -212,12 +212,20 @@ fn counted(mask: Option<&[u8]>, i: usize) -> bool {
 
 /// A counted row has a softmax: no NaN or `+inf` logit, no finite logit that overflows when
 /// scaled by `1 / T`, and at least one logit above `-inf`.
+///
+/// For the dtypes the kernels take (`f32`, `bf16`, `f16`) the scale is also checked as the
+/// kernels apply it, `x * (f32(1 / T) * log2(e))` rounded to `f32` (`logsoftmax.cu`): a row the
+/// `f64` reference could still handle but the kernels would turn into `inf` is refused on both
+/// paths alike. `f64` logits (CPU only) are checked in `f64`.
 fn check_row<T: LogProb>(row: &[T], inv_t: f64) -> Result<()> {
+    let kernel_dtype = T::NAME != <f64 as LogProb>::NAME;
+    let scale = (inv_t as f32) * core::f32::consts::LOG2_E;
     let mut live = false;
     for &x in row {
         let x = x.to_f64();
-        let z = x * inv_t;
-        if z.is_finite() {
+        // Exact for the kernel dtypes, which all convert to f32 without rounding.
+        let in_range = (x * inv_t).is_finite() && (!kernel_dtype || (x as f32 * scale).is_finite());
+        if in_range {
             live = true;
         } else if x != f64::NEG_INFINITY {
             // NaN, +inf, or a finite logit that the scale pushed out of range.

@@ -184,6 +184,24 @@ fn rows_without_a_softmax_are_errors_not_nan() {
     // A finite logit that overflows once divided by T (f64 logits can reach that).
     assert_eq!(both(&[1e300, 0.0], 2, 1e-10), non_finite);
     assert_eq!(both(&[-1e300, 0.0], 2, 1e-10), non_finite);
+    // f32 logits are checked as the kernels scale them, x * (f32(1/T) * log2(e)) in f32: finite
+    // in f64, but not on the GPU, so an error on both paths.
+    for (x, t) in [(3e38f32, 0.5), (-3e38, 0.5), (2.5e38, 1.0), (1e30, 1e-9)] {
+        let row = [x, 0.0f32];
+        let l = Logits::new(&row[..], 1, 2, 2).unwrap();
+        let o = LogSoftmaxOptions { temperature: t };
+        let mut lp = [7.0];
+        let r = selective_log_softmax(&l, &[1i64], None, &o, &mut lp, None, None);
+        assert_eq!(r, Err(Error::NonFinite), "x = {x:e}, T = {t}");
+        assert_eq!(lp, [7.0]);
+    }
+    // Just inside the f32 range after the scale: accepted, finite.
+    let row = [2.3e38f32, 0.0];
+    let l = Logits::new(&row[..], 1, 2, 2).unwrap();
+    let mut lp = [7.0];
+    let o = LogSoftmaxOptions::default();
+    selective_log_softmax(&l, &[0i64], None, &o, &mut lp, None, None).unwrap();
+    assert_eq!(lp, [0.0]);
     // The same rows masked out are not read: no error.
     let masked = [ni, ni, 0.0, 1.0];
     let l = Logits::new(&masked[..], 2, 2, 2).unwrap();
