@@ -9,7 +9,7 @@ from typing import Dict, Optional, Sequence, Union
 import numpy as np
 
 from . import _care
-from ._types import LossResult
+from ._types import LossResult, RolloutResult
 
 Array = Union[np.ndarray, Sequence[float]]
 
@@ -182,6 +182,7 @@ def policy_loss(
     mask: Optional[Array] = None,
     *,
     logp_ref: Optional[Array] = None,
+    logp_rollout: Optional[Array] = None,
     preset: Optional[str] = None,
     per_token: Optional[bool] = None,
     **overrides,
@@ -196,6 +197,11 @@ def policy_loss(
     :func:`loss_options`; ``per_token`` decides between the two advantage layouts when the
     shapes do not (1-D ``logp`` with as many tokens as sequences). Returns the loss, ``grad = dL/dlogp`` (float32, ``logp``'s shape)
     and the statistics as sums.
+
+    ``logp_rollout`` (the inference engine's log-probs, ``logp``'s shape and dtype) turns on
+    the rollout correction (SPEC §17) set by the ``rollout_*`` options (``rollout_is``,
+    ``rollout_is_threshold``, ``rollout_rs`` with ``rollout_rs_threshold``, ...); its weights
+    are constants of the gradient, and ``result.rollout`` holds its diagnostics.
     """
     lp = np.asarray(logp)
     if lp.dtype not in (np.float32, np.float64):
@@ -210,12 +216,62 @@ def policy_loss(
     flat = np.ascontiguousarray(lp).reshape(-1)
     old = None if logp_old is None else _arr(logp_old, lp.dtype, "logp_old")
     ref = None if logp_ref is None else _arr(logp_ref, lp.dtype, "logp_ref")
+    roll = None if logp_rollout is None else _arr(logp_rollout, lp.dtype, "logp_rollout")
     adv = np.asarray(advantages, dtype=np.float32)
     kind = advantage_kind(adv.shape, shape, flat.size, offs.size - 1, per_token)
     grad = np.empty(flat.size, dtype=np.float32)
     stats = np.empty(len(_care.LOSS_STATS_FIELDS), dtype=np.float64)
+    rstats = None if roll is None else np.zeros(len(_care.ROLLOUT_STATS_FIELDS), dtype=np.float64)
     loss = _care.policy_loss(
         flat, np.ascontiguousarray(adv).reshape(-1), offs, grad, stats,
         _care.loss_options(preset, **overrides), kind, old, ref, _mask(mask, "mask"),
+        logp_rollout=roll, rollout_stats=rstats,
     )  # fmt: skip
-    return LossResult(loss=float(loss), grad=grad.reshape(shape), stats=stats_dict(stats))
+    rollout = None if roll is None else rollout_stats_dict(rstats)
+    return LossResult(loss=float(loss), grad=grad.reshape(shape), stats=stats_dict(stats), rollout=rollout)
+
+
+def rollout_stats_dict(values: Sequence[float]) -> Dict[str, float]:
+    """The rollout correction's diagnostics as a dict, named by ``ROLLOUT_STATS_FIELDS``."""
+    return {name: float(v) for name, v in zip(_care.ROLLOUT_STATS_FIELDS, values)}
+
+
+def rollout_correction(
+    logp_old: Array,
+    logp_rollout: Array,
+    seq_offsets: Optional[Array] = None,
+    mask: Optional[Array] = None,
+    *,
+    preset: Optional[str] = None,
+    **overrides,
+) -> RolloutResult:
+    """The rollout correction on its own (SPEC §17), for a trainer that applies the weights
+    in its own loss: per token the importance weight :func:`policy_loss` would apply and
+    whether the token survives rejection, and the diagnostics as sums.
+
+    ``logp_old`` (the proximal policy: ``logp`` when on-policy) and ``logp_rollout``:
+    ``[T]`` with CSR ``seq_offsets``, or padded ``[B, L]`` with an optional ``[B, L]`` mask;
+    one dtype (float32 or float64). Options: the ``rollout_*`` fields of
+    :func:`loss_options`.
+    """
+    old = np.asarray(logp_old)
+    if old.dtype not in (np.float32, np.float64):
+        old = old.astype(np.float32)
+    shape = old.shape
+    if seq_offsets is None:
+        if old.ndim != 2:
+            raise _care.error("invalid_argument", "give seq_offsets for 1-D logp_old, or pass [B, L] logp_old")
+        b, length = shape
+        seq_offsets = np.arange(0, (b + 1) * length, length, dtype=np.uint32) if b else np.zeros(1, np.uint32)
+    offs = _arr(seq_offsets, np.uint32, "seq_offsets")
+    flat = np.ascontiguousarray(old).reshape(-1)
+    roll = _arr(logp_rollout, old.dtype, "logp_rollout")
+    weights = np.empty(flat.size, dtype=np.float32)
+    keep = np.empty(flat.size, dtype=np.uint8)
+    stats = np.empty(len(_care.ROLLOUT_STATS_FIELDS), dtype=np.float64)
+    _care.rollout_correction(
+        flat, roll, offs, weights, keep, stats, _care.loss_options(preset, **overrides), _mask(mask, "mask"),
+    )  # fmt: skip
+    return RolloutResult(
+        weights=weights.reshape(shape), keep=keep.reshape(shape).astype(bool), stats=rollout_stats_dict(stats)
+    )
