@@ -199,7 +199,7 @@ def policy_loss(
     and the statistics as sums.
 
     ``logp_rollout`` (the inference engine's log-probs, ``logp``'s shape and dtype) turns on
-    the rollout correction (SPEC §17) set by the ``rollout_*`` options (``rollout_is``,
+    the rollout correction (SPEC §16) set by the ``rollout_*`` options (``rollout_is``,
     ``rollout_is_threshold``, ``rollout_rs`` with ``rollout_rs_threshold``, ...); its weights
     are constants of the gradient, and ``result.rollout`` holds its diagnostics.
     """
@@ -245,7 +245,7 @@ def rollout_correction(
     preset: Optional[str] = None,
     **overrides,
 ) -> RolloutResult:
-    """The rollout correction on its own (SPEC §17), for a trainer that applies the weights
+    """The rollout correction on its own (SPEC §16), for a trainer that applies the weights
     in its own loss: per token the importance weight :func:`policy_loss` would apply and
     whether the token survives rejection, and the diagnostics as sums.
 

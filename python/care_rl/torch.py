@@ -529,7 +529,7 @@ def policy_loss(
     denominators over all ranks and micro-batches (0: this call's own), as numbers so that the
     option text stays a compile-time constant. ``logp_rollout`` (the inference engine's
     log-probs, ``logp``'s shape and dtype) turns on the rollout correction of the ``rollout_*``
-    options (SPEC §17); it gets no gradient (the weights are constants). Its diagnostics come
+    options (SPEC §16); it gets no gradient (the weights are constants). Its diagnostics come
     from :func:`care_rl.rollout_correction` (host) or the plain :func:`care_rl.policy_loss`.
 
     With ``return_stats`` returns ``(loss, stats)``: ``stats`` a float64 ``[14]`` tensor on

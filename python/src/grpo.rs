@@ -436,7 +436,7 @@ fn host_loss<T: LogProb + Elem>(
 /// grad_in_input_dtype=False, logp_rollout=None, rollout_stats=None) -> float | None`.
 ///
 /// `logp_rollout` (the inference engine's log-probs, the dtype of `logp`) turns on the rollout
-/// correction of the options' `rollout_*` fields (SPEC §17); its weights are constants, so
+/// correction of the options' `rollout_*` fields (SPEC §16); its weights are constants, so
 /// `grad` stays `dL/dlogp`. `rollout_stats` (host only, float64 `[13]`, `ROLLOUT_STATS_FIELDS`
 /// order) receives the correction's diagnostics (all zero without `logp_rollout`).
 ///
@@ -1090,7 +1090,7 @@ fn host_rollout<T: LogProb + Elem>(
 }
 
 /// `_care.rollout_correction(logp_old, logp_rollout, seq_offsets, weights, keep, stats,
-/// options, mask=None)`: the rollout correction on its own (host arrays; SPEC §17), with the
+/// options, mask=None)`: the rollout correction on its own (host arrays; SPEC §16), with the
 /// `rollout_*` fields of the loss options text. `logp_old` and `logp_rollout` of one dtype
 /// (float32, float64, bfloat16, float16; `logp_old` is the proximal policy, `logp` when
 /// on-policy), `weights` float32 `[T]` (the importance weight the loss applies, 0 on masked or
