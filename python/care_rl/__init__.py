@@ -22,8 +22,11 @@ from ._grpo import (
     group_partial_squares,
     group_partial_sums,
     loss_options,
+    discounted_returns,
+    gae,
     policy_loss,
     rollout_correction,
+    whiten,
 )
 from ._profile import (
     PROFILE_NAMES,
@@ -120,6 +123,9 @@ __all__ = [
     "group_advantages_finalize",
     "policy_loss",
     "rollout_correction",
+    "discounted_returns",
+    "gae",
+    "whiten",
     "LOSS_STATS_FIELDS",
     "ROLLOUT_STATS_FIELDS",
     "Alignment",

@@ -155,6 +155,17 @@ def policy_loss(
     stream: int = 0, workspace: Optional[Array] = None, grad_in_input_dtype: bool = False,
     logp_rollout: Optional[Array] = None, rollout_stats: Optional[Array] = None,
 ) -> Optional[float]: ...
+def discounted_returns(
+    token_rewards: Array, seq_offsets: Array, returns: Array, gamma: float = 1.0,
+    mask: Optional[Array] = None,
+) -> None: ...
+def gae(
+    token_rewards: Array, values: Array, seq_offsets: Array, advantages: Array, returns: Array,
+    gamma: float = 1.0, lambda_: float = 1.0, mask: Optional[Array] = None,
+) -> None: ...
+def whiten(
+    values: Array, eps: float = 1e-8, std_kind: str = "unbiased", mask: Optional[Array] = None,
+) -> Tuple[float, float]: ...
 def rollout_correction(
     logp_old: Array, logp_rollout: Array, seq_offsets: Array, weights: Array, keep: Array,
     stats: Array, options: str, mask: Optional[Array] = None,

@@ -275,3 +275,62 @@ def rollout_correction(
     return RolloutResult(
         weights=weights.reshape(shape), keep=keep.reshape(shape).astype(bool), stats=rollout_stats_dict(stats)
     )
+
+
+def _token_layout(x: np.ndarray, seq_offsets, name: str) -> np.ndarray:
+    if seq_offsets is not None:
+        return _arr(seq_offsets, np.uint32, "seq_offsets")
+    if x.ndim != 2:
+        raise _care.error("invalid_argument", f"give seq_offsets for 1-D {name}, or pass [B, L] {name}")
+    b, length = x.shape
+    return np.arange(0, (b + 1) * length, length, dtype=np.uint32) if b else np.zeros(1, np.uint32)
+
+
+def discounted_returns(
+    token_rewards: Array, seq_offsets: Optional[Array] = None, mask: Optional[Array] = None, *, gamma: float = 1.0
+) -> np.ndarray:
+    """Discounted returns ``G_t = r_t + gamma * G_next`` over each sequence's counted tokens
+    (SPEC §18; REINFORCE++ before whitening, ReMax's reward-to-go with ``gamma = 1``).
+    ``token_rewards``: ``[T]`` with CSR ``seq_offsets`` or padded ``[B, L]`` (with an optional
+    ``[B, L]`` mask). Returns float32 of the same shape, 0 on masked tokens."""
+    r = np.asarray(token_rewards, dtype=np.float32)
+    offs = _token_layout(r, seq_offsets, "token_rewards")
+    out = np.empty(r.size, dtype=np.float32)
+    _care.discounted_returns(np.ascontiguousarray(r).reshape(-1), offs, out, float(gamma), _mask(mask, "mask"))
+    return out.reshape(r.shape)
+
+
+def gae(
+    token_rewards: Array,
+    values: Array,
+    seq_offsets: Optional[Array] = None,
+    mask: Optional[Array] = None,
+    *,
+    gamma: float = 1.0,
+    lambda_: float = 1.0,
+):
+    """Generalized advantage estimation by a reverse scan per sequence (SPEC §18):
+    ``(advantages, returns)``, float32 of ``token_rewards``' shape, ``returns = advantages +
+    values`` (the value targets), 0 on masked tokens. Not whitened: :func:`whiten` the
+    advantages for verl's ``gae``. Layouts as :func:`discounted_returns`; ``values`` has the
+    rewards' shape."""
+    r = np.asarray(token_rewards, dtype=np.float32)
+    offs = _token_layout(r, seq_offsets, "token_rewards")
+    v = _arr(values, np.float32, "values")
+    adv = np.empty(r.size, dtype=np.float32)
+    ret = np.empty(r.size, dtype=np.float32)
+    _care.gae(
+        np.ascontiguousarray(r).reshape(-1), v, offs, adv, ret, float(gamma), float(lambda_), _mask(mask, "mask"),
+    )  # fmt: skip
+    return adv.reshape(r.shape), ret.reshape(r.shape)
+
+
+def whiten(values: Array, mask: Optional[Array] = None, *, eps: float = 1e-8, std_kind: str = "unbiased"):
+    """``(x - mean) / sqrt(var + eps)`` over the counted values (SPEC §18; verl's
+    ``masked_whiten`` with the defaults, OpenRLHF with ``std_kind="biased"``). Returns
+    ``(whitened, mean, std)``: a float32 copy of ``values``' shape (0 where masked) and the
+    statistics of the counted values."""
+    v = np.array(values, dtype=np.float32)  # a copy: whitened in place below
+    flat = v.reshape(-1)
+    mean, std = _care.whiten(flat, float(eps), std_kind, _mask(mask, "mask"))
+    return flat.reshape(v.shape), mean, std

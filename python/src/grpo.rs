@@ -9,8 +9,9 @@
 //! waits for the device, which is what makes CUDA-graph capture possible.
 
 use care_core::grpo::{
-    AdvantageOptions, Advantages, GroupLayout, GroupStats, GroupSums, LOSS_STATS_LAYOUT, LogProb,
-    LossInputs, LossOptions, LossStats, RolloutInputs, RolloutStats,
+    AdvantageOptions, Advantages, GaeOptions, GroupLayout, GroupStats, GroupSums,
+    LOSS_STATS_LAYOUT, LogProb, LossInputs, LossOptions, LossStats, RolloutInputs, RolloutStats,
+    WhitenOptions,
 };
 use care_core::logsoftmax::{self as lsm, LogSoftmaxOptions, Logits, TokenId};
 use half::{bf16, f16};
@@ -1152,4 +1153,101 @@ pub fn rollout_correction(
         ))),
     }?;
     write_rollout_stats(&out, &mut st)
+}
+
+/// Refuses device tensors for the host-only functions.
+fn host_only(fun: &str, ts: &[&Tensor<'_>]) -> PyResult<()> {
+    for t in ts {
+        if let Device::Cuda(_) = device_of(t)? {
+            return Err(invalid(format!("{}: {fun} takes host arrays", t.name())));
+        }
+    }
+    Ok(())
+}
+
+/// `_care.discounted_returns(token_rewards, seq_offsets, returns, gamma=1.0, mask=None)`:
+/// `G_t = r_t + gamma G_next` per sequence over the counted tokens (SPEC §18), host float32
+/// `[T]` in and out (masked tokens get 0).
+#[pyfunction]
+#[pyo3(signature = (token_rewards, seq_offsets, returns, gamma=1.0, mask=None))]
+pub fn discounted_returns(
+    py: Python<'_>,
+    token_rewards: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    returns: &Bound<'_, PyAny>,
+    gamma: f64,
+    mask: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let r = Tensor::take(token_rewards, "token_rewards")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let mut out = Tensor::take(returns, "returns")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    check_outputs(&[&out], &[Some(&r), Some(&so), m.as_ref()])?;
+    host_only("discounted_returns", &[&r, &so, &out])?;
+    let opts = GaeOptions { gamma, lambda: 1.0 };
+    let (rv, offs, mk) = (r.slice::<f32>()?, so.slice::<u32>()?, opt_slice::<u8>(&m)?);
+    let o = out.slice_mut::<f32>()?;
+    py.detach(|| care_core::grpo::discounted_returns(rv, offs, mk, &opts, o))
+        .or_raise("discounted_returns")
+}
+
+/// `_care.gae(token_rewards, values, seq_offsets, advantages, returns, gamma=1.0,
+/// lambda_=1.0, mask=None)`: generalized advantage estimation by a reverse scan per sequence
+/// (SPEC §18), host float32 `[T]`: the advantages and the returns `A_t + V_t` (masked: 0).
+#[pyfunction]
+#[pyo3(signature = (token_rewards, values, seq_offsets, advantages, returns, gamma=1.0, lambda_=1.0, mask=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn gae(
+    py: Python<'_>,
+    token_rewards: &Bound<'_, PyAny>,
+    values: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    advantages: &Bound<'_, PyAny>,
+    returns: &Bound<'_, PyAny>,
+    gamma: f64,
+    lambda_: f64,
+    mask: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let r = Tensor::take(token_rewards, "token_rewards")?;
+    let v = Tensor::take(values, "values")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let mut a = Tensor::take(advantages, "advantages")?;
+    let mut ret = Tensor::take(returns, "returns")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    check_outputs(&[&a, &ret], &[Some(&r), Some(&v), Some(&so), m.as_ref()])?;
+    host_only("gae", &[&r, &v, &so, &a, &ret])?;
+    let opts = GaeOptions {
+        gamma,
+        lambda: lambda_,
+    };
+    let (rv, vv, offs) = (r.slice::<f32>()?, v.slice::<f32>()?, so.slice::<u32>()?);
+    let mk = opt_slice::<u8>(&m)?;
+    let (ao, ro) = (a.slice_mut::<f32>()?, ret.slice_mut::<f32>()?);
+    py.detach(|| care_core::grpo::gae(rv, vv, offs, mk, &opts, ao, ro))
+        .or_raise("gae")
+}
+
+/// `_care.whiten(values, eps=1e-8, std_kind="unbiased", mask=None) -> (mean, std)`: whitens
+/// host float32 `values` in place over the counted entries (SPEC §18; masked become 0).
+#[pyfunction]
+#[pyo3(signature = (values, eps=1e-8, std_kind="unbiased", mask=None))]
+pub fn whiten(
+    py: Python<'_>,
+    values: &Bound<'_, PyAny>,
+    eps: f64,
+    std_kind: &str,
+    mask: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(f64, f64)> {
+    let mut v = Tensor::take(values, "values")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    check_outputs(&[&v], &[m.as_ref()])?;
+    host_only("whiten", &[&v])?;
+    let opts = WhitenOptions {
+        eps,
+        std_kind: crate::names::parse("std_kind", std_kind)?,
+    };
+    let mk = opt_slice::<u8>(&m)?;
+    let vv = v.slice_mut::<f32>()?;
+    py.detach(|| care_core::grpo::whiten(vv, mk, &opts))
+        .or_raise("whiten")
 }

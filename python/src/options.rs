@@ -354,6 +354,7 @@ pub fn advantage_option_fields(spec: &str) -> PyResult<Vec<(&'static str, String
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // test code: failing loudly is the point
 mod tests {
     use super::*;
 

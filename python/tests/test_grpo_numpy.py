@@ -318,3 +318,59 @@ def test_rollout_input_errors():
     with pytest.raises(CareError) as e:
         care_rl.policy_loss(logp, old, adv, offs, logp_rollout=roll[:6])
     assert e.value.code == "length_mismatch"
+
+
+# ---- token-level estimators (SPEC §18) -------------------------------------------------------
+
+
+def test_discounted_returns_by_hand():
+    r = np.array([1.0, 0.0, 2.0, 5.0, 1.0], np.float32)
+    offs = [0, 3, 5]
+    got = care_rl.discounted_returns(r, offs, mask=[1, 0, 1, 1, 1], gamma=0.5)
+    # Sequence 1: token 1 is masked (0, and skipped by the scan): G2 = 2, G0 = 1 + .5 * 2.
+    # Sequence 2: G4 = 1, G3 = 5 + .5 * 1.
+    np.testing.assert_array_equal(got, np.array([2.0, 0.0, 2.0, 5.5, 1.0], np.float32))
+
+
+def test_gae_by_hand_and_lambda_one_is_returns_minus_values():
+    r = np.array([0.0, 0.0, 1.0], np.float32)
+    v = np.array([0.5, 0.25, 0.5], np.float32)
+    adv, ret = care_rl.gae(r, v, [0, 3], gamma=0.5, lambda_=0.5)
+    # delta = r + .5 V_next - V: [-.375, 0, .5]; A2 = .5, A1 = 0 + .25 * .5, A0 = -.375 + .25 * .125
+    want = np.array([-0.375 + 0.25 * 0.125, 0.125, 0.5], np.float32)
+    np.testing.assert_allclose(adv, want, rtol=1e-7)
+    np.testing.assert_allclose(ret, want + v, rtol=1e-7)
+    rng = np.random.default_rng(4)
+    r = rng.normal(size=(3, 7)).astype(np.float32)
+    v = rng.normal(size=(3, 7)).astype(np.float32)
+    mask = rng.random((3, 7)) > 0.3
+    adv, ret = care_rl.gae(r, v, mask=mask)
+    g = care_rl.discounted_returns(r, mask=mask)
+    np.testing.assert_allclose(adv, np.where(mask, g - v, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ret, np.where(mask, g, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_whiten_matches_numpy_and_errors():
+    rng = np.random.default_rng(5)
+    x = rng.normal(3, 2, size=40).astype(np.float32)
+    m = rng.random(40) > 0.25
+    for kind, ddof in (("unbiased", 1), ("biased", 0)):
+        w, mean, std = care_rl.whiten(x, m, std_kind=kind)
+        c = x[m].astype(np.float64)
+        assert mean == pytest.approx(c.mean(), rel=1e-12)
+        assert std == pytest.approx(c.std(ddof=ddof), rel=1e-12)
+        np.testing.assert_allclose(w[m], (c - c.mean()) / np.sqrt(c.var(ddof=ddof) + 1e-8), rtol=1e-6)
+        assert (w[~m] == 0).all()
+    assert x[0] != 0  # the input is not modified
+    with pytest.raises(CareError) as e:
+        care_rl.whiten([1.0, np.nan])
+    assert e.value.code == "non_finite"
+    with pytest.raises(CareError) as e:
+        care_rl.whiten([1.0, 2.0], std_kind="sample")
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(CareError) as e:
+        care_rl.gae([1.0, 2.0], [0.0], [0, 2])
+    assert e.value.code == "length_mismatch"
+    with pytest.raises(CareError) as e:
+        care_rl.discounted_returns([1.0, 2.0], [0, 2], gamma=1.5)
+    assert e.value.code == "invalid_argument"
