@@ -25,7 +25,7 @@ pub const EXIT_USAGE: u8 = 2;
 /// Runs the parsed command line; the binary's `main` is this plus argument parsing.
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
-        CliCommand::Demo => crate::demo::run(&mut io::stdout().lock()).map(|()| EXIT_OK),
+        CliCommand::Demo => demo(),
         CliCommand::Reward(a) => crate::reward_loop::run_reward(&a),
         CliCommand::Serve(a) => crate::reward_loop::run_serve(&a),
         CliCommand::Analyze {
@@ -104,11 +104,7 @@ fn stream(cmd: &Command, io: &IoArgs) -> Result<u8, String> {
     };
     let summary = match engine::run(cmd, engine::Input::new(input), out, &opts) {
         Ok(s) => s,
-        // A closed pipe (`care ... | head`) is the reader's choice, not an error of ours.
-        Err(EngineError::Write(e)) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(EXIT_OK),
-        Err(EngineError::Write(e)) => {
-            return Err(format!("cannot write to stdout: {}", os_error(&e)));
-        }
+        Err(EngineError::Write(e)) => return write_failed(&e),
         Err(EngineError::Read(e)) => return Err(format!("cannot read {name}: {}", os_error(&e))),
         Err(e) => return Err(e.to_string()),
     };
@@ -117,6 +113,29 @@ fn stream(cmd: &Command, io: &IoArgs) -> Result<u8, String> {
     } else {
         EXIT_OK
     })
+}
+
+/// The exit status for a failed write to stdout, the rule of every subcommand: a closed pipe
+/// (`care ... | head`) is the reader's choice, not an error of ours (status 0); any other
+/// failure (`EBADF`, `ENOSPC`, `EIO`) is one stderr line naming the cause and status 2.
+fn write_failed(e: &io::Error) -> Result<u8, String> {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        Ok(EXIT_OK)
+    } else {
+        Err(format!("cannot write to stdout: {}", os_error(e)))
+    }
+}
+
+/// `care demo`: the rendered table, written through its own handle on fd 1 (see
+/// [`engine::stdout_file`]) so that a closed or failing stdout is reported like the streaming
+/// subcommands report it.
+fn demo() -> Result<u8, String> {
+    let text = crate::demo::render(crate::demo::device().as_ref())?;
+    let mut out = engine::stdout_file().map_err(|e| unusable("stdout", &e))?;
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(EXIT_OK),
+        Err(e) => write_failed(&e),
+    }
 }
 
 /// Why a standard stream cannot be used, in one line (`stdout is closed: Bad file descriptor

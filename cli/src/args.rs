@@ -241,7 +241,7 @@ pub struct IoArgs {
     /// Longest accepted input line in bytes; a longer line gives a `line_too_long` error line.
     #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_LINE_BYTES, value_name = "N")]
     pub max_line_bytes: usize,
-    /// Worker threads (0 = all cores).
+    /// Worker threads, at most 1024 (0 = one per core).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
     /// Never draw the progress bar (it is drawn only when stderr is a terminal anyway).

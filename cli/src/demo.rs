@@ -12,7 +12,6 @@
 //! names the one that ran.
 
 use std::fmt::Write as _;
-use std::io::Write;
 
 use care_core::grpo::{
     AdvantageOptions, Advantages, GroupLayout, GroupStats, KlEstimator, LossInputs, LossOptions,
@@ -99,14 +98,6 @@ pub fn demo_loss_options() -> LossOptions {
 
 fn err<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> String + '_ {
     move |e| format!("demo: {context}: {e}")
-}
-
-/// Runs the demo on the bundled data and the [`device`], writing the table to `out`.
-pub fn run(out: &mut dyn Write) -> Result<(), String> {
-    let text = render(device().as_ref())?;
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| format!("demo: {e}"))
 }
 
 /// Renders the whole demo with `be` (pure: no I/O, so tests can compare it whole).

@@ -99,6 +99,11 @@ impl<'a> Line<'a> {
         self.members.as_ref().and_then(|m| m.get(key))
     }
 
+    /// The line's top-level members (`None` when the line is no object).
+    pub fn members(&self) -> Option<&Members<'a>> {
+        self.members.as_ref()
+    }
+
     /// The decoded text of member `key` when it is a JSON string (see [`string`]).
     pub fn string(&self, key: &str) -> Option<&str> {
         self.strings
@@ -113,6 +118,102 @@ pub fn object<'l, 'a>(line: &'l Line<'a>) -> Result<&'l Members<'a>, LineError> 
     line.members
         .as_ref()
         .ok_or_else(|| LineError::schema("the line must be a JSON object"))
+}
+
+/// Members that every input object may carry besides those its subcommand reads: `"id"`
+/// (echoed byte for byte at the top level) and `"meta"` (the caller's own data: echoed byte for
+/// byte at the top level, never read). Nested objects (the `responses` of a group) may carry
+/// them too; there they are ignored.
+pub const PASSTHROUGH: [&str; 2] = ["id", "meta"];
+
+/// Refuses a member that is neither in `known` nor in [`PASSTHROUGH`]: a misspelled optional
+/// member (`"maks"` for `"mask"`) would otherwise be ignored and silently change the result.
+/// The `schema` error names the member, the closest known one, and where user data goes.
+/// `at` is the object's place for nested objects (`"responses"[2] `), empty at the top level.
+pub fn check_members(m: &Members<'_>, known: &[&str], at: &str) -> Result<(), LineError> {
+    let Some(key) = m
+        .iter()
+        .map(|(k, _)| k)
+        .find(|k| !known.contains(k) && !PASSTHROUGH.contains(k))
+    else {
+        return Ok(());
+    };
+    let closest = known
+        .iter()
+        .chain(&PASSTHROUGH)
+        .min_by_key(|c| edit_distance(key, c))
+        .map_or(String::new(), |c| format!("did you mean \"{c}\"? "));
+    let list = known
+        .iter()
+        .map(|k| format!("\"{k}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(LineError::schema(format!(
+        "{at}unknown member {key:?} ({closest}known members: {list}; put your own data under \"meta\")"
+    )))
+}
+
+/// The Levenshtein distance between `a` and `b` in characters (one row of the table: the
+/// names compared are short).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+/// `"n values"` (`"1 value"`), for messages about array sizes.
+pub fn values(n: usize) -> String {
+    if n == 1 {
+        "1 value".to_owned()
+    } else {
+        format!("{n} values")
+    }
+}
+
+/// A `length_mismatch` error unless the array `name` (`len` entries) has as many entries as
+/// `base` (`base_len`): `"logp_old" has 1 value but "logp" has 2 values`.
+pub fn same_length(name: &str, len: usize, base: &str, base_len: usize) -> Result<(), LineError> {
+    if len == base_len {
+        return Ok(());
+    }
+    Err(LineError::new(
+        care_core::Error::LengthMismatch.code(),
+        format!(
+            "\"{name}\" has {} but \"{base}\" has {}; they must have one entry each",
+            values(len),
+            values(base_len)
+        ),
+    ))
+}
+
+/// An `invalid_layout` error that says what is wrong with the layout `layout` of `n` values
+/// named `values` (`offsets` names the offsets array or the group size); `Ok` with the number
+/// of groups when the layout is valid.
+pub fn check_layout(
+    layout: care_core::grpo::GroupLayout<'_>,
+    n: usize,
+    offsets: &str,
+    values: &str,
+) -> Result<usize, LineError> {
+    match layout.fault(n) {
+        None => layout.validate(n).map_err(LineError::from),
+        Some(f) => Err(LineError::new(
+            care_core::Error::InvalidLayout.code(),
+            f.named(&format!("\"{offsets}\""), &format!("\"{values}\""))
+                .to_string(),
+        )),
+    }
 }
 
 /// A required member.
@@ -300,17 +401,42 @@ pub fn number_or_null(v: &RawValue) -> Option<Option<f64>> {
 }
 
 /// An array of numbers as `f32` (NaN where `null` is allowed and given).
+///
+/// The out-of-range rule of every `f32` input: a number is rounded to the nearest `f32`, and one
+/// that rounds to infinity (`|x| > 3.4028235e38` after rounding, such as `1e39`) is an error
+/// [`f32_range_error`] naming the member and the index, never an infinity passed on.
 pub fn f32_array(v: &RawValue, key: &str, allow_null: bool) -> Result<Vec<f32>, LineError> {
     let what = if allow_null {
         "a number or null"
     } else {
         "a number"
     };
+    let overflow = Cell::new(None);
     scalars(v, |s| match s {
         Scalar::Null if allow_null => Some(f32::NAN),
-        _ => s.as_f64().map(|f| f as f32),
+        _ => {
+            let f = s.as_f64()?;
+            let x = f as f32;
+            if x.is_infinite() {
+                overflow.set(Some(f));
+                return None;
+            }
+            Some(x)
+        }
     })
-    .map_err(array_error(key, what))
+    .map_err(|bad| match (bad, overflow.get()) {
+        (Some(i), Some(f)) => f32_range_error(&format!("\"{key}\"[{i}]"), f),
+        _ => array_error(key, what)(bad),
+    })
+}
+
+/// The error for a finite input number `value` at `place` (`"rewards"[3]`) that does not fit
+/// in `f32`: code `non_finite` (as `f32` it would be infinite), message saying the cause.
+pub fn f32_range_error(place: &str, value: f64) -> LineError {
+    LineError::new(
+        care_core::Error::NonFinite.code(),
+        format!("{place} = {value:e} exceeds the f32 range (|x| <= 3.4028235e38)"),
+    )
 }
 
 /// An array of non-negative integers that fit in `u32` (offsets).
@@ -449,6 +575,48 @@ mod tests {
         let l = line(r#"{"t":["a",1]}"#);
         let e = str_array(object(&l).unwrap().get("t").unwrap(), "t").unwrap_err();
         assert_eq!(e.message, "\"t\"[1] must be a string");
+    }
+
+    #[test]
+    fn unknown_members_name_the_closest_known_one() {
+        assert_eq!(edit_distance("maks", "mask"), 2);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("logp_olds", "logp_old"), 1);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        let known = ["logp", "logp_old", "mask"];
+        let ok = line(r#"{"logp":[],"id":1,"meta":{"x":1},"mask":null}"#);
+        assert!(check_members(object(&ok).unwrap(), &known, "").is_ok());
+        let bad = line(r#"{"logp":[],"maks":[1]}"#);
+        let e = check_members(object(&bad).unwrap(), &known, "").unwrap_err();
+        assert_eq!(e.code, "schema");
+        assert_eq!(
+            e.message,
+            "unknown member \"maks\" (did you mean \"mask\"? known members: \"logp\", \"logp_old\", \"mask\"; put your own data under \"meta\")"
+        );
+        let nested = line(r#"{"logp_olds":[]}"#);
+        let e = check_members(object(&nested).unwrap(), &known, "\"responses\"[1]: ").unwrap_err();
+        assert!(
+            e.message.starts_with(
+                "\"responses\"[1]: unknown member \"logp_olds\" (did you mean \"logp_old\"?"
+            ),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn f32_inputs_out_of_range_are_errors_naming_the_element() {
+        // 3.4028235e38 is f32::MAX; 3.40282356e38 still rounds to it; 3.5e38 and 1e39 do not.
+        let l = line(r#"{"a":[3.4028235e38, -3.40282356e38, 1e-50],"b":[0, null, -1e39]}"#);
+        let m = object(&l).unwrap();
+        let a = f32_array(m.get("a").unwrap(), "a", false).unwrap();
+        assert_eq!(a, [f32::MAX, f32::MIN, 0.0]);
+        let e = f32_array(m.get("b").unwrap(), "b", true).unwrap_err();
+        assert_eq!(e.code, "non_finite");
+        assert_eq!(
+            e.message,
+            "\"b\"[2] = -1e39 exceeds the f32 range (|x| <= 3.4028235e38)"
+        );
     }
 
     #[test]

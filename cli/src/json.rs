@@ -90,9 +90,30 @@ pub fn check_strict(text: &str) -> Result<(), LineError> {
 /// and a second decoding pass over a rubric's text would be a visible share of `care validate`.
 pub(crate) fn check_strict_top(text: &str) -> Result<TopStrings<'_>, LineError> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let top = de.deserialize_any(TopVisitor).map_err(json_error)?;
-    de.end().map_err(json_error)?;
+    let top = de
+        .deserialize_any(TopVisitor)
+        .map_err(|e| json_error_in(text, e))?;
+    de.end().map_err(|e| json_error_in(text, e))?;
     Ok(top)
+}
+
+/// [`json_error`], with a hint when `text` looks like one line of a pretty-printed (multi-line)
+/// JSON document: a value left open at the end of the line (`{`, `"criteria": [`), or a line
+/// that starts inside one (`"title": "x",`, `},`). Each such line is an error of its own, so
+/// without the hint a pretty-printed file gives a screen of `not_json` lines and no reason.
+fn json_error_in(text: &str, err: serde_json::Error) -> LineError {
+    let line = text.trim();
+    let fragment = (err.is_eof() && line.ends_with(['{', '[', ',', ':']))
+        || line.starts_with(['}', ']'])
+        || (line.starts_with('"') && line.contains("\":"));
+    let mut e = json_error(err);
+    if fragment && e.code == care_core::Error::NotJson.code() {
+        e.message.push_str(
+            "; the input must be JSON Lines, one JSON object per line \
+             (a pretty-printed file converts with `jq -c . FILE`)",
+        );
+    }
+    e
 }
 
 /// The string-valued top-level members of a line, decoded, in line order.
@@ -195,7 +216,7 @@ impl<'de> Visitor<'de> for MemberVisitor {
 /// from the line's text instead ([`crate::input::Line`]), without the tree.
 pub fn parse_strict(text: &str) -> Result<serde_json::Value, LineError> {
     check_strict(text)?;
-    serde_json::from_str(text).map_err(json_error)
+    serde_json::from_str(text).map_err(|e| json_error_in(text, e))
 }
 
 /// Maps a serde_json error to a line error (`duplicate_key` for our own check, else `not_json`).

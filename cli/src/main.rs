@@ -2,8 +2,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
 use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 
 /// Looks at fd 0 and fd 1 before the Rust runtime starts: it reopens closed standard
 /// descriptors on `/dev/null`, after which a closed stdout would swallow the output and a
@@ -32,9 +32,17 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                // One line, like every usage error, that names the subcommands.
+                let cmd = care_cli::args::Cli::command();
+                let names: Vec<&str> = cmd
+                    .get_subcommands()
+                    .filter(|c| !c.is_hide_set())
+                    .map(|c| c.get_name())
+                    .collect();
                 let _ = writeln!(
                     std::io::stderr(),
-                    "care: missing subcommand (see care --help)"
+                    "care: missing subcommand: one of {} (see care --help, or care <subcommand> --help)",
+                    names.join(", ")
                 );
                 ExitCode::from(care_cli::app::EXIT_USAGE)
             }
@@ -52,7 +60,15 @@ fn main() -> ExitCode {
                         msg.push_str(l);
                     }
                 }
-                let _ = writeln!(std::io::stderr(), "care: {msg} (see care --help)");
+                // Point at the help of the subcommand at fault: the first argument that names
+                // one (clap's report does not always say which).
+                let cmd = care_cli::args::Cli::command();
+                let help = std::env::args()
+                    .skip(1)
+                    .filter(|a| !a.starts_with('-'))
+                    .find_map(|a| cmd.find_subcommand(&a).map(|c| c.get_name().to_owned()))
+                    .map_or_else(|| "care".to_owned(), |c| format!("care {c}"));
+                let _ = writeln!(std::io::stderr(), "care: {msg} (see {help} --help)");
                 ExitCode::from(care_cli::app::EXIT_USAGE)
             }
         },

@@ -225,7 +225,7 @@ fn loss_options_golden() {
             "--clip-high",
             "0.28",
         ],
-        "loss_valid.jsonl",
+        "loss_kl.jsonl",
         "loss_kl_dapo.out.jsonl",
     );
     golden(

@@ -82,6 +82,32 @@ fn scripted_quick_start_then_a_rerun_from_the_cache() {
 }
 
 #[test]
+fn an_unknown_member_of_a_turn_is_an_error_line_naming_it() {
+    let dir = tempdir("unknown-member");
+    let input = dir.join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"id\":1,\"context\":[{\"role\":\"user\",\"content\":\"hi\"}],\"respones\":[\"x\"]}\n",
+    )
+    .unwrap();
+    let out = care()
+        .args(["reward", "--scripted", "--cache"])
+        .arg(dir.join("c.sqlite"))
+        .arg(&input)
+        .output()
+        .unwrap();
+    let l = lines(&out.stdout);
+    assert_eq!(l.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(l[0]["error"]["code"], "bad_input", "{}", l[0]);
+    let msg = l[0]["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("unknown field `respones`") && msg.contains("`responses`"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn usage_and_config_errors_are_one_line_and_status_2() {
     let out = care()
         .args([

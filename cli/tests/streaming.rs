@@ -256,6 +256,42 @@ fn write_failures_are_exit_2_with_the_cause_named() {
 }
 
 #[test]
+fn care_demo_reports_write_failures_by_the_same_rule() {
+    // stdout closed: one line, status 2 (it was status 0 with the table lost).
+    let mut cmd = care();
+    cmd.arg("demo");
+    let out = run_with(cmd, || {
+        // SAFETY: closing fd 1 in the child before exec.
+        unsafe { libc::close(1) };
+        Ok(())
+    });
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        one_stderr_line(&out),
+        "care: stdout is closed: Bad file descriptor (EBADF)\n"
+    );
+    if let Ok(full) = OpenOptions::new().write(true).open("/dev/full") {
+        let out = care().arg("demo").stdout(full).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = one_stderr_line(&out);
+        assert!(err.starts_with("care: cannot write to stdout: "), "{err}");
+        assert!(err.contains("(ENOSPC)"), "{err}");
+    }
+    // A reader that is gone (almost surely before the table, rendered first, is written):
+    // EPIPE is status 0, no message.
+    let mut child = care()
+        .arg("demo")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let done = child.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(0));
+    assert_eq!(String::from_utf8(done.stderr).unwrap(), "");
+}
+
+#[test]
 fn a_reader_that_goes_away_is_not_an_error() {
     // The documented EPIPE behaviour: `care ... | head` exits 0 without a message.
     let mut big = String::new();
@@ -335,6 +371,13 @@ fn thread_counts_are_bounded_and_spawn_failures_are_one_line() {
         "{err}"
     );
     assert!(out.stdout.is_empty());
+    // The help states the limit.
+    let help = care().args(["advantages", "--help"]).output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(
+        help.contains(&format!("at most {}", care_cli::engine::MAX_THREADS)),
+        "{help}"
+    );
     // 1000 threads need about 2 GB of stack address space: under a 256 MiB limit starting
     // them fails, before anything is read or written.
     let mut cmd = care();

@@ -28,7 +28,12 @@ use crate::scripted::Scripted;
 pub const MAX_RESPONSES: usize = 4096;
 
 /// One turn to reward: a `care reward` input line, an element of the server's `turns`.
+///
+/// A member other than these four is an error (`bad_input`, naming it and the accepted ones):
+/// a misspelled `responses` or `context` must not be read as absent. The caller's own data goes
+/// in `gold`, which is copied to the output.
 #[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TurnInput {
     /// Copied to the output.
     #[serde(default)]

@@ -37,8 +37,31 @@ def loss_options(preset: Optional[str] = None, **overrides) -> str:
 
 
 def _arr(x, dtype, name: str) -> np.ndarray:
-    a = np.ascontiguousarray(x, dtype=dtype)
-    return a.reshape(-1)
+    a = _f32(x, name) if dtype == np.float32 else np.asarray(x, dtype=dtype)
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _f32(x, name: str) -> np.ndarray:
+    """``x`` as float32, keeping its shape. The rule of every surface (CLI, C, Python): a value
+    is rounded to the nearest float32, and a finite one that rounds to infinity (``1e39``) is a
+    ``non_finite`` error naming the array and index, never an infinity passed on."""
+    src = np.asarray(x)
+    if src.dtype == np.float32:
+        return src
+    wide = src.astype(np.float64)
+    with np.errstate(over="ignore"):
+        a = wide.astype(np.float32)
+    bad = np.flatnonzero(np.isinf(a) & np.isfinite(wide))
+    if bad.size:
+        at = np.unravel_index(int(bad[0]), a.shape) if a.ndim else ()
+        place = name + "".join(f"[{int(i)}]" for i in at)
+        raise _care.error(
+            "non_finite", f"{place} = {float(wide.reshape(-1)[bad[0]]):g} exceeds the f32 range (|x| <= {_F32_MAX:g})"
+        )
+    return a
 
 
 def _layout(rewards: np.ndarray, group_size, group_offsets):
@@ -75,7 +98,7 @@ def group_advantages(
     are computed in float64 either way). With ``return_stats``, also float64 ``[B, 4]``: count,
     mean, std, zero_variance per group.
     """
-    r = np.asarray(rewards, dtype=np.float32)
+    r = _f32(rewards, "rewards")
     shape = r.shape
     r = np.ascontiguousarray(r).reshape(-1)
     gs, offs = _layout(np.asarray(rewards), group_size, group_offsets)
@@ -138,7 +161,7 @@ def group_advantages_finalize(
 ) -> np.ndarray:
     """Step 3: this rank's advantages from the all-reduced ``sums`` and ``m2``; equal to
     :func:`group_advantages` over the whole batch up to the reduction order."""
-    r = np.asarray(rewards, dtype=np.float32)
+    r = _f32(rewards, "rewards")
     shape = r.shape
     r = np.ascontiguousarray(r).reshape(-1)
     gs, offs = _layout(np.asarray(rewards), group_size, group_offsets)
@@ -205,7 +228,7 @@ def policy_loss(
     """
     lp = np.asarray(logp)
     if lp.dtype not in (np.float32, np.float64):
-        lp = lp.astype(np.float32)
+        lp = _f32(lp, "logp")
     shape = lp.shape
     if seq_offsets is None:
         if lp.ndim != 2:
@@ -217,7 +240,7 @@ def policy_loss(
     old = None if logp_old is None else _arr(logp_old, lp.dtype, "logp_old")
     ref = None if logp_ref is None else _arr(logp_ref, lp.dtype, "logp_ref")
     roll = None if logp_rollout is None else _arr(logp_rollout, lp.dtype, "logp_rollout")
-    adv = np.asarray(advantages, dtype=np.float32)
+    adv = _f32(advantages, "advantages")
     kind = advantage_kind(adv.shape, shape, flat.size, offs.size - 1, per_token)
     grad = np.empty(flat.size, dtype=np.float32)
     stats = np.empty(len(_care.LOSS_STATS_FIELDS), dtype=np.float64)
@@ -293,7 +316,7 @@ def discounted_returns(
     (SPEC §18; REINFORCE++ before whitening, ReMax's reward-to-go with ``gamma = 1``).
     ``token_rewards``: ``[T]`` with CSR ``seq_offsets`` or padded ``[B, L]`` (with an optional
     ``[B, L]`` mask). Returns float32 of the same shape, 0 on masked tokens."""
-    r = np.asarray(token_rewards, dtype=np.float32)
+    r = _f32(token_rewards, "token_rewards")
     offs = _token_layout(r, seq_offsets, "token_rewards")
     out = np.empty(r.size, dtype=np.float32)
     _care.discounted_returns(np.ascontiguousarray(r).reshape(-1), offs, out, float(gamma), _mask(mask, "mask"))
@@ -314,7 +337,7 @@ def gae(
     values`` (the value targets), 0 on masked tokens. Not whitened: :func:`whiten` the
     advantages for verl's ``gae``. Layouts as :func:`discounted_returns`; ``values`` has the
     rewards' shape."""
-    r = np.asarray(token_rewards, dtype=np.float32)
+    r = _f32(token_rewards, "token_rewards")
     offs = _token_layout(r, seq_offsets, "token_rewards")
     v = _arr(values, np.float32, "values")
     adv = np.empty(r.size, dtype=np.float32)
@@ -330,7 +353,7 @@ def whiten(values: Array, mask: Optional[Array] = None, *, eps: float = 1e-8, st
     ``masked_whiten`` with the defaults, OpenRLHF with ``std_kind="biased"``). Returns
     ``(whitened, mean, std)``: a float32 copy of ``values``' shape (0 where masked) and the
     statistics of the counted values."""
-    v = np.array(values, dtype=np.float32)  # a copy: whitened in place below
+    v = np.array(_f32(values, "values"))  # a copy: whitened in place below
     flat = v.reshape(-1)
     mean, std = _care.whiten(flat, float(eps), std_kind, _mask(mask, "mask"))
     return flat.reshape(v.shape), mean, std

@@ -60,18 +60,26 @@ fn write_group_stats(stats: &[GroupStats], out: &mut Tensor<'_>) -> PyResult<()>
 
 /// Number of groups of a layout over `n` samples (for output sizes), checked.
 fn groups(n: usize, group_size: usize, offsets: Option<&Tensor<'_>>) -> PyResult<usize> {
-    match offsets {
-        Some(o) => Ok(o.numel().saturating_sub(1)),
-        None => {
-            if group_size == 0 || !n.is_multiple_of(group_size) {
-                return Err(crate::error::core_err(
-                    &format!("group_size={group_size} for {n} rewards"),
-                    care_core::Error::InvalidLayout,
-                ));
-            }
-            Ok(n / group_size)
-        }
+    use care_core::grpo::{GroupLayout, offsets_fault};
+    // The fault named with the arrays and sizes (the CLI's wording); device offsets are
+    // checked by the kernels.
+    let fault = match offsets {
+        Some(o) if matches!(device_of(o)?, Device::Cuda(_)) => None,
+        Some(o) => offsets_fault(o.slice::<u32>()?, n).map(|f| f.named("group_offsets", "rewards")),
+        None => GroupLayout::Fixed { group_size }
+            .fault(n)
+            .map(|f| f.named("group_size", "rewards")),
+    };
+    if let Some(f) = fault {
+        return Err(crate::error::core_err(
+            &f.to_string(),
+            care_core::Error::InvalidLayout,
+        ));
     }
+    Ok(match offsets {
+        Some(o) => o.numel().saturating_sub(1),
+        None => n / group_size,
+    })
 }
 
 /// `_care.group_advantages(rewards, out, options, group_size=0, group_offsets=None,
@@ -553,6 +561,12 @@ pub fn policy_loss(
         Advantages::PerSequence(advs)
     };
     let offsets = so.slice::<u32>()?;
+    if let Some(f) = care_core::grpo::offsets_fault(offsets, lp.numel()) {
+        return Err(crate::error::core_err(
+            &f.named("seq_offsets", "logp").to_string(),
+            care_core::Error::InvalidLayout,
+        ));
+    }
     let mk = opt_slice::<u8>(&m)?;
     let gr = g.slice_mut::<f32>()?;
     let (o, r, ro) = (old.as_ref(), rf.as_ref(), ro.as_ref());

@@ -72,6 +72,10 @@ def test_advantage_options_and_stats():
     with pytest.raises(CareError) as e:
         care_rl.group_advantages(r, 3)
     assert (e.value.code, e.value.number) == ("invalid_layout", 401)
+    assert "rewards has 8 values, not a multiple of group_size 3" in str(e.value)
+    with pytest.raises(CareError) as e:
+        care_rl.group_advantages(r, group_offsets=np.array([0, 4, 9], np.uint32))
+    assert "group_offsets ends at 9 but rewards has 8 values" in str(e.value)
     with pytest.raises(CareError) as e:
         care_rl.group_advantages(r, 4, eps=-1)
     assert e.value.code == "invalid_argument"
@@ -203,6 +207,7 @@ def test_policy_loss_layouts_and_errors():
     with pytest.raises(CareError) as e:
         care_rl.policy_loss(logp, None, [1.0, -1.0], np.array([0, 3, 2], np.uint32))
     assert e.value.code == "invalid_layout"
+    assert "seq_offsets[2] is smaller than seq_offsets[1]" in str(e.value)
     with pytest.raises(CareError) as e:
         care_rl.policy_loss(logp, None, [1.0, -1.0], offs, eps_low=-0.1)
     assert e.value.code == "invalid_argument"
@@ -374,3 +379,21 @@ def test_whiten_matches_numpy_and_errors():
     with pytest.raises(CareError) as e:
         care_rl.discounted_returns([1.0, 2.0], [0, 2], gamma=1.5)
     assert e.value.code == "invalid_argument"
+def test_values_beyond_the_f32_range_are_errors_naming_the_array_and_index():
+    # The one out-of-range rule of every surface: rounds to infinity in float32 -> non_finite.
+    with pytest.raises(CareError) as e:
+        care_rl.group_advantages([1.0, 1e39, 0.0, 1.0], 2)
+    assert e.value.code == "non_finite"
+    assert "rewards[1] = 1e+39 exceeds the f32 range" in str(e.value)
+    with pytest.raises(CareError) as e:
+        care_rl.group_advantages(np.array([[0.0, 1.0], [-4e38, 1.0]]))
+    assert "rewards[1][0] = -4e+38 exceeds the f32 range" in str(e.value)
+    with pytest.raises(CareError) as e:
+        care_rl.policy_loss(np.zeros(2, np.float32), None, [1e39], [0, 2])
+    assert e.value.code == "non_finite" and "advantages[0]" in str(e.value)
+    with pytest.raises(CareError) as e:
+        care_rl.policy_loss(np.zeros(2, np.float32), np.array([0.0, -1e300]), [1.0], [0, 2])
+    assert "logp_old[1]" in str(e.value)
+    # The largest float32, and values that round to it, are accepted.
+    out = care_rl.group_advantages(np.array([3.4028235e38, 3.40282356e38]), 2)
+    assert np.all(np.isfinite(out))

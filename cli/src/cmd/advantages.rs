@@ -3,7 +3,8 @@
 //! over token rewards, each optionally whitened over the batch's tokens.
 
 use crate::input::{
-    Line, Members, f32_array, mask_array, object, optional, required, u32_array, usize_value,
+    Line, Members, check_layout, f32_array, mask_array, object, optional, required, same_length,
+    u32_array, usize_value,
 };
 use crate::json::{LineError, Obj};
 use care_core::grpo::{
@@ -39,6 +40,31 @@ impl From<AdvantageOptions> for Options {
 impl Default for Options {
     fn default() -> Self {
         AdvantageOptions::default().into()
+    }
+}
+
+/// The members the group estimator reads (besides `id` and `meta`).
+pub const GROUP_MEMBERS: &[&str] = &[
+    "rewards",
+    "group_size",
+    "group_offsets",
+    "valid",
+    "lengths",
+    "baselines",
+    "seq_offsets",
+    "mask",
+];
+
+/// The members the token-level estimators read (besides `id` and `meta`).
+pub const GAE_MEMBERS: &[&str] = &["token_rewards", "values", "seq_offsets", "mask"];
+
+/// The members an input line may hold under `opts`. The two token-level estimators share one
+/// line shape (REINFORCE++ does not read `values`, so one file serves both); a group member
+/// under a token-level estimator, or the reverse, is unknown: an error, never ignored.
+pub fn members(opts: &Options) -> &'static [&'static str] {
+    match opts.estimator {
+        AdvantageEstimator::Group => GROUP_MEMBERS,
+        AdvantageEstimator::Gae | AdvantageEstimator::ReinforcePp => GAE_MEMBERS,
     }
 }
 
@@ -91,9 +117,20 @@ fn group(opts: &Options, m: &Members<'_>, o: &mut Obj<'_>) -> Result<(), LineErr
             ));
         }
     };
-    let groups = layout
-        .validate(rewards.len())
-        .map_err(|e| LineError::core(e, "group layout"))?;
+    let layout_name = match layout {
+        GroupLayout::Fixed { .. } => "group_size",
+        GroupLayout::Offsets(_) => "group_offsets",
+    };
+    let groups = check_layout(layout, rewards.len(), layout_name, "rewards")?;
+    if let Some(v) = &valid {
+        same_length("valid", v.len(), "rewards", rewards.len())?;
+    }
+    if let Some(v) = &lengths {
+        same_length("lengths", v.len(), "rewards", rewards.len())?;
+    }
+    if let Some(v) = &baselines {
+        same_length("baselines", v.len(), "rewards", rewards.len())?;
+    }
     let inputs = GroupInputs {
         lengths: lengths.as_deref(),
         baselines: baselines.as_deref(),

@@ -14,6 +14,14 @@ use crate::json::{LineError, Obj};
 /// format policies, unknown-label policy).
 pub type Options = GeneratorOptions;
 
+/// The members of an input line (besides `id` and `meta`).
+pub const MEMBERS: &[&str] = &[
+    "rubric",
+    "chosen_scores",
+    "rejected_scores",
+    "chosen_tactics",
+];
+
 /// Reads `{"rubric", "chosen_scores", "rejected_scores", "chosen_tactics"}`; writes `r_pref`,
 /// `r_align`, `r_fmt`, `reward`, `counts`, and the details behind them.
 ///

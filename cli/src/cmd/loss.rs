@@ -2,12 +2,28 @@
 //! family of SPEC §17), with the rollout correction (SPEC §16) when the line has rollout
 //! log-probs.
 
-use crate::input::{Line, f32_array, mask_array, object, optional, required, u32_array};
+use crate::input::{
+    Line, check_layout, f32_array, mask_array, object, optional, required, same_length, u32_array,
+    values,
+};
 use crate::json::{LineError, Obj};
-use care_core::grpo::{Advantages, LossInputs, LossOptions, LossStats, RolloutStats, policy_loss};
+use care_core::grpo::{
+    Advantages, GroupLayout, LossInputs, LossOptions, LossStats, RolloutStats, policy_loss,
+};
 
 /// Resolved options: the core's [`LossOptions`].
 pub type Options = LossOptions;
+
+/// The members of an input line (besides `id` and `meta`).
+pub const MEMBERS: &[&str] = &[
+    "logp",
+    "logp_old",
+    "logp_ref",
+    "logp_rollout",
+    "seq_offsets",
+    "mask",
+    "advantages",
+];
 
 /// Reads `{"logp", "logp_old"?, "logp_ref"?, "logp_rollout"?, "seq_offsets", "mask"?,
 /// "advantages"}` and writes `loss`, `grad` and `stats`; `rollout` (the diagnostics) when
@@ -25,11 +41,32 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
     let logp_rollout = optional(m, "logp_rollout")
         .map(|v| f32_array(v, "logp_rollout", true))
         .transpose()?;
+    if opts.beta > 0.0 && logp_ref.is_none() {
+        // The core reads `beta > 0` without reference log-probs as "no KL term"; from the
+        // command line that is a flag that silently does nothing, so it is an error.
+        return Err(LineError::schema(format!(
+            "missing key \"logp_ref\": --beta {} adds a KL term, which needs the reference log-probs (or use --beta 0)",
+            opts.beta
+        )));
+    }
     let seq_offsets = u32_array(required(m, "seq_offsets")?, "seq_offsets")?;
     let mask = optional(m, "mask")
         .map(|v| mask_array(v, "mask"))
         .transpose()?;
     let adv = f32_array(required(m, "advantages")?, "advantages", false)?;
+    let n = logp.len();
+    for (name, len) in [
+        ("logp_old", logp_old.as_ref().map(Vec::len)),
+        ("logp_ref", logp_ref.as_ref().map(Vec::len)),
+        ("logp_rollout", logp_rollout.as_ref().map(Vec::len)),
+        ("mask", mask.as_ref().map(Vec::len)),
+    ] {
+        if let Some(len) = len {
+            same_length(name, len, "logp", n)?;
+        }
+    }
+    let layout = GroupLayout::Offsets(&seq_offsets);
+    check_layout(layout, n, "seq_offsets", "logp")?;
     let sequences = seq_offsets.len().saturating_sub(1);
     // One advantage per sequence, else one per token (SPEC §10); when B == T both read alike.
     let advantages = if adv.len() == sequences {
@@ -40,12 +77,36 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
         return Err(LineError::new(
             care_core::Error::LengthMismatch.code(),
             format!(
-                "\"advantages\" has {} values; expected {sequences} (one per sequence) or {} (one per token)",
-                adv.len(),
+                "\"advantages\" has {}; expected {sequences} (one per sequence of \"seq_offsets\") or {} (one per token of \"logp\")",
+                values(adv.len()),
                 logp.len()
             ),
         ));
     };
+    // JSON cannot carry the NaN loss that a null (or, through the core's arithmetic, any
+    // non-finite) input on a counted token would give: such a line is an error naming the first
+    // such input, never a success line with `"loss": null`. Masked tokens are never read.
+    let arrays = [
+        Some(("logp", &logp[..])),
+        logp_old.as_deref().map(|a| ("logp_old", a)),
+        // Read only for the KL term.
+        logp_ref
+            .as_deref()
+            .filter(|_| opts.beta > 0.0)
+            .map(|a| ("logp_ref", a)),
+    ];
+    for t in (0..logp.len()).filter(|&t| mask.as_ref().is_none_or(|m| m.get(t) != Some(&0))) {
+        for (name, a) in arrays.iter().flatten() {
+            if a.get(t).is_some_and(|x| !x.is_finite()) {
+                return Err(LineError::new(
+                    care_core::Error::NonFinite.code(),
+                    format!(
+                        "\"{name}\"[{t}] is null on a counted token (give a number, or mask the token out with \"mask\")"
+                    ),
+                ));
+            }
+        }
+    }
     let inputs = LossInputs {
         logp: &logp,
         logp_old: logp_old.as_deref(),
@@ -57,6 +118,14 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
     };
     let mut grad = vec![0.0f32; logp.len()];
     let out = policy_loss(&inputs, opts, &mut grad)?;
+    if !out.loss.is_finite() || out.stats.non_finite != 0.0 {
+        // Unreachable with the inputs checked above; kept so that no success line ever carries
+        // a null loss.
+        return Err(LineError::new(
+            care_core::Error::NonFinite.code(),
+            "the loss is not finite",
+        ));
+    }
     o.f64("loss", out.loss).f32s("grad", &grad);
     o.obj("stats", |s| write_stats(s, &out.stats));
     if logp_rollout.is_some() {

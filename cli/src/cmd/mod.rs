@@ -2,7 +2,7 @@
 //! path of the binary.
 
 use crate::engine::LineProcessor;
-use crate::input::Line;
+use crate::input::{Line, PASSTHROUGH, check_members};
 use crate::json::{LineError, Obj, line_text, push_error_line};
 
 pub mod advantages;
@@ -56,15 +56,35 @@ impl LineProcessor for Command {
 }
 
 impl Command {
+    /// The members this subcommand reads from an input object (besides [`PASSTHROUGH`]);
+    /// `None` when the line is not checked member by member (`care validate` on a rubric
+    /// object, whose own keys the format contract checks).
+    fn members(&self, input: &Line<'_>) -> Option<&'static [&'static str]> {
+        Some(match self {
+            Command::Validate(_) if input.get("text").is_none() => return None,
+            Command::Validate(_) => validate::MEMBERS,
+            Command::Score(_) => score::MEMBERS,
+            Command::ScoreProfile(_) => score_profile::MEMBERS,
+            Command::GeneratorReward(_) => generator_reward::MEMBERS,
+            Command::Advantages(o) => advantages::members(o),
+            Command::Loss(_) => loss::MEMBERS,
+        })
+    }
+
     fn write_line(&self, line: u64, bytes: &[u8], out: &mut String) -> Result<(), LineError> {
         let text = line_text(bytes)?;
         let input = Line::parse(text)?;
+        if let (Some(known), Some(m)) = (self.members(&input), input.members()) {
+            check_members(m, known, "")?;
+        }
         Obj::try_write(out, |o| {
             o.u64("line", line);
-            if let Some(id) = input.get("id") {
-                // Copied through byte for byte, so that outputs join back to their inputs
-                // exactly (`18446744073709551616`, `1e2` and `-0` stay as they were written).
-                o.raw("id", id.get());
+            // `id` and `meta` are copied through byte for byte, so that outputs join back to
+            // their inputs exactly (`18446744073709551616`, `1e2` and `-0` stay as written).
+            for key in PASSTHROUGH {
+                if let Some(v) = input.get(key) {
+                    o.raw(key, v.get());
+                }
             }
             match self {
                 Command::Validate(opts) => validate::run(opts, &input, o),

@@ -9,7 +9,7 @@ use care_core::{
 use super::rubric::{Scratch, explain_score_error, flatten_scores, member_text, write_fired};
 use serde_json::value::RawValue;
 
-use crate::input::{Line, Members, object, raw_array, score_matrix, string};
+use crate::input::{Line, Members, check_members, object, raw_array, score_matrix, string};
 use crate::json::{LineError, Obj};
 
 /// Resolved options of `care score`.
@@ -20,6 +20,12 @@ pub struct Options {
     /// Format policy used to parse the rubric.
     pub format: FormatPolicy,
 }
+
+/// The members of an input line (besides `id` and `meta`).
+pub const MEMBERS: &[&str] = &["rubric", "scores", "judge", "responses"];
+
+/// The members of one object of `responses`.
+const RESPONSE_MEMBERS: &[&str] = &["scores", "judge"];
 
 /// Reads `{"rubric", "scores" | "judge" | "responses"}`; writes `reward` and `per_dimension`
 /// (a single response) or `rewards`, `per_dimension` and `errors` (a group), plus the rubric's
@@ -117,7 +123,10 @@ fn run_group(
             let at = format!("responses[{j}].");
             let (scores, rep) = Members::of(resp)
                 .ok_or_else(|| LineError::schema(format!("\"responses\"[{j}] must be an object")))
-                .and_then(|rm| response_scores(rubric, &rm, &at))
+                .and_then(|rm| {
+                    check_members(&rm, RESPONSE_MEMBERS, &format!("\"responses\"[{j}]: "))?;
+                    response_scores(rubric, &rm, &at)
+                })
                 .inspect_err(|_| judges.push(None))?;
             judges.push(rep);
             policy_reward(rubric, &scores, &opts.score)

@@ -19,7 +19,7 @@ use std::borrow::Cow;
 
 use super::rubric::{Scratch, member_text, write_fired};
 use super::score::write_judge;
-use crate::input::{Line, Members, number_or_null, object, raw_array, string};
+use crate::input::{Line, Members, check_members, number_or_null, object, raw_array, string};
 use crate::json::{Arr, LineError, Obj};
 
 /// Resolved options of `care score --profile`.
@@ -59,6 +59,19 @@ pub fn load_profile(spec: &str) -> Result<ProfileBuf, String> {
         )
     })
 }
+
+/// The members of an input line (besides `id` and `meta`).
+pub const MEMBERS: &[&str] = &[
+    "rubric",
+    "output",
+    "scores",
+    "judge",
+    "emotion",
+    "responses",
+];
+
+/// The members of one object of `responses`.
+const RESPONSE_MEMBERS: &[&str] = &["output", "scores", "judge"];
 
 /// Reads one line (see the module docs); writes `profile`, `reward`, `format_reward`,
 /// `format_violations`, `judge_needed`, `emotion_correct`, `rubric_reward`, `per_dimension`
@@ -413,6 +426,7 @@ fn run_group(
             let rm = Members::of(resp).ok_or_else(|| {
                 LineError::schema(format!("\"responses\"[{j}] must be an object"))
             })?;
+            check_members(&rm, RESPONSE_MEMBERS, &format!("\"responses\"[{j}]: "))?;
             let out = output_text(p, &rm, &format!("responses[{j}]."))?;
             Ok((rm, out))
         })

@@ -9,6 +9,9 @@ use crate::json::{LineError, Obj};
 /// Resolved options: the core's [`FormatPolicy`].
 pub type Options = FormatPolicy;
 
+/// The members of an input line (besides `id` and `meta`).
+pub const MEMBERS: &[&str] = &["text"];
+
 /// A line is `{"text": "<raw generator output>"}` (other members such as `id` allowed) or a
 /// rubric object, validated as the line's own text. Writes `format_reward`, `violations` and,
 /// when the text parsed, `weights` and `criteria`.

@@ -40,7 +40,7 @@ pub use gae::{
     AdvantageEstimator, GaeOptions, WhitenOptions, discounted_returns, gae, whiten,
     whiten_finalize, whiten_partial_squares, whiten_partial_sums,
 };
-pub use layout::{GroupLayout, validate_offsets};
+pub use layout::{GroupLayout, LayoutFault, NamedLayoutFault, offsets_fault, validate_offsets};
 pub use logprob::LogProb;
 pub use loss::{
     Advantages, Aggregation, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput, LossPreset,
