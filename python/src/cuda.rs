@@ -344,13 +344,14 @@ pub fn policy_loss(a: LossArgs<'_, '_>) -> PyResult<()> {
         stats,
         workspace: workspace_ptr(a.workspace, dev)?,
     };
-    // SAFETY: every address is device memory of `dev` of the size and dtype the plan reads
-    // (checked above); see `group_advantages` for the lifetime argument.
+    // The device diagnostics are not accumulated (stats 0): the op's outputs stay the loss,
+    // the gradient and the loss statistics; `care_rl.rollout_correction` gives them on the host.
     let roll = plan::RolloutBuffers {
         logp_rollout: rollout,
         stats: 0,
     };
-    // SAFETY: as above; `rollout` is device memory of `dev` with one `dt` value per token.
+    // SAFETY: every address (`rollout` included) is device memory of `dev` of the size and
+    // dtype the plan reads (checked above); see `group_advantages` for the lifetime argument.
     unsafe { plan::grpo_loss_with(&l, &buf, &roll, a.opts, Tuning::default()) }
         .map_err(|e| kernel_err("policy_loss", e))
 }
