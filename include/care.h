@@ -990,6 +990,53 @@ typedef struct care_group_sums {
   double sum;
 } care_group_sums;
 
+// Options of `care_discounted_returns` and `care_gae`. Initialize with
+// `care_gae_options_default` (which sets `struct_size`), then change fields.
+typedef struct care_gae_options {
+  // `sizeof(care_gae_options)`; lets the struct grow without breaking old callers.
+  uint32_t struct_size;
+  // Discount `gamma` in `[0, 1]` (default 1).
+  double gamma;
+  // GAE `lambda` in `[0, 1]` (default 1; not read by `care_discounted_returns`).
+  double lambda;
+} care_gae_options;
+
+// Options of `care_whiten`. Initialize with `care_whiten_options_default` (which sets
+// `struct_size`), then change fields.
+typedef struct care_whiten_options {
+  // `sizeof(care_whiten_options)`.
+  uint32_t struct_size;
+  // A `care_std_kind`: unbiased (`n - 1`, default; verl) or biased (`n`; OpenRLHF).
+  uint32_t std_kind;
+  // Added to the variance under the square root; finite and `>= 0` (default 1e-8).
+  double eps;
+} care_whiten_options;
+
+// The token inputs of `care_discounted_returns` and `care_gae`: `token_rewards[T]` on the
+// CSR layout `seq_offsets[B + 1]` (last entry `T`), the critic's `values[T]` (required by
+// `care_gae`; `(NULL, 0)` for `care_discounted_returns`, which does not read them) and an
+// optional `mask[T]` (`(NULL, 0)`: every token counts; non-zero = counted).
+typedef struct care_token_rewards {
+  // `sizeof(care_token_rewards)`.
+  uint32_t struct_size;
+  // One reward per token (an outcome reward sits on the last counted token).
+  const float *token_rewards;
+  // Number of tokens `T`.
+  size_t token_rewards_len;
+  // The critic's value per token, or NULL.
+  const float *values;
+  // 0 or `T`.
+  size_t values_len;
+  // CSR sequence offsets.
+  const uint32_t *seq_offsets;
+  // `B + 1`.
+  size_t seq_offsets_len;
+  // Optional token mask.
+  const uint8_t *mask;
+  // 0 or `T`.
+  size_t mask_len;
+} care_token_rewards;
+
 // Where a GPU call runs and its scratch memory; every GPU function but `care_gpu_available`
 // takes one as its last argument. The kernels run asynchronously on `stream` in the CUDA
 // context current on the calling thread (else the primary context of the pointers' device).
@@ -1817,6 +1864,54 @@ care_result care_broadcast_to_tokens(const float *advantages,
                                      size_t mask_len,
                                      float *tokens_out,
                                      size_t tokens_len);
+
+// Writes the default GAE options (`gamma = lambda = 1`, verl's for LLM training) into
+// `*options_out`, with `struct_size` set.
+care_result care_gae_options_default(struct care_gae_options *options_out);
+
+// Writes the default whitening options (unbiased variance, `eps = 1e-8`: verl's
+// `masked_whiten`) into `*options_out`, with `struct_size` set.
+care_result care_whiten_options_default(struct care_whiten_options *options_out);
+
+// Discounted returns `G_t = r_t + gamma * G_next` over each sequence's counted tokens into
+// `returns_out[returns_len]` (`returns_len == T`; masked tokens get 0). `inputs->values` must
+// be `(NULL, 0)` (not read; `CARE_ERR_INVALID_ARGUMENT` otherwise, so that a caller who meant
+// `care_gae` is told). `options` NULL: the defaults (only `gamma` is read).
+//
+// ```c
+// care_token_rewards in = {sizeof in, rewards, T, NULL, 0, offs, B + 1, mask, T};
+// float ret[T];
+// care_result r = care_discounted_returns(&in, NULL, ret, T);
+// ```
+care_result care_discounted_returns(const struct care_token_rewards *inputs,
+                                    const struct care_gae_options *options,
+                                    float *returns_out,
+                                    size_t returns_len);
+
+// Generalized advantage estimation as a reverse scan per sequence (SPEC §18): the advantages
+// into `advantages_out[advantages_len]` and the returns `A_t + V_t` (the value targets) into
+// `returns_out[returns_len]` (both `T`; masked tokens get 0). `inputs->values` is required.
+// Not whitened: call `care_whiten` on the advantages for verl's `gae`. `options` NULL: the
+// defaults.
+care_result care_gae(const struct care_token_rewards *inputs,
+                     const struct care_gae_options *options,
+                     float *advantages_out,
+                     size_t advantages_len,
+                     float *returns_out,
+                     size_t returns_len);
+
+// Whitens `values[values_len]` in place over the counted tokens: `(x - mean) / sqrt(var +
+// eps)`, two-pass centered variance in double; masked values become 0. `mask` optional
+// (`(NULL, 0)`: all count; else `mask_len == values_len`). `mean_out`, `std_out` optional
+// (NULL to skip). `options` NULL: the defaults. Errors: `CARE_ERR_NON_FINITE` when a counted
+// value is not finite (the values are left as they were).
+care_result care_whiten(float *values,
+                        size_t values_len,
+                        const uint8_t *mask,
+                        size_t mask_len,
+                        const struct care_whiten_options *options,
+                        double *mean_out,
+                        double *std_out);
 
 // `CARE_OK` when the CUDA driver library loads and reports at least one device, else
 // `CARE_ERR_CUDA_UNAVAILABLE`. Creates no context.

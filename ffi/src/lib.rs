@@ -44,6 +44,7 @@ mod args;
 mod handle;
 
 pub mod advantage;
+pub mod gae;
 pub mod gpu;
 pub mod logsoftmax;
 pub mod loss;

@@ -17,6 +17,7 @@ use std::ffi::{c_char, c_void};
 use std::ptr::{null, null_mut};
 
 use care_ffi::advantage::*;
+use care_ffi::gae::*;
 use care_ffi::gpu::*;
 use care_ffi::logsoftmax::*;
 use care_ffi::loss::*;
@@ -108,6 +109,12 @@ struct Fx {
     seq_adv: Vec<f32>,
     seq: Vec<u32>,
     tok_mask: Vec<u8>,
+    tr_rewards: Vec<f32>,
+    tr_values: Vec<f32>,
+    tr: care_token_rewards,
+    tr_ret: care_token_rewards,
+    gae_o: care_gae_options,
+    wo: care_whiten_options,
     logp: Vec<f32>,
     logp_old: Vec<f32>,
     li: care_loss_inputs,
@@ -185,6 +192,13 @@ struct Fx {
     logp_rollout: Vec<f32>,
     weights_out: Vec<f32>,
     keep_out: Vec<u8>,
+    gae_adv: Vec<f32>,
+    gae_ret: Vec<f32>,
+    wh_values: Vec<f32>,
+    wh_mean: f64,
+    wh_std: f64,
+    gae_o_out: care_gae_options,
+    wo_out: care_whiten_options,
     rollout_stats: care_rollout_stats,
     loss: f64,
     stats: care_loss_stats,
@@ -322,6 +336,20 @@ impl Fx {
             seq_adv: vec![1.0, -1.0],
             seq: vec![0, 3, 5],
             tok_mask: vec![1, 1, 0, 1, 1],
+            tr_rewards: vec![0.0, 0.5, 9.0, 0.0, 1.0],
+            tr_values: vec![0.2, 0.4, 9.0, 0.1, 0.3],
+            tr: junk(),
+            tr_ret: junk(),
+            gae_o: care_gae_options {
+                struct_size: sz::<care_gae_options>(),
+                gamma: 0.9,
+                lambda: 0.8,
+            },
+            wo: care_whiten_options {
+                struct_size: sz::<care_whiten_options>(),
+                std_kind: care_std_kind::CARE_STD_BIASED as u32,
+                eps: 1e-6,
+            },
             logp: vec![-1.0, -1.2, -0.7, -2.0, -0.1],
             logp_old: vec![-1.1, -1.0, -0.7, -1.5, -0.2],
             li: junk(),
@@ -504,6 +532,13 @@ impl Fx {
             logp_rollout: vec![-1.0, -1.1, -0.6, -1.4, -0.3],
             weights_out: vec![7.0; T_TOK],
             keep_out: vec![7; T_TOK],
+            gae_adv: vec![7.0; T_TOK],
+            gae_ret: vec![7.0; T_TOK],
+            wh_values: vec![1.0, 2.0, 9.0, 4.0, 0.5],
+            wh_mean: 7.0,
+            wh_std: 7.0,
+            gae_o_out: junk(),
+            wo_out: junk(),
             rollout_stats: junk(),
             loss: 7.0,
             stats: junk(),
@@ -609,6 +644,22 @@ impl Fx {
             max_seq_len: 0,
             logp_rollout: f.logp_rollout.as_ptr().cast(),
             logp_rollout_len: T_TOK,
+        };
+        f.tr = care_token_rewards {
+            struct_size: sz::<care_token_rewards>(),
+            token_rewards: f.tr_rewards.as_ptr(),
+            token_rewards_len: T_TOK,
+            values: f.tr_values.as_ptr(),
+            values_len: T_TOK,
+            seq_offsets: f.seq.as_ptr(),
+            seq_offsets_len: 3,
+            mask: f.tok_mask.as_ptr(),
+            mask_len: T_TOK,
+        };
+        f.tr_ret = care_token_rewards {
+            values: null(),
+            values_len: 0,
+            ..f.tr
         };
         f.pair = care_preference_pair {
             struct_size: sz::<care_preference_pair>(),
@@ -757,6 +808,13 @@ impl Fx {
             grad,
             weights_out,
             keep_out,
+            gae_adv,
+            gae_ret,
+            wh_values,
+            wh_mean,
+            wh_std,
+            gae_o_out,
+            wo_out,
             rollout_stats,
             loss,
             stats,
@@ -987,6 +1045,15 @@ fn advantage_outputs_rows() -> Vec<Row> {
         "outputs.advantages_len != N": |f| f.ado.advantages_len = 3 => CARE_ERR_LENGTH_MISMATCH,
         "outputs.stats NULL with a length": |f| f.ado.stats = null_mut() => CARE_ERR_NULL_POINTER,
         "outputs.stats_len != groups": |f| f.ado.stats_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+    ]
+}
+
+fn gae_options_rows() -> Vec<Row> {
+    rows![
+        "options.struct_size too small": |f| f.gae_o.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+        "options.gamma > 1": |f| f.gae_o.gamma = 1.5 => CARE_ERR_INVALID_ARGUMENT,
+        "options.gamma NaN": |f| f.gae_o.gamma = f64::NAN => CARE_ERR_INVALID_ARGUMENT,
+        "options.lambda < 0": |f| f.gae_o.lambda = -0.1 => CARE_ERR_INVALID_ARGUMENT,
     ]
 }
 
@@ -1271,6 +1338,60 @@ fn cpu_cases() -> Vec<Case> {
                 "mask_len != T": |f| f.tok_mask.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
                 "tokens_len != last offset": |f| f.tokens.truncate(4) => CARE_ERR_INVALID_LAYOUT,
                 "offsets decrease": |f| f.seq[1] = 6 => CARE_ERR_INVALID_LAYOUT,
+            ]
+        },
+        // ---- token-level estimators --------------------------------------------------------
+        case! { |f, k| care_gae_options_default(m(k, 0, &raw mut f.gae_o_out)), 1 },
+        case! { |f, k| care_whiten_options_default(m(k, 0, &raw mut f.wo_out)), 1 },
+        case! { |f, k| care_discounted_returns(
+                p(k, 0, &f.tr_ret), &f.gae_o, m(k, 1, f.gae_ret.as_mut_ptr()), f.gae_ret.len()), 2,
+            [gae_options_rows(), rows![
+                "inputs.values given": |f| {
+                    f.tr_ret.values = f.tr_values.as_ptr();
+                    f.tr_ret.values_len = T_TOK
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.values NULL with a length": |f| f.tr_ret.values_len = T_TOK => CARE_ERR_NULL_POINTER,
+                "inputs.struct_size short": |f| f.tr_ret.struct_size -= 8 => CARE_ERR_STRUCT_SIZE,
+                "inputs.token_rewards NULL": |f| f.tr_ret.token_rewards = null() => CARE_ERR_NULL_POINTER,
+                "inputs.seq_offsets NULL": |f| f.tr_ret.seq_offsets = null() => CARE_ERR_NULL_POINTER,
+                "inputs.seq_offsets end != T": |f| f.seq[2] = 4 => CARE_ERR_INVALID_LAYOUT,
+                "inputs.mask NULL": |f| f.tr_ret.mask = null() => CARE_ERR_NULL_POINTER,
+                "inputs.mask_len != T": |f| f.tr_ret.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_gae(
+                p(k, 0, &f.tr), &f.gae_o, m(k, 1, f.gae_adv.as_mut_ptr()), f.gae_adv.len(),
+                m(k, 2, f.gae_ret.as_mut_ptr()), f.gae_ret.len()), 3,
+            [gae_options_rows(), rows![
+                "inputs.struct_size short": |f| f.tr.struct_size -= 8 => CARE_ERR_STRUCT_SIZE,
+                "inputs.token_rewards NULL": |f| f.tr.token_rewards = null() => CARE_ERR_NULL_POINTER,
+                "inputs.values NULL": |f| f.tr.values = null() => CARE_ERR_NULL_POINTER,
+                "inputs.values (NULL, 0)": |f| {
+                    f.tr.values = null();
+                    f.tr.values_len = 0
+                } => CARE_ERR_NULL_POINTER,
+                "inputs.values_len != T": |f| f.tr.values_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.seq_offsets NULL": |f| f.tr.seq_offsets = null() => CARE_ERR_NULL_POINTER,
+                "inputs.seq_offsets end != T": |f| f.seq[2] = 4 => CARE_ERR_INVALID_LAYOUT,
+                "inputs.seq_offsets decrease": |f| f.seq[1] = 6 => CARE_ERR_INVALID_LAYOUT,
+                "inputs.mask NULL": |f| f.tr.mask = null() => CARE_ERR_NULL_POINTER,
+                "inputs.mask_len != T": |f| f.tr.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "advantages_len != T": |f| f.gae_adv.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_whiten(
+                m(k, 0, f.wh_values.as_mut_ptr()), f.wh_values.len(), f.tok_mask.as_ptr(),
+                f.tok_mask.len(), &f.wo, &raw mut f.wh_mean, &raw mut f.wh_std), 1,
+            rows![
+                "options.struct_size too small": |f| f.wo.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+                "options.std_kind unknown": |f| f.wo.std_kind = 2 => CARE_ERR_INVALID_ARGUMENT,
+                "options.eps negative": |f| f.wo.eps = -1.0 => CARE_ERR_INVALID_ARGUMENT,
+                "options.eps NaN": |f| f.wo.eps = f64::NAN => CARE_ERR_INVALID_ARGUMENT,
+                "mask_len != values_len": |f| f.tok_mask.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "a counted value is NaN": |f| f.wh_values[0] = f32::NAN => CARE_ERR_NON_FINITE,
+                "a counted value is inf": |f| f.wh_values[4] = f32::INFINITY => CARE_ERR_NON_FINITE,
             ]
         },
         // ---- loss ------------------------------------------------------------------------

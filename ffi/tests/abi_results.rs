@@ -20,6 +20,7 @@ use care_core::logsoftmax::{
 use care_core::{FormatPolicy, ScoreOptions};
 use care_ffi::advantage::*;
 use care_ffi::care_result::*;
+use care_ffi::gae::*;
 use care_ffi::logsoftmax::*;
 use care_ffi::loss::care_advantages_kind::*;
 use care_ffi::loss::care_dtype::{self, *};
@@ -1772,5 +1773,123 @@ fn rollout_correction_and_the_family_match_the_core() {
             want.non_finite,
         ];
         assert_eq!(got.map(f64::to_bits), want.map(f64::to_bits));
+    }
+}
+
+/// The token-level estimators through the C ABI equal the core bit for bit: discounted returns
+/// and GAE over ragged sequences (an empty one included) with and without a mask, for several
+/// `gamma`/`lambda`, and whitening (both variance kinds, with and without a mask) including the
+/// returned mean and std.
+#[test]
+fn token_estimators_match_the_core() {
+    use care_core::grpo::{GaeOptions, StdKind, WhitenOptions};
+    let mut rng = Rng(11);
+    let seq = [0u32, 5, 5, 12, 20];
+    let t = 20;
+    let rewards: Vec<f32> = (0..t).map(|_| rng.unit() - 0.3).collect();
+    let values: Vec<f32> = (0..t).map(|_| 2.0 * rng.unit()).collect();
+    let mask: Vec<u8> = (0..t).map(|i| u8::from(i % 6 != 3)).collect();
+    for (gamma, lambda) in [(1.0, 1.0), (0.99, 0.95), (0.5, 0.0), (0.0, 1.0)] {
+        let g = GaeOptions { gamma, lambda };
+        let mut c = MaybeOpts::gae();
+        // SAFETY: a valid out pointer.
+        assert_eq!(unsafe { care_gae_options_default(&mut c) }, CARE_OK);
+        let d = GaeOptions::default();
+        assert_eq!(
+            (c.struct_size as usize, c.gamma, c.lambda),
+            (size_of::<care_gae_options>(), d.gamma, d.lambda)
+        );
+        (c.gamma, c.lambda) = (gamma, lambda);
+        for m in [None, Some(&mask[..])] {
+            let (mp, ml) = m.map_or((null(), 0), |m| (m.as_ptr(), m.len()));
+            let mut input = care_token_rewards {
+                struct_size: size_of::<care_token_rewards>() as u32,
+                token_rewards: rewards.as_ptr(),
+                token_rewards_len: t,
+                values: values.as_ptr(),
+                values_len: t,
+                seq_offsets: seq.as_ptr(),
+                seq_offsets_len: seq.len(),
+                mask: mp,
+                mask_len: ml,
+            };
+            let (mut want_a, mut want_r) = (vec![0f32; t], vec![0f32; t]);
+            care_core::grpo::gae(&rewards, &values, &seq, m, &g, &mut want_a, &mut want_r).unwrap();
+            let (mut a, mut r) = (vec![7f32; t], vec![7f32; t]);
+            // SAFETY: valid buffers of the stated lengths.
+            let code = unsafe { care_gae(&input, &c, a.as_mut_ptr(), t, r.as_mut_ptr(), t) };
+            assert_eq!(code, CARE_OK);
+            assert_eq!(
+                bits32(&a),
+                bits32(&want_a),
+                "gae advantages {gamma} {lambda}"
+            );
+            assert_eq!(bits32(&r), bits32(&want_r), "gae returns {gamma} {lambda}");
+
+            input.values = null();
+            input.values_len = 0;
+            let mut want = vec![0f32; t];
+            care_core::grpo::discounted_returns(&rewards, &seq, m, &g, &mut want).unwrap();
+            let mut got = vec![7f32; t];
+            // SAFETY: as above.
+            let code = unsafe { care_discounted_returns(&input, &c, got.as_mut_ptr(), t) };
+            assert_eq!(code, CARE_OK);
+            assert_eq!(bits32(&got), bits32(&want), "returns {gamma}");
+        }
+    }
+    for kind in [StdKind::Unbiased, StdKind::Biased] {
+        let w = WhitenOptions {
+            eps: 1e-6,
+            std_kind: kind,
+        };
+        let mut c = MaybeOpts::whiten();
+        // SAFETY: a valid out pointer.
+        assert_eq!(unsafe { care_whiten_options_default(&mut c) }, CARE_OK);
+        let d = WhitenOptions::default();
+        assert_eq!(
+            (c.struct_size as usize, c.eps, c.std_kind),
+            (size_of::<care_whiten_options>(), d.eps, d.std_kind as u32)
+        );
+        (c.eps, c.std_kind) = (1e-6, kind as u32);
+        for m in [None, Some(&mask[..])] {
+            let (mp, ml) = m.map_or((null(), 0), |m| (m.as_ptr(), m.len()));
+            let mut want = values.clone();
+            let (wm, ws) = care_core::grpo::whiten(&mut want, m, &w).unwrap();
+            let mut got = values.clone();
+            let (mut gm, mut gs) = (7.0, 7.0);
+            // SAFETY: valid buffers of the stated lengths.
+            let code = unsafe { care_whiten(got.as_mut_ptr(), t, mp, ml, &c, &mut gm, &mut gs) };
+            assert_eq!(code, CARE_OK);
+            assert_eq!(bits32(&got), bits32(&want), "whiten {kind:?}");
+            assert_eq!((gm.to_bits(), gs.to_bits()), (wm.to_bits(), ws.to_bits()));
+        }
+    }
+    // NULL options are the core's defaults.
+    let mut a = values.clone();
+    let mut b = values.clone();
+    care_core::grpo::whiten(&mut a, None, &WhitenOptions::default()).unwrap();
+    // SAFETY: valid buffers; the optional outputs may be NULL.
+    let code = unsafe { care_whiten(b.as_mut_ptr(), t, null(), 0, null(), null_mut(), null_mut()) };
+    assert_eq!(code, CARE_OK);
+    assert_eq!(bits32(&b), bits32(&a));
+}
+
+/// Junk-filled option structs, so that the `_default` functions are seen to write every field.
+struct MaybeOpts;
+
+impl MaybeOpts {
+    fn gae() -> care_gae_options {
+        care_gae_options {
+            struct_size: 0,
+            gamma: f64::NAN,
+            lambda: f64::NAN,
+        }
+    }
+    fn whiten() -> care_whiten_options {
+        care_whiten_options {
+            struct_size: 0,
+            std_kind: 99,
+            eps: f64::NAN,
+        }
     }
 }

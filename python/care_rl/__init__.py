@@ -22,7 +22,11 @@ from ._grpo import (
     group_partial_squares,
     group_partial_sums,
     loss_options,
+    discounted_returns,
+    gae,
     policy_loss,
+    rollout_correction,
+    whiten,
 )
 from ._profile import (
     PROFILE_NAMES,
@@ -64,6 +68,7 @@ from ._types import (
     JudgeOutput,
     JudgeReport,
     LossResult,
+    RolloutResult,
     OutputCheck,
     OutputViolation,
     PolicyReward,
@@ -83,6 +88,10 @@ __version__: str = _care.__version__
 #: The loss statistics' fields in order: ``(name, C type, byte offset, combine)`` where
 #: combine is ``"sum"``, ``"min"`` or ``"max"`` (how values from ranks/micro-batches merge).
 LOSS_STATS_FIELDS = _care.LOSS_STATS_FIELDS
+
+#: The rollout correction's diagnostics in order (every one a sum): the names of
+#: ``LossResult.rollout`` and ``RolloutResult.stats``.
+ROLLOUT_STATS_FIELDS = _care.ROLLOUT_STATS_FIELDS
 
 __all__ = [
     "CareError",
@@ -113,7 +122,12 @@ __all__ = [
     "group_partial_squares",
     "group_advantages_finalize",
     "policy_loss",
+    "rollout_correction",
+    "discounted_returns",
+    "gae",
+    "whiten",
     "LOSS_STATS_FIELDS",
+    "ROLLOUT_STATS_FIELDS",
     "Alignment",
     "Fired",
     "GeneratorReward",
@@ -122,6 +136,7 @@ __all__ = [
     "JudgeOutput",
     "JudgeReport",
     "LossResult",
+    "RolloutResult",
     "OutputCheck",
     "OutputViolation",
     "PolicyReward",

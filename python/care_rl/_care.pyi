@@ -24,6 +24,8 @@ Policy = Union[None, str, Mapping[str, object]]
 __version__: str
 LOSS_STATS_FIELDS: List[Tuple[str, str, int, str]]
 LOSS_STATS_DEVICE_FIELDS: List[Tuple[str, str, int, str]]
+ROLLOUT_STATS_FIELDS: List[str]
+LOGITS_NO_ROLLOUT: str
 WORKSPACE_BYTES: int
 
 class CareError(ValueError):
@@ -151,7 +153,23 @@ def policy_loss(
     options: str, adv_per_token: bool, logp_old: Optional[Array] = None,
     logp_ref: Optional[Array] = None, mask: Optional[Array] = None, max_seq_len: int = 0,
     stream: int = 0, workspace: Optional[Array] = None, grad_in_input_dtype: bool = False,
+    logp_rollout: Optional[Array] = None, rollout_stats: Optional[Array] = None,
 ) -> Optional[float]: ...
+def discounted_returns(
+    token_rewards: Array, seq_offsets: Array, returns: Array, gamma: float = 1.0,
+    mask: Optional[Array] = None,
+) -> None: ...
+def gae(
+    token_rewards: Array, values: Array, seq_offsets: Array, advantages: Array, returns: Array,
+    gamma: float = 1.0, lambda_: float = 1.0, mask: Optional[Array] = None,
+) -> None: ...
+def whiten(
+    values: Array, eps: float = 1e-8, std_kind: str = "unbiased", mask: Optional[Array] = None,
+) -> Tuple[float, float]: ...
+def rollout_correction(
+    logp_old: Array, logp_rollout: Array, seq_offsets: Array, weights: Array, keep: Array,
+    stats: Array, options: str, mask: Optional[Array] = None,
+) -> None: ...
 def selective_log_softmax(
     logits: Array, targets: Array, logp: Array, lse: Array, temperature: float = 1.0,
     mask: Optional[Array] = None, entropy: Optional[Array] = None, stream: int = 0,
@@ -167,7 +185,7 @@ def logits_policy_loss(
     lse: Array, dlogp: Array, stats: Array, options: str, adv_per_token: bool,
     temperature: float = 1.0, logp_old: Optional[Array] = None, logp_ref: Optional[Array] = None,
     mask: Optional[Array] = None, max_seq_len: int = 0, stream: int = 0,
-    workspace: Optional[Array] = None,
+    workspace: Optional[Array] = None, logp_rollout: Optional[Array] = None,
 ) -> Optional[float]: ...
 def check_advantage_status(status: int) -> None: ...
 def check_log_softmax_status(status: int) -> None: ...

@@ -9,7 +9,7 @@ from typing import Dict, Optional, Sequence, Union
 import numpy as np
 
 from . import _care
-from ._types import LossResult
+from ._types import LossResult, RolloutResult
 
 Array = Union[np.ndarray, Sequence[float]]
 
@@ -205,6 +205,7 @@ def policy_loss(
     mask: Optional[Array] = None,
     *,
     logp_ref: Optional[Array] = None,
+    logp_rollout: Optional[Array] = None,
     preset: Optional[str] = None,
     per_token: Optional[bool] = None,
     **overrides,
@@ -219,6 +220,11 @@ def policy_loss(
     :func:`loss_options`; ``per_token`` decides between the two advantage layouts when the
     shapes do not (1-D ``logp`` with as many tokens as sequences). Returns the loss, ``grad = dL/dlogp`` (float32, ``logp``'s shape)
     and the statistics as sums.
+
+    ``logp_rollout`` (the inference engine's log-probs, ``logp``'s shape and dtype) turns on
+    the rollout correction (SPEC §16) set by the ``rollout_*`` options (``rollout_is``,
+    ``rollout_is_threshold``, ``rollout_rs`` with ``rollout_rs_threshold``, ...); its weights
+    are constants of the gradient, and ``result.rollout`` holds its diagnostics.
     """
     lp = np.asarray(logp)
     if lp.dtype not in (np.float32, np.float64):
@@ -233,12 +239,121 @@ def policy_loss(
     flat = np.ascontiguousarray(lp).reshape(-1)
     old = None if logp_old is None else _arr(logp_old, lp.dtype, "logp_old")
     ref = None if logp_ref is None else _arr(logp_ref, lp.dtype, "logp_ref")
+    roll = None if logp_rollout is None else _arr(logp_rollout, lp.dtype, "logp_rollout")
     adv = _f32(advantages, "advantages")
     kind = advantage_kind(adv.shape, shape, flat.size, offs.size - 1, per_token)
     grad = np.empty(flat.size, dtype=np.float32)
     stats = np.empty(len(_care.LOSS_STATS_FIELDS), dtype=np.float64)
+    rstats = None if roll is None else np.zeros(len(_care.ROLLOUT_STATS_FIELDS), dtype=np.float64)
     loss = _care.policy_loss(
         flat, np.ascontiguousarray(adv).reshape(-1), offs, grad, stats,
         _care.loss_options(preset, **overrides), kind, old, ref, _mask(mask, "mask"),
+        logp_rollout=roll, rollout_stats=rstats,
     )  # fmt: skip
-    return LossResult(loss=float(loss), grad=grad.reshape(shape), stats=stats_dict(stats))
+    rollout = None if roll is None else rollout_stats_dict(rstats)
+    return LossResult(loss=float(loss), grad=grad.reshape(shape), stats=stats_dict(stats), rollout=rollout)
+
+
+def rollout_stats_dict(values: Sequence[float]) -> Dict[str, float]:
+    """The rollout correction's diagnostics as a dict, named by ``ROLLOUT_STATS_FIELDS``."""
+    return {name: float(v) for name, v in zip(_care.ROLLOUT_STATS_FIELDS, values)}
+
+
+def rollout_correction(
+    logp_old: Array,
+    logp_rollout: Array,
+    seq_offsets: Optional[Array] = None,
+    mask: Optional[Array] = None,
+    *,
+    preset: Optional[str] = None,
+    **overrides,
+) -> RolloutResult:
+    """The rollout correction on its own (SPEC §16), for a trainer that applies the weights
+    in its own loss: per token the importance weight :func:`policy_loss` would apply and
+    whether the token survives rejection, and the diagnostics as sums.
+
+    ``logp_old`` (the proximal policy: ``logp`` when on-policy) and ``logp_rollout``:
+    ``[T]`` with CSR ``seq_offsets``, or padded ``[B, L]`` with an optional ``[B, L]`` mask;
+    one dtype (float32 or float64). Options: the ``rollout_*`` fields of
+    :func:`loss_options`.
+    """
+    old = np.asarray(logp_old)
+    if old.dtype not in (np.float32, np.float64):
+        old = old.astype(np.float32)
+    shape = old.shape
+    if seq_offsets is None:
+        if old.ndim != 2:
+            raise _care.error("invalid_argument", "give seq_offsets for 1-D logp_old, or pass [B, L] logp_old")
+        b, length = shape
+        seq_offsets = np.arange(0, (b + 1) * length, length, dtype=np.uint32) if b else np.zeros(1, np.uint32)
+    offs = _arr(seq_offsets, np.uint32, "seq_offsets")
+    flat = np.ascontiguousarray(old).reshape(-1)
+    roll = _arr(logp_rollout, old.dtype, "logp_rollout")
+    weights = np.empty(flat.size, dtype=np.float32)
+    keep = np.empty(flat.size, dtype=np.uint8)
+    stats = np.empty(len(_care.ROLLOUT_STATS_FIELDS), dtype=np.float64)
+    _care.rollout_correction(
+        flat, roll, offs, weights, keep, stats, _care.loss_options(preset, **overrides), _mask(mask, "mask"),
+    )  # fmt: skip
+    return RolloutResult(
+        weights=weights.reshape(shape), keep=keep.reshape(shape).astype(bool), stats=rollout_stats_dict(stats)
+    )
+
+
+def _token_layout(x: np.ndarray, seq_offsets, name: str) -> np.ndarray:
+    if seq_offsets is not None:
+        return _arr(seq_offsets, np.uint32, "seq_offsets")
+    if x.ndim != 2:
+        raise _care.error("invalid_argument", f"give seq_offsets for 1-D {name}, or pass [B, L] {name}")
+    b, length = x.shape
+    return np.arange(0, (b + 1) * length, length, dtype=np.uint32) if b else np.zeros(1, np.uint32)
+
+
+def discounted_returns(
+    token_rewards: Array, seq_offsets: Optional[Array] = None, mask: Optional[Array] = None, *, gamma: float = 1.0
+) -> np.ndarray:
+    """Discounted returns ``G_t = r_t + gamma * G_next`` over each sequence's counted tokens
+    (SPEC §18; REINFORCE++ before whitening, ReMax's reward-to-go with ``gamma = 1``).
+    ``token_rewards``: ``[T]`` with CSR ``seq_offsets`` or padded ``[B, L]`` (with an optional
+    ``[B, L]`` mask). Returns float32 of the same shape, 0 on masked tokens."""
+    r = _f32(token_rewards, "token_rewards")
+    offs = _token_layout(r, seq_offsets, "token_rewards")
+    out = np.empty(r.size, dtype=np.float32)
+    _care.discounted_returns(np.ascontiguousarray(r).reshape(-1), offs, out, float(gamma), _mask(mask, "mask"))
+    return out.reshape(r.shape)
+
+
+def gae(
+    token_rewards: Array,
+    values: Array,
+    seq_offsets: Optional[Array] = None,
+    mask: Optional[Array] = None,
+    *,
+    gamma: float = 1.0,
+    lambda_: float = 1.0,
+):
+    """Generalized advantage estimation by a reverse scan per sequence (SPEC §18):
+    ``(advantages, returns)``, float32 of ``token_rewards``' shape, ``returns = advantages +
+    values`` (the value targets), 0 on masked tokens. Not whitened: :func:`whiten` the
+    advantages for verl's ``gae``. Layouts as :func:`discounted_returns`; ``values`` has the
+    rewards' shape."""
+    r = _f32(token_rewards, "token_rewards")
+    offs = _token_layout(r, seq_offsets, "token_rewards")
+    v = _arr(values, np.float32, "values")
+    adv = np.empty(r.size, dtype=np.float32)
+    ret = np.empty(r.size, dtype=np.float32)
+    _care.gae(
+        np.ascontiguousarray(r).reshape(-1), v, offs, adv, ret, float(gamma), float(lambda_), _mask(mask, "mask"),
+    )  # fmt: skip
+    return adv.reshape(r.shape), ret.reshape(r.shape)
+
+
+def whiten(values: Array, mask: Optional[Array] = None, *, eps: float = 1e-8, std_kind: str = "unbiased"):
+    """``(x - mean) / sqrt(var + eps)`` over the counted values (SPEC §18; verl's
+    ``masked_whiten`` with the defaults, OpenRLHF with ``std_kind="biased"``). Returns
+    ``(whitened, mean, std)``: a float32 copy of ``values``' shape (0 where masked) and the
+    statistics of the counted values."""
+    v = np.array(_f32(values, "values"))  # a copy: whitened in place below
+    flat = v.reshape(-1)
+    mean, std = _care.whiten(flat, float(eps), std_kind, _mask(mask, "mask"))
+    return flat.reshape(v.shape), mean, std

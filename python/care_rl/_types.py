@@ -188,6 +188,22 @@ class LossResult:
     loss: float
     grad: "np.ndarray"
     stats: Dict[str, float]
+    #: The rollout correction's diagnostics as sums, named by :data:`ROLLOUT_STATS_FIELDS`
+    #: (``tokens``, ``rejected_tokens``, ``truncated``, ``weight_sum``, ``kl_sum``, ...); ``None``
+    #: without ``logp_rollout``.
+    rollout: Optional[Dict[str, float]] = None
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    """Result of :func:`care_rl.rollout_correction`: ``weights`` float32 (the importance weight
+    the loss applies per token, 0 on masked or rejected tokens), ``keep`` bool (the token stays
+    in the loss after rejection) and ``stats`` (the diagnostics as sums, named by
+    :data:`ROLLOUT_STATS_FIELDS`)."""
+
+    weights: "np.ndarray"
+    keep: "np.ndarray"
+    stats: Dict[str, float]
 
 
 # ---- rubric profiles (docs/PROFILES.md) --------------------------------------------------------

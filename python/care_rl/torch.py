@@ -215,6 +215,7 @@ def _policy_loss_op(
     global_sequences: float,
     horizon: float,
     max_seq_len: int,
+    logp_rollout: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor, Tensor]:
     dev = logp.device
     grad = torch.empty(logp.shape, dtype=torch.float32, device=dev)
@@ -224,7 +225,7 @@ def _policy_loss_op(
         loss = _care.policy_loss(
             _dl(logp), _dl(advantages), _dl(seq_offsets), _dl(grad), _dl(stats), opts,
             adv_per_token, _dl(logp_old), _dl(logp_ref), _dl(mask), max_seq_len,
-            _stream(logp), _dl(_workspace(logp)),
+            _stream(logp), _dl(_workspace(logp)), logp_rollout=_dl(logp_rollout),
         )  # fmt: skip
     if loss is None:  # CUDA: the loss is the first device statistic (no host read)
         out = stats[0].clone()
@@ -235,7 +236,7 @@ def _policy_loss_op(
 
 @_policy_loss_op.register_fake
 def _(logp, logp_old, logp_ref, advantages, seq_offsets, mask, options, adv_per_token,
-      global_tokens, global_sequences, horizon, max_seq_len):  # fmt: skip
+      global_tokens, global_sequences, horizon, max_seq_len, logp_rollout=None):  # fmt: skip
     loss = logp.new_empty((), dtype=_loss_dtype(logp))
     grad = logp.new_empty(logp.shape, dtype=torch.float32)
     stats = logp.new_empty((_N_STATS,), dtype=_stats_dtype(logp))
@@ -251,9 +252,10 @@ def _loss_setup(ctx, inputs, output):
 
 def _loss_backward(ctx, g_loss, g_grad, g_stats):
     (grad,) = ctx.saved_tensors
-    # The forward computed dL/dlogp; the chain rule only scales it.
+    # The forward computed dL/dlogp; the chain rule only scales it. Nothing flows to
+    # logp_old, logp_ref or logp_rollout (the rollout weights are constants, as in verl).
     dlogp = (grad * g_loss.to(grad.dtype)).to(ctx.logp_dtype)
-    return (dlogp,) + (None,) * 11
+    return (dlogp,) + (None,) * 12
 
 
 _policy_loss_op.register_autograd(_loss_backward, setup_context=_loss_setup)
@@ -503,6 +505,7 @@ def policy_loss(
     mask=None,
     *,
     logp_ref: Optional[Tensor] = None,
+    logp_rollout: Optional[Tensor] = None,
     preset: Optional[str] = None,
     options: Optional[str] = None,
     per_token: Optional[bool] = None,
@@ -524,7 +527,10 @@ def policy_loss(
     ``preset`` (``"verl"``, ``"trl"``) and ``overrides`` (see :func:`care_rl.loss_options`),
     or a ready ``options`` text. ``global_tokens``, ``global_sequences``, ``horizon``: the
     denominators over all ranks and micro-batches (0: this call's own), as numbers so that the
-    option text stays a compile-time constant.
+    option text stays a compile-time constant. ``logp_rollout`` (the inference engine's
+    log-probs, ``logp``'s shape and dtype) turns on the rollout correction of the ``rollout_*``
+    options (SPEC §16); it gets no gradient (the weights are constants). Its diagnostics come
+    from :func:`care_rl.rollout_correction` (host) or the plain :func:`care_rl.policy_loss`.
 
     With ``return_stats`` returns ``(loss, stats)``: ``stats`` a float64 ``[14]`` tensor on
     ``logp``'s device in :data:`LOSS_STATS_FIELDS` order (sums: all-reduce them; see
@@ -538,13 +544,16 @@ def policy_loss(
         flat = flat.contiguous()
     old = _flat(logp_old, logp.dtype, device, "logp_old")
     ref = _flat(logp_ref, logp.dtype, device, "logp_ref")
+    roll = _flat(logp_rollout, logp.dtype, device, "logp_rollout")
+    if roll is not None:
+        roll = roll.detach()
     adv_t = torch.as_tensor(advantages, device=device)
     kind = advantage_kind(tuple(adv_t.shape), lead, math.prod(lead), offs.shape[0] - 1, per_token)
     adv = _flat(adv_t, torch.float32, device, "advantages")
     opts = options if options is not None else loss_options(preset, **overrides)
     loss, _, stats = torch.ops.care.policy_loss(
         flat, old, ref, adv, offs, _mask(mask, device), opts, kind,
-        float(global_tokens), float(global_sequences), float(horizon), max_len,
+        float(global_tokens), float(global_sequences), float(horizon), max_len, roll,
     )  # fmt: skip
     if not return_stats:
         return loss
@@ -629,6 +638,7 @@ def logits_policy_loss(
     *,
     temperature: float = 1.0,
     logp_ref=None,
+    logp_rollout=None,
     preset: Optional[str] = None,
     options: Optional[str] = None,
     per_token: Optional[bool] = None,
@@ -645,9 +655,13 @@ def logits_policy_loss(
 
     ``logits`` ``[B, L, V]`` with ``[B, L]`` targets/mask (padded), or ``[T, V]`` with CSR
     ``seq_offsets``; ``logp_old``/``logp_ref`` float32 of the leading shape. Other arguments
-    as :func:`policy_loss`. Returns the loss, or a tuple with the stats (``return_stats``)
-    and the detached log-probs (``return_logp``), in that order.
+    as :func:`policy_loss`, except ``logp_rollout``: the fused path has no rollout correction,
+    so it is refused (``invalid_argument``, as ``care_logits_policy_loss`` in C). Returns the
+    loss, or a tuple with the stats (``return_stats``) and the detached log-probs
+    (``return_logp``), in that order.
     """
+    if logp_rollout is not None:
+        raise _care.error("invalid_argument", _care.LOGITS_NO_ROLLOUT)
     lead = tuple(logits.shape[:-1])
     device = logits.device
     offs, max_len = _loss_layout(lead, seq_offsets, device)

@@ -266,6 +266,8 @@ pub struct LossArgs<'a, 'py> {
     pub old: Option<&'a Tensor<'py>>,
     /// `logp_ref [T]`.
     pub reference: Option<&'a Tensor<'py>>,
+    /// `logp_rollout [T]` (the rollout correction; its diagnostics are not accumulated).
+    pub rollout: Option<&'a Tensor<'py>>,
     /// Advantages `[B]` or `[T]`.
     pub adv: &'a Tensor<'py>,
     /// Whether `adv` is per token.
@@ -308,6 +310,10 @@ pub fn policy_loss(a: LossArgs<'_, '_>) -> PyResult<()> {
         Some(t) => typed_ptr(t, dt, dev, n_tok, "one per token")?,
         None => 0,
     };
+    let rollout = match a.rollout {
+        Some(t) => typed_ptr(t, dt, dev, n_tok, "one per token")?,
+        None => 0,
+    };
     let n_adv = if a.adv_per_token { n_tok } else { n_seq };
     let grad = match a.grad {
         Some(g) if a.grad_in_input_dtype => typed_ptr(g, dt, dev, n_tok, "one per token")?,
@@ -338,9 +344,15 @@ pub fn policy_loss(a: LossArgs<'_, '_>) -> PyResult<()> {
         stats,
         workspace: workspace_ptr(a.workspace, dev)?,
     };
-    // SAFETY: every address is device memory of `dev` of the size and dtype the plan reads
-    // (checked above); see `group_advantages` for the lifetime argument.
-    unsafe { plan::grpo_loss(&l, &buf, a.opts, Tuning::default()) }
+    // The device diagnostics are not accumulated (stats 0): the op's outputs stay the loss,
+    // the gradient and the loss statistics; `care_rl.rollout_correction` gives them on the host.
+    let roll = plan::RolloutBuffers {
+        logp_rollout: rollout,
+        stats: 0,
+    };
+    // SAFETY: every address (`rollout` included) is device memory of `dev` of the size and
+    // dtype the plan reads (checked above); see `group_advantages` for the lifetime argument.
+    unsafe { plan::grpo_loss_with(&l, &buf, &roll, a.opts, Tuning::default()) }
         .map_err(|e| kernel_err("policy_loss", e))
 }
 

@@ -9,8 +9,9 @@
 //! waits for the device, which is what makes CUDA-graph capture possible.
 
 use care_core::grpo::{
-    AdvantageOptions, Advantages, GroupLayout, GroupStats, GroupSums, LOSS_STATS_LAYOUT, LogProb,
-    LossInputs, LossOptions, LossStats,
+    AdvantageOptions, Advantages, GaeOptions, GroupLayout, GroupStats, GroupSums,
+    LOSS_STATS_LAYOUT, LogProb, LossInputs, LossOptions, LossStats, RolloutInputs, RolloutStats,
+    WhitenOptions,
 };
 use care_core::logsoftmax::{self as lsm, LogSoftmaxOptions, Logits, TokenId};
 use half::{bf16, f16};
@@ -419,6 +420,7 @@ fn host_loss<T: LogProb + Elem>(
     logp: &Tensor<'_>,
     old: Option<&Tensor<'_>>,
     reference: Option<&Tensor<'_>>,
+    rollout: Option<&Tensor<'_>>,
     offsets: &[u32],
     mask: Option<&[u8]>,
     adv: Advantages<'_>,
@@ -432,7 +434,7 @@ fn host_loss<T: LogProb + Elem>(
         seq_offsets: offsets,
         mask,
         advantages: adv,
-        logp_rollout: None,
+        logp_rollout: rollout.map(|t| t.slice::<T>()).transpose()?,
     };
     py.detach(|| care_core::grpo::policy_loss(&inputs, opts, grad))
         .or_raise("policy_loss")
@@ -440,9 +442,14 @@ fn host_loss<T: LogProb + Elem>(
 
 /// `_care.policy_loss(logp, advantages, seq_offsets, grad, stats, options, adv_per_token,
 /// logp_old=None, logp_ref=None, mask=None, max_seq_len=0, stream=0, workspace=None,
-/// grad_in_input_dtype=False) -> float | None`.
+/// grad_in_input_dtype=False, logp_rollout=None, rollout_stats=None) -> float | None`.
 ///
-/// Host: `logp`, `logp_old`, `logp_ref` of one dtype (float32, float64, bfloat16, float16),
+/// `logp_rollout` (the inference engine's log-probs, the dtype of `logp`) turns on the rollout
+/// correction of the options' `rollout_*` fields (SPEC §16); its weights are constants, so
+/// `grad` stays `dL/dlogp`. `rollout_stats` (host only, float64 `[13]`, `ROLLOUT_STATS_FIELDS`
+/// order) receives the correction's diagnostics (all zero without `logp_rollout`).
+///
+/// Host: `logp`, `logp_old`, `logp_ref`, `logp_rollout` of one dtype (float32, float64, bfloat16, float16),
 /// `advantages` float32, `grad` float32 `[T]` (always written), `stats` float64 `[14]` in
 /// `LOSS_STATS_LAYOUT` order; returns the loss. CUDA: float32/bfloat16/float16, `grad` float32
 /// (or the logp dtype with `grad_in_input_dtype`; `None` for loss and stats only), `stats`
@@ -450,7 +457,7 @@ fn host_loss<T: LogProb + Elem>(
 /// `LOSS_STATS_DEVICE_FIELDS` says where each field is), `workspace` int32 `[16]`; returns
 /// `None` (the loss stays on the device: `stats[0]`).
 #[pyfunction]
-#[pyo3(signature = (logp, advantages, seq_offsets, grad, stats, options, adv_per_token, logp_old=None, logp_ref=None, mask=None, max_seq_len=0, stream=0, workspace=None, grad_in_input_dtype=false))]
+#[pyo3(signature = (logp, advantages, seq_offsets, grad, stats, options, adv_per_token, logp_old=None, logp_ref=None, mask=None, max_seq_len=0, stream=0, workspace=None, grad_in_input_dtype=false, logp_rollout=None, rollout_stats=None))]
 #[allow(clippy::too_many_arguments)] // one argument per buffer
 pub fn policy_loss(
     py: Python<'_>,
@@ -468,6 +475,8 @@ pub fn policy_loss(
     stream: usize,
     workspace: Option<&Bound<'_, PyAny>>,
     grad_in_input_dtype: bool,
+    logp_rollout: Option<&Bound<'_, PyAny>>,
+    rollout_stats: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<f64>> {
     let opts: LossOptions = from_spec(options)?;
     let lp = Tensor::take(logp, "logp")?;
@@ -479,8 +488,11 @@ pub fn policy_loss(
     let rf = Tensor::take_opt(logp_ref, "logp_ref")?;
     let m = Tensor::take_opt(mask, "mask")?;
     let ws = Tensor::take_opt(workspace, "workspace")?;
+    let ro = Tensor::take_opt(logp_rollout, "logp_rollout")?;
+    let mut rst = Tensor::take_opt(rollout_stats, "rollout_stats")?;
     let mut outs = vec![&st];
     outs.extend(g.as_ref());
+    outs.extend(rst.as_ref());
     check_outputs(
         &outs,
         &[
@@ -490,10 +502,14 @@ pub fn policy_loss(
             old.as_ref(),
             rf.as_ref(),
             m.as_ref(),
+            ro.as_ref(),
         ],
     )?;
     let dt = lp.dtype();
-    for t in [old.as_ref(), rf.as_ref()].into_iter().flatten() {
+    for t in [old.as_ref(), rf.as_ref(), ro.as_ref()]
+        .into_iter()
+        .flatten()
+    {
         if t.dtype() != dt {
             return Err(invalid(format!(
                 "{}: {} but logp is {} (all log-probs share one dtype)",
@@ -505,10 +521,17 @@ pub fn policy_loss(
     }
     if let Device::Cuda(_) = device_of(&lp)? {
         let ws = ws.ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))?;
+        if rst.is_some() {
+            return Err(invalid(
+                "rollout_stats: only for host arrays (the device diagnostics are not read back)"
+                    .into(),
+            ));
+        }
         cuda::policy_loss(cuda::LossArgs {
             logp: &lp,
             old: old.as_ref(),
             reference: rf.as_ref(),
+            rollout: ro.as_ref(),
             adv: &a,
             adv_per_token,
             offsets: &so,
@@ -546,19 +569,90 @@ pub fn policy_loss(
     }
     let mk = opt_slice::<u8>(&m)?;
     let gr = g.slice_mut::<f32>()?;
-    let (o, r) = (old.as_ref(), rf.as_ref());
+    let (o, r, ro) = (old.as_ref(), rf.as_ref(), ro.as_ref());
     let out = match dt {
-        Dt::F32 => host_loss::<f32>(py, &lp, o, r, offsets, mk, adv, &opts, gr),
-        Dt::F64 => host_loss::<f64>(py, &lp, o, r, offsets, mk, adv, &opts, gr),
-        Dt::Bf16 => host_loss::<bf16>(py, &lp, o, r, offsets, mk, adv, &opts, gr),
-        Dt::F16 => host_loss::<f16>(py, &lp, o, r, offsets, mk, adv, &opts, gr),
+        Dt::F32 => host_loss::<f32>(py, &lp, o, r, ro, offsets, mk, adv, &opts, gr),
+        Dt::F64 => host_loss::<f64>(py, &lp, o, r, ro, offsets, mk, adv, &opts, gr),
+        Dt::Bf16 => host_loss::<bf16>(py, &lp, o, r, ro, offsets, mk, adv, &opts, gr),
+        Dt::F16 => host_loss::<f16>(py, &lp, o, r, ro, offsets, mk, adv, &opts, gr),
         other => Err(invalid(format!(
             "logp: expected float32, float64, bfloat16 or float16, got {}",
             other.name()
         ))),
     }?;
     write_loss_stats(&out.stats, &mut st)?;
+    if let Some(t) = rst.as_mut() {
+        write_rollout_stats(&out.rollout, t)?;
+    }
     Ok(Some(out.loss))
+}
+
+/// Writes `s` into `out` (float64 `[13]`, [`ROLLOUT_STATS_FIELDS`] order).
+fn write_rollout_stats(s: &RolloutStats, out: &mut Tensor<'_>) -> PyResult<()> {
+    let o = out.slice_mut::<f64>()?;
+    let values = rollout_stats_values(s);
+    if o.len() != values.len() {
+        return Err(mismatch(format!(
+            "rollout_stats: {} values, expected {}",
+            o.len(),
+            values.len()
+        )));
+    }
+    o.copy_from_slice(&values);
+    Ok(())
+}
+
+/// The names of [`RolloutStats`]' fields, in declaration order (`ROLLOUT_STATS_FIELDS` in
+/// Python; every one a sum).
+pub const ROLLOUT_STATS_FIELDS: [&str; 13] = [
+    "tokens",
+    "sequences",
+    "rejected_tokens",
+    "rejected_sequences",
+    "truncated",
+    "weight_sum",
+    "kl_sum",
+    "k3_sum",
+    "log_ppl_diff_sum",
+    "log_ppl_abs_diff_sum",
+    "chi2_token_sum",
+    "chi2_seq_sum",
+    "non_finite",
+];
+
+/// The values of `s` in [`ROLLOUT_STATS_FIELDS`] order (destructured, so a field added to the
+/// core fails to compile here until it is named).
+fn rollout_stats_values(s: &RolloutStats) -> [f64; 13] {
+    let RolloutStats {
+        tokens,
+        sequences,
+        rejected_tokens,
+        rejected_sequences,
+        truncated,
+        weight_sum,
+        kl_sum,
+        k3_sum,
+        log_ppl_diff_sum,
+        log_ppl_abs_diff_sum,
+        chi2_token_sum,
+        chi2_seq_sum,
+        non_finite,
+    } = *s;
+    [
+        tokens,
+        sequences,
+        rejected_tokens,
+        rejected_sequences,
+        truncated,
+        weight_sum,
+        kl_sum,
+        k3_sum,
+        log_ppl_diff_sum,
+        log_ppl_abs_diff_sum,
+        chi2_token_sum,
+        chi2_seq_sum,
+        non_finite,
+    ]
 }
 
 /// Copies `src` (computed in f64) into a host output of float32 or float64.
@@ -832,6 +926,10 @@ pub fn selective_log_softmax_backward(
     )
 }
 
+/// Why the fused path refuses `logp_rollout`, and what to call instead.
+pub const LOGITS_NO_ROLLOUT: &str = "logp_rollout: the fused logits path has no rollout correction \
+     (compute logp with selective_log_softmax, then call policy_loss with logp_rollout)";
+
 #[allow(clippy::too_many_arguments)] // the pieces of one fused call
 fn host_logits_loss<T: LogProb + Elem, I: TokenId + Elem>(
     py: Python<'_>,
@@ -870,7 +968,7 @@ fn host_logits_loss<T: LogProb + Elem, I: TokenId + Elem>(
 /// [`policy_loss`] and [`selective_log_softmax`]; `logp_old`/`logp_ref` float32 (or float64
 /// on the host).
 #[pyfunction]
-#[pyo3(signature = (logits, targets, advantages, seq_offsets, logp, lse, dlogp, stats, options, adv_per_token, temperature=1.0, logp_old=None, logp_ref=None, mask=None, max_seq_len=0, stream=0, workspace=None))]
+#[pyo3(signature = (logits, targets, advantages, seq_offsets, logp, lse, dlogp, stats, options, adv_per_token, temperature=1.0, logp_old=None, logp_ref=None, mask=None, max_seq_len=0, stream=0, workspace=None, logp_rollout=None))]
 #[allow(clippy::too_many_arguments)] // one argument per buffer
 pub fn logits_policy_loss(
     py: Python<'_>,
@@ -891,7 +989,13 @@ pub fn logits_policy_loss(
     max_seq_len: u32,
     stream: usize,
     workspace: Option<&Bound<'_, PyAny>>,
+    logp_rollout: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<f64>> {
+    // The fused paths have no rollout correction: refused rather than ignored, with the code
+    // the C ABI's `care_logits_policy_loss` returns (CARE_ERR_INVALID_ARGUMENT).
+    if logp_rollout.is_some_and(|t| !t.is_none()) {
+        return Err(invalid(LOGITS_NO_ROLLOUT.into()));
+    }
     let opts: LossOptions = from_spec(options)?;
     let lsm_opts = temperature_options(temperature)?;
     let x = Tensor::take(logits, "logits")?;
@@ -977,4 +1081,187 @@ pub fn logits_policy_loss(
     store(&lsv, &mut ls)?;
     write_loss_stats(&out.stats, &mut st)?;
     Ok(Some(out.loss))
+}
+
+#[allow(clippy::too_many_arguments)] // the pieces of one call
+fn host_rollout<T: LogProb + Elem>(
+    py: Python<'_>,
+    old: &Tensor<'_>,
+    rollout: &Tensor<'_>,
+    offsets: &[u32],
+    mask: Option<&[u8]>,
+    opts: &LossOptions,
+    weights: &mut [f32],
+    keep: &mut [u8],
+) -> PyResult<RolloutStats> {
+    let inputs = RolloutInputs {
+        logp_old: old.slice::<T>()?,
+        logp_rollout: rollout.slice::<T>()?,
+        seq_offsets: offsets,
+        mask,
+    };
+    py.detach(|| care_core::grpo::rollout_correction(&inputs, &opts.rollout, weights, keep))
+        .or_raise("rollout_correction")
+}
+
+/// `_care.rollout_correction(logp_old, logp_rollout, seq_offsets, weights, keep, stats,
+/// options, mask=None)`: the rollout correction on its own (host arrays; SPEC §16), with the
+/// `rollout_*` fields of the loss options text. `logp_old` and `logp_rollout` of one dtype
+/// (float32, float64, bfloat16, float16; `logp_old` is the proximal policy, `logp` when
+/// on-policy), `weights` float32 `[T]` (the importance weight the loss applies, 0 on masked or
+/// rejected tokens), `keep` uint8 `[T]` (1 = still counted), `stats` float64 `[13]` in
+/// `ROLLOUT_STATS_FIELDS` order.
+#[pyfunction]
+#[pyo3(signature = (logp_old, logp_rollout, seq_offsets, weights, keep, stats, options, mask=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn rollout_correction(
+    py: Python<'_>,
+    logp_old: &Bound<'_, PyAny>,
+    logp_rollout: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    weights: &Bound<'_, PyAny>,
+    keep: &Bound<'_, PyAny>,
+    stats: &Bound<'_, PyAny>,
+    options: &str,
+    mask: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let opts: LossOptions = from_spec(options)?;
+    let old = Tensor::take(logp_old, "logp_old")?;
+    let ro = Tensor::take(logp_rollout, "logp_rollout")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let mut w = Tensor::take(weights, "weights")?;
+    let mut k = Tensor::take(keep, "keep")?;
+    let mut st = Tensor::take(stats, "stats")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    check_outputs(
+        &[&w, &k, &st],
+        &[Some(&old), Some(&ro), Some(&so), m.as_ref()],
+    )?;
+    for t in [&old, &ro, &so, &w, &k, &st] {
+        if let Device::Cuda(_) = device_of(t)? {
+            return Err(invalid(format!(
+                "{}: rollout_correction takes host arrays",
+                t.name()
+            )));
+        }
+    }
+    let dt = old.dtype();
+    if ro.dtype() != dt {
+        return Err(invalid(format!(
+            "logp_rollout: {} but logp_old is {} (the log-probs share one dtype)",
+            ro.dtype().name(),
+            dt.name()
+        )));
+    }
+    let offsets = so.slice::<u32>()?;
+    let mk = opt_slice::<u8>(&m)?;
+    let (wv, kv) = (w.slice_mut::<f32>()?, k.slice_mut::<u8>()?);
+    let out = match dt {
+        Dt::F32 => host_rollout::<f32>(py, &old, &ro, offsets, mk, &opts, wv, kv),
+        Dt::F64 => host_rollout::<f64>(py, &old, &ro, offsets, mk, &opts, wv, kv),
+        Dt::Bf16 => host_rollout::<bf16>(py, &old, &ro, offsets, mk, &opts, wv, kv),
+        Dt::F16 => host_rollout::<f16>(py, &old, &ro, offsets, mk, &opts, wv, kv),
+        other => Err(invalid(format!(
+            "logp_old: expected float32, float64, bfloat16 or float16, got {}",
+            other.name()
+        ))),
+    }?;
+    write_rollout_stats(&out, &mut st)
+}
+
+/// Refuses device tensors for the host-only functions.
+fn host_only(fun: &str, ts: &[&Tensor<'_>]) -> PyResult<()> {
+    for t in ts {
+        if let Device::Cuda(_) = device_of(t)? {
+            return Err(invalid(format!("{}: {fun} takes host arrays", t.name())));
+        }
+    }
+    Ok(())
+}
+
+/// `_care.discounted_returns(token_rewards, seq_offsets, returns, gamma=1.0, mask=None)`:
+/// `G_t = r_t + gamma G_next` per sequence over the counted tokens (SPEC §18), host float32
+/// `[T]` in and out (masked tokens get 0).
+#[pyfunction]
+#[pyo3(signature = (token_rewards, seq_offsets, returns, gamma=1.0, mask=None))]
+pub fn discounted_returns(
+    py: Python<'_>,
+    token_rewards: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    returns: &Bound<'_, PyAny>,
+    gamma: f64,
+    mask: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let r = Tensor::take(token_rewards, "token_rewards")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let mut out = Tensor::take(returns, "returns")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    check_outputs(&[&out], &[Some(&r), Some(&so), m.as_ref()])?;
+    host_only("discounted_returns", &[&r, &so, &out])?;
+    let opts = GaeOptions { gamma, lambda: 1.0 };
+    let (rv, offs, mk) = (r.slice::<f32>()?, so.slice::<u32>()?, opt_slice::<u8>(&m)?);
+    let o = out.slice_mut::<f32>()?;
+    py.detach(|| care_core::grpo::discounted_returns(rv, offs, mk, &opts, o))
+        .or_raise("discounted_returns")
+}
+
+/// `_care.gae(token_rewards, values, seq_offsets, advantages, returns, gamma=1.0,
+/// lambda_=1.0, mask=None)`: generalized advantage estimation by a reverse scan per sequence
+/// (SPEC §18), host float32 `[T]`: the advantages and the returns `A_t + V_t` (masked: 0).
+#[pyfunction]
+#[pyo3(signature = (token_rewards, values, seq_offsets, advantages, returns, gamma=1.0, lambda_=1.0, mask=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn gae(
+    py: Python<'_>,
+    token_rewards: &Bound<'_, PyAny>,
+    values: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    advantages: &Bound<'_, PyAny>,
+    returns: &Bound<'_, PyAny>,
+    gamma: f64,
+    lambda_: f64,
+    mask: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let r = Tensor::take(token_rewards, "token_rewards")?;
+    let v = Tensor::take(values, "values")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let mut a = Tensor::take(advantages, "advantages")?;
+    let mut ret = Tensor::take(returns, "returns")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    check_outputs(&[&a, &ret], &[Some(&r), Some(&v), Some(&so), m.as_ref()])?;
+    host_only("gae", &[&r, &v, &so, &a, &ret])?;
+    let opts = GaeOptions {
+        gamma,
+        lambda: lambda_,
+    };
+    let (rv, vv, offs) = (r.slice::<f32>()?, v.slice::<f32>()?, so.slice::<u32>()?);
+    let mk = opt_slice::<u8>(&m)?;
+    let (ao, ro) = (a.slice_mut::<f32>()?, ret.slice_mut::<f32>()?);
+    py.detach(|| care_core::grpo::gae(rv, vv, offs, mk, &opts, ao, ro))
+        .or_raise("gae")
+}
+
+/// `_care.whiten(values, eps=1e-8, std_kind="unbiased", mask=None) -> (mean, std)`: whitens
+/// host float32 `values` in place over the counted entries (SPEC §18; masked become 0).
+#[pyfunction]
+#[pyo3(signature = (values, eps=1e-8, std_kind="unbiased", mask=None))]
+pub fn whiten(
+    py: Python<'_>,
+    values: &Bound<'_, PyAny>,
+    eps: f64,
+    std_kind: &str,
+    mask: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(f64, f64)> {
+    let mut v = Tensor::take(values, "values")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    check_outputs(&[&v], &[m.as_ref()])?;
+    host_only("whiten", &[&v])?;
+    let opts = WhitenOptions {
+        eps,
+        std_kind: crate::names::parse("std_kind", std_kind)?,
+    };
+    let mk = opt_slice::<u8>(&m)?;
+    let vv = v.slice_mut::<f32>()?;
+    py.detach(|| care_core::grpo::whiten(vv, mk, &opts))
+        .or_raise("whiten")
 }

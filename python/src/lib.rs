@@ -47,6 +47,8 @@ fn _care(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .map(|f| (f.name, kind(f.kind), f.offset, combine(f.combine)))
         .collect();
     m.add("LOSS_STATS_FIELDS", host)?;
+    m.add("ROLLOUT_STATS_FIELDS", grpo::ROLLOUT_STATS_FIELDS.to_vec())?;
+    m.add("LOGITS_NO_ROLLOUT", grpo::LOGITS_NO_ROLLOUT)?;
     m.add("LOSS_STATS_DEVICE_FIELDS", device)?;
     m.add("WORKSPACE_BYTES", care_kernels::WORKSPACE_BYTES)?;
     m.add_function(wrap_pyfunction!(error::error, m)?)?;
@@ -78,6 +80,10 @@ fn _care(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(grpo::group_partial_squares, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::group_advantages_finalize, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::policy_loss, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::rollout_correction, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::discounted_returns, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::gae, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::whiten, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::selective_log_softmax, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::selective_log_softmax_backward, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::logits_policy_loss, m)?)?;

@@ -6,7 +6,9 @@
 //! again by each call; floats are written with Rust's shortest round-trip formatting, so the
 //! text carries every bit. Field names are the Rust field names.
 
-use care_core::grpo::{AdvantageOptions, LossOptions, LossPreset, Preset};
+use care_core::grpo::{
+    AdvantageOptions, LossOptions, LossPreset, Preset, Rejection, RolloutOptions,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -21,6 +23,11 @@ pub trait OptionSet: Sized {
     fn base(preset: Option<&str>) -> PyResult<Self>;
     /// Sets field `key` from its text.
     fn set(&mut self, key: &str, value: &str) -> PyResult<()>;
+    /// Sets the keyword overrides `(key, text)` in order (an option set whose fields come in
+    /// pairs takes them here).
+    fn set_overrides(&mut self, pairs: &[(String, String)]) -> PyResult<()> {
+        pairs.iter().try_for_each(|(k, v)| self.set(k, v))
+    }
     /// Every field with its canonical text.
     fn fields(&self) -> Vec<(&'static str, String)>;
     /// The core's own check.
@@ -109,14 +116,46 @@ impl OptionSet for LossOptions {
             "clip_cov_lb" => self.clip_cov_lb = num(key, value)?,
             "clip_cov_ub" => self.clip_cov_ub = num(key, value)?,
             "kl_cov_coef" => self.kl_cov_coef = num(key, value)?,
-            _ => return Err(unknown::<Self>(key, &self.fields())),
+            "rollout_is" => self.rollout.is_level = parse(key, value)?,
+            "rollout_is_threshold" => self.rollout.is_threshold = num(key, value)?,
+            "rollout_is_threshold_low" => self.rollout.is_threshold_low = num(key, value)?,
+            "rollout_rejection" => self.rollout.rejection_mode = parse(key, value)?,
+            "rollout_log_ratio_clamp" => self.rollout.log_ratio_clamp = num(key, value)?,
+            _ => match key.strip_prefix(RS_PREFIX).and_then(Rejection::from_name) {
+                Some(r) => set_rejection(&mut self.rollout, r, key, value)?,
+                None => return Err(unknown::<Self>(key, &self.fields())),
+            },
         }
         Ok(())
     }
 
+    fn set_overrides(&mut self, pairs: &[(String, String)]) -> PyResult<()> {
+        let find = |k: &str| {
+            pairs
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        match (find("rollout_rs"), find("rollout_rs_threshold")) {
+            (Some(o), Some(t)) => set_rejections(self, o, t)?,
+            (None, None) => {}
+            _ => {
+                return Err(invalid(
+                    "rollout_rs and rollout_rs_threshold: give both (criteria and thresholds) \
+                     or neither"
+                        .into(),
+                ));
+            }
+        }
+        pairs
+            .iter()
+            .filter(|(k, _)| k != "rollout_rs" && k != "rollout_rs_threshold")
+            .try_for_each(|(k, v)| self.set(k, v))
+    }
+
     fn fields(&self) -> Vec<(&'static str, String)> {
         let f = |x: f64| format!("{x:?}");
-        vec![
+        let mut out = vec![
             ("aggregation", self.aggregation.name().into()),
             ("ratio_level", self.ratio_level.name().into()),
             ("kl_estimator", self.kl_estimator.name().into()),
@@ -139,12 +178,80 @@ impl OptionSet for LossOptions {
             ("clip_cov_lb", f(self.clip_cov_lb)),
             ("clip_cov_ub", f(self.clip_cov_ub)),
             ("kl_cov_coef", f(self.kl_cov_coef)),
-        ]
+            ("rollout_is", self.rollout.is_level.name().into()),
+            ("rollout_is_threshold", f(self.rollout.is_threshold)),
+            ("rollout_is_threshold_low", f(self.rollout.is_threshold_low)),
+            (
+                "rollout_rejection",
+                self.rollout.rejection_mode.name().into(),
+            ),
+            ("rollout_log_ratio_clamp", f(self.rollout.log_ratio_clamp)),
+        ];
+        // One field per active rejection criterion, `rollout_rs_<name>=<threshold>` in the form
+        // the core parses (k1: `lower_upper`, else the upper bound); a comma list as verl
+        // writes it would collide with the text's own separator.
+        for r in Rejection::ALL {
+            let b = self.rollout.bound(r);
+            if b.on() {
+                let v = if r.is_k1() {
+                    format!("{:?}_{:?}", b.lower, b.upper)
+                } else {
+                    format!("{:?}", b.upper)
+                };
+                out.push((RS_FIELDS[r as usize], v));
+            }
+        }
+        out
     }
 
     fn check(&self) -> PyResult<()> {
         self.validate().or_raise(Self::WHAT)
     }
+}
+
+/// The prefix of a rejection criterion's field.
+const RS_PREFIX: &str = "rollout_rs_";
+
+/// `rollout_rs_<name>` for every [`Rejection`], in number order (static names for `fields`).
+const RS_FIELDS: [&str; Rejection::ALL.len()] = [
+    "rollout_rs_token_k1",
+    "rollout_rs_token_k2",
+    "rollout_rs_token_k3",
+    "rollout_rs_seq_sum_k1",
+    "rollout_rs_seq_sum_k2",
+    "rollout_rs_seq_sum_k3",
+    "rollout_rs_seq_mean_k1",
+    "rollout_rs_seq_mean_k2",
+    "rollout_rs_seq_mean_k3",
+    "rollout_rs_seq_max_k2",
+    "rollout_rs_seq_max_k3",
+];
+
+/// Sets the threshold of one criterion from its text (`u`, or `lower_upper`), parsed by the
+/// core's own `set_rejections` on a scratch copy so the other criteria stay as they are.
+fn set_rejection(o: &mut RolloutOptions, r: Rejection, key: &str, value: &str) -> PyResult<()> {
+    let mut scratch = RolloutOptions::DEFAULT;
+    scratch.set_rejections(r.name(), value).map_err(|_| {
+        invalid(format!(
+            "{key}={value:?}: expected a threshold (k1: `lower_upper` ratio bounds or one \
+                 number u meaning [1/u, u]; k2/k3: one upper bound)"
+        ))
+    })?;
+    let b = scratch.bound(r);
+    o.set_bound(r, b.lower, b.upper);
+    Ok(())
+}
+
+/// verl's `rollout_rs` and `rollout_rs_threshold` (comma lists, as the CLI takes them) set
+/// together: the criteria named replace the others.
+fn set_rejections(o: &mut LossOptions, options: &str, thresholds: &str) -> PyResult<()> {
+    o.rollout.set_rejections(options, thresholds).map_err(|_| {
+        invalid(format!(
+            "rollout_rs={options:?} with rollout_rs_threshold={thresholds:?}: expected names of \
+             {} and one threshold for all or one per name",
+            Rejection::NAMES.join(", ")
+        ))
+    })
 }
 
 fn unknown<T: OptionSet>(key: &str, fields: &[(&'static str, String)]) -> PyErr {
@@ -186,6 +293,7 @@ pub fn build<T: OptionSet>(
     overrides: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<String> {
     let mut o = T::base(preset)?;
+    let mut pairs = Vec::new();
     if let Some(kw) = overrides {
         for (k, v) in kw.iter() {
             if v.is_none() {
@@ -204,9 +312,10 @@ pub fn build<T: OptionSet>(
                     .map_err(|_| invalid(format!("{key}: expected a name or a number, got {v}")))?;
                 format!("{x:?}")
             };
-            o.set(&key, &text)?;
+            pairs.push((key, text));
         }
     }
+    o.set_overrides(&pairs)?;
     o.check()?;
     Ok(to_spec(&o))
 }
@@ -242,4 +351,28 @@ pub fn loss_option_fields(spec: &str) -> PyResult<Vec<(&'static str, String)>> {
 #[pyfunction]
 pub fn advantage_option_fields(spec: &str) -> PyResult<Vec<(&'static str, String)>> {
     Ok(from_spec::<AdvantageOptions>(spec)?.fields())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // test code: failing loudly is the point
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejection_fields_are_the_prefixed_core_names() {
+        for r in Rejection::ALL {
+            assert_eq!(RS_FIELDS[r as usize], format!("{RS_PREFIX}{}", r.name()));
+        }
+    }
+
+    #[test]
+    fn rollout_fields_round_trip_through_the_text() {
+        let mut o = LossOptions::default();
+        o.rollout.is_level = care_core::grpo::IsLevel::Sequence;
+        o.rollout
+            .set_rejections("token_k1,seq_mean_k3", "0.25_3,0.01")
+            .unwrap();
+        let back: LossOptions = from_spec(&to_spec(&o)).unwrap();
+        assert_eq!(back, o);
+    }
 }

@@ -218,6 +218,167 @@ def test_policy_loss_layouts_and_errors():
     assert a.loss + b.loss == pytest.approx(whole.loss, abs=1e-15)
 
 
+# ---- rollout correction (SPEC §17) ---------------------------------------------------------
+
+
+def _rollout_case():
+    """Two sequences (4 + 3 tokens), logp == logp_old (so the PPO ratio is 1 and only the
+    rollout weights change the loss), float64 throughout."""
+    old = np.full(7, -1.0)
+    roll = np.array([-1.0, -1.5, -0.7, -3.0, -1.2, -0.9, -1.0])
+    adv = np.array([1.0, -0.5], np.float32)
+    offs = np.array([0, 4, 7], np.uint32)
+    return old.copy(), old, roll, adv, offs
+
+
+def test_rollout_equal_to_old_changes_nothing():
+    """logp_rollout == logp_old: every weight is 1 and nothing is rejected, so loss, gradient
+    and statistics equal the call without it, bit for bit (with weights and criteria on)."""
+    rng = np.random.default_rng(3)
+    old = -rng.random(20) * 2
+    logp = old + rng.normal(0, 0.3, 20)
+    adv = rng.normal(size=4).astype(np.float32)
+    offs = np.array([0, 3, 9, 15, 20], np.uint32)
+    mask = rng.random(20) > 0.2
+    kw = dict(preset="verl", rollout_is="token", rollout_is_threshold=2.0,
+              rollout_rs="token_k1,seq_mean_k3", rollout_rs_threshold="2.0,0.01")  # fmt: skip
+    plain = care_rl.policy_loss(logp, old, adv, offs, mask, **kw)
+    corr = care_rl.policy_loss(logp, old, adv, offs, mask, logp_rollout=old.copy(), **kw)
+    assert plain.rollout is None
+    assert corr.loss == plain.loss
+    np.testing.assert_array_equal(corr.grad, plain.grad)
+    assert corr.stats == plain.stats
+    r = corr.rollout
+    assert r["tokens"] == mask.sum() and r["weight_sum"] == mask.sum()
+    assert r["rejected_tokens"] == 0 and r["truncated"] == 0 and r["kl_sum"] == 0
+
+
+def test_rollout_token_tis_and_rejection_by_hand():
+    """Token TIS at C = 1.5 and token_k1 rejection outside [1/5, 5], worked out by hand:
+    x = logp_old - logp_rollout = [0, .5, -.3, 2 | .2, -.1, 0]; w = min(e^x, 1.5); token 3
+    (e^2 > 5) is dropped from the loss and from the token count (mode drop); token_mean over
+    the 6 kept tokens of -A_i * w_t (ratio 1)."""
+    logp, old, roll, adv, offs = _rollout_case()
+    res = care_rl.policy_loss(
+        logp, old, adv, offs, logp_rollout=roll, rollout_is="token", rollout_is_threshold=1.5,
+        rollout_rs="token_k1", rollout_rs_threshold="5",
+    )  # fmt: skip
+    x = old - roll
+    w = np.minimum(np.exp(x), 1.5)
+    keep = np.array([1, 1, 1, 0, 1, 1, 1], bool)
+    a_tok = np.repeat(adv.astype(np.float64), [4, 3])
+    n = keep.sum()
+    want_loss = (-a_tok * w)[keep].sum() / n
+    want_grad = np.where(keep, -a_tok * w / n, 0.0)
+    assert res.loss == pytest.approx(want_loss, rel=1e-12)
+    np.testing.assert_allclose(res.grad, want_grad, rtol=1e-6, atol=1e-7)
+    assert res.stats["tokens"] == 6
+    r = res.rollout
+    assert r["tokens"] == 7 and r["sequences"] == 2
+    assert r["rejected_tokens"] == 1 and r["rejected_sequences"] == 1
+    assert r["truncated"] == 2  # e^.5 and e^2 reach C (e^.2 does not)
+    assert r["weight_sum"] == pytest.approx(w.sum(), rel=1e-12)
+    assert r["kl_sum"] == pytest.approx((roll - old).sum(), rel=1e-12)
+
+
+def test_rollout_correction_function_matches_the_loss():
+    """care_rl.rollout_correction gives the weights and the mask the loss applied, and the same
+    diagnostics."""
+    logp, old, roll, adv, offs = _rollout_case()
+    kw = dict(rollout_is="token", rollout_is_threshold=1.5, rollout_rs="token_k1", rollout_rs_threshold="5")
+    rc = care_rl.rollout_correction(old, roll, offs, **kw)
+    res = care_rl.policy_loss(logp, old, adv, offs, logp_rollout=roll, **kw)
+    assert rc.stats == res.rollout
+    np.testing.assert_array_equal(rc.keep, [True, True, True, False, True, True, True])
+    w = np.where(rc.keep, np.minimum(np.exp(old - roll), 1.5), 0.0)
+    np.testing.assert_allclose(rc.weights, w, rtol=1e-6)
+    assert rc.weights.dtype == np.float32 and rc.keep.dtype == bool
+
+
+def test_rollout_options_text_round_trips_and_errors():
+    text = care_rl.loss_options(
+        rollout_is="sequence", rollout_rs="token_k1,seq_sum_k2", rollout_rs_threshold="0.5_2,0.3",
+        rollout_rejection="zero_weight",
+    )  # fmt: skip
+    assert "rollout_rs_token_k1=0.5_2.0" in text and "rollout_rs_seq_sum_k2=0.3" in text
+    assert "rollout_is=sequence" in text and "rollout_rejection=zero_weight" in text
+    fields = dict(care_rl._care.loss_option_fields(text))
+    assert fields["rollout_rs_seq_sum_k2"] == "0.3"
+    again = care_rl._care.loss_options(None, **fields)  # the fields as overrides give the text back
+    assert again == text
+    with pytest.raises(CareError) as e:
+        care_rl.loss_options(rollout_rs="token_k1")
+    assert e.value.code == "invalid_argument" and "rollout_rs_threshold" in str(e.value)
+    with pytest.raises(CareError) as e:
+        care_rl.loss_options(rollout_rs="token_k9", rollout_rs_threshold="2")
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(CareError):
+        care_rl.loss_options(rollout_rs_token_k2="0.1_0.5")  # k2 takes one upper bound
+    with pytest.raises(CareError):
+        care_rl.loss_options(rollout_is="tokens")
+
+
+def test_rollout_input_errors():
+    logp, old, roll, adv, offs = _rollout_case()
+    with pytest.raises(CareError) as e:
+        care_rl.policy_loss(logp, old, adv, offs, logp_rollout=roll[:6])
+    assert e.value.code == "length_mismatch"
+
+
+# ---- token-level estimators (SPEC §18) -------------------------------------------------------
+
+
+def test_discounted_returns_by_hand():
+    r = np.array([1.0, 0.0, 2.0, 5.0, 1.0], np.float32)
+    offs = [0, 3, 5]
+    got = care_rl.discounted_returns(r, offs, mask=[1, 0, 1, 1, 1], gamma=0.5)
+    # Sequence 1: token 1 is masked (0, and skipped by the scan): G2 = 2, G0 = 1 + .5 * 2.
+    # Sequence 2: G4 = 1, G3 = 5 + .5 * 1.
+    np.testing.assert_array_equal(got, np.array([2.0, 0.0, 2.0, 5.5, 1.0], np.float32))
+
+
+def test_gae_by_hand_and_lambda_one_is_returns_minus_values():
+    r = np.array([0.0, 0.0, 1.0], np.float32)
+    v = np.array([0.5, 0.25, 0.5], np.float32)
+    adv, ret = care_rl.gae(r, v, [0, 3], gamma=0.5, lambda_=0.5)
+    # delta = r + .5 V_next - V: [-.375, 0, .5]; A2 = .5, A1 = 0 + .25 * .5, A0 = -.375 + .25 * .125
+    want = np.array([-0.375 + 0.25 * 0.125, 0.125, 0.5], np.float32)
+    np.testing.assert_allclose(adv, want, rtol=1e-7)
+    np.testing.assert_allclose(ret, want + v, rtol=1e-7)
+    rng = np.random.default_rng(4)
+    r = rng.normal(size=(3, 7)).astype(np.float32)
+    v = rng.normal(size=(3, 7)).astype(np.float32)
+    mask = rng.random((3, 7)) > 0.3
+    adv, ret = care_rl.gae(r, v, mask=mask)
+    g = care_rl.discounted_returns(r, mask=mask)
+    np.testing.assert_allclose(adv, np.where(mask, g - v, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ret, np.where(mask, g, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_whiten_matches_numpy_and_errors():
+    rng = np.random.default_rng(5)
+    x = rng.normal(3, 2, size=40).astype(np.float32)
+    m = rng.random(40) > 0.25
+    for kind, ddof in (("unbiased", 1), ("biased", 0)):
+        w, mean, std = care_rl.whiten(x, m, std_kind=kind)
+        c = x[m].astype(np.float64)
+        assert mean == pytest.approx(c.mean(), rel=1e-12)
+        assert std == pytest.approx(c.std(ddof=ddof), rel=1e-12)
+        np.testing.assert_allclose(w[m], (c - c.mean()) / np.sqrt(c.var(ddof=ddof) + 1e-8), rtol=1e-6)
+        assert (w[~m] == 0).all()
+    assert x[0] != 0  # the input is not modified
+    with pytest.raises(CareError) as e:
+        care_rl.whiten([1.0, np.nan])
+    assert e.value.code == "non_finite"
+    with pytest.raises(CareError) as e:
+        care_rl.whiten([1.0, 2.0], std_kind="sample")
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(CareError) as e:
+        care_rl.gae([1.0, 2.0], [0.0], [0, 2])
+    assert e.value.code == "length_mismatch"
+    with pytest.raises(CareError) as e:
+        care_rl.discounted_returns([1.0, 2.0], [0, 2], gamma=1.5)
+    assert e.value.code == "invalid_argument"
 def test_values_beyond_the_f32_range_are_errors_naming_the_array_and_index():
     # The one out-of-range rule of every surface: rounds to infinity in float32 -> non_finite.
     with pytest.raises(CareError) as e:

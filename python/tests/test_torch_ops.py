@@ -337,3 +337,110 @@ def test_cuda_graph_capture_of_a_step():
     want_loss, want_grad = run()
     assert loss_out.item() == pytest.approx(want_loss.item(), rel=1e-6)
     torch.testing.assert_close(grad_out, want_grad)
+
+
+# ---- rollout correction ------------------------------------------------------------------------
+
+_ROLL = dict(rollout_is="token", rollout_is_threshold=1.5, rollout_rs="token_k1", rollout_rs_threshold="3")
+
+
+def _rollout_args(device="cpu"):
+    logp, old, ref, mask, adv = _loss_inputs(device)
+    g = torch.Generator().manual_seed(5)
+    roll = (old.double() + torch.randn(old.shape, generator=g, dtype=torch.float64) * 0.6).to(old.dtype)
+    return logp, old, ref, mask, adv, roll.to(device)
+
+
+def test_opcheck_policy_loss_with_rollout():
+    logp, old, ref, mask, adv, roll = _rollout_args()
+    offs = torch.arange(0, 25, 6, dtype=torch.int32)
+    lp = logp.reshape(-1).clone().requires_grad_()
+    args = (
+        lp, old.reshape(-1), ref.reshape(-1), adv, offs, mask.reshape(-1),
+        ct.loss_options("verl", beta=0.1, **_ROLL), False, 0.0, 0.0, 0.0, 6, roll.reshape(-1),
+    )  # fmt: skip
+    torch.library.opcheck(torch.ops.care.policy_loss.default, args)
+
+
+def test_rollout_equal_to_old_is_bit_identical_and_gets_no_gradient():
+    logp, old, ref, mask, adv, _ = _rollout_args()
+    lp1, lp2 = logp.clone().requires_grad_(), logp.clone().requires_grad_()
+    roll = old.clone().requires_grad_()
+    l1 = ct.policy_loss(lp1, old, adv, mask=mask, logp_ref=ref, preset="verl", beta=0.1, **_ROLL)
+    l2 = ct.policy_loss(lp2, old, adv, mask=mask, logp_ref=ref, logp_rollout=roll, preset="verl", beta=0.1, **_ROLL)
+    (l1 + 0).backward()
+    l2.backward()
+    torch.testing.assert_close(l2, l1, rtol=0, atol=0)
+    torch.testing.assert_close(lp2.grad, lp1.grad, rtol=0, atol=0)
+    assert roll.grad is None  # the rollout weights are constants
+
+
+def test_rollout_torch_matches_numpy():
+    """The op and the plain function run the same core; with rejections and truncation on, the
+    loss and the gradient agree exactly (float64), and the correction changed the loss."""
+    logp, old, ref, mask, adv, roll = _rollout_args()
+    logp, old, roll = logp.double(), old.double(), roll.double()
+    lp = logp.clone().requires_grad_()
+    loss = ct.policy_loss(lp, old, adv, mask=mask, logp_rollout=roll, preset="verl", **_ROLL)
+    loss.backward()
+    ref_np = care_rl.policy_loss(
+        logp.numpy(), old.numpy(), adv.numpy(), mask=mask.numpy(), logp_rollout=roll.numpy(), preset="verl", **_ROLL
+    )  # fmt: skip
+    assert loss.item() == ref_np.loss
+    np.testing.assert_array_equal(lp.grad.float().numpy(), ref_np.grad)
+    assert ref_np.rollout["rejected_tokens"] > 0 and ref_np.rollout["truncated"] > 0
+    plain = care_rl.policy_loss(logp.numpy(), old.numpy(), adv.numpy(), mask=mask.numpy(), preset="verl")
+    assert plain.loss != ref_np.loss
+
+
+def test_logits_policy_loss_refuses_rollout():
+    x = torch.randn(2, 3, 7)
+    y = torch.randint(0, 7, (2, 3))
+    old = -torch.rand(2, 3)
+    with pytest.raises(CareError) as e:
+        ct.logits_policy_loss(x, y, old, torch.randn(2), logp_rollout=old)
+    assert e.value.code == "invalid_argument" and "rollout" in str(e.value)
+    # The extension refuses it too (as care_logits_policy_loss does in C).
+    with pytest.raises(CareError) as e:
+        care_rl._care.logits_policy_loss(
+            x.reshape(6, 7), y.reshape(6), torch.randn(2), torch.tensor([0, 3, 6], dtype=torch.int32),
+            torch.empty(6), torch.empty(6), torch.empty(6), torch.empty(14, dtype=torch.float64),
+            ct.loss_options(), False, logp_rollout=old.reshape(6),
+        )  # fmt: skip
+    assert e.value.code == "invalid_argument"
+
+
+def test_compile_fullgraph_with_rollout():
+    if not hasattr(torch._dynamo.config, "trace_autograd_ops"):
+        pytest.skip("this torch cannot trace backward() inside a compiled function")
+    logp, old, ref, mask, adv, roll = _rollout_args()
+
+    def step(lp):
+        loss = ct.policy_loss(lp, old, adv, mask=mask, logp_rollout=roll, preset="verl", **_ROLL)
+        loss.backward()
+        return loss.detach()
+
+    lp1, lp2 = logp.clone().requires_grad_(), logp.clone().requires_grad_()
+    eager = step(lp1)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        got = torch.compile(step, fullgraph=True)(lp2)
+    torch.testing.assert_close(got, eager, rtol=0, atol=0)
+    torch.testing.assert_close(lp2.grad, lp1.grad, rtol=0, atol=0)
+
+
+def test_cuda_rollout_matches_cpu():
+    """The device loss with logp_rollout (the correction inside the fused kernel) against the
+    CPU reference, with truncation and a rejection on."""
+    need_gpu()
+    logp, old, ref, mask, adv, roll = _rollout_args()
+    lc = logp.clone().requires_grad_()
+    cpu = ct.policy_loss(lc, old, adv, mask=mask, logp_rollout=roll, preset="verl", **_ROLL)
+    cpu.backward()
+    lg = logp.cuda().requires_grad_()
+    gpu = ct.policy_loss(lg, old.cuda(), adv.cuda(), mask=mask.cuda(), logp_rollout=roll.cuda(), preset="verl", **_ROLL)
+    gpu.backward()
+    plain = ct.policy_loss(logp, old, adv, mask=mask, preset="verl")
+    assert cpu.item() != plain.item()  # the correction did something
+    assert gpu.item() == pytest.approx(cpu.item(), rel=1e-5)
+    torch.testing.assert_close(lg.grad.cpu(), lc.grad, rtol=1e-5, atol=1e-6)
