@@ -13,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 MB="${1:-256}"
 shift || true
-VENV="${VENV:-.venv-bench}"
+# Absolute: pip runs the build backend (maturin, found on PATH) from another directory.
+VENV="$(realpath -m "${VENV:-.venv-bench}")"
 DATA="${CARGO_TARGET_DIR:-target}/care-compare"
 
 if [ ! -x "$VENV/bin/python" ]; then
