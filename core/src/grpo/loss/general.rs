@@ -13,7 +13,7 @@
 //! and this loop give the same bits (a property test).
 
 use super::blocked::token_level_no_kl;
-use super::inputs::{Advantages, LossInputs, counted, finite_or_absent};
+use super::inputs::{Advantages, LossInputs, counted, counted_in, finite_or_absent};
 use super::options::{LossOptions, RatioLevel, SequenceCount};
 use super::stats::{LossOutput, LossStats};
 use super::terms::{Surrogate, aggregation_weight, kl_term, log_ratio, sequence_ratio, surrogate};
@@ -120,7 +120,12 @@ impl<'a, T: LogProb> Ctx<'a, '_, T> {
 
     /// The counted tokens of a sequence.
     fn counted_in(&self, sc: Option<&SeqCorrection>, range: core::ops::Range<usize>) -> f64 {
-        range.filter(|&t| self.token(sc, t).is_some()).count() as f64
+        match (self.rollout, sc) {
+            (Some(_), Some(_)) => range.filter(|&t| self.token(sc, t).is_some()).count() as f64,
+            // Without a correction a token counts exactly when its mask does: the vectorized
+            // mask count (the fast path's denominators are taken here too).
+            _ => counted_in(self.inputs.mask, range) as f64,
+        }
     }
 
     /// The covariance-selection candidate value of token `t` of sequence `i` (`None`: not a
