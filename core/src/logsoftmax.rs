@@ -16,10 +16,11 @@
 //!   entropy (`0 * log 0 = 0`); if the target's logit is `-inf`, `logp = -inf`.
 //! * Inputs without a defined softmax are errors, never NaN on success (checked on every
 //!   counted row before any output is written): a NaN or `+inf` logit, a row whose logits are
-//!   all `-inf` (no token has any probability), or a finite logit that overflows when divided
-//!   by `T` give [`Error::NonFinite`]; a temperature that is not finite, not positive, or so
-//!   small that `1 / T` exceeds the `f32` range (`T < 1 / f32::MAX`, about `2.94e-39`; the
-//!   kernel scales by `1 / T` in `f32`) gives [`Error::InvalidArgument`]. The backward pass
+//!   all `-inf` (no token has any probability), or a finite logit that overflows when scaled
+//!   (for the kernel dtypes, as the kernels scale it: `x * f32(1 / T) * log2(e)` in `f32`) give
+//!   [`Error::NonFinite`]; a temperature that is not finite, not positive, or so small that
+//!   the kernels' scale `log2(e) / T` exceeds the `f32` range (`T` below about `4.24e-39`)
+//!   gives [`Error::InvalidArgument`]. The backward pass
 //!   also refuses a non-finite `dL/dlogp` or `dL/dH` on a counted row ([`Error::NonFinite`]).
 //!   [`row_lse_entropy`] itself, the unchecked per-row math, still returns NaN for such rows.
 //! * A row with token mask 0 is not read at all: `logp = entropy = lse = 0` and its gradient
@@ -146,20 +147,25 @@ impl Default for LogSoftmaxOptions {
 }
 
 /// The temperature's domain, as [`LogSoftmaxOptions::check`] words it.
-const TEMPERATURE_DOMAIN: &str =
-    "finite and at least 1/f32::MAX (about 2.94e-39: 1/T must be a finite f32)";
+const TEMPERATURE_DOMAIN: &str = "finite and at least log2(e)/f32::MAX (about 4.24e-39: the kernels' scale log2(e)/T must be a finite f32)";
+
+/// The scale the kernels apply to every logit, `f32(1 / T) * log2(e)` rounded to `f32`
+/// (`logsoftmax.cu` works in the log2 domain); the CPU checks use the same value.
+fn kernel_scale(inv_t: f64) -> f32 {
+    (inv_t as f32) * core::f32::consts::LOG2_E
+}
 
 impl LogSoftmaxOptions {
-    /// Checks the fields: `temperature` finite, `> 0` and at least `1 / f32::MAX` (about
-    /// `2.94e-39`), so that the scale `1 / T` is a finite `f32` (the kernel's scale; a smaller
-    /// `T` would give NaN log-probs).
+    /// Checks the fields: `temperature` finite, `> 0` and at least `log2(e) / f32::MAX`
+    /// (about `4.24e-39`), so that the kernels' scale `f32(1 / T) * log2(e)` is a finite `f32`
+    /// (a smaller `T` would give NaN log-probs on the GPU).
     ///
     /// # Errors
     /// The first field outside its domain.
     pub fn check(&self) -> core::result::Result<(), InvalidOption> {
         let t = self.temperature;
         InvalidOption::require(
-            domain::finite_positive(t) && 1.0 / t <= f64::from(f32::MAX),
+            domain::finite_positive(t) && kernel_scale(1.0 / t).is_finite(),
             "temperature",
             TEMPERATURE_DOMAIN,
         )
@@ -219,7 +225,7 @@ fn counted(mask: Option<&[u8]>, i: usize) -> bool {
 /// paths alike. `f64` logits (CPU only) are checked in `f64`.
 fn check_row<T: LogProb>(row: &[T], inv_t: f64) -> Result<()> {
     let kernel_dtype = T::NAME != <f64 as LogProb>::NAME;
-    let scale = (inv_t as f32) * core::f32::consts::LOG2_E;
+    let scale = kernel_scale(inv_t);
     let mut live = false;
     for &x in row {
         let x = x.to_f64();

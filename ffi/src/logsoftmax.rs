@@ -38,7 +38,8 @@ use crate::result::{care_result, map_error};
 /// `targets[targets_len]` (`== rows`) are `int64_t` when `targets_i64` is 1, `int32_t` when it
 /// is 0. `mask` is optional ((NULL, 0), else `mask_len == rows`; 0 = row not read, its outputs
 /// and gradient are 0). The logits are divided by `temperature` (finite and at least
-/// `1 / FLT_MAX`, about `2.94e-39`, so that `1 / temperature` is a finite `float`).
+/// `log2(e) / FLT_MAX`, about `4.24e-39`, so that the kernels' scale `log2(e) / temperature`
+/// is a finite `float`).
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
