@@ -16,9 +16,9 @@
 //!   entropy (`0 * log 0 = 0`); if the target's logit is `-inf`, `logp = -inf`.
 //! * Inputs without a defined softmax are errors, never NaN on success (checked on every
 //!   counted row before any output is written): a NaN or `+inf` logit, a row whose logits are
-//!   all `-inf` (no token has any probability), or a finite logit that overflows when scaled
-//!   (for the kernel dtypes, as the kernels scale it: `x * f32(1 / T) * log2(e)` in `f32`) give
-//!   [`Error::NonFinite`]; a temperature that is not finite, not positive, or so small that
+//!   all `-inf` (no token has any probability), or a finite logit whose scaled value overflows
+//!   to `+inf` (for the kernel dtypes, as the kernels scale it: `x * f32(1 / T) * log2(e)` in
+//!   `f32`) give [`Error::NonFinite`]; a finite logit scaled to `-inf` has probability 0; a temperature that is not finite, not positive, or so small that
 //!   the kernels' scale `log2(e) / T` exceeds the `f32` range (`T` below about `4.24e-39`)
 //!   gives [`Error::InvalidArgument`]. The backward pass
 //!   also refuses a non-finite `dL/dlogp` or `dL/dH` on a counted row ([`Error::NonFinite`]).
@@ -216,27 +216,30 @@ fn counted(mask: Option<&[u8]>, i: usize) -> bool {
     mask.is_none_or(|m| m.get(i).is_some_and(|&v| v != 0))
 }
 
-/// A counted row has a softmax: no NaN or `+inf` logit, no finite logit that overflows when
-/// scaled by `1 / T`, and at least one logit above `-inf`.
+/// A counted row has a softmax: no NaN or `+inf` logit, no finite logit whose scaled value
+/// overflows to `+inf`, and at least one logit whose scaled value is above `-inf` (a finite
+/// logit scaled to `-inf` has probability 0, like a `-inf` logit).
 ///
-/// For the dtypes the kernels take (`f32`, `bf16`, `f16`) the scale is also checked as the
-/// kernels apply it, `x * (f32(1 / T) * log2(e))` rounded to `f32` (`logsoftmax.cu`): a row the
-/// `f64` reference could still handle but the kernels would turn into `inf` is refused on both
-/// paths alike. `f64` logits (CPU only) are checked in `f64`.
+/// For the dtypes the kernels take (`f32`, `bf16`, `f16`) the scale is also applied as the
+/// kernels apply it, `x * (f32(1 / T) * log2(e))` rounded to `f32` (`logsoftmax.cu`), so both
+/// paths refuse the same rows (the kernels flag them with a status bit). `f64` logits (CPU
+/// only) are scaled in `f64`.
 fn check_row<T: LogProb>(row: &[T], inv_t: f64) -> Result<()> {
     let kernel_dtype = T::NAME != <f64 as LogProb>::NAME;
     let scale = kernel_scale(inv_t);
     let mut live = false;
     for &x in row {
         let x = x.to_f64();
-        // Exact for the kernel dtypes, which all convert to f32 without rounding.
-        let in_range = (x * inv_t).is_finite() && (!kernel_dtype || (x as f32 * scale).is_finite());
-        if in_range {
-            live = true;
-        } else if x != f64::NEG_INFINITY {
-            // NaN, +inf, or a finite logit that the scale pushed out of range.
+        if x.is_nan() || x == f64::INFINITY {
             return Err(Error::NonFinite);
         }
+        // Exact for the kernel dtypes, which all convert to f32 without rounding.
+        let z = x * inv_t;
+        let z32 = if kernel_dtype { x as f32 * scale } else { 0.0 };
+        if z == f64::INFINITY || z32 == f32::INFINITY {
+            return Err(Error::NonFinite);
+        }
+        live |= z > f64::NEG_INFINITY && z32 > f32::NEG_INFINITY;
     }
     if live { Ok(()) } else { Err(Error::NonFinite) }
 }

@@ -561,8 +561,9 @@ unsafe fn device_rows(
 /// Selective log-softmax on the GPU, asynchronously on `launch->stream`: as
 /// `care_selective_log_softmax` (the same structs, device memory; any row stride `>= vocab`
 /// and any alignment of the element type, 16-byte aligned rows being fastest) within the
-/// documented tolerance. A counted row's target outside `0..vocab` cannot stop the kernel: the
-/// row's `logp` is NaN and `care_gpu_selective_log_softmax_status` reports it.
+/// documented tolerance. What the CPU function refuses cannot stop the kernel: a counted row's
+/// target outside `0..vocab` (its `logp` is NaN) or a counted row without a softmax (its
+/// outputs are not finite); `care_gpu_selective_log_softmax_status` reports both.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_gpu_selective_log_softmax(
     logits: *const care_logits,
@@ -589,8 +590,10 @@ pub unsafe extern "C" fn care_gpu_selective_log_softmax(
 }
 
 /// Synchronizes `launch->stream` and reads the status that `care_gpu_selective_log_softmax` or
-/// `care_gpu_logits_policy_loss` left in `launch->workspace`: `CARE_OK`, or
-/// `CARE_ERR_INVALID_ARGUMENT` when a counted row's target was outside `0..vocab`.
+/// `care_gpu_logits_policy_loss` left in `launch->workspace`: `CARE_OK`,
+/// `CARE_ERR_INVALID_ARGUMENT` when a counted row's target was outside `0..vocab`, else
+/// `CARE_ERR_NON_FINITE` when a counted row had no softmax (a NaN or `+inf` logit, one whose
+/// scaled value overflowed, or every logit `-inf`), as `care_selective_log_softmax` refuses it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_gpu_selective_log_softmax_status(
     launch: *const care_gpu_launch,

@@ -25,6 +25,10 @@
 #include "common.cuh"
 
 #define CARE_LSM_STATUS_BAD_TARGET 1u
+// A counted row without a softmax: a NaN or +inf logit, one whose scaled value overflows to
+// +inf, or every logit -inf. Its log-sum-exp is not finite (NaN reaches s through exp2, +inf
+// makes the running max +inf, all -inf leaves s == 0), so one test per row finds all three.
+#define CARE_LSM_STATUS_NON_FINITE 2u
 
 #define CARE_LOG2E 1.4426950408889634f
 #define CARE_LN2 0.6931471805599453f
@@ -303,6 +307,9 @@ __device__ __forceinline__ void care_lsm_write_row(const CareLsmParams& p, care_
                                                    const T* xrow, CareLsmState st) {
     const float scale = p.inv_temp * CARE_LOG2E;
     float lse2 = st.m + log2f(st.s);
+    if (!care_isfinite(lse2) && p.status != 0) {
+        atomicOr(p.status, CARE_LSM_STATUS_NON_FINITE);
+    }
     long long y = care_lsm_target(p, row);
     float lp;
     if (y < 0) {

@@ -25,6 +25,9 @@ pub const STATUS_INVALID_MOMENTS: u32 = 4;
 /// Log-softmax status bit (its own word): a counted row's target was outside `0..V` (its
 /// log-prob is NaN).
 pub const STATUS_BAD_TARGET: u32 = 1;
+/// Log-softmax status bit: a counted row had no softmax (a NaN or `+inf` logit, a scaled logit
+/// that overflowed to `+inf`, or every logit `-inf`); its outputs are not finite.
+pub const STATUS_LSM_NON_FINITE: u32 = 2;
 
 /// `AdvParams::mode`: one rank, statistics from this call's rewards.
 pub const ADV_LOCAL: u32 = 0;
@@ -333,7 +336,7 @@ pub struct LogSoftmaxParams {
     pub dentropy: u64,
     /// Backward: `T` output, row `i` at element `i * dstride`; may equal `logits` (in place).
     pub dlogits: u64,
-    /// `u32` status word ([`STATUS_BAD_TARGET`] is OR-ed in) or 0.
+    /// `u32` status word ([`STATUS_BAD_TARGET`], [`STATUS_LSM_NON_FINITE`] are OR-ed in) or 0.
     pub status: u64,
     /// Rows.
     pub n: u64,

@@ -342,7 +342,13 @@ fn close(got: f64, want: f64, tol: f64) -> bool {
 fn check_forward<T: El>(c: &Case, tuning: Tuning, seed: u64) -> Result<(), TestCaseError> {
     let dev = Dev::<T>::new(c);
     let got = forward(c, &dev, tuning, seed, true);
-    prop_assert_eq!(log_softmax_status(got.status), Ok(()));
+    // A counted all -inf row has no softmax: the kernel flags it, as the reference refuses it.
+    let want_status = if (0..c.rows).any(|i| is_neg_inf_row(c, i)) {
+        Err(care_core::Error::NonFinite)
+    } else {
+        Ok(())
+    };
+    prop_assert_eq!(log_softmax_status(got.status), want_status);
     let n = c.rows;
     let (mut logp, mut ent, mut lse) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
     let opts = LogSoftmaxOptions {
@@ -723,6 +729,71 @@ fn two_schedules_are_bit_identical() {
         assert_eq!(bits(&a.entropy), bits(&b.entropy));
         assert_eq!(bits(&a.lse), bits(&b.lse));
     }
+}
+
+#[test]
+fn rows_without_a_softmax_set_the_non_finite_status_as_the_reference_refuses_them() {
+    let ni = f32::NEG_INFINITY;
+    // Each case: one bad counted row among good ones, and the temperature.
+    let bad: [(&str, [f32; 4], f64); 5] = [
+        ("all -inf", [ni, ni, ni, ni], 1.0),
+        ("+inf", [0.0, f32::INFINITY, 1.0, 2.0], 1.0),
+        ("NaN", [0.0, f32::NAN, 1.0, 2.0], 1.0),
+        ("scaled to +inf", [3e38, 0.0, 1.0, 2.0], 0.5),
+        ("NaN among -inf", [ni, f32::NAN, ni, ni], 1.0),
+    ];
+    for (what, row, t) in bad {
+        for masked in [false, true] {
+            let mut c = make_case(3, 4, 0, 0, 9, t, false, false);
+            c.kinds = vec![Kind::Random; 3];
+            c.logits = [[0.25, -0.5, 0.0, 0.125], row, [0.0, 0.0, 0.5, -1.0]].concat();
+            c.targets = vec![0, 2, 3];
+            // Masking the bad row out: nothing is read, nothing is flagged.
+            c.mask = masked.then(|| vec![1, 0, 1]);
+            let dev = Dev::<f32>::new(&c);
+            let f = forward(&c, &dev, Tuning::default(), 5, true);
+            let mut lp = vec![0.0; 3];
+            let o = LogSoftmaxOptions { temperature: t };
+            let cpu = selective_log_softmax(
+                &dev.logits(&c),
+                &c.targets,
+                c.mask.as_deref(),
+                &o,
+                &mut lp,
+                None,
+                None,
+            );
+            let want = if masked {
+                Ok(())
+            } else {
+                Err(care_core::Error::NonFinite)
+            };
+            assert_eq!(
+                log_softmax_status(f.status),
+                want,
+                "{what}, masked {masked}"
+            );
+            assert_eq!(cpu, want, "the CPU reference: {what}, masked {masked}");
+            assert!(f.logp[0].is_finite() && f.logp[2].is_finite(), "{what}");
+            if !masked {
+                assert!(!f.lse[1].is_finite(), "{what}: lse {}", f.lse[1]);
+            }
+        }
+    }
+    // A finite logit whose scaled value underflows to -inf has probability 0, as a -inf logit:
+    // no flag, and the CPU reference accepts it too.
+    let mut c = make_case(1, 4, 0, 0, 9, 0.5, false, false);
+    c.kinds = vec![Kind::Random; 1];
+    c.logits = vec![-3e38, 0.0, 1.0, 2.0];
+    c.targets = vec![0];
+    let dev = Dev::<f32>::new(&c);
+    let f = forward(&c, &dev, Tuning::default(), 5, false);
+    assert_eq!(log_softmax_status(f.status), Ok(()));
+    assert_eq!(f.logp[0], f32::NEG_INFINITY);
+    let mut lp = vec![0.0; 1];
+    let o = LogSoftmaxOptions { temperature: 0.5 };
+    selective_log_softmax(&dev.logits(&c), &c.targets, None, &o, &mut lp, None, None).unwrap();
+    assert!(lp[0] < -1e38, "{}", lp[0]);
 }
 
 #[test]

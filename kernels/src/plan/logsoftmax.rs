@@ -11,7 +11,7 @@ use care_core::logsoftmax::LogSoftmaxOptions;
 use super::{KernelError, Launcher, LossBuffers, grpo_loss, launch};
 use crate::geometry::{Tuning, log_softmax_geometry};
 use crate::kernel::Kernel;
-use crate::params::{LogSoftmaxParams, STATUS_BAD_TARGET};
+use crate::params::{LogSoftmaxParams, STATUS_BAD_TARGET, STATUS_LSM_NON_FINITE};
 
 /// Logits and targets, on the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +43,8 @@ pub struct LogSoftmaxOutputs {
     pub entropy: u64,
     /// Log-sum-exp of each row's scaled logits (what the backward pass needs), or 0.
     pub lse: u64,
-    /// A `u32` status word (zeroed, then [`STATUS_BAD_TARGET`] OR-ed in), or 0; read it back
+    /// A `u32` status word (zeroed, then [`STATUS_BAD_TARGET`] and [`STATUS_LSM_NON_FINITE`]
+    /// OR-ed in), or 0; read it back
     /// and check it with [`log_softmax_status`].
     pub status: u64,
 }
@@ -91,7 +92,9 @@ fn check_rows(r: &LogitsBuffers, opts: &LogSoftmaxOptions) -> Result<LogSoftmaxP
 /// Masked rows are not read and get 0 everywhere.
 ///
 /// The kernel cannot refuse a target outside `0..V` on a counted row as the CPU reference
-/// does: it writes NaN for that row and sets [`STATUS_BAD_TARGET`] in `out.status`.
+/// does: it writes NaN for that row and sets [`STATUS_BAD_TARGET`] in `out.status`. A counted
+/// row without a softmax (which the CPU reference refuses as non-finite) gets non-finite
+/// outputs and sets [`STATUS_LSM_NON_FINITE`].
 ///
 /// # Safety
 /// Every address is valid device memory of the launcher with the documented sizes and dtypes
@@ -172,10 +175,13 @@ pub unsafe fn log_softmax_backward<L: Launcher>(
 }
 
 /// Maps the forward status word (read back from [`LogSoftmaxOutputs::status`]) to the CPU
-/// reference's error: [`Error::InvalidArgument`] for a target outside `0..V`.
+/// reference's error: [`Error::InvalidArgument`] for a target outside `0..V`, else
+/// [`Error::NonFinite`] for a counted row without a softmax.
 pub fn log_softmax_status(status: u32) -> Result<(), Error> {
     if status & STATUS_BAD_TARGET != 0 {
         Err(Error::InvalidArgument)
+    } else if status & STATUS_LSM_NON_FINITE != 0 {
+        Err(Error::NonFinite)
     } else {
         Ok(())
     }
