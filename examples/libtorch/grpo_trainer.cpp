@@ -152,7 +152,11 @@ int main(int argc, char **argv) {
       history.push_back(mean(rewards, 0, rewards.size()));
 
       // 3. Group-relative advantages (G samples of one context per group).
-      care_rewards batch{sizeof batch, rewards_f.data(), rewards_f.size(), nullptr, 0};
+      // Zero-initialized, then the fields this trainer uses: the struct may grow (size-versioned).
+      care_rewards batch{};
+      batch.struct_size = sizeof batch;
+      batch.rewards = rewards_f.data();
+      batch.rewards_len = rewards_f.size();
       care_group_layout groups{sizeof groups, static_cast<std::size_t>(kGroup), nullptr, 0};
       care_advantage_outputs adv_out{sizeof adv_out, adv.data(), adv.size(), nullptr, 0};
       care::check(care_group_advantages(&batch, &groups, &adv_opts, &adv_out));
@@ -166,22 +170,20 @@ int main(int argc, char **argv) {
                                  .contiguous();
         if (epoch == 0) logp_old = logp.detach().clone();  // the rollout policy's log-probs
         torch::Tensor lp = logp.detach().contiguous();
-        care_loss_inputs in{sizeof in,
-                            CARE_DTYPE_F32,
-                            lp.data_ptr<float>(),
-                            static_cast<std::size_t>(n),
-                            logp_old.data_ptr<float>(),
-                            static_cast<std::size_t>(n),
-                            nullptr,
-                            0,
-                            seq_offsets.data(),
-                            seq_offsets.size(),
-                            mask.data(),
-                            mask.size(),
-                            adv.data(),
-                            adv.size(),
-                            CARE_ADVANTAGES_PER_SEQUENCE,
-                            0};
+        care_loss_inputs in{};
+        in.struct_size = sizeof in;
+        in.dtype = CARE_DTYPE_F32;
+        in.logp = lp.data_ptr<float>();
+        in.logp_len = static_cast<std::size_t>(n);
+        in.logp_old = logp_old.data_ptr<float>();
+        in.logp_old_len = static_cast<std::size_t>(n);
+        in.seq_offsets = seq_offsets.data();
+        in.seq_offsets_len = seq_offsets.size();
+        in.mask = mask.data();
+        in.mask_len = mask.size();
+        in.advantages = adv.data();
+        in.advantages_len = adv.size();
+        in.advantages_kind = CARE_ADVANTAGES_PER_SEQUENCE;
         double loss = 0;
         care_loss_stats stats;
         care::check(care_policy_loss(&in, &loss_opts, grad.data(), grad.size(), &loss, &stats));
