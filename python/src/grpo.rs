@@ -590,7 +590,7 @@ pub fn policy_loss(
 /// Writes `s` into `out` (float64 `[13]`, [`ROLLOUT_STATS_FIELDS`] order).
 fn write_rollout_stats(s: &RolloutStats, out: &mut Tensor<'_>) -> PyResult<()> {
     let o = out.slice_mut::<f64>()?;
-    let values = rollout_stats_values(s);
+    let values = s.values();
     if o.len() != values.len() {
         return Err(mismatch(format!(
             "rollout_stats: {} values, expected {}",
@@ -604,56 +604,7 @@ fn write_rollout_stats(s: &RolloutStats, out: &mut Tensor<'_>) -> PyResult<()> {
 
 /// The names of [`RolloutStats`]' fields, in declaration order (`ROLLOUT_STATS_FIELDS` in
 /// Python; every one a sum).
-pub const ROLLOUT_STATS_FIELDS: [&str; 13] = [
-    "tokens",
-    "sequences",
-    "rejected_tokens",
-    "rejected_sequences",
-    "truncated",
-    "weight_sum",
-    "kl_sum",
-    "k3_sum",
-    "log_ppl_diff_sum",
-    "log_ppl_abs_diff_sum",
-    "chi2_token_sum",
-    "chi2_seq_sum",
-    "non_finite",
-];
-
-/// The values of `s` in [`ROLLOUT_STATS_FIELDS`] order (destructured, so a field added to the
-/// core fails to compile here until it is named).
-fn rollout_stats_values(s: &RolloutStats) -> [f64; 13] {
-    let RolloutStats {
-        tokens,
-        sequences,
-        rejected_tokens,
-        rejected_sequences,
-        truncated,
-        weight_sum,
-        kl_sum,
-        k3_sum,
-        log_ppl_diff_sum,
-        log_ppl_abs_diff_sum,
-        chi2_token_sum,
-        chi2_seq_sum,
-        non_finite,
-    } = *s;
-    [
-        tokens,
-        sequences,
-        rejected_tokens,
-        rejected_sequences,
-        truncated,
-        weight_sum,
-        kl_sum,
-        k3_sum,
-        log_ppl_diff_sum,
-        log_ppl_abs_diff_sum,
-        chi2_token_sum,
-        chi2_seq_sum,
-        non_finite,
-    ]
-}
+pub const ROLLOUT_STATS_FIELDS: [&str; 13] = RolloutStats::FIELDS;
 
 /// Copies `src` (computed in f64) into a host output of float32 or float64.
 fn store(src: &[f64], out: &mut Tensor<'_>) -> PyResult<()> {

@@ -139,19 +139,9 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
 
 /// The rollout correction's diagnostics, in the core's field order (all sums).
 pub fn write_rollout_stats(s: &mut Obj<'_>, st: &RolloutStats) {
-    s.f64("tokens", st.tokens)
-        .f64("sequences", st.sequences)
-        .f64("rejected_tokens", st.rejected_tokens)
-        .f64("rejected_sequences", st.rejected_sequences)
-        .f64("truncated", st.truncated)
-        .f64("weight_sum", st.weight_sum)
-        .f64("kl_sum", st.kl_sum)
-        .f64("k3_sum", st.k3_sum)
-        .f64("log_ppl_diff_sum", st.log_ppl_diff_sum)
-        .f64("log_ppl_abs_diff_sum", st.log_ppl_abs_diff_sum)
-        .f64("chi2_token_sum", st.chi2_token_sum)
-        .f64("chi2_seq_sum", st.chi2_seq_sum)
-        .f64("non_finite", st.non_finite);
+    for (name, v) in RolloutStats::FIELDS.iter().zip(st.values()) {
+        s.f64(name, v);
+    }
 }
 
 /// The stats members, in the core's field order (`ratio_min`/`ratio_max` are `null` when no

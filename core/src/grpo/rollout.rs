@@ -617,6 +617,59 @@ pub struct RolloutStats {
 }
 
 impl RolloutStats {
+    /// The field names, in declaration order: the names every surface uses (CLI members,
+    /// Python's `ROLLOUT_STATS_FIELDS`), in the order of [`RolloutStats::values`].
+    pub const FIELDS: [&'static str; 13] = [
+        "tokens",
+        "sequences",
+        "rejected_tokens",
+        "rejected_sequences",
+        "truncated",
+        "weight_sum",
+        "kl_sum",
+        "k3_sum",
+        "log_ppl_diff_sum",
+        "log_ppl_abs_diff_sum",
+        "chi2_token_sum",
+        "chi2_seq_sum",
+        "non_finite",
+    ];
+
+    /// The values in [`RolloutStats::FIELDS`] order (destructured, so a field added to the
+    /// struct fails to compile here until it is named).
+    pub fn values(&self) -> [f64; 13] {
+        let RolloutStats {
+            tokens,
+            sequences,
+            rejected_tokens,
+            rejected_sequences,
+            truncated,
+            weight_sum,
+            kl_sum,
+            k3_sum,
+            log_ppl_diff_sum,
+            log_ppl_abs_diff_sum,
+            chi2_token_sum,
+            chi2_seq_sum,
+            non_finite,
+        } = *self;
+        [
+            tokens,
+            sequences,
+            rejected_tokens,
+            rejected_sequences,
+            truncated,
+            weight_sum,
+            kl_sum,
+            k3_sum,
+            log_ppl_diff_sum,
+            log_ppl_abs_diff_sum,
+            chi2_token_sum,
+            chi2_seq_sum,
+            non_finite,
+        ]
+    }
+
     /// Merges the stats of another micro-batch or rank (every field is a sum).
     pub fn add(&mut self, o: &RolloutStats) {
         self.tokens += o.tokens;
