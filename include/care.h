@@ -1866,6 +1866,27 @@ care_result care_broadcast_to_tokens(const float *advantages,
                                      float *tokens_out,
                                      size_t tokens_len);
 
+// Copies the detail of the last call on this thread that returned a `care_result` (this
+// function and those that return no code do not count) into `(buf, buf_len)` as UTF-8 without
+// a NUL, and its length into `*out_len`: which argument was at fault and what to fix, such as
+// `"care_loss_inputs.mask_len is 7 but logp_len is 8; every per-token array has one entry per
+// token"`. After a failure no check described, it is the code's `care_result_message`; after
+// a success it is empty (`*out_len == 0`). At most 1024 bytes.
+//
+// The text is for people (logs, exceptions); branch on the code, never on the text, which may
+// be reworded between versions. A buffer too small is `CARE_ERR_BUFFER_TOO_SMALL` with the
+// size needed in `*out_len` (`buf` may be NULL with `buf_len == 0` to ask), and the detail
+// stays for the next call.
+//
+// ```c
+// if (r != CARE_OK) {
+//     char msg[1024]; size_t n = 0;
+//     care_last_error_detail(msg, sizeof msg, &n);
+//     fprintf(stderr, "care: %s (%u): %.*s\n", care_result_message(r), r, (int)n, msg);
+// }
+// ```
+care_result care_last_error_detail(char *buf, size_t buf_len, size_t *out_len);
+
 // Writes the default GAE options (`gamma = lambda = 1`, verl's for LLM training) into
 // `*options_out`, with `struct_size` set.
 care_result care_gae_options_default(struct care_gae_options *options_out);

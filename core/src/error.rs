@@ -257,6 +257,8 @@ pub(crate) mod domain {
     pub const POSITIVE: &str = "> 0 (inf turns it off)";
     /// `!x.is_nan()`.
     pub const NOT_NAN: &str = "a number (not NaN)";
+    /// `0 <= x <= 1` (NaN is outside).
+    pub const UNIT: &str = "in [0, 1]";
 
     pub fn finite_non_negative(x: f64) -> bool {
         x.is_finite() && x >= 0.0

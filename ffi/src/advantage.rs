@@ -9,7 +9,7 @@ use care_core::grpo::{
 };
 
 use crate::args::{self, Out};
-use crate::result::{care_result, to_code};
+use crate::result::{care_result, map_error};
 
 /// The baseline subtracted from each reward (`care_advantage_options.baseline`).
 #[allow(non_camel_case_types)]
@@ -203,17 +203,29 @@ pub(crate) unsafe fn read_options(
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, to_c(&AdvantageOptions::default())) }?;
     let o = AdvantageOptions {
-        baseline: args::enum_arg(c.baseline, &Baseline::ALL)?,
-        scale: args::enum_arg(c.scale, &Scale::ALL)?,
-        std_kind: args::enum_arg(c.std_kind, &StdKind::ALL)?,
-        singleton: args::enum_arg(c.singleton, &SingletonPolicy::ALL)?,
+        baseline: args::enum_arg(
+            "care_advantage_options.baseline",
+            c.baseline,
+            &Baseline::ALL,
+        )?,
+        scale: args::enum_arg("care_advantage_options.scale", c.scale, &Scale::ALL)?,
+        std_kind: args::enum_arg("care_advantage_options.std_kind", c.std_kind, &StdKind::ALL)?,
+        singleton: args::enum_arg(
+            "care_advantage_options.singleton",
+            c.singleton,
+            &SingletonPolicy::ALL,
+        )?,
         eps: c.eps,
         std_floor: c.std_floor,
-        reweight: args::enum_arg(c.reweight, &Reweight::ALL)?,
+        reweight: args::enum_arg(
+            "care_advantage_options.reweight",
+            c.reweight,
+            &Reweight::ALL,
+        )?,
     };
     // The core's own rules, checked here too so that a GPU call reports them before it needs
     // a driver, exactly as the CPU does.
-    o.validate().map_err(crate::result::map_error)?;
+    args::option_check("care_advantage_options", o.check())?;
     Ok(o)
 }
 
@@ -308,8 +320,21 @@ pub(crate) unsafe fn read_rewards_all<'a>(
     let lengths = unsafe { args::opt_slice(r.lengths, r.lengths_len) }?;
     let baselines = unsafe { args::opt_slice(r.baselines, r.baselines_len) }?;
     let n = rewards.len();
-    if lengths.is_some_and(|l| l.len() != n) || baselines.is_some_and(|b| b.len() != n) {
-        return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
+    if let Some(l) = lengths.filter(|l| l.len() != n) {
+        return Err(args::mismatch(
+            "care_rewards.lengths_len",
+            l.len(),
+            "rewards_len",
+            n,
+        ));
+    }
+    if let Some(b) = baselines.filter(|b| b.len() != n) {
+        return Err(args::mismatch(
+            "care_rewards.baselines_len",
+            b.len(),
+            "rewards_len",
+            n,
+        ));
     }
     Ok((rewards, valid, lengths, baselines))
 }
@@ -364,6 +389,55 @@ pub(crate) unsafe fn read_layout<'a>(
     }
 }
 
+/// A length the group functions check: its name, its length and the length it must have,
+/// which is either the number of samples or the number of groups.
+#[derive(Clone, Copy)]
+enum Want {
+    /// One per sample (`rewards_len`).
+    Samples,
+    /// One per group (`B`).
+    Groups,
+}
+
+/// Describes the fault behind a `CARE_ERR_INVALID_LAYOUT` (the layout against `n` rewards) or
+/// `CARE_ERR_LENGTH_MISMATCH` (the first of `lens` that is not its [`Want`]) of a group
+/// function; other codes are returned untouched. Returns `code`.
+fn explain_groups(
+    code: care_result,
+    layout: &GroupLayout<'_>,
+    n: usize,
+    lens: &[(&str, Option<usize>, Want)],
+) -> care_result {
+    use crate::detail::set_if_empty;
+    let offsets = if matches!(layout, GroupLayout::Offsets(_)) {
+        "care_group_layout.offsets"
+    } else {
+        "care_group_layout.group_size"
+    };
+    if code == care_result::CARE_ERR_INVALID_LAYOUT {
+        if let Some(f) = layout.fault(n) {
+            set_if_empty(format_args!("{}", f.named(offsets, "care_rewards.rewards")));
+        }
+    } else if code == care_result::CARE_ERR_LENGTH_MISMATCH {
+        let b = layout.validate(n).ok();
+        for &(name, len, want) in lens {
+            let Some(len) = len else { continue };
+            let (must, what) = match (want, b) {
+                (Want::Samples, _) => (n, "rewards_len"),
+                (Want::Groups, Some(b)) => (b, "the number of groups"),
+                (Want::Groups, None) => continue,
+            };
+            if len != must {
+                set_if_empty(format_args!(
+                    "{name} is {len} but {what} is {must}; they must be equal"
+                ));
+                break;
+            }
+        }
+    }
+    code
+}
+
 /// The checked output slices of a `care_advantage_outputs` struct (stats as the core's type).
 ///
 /// # Safety
@@ -408,7 +482,7 @@ pub unsafe extern "C" fn care_advantage_options_preset(
 ) -> care_result {
     ffi_panic_boundary! {
         let out = tri!(Out::new(options_out));
-        let p = tri!(args::enum_arg(preset, &Preset::ALL));
+        let p = tri!(args::enum_arg("preset", preset, &Preset::ALL));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
         unsafe { out.write(to_c(&AdvantageOptions::preset(p))) };
         care_result::CARE_OK
@@ -458,7 +532,16 @@ pub unsafe extern "C" fn care_group_advantages(
         let inputs = tri!(unsafe { read_group_inputs(rewards, layout) });
         let opts = tri!(unsafe { read_options(options) });
         let (out, stats) = tri!(unsafe { read_outputs(outputs) });
-        to_code(care_core::grpo::group_advantages_with(&inputs, &opts, out, stats))
+        let lens = [
+            ("care_rewards.valid_len", inputs.valid.map(<[u8]>::len), Want::Samples),
+            ("care_advantage_outputs.advantages_len", Some(out.len()), Want::Samples),
+            ("care_advantage_outputs.stats_len", stats.as_deref().map(<[GroupStats]>::len), Want::Groups),
+        ];
+        let (layout, n) = (inputs.layout, inputs.rewards.len());
+        match care_core::grpo::group_advantages_with(&inputs, &opts, out, stats) {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => explain_groups(map_error(e), &layout, n, &lens),
+        }
     }
 }
 
@@ -476,7 +559,14 @@ pub unsafe extern "C" fn care_group_partial_sums(
         let (rewards, valid) = tri!(unsafe { read_rewards(rewards) });
         let layout = tri!(unsafe { read_layout(layout) });
         let out = tri!(unsafe { args::slice_mut(sums_out.cast::<GroupSums>(), sums_len) });
-        to_code(care_core::grpo::group_partial_sums(rewards, valid, layout, out))
+        let lens = [
+            ("care_rewards.valid_len", valid.map(<[u8]>::len), Want::Samples),
+            ("sums_len", Some(sums_len), Want::Groups),
+        ];
+        match care_core::grpo::group_partial_sums(rewards, valid, layout, out) {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => explain_groups(map_error(e), &layout, rewards.len(), &lens),
+        }
     }
 }
 
@@ -497,7 +587,15 @@ pub unsafe extern "C" fn care_group_partial_squares(
         let layout = tri!(unsafe { read_layout(layout) });
         let sums = tri!(unsafe { args::slice(sums.cast::<GroupSums>(), sums_len) });
         let out = tri!(unsafe { args::slice_mut(m2_out, m2_len) });
-        to_code(care_core::grpo::group_partial_squares(rewards, valid, layout, sums, out))
+        let lens = [
+            ("care_rewards.valid_len", valid.map(<[u8]>::len), Want::Samples),
+            ("sums_len", Some(sums_len), Want::Groups),
+            ("m2_len", Some(m2_len), Want::Groups),
+        ];
+        match care_core::grpo::group_partial_squares(rewards, valid, layout, sums, out) {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => explain_groups(map_error(e), &layout, rewards.len(), &lens),
+        }
     }
 }
 
@@ -521,9 +619,18 @@ pub unsafe extern "C" fn care_group_advantages_finalize(
         let m2 = tri!(unsafe { args::slice(m2, m2_len) });
         let opts = tri!(unsafe { read_options(options) });
         let (out, stats) = tri!(unsafe { read_outputs(outputs) });
-        to_code(care_core::grpo::group_advantages_finalize_with(
-            &inputs, sums, m2, &opts, out, stats,
-        ))
+        let lens = [
+            ("care_rewards.valid_len", inputs.valid.map(<[u8]>::len), Want::Samples),
+            ("sums_len", Some(sums_len), Want::Groups),
+            ("m2_len", Some(m2_len), Want::Groups),
+            ("care_advantage_outputs.advantages_len", Some(out.len()), Want::Samples),
+            ("care_advantage_outputs.stats_len", stats.as_deref().map(<[GroupStats]>::len), Want::Groups),
+        ];
+        let (layout, n) = (inputs.layout, inputs.rewards.len());
+        match care_core::grpo::group_advantages_finalize_with(&inputs, sums, m2, &opts, out, stats) {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => explain_groups(map_error(e), &layout, n, &lens),
+        }
     }
 }
 
@@ -547,7 +654,30 @@ pub unsafe extern "C" fn care_broadcast_to_tokens(
         let offs = tri!(unsafe { args::slice(seq_offsets, seq_offsets_len) });
         let mask = tri!(unsafe { args::opt_slice(mask, mask_len) });
         let out = tri!(unsafe { args::slice_mut(tokens_out, tokens_len) });
-        to_code(care_core::grpo::broadcast_to_tokens(adv, offs, mask, out))
+        match care_core::grpo::broadcast_to_tokens(adv, offs, mask, out) {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => {
+                let code = map_error(e);
+                let detail = if let Some(f) = care_core::grpo::offsets_fault(offs, tokens_len) {
+                    Some(format!("{}", f.named("seq_offsets", "tokens_out")))
+                } else if adv.len() != offs.len() - 1 {
+                    Some(format!(
+                        "advantages_len is {} but there are {} sequences (seq_offsets_len - 1); \
+                         they must be equal",
+                        adv.len(),
+                        offs.len() - 1
+                    ))
+                } else {
+                    mask.filter(|m| m.len() != tokens_len).map(|m| {
+                        format!("mask_len is {} but tokens_len is {tokens_len}; they must be equal", m.len())
+                    })
+                };
+                if let Some(d) = detail {
+                    crate::detail::set_if_empty(format_args!("{d}"));
+                }
+                code
+            }
+        }
     }
 }
 

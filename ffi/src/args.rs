@@ -2,8 +2,10 @@
 //! input into a `care_result` instead of undefined behaviour or a panic.
 
 use core::ffi::c_char;
+use core::fmt::Display;
 use core::mem::size_of;
 
+use crate::detail;
 use crate::result::care_result;
 
 /// Unwraps `Ok`, or returns the error code from the enclosing entry point.
@@ -32,8 +34,20 @@ fn check_ptr<T>(p: *const T) -> Result<(), care_result> {
 fn check_len<T>(len: usize) -> Result<(), care_result> {
     match len.checked_mul(size_of::<T>()) {
         Some(bytes) if bytes <= isize::MAX as usize => Ok(()),
-        _ => Err(care_result::CARE_ERR_INVALID_ARGUMENT),
+        _ => Err(detail::fail(
+            care_result::CARE_ERR_INVALID_ARGUMENT,
+            format_args!(
+                "a length of {len} elements of {} bytes is more than any buffer can hold",
+                size_of::<T>()
+            ),
+        )),
     }
+}
+
+/// The C name of a `care_*` type (`care_loss_inputs`), for details; Rust paths are cut off.
+pub(crate) fn c_name<T>() -> &'static str {
+    let full = core::any::type_name::<T>();
+    full.rsplit("::").next().unwrap_or(full)
 }
 
 /// A shared reference from a C pointer.
@@ -87,7 +101,15 @@ pub(crate) unsafe fn slice_mut<'a, T: Copy>(
 pub(crate) unsafe fn text<'a>(p: *const c_char, len: usize) -> Result<&'a str, care_result> {
     // SAFETY: forwarded contract; `c_char` and `u8` have the same layout.
     let bytes = unsafe { slice(p.cast::<u8>(), len) }?;
-    core::str::from_utf8(bytes).map_err(|_| care_result::CARE_ERR_INVALID_UTF8)
+    core::str::from_utf8(bytes).map_err(|e| {
+        detail::fail(
+            care_result::CARE_ERR_INVALID_UTF8,
+            format_args!(
+                "the text is not UTF-8: the first bad byte is at offset {} of {len}",
+                e.valid_up_to()
+            ),
+        )
+    })
 }
 
 /// A checked output parameter: written only when the call succeeds.
@@ -205,7 +227,16 @@ unsafe fn versioned<T: Copy>(p: *const T) -> Result<Option<T>, care_result> {
     // SAFETY: non-NULL, aligned; the first field is a `u32` (contract).
     let size = unsafe { p.cast::<u32>().read() };
     if (size as usize) < size_of::<T>() {
-        return Err(care_result::CARE_ERR_STRUCT_SIZE);
+        let name = c_name::<T>();
+        return Err(detail::fail(
+            care_result::CARE_ERR_STRUCT_SIZE,
+            format_args!(
+                "{name}.struct_size is {size} but this library's {name} has {} bytes; set \
+                 struct_size = sizeof({name}) (or fill the struct with its _default function) \
+                 and rebuild against this care.h",
+                size_of::<T>()
+            ),
+        ));
     }
     // SAFETY: at least `size_of::<T>()` bytes are readable (checked) and every bit pattern is
     // valid for `T` (contract).
@@ -229,24 +260,76 @@ pub(crate) unsafe fn options<T: Copy>(p: *const T, default: T) -> Result<T, care
 /// As for [`versioned`].
 pub(crate) unsafe fn input<T: Copy>(p: *const T) -> Result<T, care_result> {
     // SAFETY: forwarded contract.
-    unsafe { versioned(p) }?.ok_or(care_result::CARE_ERR_NULL_POINTER)
+    unsafe { versioned(p) }?.ok_or_else(|| {
+        detail::fail(
+            care_result::CARE_ERR_NULL_POINTER,
+            format_args!("the {} pointer is NULL; it is required", c_name::<T>()),
+        )
+    })
 }
 
-/// A boolean field: 0 or 1, anything else `CARE_ERR_INVALID_BOOL` (a C `bool` cannot cross
-/// the boundary safely, so flags are integers, and a stray value is an error, not "true").
-pub(crate) fn flag(value: impl Into<u32>) -> Result<bool, care_result> {
+/// Checks an options struct with the core's own rules (`check()`), naming the field at fault
+/// as `<struct>.<field>` in the detail: `care_loss_options.eps_low must be finite and >= 0`.
+pub(crate) fn option_check(
+    c_struct: &str,
+    r: Result<(), care_core::InvalidOption>,
+) -> Result<(), care_result> {
+    r.map_err(|e| {
+        detail::fail(
+            care_result::CARE_ERR_INVALID_ARGUMENT,
+            format_args!("{c_struct}.{e}"),
+        )
+    })
+}
+
+/// A boolean field `what` (`"care_rubric_policy.allow_think"`): 0 or 1, anything else
+/// `CARE_ERR_INVALID_BOOL` (a C `bool` cannot cross the boundary safely, so flags are
+/// integers, and a stray value is an error, not "true").
+pub(crate) fn flag(what: &str, value: impl Into<u32>) -> Result<bool, care_result> {
     match value.into() {
         0 => Ok(false),
         1 => Ok(true),
-        _ => Err(care_result::CARE_ERR_INVALID_BOOL),
+        v => Err(detail::fail(
+            care_result::CARE_ERR_INVALID_BOOL,
+            format_args!("{what} is {v}; a flag must be 0 or 1"),
+        )),
     }
 }
 
-/// A `u32` enum value from C converted to its Rust enum; an unknown value is
-/// `CARE_ERR_INVALID_ARGUMENT` (C enums arrive as plain integers, so they are never trusted).
-pub(crate) fn enum_arg<T: Copy>(value: u32, table: &[T]) -> Result<T, care_result> {
+/// A `u32` enum value `what` from C converted to its Rust enum; an unknown value is
+/// `CARE_ERR_INVALID_ARGUMENT` (C enums arrive as plain integers, so they are never trusted),
+/// and the detail lists the valid values with their names.
+pub(crate) fn enum_arg<T: Copy + Display>(
+    what: &str,
+    value: u32,
+    table: &[T],
+) -> Result<T, care_result> {
     usize::try_from(value)
         .ok()
         .and_then(|i| table.get(i).copied())
-        .ok_or(care_result::CARE_ERR_INVALID_ARGUMENT)
+        .ok_or_else(|| {
+            struct Valid<'a, T>(&'a [T]);
+            impl<T: Display> Display for Valid<'_, T> {
+                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                    for (i, v) in self.0.iter().enumerate() {
+                        let sep = if i == 0 { "" } else { ", " };
+                        write!(f, "{sep}{i} ({v})")?;
+                    }
+                    Ok(())
+                }
+            }
+            detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!("{what} is {value}; valid values: {}", Valid(table)),
+            )
+        })
+}
+
+/// A length mismatch between `what` (`"care_loss_inputs.mask_len"`) and `base`: the
+/// `CARE_ERR_LENGTH_MISMATCH` code with a detail naming both and their sizes.
+pub(crate) fn mismatch(what: &str, len: usize, base: &str, want: usize) -> care_result {
+    detail::fail(
+        care_result::CARE_ERR_LENGTH_MISMATCH,
+        format_args!("{what} is {len} but {base} is {want}; they must be equal"),
+    )
 }

@@ -6,7 +6,7 @@ use core::mem::size_of;
 use care_core::grpo::{GaeOptions, StdKind, WhitenOptions};
 
 use crate::args::{self, Out};
-use crate::result::{care_result, map_error, to_code};
+use crate::result::{care_result, map_error};
 
 /// Options of `care_discounted_returns` and `care_gae`. Initialize with
 /// `care_gae_options_default` (which sets `struct_size`), then change fields.
@@ -91,7 +91,7 @@ unsafe fn read_gae_options(p: *const care_gae_options) -> Result<GaeOptions, car
         gamma: c.gamma,
         lambda: c.lambda,
     };
-    o.validate().map_err(map_error)?;
+    args::option_check("care_gae_options", o.check())?;
     Ok(o)
 }
 
@@ -104,9 +104,9 @@ unsafe fn read_whiten_options(p: *const care_whiten_options) -> Result<WhitenOpt
     let c = unsafe { args::options(p, whiten_to_c(&WhitenOptions::default())) }?;
     let o = WhitenOptions {
         eps: c.eps,
-        std_kind: args::enum_arg(c.std_kind, &StdKind::ALL)?,
+        std_kind: args::enum_arg("care_whiten_options.std_kind", c.std_kind, &StdKind::ALL)?,
     };
-    o.validate().map_err(map_error)?;
+    args::option_check("care_whiten_options", o.check())?;
     Ok(o)
 }
 
@@ -129,6 +129,42 @@ unsafe fn read_tokens<'a>(p: *const care_token_rewards) -> Result<Tokens<'a>, ca
         offsets: unsafe { args::slice(c.seq_offsets, c.seq_offsets_len) }?,
         mask: unsafe { args::opt_slice(c.mask, c.mask_len) }?,
     })
+}
+
+/// Describes the fault behind a `CARE_ERR_LENGTH_MISMATCH` or `CARE_ERR_INVALID_LAYOUT` of the
+/// token rewards `t` and the outputs `outs` (each one per token); other codes are returned
+/// untouched. Returns `code`.
+fn explain_tokens(code: care_result, t: &Tokens<'_>, outs: &[(&str, usize)]) -> care_result {
+    let set = crate::detail::set_if_empty;
+    let n = t.rewards.len();
+    let base = "care_token_rewards.token_rewards_len";
+    if code == care_result::CARE_ERR_INVALID_LAYOUT {
+        if let Some(f) = care_core::grpo::offsets_fault(t.offsets, n) {
+            set(format_args!(
+                "{}",
+                f.named(
+                    "care_token_rewards.seq_offsets",
+                    "care_token_rewards.token_rewards"
+                )
+            ));
+        }
+    } else if code == care_result::CARE_ERR_LENGTH_MISMATCH {
+        let arrays = [
+            ("care_token_rewards.values_len", t.values.map(<[f32]>::len)),
+            ("care_token_rewards.mask_len", t.mask.map(<[u8]>::len)),
+        ];
+        let first = arrays
+            .into_iter()
+            .filter_map(|(name, len)| len.map(|l| (name, l)))
+            .chain(outs.iter().copied())
+            .find(|&(_, len)| len != n);
+        if let Some((name, len)) = first {
+            set(format_args!(
+                "{name} is {len} but {base} is {n}; every per-token array has one entry per token"
+            ));
+        }
+    }
+    code
 }
 
 /// Writes the default GAE options (`gamma = lambda = 1`, verl's for LLM training) into
@@ -180,11 +216,20 @@ pub unsafe extern "C" fn care_discounted_returns(
         // SAFETY (all blocks below): forwarded contract of the entry point.
         let t = tri!(unsafe { read_tokens(inputs) });
         if t.values.is_some() {
-            return care_result::CARE_ERR_INVALID_ARGUMENT;
+            return crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!(
+                    "care_token_rewards.values is set; care_discounted_returns reads no values \
+                     (pass (NULL, 0), or call care_gae)"
+                ),
+            );
         }
         let opts = tri!(unsafe { read_gae_options(options) });
         let out = tri!(unsafe { args::slice_mut(returns_out, returns_len) });
-        to_code(care_core::grpo::discounted_returns(t.rewards, t.offsets, t.mask, &opts, out))
+        match care_core::grpo::discounted_returns(t.rewards, t.offsets, t.mask, &opts, out) {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => explain_tokens(map_error(e), &t, &[("returns_len", returns_len)]),
+        }
     }
 }
 
@@ -205,11 +250,18 @@ pub unsafe extern "C" fn care_gae(
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
         let t = tri!(unsafe { read_tokens(inputs) });
-        let values = tri!(t.values.ok_or(care_result::CARE_ERR_NULL_POINTER));
+        let values = tri!(t.values.ok_or_else(|| crate::detail::fail(
+            care_result::CARE_ERR_NULL_POINTER,
+            format_args!("care_token_rewards.values is NULL; care_gae needs the values V_t")
+        )));
         let opts = tri!(unsafe { read_gae_options(options) });
         let adv = tri!(unsafe { args::slice_mut(advantages_out, advantages_len) });
         let ret = tri!(unsafe { args::slice_mut(returns_out, returns_len) });
-        to_code(care_core::grpo::gae(t.rewards, values, t.offsets, t.mask, &opts, adv, ret))
+        let outs = [("advantages_len", advantages_len), ("returns_len", returns_len)];
+        match care_core::grpo::gae(t.rewards, values, t.offsets, t.mask, &opts, adv, ret) {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => explain_tokens(map_error(e), &t, &outs),
+        }
     }
 }
 
@@ -235,7 +287,12 @@ pub unsafe extern "C" fn care_whiten(
         let mean_out = tri!(Out::optional(mean_out));
         let std_out = tri!(Out::optional(std_out));
         let v = tri!(unsafe { args::slice_mut(values, values_len) });
-        let (mean, std) = tri!(care_core::grpo::whiten(v, mask, &opts).map_err(map_error));
+        let (mean, std) = tri!(care_core::grpo::whiten(v, mask, &opts).map_err(|e| {
+            match mask.filter(|m| m.len() != values_len) {
+                Some(m) => args::mismatch("mask_len", m.len(), "values_len", values_len),
+                None => map_error(e),
+            }
+        }));
         if let Some(o) = mean_out {
             unsafe { o.write(mean) };
         }

@@ -51,9 +51,16 @@ pub(crate) fn dev<T>(
         };
     }
     if !p.is_aligned() {
+        crate::detail::set_generic(format_args!(
+            "the device address {p:p} is not aligned to its {}-byte elements",
+            core::mem::align_of::<T>()
+        ));
         return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
     }
     if len != want {
+        crate::detail::set_generic(format_args!(
+            "a device buffer has length {len} where {want} is required"
+        ));
         return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
     }
     Ok(p as u64)
@@ -216,13 +223,28 @@ unsafe fn device_groups(
     let l = unsafe { args::input(layout) }?;
     let n = r.rewards_len;
     let d_rewards = dev(r.rewards, n, n, true)?;
-    let valid = dev(r.valid, r.valid_len, n, false)?;
+    let valid = dev(r.valid, r.valid_len, n, false).map_err(|e| {
+        if e == care_result::CARE_ERR_LENGTH_MISMATCH {
+            args::mismatch("care_rewards.valid_len", r.valid_len, "rewards_len", n)
+        } else {
+            e
+        }
+    })?;
     let (groups, num_groups) = if l.offsets.is_null() {
         if l.offsets_len != 0 {
             return Err(care_result::CARE_ERR_NULL_POINTER);
         }
-        if l.group_size == 0 || !n.is_multiple_of(l.group_size as usize) {
-            return Err(care_result::CARE_ERR_INVALID_LAYOUT);
+        let fixed = care_core::grpo::GroupLayout::Fixed {
+            group_size: l.group_size as usize,
+        };
+        if let Some(f) = fixed.fault(n) {
+            return Err(crate::detail::fail(
+                care_result::CARE_ERR_INVALID_LAYOUT,
+                format_args!(
+                    "{}",
+                    f.named("care_group_layout.group_size", "care_rewards.rewards")
+                ),
+            ));
         }
         let g = DeviceGroups::Fixed {
             group_size: l.group_size,
@@ -233,7 +255,13 @@ unsafe fn device_groups(
             return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
         }
         let Some(b) = l.offsets_len.checked_sub(1) else {
-            return Err(care_result::CARE_ERR_INVALID_LAYOUT);
+            return Err(crate::detail::fail(
+                care_result::CARE_ERR_INVALID_LAYOUT,
+                format_args!(
+                    "care_group_layout.offsets_len is 0; the offsets need B + 1 entries, [0] \
+                     for no groups"
+                ),
+            ));
         };
         let ptr = dev(l.offsets, l.offsets_len, l.offsets_len, true)?;
         let g = DeviceGroups::Offsets {
@@ -418,6 +446,19 @@ pub(crate) fn device_loss(
     t: usize,
     with_logp: bool,
 ) -> Result<DeviceLoss, care_result> {
+    let t_name = if with_logp {
+        "care_loss_inputs.logp_len"
+    } else {
+        "care_logits.rows"
+    };
+    device_loss_unexplained(c, t, with_logp).map_err(|e| loss::explain(e, c, t, t_name, &[], None))
+}
+
+fn device_loss_unexplained(
+    c: &care_loss_inputs,
+    t: usize,
+    with_logp: bool,
+) -> Result<DeviceLoss, care_result> {
     let dtype = loss::read_dtype(c.dtype)?;
     let logp = if with_logp {
         dev_logp(c.logp, c.logp_len, t, true, dtype)?
@@ -485,7 +526,9 @@ pub unsafe extern "C" fn care_gpu_policy_loss(
         if grad_dtype != Dtype::F32 && grad_dtype != d.dtype {
             return care_result::CARE_ERR_INVALID_ARGUMENT;
         }
-        let grad = tri!(dev(d_grad_out.cast_const(), grad_len, t, false));
+        let grad = tri!(dev(d_grad_out.cast_const(), grad_len, t, false).map_err(|e| {
+            loss::explain(e, &c, t, "care_loss_inputs.logp_len", &[("grad_len", grad_len)], None)
+        }));
         let stats = tri!(dev(d_stats.cast_const(), stats_len, CARE_GPU_LOSS_STATS_BYTES, false));
         let opts = tri!(unsafe { loss::read_options(options) });
         let l = tri!(unsafe { read_launch(launch, true) });

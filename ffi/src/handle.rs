@@ -166,6 +166,28 @@ fn insert_arc<H: Handle>(value: Arc<H::Rust>) -> Result<*const H, care_result> {
 /// `CARE_ERR_NULL_POINTER` for NULL; `CARE_ERR_INVALID_HANDLE` for a freed handle, a handle of
 /// another type or a value that never was a handle.
 pub(crate) fn get<H: Handle>(p: *const H) -> Result<Arc<H::Rust>, care_result> {
+    get_unexplained(p).map_err(|e| explain::<H>(e, p))
+}
+
+/// The detail of a refused handle: NULL, or not a live handle of this type.
+fn explain<H>(code: care_result, p: *const H) -> care_result {
+    let name = crate::args::c_name::<H>();
+    match code {
+        care_result::CARE_ERR_NULL_POINTER => {
+            crate::detail::fail(code, format_args!("the {name} handle is NULL"))
+        }
+        care_result::CARE_ERR_INVALID_HANDLE => crate::detail::fail(
+            code,
+            format_args!(
+                "{p:p} is not a live {name} handle: it was freed already, was never returned \
+                 by this library, or is a handle of another type"
+            ),
+        ),
+        other => other,
+    }
+}
+
+fn get_unexplained<H: Handle>(p: *const H) -> Result<Arc<H::Rust>, care_result> {
     if p.is_null() {
         return Err(care_result::CARE_ERR_NULL_POINTER);
     }
@@ -199,6 +221,10 @@ pub(crate) fn clone<H: Handle>(p: *const H) -> Result<*const H, care_result> {
 /// `CARE_ERR_INVALID_HANDLE` when `p` is not a live handle of this type (a double free, among
 /// others); nothing changes then.
 pub(crate) fn free<H: Handle>(p: *const H) -> Result<(), care_result> {
+    free_unexplained(p).map_err(|e| explain::<H>(e, p))
+}
+
+fn free_unexplained<H: Handle>(p: *const H) -> Result<(), care_result> {
     if p.is_null() {
         return Ok(());
     }

@@ -25,7 +25,10 @@
 //!   are tokens checked on every call, not addresses: a use after free, a double free or a
 //!   handle of another type is `CARE_ERR_INVALID_HANDLE`, never undefined behaviour (see
 //!   `handle.rs`); `_free(NULL)` is a no-op;
-//! * every body runs inside a panic boundary (`CARE_ERR_PANIC`).
+//! * every body runs inside a panic boundary (`CARE_ERR_PANIC`);
+//! * after a failed call, `care_last_error_detail` gives the sentence behind the code (which
+//!   argument, which sizes, what to fix), kept per thread until the thread's next call that
+//!   returns a `care_result`.
 //!
 //! # Safety
 //! Every exported function is `unsafe` for Rust callers and has the same contract: each
@@ -44,6 +47,7 @@ mod args;
 mod handle;
 
 pub mod advantage;
+pub mod detail;
 pub mod gae;
 pub mod gpu;
 pub mod logsoftmax;

@@ -150,22 +150,86 @@ pub struct care_logits_loss_outputs {
 
 fn options(temperature: f64) -> Result<LogSoftmaxOptions, care_result> {
     let o = LogSoftmaxOptions { temperature };
-    o.validate().map_err(map_error)?;
+    args::option_check("care_logits", o.check())?;
     Ok(o)
 }
 
 /// Elements a `[rows, vocab]` matrix with `stride` needs: `(rows - 1) * stride + vocab`.
 fn matrix_len(rows: usize, vocab: usize, stride: usize) -> Result<usize, care_result> {
     if vocab == 0 || stride < vocab {
-        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+        return Err(crate::detail::fail(
+            care_result::CARE_ERR_INVALID_ARGUMENT,
+            format_args!(
+                "care_logits.vocab is {vocab} and row_stride is {stride}; the vocabulary must \
+                 not be empty and row_stride must be at least vocab"
+            ),
+        ));
     }
     match rows {
         0 => Ok(0),
         r => (r - 1)
             .checked_mul(stride)
             .and_then(|n| n.checked_add(vocab))
-            .ok_or(care_result::CARE_ERR_INVALID_ARGUMENT),
+            .ok_or_else(|| {
+                crate::detail::fail(
+                    care_result::CARE_ERR_INVALID_ARGUMENT,
+                    format_args!(
+                        "care_logits.rows {rows} times row_stride {stride} overflows the \
+                         address space"
+                    ),
+                )
+            }),
     }
+}
+
+/// Describes a `CARE_ERR_LENGTH_MISMATCH` or `CARE_ERR_INVALID_LAYOUT` of the logits `c`
+/// (nothing for other codes, or when a deeper check already wrote a detail): a logits buffer
+/// shorter than its rows need, or targets or mask not one per row. Returns `code`.
+fn explain_logits(code: care_result, c: &care_logits) -> care_result {
+    if code != care_result::CARE_ERR_LENGTH_MISMATCH && code != care_result::CARE_ERR_INVALID_LAYOUT
+    {
+        return code;
+    }
+    let set = crate::detail::set_if_empty;
+    if let Ok(need) = matrix_len(c.rows, c.vocab, c.row_stride)
+        && c.logits_len < need
+    {
+        set(format_args!(
+            "care_logits.logits_len is {} but {} rows of vocab {} at row_stride {} need at \
+             least (rows - 1) * row_stride + vocab = {need}",
+            c.logits_len, c.rows, c.vocab, c.row_stride
+        ));
+    } else if c.targets_len != c.rows {
+        set(format_args!(
+            "care_logits.targets_len is {} but rows is {}; there is one target per row",
+            c.targets_len, c.rows
+        ));
+    } else if !c.mask.is_null() && c.mask_len != c.rows {
+        set(format_args!(
+            "care_logits.mask_len is {} but rows is {}; the mask has one entry per row",
+            c.mask_len, c.rows
+        ));
+    }
+    code
+}
+
+/// [`dev`] for a per-row device buffer `name` (`rows` entries): a wrong length names it.
+fn dev_row<T>(
+    name: &str,
+    p: *const T,
+    len: usize,
+    rows: usize,
+    required: bool,
+) -> Result<u64, care_result> {
+    dev(p, len, rows, required).map_err(|e| match e {
+        care_result::CARE_ERR_LENGTH_MISMATCH => row_mismatch(name, len, rows),
+        e => e,
+    })
+}
+
+/// A per-row output or input `name` whose length `len` is not `rows`.
+fn row_mismatch(name: &str, len: usize, rows: usize) -> care_result {
+    crate::args::mismatch(name, len, "care_logits.rows", rows)
 }
 
 // ---- CPU ------------------------------------------------------------------------------------
@@ -214,14 +278,27 @@ unsafe fn with_rows<F: WithRows>(p: *const care_logits, f: F) -> Result<F::Out, 
     // SAFETY (all blocks): forwarded contract.
     let c = unsafe { args::input(p) }?;
     let dtype = dtype_arg(c.dtype)?;
-    let i64t = args::flag(c.targets_i64)?;
+    let i64t = args::flag("care_logits.targets_i64", c.targets_i64)?;
+    let explain = |e| explain_logits(e, &c);
     match (dtype, i64t) {
-        (Dtype::F32, false) => f.run(unsafe { host_rows::<f32, i32>(&c) }?),
-        (Dtype::F32, true) => f.run(unsafe { host_rows::<f32, i64>(&c) }?),
-        (Dtype::Bf16, false) => f.run(unsafe { host_rows::<bf16, i32>(&c) }?),
-        (Dtype::Bf16, true) => f.run(unsafe { host_rows::<bf16, i64>(&c) }?),
-        (Dtype::F16, false) => f.run(unsafe { host_rows::<f16, i32>(&c) }?),
-        (Dtype::F16, true) => f.run(unsafe { host_rows::<f16, i64>(&c) }?),
+        (Dtype::F32, false) => f
+            .run(unsafe { host_rows::<f32, i32>(&c) }.map_err(explain)?)
+            .map_err(explain),
+        (Dtype::F32, true) => f
+            .run(unsafe { host_rows::<f32, i64>(&c) }.map_err(explain)?)
+            .map_err(explain),
+        (Dtype::Bf16, false) => f
+            .run(unsafe { host_rows::<bf16, i32>(&c) }.map_err(explain)?)
+            .map_err(explain),
+        (Dtype::Bf16, true) => f
+            .run(unsafe { host_rows::<bf16, i64>(&c) }.map_err(explain)?)
+            .map_err(explain),
+        (Dtype::F16, false) => f
+            .run(unsafe { host_rows::<f16, i32>(&c) }.map_err(explain)?)
+            .map_err(explain),
+        (Dtype::F16, true) => f
+            .run(unsafe { host_rows::<f16, i64>(&c) }.map_err(explain)?)
+            .map_err(explain),
     }
 }
 
@@ -232,10 +309,14 @@ fn narrow(dst: &mut [f32], src: &[f64]) {
     }
 }
 
-/// An optional per-row slice: (NULL, 0) is `None`, else its length must be `rows`.
-fn per_row<S: AsRef<[f32]>>(s: Option<S>, rows: usize) -> Result<Option<S>, care_result> {
+/// An optional per-row slice `name`: (NULL, 0) is `None`, else its length must be `rows`.
+fn per_row<S: AsRef<[f32]>>(
+    name: &str,
+    s: Option<S>,
+    rows: usize,
+) -> Result<Option<S>, care_result> {
     match s {
-        Some(v) if v.as_ref().len() != rows => Err(care_result::CARE_ERR_LENGTH_MISMATCH),
+        Some(v) if v.as_ref().len() != rows => Err(row_mismatch(name, v.as_ref().len(), rows)),
         s => Ok(s),
     }
 }
@@ -251,10 +332,14 @@ impl WithRows for Forward<'_> {
     fn run<T: LogProb, I: TokenId>(self, r: HostRows<'_, T, I>) -> Result<(), care_result> {
         let n = r.logits.rows();
         if self.logp.len() != n {
-            return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
+            return Err(row_mismatch(
+                "care_log_softmax_outputs.logp_len",
+                self.logp.len(),
+                n,
+            ));
         }
-        let entropy = per_row(self.entropy, n)?;
-        let lse = per_row(self.lse, n)?;
+        let entropy = per_row("care_log_softmax_outputs.entropy_len", self.entropy, n)?;
+        let lse = per_row("care_log_softmax_outputs.lse_len", self.lse, n)?;
         // The core writes its f64 outputs; ours are written only once it has succeeded.
         let (mut lp, mut h, mut ls) = (vec![0.0f64; n], vec![0.0f64; n], vec![0.0f64; n]);
         selective_log_softmax(
@@ -324,10 +409,26 @@ impl WithRows for Backward<'_> {
     type Out = ();
     fn run<T: LogProb, I: TokenId>(self, r: HostRows<'_, T, I>) -> Result<(), care_result> {
         let n = r.logits.rows();
-        let g = per_row(self.dlogp, n)?;
-        let e = per_row(self.dentropy, n)?;
-        for s in self.saved {
-            per_row(s, n)?;
+        let g = per_row("care_log_softmax_grads.dlogp_len", self.dlogp, n)?;
+        let e = per_row("care_log_softmax_grads.dentropy_len", self.dentropy, n)?;
+        let saved = [
+            "care_log_softmax_grads.lse_len",
+            "care_log_softmax_grads.entropy_len",
+        ];
+        for (s, name) in self.saved.into_iter().zip(saved) {
+            per_row(name, s, n)?;
+        }
+        let v = r.logits.vocab();
+        if n.checked_mul(v) != Some(self.dlogits.len()) {
+            return Err(crate::detail::fail(
+                care_result::CARE_ERR_LENGTH_MISMATCH,
+                format_args!(
+                    "dlogits_len is {} but care_logits.rows {n} times vocab {v} is {}; the \
+                     gradient is dense [rows, vocab]",
+                    self.dlogits.len(),
+                    n.saturating_mul(v)
+                ),
+            ));
         }
         let g64: Vec<f64> = match g {
             Some(g) => g.iter().map(|&v| f64::from(v)).collect(),
@@ -389,20 +490,43 @@ pub unsafe extern "C" fn care_selective_log_softmax_backward(
 unsafe fn logits_loss_inputs(p: *const care_loss_inputs) -> Result<care_loss_inputs, care_result> {
     // SAFETY: forwarded contract.
     let c = unsafe { args::input(p) }?;
-    if !c.logp.is_null() || c.logp_len != 0 || !c.mask.is_null() || c.mask_len != 0 {
-        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+    let refuse = |why: core::fmt::Arguments<'_>| {
+        Err(crate::detail::fail(
+            care_result::CARE_ERR_INVALID_ARGUMENT,
+            why,
+        ))
+    };
+    if !c.logp.is_null() || c.logp_len != 0 {
+        return refuse(format_args!(
+            "care_loss_inputs.logp must be (NULL, 0) on the fused logits path, which computes \
+             the log-probs from the logits"
+        ));
+    }
+    if !c.mask.is_null() || c.mask_len != 0 {
+        return refuse(format_args!(
+            "care_loss_inputs.mask must be (NULL, 0) on the fused logits path; pass the mask in \
+             care_logits.mask"
+        ));
     }
     // The fused paths have no rollout correction (refused rather than ignored).
     if !c.logp_rollout.is_null() || c.logp_rollout_len != 0 {
-        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+        return refuse(format_args!(
+            "care_loss_inputs.logp_rollout must be (NULL, 0): the fused logits path has no \
+             rollout correction; compute the log-probs and call care_policy_loss instead"
+        ));
     }
     if dtype_arg(c.dtype)? != Dtype::F32 {
-        return Err(care_result::CARE_ERR_INVALID_ARGUMENT);
+        return refuse(format_args!(
+            "care_loss_inputs.dtype must be CARE_DTYPE_F32 on the fused logits path (logp_old \
+             and logp_ref are float there)"
+        ));
     }
     Ok(c)
 }
 
 struct LogitsLoss<'o> {
+    /// The caller's struct, for the detail of a length fault.
+    inputs: care_loss_inputs,
     logp_old: Option<Vec<f64>>,
     logp_ref: Option<Vec<f64>>,
     seq_offsets: &'o [u32],
@@ -417,10 +541,21 @@ impl WithRows for LogitsLoss<'_> {
     type Out = LossOutput;
     fn run<T: LogProb, I: TokenId>(self, r: HostRows<'_, T, I>) -> Result<LossOutput, care_result> {
         let n = r.logits.rows();
-        if self.logp.len() != n || self.dlogp.len() != n {
-            return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
+        if self.logp.len() != n {
+            return Err(row_mismatch(
+                "care_logits_loss_outputs.logp_len",
+                self.logp.len(),
+                n,
+            ));
         }
-        let lse = per_row(self.lse, n)?;
+        if self.dlogp.len() != n {
+            return Err(row_mismatch(
+                "care_logits_loss_outputs.dlogp_len",
+                self.dlogp.len(),
+                n,
+            ));
+        }
+        let lse = per_row("care_logits_loss_outputs.lse_len", self.lse, n)?;
         // As care_core::logsoftmax::logits_policy_loss up to dL/dlogp: the backward pass is a
         // separate call, as on the GPU.
         let (mut lp, mut ls) = (vec![0.0f64; n], vec![0.0f64; n]);
@@ -445,7 +580,10 @@ impl WithRows for LogitsLoss<'_> {
             logp_rollout: None,
         };
         let mut g = vec![0.0f32; n];
-        let out = care_core::grpo::policy_loss(&inputs, &self.opts, &mut g).map_err(map_error)?;
+        let out = care_core::grpo::policy_loss(&inputs, &self.opts, &mut g).map_err(|e| {
+            let offs = Some(self.seq_offsets);
+            loss::explain(map_error(e), &self.inputs, n, "care_logits.rows", &[], offs)
+        })?;
         narrow(self.logp, &lp);
         if let Some(l) = lse {
             narrow(l, &ls);
@@ -484,6 +622,7 @@ pub unsafe extern "C" fn care_logits_policy_loss(
         let loss_out = tri!(Out::new(loss_out));
         let stats_out = tri!(Out::optional(stats_out));
         let f = LogitsLoss {
+            inputs: c,
             logp_old: widen(logp_old),
             logp_ref: widen(logp_ref),
             seq_offsets: tri!(unsafe { args::slice(c.seq_offsets, c.seq_offsets_len) }),
@@ -537,14 +676,17 @@ unsafe fn device_rows(
     // SAFETY: forwarded contract.
     let c = unsafe { args::input(p) }?;
     let dtype = dtype_arg(c.dtype)?;
-    let i64t = args::flag(c.targets_i64)?;
-    let logits = device_matrix(c.logits, c.logits_len, dtype, c.rows, c.vocab, c.row_stride)?;
+    let i64t = args::flag("care_logits.targets_i64", c.targets_i64)?;
+    let explain = |e| explain_logits(e, &c);
+    let logits = device_matrix(c.logits, c.logits_len, dtype, c.rows, c.vocab, c.row_stride)
+        .map_err(explain)?;
     let vocab = u32::try_from(c.vocab).map_err(|_| care_result::CARE_ERR_INVALID_ARGUMENT)?;
     let targets = if i64t {
-        dev(c.targets.cast::<i64>(), c.targets_len, c.rows, true)?
+        dev(c.targets.cast::<i64>(), c.targets_len, c.rows, true)
     } else {
-        dev(c.targets.cast::<i32>(), c.targets_len, c.rows, true)?
-    };
+        dev(c.targets.cast::<i32>(), c.targets_len, c.rows, true)
+    }
+    .map_err(explain)?;
     let rows = LogitsBuffers {
         dtype,
         logits,
@@ -553,7 +695,7 @@ unsafe fn device_rows(
         stride: c.row_stride as u64,
         targets,
         targets_i64: i64t,
-        mask: dev(c.mask, c.mask_len, c.rows, false)?,
+        mask: dev(c.mask, c.mask_len, c.rows, false).map_err(explain)?,
     };
     Ok((rows, options(c.temperature)?))
 }
@@ -575,9 +717,9 @@ pub unsafe extern "C" fn care_gpu_selective_log_softmax(
         let (r, opts) = tri!(unsafe { device_rows(logits) });
         let o = tri!(unsafe { args::input(outputs) });
         let n = r.rows as usize;
-        let logp = tri!(dev(o.logp.cast_const(), o.logp_len, n, true));
-        let entropy = tri!(dev(o.entropy.cast_const(), o.entropy_len, n, false));
-        let lse = tri!(dev(o.lse.cast_const(), o.lse_len, n, false));
+        let logp = tri!(dev_row("care_log_softmax_outputs.logp_len", o.logp.cast_const(), o.logp_len, n, true));
+        let entropy = tri!(dev_row("care_log_softmax_outputs.entropy_len", o.entropy.cast_const(), o.entropy_len, n, false));
+        let lse = tri!(dev_row("care_log_softmax_outputs.lse_len", o.lse.cast_const(), o.lse_len, n, false));
         let l = tri!(unsafe { read_launch(launch, true) });
         let out = LogSoftmaxOutputs { logp, entropy, lse, status: l.workspace };
         let b = tri!(unsafe { backend(l.stream, l.workspace) });
@@ -629,12 +771,19 @@ pub unsafe extern "C" fn care_gpu_selective_log_softmax_backward(
         let n = r.rows as usize;
         let g = tri!(unsafe { args::input(grads) });
         let dlogits = tri!(device_matrix(d_dlogits_out.cast_const(), dlogits_len, r.dtype, n,
-                                         r.vocab as usize, dlogits_row_stride));
+                                         r.vocab as usize, dlogits_row_stride)
+            .map_err(|e| match e {
+                care_result::CARE_ERR_LENGTH_MISMATCH => crate::detail::fail(e, format_args!(
+                    "dlogits_len is {dlogits_len} but {n} rows of vocab {} at \
+                     dlogits_row_stride {dlogits_row_stride} need at least (rows - 1) * \
+                     row_stride + vocab", r.vocab)),
+                e => e,
+            }));
         let grads = LogSoftmaxGrads {
-            lse: tri!(dev(g.lse, g.lse_len, n, true)),
-            entropy: tri!(dev(g.entropy, g.entropy_len, n, false)),
-            dlogp: tri!(dev(g.dlogp, g.dlogp_len, n, false)),
-            dentropy: tri!(dev(g.dentropy, g.dentropy_len, n, false)),
+            lse: tri!(dev_row("care_log_softmax_grads.lse_len", g.lse, g.lse_len, n, true)),
+            entropy: tri!(dev_row("care_log_softmax_grads.entropy_len", g.entropy, g.entropy_len, n, false)),
+            dlogp: tri!(dev_row("care_log_softmax_grads.dlogp_len", g.dlogp, g.dlogp_len, n, false)),
+            dentropy: tri!(dev_row("care_log_softmax_grads.dentropy_len", g.dentropy, g.dentropy_len, n, false)),
             dlogits,
             dstride: dlogits_row_stride as u64,
         };
@@ -686,9 +835,9 @@ pub unsafe extern "C" fn care_gpu_logits_policy_loss(
         }
         let l = tri!(unsafe { read_launch(launch, true) });
         let buf = LogitsLossBuffers {
-            logp: tri!(dev(o.logp.cast_const(), o.logp_len, n, true)),
-            lse: tri!(dev(o.lse.cast_const(), o.lse_len, n, true)),
-            dlogp: tri!(dev(o.dlogp.cast_const(), o.dlogp_len, n, true)),
+            logp: tri!(dev_row("care_logits_loss_outputs.logp_len", o.logp.cast_const(), o.logp_len, n, true)),
+            lse: tri!(dev_row("care_logits_loss_outputs.lse_len", o.lse.cast_const(), o.lse_len, n, true)),
+            dlogp: tri!(dev_row("care_logits_loss_outputs.dlogp_len", o.dlogp.cast_const(), o.dlogp_len, n, true)),
             logp_old: d.logp_old,
             logp_ref: d.logp_ref,
             adv: d.adv,

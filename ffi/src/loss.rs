@@ -312,7 +312,13 @@ pub enum care_dtype {
 /// A `care_dtype` value as the dtype of that stable number (`care_core::Dtype`, the one dtype
 /// table; a test checks the C constants against it).
 pub(crate) fn read_dtype(value: u32) -> Result<Dtype, care_result> {
-    Dtype::from_number(value).map_err(map_error)
+    Dtype::from_number(value).map_err(|e| {
+        crate::detail::set(format_args!(
+            "dtype {value} is not a care_dtype; valid values: 0 (CARE_DTYPE_F32), 1 \
+             (CARE_DTYPE_BF16), 2 (CARE_DTYPE_F16)"
+        ));
+        map_error(e)
+    })
 }
 
 /// The inputs of the policy loss for one micro-batch (SPEC §10), shared by `care_policy_loss`,
@@ -376,7 +382,13 @@ pub(crate) fn per_token(kind: u32) -> Result<bool, care_result> {
     match kind {
         0 => Ok(false),
         1 => Ok(true),
-        _ => Err(care_result::CARE_ERR_INVALID_ARGUMENT),
+        _ => Err(crate::detail::fail(
+            care_result::CARE_ERR_INVALID_ARGUMENT,
+            format_args!(
+                "care_loss_inputs.advantages_kind is {kind}; valid values: 0 \
+                 (CARE_ADVANTAGES_PER_SEQUENCE), 1 (CARE_ADVANTAGES_PER_TOKEN)"
+            ),
+        )),
     }
 }
 
@@ -387,6 +399,80 @@ pub(crate) fn advantages(kind: u32, adv: &[f32]) -> Result<Advantages<'_>, care_
     } else {
         Advantages::PerSequence(adv)
     })
+}
+
+/// Describes the fault behind a `CARE_ERR_LENGTH_MISMATCH` or `CARE_ERR_INVALID_LAYOUT` of a
+/// call on `c` (nothing for other codes): the first per-token array whose length is not `t`
+/// (the length of `t_name`), the advantages against their kind, the outputs `outs` (name,
+/// length; each must be `t`) and, when `offsets` holds the host sequence offsets, the first
+/// fault in them. The code came from whichever check ran first; this names a fault of the
+/// same class, so the detail never contradicts the code. Returns `code`.
+pub(crate) fn explain(
+    code: care_result,
+    c: &care_loss_inputs,
+    t: usize,
+    t_name: &str,
+    outs: &[(&str, usize)],
+    offsets: Option<&[u32]>,
+) -> care_result {
+    use crate::detail::set_if_empty;
+    if code == care_result::CARE_ERR_INVALID_LAYOUT {
+        if c.seq_offsets_len == 0 {
+            set_if_empty(format_args!(
+                "care_loss_inputs.seq_offsets_len is 0; the offsets need B + 1 entries, \
+                 [0] for an empty batch"
+            ));
+        } else if let Some(f) = offsets.and_then(|o| care_core::grpo::offsets_fault(o, t)) {
+            set_if_empty(format_args!(
+                "{}",
+                f.named("care_loss_inputs.seq_offsets", t_name)
+            ));
+        }
+        return code;
+    }
+    if code != care_result::CARE_ERR_LENGTH_MISMATCH {
+        return code;
+    }
+    let token_arrays = [
+        ("logp_old_len", c.logp_old.is_null(), c.logp_old_len),
+        ("logp_ref_len", c.logp_ref.is_null(), c.logp_ref_len),
+        (
+            "logp_rollout_len",
+            c.logp_rollout.is_null(),
+            c.logp_rollout_len,
+        ),
+        ("mask_len", c.mask.is_null(), c.mask_len),
+    ];
+    for (name, absent, len) in token_arrays {
+        if !absent && len != t {
+            set_if_empty(format_args!(
+                "care_loss_inputs.{name} is {len} but {t_name} is {t}; every per-token array \
+                 has one entry per token"
+            ));
+            return code;
+        }
+    }
+    let b = c.seq_offsets_len.saturating_sub(1);
+    match per_token(c.advantages_kind) {
+        Ok(true) if c.advantages_len != t => set_if_empty(format_args!(
+            "care_loss_inputs.advantages_len is {} but {t_name} is {t}; per-token advantages \
+             (CARE_ADVANTAGES_PER_TOKEN) have one entry per token",
+            c.advantages_len
+        )),
+        Ok(false) if c.advantages_len != b => set_if_empty(format_args!(
+            "care_loss_inputs.advantages_len is {} but there are {b} sequences \
+             (seq_offsets_len - 1); per-sequence advantages have one entry per sequence",
+            c.advantages_len
+        )),
+        _ => {
+            if let Some((name, len)) = outs.iter().find(|(_, len)| *len != t) {
+                set_if_empty(format_args!(
+                    "{name} is {len} but {t_name} is {t}; the output has one entry per token"
+                ));
+            }
+        }
+    }
+    code
 }
 
 /// The host slices of `c` as the core's loss inputs with log-probs of type `T`.
@@ -421,7 +507,18 @@ unsafe fn host_loss<T: LogProb>(
 ) -> Result<LossOutput, care_result> {
     // SAFETY: forwarded contract.
     let inputs = unsafe { host_inputs::<T>(c) }?;
-    care_core::grpo::policy_loss(&inputs, opts, grad).map_err(map_error)
+    let t = inputs.logp.len();
+    care_core::grpo::policy_loss(&inputs, opts, grad).map_err(|e| {
+        let outs = [("grad_len", grad.len())];
+        explain(
+            map_error(e),
+            c,
+            t,
+            "care_loss_inputs.logp_len",
+            &outs,
+            Some(inputs.seq_offsets),
+        )
+    })
 }
 
 /// Options of the policy loss. Initialize with `care_loss_options_default` or
@@ -576,8 +673,16 @@ fn rollout_from_c(c: &care_rollout_options) -> Result<RolloutOptions, care_resul
             lower: b.lower,
             upper: b.upper,
         }),
-        is_level: args::enum_arg(c.is_level, &IsLevel::ALL)?,
-        rejection_mode: args::enum_arg(c.rejection_mode, &RejectionMode::ALL)?,
+        is_level: args::enum_arg(
+            "care_loss_options.rollout.is_level",
+            c.is_level,
+            &IsLevel::ALL,
+        )?,
+        rejection_mode: args::enum_arg(
+            "care_loss_options.rollout.rejection_mode",
+            c.rejection_mode,
+            &RejectionMode::ALL,
+        )?,
     })
 }
 
@@ -638,11 +743,31 @@ pub(crate) unsafe fn read_options(p: *const care_loss_options) -> Result<LossOpt
         global_tokens: c.global_tokens,
         global_sequences: c.global_sequences,
         horizon: c.horizon,
-        aggregation: args::enum_arg(c.aggregation, &Aggregation::ALL)?,
-        ratio_level: args::enum_arg(c.ratio_level, &RatioLevel::ALL)?,
-        kl_estimator: args::enum_arg(c.kl_estimator, &KlEstimator::ALL)?,
-        policy_loss: args::enum_arg(c.policy_loss, &PolicyLoss::ALL)?,
-        sequence_count: args::enum_arg(c.sequence_count, &SequenceCount::ALL)?,
+        aggregation: args::enum_arg(
+            "care_loss_options.aggregation",
+            c.aggregation,
+            &Aggregation::ALL,
+        )?,
+        ratio_level: args::enum_arg(
+            "care_loss_options.ratio_level",
+            c.ratio_level,
+            &RatioLevel::ALL,
+        )?,
+        kl_estimator: args::enum_arg(
+            "care_loss_options.kl_estimator",
+            c.kl_estimator,
+            &KlEstimator::ALL,
+        )?,
+        policy_loss: args::enum_arg(
+            "care_loss_options.policy_loss",
+            c.policy_loss,
+            &PolicyLoss::ALL,
+        )?,
+        sequence_count: args::enum_arg(
+            "care_loss_options.sequence_count",
+            c.sequence_count,
+            &SequenceCount::ALL,
+        )?,
         sapo_tau_pos: c.sapo_tau_pos,
         sapo_tau_neg: c.sapo_tau_neg,
         cov_ratio: c.cov_ratio,
@@ -653,7 +778,7 @@ pub(crate) unsafe fn read_options(p: *const care_loss_options) -> Result<LossOpt
     };
     // The core's own rules, checked here too so that a GPU call reports them before it needs
     // a driver, exactly as the CPU does.
-    o.validate().map_err(map_error)?;
+    args::option_check("care_loss_options", o.check())?;
     Ok(o)
 }
 
@@ -686,7 +811,7 @@ pub unsafe extern "C" fn care_loss_options_preset(
 ) -> care_result {
     ffi_panic_boundary! {
         let out = tri!(Out::new(options_out));
-        let p = tri!(args::enum_arg(preset, &LossPreset::ALL));
+        let p = tri!(args::enum_arg("preset", preset, &LossPreset::ALL));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
         unsafe { out.write(to_c(&LossOptions::preset(p))) };
         care_result::CARE_OK
@@ -807,11 +932,23 @@ unsafe fn host_rollout<T: LogProb>(
     let old = unsafe { args::opt_slice(c.logp_old.cast::<T>(), c.logp_old_len) }?;
     // The core checks every length against the proximal log-probs; `logp` fixes `T` here as in
     // `care_policy_loss`, so a `logp_old` of another length is a mismatch, not a smaller `T`.
-    if old.is_some_and(|o| o.len() != logp.len()) {
-        return Err(care_result::CARE_ERR_LENGTH_MISMATCH);
+    if let Some(o) = old.filter(|o| o.len() != logp.len()) {
+        return Err(args::mismatch(
+            "care_loss_inputs.logp_old_len",
+            o.len(),
+            "logp_len",
+            logp.len(),
+        ));
     }
     if c.logp_rollout.is_null() {
-        return Err(care_result::CARE_ERR_NULL_POINTER); // required here
+        // Required here.
+        return Err(crate::detail::fail(
+            care_result::CARE_ERR_NULL_POINTER,
+            format_args!(
+                "care_loss_inputs.logp_rollout is NULL; care_rollout_correction needs the \
+                 rollout (inference-engine) log-probs"
+            ),
+        ));
     }
     let rollout = unsafe { args::slice(c.logp_rollout.cast::<T>(), c.logp_rollout_len) }?;
     let inputs = RolloutInputs {
@@ -820,7 +957,16 @@ unsafe fn host_rollout<T: LogProb>(
         seq_offsets: unsafe { args::slice(c.seq_offsets, c.seq_offsets_len) }?,
         mask: unsafe { args::opt_slice(c.mask, c.mask_len) }?,
     };
-    care_core::grpo::rollout_correction(&inputs, opts, weights, keep).map_err(map_error)
+    let (t, offsets) = (inputs.logp_old.len(), inputs.seq_offsets);
+    let outs = [("weights_len", weights.len()), ("keep_len", keep.len())];
+    care_core::grpo::rollout_correction(&inputs, opts, weights, keep).map_err(|e| {
+        let name = if old.is_some() {
+            "care_loss_inputs.logp_old_len"
+        } else {
+            "care_loss_inputs.logp_len"
+        };
+        explain(map_error(e), c, t, name, &outs, Some(offsets))
+    })
 }
 
 /// Adds the stats of another micro-batch or rank into `*acc` (sums add, min/max combine).

@@ -7,15 +7,28 @@
 
 use crate::result::care_result;
 
-/// The value an entry point returns when its body panicked.
+/// The value an entry point returns when its body panicked, and whether it is a code that the
+/// per-call detail ([`crate::detail`]) follows.
 pub(crate) trait PanicOrDefault {
     /// The value returned after a caught panic.
     fn value() -> Self;
+    /// Whether the type is `care_result` (see [`PanicOrDefault::code`]).
+    const IS_CODE: bool = false;
+    /// `Some(code)` for a `care_result` (the detail is reset on entry and the code recorded on
+    /// exit); `None` for the few entry points that return no code (`care_version`,
+    /// `care_result_message`, ...), which leave the detail of the previous call alone.
+    fn code(&self) -> Option<care_result> {
+        None
+    }
 }
 
 impl PanicOrDefault for care_result {
+    const IS_CODE: bool = true;
     fn value() -> Self {
         care_result::CARE_ERR_PANIC
+    }
+    fn code(&self) -> Option<care_result> {
+        Some(*self)
     }
 }
 
@@ -47,14 +60,49 @@ impl<T> PanicOrDefault for *mut T {
     }
 }
 
-/// Runs the body under `catch_unwind`; a panic returns `PanicOrDefault::value()`.
-/// `return` inside the body returns from the entry point, as usual.
+/// Runs an entry point's body under `catch_unwind`: a panic returns `PanicOrDefault::value()`,
+/// with the panic's message as the detail. For a body that returns a `care_result`, the
+/// previous call's detail is forgotten first and the returned code recorded after.
+pub(crate) fn run<R: PanicOrDefault>(body: impl FnOnce() -> R) -> R {
+    if R::IS_CODE {
+        crate::detail::reset();
+    }
+    let out = guarded(body);
+    if let Some(code) = out.code() {
+        crate::detail::record(code);
+    }
+    out
+}
+
+/// [`run`] without touching the detail: for `care_last_error_detail`, which reads it.
+pub(crate) fn run_keep_detail<R: PanicOrDefault>(body: impl FnOnce() -> R) -> R {
+    guarded(body)
+}
+
+fn guarded<R: PanicOrDefault>(body: impl FnOnce() -> R) -> R {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(value) => value,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("(no message)");
+            crate::detail::set(format_args!(
+                "internal error: a panic was caught at the C boundary ({msg}); please report it"
+            ));
+            // Dropping the payload could itself panic (a hostile Drop); forget it instead.
+            core::mem::forget(payload);
+            R::value()
+        }
+    }
+}
+
+/// Runs the body with [`run`]; `return` inside the body returns from the entry point, as
+/// usual.
 macro_rules! ffi_panic_boundary {
     ( $($body:tt)* ) => {
-        match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(|| { $($body)* })) {
-            Ok(value) => value,
-            Err(_) => $crate::panic::PanicOrDefault::value(),
-        }
+        $crate::panic::run(|| { $($body)* })
     };
 }
 

@@ -965,15 +965,26 @@ pub unsafe extern "C" fn care_profile_reward_group(
         let details = tri!(unsafe { args::opt_slice_mut(o.details, o.details_len) });
         let report = tri!(Out::optional(report_out));
         let m = texts.len();
-        if rewards.len() != m || details.as_ref().is_some_and(|d| d.len() != m) {
-            return care_result::CARE_ERR_LENGTH_MISMATCH;
+        if rewards.len() != m {
+            return args::mismatch("rewards_len", rewards.len(), "the number of texts", m);
+        }
+        if let Some(d) = details.as_ref().filter(|d| d.len() != m) {
+            return args::mismatch("details_len", d.len(), "the number of texts", m);
         }
         let view = p.profile();
         let rubric = r.as_ref().map(|r| r.buf.rubric());
         // Checked here so that every failure is found before the first output is written.
         let total = tri!(view.total_criteria(rubric.as_ref()).map_err(map_error));
         if m.checked_mul(total) != Some(scores.len()) {
-            return care_result::CARE_ERR_LENGTH_MISMATCH;
+            return crate::detail::fail(
+                care_result::CARE_ERR_LENGTH_MISMATCH,
+                format_args!(
+                    "scores_len is {} but {m} responses times {total} criteria is {}; the \
+                     scores are one row of {total} per response",
+                    scores.len(),
+                    m.saturating_mul(total)
+                ),
+            );
         }
         // Into a local buffer: the outputs are written only when the whole call succeeds.
         let mut local = vec![0.0; m];

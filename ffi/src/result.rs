@@ -221,14 +221,6 @@ impl From<Error> for care_result {
     }
 }
 
-/// Turns a core result into a code, for bodies that end with a core call.
-pub(crate) fn to_code(r: care_core::Result<()>) -> care_result {
-    match r {
-        Ok(()) => care_result::CARE_OK,
-        Err(e) => map_error(e),
-    }
-}
-
 /// A NUL-terminated, static, one-line description of `result` (any integer is accepted; unknown
 /// numbers give "unknown result code"). Never NULL; do not free.
 ///

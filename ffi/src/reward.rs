@@ -325,11 +325,15 @@ pub(crate) unsafe fn read_score(p: *const care_score_options) -> Result<ScoreOpt
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, score_to_c(&ScoreOptions::default())) }?;
     let o = ScoreOptions {
-        missing: args::enum_arg(c.missing, &MissingPolicy::ALL)?,
-        out_of_range: args::enum_arg(c.out_of_range, &RangePolicy::ALL)?,
-        uniform_weights: args::flag(c.uniform_weights)?,
+        missing: args::enum_arg("care_score_options.missing", c.missing, &MissingPolicy::ALL)?,
+        out_of_range: args::enum_arg(
+            "care_score_options.out_of_range",
+            c.out_of_range,
+            &RangePolicy::ALL,
+        )?,
+        uniform_weights: args::flag("care_score_options.uniform_weights", c.uniform_weights)?,
     };
-    o.validate().map_err(map_error)?;
+    args::option_check("care_score_options", o.check())?;
     Ok(o)
 }
 
@@ -340,9 +344,9 @@ unsafe fn read_pref(p: *const care_preference_options) -> Result<PreferenceOptio
     let c = unsafe { args::options(p, pref_to_c(&PreferenceOptions::PAPER)) }?;
     let o = PreferenceOptions {
         tau: c.tau,
-        scale: args::enum_arg(c.scale, &ScoreScale::ALL)?,
+        scale: args::enum_arg("care_preference_options.scale", c.scale, &ScoreScale::ALL)?,
     };
-    o.validate().map_err(map_error)?;
+    args::option_check("care_preference_options", o.check())?;
     Ok(o)
 }
 
@@ -497,8 +501,18 @@ pub unsafe extern "C" fn care_policy_reward_group(
         let report = tri!(Out::optional(report_out));
         let out = tri!(unsafe { args::slice_mut(rewards_out, rewards_len) });
         // Checked here, before the core writes `out`, so that outputs stay untouched on error.
-        if rewards_len.checked_mul(r.counts.iter().sum()) != Some(scores.len()) {
-            return care_result::CARE_ERR_LENGTH_MISMATCH;
+        let per_response: usize = r.counts.iter().sum();
+        if rewards_len.checked_mul(per_response) != Some(scores.len()) {
+            return crate::detail::fail(
+                care_result::CARE_ERR_LENGTH_MISMATCH,
+                format_args!(
+                    "scores_len is {} but rewards_len {rewards_len} responses times the \
+                     rubric's {per_response} criteria is {}; the scores are one row of \
+                     {per_response} per response",
+                    scores.len(),
+                    rewards_len.saturating_mul(per_response)
+                ),
+            );
         }
         let g = match care_core::batch::policy_reward_group_fixed(r.weights, r.counts, &opts, scores, out) {
             Ok(g) => g,
@@ -547,7 +561,12 @@ pub unsafe extern "C" fn care_preference_reward(
         let chosen = tri!(unsafe { args::slice(pair.chosen, pair.chosen_len) });
         let rejected = tri!(unsafe { args::slice(pair.rejected, pair.rejected_len) });
         if chosen.len() != rejected.len() {
-            return care_result::CARE_ERR_LENGTH_MISMATCH;
+            return args::mismatch(
+                "care_preference_pair.chosen_len",
+                chosen.len(),
+                "rejected_len",
+                rejected.len(),
+            );
         }
         let score = tri!(unsafe { read_score(score_options) });
         let pref = tri!(unsafe { read_pref(preference_options) });
@@ -590,7 +609,7 @@ pub unsafe extern "C" fn care_strategy_counts_from_labels(
     ffi_panic_boundary! {
         // SAFETY: forwarded contract.
         let labels = tri!(unsafe { read_labels(labels, label_lens, count) });
-        let policy = tri!(args::enum_arg(unknown_policy, &UnknownLabelPolicy::ALL));
+        let policy = tri!(args::enum_arg("unknown_policy", unknown_policy, &UnknownLabelPolicy::ALL));
         let out = tri!(Out::new(counts_out));
         let c = match care_core::strategy_counts(&labels, policy) {
             Ok(c) => c,
@@ -618,7 +637,13 @@ pub unsafe extern "C" fn care_alignment_reward(
         let n = tri!(unsafe { args::slice(counts, counts_len) });
         let out = tri!(Out::new(reward_out));
         let (Ok(w), Ok(n)) = (<[f64; 3]>::try_from(w), <[u32; 3]>::try_from(n)) else {
-            return care_result::CARE_ERR_LENGTH_MISMATCH;
+            return crate::detail::fail(
+                care_result::CARE_ERR_LENGTH_MISMATCH,
+                format_args!(
+                    "weights_len is {weights_len} and counts_len is {counts_len}; both must be \
+                     3 (cognitive, affective, proactive)"
+                ),
+            );
         };
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
         unsafe { out.write(care_core::alignment_reward(w, n)) };
@@ -666,9 +691,9 @@ pub unsafe extern "C" fn care_generator_reward(
             preference: pref,
             score,
             format,
-            labels: tri!(args::enum_arg(g.unknown_labels, &UnknownLabelPolicy::ALL)),
+            labels: tri!(args::enum_arg("care_generator_options.unknown_labels", g.unknown_labels, &UnknownLabelPolicy::ALL)),
         };
-        tri!(opts.validate().map_err(map_error));
+        tri!(args::option_check("care_generator_options", opts.check()));
         let mut scratch = vec![0u8; text.len()];
         let r = match care_core::generator_reward(
             text, &mut scratch, chosen, rejected, &labels, &opts,

@@ -184,17 +184,17 @@ pub(crate) unsafe fn read_policy(
     // SAFETY: forwarded contract.
     let c = unsafe { args::options(p, policy_to_c(&FormatPolicy::PAPER)) }?;
     let policy = FormatPolicy {
-        allow_think: args::flag(c.allow_think)?,
-        allow_code_fence: args::flag(c.allow_code_fence)?,
-        allow_envelope: args::flag(c.allow_envelope)?,
+        allow_think: args::flag("care_format_policy.allow_think", c.allow_think)?,
+        allow_code_fence: args::flag("care_format_policy.allow_code_fence", c.allow_code_fence)?,
+        allow_envelope: args::flag("care_format_policy.allow_envelope", c.allow_envelope)?,
         weight_tolerance: c.weight_tolerance,
-        require_order: args::flag(c.require_order)?,
-        require_key_order: args::flag(c.require_key_order)?,
+        require_order: args::flag("care_format_policy.require_order", c.require_order)?,
+        require_key_order: args::flag("care_format_policy.require_key_order", c.require_key_order)?,
         min_criteria: c.min_criteria,
         max_criteria: c.max_criteria,
-        meta_words: args::flag(c.meta_words)?,
+        meta_words: args::flag("care_format_policy.meta_words", c.meta_words)?,
     };
-    policy.validate().map_err(map_error)?;
+    args::option_check("care_format_policy", policy.check())?;
     Ok(policy)
 }
 
@@ -349,7 +349,7 @@ pub unsafe extern "C" fn care_rubric_weights(
         // SAFETY: forwarded contract.
         let out = tri!(unsafe { args::slice_mut(weights_out, weights_len) });
         if out.len() != 3 {
-            return care_result::CARE_ERR_LENGTH_MISMATCH;
+            return args::mismatch("weights_len", out.len(), "the number of dimensions", 3);
         }
         out.copy_from_slice(&r.weights);
         care_result::CARE_OK
@@ -369,7 +369,7 @@ pub unsafe extern "C" fn care_rubric_criteria_counts(
         // SAFETY: forwarded contract.
         let out = tri!(unsafe { args::slice_mut(counts_out, counts_len) });
         if out.len() != 3 {
-            return care_result::CARE_ERR_LENGTH_MISMATCH;
+            return args::mismatch("counts_len", out.len(), "the number of dimensions", 3);
         }
         out.copy_from_slice(&r.counts);
         care_result::CARE_OK
@@ -411,7 +411,7 @@ pub unsafe extern "C" fn care_rubric_criterion(
         let tl_out = tri!(Out::new(title_len_out));
         let d_out = tri!(Out::new(description_out));
         let dl_out = tri!(Out::new(description_len_out));
-        let d = tri!(args::enum_arg(dimension, &Dimension::ALL));
+        let d = tri!(args::enum_arg("dimension", dimension, &Dimension::ALL));
         let view = r.buf.rubric();
         let Some(c) = view.criteria(d).get(index) else {
             return care_result::CARE_ERR_OUT_OF_RANGE;

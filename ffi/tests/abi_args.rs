@@ -17,6 +17,7 @@ use std::ffi::{c_char, c_void};
 use std::ptr::{null, null_mut};
 
 use care_ffi::advantage::*;
+use care_ffi::detail::care_last_error_detail;
 use care_ffi::gae::*;
 use care_ffi::gpu::*;
 use care_ffi::logsoftmax::*;
@@ -967,6 +968,10 @@ impl Case {
             let mut f = Fx::new();
             let before = f.outputs();
             assert_eq!((self.call)(&mut f, None), want, "{name}: the valid call");
+            // The detail getter itself reads, and never resets, the previous call's detail.
+            if want == CARE_OK && name != "care_last_error_detail" {
+                assert_eq!(detail(), "", "{name}: a success leaves no detail");
+            }
             if self.writes && want == CARE_OK {
                 assert!(
                     !changed(&before, &f.outputs()).is_empty(),
@@ -989,6 +994,9 @@ impl Case {
             }
             let before = f.outputs();
             assert_eq!((self.call)(&mut f, k), want, "{name}: {what}");
+            if name != "care_last_error_detail" {
+                check_detail(name, &what, want, mutate.is_some());
+            }
             if want != CARE_ERR_BUFFER_TOO_SMALL {
                 let c = changed(&before, &f.outputs());
                 assert!(
@@ -998,6 +1006,45 @@ impl Case {
             }
         }
     }
+}
+
+/// `care_last_error_detail` as a string.
+fn detail() -> String {
+    let mut buf = vec![0u8; 2048];
+    let mut n = usize::MAX;
+    let r = unsafe { care_last_error_detail(buf.as_mut_ptr().cast(), buf.len(), &mut n) };
+    assert_eq!(r, CARE_OK, "care_last_error_detail");
+    buf.truncate(n);
+    String::from_utf8(buf).expect("the detail is UTF-8")
+}
+
+/// The detail after a failed call: never empty, and for a fault inside the inputs whose code
+/// names a class (a length, a layout, a struct size, a flag), a sentence of its own rather
+/// than the code's message, since only the sentence says which field to fix.
+fn check_detail(name: &str, what: &str, code: care_result, in_inputs: bool) {
+    let d = detail();
+    assert!(!d.is_empty(), "{name}: {what}: no detail");
+    let generic = care_result_message_str(code);
+    let classed = matches!(
+        code,
+        CARE_ERR_LENGTH_MISMATCH
+            | CARE_ERR_STRUCT_SIZE
+            | CARE_ERR_INVALID_BOOL
+            | CARE_ERR_INVALID_LAYOUT
+    );
+    if in_inputs && classed {
+        assert_ne!(
+            d, generic,
+            "{name}: {what}: only the code's message as the detail"
+        );
+    }
+}
+
+fn care_result_message_str(code: care_result) -> String {
+    // SAFETY: a static NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(care_result_message(code as u32)) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn rewards_rows() -> Vec<Row> {
@@ -1678,6 +1725,9 @@ fn cpu_cases() -> Vec<Case> {
                 p(k, 0, f.profile), p(k, 1, f.p_output.as_ptr().cast()), f.p_output.len(),
                 m(k, 2, &raw mut f.p_check)), 3,
             profile_handle_rows()
+        },
+        case! { |f, k| care_last_error_detail(
+                or_null(&mut f.buf).cast(), f.buf_len, m(k, 0, &raw mut f.len_out)), 1
         },
         case! { |f, k| care_profile_output_feedback(
                 p(k, 0, f.profile), f.p_output.as_ptr().cast(), f.p_output.len(),

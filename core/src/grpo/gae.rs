@@ -24,6 +24,7 @@
 use super::advantage::{StdKind, std_from};
 use super::dist::GroupSums;
 use super::layout::validate_offsets;
+use crate::error::{InvalidOption, domain};
 use crate::names::named_enum;
 use crate::{Error, Result};
 
@@ -74,14 +75,20 @@ impl Default for GaeOptions {
 }
 
 impl GaeOptions {
-    /// Checks the fields. Errors: [`Error::InvalidArgument`] unless both are in `[0, 1]`.
-    pub fn validate(&self) -> Result<()> {
+    /// Checks the fields, naming the first one outside its domain: both in `[0, 1]`.
+    ///
+    /// # Errors
+    /// The field and its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
         let unit = |x: f64| (0.0..=1.0).contains(&x);
-        if unit(self.gamma) && unit(self.lambda) {
-            Ok(())
-        } else {
-            Err(Error::InvalidArgument)
-        }
+        InvalidOption::require(unit(self.gamma), "gamma", domain::UNIT)?;
+        InvalidOption::require(unit(self.lambda), "lambda", domain::UNIT)
+    }
+
+    /// [`GaeOptions::check`] as an [`Error`]: [`Error::InvalidArgument`] unless both are in
+    /// `[0, 1]`.
+    pub fn validate(&self) -> Result<()> {
+        self.check().map_err(Error::from)
     }
 }
 
@@ -111,13 +118,22 @@ impl Default for WhitenOptions {
 }
 
 impl WhitenOptions {
-    /// Checks the fields. Errors: [`Error::InvalidArgument`] for a negative or non-finite eps.
+    /// Checks the fields, naming the one outside its domain: `eps` finite and `>= 0`.
+    ///
+    /// # Errors
+    /// The field and its domain.
+    pub fn check(&self) -> core::result::Result<(), InvalidOption> {
+        InvalidOption::require(
+            domain::finite_non_negative(self.eps),
+            "eps",
+            domain::FINITE_NON_NEGATIVE,
+        )
+    }
+
+    /// [`WhitenOptions::check`] as an [`Error`]: [`Error::InvalidArgument`] for a negative or
+    /// non-finite eps.
     pub fn validate(&self) -> Result<()> {
-        if self.eps.is_finite() && self.eps >= 0.0 {
-            Ok(())
-        } else {
-            Err(Error::InvalidArgument)
-        }
+        self.check().map_err(Error::from)
     }
 }
 
