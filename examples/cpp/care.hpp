@@ -23,11 +23,22 @@
 
 namespace care {
 
-/// A failed libcare call.
+/// The calling thread's detail of its last failed libcare call (which field, what to fix).
+inline std::string last_error_detail() {
+  std::string text(1024, '\0');
+  size_t n = 0;
+  if (care_last_error_detail(text.data(), text.size(), &n) != CARE_OK) return {};
+  text.resize(n);
+  return text;
+}
+
+/// A failed libcare call: the code, its message and the call's detail.
 class Error : public std::runtime_error {
  public:
   explicit Error(care_result code)
-      : std::runtime_error(std::string("care: ") + care_result_message(code)), code_(code) {}
+      : std::runtime_error(std::string("care: ") + care_result_message(code) + ": " +
+                           last_error_detail()),
+        code_(code) {}
   care_result code() const noexcept { return code_; }
 
  private:
