@@ -84,7 +84,13 @@ fn workspace_ptr(ws: &Tensor<'_>, dev: Device) -> PyResult<u64> {
 /// Resets a raw device statistics struct to `LossStatsRaw::EMPTY`, on the stream (a memset
 /// node in a captured graph, no host copy).
 fn reset_stats(l: &CudaLauncher, stats: &Tensor<'_>, dev: Device, stream: usize) -> PyResult<u64> {
-    reset_raw(l, stats, bytemuck::bytes_of(&LossStatsRaw::EMPTY), dev, stream)
+    reset_raw(
+        l,
+        stats,
+        bytemuck::bytes_of(&LossStatsRaw::EMPTY),
+        dev,
+        stream,
+    )
 }
 
 /// Resets a raw device rollout-diagnostics struct (`RolloutStatsRaw`) to zero, on the stream.
@@ -94,7 +100,13 @@ fn reset_rollout_stats(
     dev: Device,
     stream: usize,
 ) -> PyResult<u64> {
-    reset_raw(l, stats, bytemuck::bytes_of(&RolloutStatsRaw::default()), dev, stream)
+    reset_raw(
+        l,
+        stats,
+        bytemuck::bytes_of(&RolloutStatsRaw::default()),
+        dev,
+        stream,
+    )
 }
 
 /// Writes `init` (a raw device struct of 4-byte fields) over the float32 tensor `stats` of the
