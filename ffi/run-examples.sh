@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds libcare, the C and C++ examples (static and shared, ASan + UBSan) and checks that each
 # prints what the Rust API computes for the same GRPO step (ffi/examples/reference.rs). Lines
-# starting with "gpu" depend on the machine and are not compared.
+# starting with "gpu" depend on the machine and are not compared. The C rollout example
+# (examples/c/rollout_step.c) asserts its own numbers instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fixtures="${CARE_FIXTURES:-cli/data}"  # the bundled copies of the paper fixtures
@@ -29,4 +30,8 @@ for rubric in "$fixtures"/rubric_sft_1.json "$fixtures"/rubric_sft_2.json; do
     grep '^gpu' "$tmp/got" | sed "s|^|  $(basename "$(dirname "$exe")")/$(basename "$exe"): |"
   done
 done
-echo "run-examples: C and C++ examples match the Rust API (static and shared, ASan + UBSan)"
+# The rollout example checks its own numbers against the formulas and exits 1 on a mismatch.
+for exe in "$bin"/examples/c/rollout_step_static "$bin"/examples/c/rollout_step_shared; do
+  "$exe" | sed "s|^|  c/$(basename "$exe"): |"
+done
+echo "run-examples: C and C++ examples match the Rust API and their own checks (static and shared, ASan + UBSan)"

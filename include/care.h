@@ -18,6 +18,10 @@
 // Bytes of the device-side loss statistics accumulator of `care_gpu_policy_loss`.
 #define CARE_GPU_LOSS_STATS_BYTES 56
 
+// Bytes of the device-side rollout-diagnostics accumulator of `care_gpu_policy_loss_into`
+// (4-byte aligned).
+#define CARE_GPU_ROLLOUT_STATS_BYTES 52
+
 // The number of rejection criteria (`care_rollout_options.reject` entries).
 #define CARE_REJECTION_COUNT 11
 
@@ -1089,6 +1093,39 @@ typedef struct care_loss_stats {
   double ratio_max;
 } care_loss_stats;
 
+// The rollout correction's diagnostics as sums over counted tokens (the mask's, before
+// rejection) and over sequences with a counted token; they add across micro-batches and
+// ranks. Means: divide by `tokens` or `sequences`.
+typedef struct care_rollout_stats {
+  // Counted tokens.
+  double tokens;
+  // Sequences with a counted token.
+  double sequences;
+  // Counted tokens some criterion rejects.
+  double rejected_tokens;
+  // Sequences with a rejected token.
+  double rejected_sequences;
+  // Counted tokens whose weight hit a truncation bound.
+  double truncated;
+  // Sum of the importance weights before rejection.
+  double weight_sum;
+  // `sum (logp_rollout - logp_prox)` (the k1 KL estimate of the rollout policy from the
+  // proximal one, unclamped).
+  double kl_sum;
+  // `sum (exp(x) - x - 1)`, unclamped.
+  double k3_sum;
+  // Per sequence: `-mean_t x_t` (the log-perplexity difference).
+  double log_ppl_diff_sum;
+  // Per sequence: `|mean_t x_t|`.
+  double log_ppl_abs_diff_sum;
+  // `sum rho_t^2` (clamped log ratio).
+  double chi2_token_sum;
+  // Per sequence: `(prod_t rho_t)^2` (clamped sum).
+  double chi2_seq_sum;
+  // Counted tokens with a non-finite `logp_prox` or `logp_rollout`.
+  double non_finite;
+} care_rollout_stats;
+
 // The inputs of the policy loss for one micro-batch (SPEC §10), shared by `care_policy_loss`,
 // `care_gpu_policy_loss` and (without `logp`) the fused logits paths; host memory for the CPU
 // functions, device memory for the GPU ones.
@@ -1222,6 +1259,29 @@ typedef struct care_loss_options {
   struct care_rollout_options rollout;
 } care_loss_options;
 
+// The device outputs of `care_gpu_policy_loss_into`. Every buffer is optional ((NULL, 0) to
+// skip) and device memory.
+typedef struct care_gpu_loss_outputs {
+  // `sizeof(care_gpu_loss_outputs)`.
+  uint32_t struct_size;
+  // A `care_dtype` for `grad`: `CARE_DTYPE_F32`, or the inputs' dtype.
+  uint32_t grad_dtype;
+  // `dL/dlogp` `[T]` in `grad_dtype`, or NULL.
+  void *grad;
+  // 0 or `T`.
+  size_t grad_len;
+  // The loss-statistics accumulator (`care_gpu_loss_stats_reset` / `_read`), or NULL.
+  void *stats;
+  // 0 or `CARE_GPU_LOSS_STATS_BYTES`.
+  size_t stats_len;
+  // The rollout-diagnostics accumulator (`care_gpu_rollout_stats_reset` / `_read`), or
+  // NULL. Nothing is added without `inputs->logp_rollout`, as the CPU has no diagnostics
+  // then.
+  void *rollout_stats;
+  // 0 or `CARE_GPU_ROLLOUT_STATS_BYTES`.
+  size_t rollout_stats_len;
+} care_gpu_loss_outputs;
+
 // Rows of logits with their targets: the input of every selective log-softmax entry point
 // (CPU: host memory; GPU: device memory).
 //
@@ -1328,39 +1388,6 @@ typedef struct care_logits_loss_outputs {
   // `rows`.
   size_t dlogp_len;
 } care_logits_loss_outputs;
-
-// The rollout correction's diagnostics as sums over counted tokens (the mask's, before
-// rejection) and over sequences with a counted token; they add across micro-batches and
-// ranks. Means: divide by `tokens` or `sequences`.
-typedef struct care_rollout_stats {
-  // Counted tokens.
-  double tokens;
-  // Sequences with a counted token.
-  double sequences;
-  // Counted tokens some criterion rejects.
-  double rejected_tokens;
-  // Sequences with a rejected token.
-  double rejected_sequences;
-  // Counted tokens whose weight hit a truncation bound.
-  double truncated;
-  // Sum of the importance weights before rejection.
-  double weight_sum;
-  // `sum (logp_rollout - logp_prox)` (the k1 KL estimate of the rollout policy from the
-  // proximal one, unclamped).
-  double kl_sum;
-  // `sum (exp(x) - x - 1)`, unclamped.
-  double k3_sum;
-  // Per sequence: `-mean_t x_t` (the log-perplexity difference).
-  double log_ppl_diff_sum;
-  // Per sequence: `|mean_t x_t|`.
-  double log_ppl_abs_diff_sum;
-  // `sum rho_t^2` (clamped log ratio).
-  double chi2_token_sum;
-  // Per sequence: `(prod_t rho_t)^2` (clamped sum).
-  double chi2_seq_sum;
-  // Counted tokens with a non-finite `logp_prox` or `logp_rollout`.
-  double non_finite;
-} care_rollout_stats;
 
 // What a profile holds, in numbers.
 typedef struct care_profile_info {
@@ -1971,6 +1998,22 @@ care_result care_gpu_loss_stats_read(const void *d_stats,
                                      const struct care_gpu_launch *launch,
                                      struct care_loss_stats *stats_out);
 
+// Synchronizes `launch->stream`, then resets the device rollout-diagnostics accumulator
+// `d_rollout_stats` (`CARE_GPU_ROLLOUT_STATS_BYTES`, 4-byte aligned) to zero.
+// `care_gpu_policy_loss_into` adds into it, so one accumulator can collect several
+// micro-batches. Uses no workspace.
+care_result care_gpu_rollout_stats_reset(void *d_rollout_stats,
+                                         size_t rollout_stats_len,
+                                         const struct care_gpu_launch *launch);
+
+// Synchronizes `launch->stream` and reads the device rollout-diagnostics accumulator
+// `d_rollout_stats` into `*stats_out`: the fields of `care_rollout_correction`'s statistics,
+// summed over every `care_gpu_policy_loss_into` call since the last reset. Uses no workspace.
+care_result care_gpu_rollout_stats_read(const void *d_rollout_stats,
+                                        size_t rollout_stats_len,
+                                        const struct care_gpu_launch *launch,
+                                        struct care_rollout_stats *stats_out);
+
 // The fused policy loss on the GPU, asynchronously on `launch->stream`: the inputs and
 // options of `care_policy_loss` (device memory), the gradient into `d_grad_out[grad_len]`
 // (`== T`; (NULL, 0) for loss and statistics only) as `grad_dtype` elements
@@ -1979,7 +2022,8 @@ care_result care_gpu_loss_stats_read(const void *d_stats,
 // `_read`; the loss is `stats.loss`; (NULL, 0) to skip). Same results as `care_policy_loss`
 // within the documented tolerance, the policy-loss family and the rollout correction included,
 // except Clip-Cov and KL-Cov (`CARE_ERR_INVALID_ARGUMENT`: their batch-wide covariance
-// selection runs on the CPU only).
+// selection runs on the CPU only). The rollout diagnostics are not accumulated here; use
+// `care_gpu_policy_loss_into` for them.
 care_result care_gpu_policy_loss(const struct care_loss_inputs *inputs,
                                  const struct care_loss_options *options,
                                  void *d_grad_out,
@@ -1988,6 +2032,21 @@ care_result care_gpu_policy_loss(const struct care_loss_inputs *inputs,
                                  void *d_stats,
                                  size_t stats_len,
                                  const struct care_gpu_launch *launch);
+
+// `care_gpu_policy_loss` with its device outputs in a size-versioned struct, which adds the
+// rollout correction's diagnostics: with `inputs->logp_rollout`, the loss pass adds the
+// statistics that `care_rollout_correction` computes on the same inputs and options into
+// `outputs->rollout_stats` (`CARE_GPU_ROLLOUT_STATS_BYTES`; see
+// `care_gpu_rollout_stats_reset` / `_read`), within the documented tolerance. The gradient,
+// the loss statistics and the errors are those of `care_gpu_policy_loss`, checked in the same
+// order. An outputs struct rather than more arguments: the device outputs of the loss are
+// optional and may grow, and a struct grows without a new entry point; the inputs struct is
+// shared with the CPU, which has no device accumulator, so the accumulator does not belong
+// there.
+care_result care_gpu_policy_loss_into(const struct care_loss_inputs *inputs,
+                                      const struct care_loss_options *options,
+                                      const struct care_gpu_loss_outputs *outputs,
+                                      const struct care_gpu_launch *launch);
 
 // Selective log-softmax on the CPU (the `f64` reference, outputs rounded to `float`): for
 // every row `i`, `outputs->logp[i] = log softmax(x_i / T)[y_i]`, and the entropy and

@@ -11,7 +11,7 @@ use core::mem::size_of;
 
 use care_core::grpo::LossStats;
 use care_kernels::cuda::{CudaLauncher, driver_available};
-use care_kernels::params::LossStatsRaw;
+use care_kernels::params::{LossStatsRaw, RolloutStatsRaw};
 use care_kernels::{
     AdvantageBuffers, AdvantageInputs, DeviceGroups, Dtype, KernelError, LossBuffers,
     RolloutBuffers, Tuning, WORKSPACE_BYTES,
@@ -23,16 +23,20 @@ use crate::advantage::{
     self, care_advantage_options, care_advantage_outputs, care_group_layout, care_rewards,
 };
 use crate::args::{self, Out};
-use crate::loss::{self, care_loss_inputs, care_loss_options, care_loss_stats};
+use crate::loss::{self, care_loss_inputs, care_loss_options, care_loss_stats, care_rollout_stats};
 use crate::result::{care_result, map_error};
 
 /// Bytes of device workspace every GPU call needs (16-byte aligned, caller-allocated).
 pub const CARE_GPU_WORKSPACE_BYTES: usize = 64;
 /// Bytes of the device-side loss statistics accumulator of `care_gpu_policy_loss`.
 pub const CARE_GPU_LOSS_STATS_BYTES: usize = 56;
+/// Bytes of the device-side rollout-diagnostics accumulator of `care_gpu_policy_loss_into`
+/// (4-byte aligned).
+pub const CARE_GPU_ROLLOUT_STATS_BYTES: usize = 52;
 
 const _: () = assert!(CARE_GPU_WORKSPACE_BYTES == WORKSPACE_BYTES);
 const _: () = assert!(CARE_GPU_LOSS_STATS_BYTES == size_of::<LossStatsRaw>());
+const _: () = assert!(CARE_GPU_ROLLOUT_STATS_BYTES == size_of::<RolloutStatsRaw>());
 
 /// A device address: NULL is `None` when the buffer is optional and `CARE_ERR_NULL_POINTER`
 /// when it is required; `len` must be `want` (the lengths are checked against each other,
@@ -363,6 +367,53 @@ pub unsafe extern "C" fn care_gpu_group_advantages_status(
     }
 }
 
+/// The device address of a statistics accumulator of `want` bytes: required, the exact
+/// length, 4-byte aligned (the kernels add into its `float`/`uint32_t` fields with atomics).
+fn dev_stats(
+    p: *const c_void,
+    len: usize,
+    want: usize,
+    required: bool,
+) -> Result<u64, care_result> {
+    dev(p.cast::<u32>(), len, want, required)
+}
+
+/// Synchronizes the stream of `launch`, then copies `init` over the device accumulator `s`.
+///
+/// # Safety
+/// As for [`read_launch`]; `s` is device memory of `init.len()` bytes on the stream's context.
+unsafe fn stats_reset(s: u64, init: &[u8], launch: *const care_gpu_launch) -> care_result {
+    // SAFETY: forwarded contract.
+    let l = tri!(unsafe { read_launch(launch, false) });
+    // SAFETY: forwarded contract.
+    let b = tri!(unsafe { backend(l.stream, s) });
+    if let Err(e) = b.synchronize() {
+        return driver_code(e);
+    }
+    // SAFETY: `s` holds `init.len()` bytes (checked length); the stream is idle.
+    match unsafe { cu::memcpy_htod_sync(s, init) } {
+        Ok(()) => care_result::CARE_OK,
+        Err(e) => driver_code(e),
+    }
+}
+
+/// Synchronizes the stream of `launch` and copies the device accumulator `s` into `raw`.
+///
+/// # Safety
+/// As for [`stats_reset`], with `raw.len()` bytes at `s`.
+unsafe fn stats_read(
+    s: u64,
+    raw: &mut [u8],
+    launch: *const care_gpu_launch,
+) -> Result<(), care_result> {
+    // SAFETY (all blocks): forwarded contract.
+    let l = unsafe { read_launch(launch, false) }?;
+    let b = unsafe { backend(l.stream, s) }?;
+    b.synchronize().map_err(driver_code)?;
+    // SAFETY: the stream is idle; `s` holds `raw.len()` bytes.
+    unsafe { cu::memcpy_dtoh_sync(raw, s) }.map_err(driver_code)
+}
+
 /// Synchronizes `launch->stream`, then resets the device loss-statistics accumulator `d_stats`
 /// (`stats_len == CARE_GPU_LOSS_STATS_BYTES`) to empty. `care_gpu_policy_loss` adds into it, so
 /// one accumulator can collect several micro-batches.
@@ -374,20 +425,9 @@ pub unsafe extern "C" fn care_gpu_loss_stats_reset(
 ) -> care_result {
     ffi_panic_boundary! {
         let s = tri!(dev(d_stats.cast_const(), stats_len, CARE_GPU_LOSS_STATS_BYTES, true));
-        // SAFETY: forwarded contract.
-        let l = tri!(unsafe { read_launch(launch, false) });
-        // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(l.stream, s) });
         static EMPTY: LossStatsRaw = LossStatsRaw::EMPTY;
-        let bytes: &'static [u8] = bytemuck::bytes_of(&EMPTY);
-        if let Err(e) = b.synchronize() {
-            return driver_code(e);
-        }
-        // SAFETY: `s` holds CARE_GPU_LOSS_STATS_BYTES (checked length); the stream is idle.
-        match unsafe { cu::memcpy_htod_sync(s, bytes) } {
-            Ok(()) => care_result::CARE_OK,
-            Err(e) => driver_code(e),
-        }
+        // SAFETY: forwarded contract; `s` holds CARE_GPU_LOSS_STATS_BYTES (checked length).
+        unsafe { stats_reset(s, bytemuck::bytes_of(&EMPTY), launch) }
     }
 }
 
@@ -403,22 +443,59 @@ pub unsafe extern "C" fn care_gpu_loss_stats_read(
     ffi_panic_boundary! {
         let s = tri!(dev(d_stats, stats_len, CARE_GPU_LOSS_STATS_BYTES, true));
         let out = tri!(Out::new(stats_out));
-        // SAFETY: forwarded contract.
-        let l = tri!(unsafe { read_launch(launch, false) });
-        // SAFETY: forwarded contract.
-        let b = tri!(unsafe { backend(l.stream, s) });
-        if let Err(e) = b.synchronize() {
-            return driver_code(e);
-        }
         let mut raw = [0u8; CARE_GPU_LOSS_STATS_BYTES];
-        // SAFETY: the stream is idle; `s` holds CARE_GPU_LOSS_STATS_BYTES.
-        if let Err(e) = unsafe { cu::memcpy_dtoh_sync(&mut raw, s) } {
-            return driver_code(e);
-        }
+        // SAFETY: forwarded contract; `s` holds CARE_GPU_LOSS_STATS_BYTES (checked length).
+        tri!(unsafe { stats_read(s, &mut raw, launch) });
         let st: LossStatsRaw = bytemuck::pod_read_unaligned(&raw);
         let core_stats: LossStats = st.to_core();
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
         unsafe { out.write(loss::stats_to_c(&core_stats)) };
+        care_result::CARE_OK
+    }
+}
+
+/// Synchronizes `launch->stream`, then resets the device rollout-diagnostics accumulator
+/// `d_rollout_stats` (`CARE_GPU_ROLLOUT_STATS_BYTES`, 4-byte aligned) to zero.
+/// `care_gpu_policy_loss_into` adds into it, so one accumulator can collect several
+/// micro-batches. Uses no workspace.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_rollout_stats_reset(
+    d_rollout_stats: *mut c_void,
+    rollout_stats_len: usize,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    ffi_panic_boundary! {
+        let s = tri!(dev_stats(
+            d_rollout_stats.cast_const(),
+            rollout_stats_len,
+            CARE_GPU_ROLLOUT_STATS_BYTES,
+            true,
+        ));
+        let zero = RolloutStatsRaw::default(); // every sum and count 0
+        // SAFETY: forwarded contract; `s` holds CARE_GPU_ROLLOUT_STATS_BYTES (checked length).
+        unsafe { stats_reset(s, bytemuck::bytes_of(&zero), launch) }
+    }
+}
+
+/// Synchronizes `launch->stream` and reads the device rollout-diagnostics accumulator
+/// `d_rollout_stats` into `*stats_out`: the fields of `care_rollout_correction`'s statistics,
+/// summed over every `care_gpu_policy_loss_into` call since the last reset. Uses no workspace.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_rollout_stats_read(
+    d_rollout_stats: *const c_void,
+    rollout_stats_len: usize,
+    launch: *const care_gpu_launch,
+    stats_out: *mut care_rollout_stats,
+) -> care_result {
+    ffi_panic_boundary! {
+        let s = tri!(dev_stats(d_rollout_stats, rollout_stats_len, CARE_GPU_ROLLOUT_STATS_BYTES, true));
+        let out = tri!(Out::new(stats_out));
+        let mut raw = [0u8; CARE_GPU_ROLLOUT_STATS_BYTES];
+        // SAFETY: forwarded contract; `s` holds CARE_GPU_ROLLOUT_STATS_BYTES (checked length).
+        tri!(unsafe { stats_read(s, &mut raw, launch) });
+        let st: RolloutStatsRaw = bytemuck::pod_read_unaligned(&raw);
+        // SAFETY: checked non-NULL and aligned; valid for a write (contract).
+        unsafe { out.write(loss::rollout_stats_to_c(&st.to_core())) };
         care_result::CARE_OK
     }
 }
@@ -505,7 +582,8 @@ fn device_loss_unexplained(
 /// `_read`; the loss is `stats.loss`; (NULL, 0) to skip). Same results as `care_policy_loss`
 /// within the documented tolerance, the policy-loss family and the rollout correction included,
 /// except Clip-Cov and KL-Cov (`CARE_ERR_INVALID_ARGUMENT`: their batch-wide covariance
-/// selection runs on the CPU only).
+/// selection runs on the CPU only). The rollout diagnostics are not accumulated here; use
+/// `care_gpu_policy_loss_into` for them.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_gpu_policy_loss(
     inputs: *const care_loss_inputs,
@@ -518,52 +596,159 @@ pub unsafe extern "C" fn care_gpu_policy_loss(
     launch: *const care_gpu_launch,
 ) -> care_result {
     ffi_panic_boundary! {
-        // SAFETY (all blocks below): forwarded contract of the entry point.
-        let c = tri!(unsafe { args::input(inputs) });
-        let t = c.logp_len;
-        let d = tri!(device_loss(&c, t, true));
-        let grad_dtype = tri!(loss::read_dtype(grad_dtype));
-        if grad_dtype != Dtype::F32 && grad_dtype != d.dtype {
-            return care_result::CARE_ERR_INVALID_ARGUMENT;
-        }
-        let grad = tri!(dev(d_grad_out.cast_const(), grad_len, t, false).map_err(|e| {
-            loss::explain(e, &c, t, "care_loss_inputs.logp_len", &[("grad_len", grad_len)], None)
-        }));
-        let stats = tri!(dev(d_stats.cast_const(), stats_len, CARE_GPU_LOSS_STATS_BYTES, false));
-        let opts = tri!(unsafe { loss::read_options(options) });
-        let l = tri!(unsafe { read_launch(launch, true) });
-        let buf = LossBuffers {
-            dtype: d.dtype,
-            logp: d.logp,
-            logp_old: d.logp_old,
-            logp_ref: d.logp_ref,
-            adv: d.adv,
-            adv_per_token: d.per_token,
-            mask: d.mask,
-            seq_offsets: d.seq_offsets,
-            n_seq: d.n_seq,
-            n_tok: tri!(to_u32(t)),
-            max_seq_len: d.max_seq_len,
-            grad,
-            grad_in_input_dtype: grad_dtype != Dtype::F32,
-            stats,
-            workspace: l.workspace,
+        let outputs = care_gpu_loss_outputs {
+            struct_size: size_of::<care_gpu_loss_outputs>() as u32,
+            grad_dtype,
+            grad: d_grad_out,
+            grad_len,
+            stats: d_stats,
+            stats_len,
+            rollout_stats: core::ptr::null_mut(),
+            rollout_stats_len: 0,
         };
-        // Options the kernels do not implement are reported before a driver is needed.
-        if !care_kernels::loss_supported(&opts) {
-            return care_result::CARE_ERR_INVALID_ARGUMENT;
-        }
-        let roll = RolloutBuffers {
-            logp_rollout: tri!(dev_logp(c.logp_rollout, c.logp_rollout_len, t, false, d.dtype)),
-            stats: 0,
-        };
-        let b = tri!(unsafe { backend(l.stream, d.seq_offsets) });
-        // SAFETY: every address is caller device memory of the documented, cross-checked size.
-        let run = unsafe { care_kernels::grpo_loss_with(&b, &buf, &roll, &opts, Tuning::default()) };
-        match run {
-            Ok(()) => care_result::CARE_OK,
-            Err(e) => kernel_code(e),
-        }
+        // SAFETY: forwarded contract of the entry point.
+        unsafe { policy_loss_on(inputs, options, &outputs, launch) }
+    }
+}
+
+/// The device outputs of `care_gpu_policy_loss_into`. Every buffer is optional ((NULL, 0) to
+/// skip) and device memory.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_gpu_loss_outputs {
+    /// `sizeof(care_gpu_loss_outputs)`.
+    pub struct_size: u32,
+    /// A `care_dtype` for `grad`: `CARE_DTYPE_F32`, or the inputs' dtype.
+    pub grad_dtype: u32,
+    /// `dL/dlogp` `[T]` in `grad_dtype`, or NULL.
+    pub grad: *mut c_void,
+    /// 0 or `T`.
+    pub grad_len: usize,
+    /// The loss-statistics accumulator (`care_gpu_loss_stats_reset` / `_read`), or NULL.
+    pub stats: *mut c_void,
+    /// 0 or `CARE_GPU_LOSS_STATS_BYTES`.
+    pub stats_len: usize,
+    /// The rollout-diagnostics accumulator (`care_gpu_rollout_stats_reset` / `_read`), or
+    /// NULL. Nothing is added without `inputs->logp_rollout`, as the CPU has no diagnostics
+    /// then.
+    pub rollout_stats: *mut c_void,
+    /// 0 or `CARE_GPU_ROLLOUT_STATS_BYTES`.
+    pub rollout_stats_len: usize,
+}
+
+/// `care_gpu_policy_loss` with its device outputs in a size-versioned struct, which adds the
+/// rollout correction's diagnostics: with `inputs->logp_rollout`, the loss pass adds the
+/// statistics that `care_rollout_correction` computes on the same inputs and options into
+/// `outputs->rollout_stats` (`CARE_GPU_ROLLOUT_STATS_BYTES`; see
+/// `care_gpu_rollout_stats_reset` / `_read`), within the documented tolerance. The gradient,
+/// the loss statistics and the errors are those of `care_gpu_policy_loss`, checked in the same
+/// order. An outputs struct rather than more arguments: the device outputs of the loss are
+/// optional and may grow, and a struct grows without a new entry point; the inputs struct is
+/// shared with the CPU, which has no device accumulator, so the accumulator does not belong
+/// there.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_policy_loss_into(
+    inputs: *const care_loss_inputs,
+    options: *const care_loss_options,
+    outputs: *const care_gpu_loss_outputs,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (both blocks): forwarded contract of the entry point.
+        let o = tri!(unsafe { args::input(outputs) });
+        unsafe { policy_loss_on(inputs, options, &o, launch) }
+    }
+}
+
+/// The body of `care_gpu_policy_loss` and `care_gpu_policy_loss_into`: every argument checked
+/// (inputs, grad dtype, outputs, options, launch, kernel support), then the launch.
+///
+/// # Safety
+/// As for [`args::input`] on `inputs`, `options` and `launch`; the addresses in `inputs` and
+/// `o` are device memory of the lengths they state.
+unsafe fn policy_loss_on(
+    inputs: *const care_loss_inputs,
+    options: *const care_loss_options,
+    o: &care_gpu_loss_outputs,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    // SAFETY (all blocks below): forwarded contract.
+    let c = tri!(unsafe { args::input(inputs) });
+    let t = c.logp_len;
+    let d = tri!(device_loss(&c, t, true));
+    let grad_dtype = tri!(loss::read_dtype(o.grad_dtype));
+    if grad_dtype != Dtype::F32 && grad_dtype != d.dtype {
+        return crate::detail::fail(
+            care_result::CARE_ERR_INVALID_ARGUMENT,
+            format_args!(
+                "grad_dtype is {}; the gradient is written as CARE_DTYPE_F32 or in the inputs' \
+                 dtype ({})",
+                o.grad_dtype, c.dtype
+            ),
+        );
+    }
+    let grad = tri!(dev(o.grad.cast_const(), o.grad_len, t, false).map_err(|e| {
+        loss::explain(
+            e,
+            &c,
+            t,
+            "care_loss_inputs.logp_len",
+            &[("grad_len", o.grad_len)],
+            None,
+        )
+    }));
+    let stats = tri!(dev(
+        o.stats.cast_const(),
+        o.stats_len,
+        CARE_GPU_LOSS_STATS_BYTES,
+        false
+    ));
+    let rollout_stats = tri!(dev_stats(
+        o.rollout_stats.cast_const(),
+        o.rollout_stats_len,
+        CARE_GPU_ROLLOUT_STATS_BYTES,
+        false,
+    ));
+    let opts = tri!(unsafe { loss::read_options(options) });
+    let l = tri!(unsafe { read_launch(launch, true) });
+    let buf = LossBuffers {
+        dtype: d.dtype,
+        logp: d.logp,
+        logp_old: d.logp_old,
+        logp_ref: d.logp_ref,
+        adv: d.adv,
+        adv_per_token: d.per_token,
+        mask: d.mask,
+        seq_offsets: d.seq_offsets,
+        n_seq: d.n_seq,
+        n_tok: tri!(to_u32(t)),
+        max_seq_len: d.max_seq_len,
+        grad,
+        grad_in_input_dtype: grad_dtype != Dtype::F32,
+        stats,
+        workspace: l.workspace,
+    };
+    // Options the kernels do not implement are reported before a driver is needed.
+    if !care_kernels::loss_supported(&opts) {
+        return care_result::CARE_ERR_INVALID_ARGUMENT;
+    }
+    let roll = RolloutBuffers {
+        logp_rollout: tri!(dev_logp(
+            c.logp_rollout,
+            c.logp_rollout_len,
+            t,
+            false,
+            d.dtype
+        )),
+        stats: rollout_stats,
+    };
+    let b = tri!(unsafe { backend(l.stream, d.seq_offsets) });
+    // SAFETY: every address is caller device memory of the documented, cross-checked size.
+    let run = unsafe { care_kernels::grpo_loss_with(&b, &buf, &roll, &opts, Tuning::default()) };
+    match run {
+        Ok(()) => care_result::CARE_OK,
+        Err(e) => kernel_code(e),
     }
 }
 

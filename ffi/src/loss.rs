@@ -686,7 +686,7 @@ fn rollout_from_c(c: &care_rollout_options) -> Result<RolloutOptions, care_resul
     })
 }
 
-fn rollout_stats_to_c(s: &RolloutStats) -> care_rollout_stats {
+pub(crate) fn rollout_stats_to_c(s: &RolloutStats) -> care_rollout_stats {
     care_rollout_stats {
         tokens: s.tokens,
         sequences: s.sequences,

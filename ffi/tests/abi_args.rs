@@ -174,6 +174,8 @@ struct Fx {
     d_grad_len: usize,
     grad_dtype: u32,
     d_stats_len: usize,
+    d_rstats_len: usize,
+    d_glo: care_gpu_loss_outputs,
     d_lg: care_logits,
     d_lsm_out: care_log_softmax_outputs,
     d_grads: care_log_softmax_grads,
@@ -456,6 +458,17 @@ impl Fx {
             d_grad_len: T_TOK,
             grad_dtype: care_dtype::CARE_DTYPE_F32 as u32,
             d_stats_len: CARE_GPU_LOSS_STATS_BYTES,
+            d_rstats_len: CARE_GPU_ROLLOUT_STATS_BYTES,
+            d_glo: care_gpu_loss_outputs {
+                struct_size: sz::<care_gpu_loss_outputs>(),
+                grad_dtype: care_dtype::CARE_DTYPE_F32 as u32,
+                grad: fake(),
+                grad_len: T_TOK,
+                stats: fake(),
+                stats_len: CARE_GPU_LOSS_STATS_BYTES,
+                rollout_stats: fake(),
+                rollout_stats_len: CARE_GPU_ROLLOUT_STATS_BYTES,
+            },
             d_lg: care_logits {
                 struct_size: sz::<care_logits>(),
                 dtype: care_dtype::CARE_DTYPE_F32 as u32,
@@ -1938,6 +1951,42 @@ fn every_exported_function_checks_its_arguments() {
     assert!(unknown.is_empty(), "called but not in care.h: {unknown:?}");
 }
 
+/// The faults of `care_gpu_policy_loss` and `care_gpu_policy_loss_into` outside their
+/// outputs: the inputs, the options (with the CPU-only losses) and the launch.
+fn gpu_loss_rows() -> Vec<Row> {
+    [loss_options_rows(), launch_rows(true), rows![
+        "inputs.struct_size short": |f| f.d_li.struct_size -= 4 => CARE_ERR_STRUCT_SIZE,
+        "inputs.dtype unknown": |f| f.d_li.dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
+        "inputs.logp NULL": |f| f.d_li.logp = null() => CARE_ERR_NULL_POINTER,
+        "inputs.logp_old_len != T": |f| f.d_li.logp_old_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+        "inputs.logp_old misaligned for its dtype": |f| {
+            f.d_li.logp_old = 0x1002 as *const c_void
+        } => CARE_ERR_INVALID_ARGUMENT,
+        "inputs.seq_offsets NULL": |f| f.d_li.seq_offsets = null() => CARE_ERR_NULL_POINTER,
+        "inputs: no sequence offsets": |f| f.d_li.seq_offsets_len = 0 => CARE_ERR_INVALID_LAYOUT,
+        "inputs.mask_len != T": |f| f.d_li.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+        "advantages_len != B": |f| f.d_li.advantages_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+        "unknown adv. kind": |f| f.d_li.advantages_kind = 7 => CARE_ERR_INVALID_ARGUMENT,
+        "inputs.logp_rollout NULL with a length": |f| {
+            f.d_li.logp_rollout_len = T_TOK
+        } => CARE_ERR_NULL_POINTER,
+        "inputs.logp_rollout_len != T": |f| {
+            f.d_li.logp_rollout = fake();
+            f.d_li.logp_rollout_len = 4
+        } => CARE_ERR_LENGTH_MISMATCH,
+        "inputs.logp_rollout misaligned": |f| {
+            f.d_li.logp_rollout = 0x1001 as *const c_void;
+            f.d_li.logp_rollout_len = T_TOK
+        } => CARE_ERR_INVALID_ARGUMENT,
+        "options.policy_loss Clip-Cov (CPU only)": |f| {
+            f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV as u32
+        } => CARE_ERR_INVALID_ARGUMENT,
+        "options.policy_loss KL-Cov (CPU only)": |f| {
+            f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV as u32
+        } => CARE_ERR_INVALID_ARGUMENT,
+    ]].concat()
+}
+
 /// The tables of the GPU entry points, on fake device addresses: every fault is found before
 /// any driver call. The valid call gives `CARE_ERR_CUDA_UNAVAILABLE` without a driver; with
 /// one it is not made (it would launch on the fake addresses).
@@ -1984,40 +2033,53 @@ fn gpu_cases() -> Vec<Case> {
         case! { |f, k| care_gpu_policy_loss(
                 p(k, 0, &f.d_li), &f.lo, fake(), f.d_grad_len, f.grad_dtype, fake(),
                 f.d_stats_len, p(k, 1, &f.launch)), 2,
-            [loss_options_rows(), launch_rows(true), rows![
-                "inputs.struct_size short": |f| f.d_li.struct_size -= 4 => CARE_ERR_STRUCT_SIZE,
-                "inputs.dtype unknown": |f| f.d_li.dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
-                "inputs.logp NULL": |f| f.d_li.logp = null() => CARE_ERR_NULL_POINTER,
-                "inputs.logp_old_len != T": |f| f.d_li.logp_old_len = 4 => CARE_ERR_LENGTH_MISMATCH,
-                "inputs.logp_old misaligned for its dtype": |f| {
-                    f.d_li.logp_old = 0x1002 as *const c_void
-                } => CARE_ERR_INVALID_ARGUMENT,
-                "inputs.seq_offsets NULL": |f| f.d_li.seq_offsets = null() => CARE_ERR_NULL_POINTER,
-                "inputs: no sequence offsets": |f| f.d_li.seq_offsets_len = 0 => CARE_ERR_INVALID_LAYOUT,
-                "inputs.mask_len != T": |f| f.d_li.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
-                "advantages_len != B": |f| f.d_li.advantages_len = 1 => CARE_ERR_LENGTH_MISMATCH,
-                "unknown adv. kind": |f| f.d_li.advantages_kind = 7 => CARE_ERR_INVALID_ARGUMENT,
+            [gpu_loss_rows(), rows![
                 "grad_len != T": |f| f.d_grad_len = 4 => CARE_ERR_LENGTH_MISMATCH,
                 "grad_dtype unknown": |f| f.grad_dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
                 "grad_dtype neither f32 nor the inputs'": |f| f.grad_dtype = 1 => CARE_ERR_INVALID_ARGUMENT,
                 "stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| f.d_stats_len = 8 => CARE_ERR_LENGTH_MISMATCH,
-                "inputs.logp_rollout NULL with a length": |f| {
-                    f.d_li.logp_rollout_len = T_TOK
-                } => CARE_ERR_NULL_POINTER,
-                "inputs.logp_rollout_len != T": |f| {
-                    f.d_li.logp_rollout = fake();
-                    f.d_li.logp_rollout_len = 4
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_policy_loss_into(
+                p(k, 0, &f.d_li), &f.lo, p(k, 1, &f.d_glo), p(k, 2, &f.launch)), 3,
+            [gpu_loss_rows(), rows![
+                "outputs.struct_size short": |f| f.d_glo.struct_size -= 8 => CARE_ERR_STRUCT_SIZE,
+                "outputs.grad_len != T": |f| f.d_glo.grad_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "outputs.grad NULL with a length": |f| f.d_glo.grad = null_mut() => CARE_ERR_NULL_POINTER,
+                "outputs.grad_dtype unknown": |f| f.d_glo.grad_dtype = 3 => CARE_ERR_INVALID_ARGUMENT,
+                "outputs.grad_dtype neither f32 nor the inputs'": |f| {
+                    f.d_glo.grad_dtype = 1
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "outputs.stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| {
+                    f.d_glo.stats_len = 8
                 } => CARE_ERR_LENGTH_MISMATCH,
-                "inputs.logp_rollout misaligned": |f| {
-                    f.d_li.logp_rollout = 0x1001 as *const c_void;
-                    f.d_li.logp_rollout_len = T_TOK
+                "outputs.rollout_stats_len != CARE_GPU_ROLLOUT_STATS_BYTES": |f| {
+                    f.d_glo.rollout_stats_len = CARE_GPU_LOSS_STATS_BYTES
+                } => CARE_ERR_LENGTH_MISMATCH,
+                "outputs.rollout_stats NULL with a length": |f| {
+                    f.d_glo.rollout_stats = null_mut()
+                } => CARE_ERR_NULL_POINTER,
+                "outputs.rollout_stats misaligned": |f| {
+                    f.d_glo.rollout_stats = 0x1002 as *mut c_void
                 } => CARE_ERR_INVALID_ARGUMENT,
-                "options.policy_loss Clip-Cov (CPU only)": |f| {
-                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV as u32
-                } => CARE_ERR_INVALID_ARGUMENT,
-                "options.policy_loss KL-Cov (CPU only)": |f| {
-                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV as u32
-                } => CARE_ERR_INVALID_ARGUMENT,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_rollout_stats_reset(
+                m(k, 0, fake::<c_void>()), f.d_rstats_len, p(k, 1, &f.launch)), 2,
+            [launch_rows(false), rows![
+                "rollout_stats_len != CARE_GPU_ROLLOUT_STATS_BYTES": |f| {
+                    f.d_rstats_len = CARE_GPU_LOSS_STATS_BYTES
+                } => CARE_ERR_LENGTH_MISMATCH,
+                "rollout_stats_len 0": |f| f.d_rstats_len = 0 => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_rollout_stats_read(
+                p(k, 0, fake::<c_void>()), f.d_rstats_len, p(k, 1, &f.launch),
+                m(k, 2, &raw mut f.rollout_stats)), 3,
+            [launch_rows(false), rows![
+                "rollout_stats_len != CARE_GPU_ROLLOUT_STATS_BYTES": |f| {
+                    f.d_rstats_len = 56
+                } => CARE_ERR_LENGTH_MISMATCH,
             ]].concat()
         },
         case! { |f, k| care_gpu_selective_log_softmax(

@@ -488,6 +488,215 @@ fn log_softmax_matches_the_cpu(stream: &std::sync::Arc<cudarc::driver::CudaStrea
     }
 }
 
+/// `care_gpu_policy_loss_into` accumulates the rollout diagnostics that
+/// `care_rollout_correction` computes on the same inputs (token- and sequence-level weights
+/// with truncation, a token and a sequence rejection criterion, a mask and an empty sequence):
+/// every count exactly, every sum within the loss tolerance (at the scale of the sum, or twice
+/// the token count where terms cancel);
+/// a second call without a reset doubles every field, and a reset empties the accumulator.
+#[test]
+fn gpu_rollout_diagnostics_match_care_rollout_correction() {
+    let seq: Vec<u32> = vec![0, 9, 9, 21, 33];
+    let t = 33;
+    let old: Vec<f32> = (0..t).map(|i| -0.3 - 0.05 * (i % 9) as f32).collect();
+    // Rollout log-ratios on a grid of 0.08 nats in [-0.4, 0.4]: every weight and k1 verdict is
+    // at least 0.02 nats from the bounds below, so f32 and f64 agree on each.
+    let rollout: Vec<f32> = old
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x + 0.08 * (((i * 7) % 11) as f32 - 5.0))
+        .collect();
+    let logp: Vec<f32> = old.iter().map(|x| x + 0.01).collect();
+    let mask: Vec<u8> = (0..t).map(|i| u8::from(i % 6 != 5)).collect();
+    let adv = [0.7f32, -1.0, 0.3, -0.2];
+    let inputs = care_loss_inputs {
+        struct_size: size_of::<care_loss_inputs>() as u32,
+        dtype: care_dtype::CARE_DTYPE_F32 as u32,
+        logp: logp.as_ptr().cast(),
+        logp_len: t,
+        logp_old: old.as_ptr().cast(),
+        logp_old_len: t,
+        logp_ref: null(),
+        logp_ref_len: 0,
+        seq_offsets: seq.as_ptr(),
+        seq_offsets_len: seq.len(),
+        mask: mask.as_ptr(),
+        mask_len: t,
+        advantages: adv.as_ptr(),
+        advantages_len: adv.len(),
+        advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
+        max_seq_len: 0,
+        logp_rollout: rollout.as_ptr().cast(),
+        logp_rollout_len: t,
+    };
+    // The CPU reference first (also without a GPU): the fixture must reject and truncate.
+    let levels = [
+        care_is_level::CARE_IS_TOKEN,
+        care_is_level::CARE_IS_SEQUENCE,
+    ];
+    let cases: Vec<(care_loss_options, care_rollout_stats)> = levels
+        .iter()
+        .map(|&level| {
+            let mut lo = unsafe { std::mem::zeroed::<care_loss_options>() };
+            // SAFETY: valid output.
+            assert_eq!(unsafe { care_loss_options_default(&mut lo) }, CARE_OK);
+            lo.rollout.is_level = level as u32;
+            lo.rollout.is_threshold = 1.2;
+            lo.rollout.reject[care_rejection::CARE_REJECT_TOKEN_K1 as usize] = care_reject_bound {
+                lower: 0.7,
+                upper: 1.45,
+            };
+            lo.rollout.reject[care_rejection::CARE_REJECT_SEQ_MAX_K3 as usize] =
+                care_reject_bound {
+                    lower: 0.0,
+                    upper: 10.0,
+                };
+            let mut want = unsafe { std::mem::zeroed::<care_rollout_stats>() };
+            let (mut w, mut keep) = (vec![0f32; t], vec![0u8; t]);
+            // SAFETY: valid host buffers.
+            let code = unsafe {
+                care_rollout_correction(
+                    &inputs,
+                    &lo,
+                    w.as_mut_ptr(),
+                    t,
+                    keep.as_mut_ptr(),
+                    t,
+                    &mut want,
+                )
+            };
+            assert_eq!(code, CARE_OK);
+            assert!(
+                want.rejected_tokens > 0.0 && want.truncated > 0.0,
+                "{level:?}: {want:?}"
+            );
+            assert!(want.rejected_tokens < want.tokens, "{level:?}: {want:?}");
+            (lo, want)
+        })
+        .collect();
+    if care_gpu_available() != CARE_OK {
+        assert!(
+            std::env::var("CARE_REQUIRE_GPU").as_deref() != Ok("1"),
+            "CARE_REQUIRE_GPU=1 but no CUDA driver or device (CARE_ERR_CUDA_UNAVAILABLE)"
+        );
+        eprintln!(
+            "skipped GPU test gpu_rollout_diagnostics_match_care_rollout_correction: no CUDA driver or device (set CARE_REQUIRE_GPU=1 to make this a failure)"
+        );
+        return;
+    }
+    let ctx = CudaContext::new(0).unwrap();
+    let stream = ctx.new_stream().unwrap();
+    let cu_stream = stream.cu_stream() as *mut c_void;
+
+    let d_logp = stream.clone_htod(&logp).unwrap();
+    let d_old = stream.clone_htod(&old).unwrap();
+    let d_roll = stream.clone_htod(&rollout).unwrap();
+    let d_seq = stream.clone_htod(&seq).unwrap();
+    let d_mask = stream.clone_htod(&mask).unwrap();
+    let d_adv = stream.clone_htod(&adv).unwrap();
+    let mut d_rstats = stream
+        .alloc_zeros::<u32>(CARE_GPU_ROLLOUT_STATS_BYTES / 4)
+        .unwrap();
+    let mut d_ws = stream.alloc_zeros::<u8>(CARE_GPU_WORKSPACE_BYTES).unwrap();
+    for (level, (lo, want)) in levels.iter().zip(&cases) {
+        let mut got = [unsafe { std::mem::zeroed::<care_rollout_stats>() }; 3];
+        {
+            let (pl, _a) = d_logp.device_ptr(&stream);
+            let (po, _b) = d_old.device_ptr(&stream);
+            let (pr, _c) = d_roll.device_ptr(&stream);
+            let (ps, _d) = d_seq.device_ptr(&stream);
+            let (pm, _e) = d_mask.device_ptr(&stream);
+            let (pa, _f) = d_adv.device_ptr(&stream);
+            let (prs, _g) = d_rstats.device_ptr_mut(&stream);
+            let (pw, _h) = d_ws.device_ptr_mut(&stream);
+            let d_inputs = care_loss_inputs {
+                logp: pl as *const c_void,
+                logp_old: po as *const c_void,
+                logp_rollout: pr as *const c_void,
+                seq_offsets: ps as *const u32,
+                mask: pm as *const u8,
+                advantages: pa as *const f32,
+                ..inputs
+            };
+            let out = care_gpu_loss_outputs {
+                struct_size: size_of::<care_gpu_loss_outputs>() as u32,
+                grad_dtype: care_dtype::CARE_DTYPE_F32 as u32,
+                grad: null_mut(),
+                grad_len: 0,
+                stats: null_mut(),
+                stats_len: 0,
+                rollout_stats: prs as *mut c_void,
+                rollout_stats_len: CARE_GPU_ROLLOUT_STATS_BYTES,
+            };
+            let launch = launch(cu_stream, pw as *mut c_void);
+            let prs = prs as *mut c_void;
+            let n = CARE_GPU_ROLLOUT_STATS_BYTES;
+            // SAFETY: device buffers of the stated sizes on this stream's context.
+            unsafe {
+                assert_eq!(care_gpu_rollout_stats_reset(prs, n, &launch), CARE_OK);
+                assert_eq!(
+                    care_gpu_policy_loss_into(&d_inputs, lo, &out, &launch),
+                    CARE_OK
+                );
+                assert_eq!(
+                    care_gpu_rollout_stats_read(prs, n, &launch, &mut got[0]),
+                    CARE_OK
+                );
+                assert_eq!(
+                    care_gpu_policy_loss_into(&d_inputs, lo, &out, &launch),
+                    CARE_OK
+                );
+                assert_eq!(
+                    care_gpu_rollout_stats_read(prs, n, &launch, &mut got[1]),
+                    CARE_OK
+                );
+                assert_eq!(care_gpu_rollout_stats_reset(prs, n, &launch), CARE_OK);
+                assert_eq!(
+                    care_gpu_rollout_stats_read(prs, n, &launch, &mut got[2]),
+                    CARE_OK
+                );
+            }
+        }
+        let tol = tolerance(Quantity::Loss, Dtype::F32).unwrap();
+        let fields = |s: &care_rollout_stats| {
+            [
+                ("tokens", s.tokens, true),
+                ("sequences", s.sequences, true),
+                ("rejected_tokens", s.rejected_tokens, true),
+                ("rejected_sequences", s.rejected_sequences, true),
+                ("truncated", s.truncated, true),
+                ("non_finite", s.non_finite, true),
+                ("weight_sum", s.weight_sum, false),
+                ("kl_sum", s.kl_sum, false),
+                ("k3_sum", s.k3_sum, false),
+                ("log_ppl_diff_sum", s.log_ppl_diff_sum, false),
+                ("log_ppl_abs_diff_sum", s.log_ppl_abs_diff_sum, false),
+                ("chi2_token_sum", s.chi2_token_sum, false),
+                ("chi2_seq_sum", s.chi2_seq_sum, false),
+            ]
+        };
+        // Scale: the sum itself, or twice the token count for the sums that cancel (every
+        // per-token term but the sequence chi2 is below 2 in magnitude here).
+        for (k, times) in [(0, 1.0), (1, 2.0)] {
+            for ((name, g, exact), (_, w, _)) in fields(&got[k]).into_iter().zip(fields(want)) {
+                let w = times * w;
+                if exact {
+                    assert_eq!(g, w, "{level:?} call {k}: {name}");
+                } else {
+                    let s = w.abs().max(2.0 * t as f64);
+                    assert!(
+                        tol.accepts(g, w, s),
+                        "{level:?} call {k}: {name} {g} vs {w}"
+                    );
+                }
+            }
+        }
+        for (name, g, _) in fields(&got[2]) {
+            assert_eq!(g, 0.0, "{level:?} after the reset: {name}");
+        }
+    }
+}
+
 /// A `care_gpu_launch` on `stream` with the workspace at `ws`.
 fn launch(stream: *mut c_void, ws: *mut c_void) -> care_gpu_launch {
     care_gpu_launch {

@@ -262,6 +262,7 @@ fn struct_layouts() -> Vec<(&'static str, usize, usize)> {
         care_log_softmax_grads,
         care_logits_loss_outputs,
         care_gpu_launch,
+        care_gpu_loss_outputs,
         care_score_options,
         care_preference_options,
         care_generator_options,

@@ -25,6 +25,7 @@ __version__: str
 LOSS_STATS_FIELDS: List[Tuple[str, str, int, str]]
 LOSS_STATS_DEVICE_FIELDS: List[Tuple[str, str, int, str]]
 ROLLOUT_STATS_FIELDS: List[str]
+ROLLOUT_STATS_DEVICE_FIELDS: List[Tuple[str, str, int, str]]
 LOGITS_NO_ROLLOUT: str
 WORKSPACE_BYTES: int
 

@@ -43,6 +43,7 @@ __all__ = [
     "group_partial_squares",
     "group_advantages_finalize",
     "stats_dict",
+    "rollout_stats_dict",
     "set_device_checks",
     "gpu_available",
     "advantage_options",
@@ -54,6 +55,7 @@ __all__ = [
 #: ``(name, C type, byte offset, combine)``; combine is ``"sum"``, ``"min"`` or ``"max"``.
 LOSS_STATS_FIELDS = _care.LOSS_STATS_FIELDS
 _N_STATS = len(LOSS_STATS_FIELDS)
+_N_ROLLOUT = len(_care.ROLLOUT_STATS_FIELDS)
 _WS_WORDS = _care.WORKSPACE_BYTES // 4
 
 
@@ -216,22 +218,26 @@ def _policy_loss_op(
     horizon: float,
     max_seq_len: int,
     logp_rollout: Optional[Tensor] = None,
-) -> Tuple[Tensor, Tensor, Tensor]:
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     dev = logp.device
     grad = torch.empty(logp.shape, dtype=torch.float32, device=dev)
     stats = torch.empty(_N_STATS, dtype=_stats_dtype(logp), device=dev)
+    # The rollout diagnostics, in the stats' form (host: float64 in ROLLOUT_STATS_FIELDS order;
+    # CUDA: the raw device struct); all zero without logp_rollout.
+    rstats = torch.empty(_N_ROLLOUT, dtype=_stats_dtype(logp), device=dev)
     opts = _with_denominators(options, global_tokens, global_sequences, horizon)
     with _On(logp):
         loss = _care.policy_loss(
             _dl(logp), _dl(advantages), _dl(seq_offsets), _dl(grad), _dl(stats), opts,
             adv_per_token, _dl(logp_old), _dl(logp_ref), _dl(mask), max_seq_len,
             _stream(logp), _dl(_workspace(logp)), logp_rollout=_dl(logp_rollout),
+            rollout_stats=_dl(rstats),
         )  # fmt: skip
     if loss is None:  # CUDA: the loss is the first device statistic (no host read)
         out = stats[0].clone()
     else:
         out = torch.tensor(loss, dtype=_loss_dtype(logp))
-    return out, grad, stats
+    return out, grad, stats, rstats
 
 
 @_policy_loss_op.register_fake
@@ -240,17 +246,18 @@ def _(logp, logp_old, logp_ref, advantages, seq_offsets, mask, options, adv_per_
     loss = logp.new_empty((), dtype=_loss_dtype(logp))
     grad = logp.new_empty(logp.shape, dtype=torch.float32)
     stats = logp.new_empty((_N_STATS,), dtype=_stats_dtype(logp))
-    return loss, grad, stats
+    rstats = logp.new_empty((_N_ROLLOUT,), dtype=_stats_dtype(logp))
+    return loss, grad, stats, rstats
 
 
 def _loss_setup(ctx, inputs, output):
-    _, grad, stats = output
-    ctx.mark_non_differentiable(grad, stats)
+    _, grad, stats, rstats = output
+    ctx.mark_non_differentiable(grad, stats, rstats)
     ctx.save_for_backward(grad)
     ctx.logp_dtype = inputs[0].dtype
 
 
-def _loss_backward(ctx, g_loss, g_grad, g_stats):
+def _loss_backward(ctx, g_loss, g_grad, g_stats, g_rstats):
     (grad,) = ctx.saved_tensors
     # The forward computed dL/dlogp; the chain rule only scales it. Nothing flows to
     # logp_old, logp_ref or logp_rollout (the rollout weights are constants, as in verl).
@@ -513,6 +520,7 @@ def policy_loss(
     global_sequences: float = 0.0,
     horizon: float = 0.0,
     return_stats: bool = False,
+    return_rollout_stats: bool = False,
     **overrides,
 ):
     """The clipped-ratio policy loss of one micro-batch (SPEC §10) as a 0-d tensor
@@ -529,12 +537,15 @@ def policy_loss(
     denominators over all ranks and micro-batches (0: this call's own), as numbers so that the
     option text stays a compile-time constant. ``logp_rollout`` (the inference engine's
     log-probs, ``logp``'s shape and dtype) turns on the rollout correction of the ``rollout_*``
-    options (SPEC §16); it gets no gradient (the weights are constants). Its diagnostics come
-    from :func:`care_rl.rollout_correction` (host) or the plain :func:`care_rl.policy_loss`.
+    options (SPEC §16); it gets no gradient (the weights are constants). Its diagnostics are
+    computed in the same pass (on CUDA too) and returned with ``return_rollout_stats``.
 
     With ``return_stats`` returns ``(loss, stats)``: ``stats`` a float64 ``[14]`` tensor on
     ``logp``'s device in :data:`LOSS_STATS_FIELDS` order (sums: all-reduce them; see
-    :func:`stats_dict`). On CUDA nothing is read back to the host.
+    :func:`stats_dict`). With ``return_rollout_stats`` the rollout diagnostics follow as the
+    last element, a float64 ``[13]`` tensor on ``logp``'s device in
+    :data:`care_rl.ROLLOUT_STATS_FIELDS` order (sums; all zero without ``logp_rollout``; see
+    :func:`rollout_stats_dict`). On CUDA nothing is read back to the host.
     """
     lead = tuple(logp.shape)
     device = logp.device
@@ -551,13 +562,16 @@ def policy_loss(
     kind = advantage_kind(tuple(adv_t.shape), lead, math.prod(lead), offs.shape[0] - 1, per_token)
     adv = _flat(adv_t, torch.float32, device, "advantages")
     opts = options if options is not None else loss_options(preset, **overrides)
-    loss, _, stats = torch.ops.care.policy_loss(
+    loss, _, stats, rstats = torch.ops.care.policy_loss(
         flat, old, ref, adv, offs, _mask(mask, device), opts, kind,
         float(global_tokens), float(global_sequences), float(horizon), max_len, roll,
     )  # fmt: skip
-    if not return_stats:
-        return loss
-    return loss, _host_layout(stats)
+    out = (loss,)
+    if return_stats:
+        out += (_host_layout(stats),)
+    if return_rollout_stats:
+        out += (_rollout_host_layout(rstats),)
+    return out if len(out) > 1 else loss
 
 
 def _host_layout(stats: Tensor) -> Tensor:
@@ -575,6 +589,27 @@ def _host_layout(stats: Tensor) -> Tensor:
     rmax = by_name["ratio_max"]
     by_name["ratio_max"] = torch.where(rmax > 0, rmax, torch.full_like(rmax, -math.inf))
     return torch.stack([by_name[f[0]] for f in LOSS_STATS_FIELDS])
+
+
+def _rollout_host_layout(rstats: Tensor) -> Tensor:
+    """Rollout diagnostics as float64 ``[13]`` in ``ROLLOUT_STATS_FIELDS`` order, on their
+    device."""
+    if not rstats.is_cuda:
+        return rstats
+    # The raw device struct: f32 sums and u32 counts at the offsets of
+    # ROLLOUT_STATS_DEVICE_FIELDS (every field a sum; zero is the empty value).
+    f32, i32 = rstats, rstats.view(torch.int32)
+    by_name = {}
+    for name, kind, offset, _ in _care.ROLLOUT_STATS_DEVICE_FIELDS:
+        src = f32 if kind == "float" else i32
+        by_name[name] = src[offset // 4].to(torch.float64)
+    return torch.stack([by_name[n] for n in _care.ROLLOUT_STATS_FIELDS])
+
+
+def rollout_stats_dict(rstats: Tensor) -> dict:
+    """A ``[13]`` rollout-diagnostics tensor as ``{name: float}`` (reads it to the host, as
+    :func:`stats_dict`)."""
+    return {n: float(v) for n, v in zip(_care.ROLLOUT_STATS_FIELDS, rstats.tolist())}
 
 
 def stats_dict(stats: Tensor) -> dict:

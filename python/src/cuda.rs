@@ -13,7 +13,7 @@ use care_core::logsoftmax::LogSoftmaxOptions;
 use care_kernels::cuda::CudaLauncher;
 use care_kernels::cudarc::driver::{DriverError, sys};
 use care_kernels::geometry::Tuning;
-use care_kernels::params::LossStatsRaw;
+use care_kernels::params::{LossStatsRaw, RolloutStatsRaw};
 use care_kernels::plan::{self, KernelError, Launcher};
 use care_kernels::{
     AdvantageBuffers, DeviceGroups, LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers,
@@ -84,19 +84,54 @@ fn workspace_ptr(ws: &Tensor<'_>, dev: Device) -> PyResult<u64> {
 /// Resets a raw device statistics struct to `LossStatsRaw::EMPTY`, on the stream (a memset
 /// node in a captured graph, no host copy).
 fn reset_stats(l: &CudaLauncher, stats: &Tensor<'_>, dev: Device, stream: usize) -> PyResult<u64> {
-    let size = std::mem::size_of::<LossStatsRaw>();
+    reset_raw(
+        l,
+        stats,
+        bytemuck::bytes_of(&LossStatsRaw::EMPTY),
+        dev,
+        stream,
+    )
+}
+
+/// Resets a raw device rollout-diagnostics struct (`RolloutStatsRaw`) to zero, on the stream.
+fn reset_rollout_stats(
+    l: &CudaLauncher,
+    stats: &Tensor<'_>,
+    dev: Device,
+    stream: usize,
+) -> PyResult<u64> {
+    reset_raw(
+        l,
+        stats,
+        bytemuck::bytes_of(&RolloutStatsRaw::default()),
+        dev,
+        stream,
+    )
+}
+
+/// Writes `init` (a raw device struct of 4-byte fields) over the float32 tensor `stats` of the
+/// same size, on the stream: a memset, then one 32-bit memset per non-zero word.
+fn reset_raw(
+    l: &CudaLauncher,
+    stats: &Tensor<'_>,
+    init: &[u8],
+    dev: Device,
+    stream: usize,
+) -> PyResult<u64> {
+    let size = init.len();
     let p = stats.device_ptr::<f32>(dev)?;
     if stats.numel() * 4 != size {
         return Err(mismatch(format!(
-            "stats: {} float32 values, expected {} (the raw device statistics)",
+            "{}: {} float32 values, expected {} (the raw device statistics)",
+            stats.name(),
             stats.numel(),
             size / 4
         )));
     }
     // SAFETY: `p` is `size` bytes of device memory (checked above).
     unsafe { l.memset_zero(p, size) }.map_err(|e| driver("stats reset", e))?;
-    let empty: &[u32] = bytemuck::cast_slice(std::slice::from_ref(&LossStatsRaw::EMPTY));
-    for (i, &w) in empty.iter().enumerate() {
+    for (i, w) in init.chunks_exact(4).enumerate() {
+        let w = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
         if w != 0 {
             // SAFETY: word `i` lies inside the struct; the context is current (bound by the
             // memset above) and the stream is the caller's.
@@ -266,8 +301,11 @@ pub struct LossArgs<'a, 'py> {
     pub old: Option<&'a Tensor<'py>>,
     /// `logp_ref [T]`.
     pub reference: Option<&'a Tensor<'py>>,
-    /// `logp_rollout [T]` (the rollout correction; its diagnostics are not accumulated).
+    /// `logp_rollout [T]` (the rollout correction).
     pub rollout: Option<&'a Tensor<'py>>,
+    /// Raw rollout diagnostics `[13]` float32 (`RolloutStatsRaw`), reset here and accumulated
+    /// by the kernel (nothing is added without `rollout`).
+    pub rollout_stats: Option<&'a Tensor<'py>>,
     /// Advantages `[B]` or `[T]`.
     pub adv: &'a Tensor<'py>,
     /// Whether `adv` is per token.
@@ -344,11 +382,12 @@ pub fn policy_loss(a: LossArgs<'_, '_>) -> PyResult<()> {
         stats,
         workspace: workspace_ptr(a.workspace, dev)?,
     };
-    // The device diagnostics are not accumulated (stats 0): the op's outputs stay the loss,
-    // the gradient and the loss statistics; `care_rl.rollout_correction` gives them on the host.
     let roll = plan::RolloutBuffers {
         logp_rollout: rollout,
-        stats: 0,
+        stats: match a.rollout_stats {
+            Some(t) => reset_rollout_stats(&l, t, dev, a.stream)?,
+            None => 0,
+        },
     };
     // SAFETY: every address (`rollout` included) is device memory of `dev` of the size and
     // dtype the plan reads (checked above); see `group_advantages` for the lifetime argument.

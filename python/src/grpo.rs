@@ -446,8 +446,10 @@ fn host_loss<T: LogProb + Elem>(
 ///
 /// `logp_rollout` (the inference engine's log-probs, the dtype of `logp`) turns on the rollout
 /// correction of the options' `rollout_*` fields (SPEC §16); its weights are constants, so
-/// `grad` stays `dL/dlogp`. `rollout_stats` (host only, float64 `[13]`, `ROLLOUT_STATS_FIELDS`
-/// order) receives the correction's diagnostics (all zero without `logp_rollout`).
+/// `grad` stays `dL/dlogp`. `rollout_stats` receives the correction's diagnostics (all zero
+/// without `logp_rollout`): on the host float64 `[13]` in `ROLLOUT_STATS_FIELDS` order; on
+/// CUDA float32 `[13]` holding the raw device struct (reset here, accumulated by the kernel;
+/// `ROLLOUT_STATS_DEVICE_FIELDS` says where each field is).
 ///
 /// Host: `logp`, `logp_old`, `logp_ref`, `logp_rollout` of one dtype (float32, float64, bfloat16, float16),
 /// `advantages` float32, `grad` float32 `[T]` (always written), `stats` float64 `[14]` in
@@ -521,17 +523,12 @@ pub fn policy_loss(
     }
     if let Device::Cuda(_) = device_of(&lp)? {
         let ws = ws.ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))?;
-        if rst.is_some() {
-            return Err(invalid(
-                "rollout_stats: only for host arrays (the device diagnostics are not read back)"
-                    .into(),
-            ));
-        }
         cuda::policy_loss(cuda::LossArgs {
             logp: &lp,
             old: old.as_ref(),
             reference: rf.as_ref(),
             rollout: ro.as_ref(),
+            rollout_stats: rst.as_ref(),
             adv: &a,
             adv_per_token,
             offsets: &so,

@@ -15,7 +15,7 @@ mod profile;
 mod reward;
 
 use care_core::grpo::{Combine, FieldKind, LOSS_STATS_LAYOUT};
-use care_kernels::params::LOSS_STATS_DEVICE_LAYOUT;
+use care_kernels::params::{LOSS_STATS_DEVICE_LAYOUT, ROLLOUT_STATS_DEVICE_LAYOUT};
 use pyo3::prelude::*;
 
 fn kind(k: FieldKind) -> &'static str {
@@ -50,6 +50,13 @@ fn _care(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ROLLOUT_STATS_FIELDS", grpo::ROLLOUT_STATS_FIELDS.to_vec())?;
     m.add("LOGITS_NO_ROLLOUT", grpo::LOGITS_NO_ROLLOUT)?;
     m.add("LOSS_STATS_DEVICE_FIELDS", device)?;
+    // The raw device rollout diagnostics (care_kernels' ROLLOUT_STATS_DEVICE_LAYOUT), in the
+    // same form; the host form is ROLLOUT_STATS_FIELDS.
+    let rollout_device: Vec<_> = ROLLOUT_STATS_DEVICE_LAYOUT
+        .iter()
+        .map(|f| (f.name, kind(f.kind), f.offset, combine(f.combine)))
+        .collect();
+    m.add("ROLLOUT_STATS_DEVICE_FIELDS", rollout_device)?;
     m.add("WORKSPACE_BYTES", care_kernels::WORKSPACE_BYTES)?;
     m.add_function(wrap_pyfunction!(error::error, m)?)?;
     m.add_function(wrap_pyfunction!(options::advantage_options, m)?)?;

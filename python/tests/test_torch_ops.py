@@ -16,7 +16,7 @@ torch = need_torch()
 
 import care_rl  # noqa: E402
 import care_rl.torch as ct  # noqa: E402
-from care_rl import CareError  # noqa: E402
+from care_rl import CareError, _care  # noqa: E402
 
 OPS = [
     "group_advantages",
@@ -393,6 +393,57 @@ def test_rollout_torch_matches_numpy():
     assert plain.loss != ref_np.loss
 
 
+def test_rollout_stats_of_the_op_match_numpy():
+    """return_rollout_stats gives the diagnostics of care_rl.policy_loss on the same inputs,
+    float64 [13] in ROLLOUT_STATS_FIELDS order, after the loss stats; all zero without
+    logp_rollout."""
+    logp, old, ref, mask, adv, roll = _rollout_args()
+    logp, old, roll = logp.double(), old.double(), roll.double()
+    loss, stats, rstats = ct.policy_loss(
+        logp, old, adv, mask=mask, logp_rollout=roll, preset="verl", return_stats=True,
+        return_rollout_stats=True, **_ROLL,
+    )  # fmt: skip
+    ref_np = care_rl.policy_loss(
+        logp.numpy(), old.numpy(), adv.numpy(), mask=mask.numpy(), logp_rollout=roll.numpy(), preset="verl", **_ROLL
+    )  # fmt: skip
+    assert rstats.dtype == torch.float64 and rstats.shape == (len(care_rl.ROLLOUT_STATS_FIELDS),)
+    assert ct.rollout_stats_dict(rstats) == ref_np.rollout
+    assert ref_np.rollout["rejected_tokens"] > 0
+    assert ct.stats_dict(stats) == ref_np.stats
+    loss2, r0 = ct.policy_loss(logp, old, adv, mask=mask, preset="verl", return_rollout_stats=True)
+    assert r0.tolist() == [0.0] * len(care_rl.ROLLOUT_STATS_FIELDS)
+
+
+def test_rollout_device_fields_cover_the_host_fields():
+    """ROLLOUT_STATS_DEVICE_FIELDS names every host field once, densely, 4-byte fields, all sums."""
+    dev = _care.ROLLOUT_STATS_DEVICE_FIELDS
+    assert sorted(f[0] for f in dev) == sorted(_care.ROLLOUT_STATS_FIELDS)
+    assert [f[2] for f in dev] == [4 * i for i in range(len(dev))]
+    assert {f[1] for f in dev} <= {"float", "uint32_t"} and {f[3] for f in dev} == {"sum"}
+
+
+def test_raw_rollout_stats_convert_by_name():
+    """The raw device struct (float sums, uint32 counts) converts to the host layout by field
+    name: each field i holding i + 1 reads back as i + 1 under its own name (a CPU tensor
+    stands for the device one: the conversion only reads the offsets)."""
+    dev = _care.ROLLOUT_STATS_DEVICE_FIELDS
+    raw = torch.zeros(len(dev), dtype=torch.float32)
+    ints = raw.view(torch.int32)
+    for i, (name, kind, offset, _) in enumerate(dev):
+        if kind == "float":
+            raw[offset // 4] = i + 1
+        else:
+            ints[offset // 4] = i + 1
+
+    class _Cuda(torch.Tensor):  # reports is_cuda so the device branch runs on the CPU
+        @property
+        def is_cuda(self):
+            return True
+
+    got = ct.rollout_stats_dict(ct._rollout_host_layout(raw.as_subclass(_Cuda)))
+    assert got == {name: float(i + 1) for i, (name, _, _, _) in enumerate(dev)}
+
+
 def test_logits_policy_loss_refuses_rollout():
     x = torch.randn(2, 3, 7)
     y = torch.randint(0, 7, (2, 3))
@@ -444,3 +495,22 @@ def test_cuda_rollout_matches_cpu():
     assert cpu.item() != plain.item()  # the correction did something
     assert gpu.item() == pytest.approx(cpu.item(), rel=1e-5)
     torch.testing.assert_close(lg.grad.cpu(), lc.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_cuda_rollout_stats_match_cpu():
+    """The device rollout diagnostics (accumulated in the fused loss pass, converted from the
+    raw struct) against the CPU ones on the same inputs: counts exactly, sums to float32."""
+    need_gpu()
+    logp, old, ref, mask, adv, roll = _rollout_args()
+    _, cpu = ct.policy_loss(logp, old, adv, mask=mask, logp_rollout=roll, preset="verl", return_rollout_stats=True, **_ROLL)
+    _, gpu = ct.policy_loss(
+        logp.cuda(), old.cuda(), adv.cuda(), mask=mask.cuda(), logp_rollout=roll.cuda(), preset="verl",
+        return_rollout_stats=True, **_ROLL,
+    )  # fmt: skip
+    assert gpu.is_cuda and gpu.dtype == torch.float64
+    c, g = ct.rollout_stats_dict(cpu), ct.rollout_stats_dict(gpu)
+    assert c["rejected_tokens"] > 0 and c["truncated"] > 0
+    for name in ("tokens", "sequences", "rejected_tokens", "rejected_sequences", "non_finite"):
+        assert g[name] == c[name], name
+    for name in care_rl.ROLLOUT_STATS_FIELDS:
+        assert g[name] == pytest.approx(c[name], rel=1e-4, abs=1e-4 * c["tokens"]), name
