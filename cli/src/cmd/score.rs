@@ -76,6 +76,15 @@ fn response_scores(
     m: &Members<'_>,
     at: &str,
 ) -> Result<(Vec<f64>, Option<JudgeReport>), LineError> {
+    // The common shape in one pass over the member's text (no `RawValue`, no serde pass);
+    // anything else, and every error, the general way below.
+    if let (Some(t), false) = (m.text("scores"), m.contains_key("judge")) {
+        let mut flat = Vec::with_capacity(rubric.total_criteria());
+        let mut c = Bytes::new(t);
+        if c.matrix(rubric.counts(), &mut flat).is_some() && c.at_end() {
+            return Ok((flat, None));
+        }
+    }
     match (m.get("scores"), m.get("judge")) {
         (Some(s), None) => {
             let key = format!("{at}scores");
@@ -225,31 +234,14 @@ fn run_group(
 /// general path reads those (and words their errors). `text` is the member's text from a line
 /// that passed the strict check, so it is valid JSON; this only recognizes its shape.
 fn score_rows(text: &str, counts: [usize; 3], flat: &mut Vec<f64>) -> Option<usize> {
-    let mut c = Bytes {
-        b: text.as_bytes(),
-        i: 0,
-    };
+    let mut c = Bytes::new(text);
     c.eat(b'[')?;
     let mut n = 0;
     loop {
         c.eat(b'{')?;
         c.literal(b"\"scores\"")?;
         c.eat(b':')?;
-        c.eat(b'[')?;
-        for (d, &want) in counts.iter().enumerate() {
-            if d > 0 {
-                c.eat(b',')?;
-            }
-            c.eat(b'[')?;
-            for k in 0..want {
-                if k > 0 {
-                    c.eat(b',')?;
-                }
-                flat.push(c.small_uint()?);
-            }
-            c.eat(b']')?;
-        }
-        c.eat(b']')?;
+        c.matrix(counts, flat)?;
         c.eat(b'}')?;
         n += 1;
         match c.next()? {
@@ -258,8 +250,7 @@ fn score_rows(text: &str, counts: [usize; 3], flat: &mut Vec<f64>) -> Option<usi
             _ => return None,
         }
     }
-    c.skip_ws();
-    (c.i == c.b.len()).then_some(n)
+    c.at_end().then_some(n)
 }
 
 /// A cursor over valid JSON text for [`score_rows`].
@@ -268,7 +259,40 @@ struct Bytes<'a> {
     i: usize,
 }
 
-impl Bytes<'_> {
+impl<'a> Bytes<'a> {
+    fn new(text: &'a str) -> Self {
+        Bytes {
+            b: text.as_bytes(),
+            i: 0,
+        }
+    }
+
+    /// A score matrix `[[..], [..], [..]]` of `counts[d]` small integers per dimension,
+    /// appended to `flat`.
+    fn matrix(&mut self, counts: [usize; 3], flat: &mut Vec<f64>) -> Option<()> {
+        self.eat(b'[')?;
+        for (d, &want) in counts.iter().enumerate() {
+            if d > 0 {
+                self.eat(b',')?;
+            }
+            self.eat(b'[')?;
+            for k in 0..want {
+                if k > 0 {
+                    self.eat(b',')?;
+                }
+                flat.push(self.small_uint()?);
+            }
+            self.eat(b']')?;
+        }
+        self.eat(b']')
+    }
+
+    /// Only whitespace is left.
+    fn at_end(&mut self) -> bool {
+        self.skip_ws();
+        self.i == self.b.len()
+    }
+
     fn skip_ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
             self.i += 1;
@@ -335,22 +359,22 @@ mod tests {
 
     const RUBRIC: &str = include_str!("../../data/rubric_sft_1.json");
 
-    /// The rows the general path reads from `text`: every response's flat scores, or `None`
-    /// when some response is not read as scores (an error or a judge answer).
+    /// The rows the general path reads from `text` (serde, `score_matrix`, `flatten_scores`):
+    /// every response's flat scores, or `None` when some response is not read as scores.
     fn general_rows(text: &str, rubric: &Rubric<'_>) -> Option<Vec<f64>> {
         let raw: &RawValue = serde_json::from_str(text).ok()?;
         let list = raw_array(raw, "responses").ok()?;
         let mut flat = Vec::new();
         for resp in list {
             let m = Members::of(resp)?;
-            check_members(&m, RESPONSE_MEMBERS, "").ok()?;
-            let (scores, judge) = response_scores(rubric, &m, "").ok()?;
-            if judge.is_some() {
-                return None;
-            }
-            flat.extend(scores);
+            check_members(&m, &["scores"], "").ok()?;
+            flat.extend(general_matrix(m.get("scores")?, rubric)?);
         }
         Some(flat)
+    }
+
+    fn general_matrix(v: &RawValue, rubric: &Rubric<'_>) -> Option<Vec<f64>> {
+        flatten_scores(rubric, score_matrix(v, "scores").ok()?, "scores").ok()
     }
 
     /// One response in the common shape for `counts`, with the given spacing.
@@ -448,6 +472,19 @@ mod tests {
                     prop_assert_eq!(Some(flat), general_rows(&text, r));
                 } else {
                     prop_assert!(mutate, "an unmutated array of the common shape is read: {}", text);
+                }
+                // One response's matrix, as `care score` reads a single `"scores"`.
+                let one = text.trim_start().strip_prefix("[{\"scores\":").and_then(|t| {
+                    let end = t.find('}')?;
+                    Some(&t[..end])
+                });
+                if let Some(m) = one.filter(|m| serde_json::from_str::<&RawValue>(m).is_ok()) {
+                    let mut c = Bytes::new(m);
+                    let mut flat = Vec::new();
+                    if c.matrix(r.counts(), &mut flat).is_some() && c.at_end() {
+                        let raw: &RawValue = serde_json::from_str(m).unwrap();
+                        prop_assert_eq!(Some(flat), general_matrix(raw, r));
+                    }
                 }
                 Ok(())
             })?;
