@@ -216,7 +216,46 @@ impl<'de> Visitor<'de> for MemberVisitor {
 /// from the line's text instead ([`crate::input::Line`]), without the tree.
 pub fn parse_strict(text: &str) -> Result<serde_json::Value, LineError> {
     check_strict(text)?;
+    // A tree costs tens of bytes per value whatever the value's own size (`0,` is two bytes
+    // of text, a 32-byte `Value` and its slot), so a line of `--max-line-bytes` could take
+    // many times its size; a bound on the count keeps the tree small next to the line.
+    let n = value_count_bound(text);
+    if n > MAX_TREE_VALUES {
+        return Err(LineError::new(
+            care_core::Error::Capacity.code(),
+            format!(
+                "the line holds about {n} JSON values, more than the {MAX_TREE_VALUES} a \
+                 record read as a tree may have (records of care's own output hold far fewer)"
+            ),
+        ));
+    }
     serde_json::from_str(text).map_err(|e| json_error_in(text, e))
+}
+
+/// The most JSON values [`parse_strict`] builds a tree of: a few MiB of `Value`s.
+pub const MAX_TREE_VALUES: usize = 1 << 16;
+
+/// An upper bound on the number of values in the JSON text `text`: one, plus one per `,`,
+/// `[` and `{` outside strings.
+fn value_count_bound(text: &str) -> usize {
+    let (mut n, mut in_string, mut escaped) = (1usize, false, false);
+    for &b in text.as_bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b',' | b'[' | b'{' => n += 1,
+                _ => {}
+            }
+        }
+    }
+    n
 }
 
 /// Maps a serde_json error to a line error (`duplicate_key` for our own check, else `not_json`).
@@ -634,6 +673,33 @@ pub fn push_error_line(buf: &mut String, line: u64, err: &LineError) {
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_value_count_bound_is_at_least_the_count_and_ignores_strings() {
+        // (text, values in it)
+        let cases = [
+            ("0", 1),
+            ("[]", 1),
+            ("[1,2,3]", 4),
+            ("{\"a\":[1,{\"b\":2}],\"c\":\"x,[{\"}", 6),
+            ("[\"a\\\",[\", 1]", 3),
+        ];
+        for (text, values) in cases {
+            let n = value_count_bound(text);
+            assert!(n >= values, "{text}: {n} < {values}");
+            assert!(n <= values + 1, "{text}: {n} counts string contents");
+        }
+    }
+
+    #[test]
+    fn a_tree_of_too_many_values_is_a_capacity_error_before_it_is_built() {
+        let ok = format!("[{}0]", "0,".repeat(MAX_TREE_VALUES - 2));
+        assert!(parse_strict(&ok).is_ok());
+        let big = format!("[{}0]", "0,".repeat(MAX_TREE_VALUES));
+        let e = parse_strict(&big).unwrap_err();
+        assert_eq!(e.code, "capacity");
+        assert!(e.message.contains("JSON values"), "{}", e.message);
+    }
 
     #[test]
     fn floats_round_trip_with_shortest_digits() {
