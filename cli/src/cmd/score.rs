@@ -1,5 +1,7 @@
 //! `care score`: the policy reward (Eq. 5) of judged responses under a rubric.
 
+use std::borrow::Cow;
+
 use care_core::reward::{Fired, PolicyReward};
 use care_core::{
     FormatPolicy, JudgeReport, Rubric, ScoreOptions, parse_judge_output, policy_reward,
@@ -53,7 +55,7 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
                 "give \"responses\" or a single \"scores\"/\"judge\", not both",
             ));
         }
-        return run_group(opts, rubric, r_fmt, &m, responses, o);
+        return run_group(opts, rubric, r_fmt, m, responses, o);
     }
     let (scores, judge) = response_scores(rubric, m, "")?;
     let key = if judge.is_some() { "judge" } else { "scores" };
@@ -85,26 +87,40 @@ fn response_scores(
             return Ok((flat, None));
         }
     }
-    match (m.get("scores"), m.get("judge")) {
-        (Some(s), None) => {
+    // A judge answer without `\u` escapes is decoded straight from its text (the line passed
+    // the strict check, so its escapes are valid); one with them, which may hold surrogate
+    // pairs, is decoded by serde_json.
+    let mut buf = String::new();
+    let judge_text = match (m.text("judge"), m.contains_key("scores")) {
+        (Some(t), false) if t.starts_with('"') && !t.contains("\\u") => {
+            Some(Cow::Borrowed(crate::scan::decode_string(t, &mut buf)))
+        }
+        _ => None,
+    };
+    let not_a_string = || {
+        LineError::schema(format!(
+            "\"{at}judge\" must be a string (the judge's output text)"
+        ))
+    };
+    match (m.get("scores"), m.contains_key("judge")) {
+        (Some(s), false) => {
             let key = format!("{at}scores");
             Ok((flatten_scores(rubric, score_matrix(s, &key)?, &key)?, None))
         }
-        (None, Some(j)) => {
-            let j = string(j).ok_or_else(|| {
-                LineError::schema(format!(
-                    "\"{at}judge\" must be a string (the judge's output text)"
-                ))
-            })?;
+        (None, true) => {
+            let j = match judge_text {
+                Some(t) => t,
+                None => m.get("judge").and_then(string).ok_or_else(not_a_string)?,
+            };
             let mut out = vec![f64::NAN; rubric.total_criteria()];
             let rep = parse_judge_output(j.as_bytes(), rubric, &mut out)
                 .map_err(|e| LineError::core(e, &format!("{at}judge")))?;
             Ok((out, Some(rep)))
         }
-        (Some(_), Some(_)) => Err(LineError::schema(format!(
+        (Some(_), true) => Err(LineError::schema(format!(
             "give \"{at}scores\" or \"{at}judge\", not both"
         ))),
-        (None, None) => Err(LineError::schema(format!(
+        (None, false) => Err(LineError::schema(format!(
             "missing key \"{at}scores\" (or \"{at}judge\", or \"responses\")"
         ))),
     }
@@ -440,6 +456,41 @@ mod tests {
                 let mut flat = Vec::new();
                 assert_eq!(score_rows(&text, counts, &mut flat), None, "{text}");
             }
+        });
+    }
+
+    #[test]
+    fn a_judge_answer_reads_the_same_whatever_its_escapes() {
+        with_rubric(|r| {
+            // Every criterion scored 3, as a JSON string literal holding the judge's text.
+            let mut items = Vec::new();
+            for d in care_core::Dimension::ALL {
+                for c in r.criteria(d) {
+                    items.push(format!(
+                        r#"{{\"category\":\"{}\",\"criterion_title\":\"{}\",\"score\":3}}"#,
+                        d.json_name(),
+                        c.title
+                    ));
+                }
+            }
+            let judge = |think: &str| {
+                format!(
+                    r#"{{"judge":"<think>{think}</think>\n{{\"criterion_scores\":[{}]}}"}}"#,
+                    items.join(",")
+                )
+            };
+            let mut got = Vec::new();
+            // With `\u` escapes (a surrogate pair: serde_json decodes) and without (decoded
+            // straight from the text).
+            for text in [judge(r"\ud83d\ude00 ok"), judge(r"\/ ok")] {
+                let line = Line::parse(&text).unwrap();
+                let m = object(&line).unwrap();
+                let (scores, rep) = response_scores(r, m, "").unwrap();
+                assert!(rep.is_some());
+                got.push(scores);
+            }
+            assert_eq!(got[0], got[1]);
+            assert!(got[0].iter().all(|&s| s == 3.0), "{:?}", got[0]);
         });
     }
 
