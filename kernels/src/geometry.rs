@@ -121,7 +121,10 @@ pub const WHITEN_APPLY_BLOCKS: u32 = 1056;
 /// (or `Tuning::max_blocks`), at least 1.
 pub fn whiten_apply_geometry(n: u64, tuning: Tuning) -> Geometry {
     let block = tuning.threads.unwrap_or(BLOCK);
-    let cap = tuning.max_blocks.unwrap_or(WHITEN_APPLY_BLOCKS).min(MAX_GRID_X);
+    let cap = tuning
+        .max_blocks
+        .unwrap_or(WHITEN_APPLY_BLOCKS)
+        .min(MAX_GRID_X);
     let blocks = n.div_ceil(u64::from(block)).clamp(1, u64::from(cap.max(1)));
     Geometry {
         grid: (u32::try_from(blocks).unwrap_or(1), 1, 1),

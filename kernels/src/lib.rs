@@ -41,10 +41,10 @@ pub use geometry::{Geometry, Tuning};
 pub use kernel::{Entry, Kernel, KernelArgs, Module, Param, ParamLayout};
 pub use plan::{
     AdvantageBuffers, AdvantageInputs, DeviceGroups, KernelError, Launcher, LogSoftmaxGrads,
-    LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers, RolloutBuffers,
-    TokenBuffers, WORKSPACE_BYTES, WhitenBuffers, advantage_status, discounted_returns, gae,
-    group_advantages, group_advantages_finalize, group_advantages_finalize_with,
-    group_advantages_with, group_partial_squares, group_partial_sums, grpo_loss, grpo_loss_with,
-    log_softmax_backward, log_softmax_forward, log_softmax_status, logits_loss_forward,
-    loss_supported, tokens_status, whiten, whiten_result,
+    LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers, RolloutBuffers, TokenBuffers,
+    WORKSPACE_BYTES, WhitenBuffers, advantage_status, discounted_returns, gae, group_advantages,
+    group_advantages_finalize, group_advantages_finalize_with, group_advantages_with,
+    group_partial_squares, group_partial_sums, grpo_loss, grpo_loss_with, log_softmax_backward,
+    log_softmax_forward, log_softmax_status, logits_loss_forward, loss_supported, tokens_status,
+    whiten, whiten_result,
 };
