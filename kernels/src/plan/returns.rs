@@ -17,7 +17,7 @@ use crate::params::{
 };
 
 /// Device inputs of [`discounted_returns`] and [`gae`]: the CSR token layout of SPEC §10.
-/// Addresses are 0 where absent.
+/// Addresses are 0 where absent (a per-token array may be absent only when `n_tok` is 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenBuffers {
     /// `f32[n_tok]` token rewards.
@@ -56,7 +56,7 @@ pub unsafe fn discounted_returns<L: Launcher>(
     tuning: Tuning,
 ) -> Result<(), KernelError<L::Error>> {
     // SAFETY: forwarded caller contract.
-    unsafe { launch_tokens(launcher, buf, 0, returns, opts, tuning) }
+    unsafe { launch_tokens(launcher, buf, None, returns, opts, tuning) }
 }
 
 /// GAE advantages into `advantages` and returns `A_t + V_t` into `returns` (both `f32[n_tok]`;
@@ -73,36 +73,37 @@ pub unsafe fn gae<L: Launcher>(
     opts: &GaeOptions,
     tuning: Tuning,
 ) -> Result<(), KernelError<L::Error>> {
-    if buf.values == 0 || advantages == 0 {
-        return Err(Error::InvalidArgument.into());
-    }
     // SAFETY: forwarded caller contract.
-    unsafe { launch_tokens(launcher, buf, advantages, returns, opts, tuning) }
+    unsafe { launch_tokens(launcher, buf, Some(advantages), returns, opts, tuning) }
 }
 
-/// `advantages == 0`: discounted returns; else GAE.
+/// `advantages`: `None` for discounted returns, the GAE output otherwise.
 unsafe fn launch_tokens<L: Launcher>(
     launcher: &L,
     buf: &TokenBuffers,
-    advantages: u64,
+    advantages: Option<u64>,
     returns: u64,
     opts: &GaeOptions,
     tuning: Tuning,
 ) -> Result<(), KernelError<L::Error>> {
     opts.validate()?;
     tuning.check()?;
-    if buf.rewards == 0 || buf.seq_offsets == 0 || buf.workspace == 0 || returns == 0 {
+    let is_gae = advantages.is_some();
+    // A per-token array may be absent only when there are no tokens.
+    let missing = buf.rewards == 0
+        || returns == 0
+        || (is_gae && (buf.values == 0 || advantages == Some(0)));
+    if buf.seq_offsets == 0 || buf.workspace == 0 || (missing && buf.n_tok > 0) {
         return Err(Error::InvalidArgument.into());
     }
     // SAFETY: the workspace holds WORKSPACE_BYTES (caller contract).
     unsafe { launcher.memset_zero(buf.workspace, 4) }.map_err(KernelError::Backend)?;
-    let is_gae = advantages != 0;
     let p = ReturnsParams {
         rewards: buf.rewards,
         values: if is_gae { buf.values } else { 0 },
         seq_offsets: buf.seq_offsets,
         mask: buf.mask,
-        adv: advantages,
+        adv: advantages.unwrap_or(0),
         ret: returns,
         status: buf.workspace,
         n_seq: buf.n_seq,
@@ -164,7 +165,7 @@ pub unsafe fn whiten<L: Launcher>(
 ) -> Result<(), KernelError<L::Error>> {
     opts.validate()?;
     tuning.check()?;
-    if buf.values == 0 || buf.workspace == 0 {
+    if (buf.values == 0 && buf.n > 0) || buf.workspace == 0 {
         return Err(Error::InvalidArgument.into());
     }
     let stats = buf.workspace;
