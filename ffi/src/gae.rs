@@ -338,7 +338,9 @@ unsafe fn device_tokens(
         if c.values.is_null() {
             return Err(crate::detail::fail(
                 care_result::CARE_ERR_NULL_POINTER,
-                format_args!("care_token_rewards.values is NULL; care_gpu_gae needs the values V_t"),
+                format_args!(
+                    "care_token_rewards.values is NULL; care_gpu_gae needs the values V_t"
+                ),
             ));
         }
         let r = dev(c.values, c.values_len, n, true);

@@ -90,9 +90,8 @@ unsafe fn launch_tokens<L: Launcher>(
     tuning.check()?;
     let is_gae = advantages.is_some();
     // A per-token array may be absent only when there are no tokens.
-    let missing = buf.rewards == 0
-        || returns == 0
-        || (is_gae && (buf.values == 0 || advantages == Some(0)));
+    let missing =
+        buf.rewards == 0 || returns == 0 || (is_gae && (buf.values == 0 || advantages == Some(0)));
     if buf.seq_offsets == 0 || buf.workspace == 0 || (missing && buf.n_tok > 0) {
         return Err(Error::InvalidArgument.into());
     }
