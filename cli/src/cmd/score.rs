@@ -7,7 +7,6 @@ use care_core::{
 };
 
 use super::rubric::{Scratch, explain_score_error, flatten_scores, member_text, write_fired};
-use serde_json::value::RawValue;
 
 use crate::input::{Line, Members, check_members, object, raw_array, score_matrix, string};
 use crate::json::{LineError, Obj};
@@ -47,13 +46,14 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
         ));
     };
     let r_fmt = v.r_fmt();
-    if let Some(responses) = m.get("responses") {
+    // The member's exact text: building its `RawValue` would read the whole array once more.
+    if let Some(responses) = m.text("responses") {
         if m.contains_key("scores") || m.contains_key("judge") {
             return Err(LineError::schema(
                 "give \"responses\" or a single \"scores\"/\"judge\", not both",
             ));
         }
-        return run_group(opts, rubric, r_fmt, responses, o);
+        return run_group(opts, rubric, r_fmt, &m, responses, o);
     }
     let (scores, judge) = response_scores(rubric, m, "")?;
     let key = if judge.is_some() { "judge" } else { "scores" };
@@ -109,30 +109,53 @@ fn run_group(
     opts: &Options,
     rubric: &Rubric<'_>,
     r_fmt: f64,
-    responses: &RawValue,
+    m: &Members<'_>,
+    responses: &str,
     o: &mut Obj<'_>,
 ) -> Result<(), LineError> {
-    let list = raw_array(responses, "responses")?;
-    let mut judges = Vec::with_capacity(list.len());
+    let mut judges = Vec::new();
+    let mut flat = Vec::new();
     // Scored one by one (not through `policy_reward_group`) to keep each response's per-dimension
     // means and its own error; `policy_reward_group` keeps only the first error.
-    let details: Vec<Result<PolicyReward, LineError>> = list
-        .iter()
-        .enumerate()
-        .map(|(j, resp)| {
-            let at = format!("responses[{j}].");
-            let (scores, rep) = Members::of(resp)
-                .ok_or_else(|| LineError::schema(format!("\"responses\"[{j}] must be an object")))
-                .and_then(|rm| {
-                    check_members(&rm, RESPONSE_MEMBERS, &format!("\"responses\"[{j}]: "))?;
-                    response_scores(rubric, &rm, &at)
+    let details: Vec<Result<PolicyReward, LineError>> = if let Some(n) =
+        score_rows(responses, rubric.counts(), &mut flat)
+    {
+        // The common shape, read in one pass: what the general path below gives for it.
+        let total = rubric.total_criteria();
+        judges.resize(n, None);
+        flat.chunks_exact(total)
+            .enumerate()
+            .map(|(j, scores)| {
+                policy_reward(rubric, scores, &opts.score)
+                    .map_err(|e| explain_score_error(e, rubric, scores, &format!("responses[{j}]")))
+            })
+            .collect()
+    } else {
+        let raw = m
+            .get("responses")
+            .ok_or_else(|| LineError::schema("\"responses\" must be an array"))?;
+        let list = raw_array(raw, "responses")?;
+        judges.reserve(list.len());
+        list.iter()
+            .enumerate()
+            .map(|(j, resp)| {
+                let at = format!("responses[{j}].");
+                let (scores, rep) = Members::of(resp)
+                    .ok_or_else(|| {
+                        LineError::schema(format!("\"responses\"[{j}] must be an object"))
+                    })
+                    .and_then(|rm| {
+                        check_members(&rm, RESPONSE_MEMBERS, &format!("\"responses\"[{j}]: "))?;
+                        response_scores(rubric, &rm, &at)
+                    })
+                    .inspect_err(|_| judges.push(None))?;
+                judges.push(rep);
+                policy_reward(rubric, &scores, &opts.score).map_err(|e| {
+                    explain_score_error(e, rubric, &scores, &format!("responses[{j}]"))
                 })
-                .inspect_err(|_| judges.push(None))?;
-            judges.push(rep);
-            policy_reward(rubric, &scores, &opts.score)
-                .map_err(|e| explain_score_error(e, rubric, &scores, &format!("responses[{j}]")))
-        })
-        .collect();
+            })
+            .collect()
+    };
     let rewards: Vec<f64> = details
         .iter()
         .map(|d| d.as_ref().map_or(f64::NAN, |p| p.reward))
@@ -194,6 +217,103 @@ fn run_group(
     Ok(())
 }
 
+/// The score rows of a `responses` array in its common shape, `[{"scores": [[..], [..],
+/// [..]]}, ...]` with non-negative integers and `counts[d]` of them in dimension `d`, appended
+/// to `flat` (one row of `counts` criteria per response), and their number. `None` (with
+/// `flat` in any state) for anything else: another member, `judge`, `null`, a sign, fraction
+/// or exponent, an escaped key, a count that differs from the rubric's, an empty array; the
+/// general path reads those (and words their errors). `text` is the member's text from a line
+/// that passed the strict check, so it is valid JSON; this only recognizes its shape.
+fn score_rows(text: &str, counts: [usize; 3], flat: &mut Vec<f64>) -> Option<usize> {
+    let mut c = Bytes {
+        b: text.as_bytes(),
+        i: 0,
+    };
+    c.eat(b'[')?;
+    let mut n = 0;
+    loop {
+        c.eat(b'{')?;
+        c.literal(b"\"scores\"")?;
+        c.eat(b':')?;
+        c.eat(b'[')?;
+        for (d, &want) in counts.iter().enumerate() {
+            if d > 0 {
+                c.eat(b',')?;
+            }
+            c.eat(b'[')?;
+            for k in 0..want {
+                if k > 0 {
+                    c.eat(b',')?;
+                }
+                flat.push(c.small_uint()?);
+            }
+            c.eat(b']')?;
+        }
+        c.eat(b']')?;
+        c.eat(b'}')?;
+        n += 1;
+        match c.next()? {
+            b',' => {}
+            b']' => break,
+            _ => return None,
+        }
+    }
+    c.skip_ws();
+    (c.i == c.b.len()).then_some(n)
+}
+
+/// A cursor over valid JSON text for [`score_rows`].
+struct Bytes<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Bytes<'_> {
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    /// The next byte after whitespace.
+    fn next(&mut self) -> Option<u8> {
+        self.skip_ws();
+        let c = *self.b.get(self.i)?;
+        self.i += 1;
+        Some(c)
+    }
+
+    fn eat(&mut self, want: u8) -> Option<()> {
+        (self.next()? == want).then_some(())
+    }
+
+    fn literal(&mut self, want: &[u8]) -> Option<()> {
+        self.skip_ws();
+        let end = self.i + want.len();
+        (self.b.get(self.i..end)? == want).then(|| self.i = end)
+    }
+
+    /// A JSON integer `0..=10^15 - 1` without sign, fraction or exponent, as `f64` (exact:
+    /// below 2^53), as `serde_json` reads it.
+    fn small_uint(&mut self) -> Option<f64> {
+        self.skip_ws();
+        let start = self.i;
+        let mut v: u64 = 0;
+        while let Some(&d @ b'0'..=b'9') = self.b.get(self.i) {
+            v = v * 10 + u64::from(d - b'0');
+            self.i += 1;
+            if self.i - start > 15 {
+                return None;
+            }
+        }
+        match self.b.get(self.i) {
+            _ if self.i == start => None,
+            Some(b'.' | b'e' | b'E') => None,
+            _ => Some(v as f64),
+        }
+    }
+}
+
 /// The judge-output parser's findings.
 pub fn write_judge(x: &mut Obj<'_>, j: &JudgeReport) {
     x.u64("matched", u64::from(j.matched))
@@ -204,4 +324,133 @@ pub fn write_judge(x: &mut Obj<'_>, j: &JudgeReport) {
         .u64("invalid_scores", u64::from(j.invalid_scores))
         .u64("out_of_range", u64::from(j.out_of_range))
         .u64("malformed_items", u64::from(j.malformed_items));
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)] // test code: failing loudly is the point
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::value::RawValue;
+
+    const RUBRIC: &str = include_str!("../../data/rubric_sft_1.json");
+
+    /// The rows the general path reads from `text`: every response's flat scores, or `None`
+    /// when some response is not read as scores (an error or a judge answer).
+    fn general_rows(text: &str, rubric: &Rubric<'_>) -> Option<Vec<f64>> {
+        let raw: &RawValue = serde_json::from_str(text).ok()?;
+        let list = raw_array(raw, "responses").ok()?;
+        let mut flat = Vec::new();
+        for resp in list {
+            let m = Members::of(resp)?;
+            check_members(&m, RESPONSE_MEMBERS, "").ok()?;
+            let (scores, judge) = response_scores(rubric, &m, "").ok()?;
+            if judge.is_some() {
+                return None;
+            }
+            flat.extend(scores);
+        }
+        Some(flat)
+    }
+
+    /// One response in the common shape for `counts`, with the given spacing.
+    fn response(counts: [usize; 3], values: &[u64], ws: &str) -> String {
+        let mut it = values.iter().cycle();
+        let dims: Vec<String> = counts
+            .iter()
+            .map(|&n| {
+                let v: Vec<String> = (0..n).map(|_| it.next().unwrap().to_string()).collect();
+                format!("[{ws}{}{ws}]", v.join(&format!("{ws},{ws}")))
+            })
+            .collect();
+        format!(
+            "{{{ws}\"scores\"{ws}:{ws}[{}]{ws}}}",
+            dims.join(&format!(",{ws}"))
+        )
+    }
+
+    fn with_rubric<R>(f: impl FnOnce(&Rubric<'_>) -> R) -> R {
+        let mut scratch = vec![0u8; RUBRIC.len()];
+        let v = validate_str(RUBRIC, &FormatPolicy::PAPER, &mut scratch).unwrap();
+        f(v.rubric.as_ref().unwrap())
+    }
+
+    #[test]
+    fn the_common_shape_is_read_in_one_pass() {
+        with_rubric(|r| {
+            let one = response(r.counts(), &[0, 5, 3, 12, 1], "");
+            let text = format!("[{one}, {one} ,\n{one}]");
+            let mut flat = Vec::new();
+            assert_eq!(score_rows(&text, r.counts(), &mut flat), Some(3));
+            assert_eq!(Some(flat), general_rows(&text, r));
+        });
+    }
+
+    #[test]
+    fn other_shapes_are_left_to_the_general_path() {
+        with_rubric(|r| {
+            let counts = r.counts();
+            let one = response(counts, &[1, 2], "");
+            let cases = [
+                "[]".to_owned(),
+                "null".to_owned(),
+                one.replace("\"scores\"", "\"sc\\u006fres\""),
+                one.replace('1', "1.0"),
+                one.replace('1', "1e0"),
+                one.replace('1', "-1"),
+                one.replace('1', "null"),
+                one.replace('{', "{\"id\":1,"),
+                "[{\"judge\":\"x\"}]".to_owned(),
+                format!(
+                    "[{}]",
+                    response([counts[0] + 1, counts[1], counts[2]], &[1], "")
+                ),
+                format!("[{one}]").replace('1', "1234567890123456"),
+            ];
+            for text in cases {
+                let text = if text.starts_with('[') || text == "null" {
+                    text
+                } else {
+                    format!("[{text}]")
+                };
+                let mut flat = Vec::new();
+                assert_eq!(score_rows(&text, counts, &mut flat), None, "{text}");
+            }
+        });
+    }
+
+    proptest! {
+        /// Whenever the one-pass reader reads an array, the general path reads the same rows
+        /// from it (the relation the fast path rests on), on mutated arrays of the common shape.
+        #[test]
+        fn one_pass_rows_equal_the_general_rows(
+            values in proptest::collection::vec(0u64..2_000_000, 1..12),
+            n in 1usize..5,
+            ws in prop_oneof![Just(""), Just(" "), Just("\n\t "), Just("\r")],
+            cut in any::<proptest::sample::Index>(),
+            byte in prop_oneof![Just(b'-'), Just(b'.'), Just(b'e'), Just(b' '), Just(b'0'), Just(b'x'), Just(b','), Just(b'"')],
+            mutate in any::<bool>(),
+        ) {
+            with_rubric(|r| {
+                let one = response(r.counts(), &values, ws);
+                let mut text = format!("[{}]", vec![one; n].join(","));
+                if mutate {
+                    let i = cut.index(text.len());
+                    text.insert(i, byte as char);
+                }
+                // Only valid JSON reaches the reader (the line passed the strict check).
+                if serde_json::from_str::<serde_json::Value>(&text).is_err() {
+                    return Ok(());
+                }
+                let mut flat = Vec::new();
+                if let Some(k) = score_rows(&text, r.counts(), &mut flat) {
+                    prop_assert_eq!(k * r.total_criteria(), flat.len());
+                    prop_assert_eq!(Some(flat), general_rows(&text, r));
+                } else {
+                    prop_assert!(mutate, "an unmutated array of the common shape is read: {}", text);
+                }
+                Ok(())
+            })?;
+        }
+    }
 }
