@@ -1962,6 +1962,55 @@ care_result care_whiten(float *values,
                         double *mean_out,
                         double *std_out);
 
+// Discounted returns on the GPU, asynchronously on `launch->stream`: as
+// `care_discounted_returns` (same structs; `inputs` pointers and `d_returns[returns_len]`
+// are device memory), bit-identical to it. The offsets live in device memory, so a malformed
+// layout is found by the kernel: `care_gpu_gae_status` reports it (`CARE_ERR_INVALID_LAYOUT`;
+// the outputs are then unspecified, and no access leaves the buffers).
+care_result care_gpu_discounted_returns(const struct care_token_rewards *inputs,
+                                        const struct care_gae_options *options,
+                                        float *d_returns,
+                                        size_t returns_len,
+                                        const struct care_gpu_launch *launch);
+
+// GAE on the GPU, asynchronously on `launch->stream`: as `care_gae` (same structs; device
+// memory), bit-identical to it: advantages into `d_advantages[advantages_len]`, returns
+// `A_t + V_t` into `d_returns[returns_len]`. A malformed offsets layout is reported by
+// `care_gpu_gae_status`.
+care_result care_gpu_gae(const struct care_token_rewards *inputs,
+                         const struct care_gae_options *options,
+                         float *d_advantages,
+                         size_t advantages_len,
+                         float *d_returns,
+                         size_t returns_len,
+                         const struct care_gpu_launch *launch);
+
+// Synchronizes `launch->stream` and reads the status that `care_gpu_discounted_returns` or
+// `care_gpu_gae` left in `launch->workspace`: `CARE_OK`, or `CARE_ERR_INVALID_LAYOUT` when the
+// sequence offsets were not a CSR layout of the tokens (the CPU entry points refuse such a
+// call before writing; here the outputs are unspecified).
+care_result care_gpu_gae_status(const struct care_gpu_launch *launch);
+
+// Whitening on the GPU, in place on the device values `d_values[values_len]`, asynchronously
+// on `launch->stream`: as `care_whiten` (`d_mask` optional, `(NULL, 0)`: all count) within
+// the documented tolerance, deterministic (no float atomics). The mean and std, and the
+// `CARE_ERR_NON_FINITE` of a non-finite counted value (the values are then left as they were),
+// are read back by `care_gpu_whiten_status` from `launch->workspace`.
+care_result care_gpu_whiten(float *d_values,
+                            size_t values_len,
+                            const uint8_t *d_mask,
+                            size_t mask_len,
+                            const struct care_whiten_options *options,
+                            const struct care_gpu_launch *launch);
+
+// Synchronizes `launch->stream` and reads what `care_gpu_whiten` left in `launch->workspace`:
+// `CARE_OK` with the mean and std of the counted values into `*mean_out` and `*std_out`
+// (each optional: NULL to skip; written only on success), or `CARE_ERR_NON_FINITE` when a
+// counted value was not finite (the values were not changed).
+care_result care_gpu_whiten_status(const struct care_gpu_launch *launch,
+                                   double *mean_out,
+                                   double *std_out);
+
 // `CARE_OK` when the CUDA driver library loads and reports at least one device, else
 // `CARE_ERR_CUDA_UNAVAILABLE`. Creates no context.
 care_result care_gpu_available(void);

@@ -1,11 +1,15 @@
 //! The token-level estimators (SPEC §18): discounted returns, GAE over token rewards and
-//! values, and whitening, on the CPU.
+//! values, and whitening, on the CPU and (`care_gpu_*`, device pointers) on the GPU.
 
 use core::mem::size_of;
 
 use care_core::grpo::{GaeOptions, StdKind, WhitenOptions};
+use care_kernels::Tuning;
+use care_kernels::params::WhitenStatsRaw;
+use cudarc::driver::result as cu;
 
 use crate::args::{self, Out};
+use crate::gpu::{backend, care_gpu_launch, dev, driver_code, kernel_code, read_launch};
 use crate::result::{care_result, map_error};
 
 /// Options of `care_discounted_returns` and `care_gae`. Initialize with
@@ -292,6 +296,275 @@ pub unsafe extern "C" fn care_whiten(
                 Some(m) => args::mismatch("mask_len", m.len(), "values_len", values_len),
                 None => map_error(e),
             }
+        }));
+        if let Some(o) = mean_out {
+            unsafe { o.write(mean) };
+        }
+        if let Some(o) = std_out {
+            unsafe { o.write(std) };
+        }
+        care_result::CARE_OK
+    }
+}
+
+// ---- on the GPU -------------------------------------------------------------------------------
+
+/// The device addresses of a `care_token_rewards` whose pointers are device memory: the token
+/// rewards, values (`gae`: required; otherwise they must be `(NULL, 0)`), offsets and mask,
+/// and `T`. The offsets' contents cannot be read here: the kernels report a malformed layout
+/// in the status word (`care_gpu_gae_status`).
+///
+/// # Safety
+/// As for [`args::input`] (the struct itself is host memory).
+unsafe fn device_tokens(
+    p: *const care_token_rewards,
+    gae: bool,
+) -> Result<(care_kernels::TokenBuffers, usize), care_result> {
+    // SAFETY: forwarded contract.
+    let c = unsafe { args::input(p) }?;
+    let n = c.token_rewards_len;
+    let base = "care_token_rewards.token_rewards_len";
+    let per_token = |len: usize, what: &str, r: Result<u64, care_result>| {
+        r.map_err(|e| {
+            if e == care_result::CARE_ERR_LENGTH_MISMATCH {
+                args::mismatch(what, len, base, n)
+            } else {
+                e
+            }
+        })
+    };
+    let rewards = dev(c.token_rewards, n, n, true)?;
+    let values = if gae {
+        if c.values.is_null() {
+            return Err(crate::detail::fail(
+                care_result::CARE_ERR_NULL_POINTER,
+                format_args!(
+                    "care_token_rewards.values is NULL; care_gpu_gae needs the values V_t"
+                ),
+            ));
+        }
+        let r = dev(c.values, c.values_len, n, true);
+        per_token(c.values_len, "care_token_rewards.values_len", r)?
+    } else {
+        if !c.values.is_null() || c.values_len != 0 {
+            return Err(crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!(
+                    "care_token_rewards.values is set; care_gpu_discounted_returns reads no \
+                     values (pass (NULL, 0), or call care_gpu_gae)"
+                ),
+            ));
+        }
+        0
+    };
+    let Some(n_seq) = c.seq_offsets_len.checked_sub(1) else {
+        return Err(crate::detail::fail(
+            care_result::CARE_ERR_INVALID_LAYOUT,
+            format_args!(
+                "care_token_rewards.seq_offsets_len is 0; the offsets need B + 1 entries, [0] \
+                 for no sequences"
+            ),
+        ));
+    };
+    if n_seq == 0 && n != 0 {
+        return Err(crate::detail::fail(
+            care_result::CARE_ERR_INVALID_LAYOUT,
+            format_args!(
+                "care_token_rewards.seq_offsets has no sequence but {base} is {n}; the last \
+                 offset must be T"
+            ),
+        ));
+    }
+    let seq_offsets = dev(c.seq_offsets, c.seq_offsets_len, c.seq_offsets_len, true)?;
+    let r = dev(c.mask, c.mask_len, n, false);
+    let mask = per_token(c.mask_len, "care_token_rewards.mask_len", r)?;
+    let too_big = |what: &str, v: usize| {
+        crate::detail::fail(
+            care_result::CARE_ERR_INVALID_ARGUMENT,
+            format_args!("{what} is {v}; the GPU kernels take at most 2^32 - 1"),
+        )
+    };
+    let n_tok = u32::try_from(n).map_err(|_| too_big(base, n))?;
+    let n_seq = u32::try_from(n_seq)
+        .map_err(|_| too_big("care_token_rewards.seq_offsets_len - 1", n_seq))?;
+    let buf = care_kernels::TokenBuffers {
+        rewards,
+        values,
+        seq_offsets,
+        n_seq,
+        n_tok,
+        mask,
+        workspace: 0,
+    };
+    Ok((buf, n))
+}
+
+/// A device output of one entry per token: required (NULL only for `T = 0`), `len == T`.
+fn device_output(p: *mut f32, len: usize, what: &str, n: usize) -> Result<u64, care_result> {
+    dev(p.cast_const(), len, n, true).map_err(|e| {
+        if e == care_result::CARE_ERR_LENGTH_MISMATCH {
+            args::mismatch(what, len, "care_token_rewards.token_rewards_len", n)
+        } else {
+            e
+        }
+    })
+}
+
+/// Discounted returns on the GPU, asynchronously on `launch->stream`: as
+/// `care_discounted_returns` (same structs; `inputs` pointers and `d_returns[returns_len]`
+/// are device memory), bit-identical to it. The offsets live in device memory, so a malformed
+/// layout is found by the kernel: `care_gpu_gae_status` reports it (`CARE_ERR_INVALID_LAYOUT`;
+/// the outputs are then unspecified, and no access leaves the buffers).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_discounted_returns(
+    inputs: *const care_token_rewards,
+    options: *const care_gae_options,
+    d_returns: *mut f32,
+    returns_len: usize,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let (mut buf, n) = tri!(unsafe { device_tokens(inputs, false) });
+        let opts = tri!(unsafe { read_gae_options(options) });
+        let ret = tri!(device_output(d_returns, returns_len, "returns_len", n));
+        let l = tri!(unsafe { read_launch(launch, true) });
+        buf.workspace = l.workspace;
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
+        // SAFETY: every address is caller device memory of the documented, cross-checked size.
+        let run = unsafe {
+            care_kernels::discounted_returns(&b, &buf, ret, &opts, Tuning::default())
+        };
+        match run {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => kernel_code(e),
+        }
+    }
+}
+
+/// GAE on the GPU, asynchronously on `launch->stream`: as `care_gae` (same structs; device
+/// memory), bit-identical to it: advantages into `d_advantages[advantages_len]`, returns
+/// `A_t + V_t` into `d_returns[returns_len]`. A malformed offsets layout is reported by
+/// `care_gpu_gae_status`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_gae(
+    inputs: *const care_token_rewards,
+    options: *const care_gae_options,
+    d_advantages: *mut f32,
+    advantages_len: usize,
+    d_returns: *mut f32,
+    returns_len: usize,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let (mut buf, n) = tri!(unsafe { device_tokens(inputs, true) });
+        let opts = tri!(unsafe { read_gae_options(options) });
+        let adv = tri!(device_output(d_advantages, advantages_len, "advantages_len", n));
+        let ret = tri!(device_output(d_returns, returns_len, "returns_len", n));
+        let l = tri!(unsafe { read_launch(launch, true) });
+        buf.workspace = l.workspace;
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
+        // SAFETY: every address is caller device memory of the documented, cross-checked size.
+        let run = unsafe { care_kernels::gae(&b, &buf, adv, ret, &opts, Tuning::default()) };
+        match run {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => kernel_code(e),
+        }
+    }
+}
+
+/// Synchronizes `launch->stream` and reads the status that `care_gpu_discounted_returns` or
+/// `care_gpu_gae` left in `launch->workspace`: `CARE_OK`, or `CARE_ERR_INVALID_LAYOUT` when the
+/// sequence offsets were not a CSR layout of the tokens (the CPU entry points refuse such a
+/// call before writing; here the outputs are unspecified).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_gae_status(launch: *const care_gpu_launch) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY: forwarded contract.
+        let word = tri!(unsafe { crate::gpu::read_status(launch) });
+        match care_kernels::tokens_status(word) {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => crate::detail::fail(
+                map_error(e),
+                format_args!(
+                    "care_token_rewards.seq_offsets is not a CSR layout of the tokens: it must \
+                     start at 0, never decrease and end at T"
+                ),
+            ),
+        }
+    }
+}
+
+/// Whitening on the GPU, in place on the device values `d_values[values_len]`, asynchronously
+/// on `launch->stream`: as `care_whiten` (`d_mask` optional, `(NULL, 0)`: all count) within
+/// the documented tolerance, deterministic (no float atomics). The mean and std, and the
+/// `CARE_ERR_NON_FINITE` of a non-finite counted value (the values are then left as they were),
+/// are read back by `care_gpu_whiten_status` from `launch->workspace`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_whiten(
+    d_values: *mut f32,
+    values_len: usize,
+    d_mask: *const u8,
+    mask_len: usize,
+    options: *const care_whiten_options,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let values = tri!(dev(d_values.cast_const(), values_len, values_len, true));
+        let mask = tri!(dev(d_mask, mask_len, values_len, false).map_err(|e| {
+            if e == care_result::CARE_ERR_LENGTH_MISMATCH {
+                args::mismatch("mask_len", mask_len, "values_len", values_len)
+            } else {
+                e
+            }
+        }));
+        let opts = tri!(unsafe { read_whiten_options(options) });
+        let l = tri!(unsafe { read_launch(launch, true) });
+        let buf = care_kernels::WhitenBuffers {
+            values,
+            mask,
+            n: values_len as u64,
+            workspace: l.workspace,
+        };
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
+        // SAFETY: every address is caller device memory of the documented, cross-checked size.
+        let run = unsafe { care_kernels::whiten(&b, &buf, &opts, Tuning::default()) };
+        match run {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => kernel_code(e),
+        }
+    }
+}
+
+/// Synchronizes `launch->stream` and reads what `care_gpu_whiten` left in `launch->workspace`:
+/// `CARE_OK` with the mean and std of the counted values into `*mean_out` and `*std_out`
+/// (each optional: NULL to skip; written only on success), or `CARE_ERR_NON_FINITE` when a
+/// counted value was not finite (the values were not changed).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_whiten_status(
+    launch: *const care_gpu_launch,
+    mean_out: *mut f64,
+    std_out: *mut f64,
+) -> care_result {
+    ffi_panic_boundary! {
+        let mean_out = tri!(Out::optional(mean_out));
+        let std_out = tri!(Out::optional(std_out));
+        // SAFETY (all blocks): forwarded contract.
+        let l = tri!(unsafe { read_launch(launch, true) });
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
+        tri!(b.synchronize().map_err(driver_code));
+        let mut raw = WhitenStatsRaw::default();
+        // SAFETY: the stream is idle (synchronized); the workspace holds at least
+        // CARE_GPU_WORKSPACE_BYTES >= size_of::<WhitenStatsRaw>() bytes.
+        tri!(unsafe { cu::memcpy_dtoh_sync(bytemuck::bytes_of_mut(&mut raw), l.workspace) }
+            .map_err(driver_code));
+        let (mean, std) = tri!(care_kernels::whiten_result(&raw).map_err(|e| {
+            crate::detail::fail(
+                map_error(e),
+                format_args!("a counted value passed to care_gpu_whiten is NaN or infinite"),
+            )
         }));
         if let Some(o) = mean_out {
             unsafe { o.write(mean) };

@@ -1987,6 +1987,45 @@ fn gpu_loss_rows() -> Vec<Row> {
     ]].concat()
 }
 
+/// The faults of a `care_token_rewards` on the device that the host can see (the offsets'
+/// contents live in device memory: the kernels report those).
+fn device_token_rows() -> Vec<Row> {
+    rows![
+        "inputs.struct_size short": |f| {
+            f.tr.struct_size -= 8;
+            f.tr_ret.struct_size -= 8
+        } => CARE_ERR_STRUCT_SIZE,
+        "inputs.token_rewards NULL": |f| {
+            f.tr.token_rewards = null();
+            f.tr_ret.token_rewards = null()
+        } => CARE_ERR_NULL_POINTER,
+        "inputs.token_rewards misaligned": |f| {
+            f.tr.token_rewards = 0x1002 as *const f32;
+            f.tr_ret.token_rewards = 0x1002 as *const f32
+        } => CARE_ERR_INVALID_ARGUMENT,
+        "inputs.seq_offsets NULL": |f| {
+            f.tr.seq_offsets = null();
+            f.tr_ret.seq_offsets = null()
+        } => CARE_ERR_NULL_POINTER,
+        "inputs: no sequence offsets": |f| {
+            f.tr.seq_offsets_len = 0;
+            f.tr_ret.seq_offsets_len = 0
+        } => CARE_ERR_INVALID_LAYOUT,
+        "inputs: no sequence but T tokens": |f| {
+            f.tr.seq_offsets_len = 1;
+            f.tr_ret.seq_offsets_len = 1
+        } => CARE_ERR_INVALID_LAYOUT,
+        "inputs.mask NULL": |f| {
+            f.tr.mask = null();
+            f.tr_ret.mask = null()
+        } => CARE_ERR_NULL_POINTER,
+        "inputs.mask_len != T": |f| {
+            f.tr.mask_len = 4;
+            f.tr_ret.mask_len = 4
+        } => CARE_ERR_LENGTH_MISMATCH,
+    ]
+}
+
 /// The tables of the GPU entry points, on fake device addresses: every fault is found before
 /// any driver call. The valid call gives `CARE_ERR_CUDA_UNAVAILABLE` without a driver; with
 /// one it is not made (it would launch on the fake addresses).
@@ -2081,6 +2120,47 @@ fn gpu_cases() -> Vec<Case> {
                     f.d_rstats_len = 56
                 } => CARE_ERR_LENGTH_MISMATCH,
             ]].concat()
+        },
+        case! { |f, k| care_gpu_discounted_returns(
+                p(k, 0, &f.tr_ret), &f.gae_o, m(k, 1, f.gae_ret.as_mut_ptr()), f.gae_ret.len(),
+                p(k, 2, &f.launch)), 3,
+            [gae_options_rows(), launch_rows(true), device_token_rows(), rows![
+                "inputs.values given": |f| {
+                    f.tr_ret.values = f.tr_values.as_ptr();
+                    f.tr_ret.values_len = T_TOK
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.values NULL with a length": |f| f.tr_ret.values_len = T_TOK => CARE_ERR_INVALID_ARGUMENT,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_gae(
+                p(k, 0, &f.tr), &f.gae_o, m(k, 1, f.gae_adv.as_mut_ptr()), f.gae_adv.len(),
+                m(k, 2, f.gae_ret.as_mut_ptr()), f.gae_ret.len(), p(k, 3, &f.launch)), 4,
+            [gae_options_rows(), launch_rows(true), device_token_rows(), rows![
+                "inputs.values NULL": |f| f.tr.values = null() => CARE_ERR_NULL_POINTER,
+                "inputs.values (NULL, 0)": |f| {
+                    f.tr.values = null();
+                    f.tr.values_len = 0
+                } => CARE_ERR_NULL_POINTER,
+                "inputs.values_len != T": |f| f.tr.values_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.values misaligned": |f| f.tr.values = 0x1001 as *const f32 => CARE_ERR_INVALID_ARGUMENT,
+                "advantages_len != T": |f| f.gae_adv.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_gae_status(p(k, 0, &f.launch)), 1, launch_rows(true) },
+        case! { |f, k| care_gpu_whiten(
+                m(k, 0, f.wh_values.as_mut_ptr()), f.wh_values.len(), f.tok_mask.as_ptr(),
+                f.tok_mask.len(), &f.wo, p(k, 1, &f.launch)), 2,
+            [launch_rows(true), rows![
+                "options.struct_size too small": |f| f.wo.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+                "options.std_kind unknown": |f| f.wo.std_kind = 2 => CARE_ERR_INVALID_ARGUMENT,
+                "options.eps negative": |f| f.wo.eps = -1.0 => CARE_ERR_INVALID_ARGUMENT,
+                "mask_len != values_len": |f| f.tok_mask.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_whiten_status(p(k, 0, &f.launch), &raw mut f.wh_mean, &raw mut f.wh_std), 1,
+            launch_rows(true)
         },
         case! { |f, k| care_gpu_selective_log_softmax(
                 p(k, 0, &f.d_lg), p(k, 1, &f.d_lsm_out), p(k, 2, &f.launch)), 3,

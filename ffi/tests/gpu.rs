@@ -10,6 +10,7 @@ use std::ptr::{null, null_mut};
 
 use care_ffi::advantage::*;
 use care_ffi::care_result::*;
+use care_ffi::gae::*;
 use care_ffi::gpu::*;
 use care_ffi::logsoftmax::*;
 use care_ffi::loss::*;
@@ -698,6 +699,213 @@ fn gpu_rollout_diagnostics_match_care_rollout_correction() {
 }
 
 /// A `care_gpu_launch` on `stream` with the workspace at `ws`.
+#[test]
+fn gpu_returns_gae_and_whiten_match_the_cpu_entry_points() {
+    // Ragged sequences (one empty, one fully masked), gamma/lambda inside (0, 1).
+    let seq: Vec<u32> = vec![0, 5, 5, 9, 40];
+    let t = 40;
+    let rewards: Vec<f32> = (0..t).map(|i| ((i * 13) % 7) as f32 * 0.3 - 0.8).collect();
+    let values: Vec<f32> = (0..t).map(|i| ((i * 5) % 9) as f32 * 0.2 - 0.5).collect();
+    let mut mask: Vec<u8> = (0..t).map(|i| u8::from(i % 4 != 3)).collect();
+    mask[5..9].fill(0);
+    let mut go = unsafe { std::mem::zeroed::<care_gae_options>() };
+    let mut wo = unsafe { std::mem::zeroed::<care_whiten_options>() };
+    // SAFETY (all calls of this block): valid host buffers of the stated lengths.
+    let (want_ret, want_adv, want_gret, want_w, want_mean, want_std) = unsafe {
+        assert_eq!(care_gae_options_default(&mut go), CARE_OK);
+        assert_eq!(care_whiten_options_default(&mut wo), CARE_OK);
+        go.gamma = 0.97;
+        go.lambda = 0.9;
+        let tr = care_token_rewards {
+            struct_size: size_of::<care_token_rewards>() as u32,
+            token_rewards: rewards.as_ptr(),
+            token_rewards_len: t,
+            values: null(),
+            values_len: 0,
+            seq_offsets: seq.as_ptr(),
+            seq_offsets_len: seq.len(),
+            mask: mask.as_ptr(),
+            mask_len: t,
+        };
+        let mut ret = vec![0f32; t];
+        assert_eq!(
+            care_discounted_returns(&tr, &go, ret.as_mut_ptr(), t),
+            CARE_OK
+        );
+        let tr = care_token_rewards {
+            values: values.as_ptr(),
+            values_len: t,
+            ..tr
+        };
+        let (mut adv, mut gret) = (vec![0f32; t], vec![0f32; t]);
+        let code = care_gae(&tr, &go, adv.as_mut_ptr(), t, gret.as_mut_ptr(), t);
+        assert_eq!(code, CARE_OK);
+        let mut w = adv.clone();
+        let (mut mean, mut std) = (0.0, 0.0);
+        let code = care_whiten(
+            w.as_mut_ptr(),
+            t,
+            mask.as_ptr(),
+            t,
+            &wo,
+            &mut mean,
+            &mut std,
+        );
+        assert_eq!(code, CARE_OK);
+        (ret, adv, gret, w, mean, std)
+    };
+    if care_gpu_available() != CARE_OK {
+        assert!(
+            std::env::var("CARE_REQUIRE_GPU").as_deref() != Ok("1"),
+            "CARE_REQUIRE_GPU=1 but no CUDA driver or device (CARE_ERR_CUDA_UNAVAILABLE)"
+        );
+        eprintln!(
+            "skipped GPU test gpu_returns_gae_and_whiten_match_the_cpu_entry_points: no CUDA driver or device (set CARE_REQUIRE_GPU=1 to make this a failure)"
+        );
+        return;
+    }
+    let ctx = CudaContext::new(0).unwrap();
+    let stream = ctx.new_stream().unwrap();
+    let cu_stream = stream.cu_stream() as *mut c_void;
+    let d_r = stream.clone_htod(&rewards).unwrap();
+    let d_v = stream.clone_htod(&values).unwrap();
+    let d_seq = stream.clone_htod(&seq).unwrap();
+    let bad: Vec<u32> = vec![0, 5, 3, 9, 40];
+    let d_bad = stream.clone_htod(&bad).unwrap();
+    let d_mask = stream.clone_htod(&mask).unwrap();
+    let mut d_ret = stream.alloc_zeros::<f32>(t).unwrap();
+    let mut d_adv = stream.alloc_zeros::<f32>(t).unwrap();
+    let mut d_gret = stream.alloc_zeros::<f32>(t).unwrap();
+    let mut d_ws = stream.alloc_zeros::<u8>(CARE_GPU_WORKSPACE_BYTES).unwrap();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    {
+        let (pr, _a) = d_r.device_ptr(&stream);
+        let (pv, _b) = d_v.device_ptr(&stream);
+        let (ps, _c) = d_seq.device_ptr(&stream);
+        let (pm, _d) = d_mask.device_ptr(&stream);
+        let (pret, _e) = d_ret.device_ptr_mut(&stream);
+        let (padv, _f) = d_adv.device_ptr_mut(&stream);
+        let (pgret, _g) = d_gret.device_ptr_mut(&stream);
+        let (pw, _h) = d_ws.device_ptr_mut(&stream);
+        let (pbad, _i) = d_bad.device_ptr(&stream);
+        let launch = launch(cu_stream, pw as *mut c_void);
+        let tr = care_token_rewards {
+            struct_size: size_of::<care_token_rewards>() as u32,
+            token_rewards: pr as *const f32,
+            token_rewards_len: t,
+            values: null(),
+            values_len: 0,
+            seq_offsets: ps as *const u32,
+            seq_offsets_len: seq.len(),
+            mask: pm as *const u8,
+            mask_len: t,
+        };
+        let trv = care_token_rewards {
+            values: pv as *const f32,
+            values_len: t,
+            ..tr
+        };
+        // SAFETY (all calls): device buffers of the stated sizes on this stream's context.
+        unsafe {
+            let code = care_gpu_discounted_returns(&tr, &go, pret as *mut f32, t, &launch);
+            assert_eq!(code, CARE_OK);
+            assert_eq!(care_gpu_gae_status(&launch), CARE_OK);
+            let code = care_gpu_gae(
+                &trv,
+                &go,
+                padv as *mut f32,
+                t,
+                pgret as *mut f32,
+                t,
+                &launch,
+            );
+            assert_eq!(code, CARE_OK);
+            assert_eq!(care_gpu_gae_status(&launch), CARE_OK);
+            // A decreasing offsets pair: reported by the status, as the CPU's error.
+            let badv = care_token_rewards {
+                seq_offsets: pbad as *const u32,
+                ..trv
+            };
+            let code = care_gpu_gae(
+                &badv,
+                &go,
+                padv as *mut f32,
+                t,
+                pgret as *mut f32,
+                t,
+                &launch,
+            );
+            assert_eq!(code, CARE_OK);
+            assert_eq!(care_gpu_gae_status(&launch), CARE_ERR_INVALID_LAYOUT);
+            // Again with good offsets, then whiten the advantages in place.
+            let code = care_gpu_gae(
+                &trv,
+                &go,
+                padv as *mut f32,
+                t,
+                pgret as *mut f32,
+                t,
+                &launch,
+            );
+            assert_eq!(code, CARE_OK);
+        }
+    }
+    // Returns and GAE: bit-identical to the CPU entry points.
+    assert_eq!(bits(&stream.clone_dtoh(&d_ret).unwrap()), bits(&want_ret));
+    assert_eq!(bits(&stream.clone_dtoh(&d_adv).unwrap()), bits(&want_adv));
+    assert_eq!(bits(&stream.clone_dtoh(&d_gret).unwrap()), bits(&want_gret));
+    let (mut mean, mut std) = (f64::NAN, f64::NAN);
+    {
+        let (padv, _a) = d_adv.device_ptr_mut(&stream);
+        let (pm, _b) = d_mask.device_ptr(&stream);
+        let (pw, _c) = d_ws.device_ptr_mut(&stream);
+        let launch = launch(cu_stream, pw as *mut c_void);
+        // SAFETY: device buffers of the stated sizes on this stream's context.
+        unsafe {
+            let code = care_gpu_whiten(padv as *mut f32, t, pm as *const u8, t, &wo, &launch);
+            assert_eq!(code, CARE_OK);
+            assert_eq!(
+                care_gpu_whiten_status(&launch, &mut mean, &mut std),
+                CARE_OK
+            );
+        }
+    }
+    let got = stream.clone_dtoh(&d_adv).unwrap();
+    let tol = tolerance(Quantity::Whiten, Dtype::F32).unwrap();
+    let counted = want_adv.iter().zip(&mask).filter(|(_, m)| **m != 0);
+    let max = counted.fold(0.0f64, |a, (x, _)| a.max(f64::from(*x).abs()));
+    assert!(
+        tol.accepts(mean, want_mean, max),
+        "mean {mean} vs {want_mean}"
+    );
+    assert!(tol.accepts(std, want_std, max), "std {std} vs {want_std}");
+    let scale = max / (want_std * want_std + wo.eps).sqrt();
+    for (i, (a, b)) in got.iter().zip(&want_w).enumerate() {
+        let bound = tol.bound(scale, f64::from(*b));
+        assert!(
+            Tolerance::within(f64::from(*a), f64::from(*b), bound),
+            "whiten[{i}]: {a} vs {b}"
+        );
+    }
+    // A counted NaN: CARE_ERR_NON_FINITE from the status, values untouched.
+    let mut poisoned = got.clone();
+    poisoned[0] = f32::NAN;
+    let mut d_p = stream.clone_htod(&poisoned).unwrap();
+    {
+        let (pp, _a) = d_p.device_ptr_mut(&stream);
+        let (pw, _b) = d_ws.device_ptr_mut(&stream);
+        let launch = launch(cu_stream, pw as *mut c_void);
+        // SAFETY: as above; no mask.
+        unsafe {
+            let code = care_gpu_whiten(pp as *mut f32, t, null(), 0, &wo, &launch);
+            assert_eq!(code, CARE_OK);
+            let code = care_gpu_whiten_status(&launch, &mut mean, null_mut());
+            assert_eq!(code, CARE_ERR_NON_FINITE);
+        }
+    }
+    assert_eq!(bits(&stream.clone_dtoh(&d_p).unwrap()), bits(&poisoned));
+}
+
 fn launch(stream: *mut c_void, ws: *mut c_void) -> care_gpu_launch {
     care_gpu_launch {
         struct_size: size_of::<care_gpu_launch>() as u32,

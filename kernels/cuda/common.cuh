@@ -1,4 +1,4 @@
-// Helpers shared by the care kernels (advantages.cu, grpo_loss.cu).
+// Helpers shared by the care kernels (advantages.cu, grpo_loss.cu, logsoftmax.cu, returns.cu).
 //
 // No system headers on purpose: NVRTC compiles these sources without include paths (the CUDA 13
 // NVRTC no longer intercepts <cuda_fp16.h>), and the host emulator (kernels/emu/cuda_emu.h)
@@ -140,6 +140,13 @@ __device__ __forceinline__ float care_narrow(double x) {
 __device__ __forceinline__ float care_saturate(float x) {
     return (care_isfinite(x) || care_isnan(x)) ? x : (x > 0.0f ? 3.40282347e38f : -3.40282347e38f);
 }
+
+// Double addition and multiplication rounded to nearest, each on its own: the compiler never
+// contracts these intrinsics into an FMA, so a chain of them rounds exactly as the CPU reference's
+// `a + b * c` does (Rust never contracts), and a reverse scan written with them equals the
+// reference bit for bit.
+__device__ __forceinline__ double care_dadd(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ double care_dmul(double a, double b) { return __dmul_rn(a, b); }
 
 // ---- reductions ------------------------------------------------------------------------------
 // All reductions require every lane of the warp (and, for block reductions, every thread of the

@@ -10,6 +10,8 @@ fn main() {
         "../cuda/grpo_loss.cu",
         "csrc/logsoftmax.cpp",
         "../cuda/logsoftmax.cu",
+        "csrc/returns.cpp",
+        "../cuda/returns.cu",
     ] {
         println!("cargo:rerun-if-changed={p}");
     }
@@ -30,6 +32,7 @@ fn main() {
         .file("csrc/launch.cpp")
         .file("csrc/selftest.cpp")
         .file("csrc/logsoftmax.cpp")
+        .file("csrc/returns.cpp")
         // logsoftmax.cu reads 16-byte vectors through a cast of the element pointer, as CUDA
         // code does; the host compiler must not use type-based alias analysis on that.
         .flag_if_supported("-fno-strict-aliasing")

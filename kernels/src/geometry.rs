@@ -35,7 +35,8 @@ pub struct Tuning {
     pub loss_chunks: Option<u32>,
     /// Log-softmax: one block per row (`true`) or one warp per row (`false`).
     pub block_team: Option<bool>,
-    /// Log-softmax: at most this many blocks (`>= 1`); the teams then stride over the rows.
+    /// Log-softmax and `whiten_apply_f32`: at most this many blocks (`>= 1`); the teams (the
+    /// threads) then stride over the rows (the values).
     pub max_blocks: Option<u32>,
 }
 
@@ -93,6 +94,41 @@ pub fn batch_std_geometry(tuning: Tuning) -> Geometry {
     Geometry {
         grid: (1, 1, 1),
         block: (tuning.threads.unwrap_or(1024), 1, 1),
+    }
+}
+
+/// Threads per block of `discounted_returns_f32` and `gae_f32` (one thread per sequence): small
+/// blocks spread a batch of a few hundred sequences over as many SMs as possible, since each
+/// thread's scan is a chain of dependent loads and adds that one SM runs no faster in bulk.
+pub const RETURNS_BLOCK: u32 = 64;
+
+/// Geometry of `discounted_returns_f32` and `gae_f32`: one thread per sequence,
+/// `grid.x = max(1, ceil(n_seq / block))` (one thread runs even with no sequence: it checks the
+/// offsets' ends).
+pub fn returns_geometry(n_seq: u32, tuning: Tuning) -> Geometry {
+    let block = tuning.threads.unwrap_or(RETURNS_BLOCK);
+    Geometry {
+        grid: (n_seq.div_ceil(block).max(1), 1, 1),
+        block: (block, 1, 1),
+    }
+}
+
+/// Blocks of `whiten_apply_f32` at most: 8 per SM of an H200 (132 SMs) with 256 threads each,
+/// enough to saturate memory bandwidth; the threads stride over longer batches.
+pub const WHITEN_APPLY_BLOCKS: u32 = 1056;
+
+/// Geometry of `whiten_apply_f32`: `ceil(n / block)` blocks, at most [`WHITEN_APPLY_BLOCKS`]
+/// (or `Tuning::max_blocks`), at least 1.
+pub fn whiten_apply_geometry(n: u64, tuning: Tuning) -> Geometry {
+    let block = tuning.threads.unwrap_or(BLOCK);
+    let cap = tuning
+        .max_blocks
+        .unwrap_or(WHITEN_APPLY_BLOCKS)
+        .min(MAX_GRID_X);
+    let blocks = n.div_ceil(u64::from(block)).clamp(1, u64::from(cap.max(1)));
+    Geometry {
+        grid: (u32::try_from(blocks).unwrap_or(1), 1, 1),
+        block: (block, 1, 1),
     }
 }
 
@@ -206,6 +242,15 @@ mod tests {
             (1, 1, 1)
         );
         assert_eq!(denoms_geometry(5000, Tuning::default()).grid.0, 1024);
+        // Returns and GAE: one thread per sequence, at least one block.
+        let g = returns_geometry(1000, Tuning::default());
+        assert_eq!((g.grid.0, g.block.0), (16, RETURNS_BLOCK));
+        assert_eq!(returns_geometry(0, Tuning::default()).grid.0, 1);
+        // Whitening: capped grid-stride pass.
+        let g = whiten_apply_geometry(10_000_000_000, Tuning::default());
+        assert_eq!((g.grid.0, g.block.0), (WHITEN_APPLY_BLOCKS, BLOCK));
+        assert_eq!(whiten_apply_geometry(0, Tuning::default()).grid.0, 1);
+        assert_eq!(whiten_apply_geometry(257, Tuning::default()).grid.0, 2);
     }
 
     #[test]

@@ -13,7 +13,9 @@ use core::marker::PhantomData;
 
 use care_core::Dtype;
 
-use crate::params::{AdvParams, BatchStdParams, LogSoftmaxParams, LossParams};
+use crate::params::{
+    AdvParams, BatchStdParams, LogSoftmaxParams, LossParams, ReturnsParams, WhitenParams,
+};
 
 /// Size and alignment in bytes of one by-value kernel parameter: what a PTX `.param`
 /// declares (`.param .align 8 .b8 name[136]`, `.param .u64 name`).
@@ -52,6 +54,11 @@ unsafe impl Param for BatchStdParams {}
 unsafe impl Param for LossParams {}
 // SAFETY: see above.
 unsafe impl Param for LogSoftmaxParams {}
+// SAFETY (both): `#[repr(C)]` mirrors of `CareReturnsParams` and `CareWhitenParams`, with the C
+// layout (kernels/emu/tests/layout.rs).
+unsafe impl Param for ReturnsParams {}
+// SAFETY: see above.
+unsafe impl Param for WhitenParams {}
 // SAFETY: a device address is a 64-bit pointer on every CUDA target.
 unsafe impl Param for u64 {}
 
@@ -228,6 +235,17 @@ registry! {
         LogSoftmaxFwdF16 LOG_SOFTMAX_FWD_F16 "logsoftmax_fwd_f16" (LogSoftmaxParams);
         /// Backward, `f16` logits.
         LogSoftmaxBwdF16 LOG_SOFTMAX_BWD_F16 "logsoftmax_bwd_f16" (LogSoftmaxParams);
+    }
+    /// `returns.cu`: the token-level estimators (discounted returns, GAE, whitening).
+    Returns "returns" {
+        /// Discounted returns, one thread per sequence (`CareReturnsParams`).
+        DiscountedReturnsF32 DISCOUNTED_RETURNS_F32 "discounted_returns_f32" (ReturnsParams);
+        /// GAE advantages and returns, one thread per sequence (`CareReturnsParams`).
+        GaeF32 GAE_F32 "gae_f32" (ReturnsParams);
+        /// Whitening statistics into the workspace, one block (`CareWhitenParams`).
+        WhitenStatsF32 WHITEN_STATS_F32 "whiten_stats_f32" (WhitenParams);
+        /// Whitening in place from those statistics (`CareWhitenParams`).
+        WhitenApplyF32 WHITEN_APPLY_F32 "whiten_apply_f32" (WhitenParams);
     }
 }
 

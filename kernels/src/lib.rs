@@ -10,6 +10,9 @@
 //! * `kernels/cuda/logsoftmax.cu`: `logsoftmax_{fwd,bwd}_{f32,bf16,f16}` (selective
 //!   log-softmax straight from logits: log-probs, entropy and log-sum-exp, and the backward
 //!   pass into `dlogits`, in place if wanted).
+//! * `kernels/cuda/returns.cu`: `discounted_returns_f32` and `gae_f32` (SPEC §18: the reverse
+//!   scan per sequence, one thread each, bit-identical to the CPU reference) and
+//!   `whiten_stats_f32` + `whiten_apply_f32` (masked whitening over the batch, deterministic).
 //!
 //! The sources include no system headers and compile with NVRTC (`scripts/gen-ptx.sh`, pinned
 //! NVRTC 12.2, `compute_80`) and, for the tests, as host C++ under a fiber emulator of the CUDA
@@ -38,9 +41,10 @@ pub use geometry::{Geometry, Tuning};
 pub use kernel::{Entry, Kernel, KernelArgs, Module, Param, ParamLayout};
 pub use plan::{
     AdvantageBuffers, AdvantageInputs, DeviceGroups, KernelError, Launcher, LogSoftmaxGrads,
-    LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers, RolloutBuffers,
-    WORKSPACE_BYTES, advantage_status, group_advantages, group_advantages_finalize,
-    group_advantages_finalize_with, group_advantages_with, group_partial_squares,
-    group_partial_sums, grpo_loss, grpo_loss_with, log_softmax_backward, log_softmax_forward,
-    log_softmax_status, logits_loss_forward, loss_supported,
+    LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers, RolloutBuffers, TokenBuffers,
+    WORKSPACE_BYTES, WhitenBuffers, advantage_status, discounted_returns, gae, group_advantages,
+    group_advantages_finalize, group_advantages_finalize_with, group_advantages_with,
+    group_partial_squares, group_partial_sums, grpo_loss, grpo_loss_with, log_softmax_backward,
+    log_softmax_forward, log_softmax_status, logits_loss_forward, loss_supported, tokens_status,
+    whiten, whiten_result,
 };

@@ -1,7 +1,8 @@
 //! Kernel parameter structs, passed by value to the kernels: `#[repr(C)]` mirrors of the structs
 //! in `kernels/cuda/*.cu`, one per kernel family ([`AdvParams`], [`BatchStdParams`],
-//! [`LossParams`], [`LogSoftmaxParams`]), plus the device structs the kernels write
-//! ([`LossStatsRaw`], [`RolloutStatsRaw`], [`LossDenomsRaw`]) and the status bits. The host-emulation tests compare
+//! [`LossParams`], [`LogSoftmaxParams`], [`ReturnsParams`], [`WhitenParams`]), plus the device
+//! structs the kernels write ([`LossStatsRaw`], [`RolloutStatsRaw`], [`LossDenomsRaw`],
+//! [`WhitenStatsRaw`]) and the status bits. The host-emulation tests compare
 //! every size, alignment and field offset with the C++ compiler's view of the same source, and
 //! `tests/registry.rs` compares every size and alignment with the PTX.
 //!
@@ -144,6 +145,83 @@ pub struct BatchStdParams {
     pub num_groups: u32,
     /// Padding.
     pub pad0: u32,
+}
+
+/// Status bit of `discounted_returns_f32` and `gae_f32` (their word at `workspace[0]`): the
+/// sequence offsets are not a CSR layout of the tokens.
+pub const STATUS_TOKENS_LAYOUT: u32 = 1;
+/// Status bit of the whitening statistics ([`WhitenStatsRaw::status`]): a counted value is not
+/// finite; `whiten_apply_f32` then leaves the values untouched.
+pub const STATUS_WHITEN_NON_FINITE: u32 = 1;
+
+/// Parameters of `discounted_returns_f32` and `gae_f32` (C `CareReturnsParams`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReturnsParams {
+    /// `f32[n_tok]` token rewards.
+    pub rewards: u64,
+    /// `f32[n_tok]` critic values (`gae_f32`), or 0.
+    pub values: u64,
+    /// `u32[n_seq + 1]` CSR sequence offsets.
+    pub seq_offsets: u64,
+    /// `u8[n_tok]` token mask (0 = masked) or 0 (every token counts).
+    pub mask: u64,
+    /// `f32[n_tok]` GAE advantages (output of `gae_f32`), or 0.
+    pub adv: u64,
+    /// `f32[n_tok]` returns (output).
+    pub ret: u64,
+    /// `u32` status word ([`STATUS_TOKENS_LAYOUT`] is OR-ed in).
+    pub status: u64,
+    /// Number of sequences.
+    pub n_seq: u32,
+    /// Number of tokens.
+    pub n_tok: u32,
+    /// Discount `gamma`.
+    pub gamma: f64,
+    /// GAE `lambda`.
+    pub lambda: f64,
+}
+
+/// Parameters of `whiten_stats_f32` and `whiten_apply_f32` (C `CareWhitenParams`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WhitenParams {
+    /// `f32[n]` values, whitened in place.
+    pub x: u64,
+    /// `u8[n]` mask or 0.
+    pub mask: u64,
+    /// The [`WhitenStatsRaw`] in the workspace.
+    pub stats: u64,
+    /// Number of values.
+    pub n: u64,
+    /// Added to the variance under the square root.
+    pub eps: f64,
+    /// 1: unbiased variance (`n - 1`), 0: biased.
+    pub unbiased: u32,
+    /// Padding.
+    pub pad0: u32,
+}
+
+/// The whitening statistics `whiten_stats_f32` leaves at the start of the workspace (C
+/// `CareWhitenStats`); its first word is the status word.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct WhitenStatsRaw {
+    /// [`STATUS_WHITEN_NON_FINITE`] or 0.
+    pub status: u32,
+    /// Padding.
+    pub pad0: u32,
+    /// Counted values.
+    pub count: f64,
+    /// Their mean (0 when none).
+    pub mean: f64,
+    /// Sum of squared deviations from the mean.
+    pub m2: f64,
+    /// `1 / sqrt(var + eps)`.
+    pub scale: f64,
+    /// The std under the chosen estimator (0 where undefined), as `care_core::grpo::whiten`
+    /// returns it.
+    pub std: f64,
 }
 
 /// Parameters of `grpo_loss_{f32,bf16,f16}` and `grpo_loss_denoms` (C `CareLossParams`).
@@ -630,6 +708,22 @@ pub mod layout {
             .chain(ROLLOUT_STATS_DEVICE_LAYOUT.iter().map(|f| f.offset))
             .map(|x| x as u32)
             .collect()
+    }
+
+    /// `CareReturnsParams`.
+    pub fn returns() -> Vec<u32> {
+        layout!(ReturnsParams: rewards, values, seq_offsets, mask, adv, ret, status, n_seq, n_tok,
+            gamma, lambda)
+    }
+
+    /// `CareWhitenParams`.
+    pub fn whiten() -> Vec<u32> {
+        layout!(WhitenParams: x, mask, stats, n, eps, unbiased, pad0)
+    }
+
+    /// `CareWhitenStats`.
+    pub fn whiten_stats() -> Vec<u32> {
+        layout!(WhitenStatsRaw: status, pad0, count, mean, m2, scale, std)
     }
 
     /// `CareLsmParams`.

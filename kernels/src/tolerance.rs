@@ -18,7 +18,16 @@
 //!   exactly in every dtype;
 //! * its backward pass moves that error through `G = (|g| + |e| (1 + |H| + 2 S)) / T`
 //!   ([`Tolerance::bound_through`]) and adds the output dtype's rounding (`rel`: one ulp, 2^-8
-//!   for bf16 and 2^-11 for f16; `floor`: the f16 subnormal step).
+//!   for bf16 and 2^-11 for f16; `floor`: the f16 subnormal step);
+//! * discounted returns and GAE run the reference's reverse scan with the same double
+//!   operations in the same order, never contracted into an FMA (`care_dadd`/`care_dmul`), and
+//!   round once to `f32`: they are exact (bound 0);
+//! * whitening sums in double in a block-tree order instead of the reference's left-to-right
+//!   one: the mean and the centered sum of squares differ by at most `n 2^-53` of the summed
+//!   magnitudes (`rtol` 1e-9 covers `n` up to 2^23 values), which the output magnifies by
+//!   `1 / sqrt(var + eps)`: `scale` is `max |x| / sqrt(var + eps)` over the counted values for
+//!   the whitened values and `max |x|` for the mean and std; one `f32` ulp (`rel` 2^-23) covers a
+//!   rounding that lands on the other side of a tie.
 
 use care_core::Dtype;
 
@@ -39,6 +48,10 @@ pub enum Quantity {
     LogSoftmax,
     /// `dlogits` in the logits dtype (`logsoftmax_bwd_*`).
     LogSoftmaxGrad,
+    /// Discounted returns, GAE advantages and returns (`discounted_returns_f32`, `gae_f32`).
+    TokenReturn,
+    /// Whitened values, their mean and std (`whiten_stats_f32`, `whiten_apply_f32`).
+    Whiten,
 }
 
 /// One row's bound: an absolute part, a part relative to the quantity's scale, and the output
@@ -105,8 +118,9 @@ const LOSS: Tolerance = Tolerance::new(1e-6, 1e-4);
 const GRAD: Tolerance = Tolerance::new(1e-9, 1e-4);
 const LSM: Tolerance = Tolerance::new(2e-5, 1e-6);
 
-/// The table: (quantity, dtype, tolerance). Advantages only exist for `f32` rewards.
-pub const TABLE: [(Quantity, Dtype, Tolerance); 17] = [
+/// The table: (quantity, dtype, tolerance). Advantages and the token-level estimators only
+/// exist for `f32`.
+pub const TABLE: [(Quantity, Dtype, Tolerance); 19] = [
     (Quantity::Advantage, Dtype::F32, ADV),
     (Quantity::GroupStat, Dtype::F32, ADV),
     (Quantity::Loss, Dtype::F32, LOSS),
@@ -140,6 +154,12 @@ pub const TABLE: [(Quantity, Dtype, Tolerance); 17] = [
         Dtype::F16,
         LSM.rounded(1.0 / 2048.0, 6e-8),
     ),
+    (Quantity::TokenReturn, Dtype::F32, Tolerance::new(0.0, 0.0)),
+    (
+        Quantity::Whiten,
+        Dtype::F32,
+        Tolerance::new(0.0, 1e-9).rounded(1.0 / 8_388_608.0, 0.0),
+    ),
 ];
 
 /// The tolerance of a quantity and dtype (`None` for a combination the kernels do not have).
@@ -169,6 +189,8 @@ mod tests {
         }
         assert!(tolerance(Quantity::Advantage, Dtype::F32).is_some());
         assert!(tolerance(Quantity::Advantage, Dtype::Bf16).is_none());
+        assert!(tolerance(Quantity::TokenReturn, Dtype::F32).is_some());
+        assert!(tolerance(Quantity::Whiten, Dtype::F32).is_some());
         // One row per (quantity, dtype).
         for (i, (q, d, _)) in TABLE.iter().enumerate() {
             assert!(TABLE[i + 1..].iter().all(|(q2, d2, _)| (q2, d2) != (q, d)));

@@ -323,6 +323,11 @@ inline unsigned int __float_as_uint(float f) {
     return u;
 }
 
+// Rounded double arithmetic: the host build has contraction off (build.rs), so plain operators
+// round each operation as the device intrinsics do.
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+
 // Atomics: fibers never interleave inside one, so plain read-modify-write is atomic here.
 template <typename T>
 inline T atomicAdd(T* a, T v) {

@@ -9,7 +9,8 @@
 use core::ffi::c_void;
 
 use care_kernels::params::{
-    AdvParams, BatchStdParams, LogSoftmaxParams, LossDenomsRaw, LossParams,
+    AdvParams, BatchStdParams, LogSoftmaxParams, LossDenomsRaw, LossParams, ReturnsParams,
+    WhitenParams,
 };
 use care_kernels::{Geometry, Kernel, Launcher};
 
@@ -118,6 +119,18 @@ unsafe extern "C" {
         p: *const LogSoftmaxParams,
         seed: u64,
     ) -> i32;
+    fn emu_launch_discounted_returns_f32(
+        g: Dim3,
+        b: Dim3,
+        p: *const ReturnsParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_gae_f32(g: Dim3, b: Dim3, p: *const ReturnsParams, seed: u64) -> i32;
+    fn emu_launch_whiten_stats_f32(g: Dim3, b: Dim3, p: *const WhitenParams, seed: u64) -> i32;
+    fn emu_launch_whiten_apply_f32(g: Dim3, b: Dim3, p: *const WhitenParams, seed: u64) -> i32;
+    fn emu_layout_returns(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_whiten(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_whiten_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_selftest_publish(blocks: u32, threads: u32, sync: i32, out: *mut u32, seed: u64) -> i32;
     fn emu_selftest_divergent_barrier(seed: u64) -> i32;
     fn emu_selftest_shuffle_after_exit(out: *mut f32, seed: u64) -> i32;
@@ -236,6 +249,16 @@ impl Launcher for Emulator {
             (Kernel::LogSoftmaxBwdF16, [p]) => unsafe {
                 emu_launch_logsoftmax_bwd_f16(grid, block, p.cast(), s)
             },
+            (Kernel::DiscountedReturnsF32, [p]) => unsafe {
+                emu_launch_discounted_returns_f32(grid, block, p.cast(), s)
+            },
+            (Kernel::GaeF32, [p]) => unsafe { emu_launch_gae_f32(grid, block, p.cast(), s) },
+            (Kernel::WhitenStatsF32, [p]) => unsafe {
+                emu_launch_whiten_stats_f32(grid, block, p.cast(), s)
+            },
+            (Kernel::WhitenApplyF32, [p]) => unsafe {
+                emu_launch_whiten_apply_f32(grid, block, p.cast(), s)
+            },
             _ => return Err(EmuError::Arguments),
         };
         check(code)
@@ -316,6 +339,18 @@ pub mod c_layout {
     /// `CareLsmParams`.
     pub fn log_softmax() -> Vec<u32> {
         get(super::emu_layout_lsm)
+    }
+    /// `CareReturnsParams`.
+    pub fn returns() -> Vec<u32> {
+        get(super::emu_layout_returns)
+    }
+    /// `CareWhitenParams`.
+    pub fn whiten() -> Vec<u32> {
+        get(super::emu_layout_whiten)
+    }
+    /// `CareWhitenStats`.
+    pub fn whiten_stats() -> Vec<u32> {
+        get(super::emu_layout_whiten_stats)
     }
 }
 

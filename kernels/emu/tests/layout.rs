@@ -33,6 +33,13 @@ fn parameter_structs_match_the_c_layout() {
         c_layout::log_softmax(),
         "CareLsmParams"
     );
+    assert_eq!(layout::returns(), c_layout::returns(), "CareReturnsParams");
+    assert_eq!(layout::whiten(), c_layout::whiten(), "CareWhitenParams");
+    assert_eq!(
+        layout::whiten_stats(),
+        c_layout::whiten_stats(),
+        "CareWhitenStats"
+    );
 }
 
 fn same(a: f32, b: f32) -> bool {

@@ -1,5 +1,5 @@
 //! What each operation launches, independent of where it runs: one file per kernel family
-//! ([`advantages`], [`loss`], [`logsoftmax`]), all over one [`Launcher`] trait.
+//! ([`advantages`], [`loss`], [`logsoftmax`], [`returns`]), all over one [`Launcher`] trait.
 //!
 //! The same plans drive the CUDA launcher ([`crate::cuda::CudaLauncher`]) and the host emulator
 //! of the tests (crate `care-kernels-emu`), so the emulated tests cover argument checks,
@@ -15,6 +15,7 @@ use crate::kernel::{Entry, Kernel, KernelArgs};
 pub mod advantages;
 pub mod logsoftmax;
 pub mod loss;
+pub mod returns;
 
 pub use advantages::{
     AdvantageBuffers, AdvantageInputs, DeviceGroups, advantage_status, group_advantages,
@@ -26,8 +27,12 @@ pub use logsoftmax::{
     log_softmax_forward, log_softmax_status, logits_loss_forward,
 };
 pub use loss::{LossBuffers, RolloutBuffers, grpo_loss, grpo_loss_with, loss_supported};
+pub use returns::{
+    TokenBuffers, WhitenBuffers, discounted_returns, gae, tokens_status, whiten, whiten_result,
+};
 
-/// Bytes of device workspace an operation needs (status words, batch std, loss denominators);
+/// Bytes of device workspace an operation needs (status words, batch std, loss denominators,
+/// whitening statistics);
 /// 16-byte aligned.
 pub const WORKSPACE_BYTES: usize = 64;
 

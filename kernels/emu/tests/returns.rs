@@ -1,0 +1,621 @@
+//! `discounted_returns_f32`, `gae_f32`, `whiten_stats_f32` and `whiten_apply_f32`, run under the
+//! host emulator through the same launch plans as on the GPU, against the `care-core` CPU
+//! reference (`care_core::grpo::{discounted_returns, gae, whiten}`).
+//!
+//! Relations checked: (1) oracle: returns and GAE equal the reference bit for bit (tolerance row
+//! `TokenReturn` is 0), whitened values, mean and std within the `Whiten` row, and every error
+//! of the reference (a malformed layout, a non-finite counted value) is the status the kernels
+//! report; (2) schedule and geometry independence: two fiber schedules and two block sizes give
+//! bit-identical outputs; (3) a refused whitening leaves the values untouched, as the reference.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use care_core::Error;
+use care_core::grpo::{GaeOptions, StdKind, WhitenOptions};
+use care_kernels::params::WhitenStatsRaw;
+use care_kernels::plan::{TokenBuffers, WhitenBuffers};
+use care_kernels::tolerance::{Quantity, Tolerance, tolerance};
+use care_kernels::{
+    Dtype, KernelError, Tuning, WORKSPACE_BYTES, discounted_returns, gae, tokens_status, whiten,
+    whiten_result,
+};
+use care_kernels_emu::Emulator;
+
+mod common;
+use common::{Device, EmuDevice};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+struct TokCase {
+    rewards: Vec<f32>,
+    values: Vec<f32>,
+    offsets: Vec<u32>,
+    mask: Option<Vec<u8>>,
+    opts: GaeOptions,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct TokOut {
+    returns: Vec<f32>,
+    adv: Vec<f32>,
+    gae_returns: Vec<f32>,
+    status_returns: u32,
+    status_gae: u32,
+}
+
+fn offsets_of(lens: &[u32]) -> Vec<u32> {
+    let mut o = vec![0u32];
+    for &l in lens {
+        o.push(o.last().unwrap() + l);
+    }
+    o
+}
+
+fn run_tokens<D: Device>(dev: &mut D, c: &TokCase, threads: u32, seed: u64) -> TokOut {
+    let n = c.rewards.len();
+    let buf = TokenBuffers {
+        rewards: dev.upload(&c.rewards),
+        values: dev.upload(&c.values),
+        seq_offsets: dev.upload(&c.offsets),
+        n_seq: (c.offsets.len() - 1) as u32,
+        n_tok: n as u32,
+        mask: c.mask.as_ref().map_or(0, |m| dev.upload(m)),
+        workspace: dev.upload(&[0u8; WORKSPACE_BYTES]),
+    };
+    // Poisoned outputs: every entry must be written.
+    let poison = vec![f32::from_bits(0x7fc0_dead); n];
+    let (ret, adv, ret2) = (
+        dev.upload(&poison),
+        dev.upload(&poison),
+        dev.upload(&poison),
+    );
+    let l = dev.launcher(seed);
+    let tuning = Tuning {
+        threads: Some(threads),
+        ..Tuning::default()
+    };
+    // SAFETY: every buffer holds the documented number of entries.
+    unsafe { discounted_returns(&l, &buf, ret, &c.opts, tuning) }.unwrap();
+    let status_returns = dev.download::<u32>(buf.workspace, 1)[0];
+    // SAFETY: as above.
+    unsafe { gae(&l, &buf, adv, ret2, &c.opts, tuning) }.unwrap();
+    let status_gae = dev.download::<u32>(buf.workspace, 1)[0];
+    let out = TokOut {
+        returns: dev.download(ret, n),
+        adv: dev.download(adv, n),
+        gae_returns: dev.download(ret2, n),
+        status_returns,
+        status_gae,
+    };
+    dev.reset();
+    out
+}
+
+fn assert_exact(got: &[f32], want: &[f32], what: &str) {
+    let t = tolerance(Quantity::TokenReturn, Dtype::F32).unwrap();
+    assert_eq!(got.len(), want.len());
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            t.accepts(f64::from(g), f64::from(w), f64::from(w)),
+            "{what}[{i}]: kernel {g:e} ({:#x}), reference {w:e} ({:#x})",
+            g.to_bits(),
+            w.to_bits()
+        );
+    }
+}
+
+fn check_tokens_on<D: Device>(dev: &mut D, c: &TokCase, threads: u32, seed: u64) -> TokOut {
+    let k = run_tokens(dev, c, threads, seed);
+    let n = c.rewards.len();
+    let mut ret = vec![0f32; n];
+    let r = care_core::grpo::discounted_returns(
+        &c.rewards,
+        &c.offsets,
+        c.mask.as_deref(),
+        &c.opts,
+        &mut ret,
+    );
+    assert_eq!(tokens_status(k.status_returns), r.map(|_| ()));
+    if r.is_ok() {
+        assert_exact(&k.returns, &ret, "returns");
+    }
+    let (mut adv, mut ret2) = (vec![0f32; n], vec![0f32; n]);
+    let r = care_core::grpo::gae(
+        &c.rewards,
+        &c.values,
+        &c.offsets,
+        c.mask.as_deref(),
+        &c.opts,
+        &mut adv,
+        &mut ret2,
+    );
+    assert_eq!(tokens_status(k.status_gae), r.map(|_| ()));
+    if r.is_ok() {
+        assert_exact(&k.adv, &adv, "gae advantages");
+        assert_exact(&k.gae_returns, &ret2, "gae returns");
+    }
+    k
+}
+
+fn check_tokens(c: &TokCase, threads: u32, seed: u64) {
+    let mut dev = EmuDevice::default();
+    let a = check_tokens_on(&mut dev, c, threads, seed);
+    // Another schedule and block size: bit-identical.
+    let b = run_tokens(
+        &mut dev,
+        c,
+        if threads == 32 { 64 } else { 32 },
+        seed ^ 0x9e37,
+    );
+    for (x, y) in [(&a.returns, &b.returns), (&a.adv, &b.adv)] {
+        let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(x), bits(y));
+    }
+}
+
+fn unit_strategy() -> impl Strategy<Value = f64> {
+    prop_oneof![Just(0.0), Just(1.0), 0.0f64..=1.0]
+}
+
+fn value_strategy() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        8 => -4.0f32..4.0,
+        1 => Just(0.0f32),
+        1 => -3.0e38f32..3.0e38,
+    ]
+}
+
+fn tok_case_strategy() -> impl Strategy<Value = TokCase> {
+    (
+        prop::collection::vec(0u32..40, 0..10),
+        unit_strategy(),
+        unit_strategy(),
+        any::<bool>(),
+    )
+        .prop_flat_map(|(lens, gamma, lambda, masked)| {
+            let n = lens.iter().sum::<u32>() as usize;
+            (
+                prop::collection::vec(value_strategy(), n),
+                prop::collection::vec(value_strategy(), n),
+                prop::collection::vec(
+                    prop_oneof![3 => Just(1u8), 1 => Just(0u8), 1 => Just(7u8)],
+                    n,
+                ),
+                Just(lens),
+                Just(GaeOptions { gamma, lambda }),
+                Just(masked),
+            )
+        })
+        .prop_map(|(rewards, values, mask, lens, opts, masked)| TokCase {
+            rewards,
+            values,
+            offsets: offsets_of(&lens),
+            mask: masked.then_some(mask),
+            opts,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #[test]
+    fn pt_returns_and_gae_equal_the_reference_bit_for_bit(
+        c in tok_case_strategy(),
+        threads in prop_oneof![Just(32u32), Just(64), Just(256)],
+        seed in any::<u64>(),
+    ) {
+        check_tokens(&c, threads, seed);
+    }
+}
+
+fn ramp(n: usize, k: f32) -> Vec<f32> {
+    (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) * k).collect()
+}
+
+#[test]
+fn empty_batch_empty_and_fully_masked_sequences() {
+    let opts = GaeOptions {
+        gamma: 0.9,
+        lambda: 0.95,
+    };
+    // No sequence, no token.
+    check_tokens(
+        &TokCase {
+            rewards: vec![],
+            values: vec![],
+            offsets: vec![0],
+            mask: None,
+            opts,
+        },
+        32,
+        1,
+    );
+    // Empty sequences between others, and a fully masked one: all of its outputs are 0.
+    let lens = [0u32, 3, 0, 4, 5, 0];
+    let n = 12;
+    let mut mask = vec![1u8; n];
+    mask[3..7].fill(0); // the second non-empty sequence
+    mask[8] = 0; // one masked token inside the last one
+    let c = TokCase {
+        rewards: ramp(n, 0.25),
+        values: ramp(n, -0.5),
+        offsets: offsets_of(&lens),
+        mask: Some(mask),
+        opts,
+    };
+    let k = check_tokens_on(&mut EmuDevice::default(), &c, 32, 7);
+    assert!(k.returns[3..7].iter().all(|&x| x == 0.0));
+    assert!(k.adv[3..7].iter().all(|&x| x == 0.0));
+    assert_eq!((k.adv[8], k.gae_returns[8]), (0.0, 0.0));
+}
+
+#[test]
+fn gamma_and_lambda_edges_and_long_sequences() {
+    for (gamma, lambda) in [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0), (0.99, 0.95)] {
+        let opts = GaeOptions { gamma, lambda };
+        // One sequence of 5000 tokens, then 1000 sequences of 3: one thread each.
+        let c = TokCase {
+            rewards: ramp(5000, 0.01),
+            values: ramp(5000, 0.02),
+            offsets: vec![0, 5000],
+            mask: None,
+            opts,
+        };
+        let k = check_tokens_on(&mut EmuDevice::default(), &c, 64, 3);
+        if gamma == 0.0 {
+            // No discounting: the return is the reward itself.
+            assert_eq!(k.returns, c.rewards);
+        }
+        if (gamma, lambda) == (1.0, 1.0) {
+            // GAE telescopes to returns minus values (up to the f32 roundings of each).
+            for t in 0..5000 {
+                let want = f64::from(k.returns[t]) - f64::from(c.values[t]);
+                assert!((f64::from(k.adv[t]) - want).abs() <= 1e-3, "{t}");
+            }
+        }
+        let c = TokCase {
+            rewards: ramp(3000, 1.0),
+            values: ramp(3000, -1.0),
+            offsets: offsets_of(&[3; 1000]),
+            mask: Some((0..3000).map(|i| u8::from(i % 5 != 0)).collect()),
+            opts,
+        };
+        check_tokens_on(&mut EmuDevice::default(), &c, 64, 4);
+    }
+}
+
+#[test]
+fn outputs_beyond_the_f32_range_saturate_like_the_reference() {
+    let c = TokCase {
+        rewards: vec![3.0e38; 4],
+        values: vec![-3.0e38; 4],
+        offsets: vec![0, 4],
+        mask: None,
+        opts: GaeOptions::default(),
+    };
+    let k = check_tokens_on(&mut EmuDevice::default(), &c, 32, 5);
+    assert_eq!(k.returns[0], f32::MAX);
+    assert_eq!(k.adv[0], f32::MAX);
+}
+
+#[test]
+fn malformed_offsets_report_the_layout_and_stay_in_bounds() {
+    // Each is refused by the reference with InvalidLayout: the kernels report it in the status
+    // and never index outside the 6 tokens (the buffers are exactly that long).
+    let bad = [
+        vec![1u32, 6],
+        vec![0, 4, 2, 6],
+        vec![0, 3, 5],
+        vec![0, 3, 9],
+        vec![0, u32::MAX],
+        vec![5],
+    ];
+    for offsets in bad {
+        let c = TokCase {
+            rewards: ramp(6, 1.0),
+            values: ramp(6, 2.0),
+            offsets: offsets.clone(),
+            mask: None,
+            opts: GaeOptions::default(),
+        };
+        let k = check_tokens_on(&mut EmuDevice::default(), &c, 32, 6);
+        assert_eq!(
+            tokens_status(k.status_gae),
+            Err(Error::InvalidLayout),
+            "{offsets:?}"
+        );
+    }
+}
+
+#[test]
+fn missing_buffers_and_bad_options_are_refused_before_any_launch() {
+    let l = Emulator { seed: 0 };
+    let ws = [0u128; WORKSPACE_BYTES / 16];
+    let buf = TokenBuffers {
+        rewards: 16,
+        values: 16,
+        seq_offsets: 16,
+        n_seq: 1,
+        n_tok: 1,
+        mask: 0,
+        workspace: ws.as_ptr() as usize as u64,
+    };
+    let opts = GaeOptions::default();
+    let t = Tuning::default();
+    let err = |e: Error| Err(KernelError::Core(e));
+    // SAFETY (all): refused before any access.
+    unsafe {
+        assert_eq!(
+            discounted_returns(&l, &buf, 0, &opts, t),
+            err(Error::InvalidArgument)
+        );
+        let nov = TokenBuffers { values: 0, ..buf };
+        assert_eq!(gae(&l, &nov, 16, 16, &opts, t), err(Error::InvalidArgument));
+        assert_eq!(gae(&l, &buf, 0, 16, &opts, t), err(Error::InvalidArgument));
+        let bad = GaeOptions {
+            gamma: 1.5,
+            lambda: 1.0,
+        };
+        assert_eq!(gae(&l, &buf, 16, 16, &bad, t), err(Error::InvalidArgument));
+        let bad = GaeOptions {
+            gamma: 1.0,
+            lambda: f64::NAN,
+        };
+        assert_eq!(
+            discounted_returns(&l, &buf, 16, &bad, t),
+            err(Error::InvalidArgument)
+        );
+        let t48 = Tuning {
+            threads: Some(48),
+            ..t
+        };
+        assert_eq!(
+            discounted_returns(&l, &buf, 16, &opts, t48),
+            err(Error::InvalidArgument)
+        );
+        let w = WhitenBuffers {
+            values: 0,
+            mask: 0,
+            n: 1,
+            workspace: buf.workspace,
+        };
+        assert_eq!(
+            whiten(&l, &w, &WhitenOptions::default(), t),
+            err(Error::InvalidArgument)
+        );
+        let w = WhitenBuffers { values: 16, ..w };
+        let neg = WhitenOptions {
+            eps: -1.0,
+            ..WhitenOptions::default()
+        };
+        assert_eq!(whiten(&l, &w, &neg, t), err(Error::InvalidArgument));
+    }
+}
+
+// ---- whitening -------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+struct WhitenCase {
+    values: Vec<f32>,
+    mask: Option<Vec<u8>>,
+    opts: WhitenOptions,
+}
+
+fn run_whiten<D: Device>(
+    dev: &mut D,
+    c: &WhitenCase,
+    tuning: Tuning,
+    seed: u64,
+) -> (Vec<f32>, WhitenStatsRaw) {
+    let buf = WhitenBuffers {
+        values: dev.upload(&c.values),
+        mask: c.mask.as_ref().map_or(0, |m| dev.upload(m)),
+        n: c.values.len() as u64,
+        // Garbage in the workspace: the plan must reset what it reads.
+        workspace: dev.upload(&[0xffu8; WORKSPACE_BYTES]),
+    };
+    // SAFETY: the buffers hold `n` entries and the workspace WORKSPACE_BYTES.
+    unsafe { whiten(&dev.launcher(seed), &buf, &c.opts, tuning) }.unwrap();
+    let stats: WhitenStatsRaw = dev.download(buf.workspace, 1)[0];
+    let out = dev.download(buf.values, c.values.len());
+    dev.reset();
+    (out, stats)
+}
+
+fn check_whiten_on<D: Device>(dev: &mut D, c: &WhitenCase, tuning: Tuning, seed: u64) -> Vec<f32> {
+    let (got, stats) = run_whiten(dev, c, tuning, seed);
+    let mut want = c.values.clone();
+    let r = care_core::grpo::whiten(&mut want, c.mask.as_deref(), &c.opts);
+    let k = whiten_result(&stats);
+    match r {
+        Err(e) => {
+            assert_eq!(k, Err(e));
+            // Refused: the values are left as they were (bit for bit, NaNs included).
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&c.values));
+        }
+        Ok((mean, std)) => {
+            let (kmean, kstd) = k.unwrap();
+            let t = tolerance(Quantity::Whiten, Dtype::F32).unwrap();
+            let counted: Vec<f64> = c
+                .values
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| c.mask.as_ref().is_none_or(|m| m[*i] != 0))
+                .map(|(_, &v)| f64::from(v))
+                .collect();
+            let max = counted.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+            let inv = stats.scale;
+            assert!(t.accepts(kmean, mean, max), "mean {kmean} vs {mean}");
+            assert!(t.accepts(kstd, std, max), "std {kstd} vs {std}");
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                let bound = t.bound(max * inv, f64::from(w));
+                assert!(
+                    Tolerance::within(f64::from(g), f64::from(w), bound),
+                    "x[{i}]: kernel {g:e}, reference {w:e}, bound {bound:e}"
+                );
+                if c.mask.as_ref().is_some_and(|m| m[i] == 0) {
+                    assert_eq!(g.to_bits(), 0, "masked x[{i}] is +0");
+                }
+            }
+        }
+    }
+    got
+}
+
+fn check_whiten(c: &WhitenCase, seed: u64) {
+    let mut dev = EmuDevice::default();
+    let small = Tuning {
+        threads: Some(64),
+        max_blocks: Some(2),
+        ..Tuning::default()
+    };
+    let a = check_whiten_on(&mut dev, c, small, seed);
+    // Another schedule: bit-identical (no atomics in the reductions).
+    let (b, _) = run_whiten(&mut dev, c, small, seed ^ 0x51);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&a), bits(&b));
+}
+
+fn whiten_strategy() -> impl Strategy<Value = WhitenCase> {
+    (
+        prop::collection::vec(
+            prop_oneof![
+                20 => -10.0f32..10.0,
+                2 => Just(1.5f32),
+                1 => -3.0e38f32..3.0e38,
+                1 => Just(f32::NAN),
+                1 => Just(f32::INFINITY),
+            ],
+            0..300,
+        ),
+        any::<bool>(),
+        prop_oneof![Just(0.0f64), Just(1e-8), Just(1.0)],
+        prop_oneof![Just(StdKind::Unbiased), Just(StdKind::Biased)],
+        any::<u64>(),
+    )
+        .prop_map(|(values, masked, eps, std_kind, bits)| {
+            // The mask hides most of the non-finite values, so both outcomes are common.
+            let mask: Vec<u8> = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let bit = (bits >> (i % 64)) & 1 == 1;
+                    u8::from(if v.is_finite() {
+                        bit || i % 3 != 0
+                    } else {
+                        bit
+                    })
+                })
+                .collect();
+            WhitenCase {
+                values,
+                mask: masked.then_some(mask),
+                opts: WhitenOptions { eps, std_kind },
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #[test]
+    fn pt_whiten_matches_the_reference(c in whiten_strategy(), seed in any::<u64>()) {
+        check_whiten(&c, seed);
+    }
+}
+
+#[test]
+fn whiten_edge_counts_and_equal_values() {
+    let d = WhitenOptions::default();
+    let cases = [
+        // Empty batch: nothing launched, mean and std 0.
+        (vec![], None, d),
+        // Nothing counted: every value becomes 0.
+        (vec![1.0, 2.0, f32::NAN], Some(vec![0, 0, 0]), d),
+        // One counted value: it is the mean, so exactly 0 (also with eps 0: scale inf).
+        (
+            vec![3.0, 7.0],
+            Some(vec![0, 1]),
+            WhitenOptions { eps: 0.0, ..d },
+        ),
+        (vec![3.0, 7.0], Some(vec![1, 0]), d),
+        // All counted values equal, eps 0: var 0, every output exactly 0.
+        (vec![0.1; 100], None, WhitenOptions { eps: 0.0, ..d }),
+        // A NaN or an infinity that counts: refused, untouched.
+        (vec![1.0, f32::NAN, 2.0], None, d),
+        (vec![1.0, f32::NEG_INFINITY, 2.0], Some(vec![1, 1, 0]), d),
+        // A masked NaN does not count.
+        (vec![1.0, f32::NAN, 2.0], Some(vec![1, 0, 1]), d),
+        // Near-equal large values (catastrophic cancellation in E[x^2] - E[x]^2).
+        (
+            (0..1000).map(|i| 1.0e4 + (i % 7) as f32 * 1e-3).collect(),
+            None,
+            WhitenOptions {
+                std_kind: StdKind::Biased,
+                ..d
+            },
+        ),
+    ];
+    for (values, mask, opts) in cases {
+        check_whiten(&WhitenCase { values, mask, opts }, 9);
+    }
+}
+
+#[test]
+fn whiten_of_many_values_with_the_default_geometry() {
+    let values: Vec<f32> = (0..100_000)
+        .map(|i| ((i * 7919 % 10007) as f32).sqrt())
+        .collect();
+    let mask: Vec<u8> = (0..100_000).map(|i| u8::from(i % 3 != 0)).collect();
+    let c = WhitenCase {
+        values,
+        mask: Some(mask),
+        opts: WhitenOptions::default(),
+    };
+    check_whiten_on(&mut EmuDevice::default(), &c, Tuning::default(), 11);
+}
+
+/// The same random cases (fixed RNG) and large shapes on the GPU.
+#[test]
+fn gpu_returns_gae_and_whiten_match_reference() {
+    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
+    let Some(gpu) = common::gpu("gpu_returns_gae_and_whiten_match_reference") else {
+        return;
+    };
+    let gpu = std::cell::RefCell::new(gpu);
+    let config = ProptestConfig {
+        cases: common::gpu_cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    runner
+        .run(&(tok_case_strategy(), any::<u64>()), |(c, seed)| {
+            check_tokens_on(&mut *gpu.borrow_mut(), &c, 64, seed);
+            Ok(())
+        })
+        .unwrap();
+    runner
+        .run(&whiten_strategy(), |c| {
+            check_whiten_on(&mut *gpu.borrow_mut(), &c, Tuning::default(), 0);
+            Ok(())
+        })
+        .unwrap();
+    let mut gpu = gpu.into_inner();
+    let c = TokCase {
+        rewards: ramp(200_000, 0.01),
+        values: ramp(200_000, 0.02),
+        offsets: offsets_of(&[2000; 100]),
+        mask: Some((0..200_000).map(|i| u8::from(i % 9 != 0)).collect()),
+        opts: GaeOptions {
+            gamma: 0.99,
+            lambda: 0.95,
+        },
+    };
+    check_tokens_on(&mut gpu, &c, 64, 0);
+    let w = WhitenCase {
+        values: ramp(3_000_000, 0.5),
+        mask: None,
+        opts: WhitenOptions::default(),
+    };
+    check_whiten_on(&mut gpu, &w, Tuning::default(), 0);
+}

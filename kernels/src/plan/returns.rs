@@ -1,0 +1,218 @@
+//! The token-level estimators (SPEC §18) on the device: `discounted_returns_f32`, `gae_f32`,
+//! and the whitening pair `whiten_stats_f32` + `whiten_apply_f32`.
+//!
+//! Returns and GAE run the CPU reference's reverse scan, one thread per sequence, with the same
+//! double operations in the same order: their outputs equal `care_core::grpo::{discounted_returns,
+//! gae}` bit for bit. Whitening reduces in a different order than the reference (a block tree),
+//! so its outputs agree within the [`Whiten`](crate::tolerance::Quantity::Whiten) tolerance.
+
+use care_core::Error;
+use care_core::grpo::{GaeOptions, StdKind, WhitenOptions};
+
+use super::{KernelError, Launcher, launch};
+use crate::geometry::{Tuning, batch_std_geometry, returns_geometry, whiten_apply_geometry};
+use crate::kernel::entry;
+use crate::params::{
+    ReturnsParams, STATUS_TOKENS_LAYOUT, STATUS_WHITEN_NON_FINITE, WhitenParams, WhitenStatsRaw,
+};
+
+/// Device inputs of [`discounted_returns`] and [`gae`]: the CSR token layout of SPEC §10.
+/// Addresses are 0 where absent (a per-token array may be absent only when `n_tok` is 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenBuffers {
+    /// `f32[n_tok]` token rewards.
+    pub rewards: u64,
+    /// `f32[n_tok]` critic values (required by [`gae`], not read by [`discounted_returns`]).
+    pub values: u64,
+    /// `u32[n_seq + 1]` CSR offsets (`o[0] = 0`, non-decreasing, `o[n_seq] = n_tok`). The kernels
+    /// clamp every offset into `0..=n_tok` and report a malformed layout in the status word
+    /// ([`tokens_status`]), so it never indexes out of bounds.
+    pub seq_offsets: u64,
+    /// Number of sequences.
+    pub n_seq: u32,
+    /// Number of tokens.
+    pub n_tok: u32,
+    /// `u8[n_tok]` token mask (0 = masked), or 0: every token counts.
+    pub mask: u64,
+    /// At least [`WORKSPACE_BYTES`](super::WORKSPACE_BYTES) of device memory, 16-byte aligned;
+    /// holds the status word read by [`tokens_status`].
+    pub workspace: u64,
+}
+
+/// Discounted returns `G_t = r_t + gamma * G_next` over each sequence's counted tokens into
+/// `returns` (`f32[n_tok]`; masked tokens get 0), as `care_core::grpo::discounted_returns`.
+///
+/// A malformed offsets layout cannot stop the kernel: it sets the status word (read it back
+/// from `workspace[0..4]` and map it with [`tokens_status`]); the outputs are then unspecified.
+///
+/// # Safety
+/// Every address in `buf` and `returns` is valid device memory of the launcher with the
+/// documented sizes, and stays valid until the launch completes.
+pub unsafe fn discounted_returns<L: Launcher>(
+    launcher: &L,
+    buf: &TokenBuffers,
+    returns: u64,
+    opts: &GaeOptions,
+    tuning: Tuning,
+) -> Result<(), KernelError<L::Error>> {
+    // SAFETY: forwarded caller contract.
+    unsafe { launch_tokens(launcher, buf, None, returns, opts, tuning) }
+}
+
+/// GAE advantages into `advantages` and returns `A_t + V_t` into `returns` (both `f32[n_tok]`;
+/// masked tokens get 0), as `care_core::grpo::gae`. `buf.values` is required. Status as
+/// [`discounted_returns`].
+///
+/// # Safety
+/// As [`discounted_returns`]; `advantages` holds `n_tok` entries.
+pub unsafe fn gae<L: Launcher>(
+    launcher: &L,
+    buf: &TokenBuffers,
+    advantages: u64,
+    returns: u64,
+    opts: &GaeOptions,
+    tuning: Tuning,
+) -> Result<(), KernelError<L::Error>> {
+    // SAFETY: forwarded caller contract.
+    unsafe { launch_tokens(launcher, buf, Some(advantages), returns, opts, tuning) }
+}
+
+/// `advantages`: `None` for discounted returns, the GAE output otherwise.
+unsafe fn launch_tokens<L: Launcher>(
+    launcher: &L,
+    buf: &TokenBuffers,
+    advantages: Option<u64>,
+    returns: u64,
+    opts: &GaeOptions,
+    tuning: Tuning,
+) -> Result<(), KernelError<L::Error>> {
+    opts.validate()?;
+    tuning.check()?;
+    let is_gae = advantages.is_some();
+    // A per-token array may be absent only when there are no tokens.
+    let missing =
+        buf.rewards == 0 || returns == 0 || (is_gae && (buf.values == 0 || advantages == Some(0)));
+    if buf.seq_offsets == 0 || buf.workspace == 0 || (missing && buf.n_tok > 0) {
+        return Err(Error::InvalidArgument.into());
+    }
+    // SAFETY: the workspace holds WORKSPACE_BYTES (caller contract).
+    unsafe { launcher.memset_zero(buf.workspace, 4) }.map_err(KernelError::Backend)?;
+    let p = ReturnsParams {
+        rewards: buf.rewards,
+        values: if is_gae { buf.values } else { 0 },
+        seq_offsets: buf.seq_offsets,
+        mask: buf.mask,
+        adv: advantages.unwrap_or(0),
+        ret: returns,
+        status: buf.workspace,
+        n_seq: buf.n_seq,
+        n_tok: buf.n_tok,
+        gamma: opts.gamma,
+        lambda: opts.lambda,
+    };
+    let e = if is_gae {
+        entry::GAE_F32
+    } else {
+        entry::DISCOUNTED_RETURNS_F32
+    };
+    // SAFETY: the buffers of `p` have the documented sizes (caller contract); the kernel clamps
+    // every offset into `0..=n_tok` and runs one thread per sequence, as the geometry gives.
+    unsafe { launch(launcher, e, returns_geometry(buf.n_seq, tuning), (p,)) }
+}
+
+/// Maps the status word of [`discounted_returns`] or [`gae`] (read back from
+/// `workspace[0..4]`) to the error the CPU reference returns: [`Error::InvalidLayout`].
+pub fn tokens_status(status: u32) -> Result<(), Error> {
+    if status & STATUS_TOKENS_LAYOUT != 0 {
+        Err(Error::InvalidLayout)
+    } else {
+        Ok(())
+    }
+}
+
+/// Device buffers of [`whiten`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WhitenBuffers {
+    /// `f32[n]` values, whitened in place.
+    pub values: u64,
+    /// `u8[n]` mask (0 = masked: the value becomes 0), or 0: every value counts.
+    pub mask: u64,
+    /// Number of values.
+    pub n: u64,
+    /// At least [`WORKSPACE_BYTES`](super::WORKSPACE_BYTES) of device memory, 16-byte aligned;
+    /// holds the [`WhitenStatsRaw`] read by [`whiten_result`].
+    pub workspace: u64,
+}
+
+/// Whitens the counted values in place over the whole call, `(x - mean) / sqrt(var + eps)`
+/// with the two-pass centered variance in double, masked values becoming 0, as
+/// `care_core::grpo::whiten`: `whiten_stats_f32` (one block; deterministic fixed-order
+/// reductions) then `whiten_apply_f32`. An empty batch launches nothing.
+///
+/// A non-finite counted value cannot stop the launch: the statistics record it, the values are
+/// left as they were (as the reference, which refuses the call), and [`whiten_result`] of the
+/// [`WhitenStatsRaw`] read back from the workspace returns [`Error::NonFinite`].
+///
+/// # Safety
+/// Every address in `buf` is valid device memory of the launcher with the documented sizes,
+/// and stays valid until the launches complete.
+pub unsafe fn whiten<L: Launcher>(
+    launcher: &L,
+    buf: &WhitenBuffers,
+    opts: &WhitenOptions,
+    tuning: Tuning,
+) -> Result<(), KernelError<L::Error>> {
+    opts.validate()?;
+    tuning.check()?;
+    if (buf.values == 0 && buf.n > 0) || buf.workspace == 0 {
+        return Err(Error::InvalidArgument.into());
+    }
+    let stats = buf.workspace;
+    // SAFETY: the workspace holds WORKSPACE_BYTES >= size_of::<WhitenStatsRaw>() (caller
+    // contract). All zero is the result of an empty batch: mean 0, std 0, no status.
+    unsafe { launcher.memset_zero(stats, size_of::<WhitenStatsRaw>()) }
+        .map_err(KernelError::Backend)?;
+    if buf.n == 0 {
+        return Ok(());
+    }
+    let p = WhitenParams {
+        x: buf.values,
+        mask: buf.mask,
+        stats,
+        n: buf.n,
+        eps: opts.eps,
+        unbiased: u32::from(opts.std_kind == StdKind::Unbiased),
+        pad0: 0,
+    };
+    // SAFETY (both): the values and mask hold `n` entries and `stats` is inside the workspace
+    // (caller contract); the stats kernel runs as one block, the apply pass strides.
+    unsafe {
+        launch(
+            launcher,
+            entry::WHITEN_STATS_F32,
+            batch_std_geometry(tuning),
+            (p,),
+        )
+    }?;
+    unsafe {
+        launch(
+            launcher,
+            entry::WHITEN_APPLY_F32,
+            whiten_apply_geometry(buf.n, tuning),
+            (p,),
+        )
+    }
+}
+
+/// The `(mean, std)` of a [`whiten`] call from the statistics it left in the workspace, as
+/// `care_core::grpo::whiten` returns them, or [`Error::NonFinite`] when a counted value was not
+/// finite (the values were not changed).
+pub fn whiten_result(stats: &WhitenStatsRaw) -> Result<(f64, f64), Error> {
+    if stats.status & STATUS_WHITEN_NON_FINITE != 0 {
+        Err(Error::NonFinite)
+    } else {
+        Ok((stats.mean, stats.std))
+    }
+}
+
+const _: () = assert!(size_of::<WhitenStatsRaw>() <= super::WORKSPACE_BYTES);
