@@ -340,6 +340,9 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
     if (p.scale == CARE_SCALE_BATCH_STD) {
         s = (double)p.batch_std[0];
     }
+    if (p.baseline == CARE_BASELINE_EXTERNAL && !(s > 0.0)) {
+        s = 1.0; // a zero std counts as 1 for external baselines (care_core's group_map)
+    }
     s = s < (double)p.std_floor ? (double)p.std_floor : s;
     c.inv_scale = p.scale == CARE_SCALE_NONE ? alpha : alpha / (s + (double)p.eps);
     if (cnt == 0.0) {

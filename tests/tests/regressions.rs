@@ -211,3 +211,31 @@ fn dropped_non_finite_rollout_tokens_are_counted() {
     assert_eq!(out.stats.non_finite, 2.0);
     assert_eq!(out.rollout.non_finite, 2.0);
 }
+
+/// Found by the `advantages` campaign (artifact `crash-278c52ce8142fd3f065ddcf163d81e25d92e43bd`):
+/// an external baseline (ReMax) under batch-std scaling with one sample in the batch and
+/// `eps = 0` divided `r - b` by a zero std and gave `A = inf` on a success. For external
+/// baselines a zero std (one valid sample, all valid rewards equal, a zero batch std) now
+/// counts as 1, as verl's std of a degenerate group does, so `A = r - b` (SPEC §18); the
+/// kernels do the same.
+#[test]
+fn external_baseline_with_a_zero_std_and_no_eps_stays_finite() {
+    use care_core::grpo::{Baseline, GroupInputs, Scale, group_advantages_with};
+    for scale in [Scale::BatchStd, Scale::GroupStd] {
+        let opts = AdvantageOptions {
+            baseline: Baseline::External,
+            scale,
+            eps: 0.0,
+            ..AdvantageOptions::default()
+        };
+        let rewards = [4.399_143_4e33f32];
+        let baselines = [2.350_989e-38f32];
+        let inputs = GroupInputs {
+            baselines: Some(&baselines[..]),
+            ..GroupInputs::new(&rewards, None, GroupLayout::Offsets(&[0, 1]))
+        };
+        let mut out = [0.0f64];
+        group_advantages_with(&inputs, &opts, &mut out, None).unwrap();
+        assert_eq!(out[0], f64::from(rewards[0]) - f64::from(baselines[0]));
+    }
+}

@@ -550,7 +550,20 @@ pub(super) fn group_map(
         Scale::None => 1.0,
     };
     if opts.baseline == Baseline::External {
-        // Not group-relative: every sample keeps its own signal.
+        // Not group-relative: every sample keeps its own signal. A zero std (one valid sample,
+        // all valid rewards equal, or a zero batch std) counts as 1, as verl's std of a
+        // degenerate group does: dividing `r - b` by `eps` alone would blow it up by 1/eps, and
+        // with `eps = 0` overflow to infinity (found by the `advantages` fuzz target).
+        let used = match opts.scale {
+            Scale::GroupStd => std,
+            Scale::BatchStd => batch_std,
+            Scale::None => 1.0,
+        };
+        let divisor = if used > 0.0 {
+            divisor
+        } else {
+            opts.divisor(1.0)
+        };
         return Ok(GroupMap {
             center: Center::External,
             factor: alpha,

@@ -494,6 +494,41 @@ fn advantages_beyond_the_f32_range_saturate_like_the_reference() {
     assert_eq!(k.stats[0].std, r.1[0].std);
 }
 
+/// External baselines (ReMax) under std scaling with a zero std (a singleton group, a group of
+/// equal rewards, a batch of one sample) and `eps = 0`: the std counts as 1, so `A = r - b`,
+/// finite, on the GPU as in the reference (the CPU gave infinity; found by the `advantages`
+/// fuzz target).
+#[test]
+fn external_baselines_with_a_zero_std_count_it_as_one() {
+    for scale in [Scale::GroupStd, Scale::BatchStd] {
+        let opts = AdvantageOptions {
+            baseline: Baseline::External,
+            scale,
+            eps: 0.0,
+            ..AdvantageOptions::default()
+        };
+        let cases = [
+            (vec![4.0f32], Layout::Fixed(1)),
+            (vec![0.5, 0.5, 0.5], Layout::Fixed(3)),
+            (vec![2.0, 2.0, 1.0, 3.0], Layout::Offsets(vec![0, 2, 4])),
+        ];
+        for (rewards, layout) in cases {
+            let c = simple(rewards, layout, opts);
+            let r = run_reference(&c).unwrap();
+            assert!(r.0.iter().all(|a| a.is_finite()), "{:?} {c:?}", r.0);
+            let k = run_kernel(&mut EmuDevice::default(), &c, Tuning::default(), 5).unwrap();
+            assert_matches(&c, &k, &r);
+            if let Layout::Fixed(_) = c.layout {
+                if scale == Scale::GroupStd || c.rewards.len() == 1 {
+                    for (i, a) in r.0.iter().enumerate() {
+                        assert_eq!(*a, c.rewards[i] - c.baselines[i], "A[{i}]");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn infinite_reward_reports_non_finite() {
     let c = simple(
