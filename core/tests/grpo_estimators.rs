@@ -277,7 +277,16 @@ fn naive(
         }
         let xs: Vec<f64> = g.iter().map(|&i| val(i)).collect();
         let d = match o.scale {
-            Scale::GroupStd => std(&xs).max(o.std_floor) + o.eps,
+            Scale::GroupStd => {
+                // External baselines: a zero std (undefined for one sample) counts as 1.
+                let s = std(&xs);
+                let s = if o.baseline == Baseline::External && !(s > 0.0) {
+                    1.0
+                } else {
+                    s
+                };
+                s.max(o.std_floor) + o.eps
+            }
             _ => 1.0,
         };
         for &i in g {
