@@ -280,7 +280,8 @@ fn naive(
             Scale::GroupStd => {
                 // External baselines: a zero std (undefined for one sample) counts as 1.
                 let s = std(&xs);
-                let s = if o.baseline == Baseline::External && !(s > 0.0) {
+                let degenerate = s.is_nan() || s == 0.0;
+                let s = if o.baseline == Baseline::External && degenerate {
                     1.0
                 } else {
                     s
