@@ -309,13 +309,26 @@ def _token_layout(x: np.ndarray, seq_offsets, name: str) -> np.ndarray:
     return np.arange(0, (b + 1) * length, length, dtype=np.uint32) if b else np.zeros(1, np.uint32)
 
 
+def _on_cuda(*xs) -> bool:
+    """Whether any argument is a CUDA tensor (checked without importing torch)."""
+    return any(getattr(x, "is_cuda", False) is True for x in xs)
+
+
 def discounted_returns(
     token_rewards: Array, seq_offsets: Optional[Array] = None, mask: Optional[Array] = None, *, gamma: float = 1.0
 ) -> np.ndarray:
     """Discounted returns ``G_t = r_t + gamma * G_next`` over each sequence's counted tokens
     (SPEC §18; REINFORCE++ before whitening, ReMax's reward-to-go with ``gamma = 1``).
     ``token_rewards``: ``[T]`` with CSR ``seq_offsets`` or padded ``[B, L]`` (with an optional
-    ``[B, L]`` mask). Returns float32 of the same shape, 0 on masked tokens."""
+    ``[B, L]`` mask). Returns float32 of the same shape, 0 on masked tokens.
+
+    CUDA tensors are passed to :func:`care_rl.torch.discounted_returns`, which returns a CUDA
+    tensor, bit-identical to the host result, without synchronizing (a malformed layout is
+    raised only under :func:`care_rl.torch.set_device_checks`)."""
+    if _on_cuda(token_rewards, seq_offsets, mask):
+        from . import torch as ct
+
+        return ct.discounted_returns(token_rewards, seq_offsets, mask, gamma=gamma)
     r = _f32(token_rewards, "token_rewards")
     offs = _token_layout(r, seq_offsets, "token_rewards")
     out = np.empty(r.size, dtype=np.float32)
@@ -336,7 +349,11 @@ def gae(
     ``(advantages, returns)``, float32 of ``token_rewards``' shape, ``returns = advantages +
     values`` (the value targets), 0 on masked tokens. Not whitened: :func:`whiten` the
     advantages for verl's ``gae``. Layouts as :func:`discounted_returns`; ``values`` has the
-    rewards' shape."""
+    rewards' shape. CUDA tensors: :func:`care_rl.torch.gae`, as :func:`discounted_returns`."""
+    if _on_cuda(token_rewards, values, seq_offsets, mask):
+        from . import torch as ct
+
+        return ct.gae(token_rewards, values, seq_offsets, mask, gamma=gamma, lambda_=lambda_)
     r = _f32(token_rewards, "token_rewards")
     offs = _token_layout(r, seq_offsets, "token_rewards")
     v = _arr(values, np.float32, "values")
@@ -352,7 +369,15 @@ def whiten(values: Array, mask: Optional[Array] = None, *, eps: float = 1e-8, st
     """``(x - mean) / sqrt(var + eps)`` over the counted values (SPEC §18; verl's
     ``masked_whiten`` with the defaults, OpenRLHF with ``std_kind="biased"``). Returns
     ``(whitened, mean, std)``: a float32 copy of ``values``' shape (0 where masked) and the
-    statistics of the counted values."""
+    statistics of the counted values.
+
+    CUDA tensors are passed to :func:`care_rl.torch.whiten`: the whitened copy is a CUDA
+    tensor and the mean and std 0-d float64 CUDA tensors (nothing synchronizes; a non-finite
+    value is raised only under :func:`care_rl.torch.set_device_checks`)."""
+    if _on_cuda(values, mask):
+        from . import torch as ct
+
+        return ct.whiten(values, mask, eps=eps, std_kind=std_kind)
     v = np.array(_f32(values, "values"))  # a copy: whitened in place below
     flat = v.reshape(-1)
     mean, std = _care.whiten(flat, float(eps), std_kind, _mask(mask, "mask"))

@@ -11,6 +11,8 @@ gradient exists, a registered autograd formula):
   log-probs, entropy and log-sum-exp straight from logits (SPEC §13), and ``dL/dlogits``.
 * ``care::logits_policy_loss``: the fused path from logits to the loss (log-probs, loss,
   ``dL/dlogp`` and stats in one forward; ``dL/dlogits`` in the backward).
+* ``care::discounted_returns``, ``care::gae``, ``care::whiten``: the token-level estimators
+  (SPEC §18), not differentiable.
 
 CPU tensors run the Rust reference (float64 accumulation); CUDA tensors run the ``care``
 kernels on ``torch.cuda.current_stream()`` with outputs allocated by PyTorch, and nothing
@@ -42,6 +44,9 @@ __all__ = [
     "group_partial_sums",
     "group_partial_squares",
     "group_advantages_finalize",
+    "discounted_returns",
+    "gae",
+    "whiten",
     "stats_dict",
     "rollout_stats_dict",
     "set_device_checks",
@@ -94,7 +99,8 @@ _DEVICE_CHECKS = False
 def set_device_checks(enabled: bool) -> None:
     """Debugging aid: when on, every CUDA op waits for its kernels and raises the
     ``CareError`` of a device status (an infinite reward, a singleton group under
-    ``singleton="error"``, a target outside ``0..V``), as the CPU path does. Off by default:
+    ``singleton="error"``, a target outside ``0..V``, token offsets that are not a CSR
+    layout, a non-finite value to whiten), as the CPU path does. Off by default:
     it synchronizes the device, which a training step (and CUDA-graph capture) must not."""
     global _DEVICE_CHECKS
     _DEVICE_CHECKS = bool(enabled)
@@ -799,3 +805,139 @@ def group_advantages_finalize(
             _dl(offs), _dl(_mask(valid, r.device)), None, _stream(flat), _dl(_workspace(flat)),
         )  # fmt: skip
     return out.reshape(r.shape)
+
+
+# ---- token-level estimators (SPEC §18) -------------------------------------------------------
+
+
+def _no_grad_setup(ctx, inputs, output):
+    # Returns, GAE and whitened advantages are targets for the loss, not functions to
+    # differentiate (as care::group_advantages).
+    ctx.mark_non_differentiable(*(output if isinstance(output, tuple) else (output,)))
+
+
+def _not_differentiable(name: str):
+    def backward(ctx, *grads):
+        raise RuntimeError(f"care::{name} is not differentiable")
+
+    return backward
+
+
+@torch.library.custom_op("care::discounted_returns", mutates_args=())
+def _returns_op(token_rewards: Tensor, seq_offsets: Tensor, mask: Optional[Tensor], gamma: float) -> Tensor:
+    out = torch.empty(token_rewards.shape, dtype=torch.float32, device=token_rewards.device)
+    ws = _workspace(token_rewards)
+    with _On(token_rewards):
+        _care.discounted_returns(
+            _dl(token_rewards), _dl(seq_offsets), _dl(out), gamma, _dl(mask), _stream(token_rewards), _dl(ws),
+        )  # fmt: skip
+    _check(ws, _care.check_tokens_status)
+    return out
+
+
+@_returns_op.register_fake
+def _(token_rewards, seq_offsets, mask, gamma):
+    return torch.empty_like(token_rewards, dtype=torch.float32)
+
+
+_returns_op.register_autograd(_not_differentiable("discounted_returns"), setup_context=_no_grad_setup)
+
+
+@torch.library.custom_op("care::gae", mutates_args=())
+def _gae_op(
+    token_rewards: Tensor, values: Tensor, seq_offsets: Tensor, mask: Optional[Tensor], gamma: float, lambda_: float
+) -> Tuple[Tensor, Tensor]:
+    adv = torch.empty(token_rewards.shape, dtype=torch.float32, device=token_rewards.device)
+    ret = torch.empty_like(adv)
+    ws = _workspace(token_rewards)
+    with _On(token_rewards):
+        _care.gae(
+            _dl(token_rewards), _dl(values), _dl(seq_offsets), _dl(adv), _dl(ret), gamma, lambda_, _dl(mask),
+            _stream(token_rewards), _dl(ws),
+        )  # fmt: skip
+    _check(ws, _care.check_tokens_status)
+    return adv, ret
+
+
+@_gae_op.register_fake
+def _(token_rewards, values, seq_offsets, mask, gamma, lambda_):
+    return torch.empty_like(token_rewards, dtype=torch.float32), torch.empty_like(token_rewards, dtype=torch.float32)
+
+
+_gae_op.register_autograd(_not_differentiable("gae"), setup_context=_no_grad_setup)
+
+
+@torch.library.custom_op("care::whiten", mutates_args=())
+def _whiten_op(values: Tensor, mask: Optional[Tensor], eps: float, std_kind: str) -> Tuple[Tensor, Tensor]:
+    out = values.to(torch.float32, copy=True).contiguous()  # whitened in place below
+    ws = _workspace(values)
+    with _On(values):
+        got = _care.whiten(_dl(out), eps, std_kind, _dl(mask), _stream(values), _dl(ws))
+    if ws is None:
+        return out, torch.tensor(got, dtype=torch.float64)
+    _check(ws, _care.check_whiten_status)
+    # The mean and std stay on the device: read from the workspace's statistics by a kernel.
+    words = ws.view(torch.float64)
+    i_mean, i_std = _care.WHITEN_MEAN_STD_F64
+    return out, torch.stack((words[i_mean], words[i_std]))
+
+
+@_whiten_op.register_fake
+def _(values, mask, eps, std_kind):
+    return torch.empty_like(values, dtype=torch.float32), values.new_empty(2, dtype=torch.float64)
+
+
+_whiten_op.register_autograd(_not_differentiable("whiten"), setup_context=_no_grad_setup)
+
+
+def _token_offsets(x: Tensor, seq_offsets, name: str) -> Tensor:
+    if seq_offsets is not None:
+        return _offsets(seq_offsets, x.device)
+    if x.dim() != 2:
+        raise _care.error("invalid_argument", f"give seq_offsets for 1-D {name}, or pass [B, L] {name}")
+    b, length = x.shape
+    return torch.arange(b + 1, dtype=torch.int32, device=x.device) * length
+
+
+def discounted_returns(token_rewards, seq_offsets=None, mask=None, *, gamma: float = 1.0) -> Tensor:
+    """Discounted returns ``G_t = r_t + gamma * G_next`` over each sequence's counted tokens
+    (SPEC §18), as :func:`care_rl.discounted_returns`, on ``token_rewards``' device: a float32
+    tensor of its shape, 0 on masked tokens. Layouts: ``[T]`` with CSR ``seq_offsets``
+    ``[B + 1]``, or padded ``[B, L]`` (with an optional ``[B, L]`` mask). CUDA results equal
+    the CPU's bit for bit. On CUDA the offsets are not read on the host: a malformed layout
+    (``invalid_layout`` on the CPU) leaves unspecified outputs and is raised only under
+    :func:`set_device_checks`."""
+    r = torch.as_tensor(token_rewards)
+    offs = _token_offsets(r, seq_offsets, "token_rewards")
+    out = torch.ops.care.discounted_returns(
+        _flat(r.detach(), torch.float32, r.device, "token_rewards"), offs, _mask(mask, r.device), float(gamma)
+    )
+    return out.reshape(r.shape)
+
+
+def gae(token_rewards, values, seq_offsets=None, mask=None, *, gamma: float = 1.0, lambda_: float = 1.0):
+    """Generalized advantage estimation (SPEC §18), as :func:`care_rl.gae`, on
+    ``token_rewards``' device: ``(advantages, returns)``, float32 tensors of its shape,
+    ``returns = advantages + values``, 0 on masked tokens; not whitened (see :func:`whiten`).
+    Layouts and CUDA behaviour as :func:`discounted_returns`."""
+    r = torch.as_tensor(token_rewards)
+    offs = _token_offsets(r, seq_offsets, "token_rewards")
+    v = _flat(torch.as_tensor(values, device=r.device).detach(), torch.float32, r.device, "values")
+    adv, ret = torch.ops.care.gae(
+        _flat(r.detach(), torch.float32, r.device, "token_rewards"), v, offs, _mask(mask, r.device),
+        float(gamma), float(lambda_),
+    )  # fmt: skip
+    return adv.reshape(r.shape), ret.reshape(r.shape)
+
+
+def whiten(values, mask=None, *, eps: float = 1e-8, std_kind: str = "unbiased"):
+    """``(x - mean) / sqrt(var + eps)`` over the counted values (SPEC §18), as
+    :func:`care_rl.whiten`, on ``values``' device: ``(whitened, mean, std)``, a float32 copy
+    of ``values``' shape (0 where masked) and two 0-d float64 tensors. On CUDA the statistics
+    stay on the device (within the documented ``Whiten`` tolerance of the CPU); a non-finite
+    counted value (``non_finite`` on the CPU) leaves the copy unwhitened and is raised only
+    under :func:`set_device_checks`."""
+    v = torch.as_tensor(values)
+    flat = _flat(v.detach(), torch.float32, v.device, "values")
+    out, stats = torch.ops.care.whiten(flat, _mask(mask, v.device), float(eps), str(std_kind))
+    return out.reshape(v.shape), stats[0], stats[1]

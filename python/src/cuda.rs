@@ -13,7 +13,7 @@ use care_core::logsoftmax::LogSoftmaxOptions;
 use care_kernels::cuda::CudaLauncher;
 use care_kernels::cudarc::driver::{DriverError, sys};
 use care_kernels::geometry::Tuning;
-use care_kernels::params::{LossStatsRaw, RolloutStatsRaw};
+use care_kernels::params::{LossStatsRaw, RolloutStatsRaw, WhitenStatsRaw};
 use care_kernels::plan::{self, KernelError, Launcher};
 use care_kernels::{
     AdvantageBuffers, DeviceGroups, LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers,
@@ -596,4 +596,139 @@ pub fn check_log_softmax_status(status: u32) -> PyResult<()> {
 #[pyfunction]
 pub fn cuda_driver_available() -> bool {
     care_kernels::cuda::driver_available()
+}
+
+/// Buffers of [`token_estimator`]: the token rewards on the CSR layout of SPEC §10, the
+/// outputs, and (GAE only) the values and advantages.
+pub struct TokenArgs<'a, 'py> {
+    /// `token_rewards [T]` float32.
+    pub rewards: &'a Tensor<'py>,
+    /// `values [T]` float32: `Some` for GAE, `None` for discounted returns.
+    pub values: Option<&'a Tensor<'py>>,
+    /// `seq_offsets [B + 1]` int32/uint32.
+    pub offsets: &'a Tensor<'py>,
+    /// `mask [T]` bool/uint8.
+    pub mask: Option<&'a Tensor<'py>>,
+    /// `advantages [T]` float32 output (GAE only).
+    pub advantages: Option<&'a Tensor<'py>>,
+    /// `returns [T]` float32 output.
+    pub returns: &'a Tensor<'py>,
+    /// Workspace; its first word receives the layout status.
+    pub workspace: &'a Tensor<'py>,
+    /// Stream handle.
+    pub stream: usize,
+}
+
+/// Discounted returns (`values` and `advantages` absent) or GAE (both present) on the device.
+/// The offsets' contents are not read here (that would synchronize): a malformed layout sets
+/// the status word `workspace[0]` ([`check_tokens_status`]).
+pub fn token_estimator(a: TokenArgs<'_, '_>, opts: &care_core::grpo::GaeOptions) -> PyResult<()> {
+    let what = if a.values.is_some() {
+        "gae"
+    } else {
+        "discounted_returns"
+    };
+    let dev = a.rewards.device()?;
+    let n = a.rewards.numel();
+    let rewards = a.rewards.device_ptr::<f32>(dev)?;
+    // The layout faults that the sizes alone show, named as the host path names them.
+    let Some(n_seq) = a.offsets.numel().checked_sub(1) else {
+        return Err(core_err(
+            "seq_offsets: empty; the offsets need B + 1 entries, [0] for no sequences",
+            care_core::Error::InvalidLayout,
+        ));
+    };
+    if n_seq == 0 && n != 0 {
+        return Err(core_err(
+            &format!("seq_offsets: no sequence but {n} token rewards; the last offset must be T"),
+            care_core::Error::InvalidLayout,
+        ));
+    }
+    let buf = care_kernels::TokenBuffers {
+        rewards,
+        values: opt_ptr::<f32>(a.values, dev, n, "one value per token")?,
+        seq_offsets: a.offsets.device_ptr::<u32>(dev)?,
+        n_seq: to_u32(n_seq, "sequences")?,
+        n_tok: to_u32(n, "tokens")?,
+        mask: opt_ptr::<u8>(a.mask, dev, n, "one flag per token")?,
+        workspace: workspace_ptr(a.workspace, dev)?,
+    };
+    let ret = opt_ptr::<f32>(Some(a.returns), dev, n, "one return per token")?;
+    let adv = opt_ptr::<f32>(a.advantages, dev, n, "one advantage per token")?;
+    let l = launcher(a.stream, buf.workspace)?;
+    let t = Tuning::default();
+    // SAFETY: every address is device memory of `dev` of the size and dtype the plan reads
+    // (checked above against the DLPack shapes); the kernels clamp the offsets into `0..=T`.
+    // See `group_advantages` for the lifetime argument.
+    unsafe {
+        match a.values {
+            Some(_) => plan::gae(&l, &buf, adv, ret, opts, t),
+            None => plan::discounted_returns(&l, &buf, ret, opts, t),
+        }
+    }
+    .map_err(|e| kernel_err(what, e))
+}
+
+/// Whitening in place on the device. The statistics (status word, mean, std) stay in the
+/// workspace as a `WhitenStatsRaw` ([`check_whiten_status`], [`WHITEN_MEAN_STD_F64`]).
+pub fn whiten(
+    values: &Tensor<'_>,
+    mask: Option<&Tensor<'_>>,
+    workspace: &Tensor<'_>,
+    opts: &care_core::grpo::WhitenOptions,
+    stream: usize,
+) -> PyResult<()> {
+    let dev = values.device()?;
+    let n = values.numel();
+    let buf = care_kernels::WhitenBuffers {
+        values: values.device_ptr::<f32>(dev)?,
+        mask: opt_ptr::<u8>(mask, dev, n, "one flag per value")?,
+        n: n as u64,
+        workspace: workspace_ptr(workspace, dev)?,
+    };
+    let l = launcher(stream, buf.workspace)?;
+    // SAFETY: as `token_estimator`; the workspace holds a `WhitenStatsRaw` (WORKSPACE_BYTES).
+    unsafe { plan::whiten(&l, &buf, opts, Tuning::default()) }.map_err(|e| kernel_err("whiten", e))
+}
+
+/// The float64 indices of the mean and the std in a workspace that `whiten` filled (the
+/// `WhitenStatsRaw` fields, read as a float64 array).
+pub const WHITEN_MEAN_STD_F64: (usize, usize) = (
+    core::mem::offset_of!(WhitenStatsRaw, mean) / 8,
+    core::mem::offset_of!(WhitenStatsRaw, std) / 8,
+);
+
+const _: () = assert!(
+    core::mem::offset_of!(WhitenStatsRaw, mean) % 8 == 0
+        && core::mem::offset_of!(WhitenStatsRaw, std) % 8 == 0
+        && core::mem::offset_of!(WhitenStatsRaw, status) == 0
+);
+
+/// Maps the status word that `discounted_returns` or `gae` left in `workspace[0]` to an error
+/// (`invalid_layout`: the sequence offsets were not a CSR layout of the tokens).
+#[pyfunction]
+pub fn check_tokens_status(status: u32) -> PyResult<()> {
+    plan::tokens_status(status).map_err(|e| {
+        core_err(
+            "seq_offsets (device status): not a CSR layout of the tokens; it must start at 0, \
+             never decrease and end at T",
+            e,
+        )
+    })
+}
+
+/// Maps the status word that `whiten` left in `workspace[0]` to an error (`non_finite`: a
+/// counted value was NaN or infinite; the values were left as they were).
+#[pyfunction]
+pub fn check_whiten_status(status: u32) -> PyResult<()> {
+    let raw = WhitenStatsRaw {
+        status,
+        ..WhitenStatsRaw::default()
+    };
+    plan::whiten_result(&raw).map(|_| ()).map_err(|e| {
+        core_err(
+            "whiten (device status): a counted value is NaN or infinite",
+            e,
+        )
+    })
 }

@@ -1117,21 +1117,24 @@ pub fn rollout_correction(
     write_rollout_stats(&out, &mut st)
 }
 
-/// Refuses device tensors for the host-only functions.
-fn host_only(fun: &str, ts: &[&Tensor<'_>]) -> PyResult<()> {
-    for t in ts {
-        if let Device::Cuda(_) = device_of(t)? {
-            return Err(invalid(format!("{}: {fun} takes host arrays", t.name())));
-        }
-    }
-    Ok(())
+/// The workspace of a CUDA call, required there.
+fn cuda_workspace<'a, 'py>(ws: &'a Option<Tensor<'py>>) -> PyResult<&'a Tensor<'py>> {
+    ws.as_ref()
+        .ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))
 }
 
-/// `_care.discounted_returns(token_rewards, seq_offsets, returns, gamma=1.0, mask=None)`:
-/// `G_t = r_t + gamma G_next` per sequence over the counted tokens (SPEC §18), host float32
-/// `[T]` in and out (masked tokens get 0).
+/// `_care.discounted_returns(token_rewards, seq_offsets, returns, gamma=1.0, mask=None,
+/// stream=0, workspace=None)`: `G_t = r_t + gamma G_next` per sequence over the counted tokens
+/// (SPEC §18), float32 `[T]` in and out (masked tokens get 0).
+///
+/// Host arrays: a malformed layout raises `invalid_layout` before anything is written. CUDA
+/// tensors (`workspace` int32 `[WORKSPACE_BYTES / 4]` required): asynchronous on `stream`,
+/// bit-identical to the host; the offsets are not read on the host, so a malformed layout is
+/// left in the status word `workspace[0]` (`check_tokens_status`; the outputs are then
+/// unspecified).
 #[pyfunction]
-#[pyo3(signature = (token_rewards, seq_offsets, returns, gamma=1.0, mask=None))]
+#[pyo3(signature = (token_rewards, seq_offsets, returns, gamma=1.0, mask=None, stream=0, workspace=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
 pub fn discounted_returns(
     py: Python<'_>,
     token_rewards: &Bound<'_, PyAny>,
@@ -1139,14 +1142,29 @@ pub fn discounted_returns(
     returns: &Bound<'_, PyAny>,
     gamma: f64,
     mask: Option<&Bound<'_, PyAny>>,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let r = Tensor::take(token_rewards, "token_rewards")?;
     let so = Tensor::take(seq_offsets, "seq_offsets")?;
     let mut out = Tensor::take(returns, "returns")?;
     let m = Tensor::take_opt(mask, "mask")?;
-    check_outputs(&[&out], &[Some(&r), Some(&so), m.as_ref()])?;
-    host_only("discounted_returns", &[&r, &so, &out])?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    check_outputs(&[&out], &[Some(&r), Some(&so), m.as_ref(), ws.as_ref()])?;
     let opts = GaeOptions { gamma, lambda: 1.0 };
+    if let Device::Cuda(_) = device_of(&r)? {
+        let args = cuda::TokenArgs {
+            rewards: &r,
+            values: None,
+            offsets: &so,
+            mask: m.as_ref(),
+            advantages: None,
+            returns: &out,
+            workspace: cuda_workspace(&ws)?,
+            stream,
+        };
+        return cuda::token_estimator(args, &opts);
+    }
     let (rv, offs, mk) = (r.slice::<f32>()?, so.slice::<u32>()?, opt_slice::<u8>(&m)?);
     let o = out.slice_mut::<f32>()?;
     py.detach(|| care_core::grpo::discounted_returns(rv, offs, mk, &opts, o))
@@ -1154,10 +1172,11 @@ pub fn discounted_returns(
 }
 
 /// `_care.gae(token_rewards, values, seq_offsets, advantages, returns, gamma=1.0,
-/// lambda_=1.0, mask=None)`: generalized advantage estimation by a reverse scan per sequence
-/// (SPEC §18), host float32 `[T]`: the advantages and the returns `A_t + V_t` (masked: 0).
+/// lambda_=1.0, mask=None, stream=0, workspace=None)`: generalized advantage estimation by a
+/// reverse scan per sequence (SPEC §18), float32 `[T]`: the advantages and the returns
+/// `A_t + V_t` (masked: 0). Host and CUDA as `discounted_returns` (same status word).
 #[pyfunction]
-#[pyo3(signature = (token_rewards, values, seq_offsets, advantages, returns, gamma=1.0, lambda_=1.0, mask=None))]
+#[pyo3(signature = (token_rewards, values, seq_offsets, advantages, returns, gamma=1.0, lambda_=1.0, mask=None, stream=0, workspace=None))]
 #[allow(clippy::too_many_arguments)] // one argument per buffer
 pub fn gae(
     py: Python<'_>,
@@ -1169,6 +1188,8 @@ pub fn gae(
     gamma: f64,
     lambda_: f64,
     mask: Option<&Bound<'_, PyAny>>,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let r = Tensor::take(token_rewards, "token_rewards")?;
     let v = Tensor::take(values, "values")?;
@@ -1176,12 +1197,28 @@ pub fn gae(
     let mut a = Tensor::take(advantages, "advantages")?;
     let mut ret = Tensor::take(returns, "returns")?;
     let m = Tensor::take_opt(mask, "mask")?;
-    check_outputs(&[&a, &ret], &[Some(&r), Some(&v), Some(&so), m.as_ref()])?;
-    host_only("gae", &[&r, &v, &so, &a, &ret])?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    check_outputs(
+        &[&a, &ret],
+        &[Some(&r), Some(&v), Some(&so), m.as_ref(), ws.as_ref()],
+    )?;
     let opts = GaeOptions {
         gamma,
         lambda: lambda_,
     };
+    if let Device::Cuda(_) = device_of(&r)? {
+        let args = cuda::TokenArgs {
+            rewards: &r,
+            values: Some(&v),
+            offsets: &so,
+            mask: m.as_ref(),
+            advantages: Some(&a),
+            returns: &ret,
+            workspace: cuda_workspace(&ws)?,
+            stream,
+        };
+        return cuda::token_estimator(args, &opts);
+    }
     let (rv, vv, offs) = (r.slice::<f32>()?, v.slice::<f32>()?, so.slice::<u32>()?);
     let mk = opt_slice::<u8>(&m)?;
     let (ao, ro) = (a.slice_mut::<f32>()?, ret.slice_mut::<f32>()?);
@@ -1189,27 +1226,40 @@ pub fn gae(
         .or_raise("gae")
 }
 
-/// `_care.whiten(values, eps=1e-8, std_kind="unbiased", mask=None) -> (mean, std)`: whitens
-/// host float32 `values` in place over the counted entries (SPEC §18; masked become 0).
+/// `_care.whiten(values, eps=1e-8, std_kind="unbiased", mask=None, stream=0, workspace=None)
+/// -> (mean, std) | None`: whitens float32 `values` in place over the counted entries
+/// (SPEC §18; masked become 0).
+///
+/// Host arrays: returns `(mean, std)`; a non-finite counted value raises `non_finite` and
+/// leaves the values as they were. CUDA tensors (`workspace` required): asynchronous on
+/// `stream`, within the `Whiten` tolerance of the host; returns `None`: the status word
+/// (`workspace[0]`, `check_whiten_status`), mean and std (float64 words
+/// `WHITEN_MEAN_STD_F64`) stay in the workspace.
 #[pyfunction]
-#[pyo3(signature = (values, eps=1e-8, std_kind="unbiased", mask=None))]
+#[pyo3(signature = (values, eps=1e-8, std_kind="unbiased", mask=None, stream=0, workspace=None))]
 pub fn whiten(
     py: Python<'_>,
     values: &Bound<'_, PyAny>,
     eps: f64,
     std_kind: &str,
     mask: Option<&Bound<'_, PyAny>>,
-) -> PyResult<(f64, f64)> {
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<(f64, f64)>> {
     let mut v = Tensor::take(values, "values")?;
     let m = Tensor::take_opt(mask, "mask")?;
-    check_outputs(&[&v], &[m.as_ref()])?;
-    host_only("whiten", &[&v])?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    check_outputs(&[&v], &[m.as_ref(), ws.as_ref()])?;
     let opts = WhitenOptions {
         eps,
         std_kind: crate::names::parse("std_kind", std_kind)?,
     };
+    if let Device::Cuda(_) = device_of(&v)? {
+        return cuda::whiten(&v, m.as_ref(), cuda_workspace(&ws)?, &opts, stream).map(|()| None);
+    }
     let mk = opt_slice::<u8>(&m)?;
     let vv = v.slice_mut::<f32>()?;
     py.detach(|| care_core::grpo::whiten(vv, mk, &opts))
         .or_raise("whiten")
+        .map(Some)
 }

@@ -24,6 +24,9 @@ OPS = [
     "selective_log_softmax",
     "selective_log_softmax_backward",
     "logits_policy_loss",
+    "discounted_returns",
+    "gae",
+    "whiten",
 ]
 
 
@@ -82,7 +85,13 @@ def _op_cases(device):
             torch.tensor([0, 4, 10], dtype=torch.int32, device=device), m, 1.0, verl, False,
             0.0, 0.0, 0.0, 0,
         ),
+        "discounted_returns": (torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9),
+        "gae": (torch.randn(10, device=device), torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9, 0.8),
+        "whiten": (torch.randn(10, device=device), m, 1e-8, "biased"),
     }  # fmt: skip
+
+
+_TOK_OFFS = torch.tensor([0, 3, 3, 10], dtype=torch.int32)  # an empty sequence in the middle
 
 
 @pytest.mark.parametrize("name", OPS)
@@ -514,3 +523,183 @@ def test_cuda_rollout_stats_match_cpu():
         assert g[name] == c[name], name
     for name in care_rl.ROLLOUT_STATS_FIELDS:
         assert g[name] == pytest.approx(c[name], rel=1e-4, abs=1e-4 * c["tokens"]), name
+
+
+# ---- token-level estimators (SPEC §18) ----------------------------------------------------------
+
+
+def _token_case(seed=0, n_seq=9):
+    """Ragged sequences (empty ones included) with a mask, float32 rewards and values."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(0, 40, (n_seq,), generator=g)
+    lens[1] = 0
+    offs = torch.cat((torch.zeros(1, dtype=torch.int64), lens.cumsum(0))).to(torch.int32)
+    n = int(offs[-1])
+    r = torch.randn(n, generator=g) * 3
+    v = torch.randn(n, generator=g)
+    mask = torch.rand(n, generator=g) > 0.2
+    return r, v, offs, mask
+
+
+def test_token_estimators_torch_cpu_equal_numpy():
+    """On CPU tensors the torch functions run the same core as the numpy ones: equal bit for
+    bit, CSR and padded layouts alike, outputs on the input's device and not requiring grad."""
+    r, v, offs, mask = _token_case()
+    got = ct.discounted_returns(r, offs, mask, gamma=0.9)
+    want = care_rl.discounted_returns(r.numpy(), offs.numpy(), mask.numpy(), gamma=0.9)
+    np.testing.assert_array_equal(got.numpy(), want)
+    adv, ret = ct.gae(r, v, offs, mask, gamma=0.95, lambda_=0.9)
+    wa, wr = care_rl.gae(r.numpy(), v.numpy(), offs.numpy(), mask.numpy(), gamma=0.95, lambda_=0.9)
+    np.testing.assert_array_equal(adv.numpy(), wa)
+    np.testing.assert_array_equal(ret.numpy(), wr)
+    w, mean, std = ct.whiten(r, mask, std_kind="biased")
+    ww, wm, ws = care_rl.whiten(r.numpy(), mask.numpy(), std_kind="biased")
+    np.testing.assert_array_equal(w.numpy(), ww)
+    assert (mean.item(), std.item()) == (wm, ws) and mean.dtype == torch.float64
+    # Padded [B, L]: offsets built from the shape, results of that shape.
+    rp, vp = torch.randn(3, 5), torch.randn(3, 5)
+    mp = torch.rand(3, 5) > 0.3
+    a2, r2 = ct.gae(rp, vp, mask=mp, gamma=0.5, lambda_=0.7)
+    wa2, wr2 = care_rl.gae(rp.numpy(), vp.numpy(), mask=mp.numpy(), gamma=0.5, lambda_=0.7)
+    assert a2.shape == (3, 5)
+    np.testing.assert_array_equal(a2.numpy(), wa2)
+    np.testing.assert_array_equal(r2.numpy(), wr2)
+    g2 = ct.discounted_returns(rp, mask=mp)
+    np.testing.assert_array_equal(g2.numpy(), care_rl.discounted_returns(rp.numpy(), mask=mp.numpy()))
+    rg = r.clone().requires_grad_()
+    assert not ct.discounted_returns(rg, offs).requires_grad
+    assert not ct.whiten(rg)[0].requires_grad
+    assert rg.grad is None and r.equal(rg.detach())  # the input is not whitened in place
+
+
+def test_token_estimators_torch_cpu_errors_match_numpy():
+    """The torch CPU path raises the host codes: a malformed layout, a non-finite value to
+    whiten, a bad option, a length mismatch."""
+    r = torch.tensor([1.0, 2.0, 3.0])
+    for offs in ([0, 2], [0, 3, 2, 3], [1, 3]):
+        with pytest.raises(CareError) as e:
+            ct.discounted_returns(r, offs)
+        assert e.value.code == "invalid_layout", offs
+        with pytest.raises(CareError) as e:
+            ct.gae(r, r, offs)
+        assert e.value.code == "invalid_layout", offs
+    with pytest.raises(CareError) as e:
+        ct.whiten(torch.tensor([1.0, float("nan")]))
+    assert e.value.code == "non_finite"
+    with pytest.raises(CareError) as e:
+        ct.gae(r, torch.zeros(2), [0, 3])
+    assert e.value.code == "length_mismatch"
+    with pytest.raises(CareError) as e:
+        ct.discounted_returns(r, [0, 3], gamma=1.5)
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(CareError) as e:
+        ct.whiten(r, std_kind="sample")
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(CareError) as e:
+        ct.discounted_returns(r)  # 1-D without offsets
+    assert e.value.code == "invalid_argument"
+
+
+def _whiten_within_tolerance(got, mean, std, x, mask, std_kind):
+    """kernels/src/tolerance.rs, Quantity::Whiten for float32: |got - want| <= 1e-9 * scale +
+    2^-23 * |want|, with scale the largest counted |x| (mean, std) or that times
+    1 / sqrt(var + eps) (the whitened values); masked values are +0."""
+    want, wmean, wstd = care_rl.whiten(x, mask, std_kind=std_kind)
+    counted = x[mask].astype(np.float64)
+    big = np.abs(counted).max()
+    assert abs(mean - wmean) <= 1e-9 * big + abs(wmean) / 8388608.0
+    assert abs(std - wstd) <= 1e-9 * big + abs(wstd) / 8388608.0
+    var = wstd**2  # the estimator's variance (std_kind)
+    inv = 1.0 / math.sqrt(var + 1e-8)
+    bound = 1e-9 * big * inv + np.abs(want.astype(np.float64)) / 8388608.0
+    assert (np.abs(got.astype(np.float64) - want) <= bound).all()
+    assert (np.signbit(got[~mask]) == False).all() and (got[~mask] == 0).all()  # noqa: E712
+
+
+def test_cuda_token_estimators_match_cpu():
+    """CUDA returns and GAE equal the host results bit for bit (ragged layout, empty sequences,
+    mask); whitening is within the Whiten tolerance; care_rl's numpy-level functions take CUDA
+    tensors and return CUDA tensors."""
+    need_gpu()
+    r, v, offs, mask = _token_case(seed=3, n_seq=33)
+    rn, vn, on, mn = r.numpy(), v.numpy(), offs.numpy(), mask.numpy()
+    want = care_rl.discounted_returns(rn, on, mn, gamma=0.97)
+    got = ct.discounted_returns(r.cuda(), offs.cuda(), mask.cuda(), gamma=0.97)
+    assert got.is_cuda
+    np.testing.assert_array_equal(got.cpu().numpy(), want)
+    wa, wr = care_rl.gae(rn, vn, on, mn, gamma=0.99, lambda_=0.95)
+    adv, ret = care_rl.gae(r.cuda(), v.cuda(), offs.cuda(), mask.cuda(), gamma=0.99, lambda_=0.95)
+    assert adv.is_cuda and ret.is_cuda
+    np.testing.assert_array_equal(adv.cpu().numpy(), wa)
+    np.testing.assert_array_equal(ret.cpu().numpy(), wr)
+    # Host offsets with CUDA rewards: moved to the device by the wrapper.
+    a2, _ = ct.gae(r.cuda(), v.cuda(), on, mask.cuda(), gamma=0.99, lambda_=0.95)
+    np.testing.assert_array_equal(a2.cpu().numpy(), wa)
+    x = (torch.randn(5000) * 4 + 7).numpy()
+    m = np.random.default_rng(1).random(5000) > 0.3
+    for kind in ("unbiased", "biased"):
+        w, mean, std = care_rl.whiten(torch.from_numpy(x).cuda(), torch.from_numpy(m).cuda(), std_kind=kind)
+        assert w.is_cuda and mean.is_cuda and std.is_cuda and mean.dtype == torch.float64
+        _whiten_within_tolerance(w.cpu().numpy(), mean.item(), std.item(), x, m, kind)
+
+
+def test_cuda_token_statuses_stay_on_the_device_unless_checked():
+    """A malformed layout and a non-finite value to whiten do not raise on CUDA (that would
+    synchronize) unless set_device_checks is on; then they raise the host codes."""
+    need_gpu()
+    r = torch.tensor([1.0, 2.0, 3.0], device="cuda")
+    bad = torch.tensor([0, 3, 2, 3], dtype=torch.int32, device="cuda")
+    nan = torch.tensor([1.0, float("nan"), 2.0], device="cuda")
+    ct.discounted_returns(r, bad)
+    ct.gae(r, r, bad)
+    w, _, _ = ct.whiten(nan)
+    # Refused: the copy is left as it was.
+    assert torch.equal(w.isnan(), nan.isnan()) and w[0].item() == 1.0 and w[2].item() == 2.0
+    ct.set_device_checks(True)
+    try:
+        with pytest.raises(CareError) as e:
+            ct.discounted_returns(r, bad)
+        assert e.value.code == "invalid_layout"
+        with pytest.raises(CareError) as e:
+            ct.gae(r, r, bad)
+        assert e.value.code == "invalid_layout"
+        with pytest.raises(CareError) as e:
+            ct.whiten(nan)
+        assert e.value.code == "non_finite"
+        ct.gae(r, r, torch.tensor([0, 1, 3], dtype=torch.int32, device="cuda"))  # a good layout passes
+        ct.whiten(r)
+    finally:
+        ct.set_device_checks(False)
+
+
+def test_cuda_token_argument_checks():
+    """The binding checks every CUDA argument before a launch: the workspace is required,
+    every tensor on the rewards' device, lengths and dtypes as on the host."""
+    need_gpu()
+    from torch.utils.dlpack import to_dlpack as dl
+
+    r = torch.rand(6, device="cuda")
+    offs = torch.tensor([0, 2, 6], dtype=torch.int32, device="cuda")
+    out = torch.empty(6, device="cuda")
+    ws = torch.empty(_care.WORKSPACE_BYTES // 4, dtype=torch.int32, device="cuda")
+    with pytest.raises(CareError) as e:
+        _care.discounted_returns(dl(r), dl(offs), dl(out), 1.0, None, 0, None)
+    assert e.value.code == "invalid_argument" and "workspace" in str(e.value)
+    with pytest.raises(CareError) as e:
+        _care.discounted_returns(dl(r), dl(offs.cpu()), dl(out), 1.0, None, 0, dl(ws))
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(CareError) as e:
+        _care.gae(dl(r), dl(r[:5]), dl(offs), dl(out), dl(torch.empty(6, device="cuda")), 1.0, 1.0, None, 0, dl(ws))
+    assert e.value.code == "length_mismatch"
+    with pytest.raises(CareError) as e:
+        _care.discounted_returns(dl(r.double()), dl(offs), dl(out), 1.0, None, 0, dl(ws))
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(CareError) as e:
+        _care.discounted_returns(dl(r), dl(offs[:0]), dl(out), 1.0, None, 0, dl(ws))
+    assert e.value.code == "invalid_layout"
+    with pytest.raises(CareError) as e:
+        _care.whiten(dl(r), 1e-8, "unbiased", None, 0, dl(ws[:2]))
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(CareError) as e:
+        _care.discounted_returns(dl(r), dl(offs), dl(out), 2.0, None, 0, dl(ws))
+    assert e.value.code == "invalid_argument"
