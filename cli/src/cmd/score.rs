@@ -57,7 +57,8 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
         }
         return run_group(opts, rubric, r_fmt, m, responses, o);
     }
-    let (scores, judge) = response_scores(rubric, m, "")?;
+    // A top-level judge answer was decoded with the line's other top-level strings.
+    let (scores, judge) = response_scores(rubric, m, "", line.string("judge"))?;
     let key = if judge.is_some() { "judge" } else { "scores" };
     let r = policy_reward(rubric, &scores, &opts.score)
         .map_err(|e| explain_score_error(e, rubric, &scores, key))?;
@@ -73,10 +74,12 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
 }
 
 /// The flat raw scores of one response object (`scores` or `judge`), and the judge report.
+/// `decoded_judge`: the `judge` string already decoded (a top-level member of the line), if any.
 fn response_scores(
     rubric: &Rubric<'_>,
     m: &Members<'_>,
     at: &str,
+    decoded_judge: Option<&str>,
 ) -> Result<(Vec<f64>, Option<JudgeReport>), LineError> {
     // The common shape in one pass over the member's text (no `RawValue`, no serde pass);
     // anything else, and every error, the general way below.
@@ -92,6 +95,7 @@ fn response_scores(
     // pairs, is decoded by serde_json.
     let mut buf = String::new();
     let judge_text = match (m.text("judge"), m.contains_key("scores")) {
+        (Some(_), false) if decoded_judge.is_some() => decoded_judge.map(Cow::Borrowed),
         (Some(t), false) if t.starts_with('"') && !t.contains("\\u") => {
             Some(Cow::Borrowed(crate::scan::decode_string(t, &mut buf)))
         }
@@ -171,7 +175,7 @@ fn run_group(
                     })
                     .and_then(|rm| {
                         check_members(&rm, RESPONSE_MEMBERS, &format!("\"responses\"[{j}]: "))?;
-                        response_scores(rubric, &rm, &at)
+                        response_scores(rubric, &rm, &at, None)
                     })
                     .inspect_err(|_| judges.push(None))?;
                 judges.push(rep);
@@ -485,7 +489,12 @@ mod tests {
             for text in [judge(r"\ud83d\ude00 ok"), judge(r"\/ ok")] {
                 let line = Line::parse(&text).unwrap();
                 let m = object(&line).unwrap();
-                let (scores, rep) = response_scores(r, m, "").unwrap();
+                let (scores, rep) = response_scores(r, m, "", None).unwrap();
+                let (again, _) = response_scores(r, m, "", line.string("judge")).unwrap();
+                assert_eq!(
+                    scores, again,
+                    "the line's decoded judge string reads the same"
+                );
                 assert!(rep.is_some());
                 got.push(scores);
             }
