@@ -19,14 +19,20 @@
 #define T (N * L)  /* tokens */
 #define IS_CAP 1.5 /* upper truncation bound of the importance weights */
 
+/* Stop with the library's message and the call's detail (which field, what to fix). */
+static void fail(const char *file, int line, const char *call, care_result r) {
+  char detail[1024];
+  size_t n = 0;
+  if (care_last_error_detail(detail, sizeof detail, &n) != CARE_OK) n = 0;
+  fprintf(stderr, "%s:%d: %s -> %u %s: %.*s\n", file, line, call, (unsigned)r,
+          care_result_message(r), (int)n, detail);
+  exit(1);
+}
+
 #define CHECK(call)                                                                        \
   do {                                                                                     \
     care_result r_ = (call);                                                               \
-    if (r_ != CARE_OK) {                                                                   \
-      fprintf(stderr, "%s:%d: %s -> %u %s\n", __FILE__, __LINE__, #call, (unsigned)r_,     \
-              care_result_message(r_));                                                    \
-      exit(1);                                                                             \
-    }                                                                                      \
+    if (r_ != CARE_OK) fail(__FILE__, __LINE__, #call, r_);                                \
   } while (0)
 
 #define EXPECT(cond)                                                                       \
