@@ -18,17 +18,25 @@ use care_kernels::Dtype;
 use care_kernels::tolerance::{Quantity, Tolerance, tolerance};
 use cudarc::driver::{CudaContext, DevicePtr, DevicePtrMut};
 
+/// Whether a CUDA driver and device are present; without them a visible skip, or a failure
+/// where a GPU is required (`CARE_REQUIRE_GPU=1`), like the kernel crates' GPU tests.
+fn gpu_present(test: &str) -> bool {
+    if care_gpu_available() == CARE_OK {
+        return true;
+    }
+    assert!(
+        std::env::var("CARE_REQUIRE_GPU").as_deref() != Ok("1"),
+        "CARE_REQUIRE_GPU=1 but no CUDA driver or device (CARE_ERR_CUDA_UNAVAILABLE)"
+    );
+    eprintln!(
+        "skipped GPU test {test}: no CUDA driver or device (set CARE_REQUIRE_GPU=1 to make this a failure)"
+    );
+    false
+}
+
 #[test]
 fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
-    if care_gpu_available() != CARE_OK {
-        // Like the kernel crates' GPU tests: a visible skip, or a failure where a GPU is required.
-        assert!(
-            std::env::var("CARE_REQUIRE_GPU").as_deref() != Ok("1"),
-            "CARE_REQUIRE_GPU=1 but no CUDA driver or device (CARE_ERR_CUDA_UNAVAILABLE)"
-        );
-        eprintln!(
-            "skipped GPU test: no CUDA driver or device (CARE_ERR_CUDA_UNAVAILABLE; set CARE_REQUIRE_GPU=1 to make this a failure)"
-        );
+    if !gpu_present("gpu_entry_points_match_the_cpu_when_a_device_is_present") {
         return;
     }
     let ctx = CudaContext::new(0).unwrap();
@@ -575,14 +583,7 @@ fn gpu_rollout_diagnostics_match_care_rollout_correction() {
             (lo, want)
         })
         .collect();
-    if care_gpu_available() != CARE_OK {
-        assert!(
-            std::env::var("CARE_REQUIRE_GPU").as_deref() != Ok("1"),
-            "CARE_REQUIRE_GPU=1 but no CUDA driver or device (CARE_ERR_CUDA_UNAVAILABLE)"
-        );
-        eprintln!(
-            "skipped GPU test gpu_rollout_diagnostics_match_care_rollout_correction: no CUDA driver or device (set CARE_REQUIRE_GPU=1 to make this a failure)"
-        );
+    if !gpu_present("gpu_rollout_diagnostics_match_care_rollout_correction") {
         return;
     }
     let ctx = CudaContext::new(0).unwrap();
@@ -754,14 +755,7 @@ fn gpu_returns_gae_and_whiten_match_the_cpu_entry_points() {
         assert_eq!(code, CARE_OK);
         (ret, adv, gret, w, mean, std)
     };
-    if care_gpu_available() != CARE_OK {
-        assert!(
-            std::env::var("CARE_REQUIRE_GPU").as_deref() != Ok("1"),
-            "CARE_REQUIRE_GPU=1 but no CUDA driver or device (CARE_ERR_CUDA_UNAVAILABLE)"
-        );
-        eprintln!(
-            "skipped GPU test gpu_returns_gae_and_whiten_match_the_cpu_entry_points: no CUDA driver or device (set CARE_REQUIRE_GPU=1 to make this a failure)"
-        );
+    if !gpu_present("gpu_returns_gae_and_whiten_match_the_cpu_entry_points") {
         return;
     }
     let ctx = CudaContext::new(0).unwrap();
