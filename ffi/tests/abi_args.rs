@@ -983,7 +983,11 @@ impl Case {
             assert_eq!((self.call)(&mut f, None), want, "{name}: the valid call");
             // The detail getter itself reads, and never resets, the previous call's detail.
             if want == CARE_OK && name != "care_last_error_detail" {
-                assert_eq!(detail(), "", "{name}: a success leaves no detail");
+                assert_eq!(
+                    common::last_error_detail(),
+                    "",
+                    "{name}: a success leaves no detail"
+                );
             }
             if self.writes && want == CARE_OK {
                 assert!(
@@ -1021,21 +1025,11 @@ impl Case {
     }
 }
 
-/// `care_last_error_detail` as a string.
-fn detail() -> String {
-    let mut buf = vec![0u8; 2048];
-    let mut n = usize::MAX;
-    let r = unsafe { care_last_error_detail(buf.as_mut_ptr().cast(), buf.len(), &mut n) };
-    assert_eq!(r, CARE_OK, "care_last_error_detail");
-    buf.truncate(n);
-    String::from_utf8(buf).expect("the detail is UTF-8")
-}
-
 /// The detail after a failed call: never empty, and for a fault inside the inputs whose code
 /// names a class (a length, a layout, a struct size, a flag), a sentence of its own rather
 /// than the code's message, since only the sentence says which field to fix.
 fn check_detail(name: &str, what: &str, code: care_result, in_inputs: bool) {
-    let d = detail();
+    let d = common::last_error_detail();
     assert!(!d.is_empty(), "{name}: {what}: no detail");
     let generic = care_result_message_str(code);
     let classed = matches!(

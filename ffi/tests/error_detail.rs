@@ -17,13 +17,17 @@ use care_ffi::result::care_result_message;
 use care_ffi::rubric::*;
 use care_ffi::version::care_version;
 
-fn detail() -> String {
-    let mut buf = vec![0u8; 2048];
-    let mut n = 0usize;
-    let r = unsafe { care_last_error_detail(buf.as_mut_ptr().cast(), buf.len(), &mut n) };
-    assert_eq!(r, CARE_OK);
-    buf.truncate(n);
-    String::from_utf8(buf).unwrap()
+mod common;
+use common::last_error_detail as detail;
+
+/// The default loss options, to change one field of.
+fn default_loss_options() -> care_loss_options {
+    let mut o = std::mem::MaybeUninit::<care_loss_options>::uninit();
+    assert_eq!(
+        unsafe { care_loss_options_default(o.as_mut_ptr()) },
+        CARE_OK
+    );
+    unsafe { o.assume_init() }
 }
 
 fn sz<T>() -> u32 {
@@ -206,12 +210,7 @@ fn decreasing_sequence_offsets_name_the_entry() {
 #[test]
 fn an_option_outside_its_domain_is_named_with_its_domain() {
     let mut l = Loss::new();
-    let mut o = std::mem::MaybeUninit::<care_loss_options>::uninit();
-    assert_eq!(
-        unsafe { care_loss_options_default(o.as_mut_ptr()) },
-        CARE_OK
-    );
-    let mut o = unsafe { o.assume_init() };
+    let mut o = default_loss_options();
     o.eps_low = -0.1;
     let inputs = l.inputs();
     assert_eq!(l.run(&inputs, &o), CARE_ERR_INVALID_ARGUMENT);
@@ -224,12 +223,7 @@ fn an_option_outside_its_domain_is_named_with_its_domain() {
 #[test]
 fn an_unknown_enum_value_lists_the_valid_ones_by_name() {
     let mut l = Loss::new();
-    let mut o = std::mem::MaybeUninit::<care_loss_options>::uninit();
-    assert_eq!(
-        unsafe { care_loss_options_default(o.as_mut_ptr()) },
-        CARE_OK
-    );
-    let mut o = unsafe { o.assume_init() };
+    let mut o = default_loss_options();
     o.kl_estimator = 99;
     let inputs = l.inputs();
     assert_eq!(l.run(&inputs, &o), CARE_ERR_INVALID_ARGUMENT);

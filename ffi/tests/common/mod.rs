@@ -72,3 +72,16 @@ pub fn libcare_dir() -> PathBuf {
     })
     .clone()
 }
+
+/// `care_last_error_detail` as a string: the calling thread's detail of its last failed call.
+pub fn last_error_detail() -> String {
+    let mut buf = vec![0u8; 2048];
+    let mut n = usize::MAX;
+    // SAFETY: `buf` holds `buf.len()` writable bytes and `n` is a valid output.
+    let r = unsafe {
+        care_ffi::detail::care_last_error_detail(buf.as_mut_ptr().cast(), buf.len(), &mut n)
+    };
+    assert_eq!(r, care_ffi::care_result::CARE_OK, "care_last_error_detail");
+    buf.truncate(n);
+    String::from_utf8(buf).expect("the detail is UTF-8")
+}
