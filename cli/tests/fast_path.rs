@@ -91,6 +91,13 @@ fn corpus() -> Vec<Vec<u8>> {
             format!(r#"{{"rubric":{compact},"scores":[[1,2],[3,4],[5,0]],"id":7}}"#).into_bytes(),
         );
     }
+    // A group under a rubric whose one category has no criteria: the score rows are empty,
+    // which the one-pass group reader leaves to the general path (it used to split them with
+    // `chunks_exact(0)`, a panic).
+    lines.push(
+        br#"{"rubric":{"categories":[{"category":"Cognitive Empathy","weight_rationale":"x","category_weight":1,"criteria":[]}]},"responses":[{"scores":[[],[],[]]},{"scores":[[],[],[]]}]}"#
+            .to_vec(),
+    );
     lines.retain(|l| !l.is_empty());
     lines
 }

@@ -254,6 +254,10 @@ fn run_group(
 /// general path reads those (and words their errors). `text` is the member's text from a line
 /// that passed the strict check, so it is valid JSON; this only recognizes its shape.
 fn score_rows(text: &str, counts: [usize; 3], flat: &mut Vec<f64>) -> Option<usize> {
+    // A rubric without criteria has empty rows, which `chunks_exact` cannot split.
+    if counts.iter().sum::<usize>() == 0 {
+        return None;
+    }
     let mut c = Bytes::new(text);
     c.eat(b'[')?;
     let mut n = 0;
@@ -432,6 +436,12 @@ mod tests {
 
     #[test]
     fn other_shapes_are_left_to_the_general_path() {
+        // A rubric without criteria: empty rows are the general path's to read.
+        let mut flat = Vec::new();
+        assert_eq!(
+            score_rows(r#"[{"scores":[[],[],[]]}]"#, [0; 3], &mut flat),
+            None
+        );
         with_rubric(|r| {
             let counts = r.counts();
             let one = response(counts, &[1, 2], "");
