@@ -165,20 +165,21 @@ fn matrix_len(rows: usize, vocab: usize, stride: usize) -> Result<usize, care_re
             ),
         ));
     }
+    matrix_need(rows, vocab, stride).ok_or_else(|| {
+        crate::detail::fail(
+            care_result::CARE_ERR_INVALID_ARGUMENT,
+            format_args!(
+                "care_logits.rows {rows} times row_stride {stride} overflows the address space"
+            ),
+        )
+    })
+}
+
+/// `(rows - 1) * stride + vocab` (0 for no rows), `None` on overflow; writes no detail.
+fn matrix_need(rows: usize, vocab: usize, stride: usize) -> Option<usize> {
     match rows {
-        0 => Ok(0),
-        r => (r - 1)
-            .checked_mul(stride)
-            .and_then(|n| n.checked_add(vocab))
-            .ok_or_else(|| {
-                crate::detail::fail(
-                    care_result::CARE_ERR_INVALID_ARGUMENT,
-                    format_args!(
-                        "care_logits.rows {rows} times row_stride {stride} overflows the \
-                         address space"
-                    ),
-                )
-            }),
+        0 => Some(0),
+        r => (r - 1).checked_mul(stride)?.checked_add(vocab),
     }
 }
 
@@ -191,7 +192,7 @@ fn explain_logits(code: care_result, c: &care_logits) -> care_result {
         return code;
     }
     let set = crate::detail::set_if_empty;
-    if let Ok(need) = matrix_len(c.rows, c.vocab, c.row_stride)
+    if let Some(need) = matrix_need(c.rows, c.vocab, c.row_stride)
         && c.logits_len < need
     {
         set(format_args!(
