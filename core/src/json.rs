@@ -123,13 +123,16 @@ fn word_at(b: &[u8], j: usize) -> Option<u64> {
 
 /// Skips string bytes that need no attention (anything but `"`, `\\` and control characters),
 /// eight at a time: rubric text is mostly long plain descriptions, and a byte-at-a-time scan
-/// was the validator's largest cost. Returns the start of the first 8-byte word that holds a
-/// byte of interest (or of the tail shorter than 8 bytes); the caller looks at it byte by byte.
+/// was the validator's largest cost. Returns the offset of the first byte of interest when it
+/// is in a whole 8-byte word (the lowest set bit of the mask is exact, so no byte of the word is
+/// looked at twice), else the start of the tail shorter than 8 bytes, which the caller looks at
+/// byte by byte.
 #[inline]
 fn skip_plain(b: &[u8], mut j: usize) -> usize {
     while let Some(v) = word_at(b, j) {
-        if (has_less(v, 0x20) | has_byte(v, b'"') | has_byte(v, b'\\')) != 0 {
-            break;
+        let m = has_less(v, 0x20) | has_byte(v, b'"') | has_byte(v, b'\\');
+        if m != 0 {
+            return j + (m.trailing_zeros() / 8) as usize;
         }
         j += 8;
     }
@@ -780,20 +783,32 @@ pub(crate) fn trimmed_eq(
 mod tests {
     use super::*;
 
-    /// The SWAR skip stops at or before every byte of interest, never more than 7 bytes before
-    /// it, and skips everything else (plain ASCII, DEL and non-ASCII bytes included).
+    /// The SWAR skip stops exactly at the first byte of interest when a whole word holds it,
+    /// else at most 7 bytes before it (the tail), and skips everything else (plain ASCII, DEL
+    /// and non-ASCII bytes included).
     #[test]
-    fn skip_plain_stops_within_the_word_of_the_first_special_byte() {
+    fn skip_plain_stops_at_the_first_special_byte() {
         for special in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
-            for filler in [b'a', b' ', 0x7f, 0x80, 0xc3, 0xff] {
+            // Fillers next to the special bytes (0x21, 0x23, 0x5b, 0x5d, 0x20) would show a
+            // false positive of the masks.
+            for filler in [b'a', b' ', 0x21, 0x23, 0x5b, 0x5d, 0x7f, 0x80, 0xc3, 0xff] {
                 for len in 0..40 {
                     for at in 0..len {
                         let mut buf = vec![filler; len];
                         buf[at] = special;
+                        // A second special byte later in the same word changes nothing.
+                        if at + 2 < len {
+                            buf[at + 2] = b'"';
+                        }
                         let j = skip_plain(&buf, 0);
+                        let in_whole_word = at / 8 * 8 + 8 <= len;
                         assert!(
-                            j <= at && at - j < 8,
-                            "special {special:#x} at {at}, stop {j}"
+                            if in_whole_word {
+                                j == at
+                            } else {
+                                j <= at && at - j < 8
+                            },
+                            "special {special:#x} at {at} of {len}, stop {j}"
                         );
                     }
                     let plain = vec![filler; len];

@@ -4,9 +4,21 @@ use super::notes::{self, Note};
 use super::report::{Arg, ShortText};
 use crate::json;
 
-/// Whether `s` is empty or only whitespace.
+/// Whether `s` is empty or only whitespace (`char::is_whitespace`, as `str::trim`).
+///
+/// Called for every title, description and level-anchor text, which are almost never blank:
+/// the first byte that is not ASCII whitespace settles it without decoding characters, and
+/// only a non-ASCII byte there (which may start a Unicode space) takes `str::trim`.
 pub(super) fn is_blank(s: &str) -> bool {
-    s.trim().is_empty()
+    for &c in s.as_bytes() {
+        match c {
+            // The ASCII characters with the Unicode White_Space property.
+            b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | b' ' => {}
+            0..=0x7f => return false,
+            _ => return s.trim().is_empty(),
+        }
+    }
+    true
 }
 
 /// The required end of every description.
@@ -126,4 +138,32 @@ fn match_phrase(b: &[u8], start: usize, phrase: &[u8]) -> Option<usize> {
         }
     }
     Some(i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_blank;
+
+    /// `is_blank` is `str::trim().is_empty()`: over every string of up to three characters
+    /// drawn from ASCII whitespace, the ASCII controls that are not whitespace, Unicode spaces
+    /// and ordinary characters (ASCII and not).
+    #[test]
+    fn is_blank_is_trim_is_empty() {
+        let chars = [
+            ' ', '\t', '\n', '\u{b}', '\u{c}', '\r', '\u{1c}', '\u{1f}', '\0', '\u{85}', '\u{a0}',
+            '\u{2003}', '\u{3000}', 'a', '.', 'é', '語',
+        ];
+        let mut s = String::new();
+        for a in chars {
+            for b in chars {
+                for c in chars {
+                    for n in 0..=3 {
+                        s.clear();
+                        s.extend([a, b, c].iter().take(n));
+                        assert_eq!(is_blank(&s), s.trim().is_empty(), "{s:?}");
+                    }
+                }
+            }
+        }
+    }
 }
