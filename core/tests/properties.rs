@@ -3,7 +3,7 @@
 
 use care_core::align::alignment;
 use care_core::batch::{GroupReport, policy_reward_group_fixed};
-use care_core::format::{FormatPolicy, validate, validate_str};
+use care_core::format::{FormatPolicy, Validation, validate, validate_str, validate_str_into};
 use care_core::judge::parse_judge_output;
 use care_core::reward::{
     MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions, policy_reward_fixed,
@@ -122,6 +122,43 @@ proptest! {
             let a = validate(t.as_bytes(), &FormatPolicy::PAPER, &mut s1).unwrap();
             let b = validate_str(&t, &FormatPolicy::PAPER, &mut s2).unwrap();
             prop_assert_eq!(a, b);
+        }
+    }
+
+    /// `validate_str_into` leaves in `out` exactly what `validate_str` returns, whatever
+    /// `out` held before (here: the validation of another text, a broken fixture with many
+    /// violations or a valid one), so a reused `Validation` never leaks an earlier rubric or
+    /// violation; an invalid policy is an error that leaves `out` unchanged.
+    #[test]
+    fn validate_str_into_equals_validate_str_on_a_used_validation(
+        text in prop_oneof!["\\PC{0,64}", "[{}\\[\\]\",: 0-9a-z\\\\]{0,64}"],
+        cut in 0usize..4000,
+        before in 0usize..3,
+    ) {
+        let fixture = String::from_utf8(fixture("rubric_sft_1.json")).unwrap();
+        let mut end = cut.min(fixture.len());
+        while !fixture.is_char_boundary(end) {
+            end -= 1;
+        }
+        let earlier = [
+            fixture.clone(),
+            fixture.replace("[3]", "[9]").replace("0.", "7."),
+            "[1, 2".to_owned(),
+        ];
+        let mut s0 = vec![0u8; 4096 + fixture.len()];
+        for t in [text.clone(), format!("{}{}", &fixture[..end], text)] {
+            let mut s1 = vec![0u8; t.len()];
+            let mut s2 = vec![0u8; t.len()];
+            let mut s3 = vec![0u8; t.len()];
+            let want = validate_str(&t, &FormatPolicy::PAPER, &mut s1).unwrap();
+            let mut out = Validation::default();
+            validate_str_into(&earlier[before], &FormatPolicy::PAPER, &mut s0, &mut out).unwrap();
+            let held = out.clone();
+            let bad = FormatPolicy { min_criteria: 9, max_criteria: 1, ..FormatPolicy::PAPER };
+            prop_assert!(validate_str_into(&t, &bad, &mut s3, &mut out).is_err());
+            prop_assert_eq!(&out, &held);
+            validate_str_into(&t, &FormatPolicy::PAPER, &mut s2, &mut out).unwrap();
+            prop_assert_eq!(out, want);
         }
     }
 

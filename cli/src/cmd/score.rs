@@ -4,8 +4,8 @@ use std::borrow::Cow;
 
 use care_core::reward::{Fired, PolicyReward};
 use care_core::{
-    FormatPolicy, JudgeReport, Rubric, ScoreOptions, parse_judge_output, policy_reward,
-    validate_str,
+    FormatPolicy, JudgeReport, Rubric, ScoreOptions, Validation, parse_judge_output, policy_reward,
+    validate_str_into,
 };
 
 use super::rubric::{Scratch, explain_score_error, flatten_scores, member_text, write_fired};
@@ -35,7 +35,9 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
     let m = object(line)?;
     let text = member_text(line, "rubric")?;
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(text, &opts.format, scratch.buf())?;
+    // Written in place: a `Validation` is kilobytes, and this runs once per line.
+    let mut v = Validation::default();
+    validate_str_into(text, &opts.format, scratch.buf(), &mut v)?;
     let Some(rubric) = v.rubric.as_ref() else {
         let first = v
             .report
@@ -419,7 +421,7 @@ mod tests {
 
     fn with_rubric<R>(f: impl FnOnce(&Rubric<'_>) -> R) -> R {
         let mut scratch = vec![0u8; RUBRIC.len()];
-        let v = validate_str(RUBRIC, &FormatPolicy::PAPER, &mut scratch).unwrap();
+        let v = care_core::validate_str(RUBRIC, &FormatPolicy::PAPER, &mut scratch).unwrap();
         f(v.rubric.as_ref().unwrap())
     }
 

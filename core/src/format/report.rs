@@ -371,6 +371,12 @@ impl Report {
         Ok(())
     }
 
+    /// Empties the report (for [`super::validate_str_into`], which writes into a used one).
+    pub(super) fn clear(&mut self) {
+        self.violations.clear();
+        self.overflow = false;
+    }
+
     pub(super) fn push(&mut self, v: Violation) {
         if self.violations.push(v).is_err() {
             self.overflow = true;
@@ -393,6 +399,16 @@ pub struct Validation<'a> {
     pub rubric: Option<Rubric<'a>>,
     /// Every violation found.
     pub report: Report,
+}
+
+impl Default for Validation<'_> {
+    /// No rubric and an empty report (what [`super::validate_str_into`] starts from).
+    fn default() -> Self {
+        Validation {
+            rubric: None,
+            report: Report::default(),
+        }
+    }
 }
 
 impl Validation<'_> {

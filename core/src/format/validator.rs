@@ -62,17 +62,35 @@ pub fn validate_str<'a>(
     policy: &FormatPolicy,
     scratch: &'a mut [u8],
 ) -> Result<Validation<'a>> {
+    let mut out = Validation::default();
+    validate_str_into(text, policy, scratch, &mut out)?;
+    Ok(out)
+}
+
+/// [`validate_str`] that writes the result into `out` (all of it: the rubric and the report
+/// are replaced) instead of returning it. A [`Validation`] is several kilobytes (the report
+/// holds up to [`MAX_VIOLATIONS`](super::MAX_VIOLATIONS) violations, the rubric up to
+/// [`MAX_TOTAL_CRITERIA`] criteria); callers that validate one rubric after another, such as
+/// the command line on JSON Lines, keep one on their stack and save the copies of returning it.
+///
+/// # Errors
+/// As [`validate`]: only an invalid `policy`, and then `out` is left as it was.
+pub fn validate_str_into<'a>(
+    text: &'a str,
+    policy: &FormatPolicy,
+    scratch: &'a mut [u8],
+    out: &mut Validation<'a>,
+) -> Result<()> {
     policy.validate()?;
+    out.report.clear();
+    out.rubric = None;
     let mut v = Validator {
-        report: Report::default(),
+        report: &mut out.report,
         policy,
         scratch,
     };
-    let rubric = v.run_str(text);
-    Ok(Validation {
-        rubric,
-        report: v.report,
-    })
+    v.run_str(text, &mut out.rubric);
+    Ok(())
 }
 
 /// Strings indexed by the syntax pass: a paper rubric has 67 (1 + 3 x (6 + 4 x 4)); strings
@@ -80,7 +98,8 @@ pub fn validate_str<'a>(
 const STRING_INDEX_CAPACITY: usize = 128;
 
 struct Validator<'a, 'p> {
-    report: Report,
+    /// Where violations go (the caller's [`Validation`], written in place).
+    report: &'p mut Report,
     policy: &'p FormatPolicy,
     scratch: &'a mut [u8],
 }
@@ -110,7 +129,9 @@ impl<'a> Validator<'a, '_> {
         });
     }
 
-    fn run_str(&mut self, text: &'a str) -> Option<Rubric<'a>> {
+    /// Validates `text`; the rubric, when one is recovered, is built in `slot` (left `None`
+    /// otherwise), so that it is never copied on the way out.
+    fn run_str(&mut self, text: &'a str, slot: &mut Option<Rubric<'a>>) {
         let (lo, hi) = self.strip_envelope_text(text);
         let region = text.get(..hi).unwrap_or("");
         let b = region.as_bytes();
@@ -123,7 +144,7 @@ impl<'a> Validator<'a, '_> {
                 notes::EMPTY_TEXT,
                 Arg::None,
             );
-            return None;
+            return;
         }
         // Strings the syntax pass meets are indexed, so the walk below never scans one again.
         let mut index = json::StringIndex::<STRING_INDEX_CAPACITY>::new();
@@ -162,7 +183,7 @@ impl<'a> Validator<'a, '_> {
                             ViolationCode::NotJson
                         };
                         self.push(code, Loc::default(), Some(e.offset), e.what, Arg::None);
-                        return None;
+                        return;
                     }
                 }
             }
@@ -178,7 +199,7 @@ impl<'a> Validator<'a, '_> {
             );
         }
         let cur = Cursor::with_index(region, start, index.spans());
-        self.top(cur)
+        self.top(cur, slot);
     }
 
     /// Applies `allow_think` and `allow_code_fence`; returns the byte range to parse.
@@ -215,7 +236,7 @@ impl<'a> Validator<'a, '_> {
         (lo, hi.max(lo))
     }
 
-    fn top(&mut self, mut cur: Cursor<'a, '_>) -> Option<Rubric<'a>> {
+    fn top(&mut self, mut cur: Cursor<'a, '_>, slot: &mut Option<Rubric<'a>>) {
         if cur.kind() != Kind::Object {
             let k = cur.kind();
             self.push(
@@ -225,7 +246,7 @@ impl<'a> Validator<'a, '_> {
                 notes::RUBRIC_NOT_OBJECT,
                 Arg::Text(ShortText::new(k.name())),
             );
-            return None;
+            return;
         }
         let mut categories: Option<Cursor<'a, '_>> = None;
         let mut envelope_rubric: Option<Cursor<'a, '_>> = None;
@@ -259,7 +280,7 @@ impl<'a> Validator<'a, '_> {
                     notes::ENVELOPE_RUBRIC_NOT_OBJECT,
                     Arg::None,
                 );
-                return None;
+                return;
             }
             r.enter(b'{');
             while let Some(k) = r.next_key() {
@@ -279,7 +300,7 @@ impl<'a> Validator<'a, '_> {
                 notes::MISSING_KEY,
                 Arg::Text(ShortText::new("categories")),
             );
-            return None;
+            return;
         };
         if cats.kind() != Kind::Array {
             self.push(
@@ -289,9 +310,9 @@ impl<'a> Validator<'a, '_> {
                 notes::CATEGORIES_NOT_ARRAY,
                 Arg::None,
             );
-            return None;
+            return;
         }
-        self.categories(cats.clone_and_enter())
+        self.categories(cats.clone_and_enter(), slot);
     }
 
     fn key_problem(&mut self, loc: Loc, k: &JStr<'a>, note: Note) {
@@ -320,8 +341,10 @@ impl<'a> Validator<'a, '_> {
         }
     }
 
-    fn categories(&mut self, mut cur: Cursor<'a, '_>) -> Option<Rubric<'a>> {
-        let mut rubric = Rubric::new();
+    /// Walks the categories array; the rubric is built in `slot` and left there when at least
+    /// one category was recognised.
+    fn categories(&mut self, mut cur: Cursor<'a, '_>, slot: &mut Option<Rubric<'a>>) {
+        let rubric = slot.insert(Rubric::new());
         let mut pos_of: [Option<u8>; 3] = [None; 3];
         let mut weight_ok = [false; 3];
         let mut max_dim_seen: Option<Dimension> = None;
@@ -420,11 +443,10 @@ impl<'a> Validator<'a, '_> {
                 );
             }
         }
-        self.duplicate_titles(&rubric, &pos_of);
+        self.duplicate_titles(rubric, &pos_of);
         if pos_of.iter().all(Option::is_none) {
-            return None;
+            *slot = None;
         }
-        Some(rubric)
     }
 
     fn duplicate_titles(&mut self, rubric: &Rubric<'a>, pos_of: &[Option<u8>; 3]) {
