@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 
-use care_core::{FormatPolicy, validate_str};
+use care_core::{FormatPolicy, Validation, validate_str_into};
 
 use super::rubric::{Scratch, write_shape, write_violations};
 use crate::input::Line;
@@ -32,7 +32,9 @@ pub fn run(policy: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), Lin
 fn write_validation(policy: &Options, text: &str, o: &mut Obj<'_>) -> Result<(), LineError> {
     // Decoding JSON escapes never makes a string longer, so the text's length always suffices.
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(text, policy, scratch.buf())?;
+    // Written in place: a `Validation` is kilobytes, and this runs once per line.
+    let mut v = Validation::default();
+    validate_str_into(text, policy, scratch.buf(), &mut v)?;
     // r_fmt is 0 or 1; printed as an integer so that `== 1` works in every JSON tool.
     o.u64("format_reward", u64::from(v.r_fmt() == 1.0));
     write_violations(o, &v.report);
@@ -47,7 +49,7 @@ fn write_validation(policy: &Options, text: &str, o: &mut Obj<'_>) -> Result<(),
 #[derive(Default)]
 struct Fast {
     scan: scan::Scratch,
-    decoded: Vec<u8>,
+    decoded: String,
 }
 
 thread_local! {
@@ -94,9 +96,8 @@ pub fn run_fast(
             Some(raw) if !raw.starts_with('"') => return None,
             // Without escapes the decoded text is the literal's inside: borrow that.
             Some(raw) if fast.decoded.len() + 2 == raw.len() => raw.get(1..raw.len() - 1)?,
-            // Decoded by the scan; the runs between escapes are whole characters of the line,
-            // so this is valid UTF-8 (the check is the cheap ASCII pass, never a failure).
-            Some(_) => core::str::from_utf8(&fast.decoded).ok()?,
+            // Decoded by the scan (a `String`: built from the line's own characters).
+            Some(_) => fast.decoded.as_str(),
             None => text,
         };
         let r = Obj::try_write(out, |o| {
@@ -107,7 +108,7 @@ pub fn run_fast(
             write_validation(policy, rubric, o)
         });
         if fast.decoded.capacity() > KEEP_DECODED {
-            fast.decoded = Vec::new();
+            fast.decoded = String::new();
         }
         Some(r)
     })
