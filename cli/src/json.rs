@@ -424,6 +424,16 @@ fn watch_slow(buf: &mut String) {
 /// Appends a JSON string literal (quoted, escaped) to `buf`.
 pub fn push_str(buf: &mut String, s: &str) {
     buf.push('"');
+    // Keys and most messages need no escape: one byte test each, then one copy. 0xE2 is the
+    // first byte of U+2028 and U+2029 (escaped below); any other byte is copied as is.
+    if !s
+        .bytes()
+        .any(|c| c < 0x20 || c == b'"' || c == b'\\' || c == 0xE2)
+    {
+        buf.push_str(s);
+        buf.push('"');
+        return;
+    }
     let mut start = 0;
     for (i, c) in s.char_indices() {
         let esc: Option<&str> = match c {
@@ -453,6 +463,8 @@ pub fn push_str(buf: &mut String, s: &str) {
 pub fn push_f64(buf: &mut String, v: f64) {
     if !v.is_finite() {
         buf.push_str("null");
+    } else if push_short_decimal(buf, v) {
+        // Weights and rewards are mostly short decimals (0.4, 0.25, 3.5).
     } else if v == 0.0 || (1e-6..1e17).contains(&v.abs()) {
         // Rust's float Display prints the shortest round-tripping digits, never an exponent.
         let _ = write!(buf, "{v}");
@@ -460,6 +472,82 @@ pub fn push_f64(buf: &mut String, v: f64) {
         // Outside that range Display would print hundreds of zeros; LowerExp is also shortest.
         let _ = write!(buf, "{v:e}");
     }
+}
+
+/// Powers of ten up to the most decimals [`push_short_decimal`] tries.
+const POW10: [f64; 7] = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6];
+
+/// Appends `v` as Rust's `Display` does when `v` is exactly the double nearest to a decimal of
+/// at most six fractional digits (`n / 10^k`, `k` the fewest such digits) with `|v|` in
+/// `1e-6..1e9`; `false` (nothing written) otherwise.
+///
+/// Why this is the same text: `Display` prints the shortest digits that round-trip. `n / 10^k`
+/// round-trips (its nearest double is `v`, checked with one correctly rounded division of two
+/// integers below 2^53), and any other decimal with as few digits lies on the same `10^-k`
+/// grid, so at least `10^-k` away from it, far more than the rounding interval of `v` (`v *
+/// 10^k < 1e15 < 2^53`, so an ulp of `v` is below `10^-k / 4`): the digits are unique.
+fn push_short_decimal(buf: &mut String, v: f64) -> bool {
+    let a = v.abs();
+    if !(1e-6..1e9).contains(&a) {
+        return false;
+    }
+    for (k, &p) in POW10.iter().enumerate() {
+        let scaled = (a * p).round();
+        // `scaled` < 1e15: exact as an integer, and so is the cast.
+        if scaled / p != a {
+            continue;
+        }
+        let n = scaled as u64;
+        let mut digits = [0u8; 20];
+        let len = write_digits(&mut digits, n);
+        let d = digits.get(digits.len() - len..).unwrap_or_default();
+        if v < 0.0 {
+            buf.push('-');
+        }
+        if k == 0 {
+            push_ascii(buf, d);
+        } else if len > k {
+            push_ascii(buf, d.get(..len - k).unwrap_or_default());
+            buf.push('.');
+            push_ascii(buf, d.get(len - k..).unwrap_or_default());
+        } else {
+            buf.push_str("0.");
+            for _ in len..k {
+                buf.push('0');
+            }
+            push_ascii(buf, d);
+        }
+        return true;
+    }
+    false
+}
+
+/// Writes the decimal digits of `n` at the end of `out`; returns how many.
+fn write_digits(out: &mut [u8; 20], mut n: u64) -> usize {
+    let mut i = out.len();
+    loop {
+        i -= 1;
+        if let Some(slot) = out.get_mut(i) {
+            *slot = b'0' + (n % 10) as u8;
+        }
+        n /= 10;
+        if n == 0 {
+            return out.len() - i;
+        }
+    }
+}
+
+/// Appends ASCII digits (from [`write_digits`]).
+fn push_ascii(buf: &mut String, digits: &[u8]) {
+    buf.push_str(core::str::from_utf8(digits).unwrap_or_default());
+}
+
+/// Appends `v` in decimal (the text of `Display`, without the formatting machinery: every
+/// output line has a line number).
+pub fn push_u64(buf: &mut String, v: u64) {
+    let mut digits = [0u8; 20];
+    let len = write_digits(&mut digits, v);
+    push_ascii(buf, digits.get(digits.len() - len..).unwrap_or_default());
 }
 
 /// Appends an `f32` with the shortest digits that round-trip *as an f32* (so `0.1f32` prints
@@ -526,7 +614,7 @@ impl<'a> Obj<'a> {
     }
     /// An unsigned integer member.
     pub fn u64(&mut self, k: &str, v: u64) -> &mut Self {
-        let _ = write!(self.key(k), "{v}");
+        push_u64(self.key(k), v);
         self
     }
     /// A boolean member.
@@ -621,7 +709,7 @@ impl<'a> Arr<'a> {
     }
     /// An unsigned integer element.
     pub fn u64(&mut self, v: u64) -> &mut Self {
-        let _ = write!(self.sep(), "{v}");
+        push_u64(self.sep(), v);
         self
     }
     /// A string element.
@@ -673,6 +761,103 @@ pub fn push_error_line(buf: &mut String, line: u64, err: &LineError) {
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    /// The text of `push_f64` for finite values in the `Display` range: what it was before the
+    /// short-decimal path (`format!("{v}")`).
+    fn display_f64(v: f64) -> String {
+        let mut s = String::new();
+        push_f64(&mut s, v);
+        s
+    }
+
+    /// The short-decimal path writes exactly `Display`'s text: every decimal of up to six
+    /// fractional digits on a grid through 0..1e9 (both signs), the doubles next to them
+    /// (which must fall through), and pseudo-random doubles over many magnitudes.
+    #[test]
+    fn short_decimals_print_as_display_does() {
+        let check = |v: f64| {
+            if v == 0.0 || (1e-6..1e17).contains(&v.abs()) {
+                assert_eq!(display_f64(v), format!("{v}"), "{v:e}");
+            }
+        };
+        for k in 0..=7u32 {
+            let p = 10f64.powi(k as i32);
+            for n in (0..200_000u64).chain((0..2000).map(|i| i * 7_919_113 + 12_345)) {
+                let v = n as f64 / p;
+                for x in [
+                    v,
+                    -v,
+                    f64::from_bits(v.to_bits() + 1),
+                    f64::from_bits(v.to_bits().saturating_sub(1)),
+                ] {
+                    check(x);
+                }
+            }
+        }
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = f64::from_bits(x);
+            if v.is_finite() {
+                check(v);
+            }
+            // Numbers that look like short decimals after scaling (x * 1e-3 is rarely exact).
+            check((x % 1_000_000_007) as f64 * 1e-3);
+        }
+    }
+
+    #[test]
+    fn integers_print_as_display_does() {
+        for v in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            12345,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let mut s = String::new();
+            push_u64(&mut s, v);
+            assert_eq!(s, v.to_string());
+        }
+    }
+
+    /// The copy-at-once path of `push_str` gives what the escaping loop gives: strings with
+    /// and without each character that needs an escape, and the other bytes of U+2028's
+    /// neighbours (0xE2 starts both U+2028 and characters that are copied as they are).
+    #[test]
+    fn strings_print_escaped_with_and_without_the_fast_path() {
+        for s in [
+            "",
+            "format_reward",
+            "plain text with \u{e9} and \u{8a9e}",
+            "quote \" inside",
+            "back\\slash",
+            "nl\n cr\r tab\t",
+            "ctl \u{1} \u{1f}",
+            "ls \u{2028} ps \u{2029}",
+            "\u{2022} bullet and \u{20ac} euro",
+        ] {
+            let mut got = String::new();
+            push_str(&mut got, s);
+            let back: String = serde_json::from_str(&got).unwrap();
+            assert_eq!(back, s, "{got}");
+            assert!(
+                !got.contains('\u{2028}') && !got.contains('\u{2029}'),
+                "{got}"
+            );
+            let plain = !s
+                .chars()
+                .any(|c| (c as u32) < 0x20 || matches!(c, '"' | '\\' | '\u{2028}' | '\u{2029}'));
+            assert_eq!(got == format!("\"{s}\""), plain, "{got}");
+        }
+    }
 
     #[test]
     fn the_value_count_bound_is_at_least_the_count_and_ignores_strings() {
