@@ -200,7 +200,7 @@ pub(crate) fn parse_scores_with(
 ) -> Result<JudgeReport> {
     out.fill(f64::NAN);
     let text = core::str::from_utf8(text).map_err(|_| Error::InvalidUtf8)?;
-    let body = match text.rfind("</think>") {
+    let body = match rfind_ascii(text, "</think>") {
         Some(p) => text.get(p + "</think>".len()..).unwrap_or(""),
         None => text,
     };
@@ -264,13 +264,42 @@ pub(crate) fn parse_scores_with(
 }
 
 /// The `criterion_scores` array (cursor inside it) of the preferred candidate object.
+/// `hay.find(needle)` for a non-empty ASCII `needle`: the candidates are found by their first
+/// byte eight bytes at a time ([`json::find_byte`]), which beats the generic substring search on
+/// a judge answer, where the needle's first byte is rare. (An ASCII byte never occurs inside a
+/// multi-byte UTF-8 character, so every byte match is a match of `str::find`.)
+fn find_ascii(hay: &str, needle: &str) -> Option<usize> {
+    let (b, n) = (hay.as_bytes(), needle.as_bytes());
+    let first = *n.first()?;
+    let mut from = 0;
+    while let Some(p) = json::find_byte(b, from, first) {
+        if b.get(p..p + n.len()) == Some(n) {
+            return Some(p);
+        }
+        from = p + 1;
+    }
+    None
+}
+
+/// `hay.rfind(needle)` for a non-empty ASCII `needle`, in one forward pass like
+/// [`find_ascii`] (the last match wins).
+fn rfind_ascii(hay: &str, needle: &str) -> Option<usize> {
+    let mut last = None;
+    let mut from = 0;
+    while let Some(p) = hay.get(from..).and_then(|t| find_ascii(t, needle)) {
+        last = Some(from + p);
+        from += p + 1;
+    }
+    last
+}
+
 fn find_scores(body: &str) -> Option<PlainCursor<'_>> {
     // 1. The last fenced block whose info string is `json` (or empty).
     let mut last_fenced: Option<(usize, usize)> = None;
     let mut rest = 0usize;
     while let Some(open) = body
         .get(rest..)
-        .and_then(|s| s.find("```"))
+        .and_then(|s| find_ascii(s, "```"))
         .map(|p| rest + p)
     {
         let info_end = body
@@ -280,7 +309,7 @@ fn find_scores(body: &str) -> Option<PlainCursor<'_>> {
         let info = body.get(open + 3..info_end).unwrap_or("").trim();
         let Some(close) = body
             .get(info_end..)
-            .and_then(|s| s.find("```"))
+            .and_then(|s| find_ascii(s, "```"))
             .map(|p| info_end + p)
         else {
             break;
@@ -704,6 +733,38 @@ mod tests {
                     excluded.extend(idx.spans().iter().map(|sp| sp.range()));
                     i = s + 1;
                 }
+            }
+        }
+    }
+
+    /// `find_ascii` and `rfind_ascii` are `str::find` and `str::rfind`: every position of the
+    /// needle (overlapping ones included: four backticks in a row), near non-ASCII text and partial
+    /// matches, on both sides of the eight-byte words.
+    #[test]
+    fn ascii_searches_are_the_str_searches() {
+        let pieces = [
+            "`", "``", "```", "</think>", "</thin", "<", "é", "語", "x", "\n", " ",
+        ];
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..20_000 {
+            let mut hay = String::new();
+            for _ in 0..(x % 24) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                hay.push_str(pieces[(x % pieces.len() as u64) as usize]);
+            }
+            for needle in ["```", "</think>", "<", "x"] {
+                assert_eq!(
+                    find_ascii(&hay, needle),
+                    hay.find(needle),
+                    "{hay:?} {needle}"
+                );
+                assert_eq!(
+                    rfind_ascii(&hay, needle),
+                    hay.rfind(needle),
+                    "{hay:?} {needle}"
+                );
             }
         }
     }
