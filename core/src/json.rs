@@ -216,7 +216,9 @@ pub(crate) fn scan_value(b: &[u8], i: usize) -> Result<usize, SyntaxError> {
 }
 
 /// [`scan_value`] that also records the strings it meets in `index` (in text order, as many as
-/// fit; the index is cleared first). On error the index holds the strings before the error.
+/// fit; the index is cleared first), and the extent of each container that is a direct child
+/// of the value (see [`StringIndex::child_end`]). On error the index holds what came before
+/// the error.
 pub(crate) fn scan_value_indexed<const N: usize>(
     b: &[u8],
     i: usize,
@@ -228,6 +230,8 @@ pub(crate) fn scan_value_indexed<const N: usize>(
     let mut depth: usize = 0;
     let mut i = i;
     let mut state = State::Value;
+    // Where the open child container of the value (depth 2) started.
+    let mut child_start = 0usize;
     loop {
         i = skip_ws(b, i);
         let Some(&c) = b.get(i) else {
@@ -238,6 +242,9 @@ pub(crate) fn scan_value_indexed<const N: usize>(
                 if matches!(state, State::ValueOrEnd) && c == b']' {
                     i += 1;
                     depth = depth.saturating_sub(1);
+                    if depth == 1 {
+                        index.record_child(child_start, i);
+                    }
                     state = State::After;
                 } else {
                     match c {
@@ -250,6 +257,9 @@ pub(crate) fn scan_value_indexed<const N: usize>(
                                 });
                             }
                             let is_obj = c == b'{';
+                            if depth == 1 {
+                                child_start = i;
+                            }
                             if is_obj {
                                 stack |= 1 << depth;
                             } else {
@@ -290,6 +300,9 @@ pub(crate) fn scan_value_indexed<const N: usize>(
                 if matches!(state, State::KeyOrEnd) && c == b'}' {
                     i += 1;
                     depth = depth.saturating_sub(1);
+                    if depth == 1 {
+                        index.record_child(child_start, i);
+                    }
                     state = State::After;
                 } else if c == b'"' {
                     let (end, escaped) = scan_string(b, i)?;
@@ -312,6 +325,9 @@ pub(crate) fn scan_value_indexed<const N: usize>(
                     (b',', false) => state = State::Value,
                     (b'}', true) | (b']', false) => {
                         depth = depth.saturating_sub(1);
+                        if depth == 1 {
+                            index.record_child(child_start, i + 1);
+                        }
                         state = State::After;
                     }
                     _ => return Err(err(i, notes::EXPECTED_COMMA)),
@@ -348,24 +364,55 @@ impl Span {
     }
 }
 
+/// Child containers whose extent a [`StringIndex`] keeps (a rubric object has one: its
+/// `categories` array).
+const CHILD_CAPACITY: usize = 8;
+
 /// The first `N` strings of a checked value, in text order (so sorted by start), filled by
-/// [`scan_value_indexed`]. Strings past capacity, or in text longer than `u32::MAX` bytes, are
-/// simply not recorded: a cursor falls back to scanning them, so the index only ever saves
-/// work and never changes a result.
+/// [`scan_value_indexed`], and the extents of the first containers that are direct children of
+/// the value. Strings past capacity, or in text longer than `u32::MAX` bytes, are simply not
+/// recorded: a cursor falls back to scanning them, so the index only ever saves work and never
+/// changes a result. Likewise for containers.
 #[derive(Clone, Debug)]
 pub(crate) struct StringIndex<const N: usize> {
     spans: heapless::Vec<Span, N>,
+    /// (start at the opening bracket, end just after the closing one).
+    children: heapless::Vec<(u32, u32), CHILD_CAPACITY>,
 }
 
 impl<const N: usize> StringIndex<N> {
     pub fn new() -> Self {
         StringIndex {
             spans: heapless::Vec::new(),
+            children: heapless::Vec::new(),
         }
     }
 
     fn clear(&mut self) {
         self.spans.clear();
+        self.children.clear();
+    }
+
+    #[inline]
+    fn record_child(&mut self, start: usize, end: usize) {
+        if N == 0 {
+            return;
+        }
+        if let (Ok(start), Ok(end)) = (u32::try_from(start), u32::try_from(end)) {
+            let _ = self.children.push((start, end));
+        }
+    }
+
+    /// The offset just after the container that opens at `start`, when it is a recorded
+    /// direct child of the scanned value: skipping it costs nothing instead of a walk over
+    /// all its bytes (a rubric's top-level walk skips `categories`, most of the text, before
+    /// reading it).
+    pub fn child_end(&self, start: usize) -> Option<usize> {
+        let start = u32::try_from(start).ok()?;
+        self.children
+            .iter()
+            .find(|&&(s, _)| s == start)
+            .map(|&(_, e)| e as usize)
     }
 
     #[inline]
@@ -843,6 +890,42 @@ mod tests {
             }
         }
         assert_eq!(find_byte(b"ab", 5, b'a'), None);
+    }
+
+    /// The index records the extent of exactly the containers that are direct children of the
+    /// scanned value (empty ones, nested ones and ones after strings with brackets included),
+    /// each ending where `Cursor::skip_value` ends it; grandchildren and the value itself are
+    /// not recorded, and a failed scan keeps only the children closed before the error.
+    #[test]
+    fn child_extents_are_the_direct_children_and_agree_with_skip() {
+        let text = r#" {"a":[],"b":{"c":[1,{"d":[]}]},"s":"]}[{","e":[[],{}] , "f":1,"g":{}}"#;
+        let mut index = StringIndex::<64>::new();
+        let start = skip_ws(text.as_bytes(), 0);
+        let end = scan_value_indexed(text.as_bytes(), start, &mut index).unwrap();
+        assert_eq!(end, text.len());
+        let mut children = Vec::new();
+        let mut c = Cursor::new(text, start);
+        c.enter(b'{');
+        while c.next_key().is_some() {
+            let at = skip_ws(text.as_bytes(), c.pos);
+            c.skip_value();
+            if matches!(text.as_bytes()[at], b'{' | b'[') {
+                children.push((at, c.pos));
+            }
+        }
+        assert_eq!(children.len(), 4);
+        for &(at, end) in &children {
+            assert_eq!(index.child_end(at), Some(end), "child at {at}");
+        }
+        for (i, ch) in text.char_indices() {
+            if matches!(ch, '{' | '[') && !children.iter().any(|&(at, _)| at == i) {
+                assert_eq!(index.child_end(i), None, "not a child at {i}");
+            }
+        }
+        let broken = r#"{"a":[1],"b":{"c":[}"#;
+        assert!(scan_value_indexed(broken.as_bytes(), 0, &mut index).is_err());
+        assert_eq!(index.child_end(5), Some(8));
+        assert_eq!(index.child_end(13), None);
     }
 
     #[test]

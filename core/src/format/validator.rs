@@ -199,7 +199,7 @@ impl<'a> Validator<'a, '_> {
             );
         }
         let cur = Cursor::with_index(region, start, index.spans());
-        self.top(cur, slot);
+        self.top(cur, &index, slot);
     }
 
     /// Applies `allow_think` and `allow_code_fence`; returns the byte range to parse.
@@ -236,7 +236,14 @@ impl<'a> Validator<'a, '_> {
         (lo, hi.max(lo))
     }
 
-    fn top(&mut self, mut cur: Cursor<'a, '_>, slot: &mut Option<Rubric<'a>>) {
+    /// The rubric object at `cur`; `index` is the syntax pass's, whose child extents let the
+    /// top-level walk step over `categories` without reading it (it is walked afterwards).
+    fn top(
+        &mut self,
+        mut cur: Cursor<'a, '_>,
+        index: &json::StringIndex<STRING_INDEX_CAPACITY>,
+        slot: &mut Option<Rubric<'a>>,
+    ) {
         if cur.kind() != Kind::Object {
             let k = cur.kind();
             self.push(
@@ -267,7 +274,7 @@ impl<'a> Validator<'a, '_> {
             } else {
                 self.key_problem(Loc::default(), &k, notes::UNKNOWN_KEY);
             }
-            cur.skip_value();
+            skip_child(&mut cur, index);
         }
         if categories.is_none()
             && let Some(mut r) = envelope_rubric
@@ -787,6 +794,29 @@ impl<'a, 'i> Cursor<'a, 'i> {
             c.enter(b'[');
         }
         c
+    }
+}
+
+/// Skips the value at `cur`, a member of the top-level object: in one step when the syntax pass
+/// recorded its extent (debug builds check that against [`Cursor::skip_value`]), else by
+/// walking over it.
+fn skip_child<const N: usize>(cur: &mut Cursor<'_, '_>, index: &json::StringIndex<N>) {
+    let _ = cur.peek();
+    match index.child_end(cur.pos) {
+        Some(end) => {
+            debug_assert_eq!(
+                end,
+                {
+                    let mut s = *cur;
+                    s.skip_value();
+                    s.pos
+                },
+                "child extent and skip disagree at {}",
+                cur.pos
+            );
+            cur.pos = end;
+        }
+        None => cur.skip_value(),
     }
 }
 
