@@ -8,7 +8,7 @@ use care_core::Error;
 use care_core::grpo::LossOptions;
 use care_core::logsoftmax::LogSoftmaxOptions;
 
-use super::{KernelError, Launcher, LossBuffers, grpo_loss, launch};
+use super::{KernelError, Launcher, LossBuffers, WORKSPACE_BYTES, grpo_loss, launch};
 use crate::geometry::{Tuning, log_softmax_geometry};
 use crate::kernel::Kernel;
 use crate::params::{LogSoftmaxParams, STATUS_BAD_TARGET, STATUS_LSM_NON_FINITE};
@@ -263,8 +263,11 @@ pub unsafe fn logits_loss_forward<L: Launcher>(
         grad: buf.dlogp,
         grad_in_input_dtype: false,
         stats: buf.stats,
-        // The loss's denominators go after the status word, 16-byte aligned.
+        // The loss's denominators go after the status word, 16-byte aligned. The fixed
+        // workspace has no room for the covariance selection: the plan refuses Clip-Cov and
+        // KL-Cov here (run the log-softmax, then grpo_loss_with, for those).
         workspace: buf.workspace + 16,
+        workspace_len: WORKSPACE_BYTES - 16,
     };
     // SAFETY: forwarded caller contract; the loss uses at most WORKSPACE_BYTES - 16 bytes of
     // workspace (its 16-byte denominators struct).
