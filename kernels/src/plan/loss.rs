@@ -137,7 +137,9 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
     if buf.logp == 0 || buf.adv == 0 || buf.seq_offsets == 0 || buf.workspace == 0 {
         return Err(Error::InvalidArgument.into());
     }
-    if buf.workspace_len < loss_workspace_bytes(opts, buf.n_tok) {
+    // Without the selection the loss uses the first 16 bytes (the denominators), which every
+    // caller's WORKSPACE_BYTES holds; with it, the length decides.
+    if selects_by_covariance(opts) && buf.workspace_len < loss_workspace_bytes(opts, buf.n_tok) {
         return Err(Error::InvalidArgument.into());
     }
     if buf.n_seq > MAX_GRID_X {
