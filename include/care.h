@@ -368,10 +368,11 @@ enum care_policy_loss_kind
   // GPG: `-A * logp`.
   CARE_POLICY_LOSS_GPG = 3,
   // Clip-Cov: the `cov_ratio` share of tokens with the largest covariance in
-  // `(clip_cov_lb, clip_cov_ub)` gets no gradient (CPU only).
+  // `(clip_cov_lb, clip_cov_ub)` gets no gradient (on the GPU with a larger workspace:
+  // `care_gpu_policy_loss_workspace_bytes`).
   CARE_POLICY_LOSS_CLIP_COV = 4,
   // KL-Cov: `kl_cov_coef * |log ratio|` on the `cov_ratio` share of tokens with the largest
-  // covariance (CPU only).
+  // covariance (on the GPU with a larger workspace).
   CARE_POLICY_LOSS_KL_COV = 5,
   // GMPO: the geometric mean of the token ratios, clipped in log space.
   CARE_POLICY_LOSS_GMPO = 6,
@@ -506,9 +507,9 @@ enum care_loss_preset
   CARE_LOSS_PRESET_VERL_CISPO = 7,
   // verl `gpg`: `-A * logp`, token mean.
   CARE_LOSS_PRESET_VERL_GPG = 8,
-  // verl `clip_cov` (CPU only).
+  // verl `clip_cov`.
   CARE_LOSS_PRESET_VERL_CLIP_COV = 9,
-  // verl `kl_cov` (CPU only).
+  // verl `kl_cov`.
   CARE_LOSS_PRESET_VERL_KL_COV = 10,
   // verl `geo_mean` (GMPO).
   CARE_LOSS_PRESET_VERL_GEO_MEAN = 11,
@@ -2069,10 +2070,11 @@ care_result care_gpu_rollout_stats_read(const void *d_rollout_stats,
 // (`CARE_DTYPE_F32`, or the inputs' dtype), and this call's statistics added into the device
 // accumulator `d_stats` (`CARE_GPU_LOSS_STATS_BYTES`; see `care_gpu_loss_stats_reset` /
 // `_read`; the loss is `stats.loss`; (NULL, 0) to skip). Same results as `care_policy_loss`
-// within the documented tolerance, the policy-loss family and the rollout correction included,
-// except Clip-Cov and KL-Cov (`CARE_ERR_INVALID_ARGUMENT`: their batch-wide covariance
-// selection runs on the CPU only). The rollout diagnostics are not accumulated here; use
-// `care_gpu_policy_loss_into` for them.
+// within the documented tolerance, the policy-loss family and the rollout correction included.
+// The workspace is `CARE_GPU_WORKSPACE_BYTES`, except for Clip-Cov and KL-Cov, whose
+// covariance selection needs `care_gpu_policy_loss_workspace_bytes` (8 bytes per token and a
+// fixed part; a shorter one is `CARE_ERR_BUFFER_TOO_SMALL`). The rollout diagnostics are not
+// accumulated here; use `care_gpu_policy_loss_into` for them.
 care_result care_gpu_policy_loss(const struct care_loss_inputs *inputs,
                                  const struct care_loss_options *options,
                                  void *d_grad_out,
@@ -2081,6 +2083,14 @@ care_result care_gpu_policy_loss(const struct care_loss_inputs *inputs,
                                  void *d_stats,
                                  size_t stats_len,
                                  const struct care_gpu_launch *launch);
+
+// The bytes of workspace `care_gpu_policy_loss` and `care_gpu_policy_loss_into` need for
+// `n_tokens` tokens under `options`, into `*out_bytes`: `CARE_GPU_WORKSPACE_BYTES`, or for
+// Clip-Cov and KL-Cov that plus the covariance selection's (a fixed part and 8 bytes per
+// token). `n_tokens` above `UINT32_MAX` is `CARE_ERR_INVALID_ARGUMENT`, as in the loss.
+care_result care_gpu_policy_loss_workspace_bytes(const struct care_loss_options *options,
+                                                 size_t n_tokens,
+                                                 size_t *out_bytes);
 
 // `care_gpu_policy_loss` with its device outputs in a size-versioned struct, which adds the
 // rollout correction's diagnostics: with `inputs->logp_rollout`, the loss pass adds the

@@ -95,8 +95,13 @@ fn loss(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("rollout_tis_rs/f32", "T=1M"), |b| {
         b.iter(|| policy_loss(black_box(&inputs), &rc, &mut grad).map(|o| o.loss))
     });
-    // The same inputs through GSPO-token and CISPO (the general loop's other terms).
-    for preset in [LossPreset::VerlGspo, LossPreset::VerlCispo] {
+    // The same inputs through GSPO-token, CISPO and KL-Cov (the general loop's other terms;
+    // KL-Cov adds the means and the covariance selection's passes).
+    for preset in [
+        LossPreset::VerlGspo,
+        LossPreset::VerlCispo,
+        LossPreset::VerlKlCov,
+    ] {
         let o = LossOptions::preset(preset);
         g.bench_function(BenchmarkId::new(preset.name(), "T=1M"), |b| {
             b.iter(|| policy_loss(black_box(&inputs), &o, &mut grad).map(|o| o.loss))

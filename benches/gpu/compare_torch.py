@@ -239,6 +239,14 @@ def bench_loss(args, device, timer, copy_bw, rows):
             )
             impls.append(("care_rl._care direct (fwd, dL/dlogp)", launch))
             impls.append(("care_rl.torch fwd+bwd", care_api))
+
+            def care_kl_cov():
+                # KL-Cov: the same pass plus the covariance selection's pre-passes (the cost of
+                # the call-wide top-k, to set against the row above).
+                logp.grad = None
+                ct.policy_loss(logp, old, adv, mask=mask, preset="verl_kl_cov").backward()
+
+            impls.append(("care_rl.torch fwd+bwd, kl_cov", care_kl_cov))
             el = logp.element_size()
             # Minimal traffic: read logp, logp_old, mask, write grad (input dtype); per-seq adv.
             nbytes = t * (2 * el + 1 + el) + 4 * b

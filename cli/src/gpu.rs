@@ -105,7 +105,7 @@ impl GrpoDevice for Gpu {
             .max()
             .unwrap_or(0);
         let mut d_grad = s.alloc_zeros::<f32>(inputs.logp.len()).map_err(driver)?;
-        let (stats, rollout) = cuda::grpo_loss_with_on(
+        let out = cuda::grpo_loss_with_on(
             s,
             &DeviceLossInputs {
                 logp: &logp,
@@ -127,12 +127,6 @@ impl GrpoDevice for Gpu {
             return Err(care_core::Error::LengthMismatch.to_string());
         }
         grad.copy_from_slice(&host);
-        Ok(LossOutput {
-            loss: stats.loss,
-            stats,
-            rollout,
-            // Clip-Cov and KL-Cov (the covariance selection) are refused on the device.
-            cov_selected: 0.0,
-        })
+        Ok(out)
     }
 }

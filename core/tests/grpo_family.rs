@@ -147,6 +147,10 @@ proptest! {
             1 => Just(None),
             1 => Just(Some(f64::NAN)),
             1 => Just(Some(-0.0)),
+            // Keys that differ only in their lowest bytes, and the extremes of the order.
+            2 => (0u64..4).prop_map(|d| Some(f64::from_bits(1.0f64.to_bits() + d))),
+            1 => prop::sample::select(vec![f64::INFINITY, f64::NEG_INFINITY, f64::MAX, f64::MIN,
+                f64::MIN_POSITIVE, -f64::MIN_POSITIVE, 5e-324]).prop_map(Some),
         ], 0..40),
         k in 0usize..45,
     ) {

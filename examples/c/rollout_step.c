@@ -163,6 +163,19 @@ int main(void) {
   CHECK(care_policy_loss(&li, &lo, grad, T, &loss, &st)); /* grad: the corrected one again */
   printf("cispo loss: %.6f (uncorrected %.6f) tokens %.0f\n", loss, loss_plain, st.tokens);
 
+  /* KL-Cov with the correction: the quarter of the counted tokens with the largest
+   * covariance of advantage and log-prob gets |log ratio| on top. On the GPU its selection
+   * needs a workspace that grows with the tokens. */
+  care_loss_options klo = lo;
+  klo.policy_loss = CARE_POLICY_LOSS_KL_COV;
+  klo.cov_ratio = 0.25;
+  double loss_kl;
+  CHECK(care_policy_loss(&li, &klo, grad_same, T, &loss_kl, NULL));
+  size_t ws_kl = 0;
+  CHECK(care_gpu_policy_loss_workspace_bytes(&klo, T, &ws_kl));
+  EXPECT(ws_kl >= CARE_GPU_WORKSPACE_BYTES + 8 * T && loss_kl != loss);
+  printf("kl_cov loss: %.6f (device workspace %zu bytes)\n", loss_kl, ws_kl);
+
   /* 5. The same step on the GPU: care_gpu_policy_loss_into also accumulates the rollout
    * diagnostics into a device struct, read back as the CPU's care_rollout_stats. */
   if (care_gpu_available() != CARE_OK || !cuda_open()) {
@@ -198,6 +211,18 @@ int main(void) {
   EXPECT(fabs(gst.loss - loss) <= 1e-4 && grs.tokens == rs.tokens);
   EXPECT(grs.rejected_tokens == rs.rejected_tokens && grs.truncated == rs.truncated);
   EXPECT(fabs(grs.weight_sum - rs.weight_sum) <= 1e-4 * rs.tokens);
+
+  /* 6. KL-Cov on the GPU: the CARE_GPU_WORKSPACE_BYTES workspace is too small for its
+   * selection (a detail says how much is needed); the sized one works. */
+  EXPECT(care_gpu_policy_loss_into(&d_li, &klo, &out, &launch) == CARE_ERR_BUFFER_TOO_SMALL);
+  CUdeviceptr d_ws_kl = to_device(NULL, ws_kl);
+  care_gpu_launch launch_kl = {sizeof launch_kl, NULL, DEV(d_ws_kl), ws_kl};
+  CHECK(care_gpu_loss_stats_reset(out.stats, out.stats_len, &launch));
+  CHECK(care_gpu_policy_loss_into(&d_li, &klo, &out, &launch_kl));
+  CHECK(care_gpu_loss_stats_read(out.stats, out.stats_len, &launch, &gst));
+  printf("gpu kl_cov loss %.6f\n", gst.loss);
+  EXPECT(fabs(gst.loss - loss_kl) <= 1e-4);
+  cu.mem_free(d_ws_kl);
   for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cu.mem_free(d[i]);
   return 0;
 }

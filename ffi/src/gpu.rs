@@ -173,6 +173,8 @@ pub struct care_gpu_launch {
 pub(crate) struct Launch {
     pub(crate) stream: *mut c_void,
     pub(crate) workspace: u64,
+    /// Bytes at `workspace` (0 when absent).
+    pub(crate) workspace_len: usize,
 }
 
 /// Reads `*p`; `needs_workspace` says whether the call needs scratch memory (then NULL is
@@ -195,6 +197,7 @@ pub(crate) unsafe fn read_launch(
     Ok(Launch {
         stream: l.stream,
         workspace,
+        workspace_len: if workspace == 0 { 0 } else { l.workspace_len },
     })
 }
 
@@ -580,10 +583,11 @@ fn device_loss_unexplained(
 /// (`CARE_DTYPE_F32`, or the inputs' dtype), and this call's statistics added into the device
 /// accumulator `d_stats` (`CARE_GPU_LOSS_STATS_BYTES`; see `care_gpu_loss_stats_reset` /
 /// `_read`; the loss is `stats.loss`; (NULL, 0) to skip). Same results as `care_policy_loss`
-/// within the documented tolerance, the policy-loss family and the rollout correction included,
-/// except Clip-Cov and KL-Cov (`CARE_ERR_INVALID_ARGUMENT`: their batch-wide covariance
-/// selection runs on the CPU only). The rollout diagnostics are not accumulated here; use
-/// `care_gpu_policy_loss_into` for them.
+/// within the documented tolerance, the policy-loss family and the rollout correction included.
+/// The workspace is `CARE_GPU_WORKSPACE_BYTES`, except for Clip-Cov and KL-Cov, whose
+/// covariance selection needs `care_gpu_policy_loss_workspace_bytes` (8 bytes per token and a
+/// fixed part; a shorter one is `CARE_ERR_BUFFER_TOO_SMALL`). The rollout diagnostics are not
+/// accumulated here; use `care_gpu_policy_loss_into` for them.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn care_gpu_policy_loss(
     inputs: *const care_loss_inputs,
@@ -608,6 +612,32 @@ pub unsafe extern "C" fn care_gpu_policy_loss(
         };
         // SAFETY: forwarded contract of the entry point.
         unsafe { policy_loss_on(inputs, options, &outputs, launch) }
+    }
+}
+
+/// The bytes of workspace `care_gpu_policy_loss` and `care_gpu_policy_loss_into` need for
+/// `n_tokens` tokens under `options`, into `*out_bytes`: `CARE_GPU_WORKSPACE_BYTES`, or for
+/// Clip-Cov and KL-Cov that plus the covariance selection's (a fixed part and 8 bytes per
+/// token). `n_tokens` above `UINT32_MAX` is `CARE_ERR_INVALID_ARGUMENT`, as in the loss.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_policy_loss_workspace_bytes(
+    options: *const care_loss_options,
+    n_tokens: usize,
+    out_bytes: *mut usize,
+) -> care_result {
+    ffi_panic_boundary! {
+        let out = tri!(Out::new(out_bytes));
+        // SAFETY: forwarded contract of the entry point.
+        let opts = tri!(unsafe { loss::read_options(options) });
+        let Ok(n) = u32::try_from(n_tokens) else {
+            return crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!("n_tokens is {n_tokens}; the kernels index tokens with 32 bits"),
+            );
+        };
+        // SAFETY: `out_bytes` is valid for a write (contract; NULL and alignment checked).
+        unsafe { out.write(care_kernels::loss_workspace_bytes(&opts, n)) };
+        care_result::CARE_OK
     }
 }
 
@@ -712,6 +742,19 @@ unsafe fn policy_loss_on(
     ));
     let opts = tri!(unsafe { loss::read_options(options) });
     let l = tri!(unsafe { read_launch(launch, true) });
+    let n_tok = tri!(to_u32(t));
+    let need = care_kernels::loss_workspace_bytes(&opts, n_tok);
+    if l.workspace_len < need {
+        return crate::detail::fail(
+            care_result::CARE_ERR_BUFFER_TOO_SMALL,
+            format_args!(
+                "care_gpu_launch.workspace_len is {} but the covariance selection of {} needs {} \
+                 bytes for {} tokens; size the workspace with \
+                 care_gpu_policy_loss_workspace_bytes",
+                l.workspace_len, opts.policy_loss, need, t
+            ),
+        );
+    }
     let buf = LossBuffers {
         dtype: d.dtype,
         logp: d.logp,
@@ -722,17 +765,14 @@ unsafe fn policy_loss_on(
         mask: d.mask,
         seq_offsets: d.seq_offsets,
         n_seq: d.n_seq,
-        n_tok: tri!(to_u32(t)),
+        n_tok,
         max_seq_len: d.max_seq_len,
         grad,
         grad_in_input_dtype: grad_dtype != Dtype::F32,
         stats,
         workspace: l.workspace,
+        workspace_len: l.workspace_len,
     };
-    // Options the kernels do not implement are reported before a driver is needed.
-    if !care_kernels::loss_supported(&opts) {
-        return care_result::CARE_ERR_INVALID_ARGUMENT;
-    }
     let roll = RolloutBuffers {
         logp_rollout: tri!(dev_logp(
             c.logp_rollout,

@@ -831,8 +831,17 @@ pub unsafe extern "C" fn care_gpu_logits_policy_loss(
         let o = tri!(unsafe { args::input(outputs) });
         let stats = tri!(dev(d_stats.cast_const(), stats_len, CARE_GPU_LOSS_STATS_BYTES, false));
         let loss_opts = tri!(unsafe { loss::read_options(options) });
-        if !care_kernels::loss_supported(&loss_opts) {
-            return care_result::CARE_ERR_INVALID_ARGUMENT; // before a driver is needed
+        if care_kernels::selects_by_covariance(&loss_opts) {
+            // Before a driver is needed.
+            return crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!(
+                    "the fused logits path has a fixed workspace and does not run the covariance \
+                     selection of {}; call care_gpu_selective_log_softmax, then \
+                     care_gpu_policy_loss",
+                    loss_opts.policy_loss
+                ),
+            );
         }
         let l = tri!(unsafe { read_launch(launch, true) });
         let buf = LogitsLossBuffers {

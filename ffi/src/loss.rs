@@ -76,10 +76,11 @@ pub enum care_policy_loss_kind {
     /// GPG: `-A * logp`.
     CARE_POLICY_LOSS_GPG = 3,
     /// Clip-Cov: the `cov_ratio` share of tokens with the largest covariance in
-    /// `(clip_cov_lb, clip_cov_ub)` gets no gradient (CPU only).
+    /// `(clip_cov_lb, clip_cov_ub)` gets no gradient (on the GPU with a larger workspace:
+    /// `care_gpu_policy_loss_workspace_bytes`).
     CARE_POLICY_LOSS_CLIP_COV = 4,
     /// KL-Cov: `kl_cov_coef * |log ratio|` on the `cov_ratio` share of tokens with the largest
-    /// covariance (CPU only).
+    /// covariance (on the GPU with a larger workspace).
     CARE_POLICY_LOSS_KL_COV = 5,
     /// GMPO: the geometric mean of the token ratios, clipped in log space.
     CARE_POLICY_LOSS_GMPO = 6,
@@ -257,9 +258,9 @@ pub enum care_loss_preset {
     CARE_LOSS_PRESET_VERL_CISPO = 7,
     /// verl `gpg`: `-A * logp`, token mean.
     CARE_LOSS_PRESET_VERL_GPG = 8,
-    /// verl `clip_cov` (CPU only).
+    /// verl `clip_cov`.
     CARE_LOSS_PRESET_VERL_CLIP_COV = 9,
-    /// verl `kl_cov` (CPU only).
+    /// verl `kl_cov`.
     CARE_LOSS_PRESET_VERL_KL_COV = 10,
     /// verl `geo_mean` (GMPO).
     CARE_LOSS_PRESET_VERL_GEO_MEAN = 11,

@@ -202,6 +202,8 @@ struct Fx {
     wh_std: f64,
     gae_o_out: care_gae_options,
     wo_out: care_whiten_options,
+    ws_n: usize,
+    ws_bytes: usize,
     rollout_stats: care_rollout_stats,
     loss: f64,
     stats: care_loss_stats,
@@ -553,6 +555,8 @@ impl Fx {
             wh_std: 7.0,
             gae_o_out: junk(),
             wo_out: junk(),
+            ws_n: T_TOK,
+            ws_bytes: 0x5a5a,
             rollout_stats: junk(),
             loss: 7.0,
             stats: junk(),
@@ -829,6 +833,7 @@ impl Fx {
             wh_std,
             gae_o_out,
             wo_out,
+            ws_bytes,
             rollout_stats,
             loss,
             stats,
@@ -1449,6 +1454,12 @@ fn cpu_cases() -> Vec<Case> {
             ]
         },
         // ---- loss ------------------------------------------------------------------------
+        // Sizes the device loss's workspace; needs no driver.
+        case! { |f, k| care_gpu_policy_loss_workspace_bytes(&f.lo, f.ws_n, m(k, 0, &raw mut f.ws_bytes)), 1,
+            [loss_options_rows(), rows![
+                "n_tokens above UINT32_MAX": |f| f.ws_n = usize::MAX => CARE_ERR_INVALID_ARGUMENT,
+            ]].concat()
+        },
         case! { |f, k| care_policy_loss(
                 p(k, 0, &f.li), &f.lo, m(k, 1, f.grad.as_mut_ptr()), f.grad.len(),
                 m(k, 2, &raw mut f.loss), &raw mut f.stats), 3,
@@ -1972,12 +1983,12 @@ fn gpu_loss_rows() -> Vec<Row> {
             f.d_li.logp_rollout = 0x1001 as *const c_void;
             f.d_li.logp_rollout_len = T_TOK
         } => CARE_ERR_INVALID_ARGUMENT,
-        "options.policy_loss Clip-Cov (CPU only)": |f| {
+        "options.policy_loss Clip-Cov, workspace without room for its selection": |f| {
             f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV as u32
-        } => CARE_ERR_INVALID_ARGUMENT,
-        "options.policy_loss KL-Cov (CPU only)": |f| {
+        } => CARE_ERR_BUFFER_TOO_SMALL,
+        "options.policy_loss KL-Cov, workspace without room for its selection": |f| {
             f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV as u32
-        } => CARE_ERR_INVALID_ARGUMENT,
+        } => CARE_ERR_BUFFER_TOO_SMALL,
     ]].concat()
 }
 
@@ -2203,10 +2214,10 @@ fn gpu_cases() -> Vec<Case> {
                     f.d_lli.logp_rollout = fake();
                     f.d_lli.logp_rollout_len = 2
                 } => CARE_ERR_INVALID_ARGUMENT,
-                "options.policy_loss Clip-Cov (CPU only)": |f| {
+                "options.policy_loss Clip-Cov (no covariance selection in the fused path)": |f| {
                     f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV as u32
                 } => CARE_ERR_INVALID_ARGUMENT,
-                "options.policy_loss KL-Cov (CPU only)": |f| {
+                "options.policy_loss KL-Cov (no covariance selection in the fused path)": |f| {
                     f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV as u32
                 } => CARE_ERR_INVALID_ARGUMENT,
                 "logp_old_len != rows": |f| f.d_lli.logp_old_len = 1 => CARE_ERR_LENGTH_MISMATCH,

@@ -350,3 +350,40 @@ fn each_thread_reads_its_own_last_call() {
     assert_eq!(there, "");
     assert_eq!(detail(), here);
 }
+
+/// Clip-Cov and KL-Cov need room for their covariance selection: a fixed part and 8 bytes per
+/// token on top of `CARE_GPU_WORKSPACE_BYTES`; every other loss needs only that.
+#[test]
+fn the_covariance_losses_ask_for_a_workspace_that_grows_with_the_tokens() {
+    use care_ffi::gpu::{CARE_GPU_WORKSPACE_BYTES, care_gpu_policy_loss_workspace_bytes};
+    let bytes = |o: &care_loss_options, n: usize| {
+        let mut b = 0usize;
+        assert_eq!(
+            unsafe { care_gpu_policy_loss_workspace_bytes(o, n, &raw mut b) },
+            CARE_OK
+        );
+        b
+    };
+    let mut o = default_loss_options();
+    assert_eq!(bytes(&o, 0), CARE_GPU_WORKSPACE_BYTES);
+    assert_eq!(bytes(&o, 100_000), CARE_GPU_WORKSPACE_BYTES);
+    for p in [
+        care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV,
+        care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV,
+    ] {
+        o.policy_loss = p as u32;
+        let fixed = bytes(&o, 0);
+        assert!(
+            fixed > CARE_GPU_WORKSPACE_BYTES && fixed % 16 == 0,
+            "{fixed}"
+        );
+        assert_eq!(bytes(&o, 1000) - fixed, 8000);
+        let mut b = 7usize;
+        assert_eq!(
+            unsafe { care_gpu_policy_loss_workspace_bytes(&o, usize::MAX, &raw mut b) },
+            CARE_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(b, 7, "nothing is written on failure");
+        assert!(detail().contains("32 bits"), "{}", detail());
+    }
+}

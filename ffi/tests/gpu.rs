@@ -699,6 +699,142 @@ fn gpu_rollout_diagnostics_match_care_rollout_correction() {
     }
 }
 
+/// Clip-Cov and KL-Cov through the C ABI: the workspace sized by
+/// `care_gpu_policy_loss_workspace_bytes`, and the device's loss, gradient and token count
+/// equal `care_policy_loss`'s within the tolerance, so the device selected the same tokens (the
+/// fixture's equal covariances are exact ties, from equal inputs, which the tie rule settles
+/// the same way on both; a too-small workspace is refused first).
+#[test]
+fn gpu_covariance_losses_match_care_policy_loss() {
+    let seq: Vec<u32> = vec![0, 40, 40, 97, 160];
+    let t = 160;
+    let logp: Vec<f32> = (0..t).map(|i| -0.2 - 0.031 * (i % 53) as f32).collect();
+    let old: Vec<f32> = (0..t)
+        .map(|i| logp[i] + 0.02 * ((i % 5) as f32 - 2.0))
+        .collect();
+    let mask: Vec<u8> = (0..t).map(|i| u8::from(i % 7 != 3)).collect();
+    let adv = [1.3f32, -0.4, 0.6, -1.1];
+    let inputs = care_loss_inputs {
+        struct_size: size_of::<care_loss_inputs>() as u32,
+        dtype: care_dtype::CARE_DTYPE_F32 as u32,
+        logp: logp.as_ptr().cast(),
+        logp_len: t,
+        logp_old: old.as_ptr().cast(),
+        logp_old_len: t,
+        logp_ref: null(),
+        logp_ref_len: 0,
+        seq_offsets: seq.as_ptr(),
+        seq_offsets_len: seq.len(),
+        mask: mask.as_ptr(),
+        mask_len: t,
+        advantages: adv.as_ptr(),
+        advantages_len: adv.len(),
+        advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
+        max_seq_len: 0,
+        logp_rollout: null(),
+        logp_rollout_len: 0,
+    };
+    let mut cases = Vec::new();
+    for kind in [
+        care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV,
+        care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV,
+    ] {
+        let mut lo = unsafe { std::mem::zeroed::<care_loss_options>() };
+        // SAFETY: valid output.
+        assert_eq!(unsafe { care_loss_options_default(&mut lo) }, CARE_OK);
+        lo.policy_loss = kind as u32;
+        lo.cov_ratio = 0.1;
+        lo.clip_cov_lb = -10.0;
+        lo.clip_cov_ub = 10.0;
+        let (mut grad, mut loss) = (vec![0f32; t], 0f64);
+        // SAFETY: valid host buffers.
+        let code =
+            unsafe { care_policy_loss(&inputs, &lo, grad.as_mut_ptr(), t, &mut loss, null_mut()) };
+        assert_eq!(code, CARE_OK);
+        let mut ws = 0usize;
+        // SAFETY: valid output.
+        let code = unsafe { care_gpu_policy_loss_workspace_bytes(&lo, t, &mut ws) };
+        assert_eq!(code, CARE_OK);
+        assert!(ws >= CARE_GPU_WORKSPACE_BYTES + 8 * t, "{kind:?}: {ws}");
+        cases.push((kind, lo, grad, loss, ws));
+    }
+    if !gpu_present("gpu_covariance_losses_match_care_policy_loss") {
+        return;
+    }
+    let ctx = CudaContext::new(0).unwrap();
+    let stream = ctx.new_stream().unwrap();
+    let cu_stream = stream.cu_stream() as *mut c_void;
+    let d_logp = stream.clone_htod(&logp).unwrap();
+    let d_old = stream.clone_htod(&old).unwrap();
+    let d_seq = stream.clone_htod(&seq).unwrap();
+    let d_mask = stream.clone_htod(&mask).unwrap();
+    let d_adv = stream.clone_htod(&adv).unwrap();
+    for (kind, lo, want_grad, want_loss, ws) in &cases {
+        let mut d_grad = stream.alloc_zeros::<f32>(t).unwrap();
+        let mut d_stats = stream.alloc_zeros::<u8>(CARE_GPU_LOSS_STATS_BYTES).unwrap();
+        let mut d_ws = stream.alloc_zeros::<u8>(*ws).unwrap();
+        let mut st = unsafe { std::mem::zeroed::<care_loss_stats>() };
+        {
+            let (pl, _a) = d_logp.device_ptr(&stream);
+            let (po, _b) = d_old.device_ptr(&stream);
+            let (ps, _c) = d_seq.device_ptr(&stream);
+            let (pm, _d) = d_mask.device_ptr(&stream);
+            let (pa, _e) = d_adv.device_ptr(&stream);
+            let (pg, _f) = d_grad.device_ptr_mut(&stream);
+            let (pst, _g) = d_stats.device_ptr_mut(&stream);
+            let (pw, _h) = d_ws.device_ptr_mut(&stream);
+            let d_inputs = care_loss_inputs {
+                logp: pl as *const c_void,
+                logp_old: po as *const c_void,
+                seq_offsets: ps as *const u32,
+                mask: pm as *const u8,
+                advantages: pa as *const f32,
+                ..inputs
+            };
+            let small = launch(cu_stream, pw as *mut c_void);
+            let sized = care_gpu_launch {
+                workspace_len: *ws,
+                ..small
+            };
+            let pst = pst as *mut c_void;
+            let n = CARE_GPU_LOSS_STATS_BYTES;
+            // SAFETY: device buffers of the stated sizes on this stream's context.
+            unsafe {
+                assert_eq!(care_gpu_loss_stats_reset(pst, n, &small), CARE_OK);
+                let g = pg as *mut c_void;
+                let f32_ = care_dtype::CARE_DTYPE_F32 as u32;
+                assert_eq!(
+                    care_gpu_policy_loss(&d_inputs, lo, g, t, f32_, pst, n, &small),
+                    CARE_ERR_BUFFER_TOO_SMALL,
+                    "{kind:?}"
+                );
+                assert_eq!(
+                    care_gpu_policy_loss(&d_inputs, lo, g, t, f32_, pst, n, &sized),
+                    CARE_OK,
+                    "{kind:?}"
+                );
+                assert_eq!(care_gpu_loss_stats_read(pst, n, &small, &mut st), CARE_OK);
+            }
+        }
+        let got = stream.clone_dtoh(&d_grad).unwrap();
+        let tol = tolerance(Quantity::Grad, Dtype::F32).unwrap();
+        let gmax = want_grad
+            .iter()
+            .fold(0f64, |m, &x| m.max(f64::from(x).abs()));
+        for i in 0..t {
+            let (g, w) = (f64::from(got[i]), f64::from(want_grad[i]));
+            assert!(tol.accepts(g, w, gmax), "{kind:?} grad[{i}]: {g} vs {w}");
+        }
+        let ltol = tolerance(Quantity::Loss, Dtype::F32).unwrap();
+        assert!(
+            ltol.accepts(st.loss, *want_loss, want_loss.abs().max(1.0)),
+            "{kind:?}: loss {} vs {want_loss}",
+            st.loss
+        );
+        assert_eq!(st.tokens, mask.iter().filter(|&&m| m != 0).count() as f64);
+    }
+}
+
 /// A `care_gpu_launch` on `stream` with the workspace at `ws`.
 #[test]
 fn gpu_returns_gae_and_whiten_match_the_cpu_entry_points() {

@@ -2,8 +2,8 @@
 // §17 the policy-loss family): the clipped ratio at token, sequence
 // (GSPO) or sequence-token (GSPO-token) level, CISPO, SAPO, GPG and GMPO, every aggregation,
 // the KL term, and the rollout correction (truncated importance weights and rejection) with its
-// diagnostics. Clip-Cov and KL-Cov select tokens by a call-wide top-k of covariances and are
-// not here (the launch plan refuses them).
+// diagnostics, and Clip-Cov and KL-Cov, whose call-wide top-k of covariances is chosen by the
+// grpo_cov_* pre-passes below before the loss pass reads it.
 //
 // One block per (sequence, chunk): grid = (n_seq, chunks), blockDim.x a multiple of 32. Block
 // (i, y) owns the tokens start_i + y*blockDim.x + k*chunks*blockDim.x of sequence i, so a long
@@ -33,6 +33,8 @@
 #define CARE_PL_CISPO 1u
 #define CARE_PL_SAPO 2u
 #define CARE_PL_GPG 3u
+#define CARE_PL_CLIP_COV 4u
+#define CARE_PL_KL_COV 5u
 #define CARE_PL_GMPO 6u
 
 // `care_core::grpo::RatioLevel` values.
@@ -113,6 +115,8 @@ struct CareLossDenoms {
     care_u32 pad0;
 };
 
+struct CareCovWork;
+
 // Mirrored by `care_kernels::params::LossParams`.
 struct CareLossParams {
     const void* logp;             // T[n_tok]
@@ -161,6 +165,47 @@ struct CareLossParams {
     float rej_upper[CARE_REJ_COUNT]; // k1 criteria: ln(upper); k2/k3: upper
     care_u32 dtype;               // care_dtype of logp & co. (the denominators kernel dispatches)
     care_u32 pad2;
+    // Clip-Cov and KL-Cov: the covariance selection (the grpo_cov_* kernels fill cov_work and
+    // cov_keys; the loss pass reads the cut). Null cov_work: nothing is selected.
+    double cov_ratio;             // share of counted tokens selected
+    double clip_cov_lb;           // Clip-Cov: candidates have lb < cov < ub
+    double clip_cov_ub;
+    float kl_cov_coef;            // KL-Cov: coefficient of |delta| on a selected token
+    care_u32 cov_round;           // grpo_cov_radix: the radix round, 0..CARE_COV_ROUNDS-1
+    CareCovWork* cov_work;        // device, or null
+    care_u64* cov_keys;           // [n_tok] device: each token's candidate key (0: none)
+};
+
+// ---- covariance selection (Clip-Cov, KL-Cov) ---------------------------------------------------
+// The CPU reference (care_core::grpo::top_k) selects the k = max(1, floor(ratio * N)) candidates
+// with the largest covariance (A_t - mean A)(logp_t - mean logp) over the N tokens of the call
+// that count in the loss, ties to the earlier token. On the device, in order:
+//   grpo_cov_means   per block of sequences: sums of A and logp over the counted tokens (f64)
+//                    and their count, into the block's slot (no atomics: the means do not depend
+//                    on the schedule, so neither does the selection);
+//   grpo_cov_keys    the means (every block reduces the slots in the same order), then each
+//                    token's candidate value as an order-preserving u64 key (0: not a candidate);
+//   grpo_cov_radix   x8: a radix select, 8 bits a round from the top, of the k-th largest key
+//                    (histograms of the keys that match the digits chosen so far);
+//   grpo_cov_cut     one block: the cut key K and, when fewer ties at K are taken than exist,
+//                    the index after the last one taken, in token order;
+// and the loss pass selects token t iff key_t > K, or key_t == K and t < tie_end.
+#define CARE_COV_PARTS 1024 // the largest grid of grpo_cov_means and grpo_cov_keys
+#define CARE_COV_ROUNDS 8
+
+// Mirrored by `care_kernels::params::CovWorkRaw`; zeroed by the plan before grpo_cov_means.
+struct CareCovWork {
+    double part_a[CARE_COV_PARTS];  // per block of grpo_cov_means: sum of A
+    double part_l[CARE_COV_PARTS];  // sum of logp
+    care_u32 part_n[CARE_COV_PARTS]; // counted tokens
+    care_u32 hist[CARE_COV_ROUNDS][256];
+    care_u64 cut_key;  // the cut K (selected: key > K, or key == K and t < tie_end)
+    care_u32 tie_end;
+    care_u32 selected; // tokens selected
+    care_u32 counted;  // N: tokens that count in the loss
+    care_u32 k;        // tokens to select (0 when N = 0)
+    care_u32 candidates;
+    care_u32 pad0;
 };
 
 __device__ __forceinline__ bool care_counted(const CareLossParams& p, care_u32 t) {
@@ -684,8 +729,10 @@ struct CareTerm {
     bool clipped, low, high, dual;
 };
 
+// `sel`: the covariance selection took the token (Clip-Cov, KL-Cov).
 __device__ __forceinline__ CareTerm care_token_term(const CareLossParams& p, float lp, float a,
-                                                    float rho, bool clamped, float w) {
+                                                    float rho, float delta, bool clamped,
+                                                    float w, bool sel) {
     CareTerm r;
     const float lo = 1.0f - p.eps_low, hi = 1.0f + p.eps_high;
     r.low = rho < lo && a < 0.0f;
@@ -713,7 +760,20 @@ __device__ __forceinline__ CareTerm care_token_term(const CareLossParams& p, flo
         r.l = -a * lp;
         r.g = -a * w;
         break;
+    case CARE_PL_KL_COV: {
+        // -A rho, plus kl_cov_coef * |delta| on a selected token.
+        float d = -a * rho;
+        r.l = d;
+        if (sel) {
+            r.l += p.kl_cov_coef * (delta < 0.0f ? -delta : delta);
+            d += p.kl_cov_coef * (delta > 0.0f ? 1.0f : (delta < 0.0f ? -1.0f : 0.0f));
+        }
+        r.g = clamped ? 0.0f : d * w;
+        break;
+    }
     default: {
+        // The clipped ratio (and Clip-Cov, whose selected tokens then contribute nothing:
+        // verl multiplies their term by 0).
         CareSurrogate su = care_surrogate(p, a, rho);
         r.l = su.l;
         // rho * w first: it cannot overflow (rho <= e^clamp), so the product overflows only
@@ -721,10 +781,321 @@ __device__ __forceinline__ CareTerm care_token_term(const CareLossParams& p, flo
         r.g = (su.unclipped && !clamped) ? -a * (rho * w) : 0.0f;
         r.clipped = su.clipped;
         r.dual = su.dual;
+        if (sel) {
+            r.l = 0.0f;
+            r.g = 0.0f;
+        }
         break;
     }
     }
     return r;
+}
+
+
+// ---- covariance selection kernels (see the layout comment at CareCovWork) ----------------------
+
+// The bounds [start, end) of sequence `seq`, clamped into 0..n_tok.
+__device__ __forceinline__ void care_seq_bounds(const CareLossParams& p, care_u32 seq,
+                                                care_u32* start, care_u32* end) {
+    care_u32 a = p.seq_offsets[seq];
+    care_u32 b = p.seq_offsets[seq + 1];
+    *start = a < p.n_tok ? a : p.n_tok;
+    *end = b < *start ? *start : (b < p.n_tok ? b : p.n_tok);
+}
+
+// A total order on non-NaN doubles as u64 keys, larger value larger key, never 0 (the
+// care_core::grpo::family key); NaN gives 0, "not a candidate", as NaN is never selected.
+__device__ __forceinline__ care_u64 care_cov_key(double v) {
+    if (v != v) {
+        return 0ull;
+    }
+    care_u64 b = (care_u64)__double_as_longlong(v);
+    return (b >> 63) != 0ull ? ~b : (b | (1ull << 63));
+}
+
+// The rollout verdict of a sequence for care_token_omega (every thread of the block calls it).
+template <typename T>
+__device__ __forceinline__ CareRollSeq care_cov_roll(const CareLossParams& p, care_u32 start,
+                                                     care_u32 end) {
+    return p.roll_on != 0 ? care_roll_seq<T, false>(p, start, end) : care_roll_none();
+}
+
+// grpo_cov_means. Geometry: grid.x = min(n_seq, CARE_COV_PARTS) blocks striding over sequences.
+template <typename T>
+__device__ void care_cov_means(const CareLossParams& p) {
+    __shared__ double dscratch[CARE_WARP];
+    __shared__ care_u32 uscratch[CARE_WARP];
+    double sa = 0.0, sl = 0.0;
+    care_u32 n = 0;
+    for (care_u32 seq = blockIdx.x; seq < p.n_seq; seq += gridDim.x) {
+        care_u32 start, end;
+        care_seq_bounds(p, seq, &start, &end);
+        CareRollSeq rs = care_cov_roll<T>(p, start, end);
+        for (care_u32 t = start + threadIdx.x; t < end; t += blockDim.x) {
+            float om;
+            if (care_token_omega<T>(p, rs, t, care_prox<T>(p, t), &om)) {
+                sa = care_dadd(sa, (double)care_adv_at(p, seq, t));
+                sl = care_dadd(sl, (double)care_load((const T*)p.logp, t));
+                n += 1u;
+            }
+        }
+    }
+    sa = care_block_sum(sa, dscratch);
+    sl = care_block_sum(sl, dscratch);
+    n = care_block_sum(n, uscratch);
+    if (threadIdx.x == 0) {
+        p.cov_work->part_a[blockIdx.x] = sa;
+        p.cov_work->part_l[blockIdx.x] = sl;
+        p.cov_work->part_n[blockIdx.x] = n;
+    }
+}
+
+// grpo_cov_keys. Geometry: that of grpo_cov_means (gridDim.x is the number of slots to reduce).
+template <typename T>
+__device__ void care_cov_keys(const CareLossParams& p) {
+    __shared__ double dscratch[CARE_WARP];
+    __shared__ care_u32 uscratch[CARE_WARP];
+    CareCovWork* w = p.cov_work;
+    // The means: every block reduces the slots in the same order, so every block (and every
+    // run) gets the same bits.
+    double sa = 0.0, sl = 0.0;
+    care_u32 n = 0;
+    for (care_u32 i = threadIdx.x; i < gridDim.x; i += blockDim.x) {
+        sa = care_dadd(sa, w->part_a[i]);
+        sl = care_dadd(sl, w->part_l[i]);
+        n += w->part_n[i];
+    }
+    sa = care_block_sum(sa, dscratch);
+    sl = care_block_sum(sl, dscratch);
+    n = care_block_sum(n, uscratch);
+    if (n == 0u) {
+        return; // nothing counts: no candidate, k = 0 (uniform over the grid)
+    }
+    const double ma = sa / (double)n, ml = sl / (double)n;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        // k = max(1, floor(ratio * N)), as care_core::grpo::cov_select_count.
+        double kf = floor(care_dmul(p.cov_ratio, (double)n));
+        w->counted = n;
+        w->k = kf >= 1.0 ? (kf < (double)n ? (care_u32)kf : n) : 1u;
+    }
+    for (care_u32 seq = blockIdx.x; seq < p.n_seq; seq += gridDim.x) {
+        care_u32 start, end;
+        care_seq_bounds(p, seq, &start, &end);
+        CareRollSeq rs = care_cov_roll<T>(p, start, end);
+        for (care_u32 t = start + threadIdx.x; t < end; t += blockDim.x) {
+            float lpf = care_load((const T*)p.logp, t);
+            float lo = care_logp_old<T>(p, t, lpf);
+            float om;
+            care_u64 key = 0ull;
+            if (care_token_omega<T>(p, rs, t, care_prox<T>(p, t), &om)) {
+                float af = care_adv_at(p, seq, t);
+                double c = care_dmul(care_dadd((double)af, -ma), care_dadd((double)lpf, -ml));
+                c = c == 0.0 ? 0.0 : c; // -0 and +0 are one value
+                bool cand = true;
+                if (p.policy == CARE_PL_CLIP_COV) {
+                    // Candidates: tokens the clip does not bind, with lb < cov < ub.
+                    float delta = care_clamp(lpf - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
+                    cand = !care_surrogate(p, af, expf(delta)).clipped && c > p.clip_cov_lb &&
+                           c < p.clip_cov_ub;
+                }
+                key = cand ? care_cov_key(c) : 0ull;
+            }
+            p.cov_keys[t] = key;
+        }
+    }
+}
+
+// The digit of a radix round: in the histogram `h` (256 bins), the largest digit d with at
+// least `rem` keys at or above it; `*above` gets the keys strictly above d. Called by a whole
+// warp; every lane gets the results.
+__device__ __forceinline__ care_u32 care_cov_digit(const care_u32* h, care_u32 rem,
+                                                   care_u32* above) {
+    const int lane = (int)(threadIdx.x & (CARE_WARP - 1));
+    care_u32 c[8];
+    care_u32 mine = 0;
+    for (int j = 0; j < 8; ++j) {
+        c[j] = h[lane * 8 + j];
+        mine += c[j];
+    }
+    // Suffix sums over the lanes: s = keys in this lane's bins and above.
+    care_u32 s = mine;
+    for (int o = 1; o < CARE_WARP; o <<= 1) {
+        care_u32 v = __shfl_sync(CARE_FULL_MASK, s, lane + o < CARE_WARP ? lane + o : lane);
+        s += lane + o < CARE_WARP ? v : 0u;
+    }
+    // The lane holding the digit: the highest lane whose suffix sum reaches rem.
+    const int hit = care_warp_max(s >= rem ? lane : -1);
+    care_u32 d = 0, ab = 0;
+    if (lane == hit) {
+        care_u32 run = s - mine; // keys in the lanes above
+        for (int j = 7; j >= 0; --j) {
+            if (run + c[j] >= rem) {
+                d = (care_u32)(lane * 8 + j);
+                ab = run;
+                break;
+            }
+            run += c[j];
+        }
+    }
+    *above = __shfl_sync(CARE_FULL_MASK, ab, hit < 0 ? 0 : hit);
+    return __shfl_sync(CARE_FULL_MASK, d, hit < 0 ? 0 : hit);
+}
+
+// The key prefix chosen by rounds 0..r-1 and the keys still to take at or below it (warp 0
+// computes it; every thread gets it through shared memory).
+__device__ __forceinline__ void care_cov_prefix(const CareCovWork* w, care_u32 r,
+                                                care_u64* prefix, care_u32* rem) {
+    __shared__ care_u64 s_prefix;
+    __shared__ care_u32 s_rem;
+    if (threadIdx.x < CARE_WARP) {
+        care_u64 pre = 0ull;
+        care_u32 left = w->k;
+        for (care_u32 i = 0; i < r; ++i) {
+            care_u32 above;
+            care_u32 d = care_cov_digit(w->hist[i], left, &above);
+            pre |= (care_u64)d << (56u - 8u * i);
+            left -= above;
+        }
+        if (threadIdx.x == 0) {
+            s_prefix = pre;
+            s_rem = left;
+        }
+    }
+    __syncthreads();
+    *prefix = s_prefix;
+    *rem = s_rem;
+}
+
+// grpo_cov_radix, round p.cov_round. Geometry: blocks striding over the tokens.
+__device__ void care_cov_radix(const CareLossParams& p) {
+    __shared__ care_u32 h[256];
+    const CareCovWork* w = p.cov_work;
+    const care_u32 r = p.cov_round;
+    if (w->k == 0u || r >= CARE_COV_ROUNDS) {
+        return; // uniform over the grid
+    }
+    if (r > 0u) {
+        // Round 0 counted every candidate: at most k of them means all are taken.
+        care_u32 total = 0;
+        for (int j = 0; j < 256; ++j) {
+            total += w->hist[0][j];
+        }
+        if (total <= w->k) {
+            return;
+        }
+    }
+    care_u64 prefix;
+    care_u32 rem;
+    care_cov_prefix(w, r, &prefix, &rem);
+    for (care_u32 j = threadIdx.x; j < 256u; j += blockDim.x) {
+        h[j] = 0u;
+    }
+    __syncthreads();
+    const care_u32 shift = 56u - 8u * r;
+    const care_u32 stride = gridDim.x * blockDim.x;
+    for (care_u32 t = blockIdx.x * blockDim.x + threadIdx.x; t < p.n_tok; t += stride) {
+        care_u64 key = p.cov_keys[t];
+        // The keys whose digits above this round's match the prefix (all of them in round 0).
+        bool match = key != 0ull && (r == 0u || (key >> (shift + 8u)) == (prefix >> (shift + 8u)));
+        if (match) {
+            atomicAdd(&h[(care_u32)(key >> shift) & 255u], 1u);
+        }
+    }
+    __syncthreads();
+    for (care_u32 j = threadIdx.x; j < 256u; j += blockDim.x) {
+        if (h[j] != 0u) {
+            atomicAdd(&p.cov_work->hist[r][j], h[j]);
+        }
+    }
+}
+
+// grpo_cov_cut. Geometry: one block, blockDim.x a multiple of 32.
+__device__ void care_cov_cut(const CareLossParams& p) {
+    __shared__ care_u32 uscratch[CARE_WARP];
+    __shared__ care_u32 s_found;
+    CareCovWork* w = p.cov_work;
+    if (w->k == 0u) {
+        if (threadIdx.x == 0) {
+            w->cut_key = ~0ull; // nothing counts, nothing is a candidate
+            w->tie_end = 0u;
+            w->selected = 0u;
+            w->candidates = 0u;
+        }
+        return;
+    }
+    care_u32 total = 0;
+    for (int j = 0; j < 256; ++j) {
+        total += w->hist[0][j];
+    }
+    if (total <= w->k) {
+        if (threadIdx.x == 0) {
+            w->cut_key = 1ull; // the smallest key: every candidate
+            w->tie_end = p.n_tok;
+            w->selected = total;
+            w->candidates = total;
+        }
+        return;
+    }
+    care_u64 cut;
+    care_u32 ties;
+    care_cov_prefix(w, CARE_COV_ROUNDS, &cut, &ties);
+    // The keys equal to the cut: the last round's bin of its last digit.
+    const care_u32 eq = w->hist[CARE_COV_ROUNDS - 1][(care_u32)(cut & 255ull)];
+    care_u32 tie_end = p.n_tok;
+    if (ties < eq) {
+        // Take the first `ties` tokens with key == cut in token order: one tile of blockDim
+        // tokens at a time, a block-wide count of the tile's ties and a warp scan for the
+        // position inside the tile that reaches `ties`.
+        care_u32 run = 0;
+        if (threadIdx.x == 0) {
+            s_found = p.n_tok;
+        }
+        for (care_u32 base = 0; base < p.n_tok; base += blockDim.x) {
+            care_u32 t = base + threadIdx.x;
+            care_u32 f = (t < p.n_tok && p.cov_keys[t] == cut) ? 1u : 0u;
+            care_u32 tile = care_block_sum(f, uscratch); // leading barrier: s_found is visible
+            if (run + tile >= ties) {
+                // Inclusive prefix of f over the block: warp scan plus the warps before.
+                const care_u32 lane = threadIdx.x & (CARE_WARP - 1), warp = threadIdx.x / CARE_WARP;
+                care_u32 incl = f;
+                for (int o = 1; o < CARE_WARP; o <<= 1) {
+                    care_u32 v = __shfl_sync(CARE_FULL_MASK, incl, lane >= (care_u32)o ? lane - o : lane);
+                    incl += lane >= (care_u32)o ? v : 0u;
+                }
+                __syncthreads();
+                if (lane == CARE_WARP - 1) {
+                    uscratch[warp] = incl;
+                }
+                __syncthreads();
+                for (care_u32 k = 0; k < warp; ++k) {
+                    incl += uscratch[k];
+                }
+                if (f != 0u && run + incl == ties) {
+                    s_found = t + 1u;
+                }
+                __syncthreads();
+                break; // uniform: every thread saw the same tile count
+            }
+            run += tile;
+        }
+        tie_end = s_found;
+    }
+    if (threadIdx.x == 0) {
+        w->cut_key = cut;
+        w->tie_end = tie_end;
+        w->selected = w->k;
+        w->candidates = total;
+    }
+}
+
+// Whether the covariance selection took token t; `cut` and `tie_end` from p.cov_work.
+__device__ __forceinline__ bool care_cov_selected(const CareLossParams& p, care_u32 t,
+                                                  care_u64 cut, care_u32 tie_end) {
+    if (p.cov_work == 0) {
+        return false;
+    }
+    care_u64 key = p.cov_keys[t];
+    return key != 0ull && (key > cut || (key == cut && t < tie_end));
 }
 
 template <typename T>
@@ -736,6 +1107,8 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
     }
     CareSeqInfo si = care_seq_info<T>(p, seq, scratch);
     const bool kl_on = p.beta > 0.0f && p.logp_ref != 0;
+    const care_u64 cov_cut = p.cov_work != 0 ? p.cov_work->cut_key : 0ull;
+    const care_u32 cov_tie_end = p.cov_work != 0 ? p.cov_work->tie_end : 0u;
     const bool with_roll = p.logp_rollout != 0;
 
     CareStatAcc st;
@@ -832,7 +1205,8 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
                     dual = false;
                 } else {
                     rho = expf(delta);
-                    CareTerm tt = care_token_term(p, lp, a, rho, clamped, si.w);
+                    bool sel = care_cov_selected(p, t, cov_cut, cov_tie_end);
+                    CareTerm tt = care_token_term(p, lp, a, rho, delta, clamped, si.w, sel);
                     l = omega * tt.l;
                     g = tt.g;
                     if (p.roll_on != 0) {
@@ -1017,3 +1391,30 @@ extern "C" __global__ void __launch_bounds__(1024) grpo_loss_denoms(CareLossPara
 CARE_LOSS_ENTRY(grpo_loss_f32, float)
 CARE_LOSS_ENTRY(grpo_loss_bf16, care_bf16)
 CARE_LOSS_ENTRY(grpo_loss_f16, care_f16)
+
+// The covariance selection's pre-passes (Clip-Cov, KL-Cov), in launch order.
+#define CARE_COV_DTYPE_ENTRY(NAME, FN)                                                         \
+    extern "C" __global__ void __launch_bounds__(1024) NAME(CareLossParams p) {               \
+        switch (p.dtype) { /* uniform over the grid */                                         \
+        case 1u:                                                                               \
+            FN<care_bf16>(p);                                                                  \
+            break;                                                                             \
+        case 2u:                                                                               \
+            FN<care_f16>(p);                                                                   \
+            break;                                                                             \
+        default:                                                                               \
+            FN<float>(p);                                                                      \
+            break;                                                                             \
+        }                                                                                      \
+    }
+
+CARE_COV_DTYPE_ENTRY(grpo_cov_means, care_cov_means)
+CARE_COV_DTYPE_ENTRY(grpo_cov_keys, care_cov_keys)
+
+extern "C" __global__ void __launch_bounds__(1024) grpo_cov_radix(CareLossParams p) {
+    care_cov_radix(p);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) grpo_cov_cut(CareLossParams p) {
+    care_cov_cut(p);
+}

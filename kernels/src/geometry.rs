@@ -180,6 +180,32 @@ pub fn denoms_geometry(n_seq: u32, tuning: Tuning) -> Geometry {
     }
 }
 
+/// Geometry of `grpo_cov_means` and `grpo_cov_keys`: that of [`denoms_geometry`], at most
+/// 1024 blocks (`params::COV_PARTS`, the slots of the per-block sums) striding over the
+/// sequences.
+pub fn cov_geometry(n_seq: u32, tuning: Tuning) -> Geometry {
+    denoms_geometry(n_seq, tuning)
+}
+
+/// Geometry of `grpo_cov_radix`: up to 1024 blocks striding over the tokens (each block adds
+/// its shared-memory histogram to the round's with at most 256 atomics).
+pub fn cov_radix_geometry(n_tok: u32, tuning: Tuning) -> Geometry {
+    let threads = tuning.threads.unwrap_or(BLOCK);
+    Geometry {
+        grid: (n_tok.div_ceil(threads).clamp(1, 1024), 1, 1),
+        block: (threads, 1, 1),
+    }
+}
+
+/// Geometry of `grpo_cov_cut`: one block of 1024 threads (the tie scan walks the keys in
+/// tiles of the block's size).
+pub fn cov_cut_geometry() -> Geometry {
+    Geometry {
+        grid: (1, 1, 1),
+        block: (1024, 1, 1),
+    }
+}
+
 /// Geometry of the log-softmax kernels and whether a block (not a warp) owns a row.
 ///
 /// Block mode: `grid.x = N` blocks of 256 threads (a row of 151,936 bf16 logits is 18,992

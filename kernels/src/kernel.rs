@@ -210,7 +210,8 @@ registry! {
         /// The GPG factor `N / (N - M)`, one block (`CareAdvParams`).
         GroupAlphaF32 GROUP_ALPHA_F32 "group_alpha_f32" (AdvParams);
     }
-    /// `grpo_loss.cu`: the fused clipped-ratio loss and its default denominators.
+    /// `grpo_loss.cu`: the fused policy loss, its default denominators and the covariance
+    /// selection of Clip-Cov and KL-Cov.
     GrpoLoss "grpo_loss" {
         /// Fused loss, `f32` log-probs (`CareLossParams`).
         GrpoLossF32 GRPO_LOSS_F32 "grpo_loss_f32" (LossParams);
@@ -220,6 +221,14 @@ registry! {
         GrpoLossF16 GRPO_LOSS_F16 "grpo_loss_f16" (LossParams);
         /// Default denominators of the loss (`CareLossParams`, `CareLossDenoms*` output).
         GrpoLossDenoms GRPO_LOSS_DENOMS "grpo_loss_denoms" (LossParams, u64);
+        /// Clip-Cov / KL-Cov: sums of `A` and `logp` over the counted tokens, per block.
+        GrpoCovMeans GRPO_COV_MEANS "grpo_cov_means" (LossParams);
+        /// Clip-Cov / KL-Cov: each token's covariance candidate key.
+        GrpoCovKeys GRPO_COV_KEYS "grpo_cov_keys" (LossParams);
+        /// Clip-Cov / KL-Cov: one round of the radix select (`cov_round`).
+        GrpoCovRadix GRPO_COV_RADIX "grpo_cov_radix" (LossParams);
+        /// Clip-Cov / KL-Cov: the cut of the top-k selection, one block.
+        GrpoCovCut GRPO_COV_CUT "grpo_cov_cut" (LossParams);
     }
     /// `logsoftmax.cu`: the selective log-softmax, forward and backward.
     LogSoftmax "logsoftmax" {

@@ -45,6 +45,6 @@ pub use plan::{
     WORKSPACE_BYTES, WhitenBuffers, advantage_status, discounted_returns, gae, group_advantages,
     group_advantages_finalize, group_advantages_finalize_with, group_advantages_with,
     group_partial_squares, group_partial_sums, grpo_loss, grpo_loss_with, log_softmax_backward,
-    log_softmax_forward, log_softmax_status, logits_loss_forward, loss_supported, tokens_status,
-    whiten, whiten_result,
+    log_softmax_forward, log_softmax_status, logits_loss_forward, loss_workspace_bytes,
+    selects_by_covariance, tokens_status, whiten, whiten_result,
 };

@@ -319,6 +319,20 @@ pub struct LossParams {
     pub dtype: u32,
     /// Padding.
     pub pad2: u32,
+    /// Clip-Cov / KL-Cov: the share of counted tokens selected.
+    pub cov_ratio: f64,
+    /// Clip-Cov: candidates have a covariance strictly above this.
+    pub clip_cov_lb: f64,
+    /// Clip-Cov: candidates have a covariance strictly below this.
+    pub clip_cov_ub: f64,
+    /// KL-Cov: the coefficient of `|delta|` on a selected token.
+    pub kl_cov_coef: f32,
+    /// `grpo_cov_radix`: the radix round, `0..COV_ROUNDS`.
+    pub cov_round: u32,
+    /// [`CovWorkRaw`] device struct, or 0: nothing is selected.
+    pub cov_work: u64,
+    /// `u64[n_tok]` device array of candidate keys (with `cov_work`).
+    pub cov_keys: u64,
 }
 
 impl LossParams {
@@ -355,6 +369,10 @@ impl LossParams {
             RatioLevel::SequenceToken => 2,
         };
         self.policy = o.policy_loss as u32;
+        self.cov_ratio = o.cov_ratio;
+        self.clip_cov_lb = o.clip_cov_lb;
+        self.clip_cov_ub = o.clip_cov_ub;
+        self.kl_cov_coef = o.kl_cov_coef as f32;
         self.sapo_tau_pos = o.sapo_tau_pos as f32;
         self.sapo_tau_neg = o.sapo_tau_neg as f32;
         let r = &o.rollout;
@@ -657,6 +675,41 @@ pub struct LossDenomsRaw {
     pub pad0: u32,
 }
 
+/// Slots of the per-block sums of the covariance means: the largest grid of `grpo_cov_means`
+/// and `grpo_cov_keys` (C `CARE_COV_PARTS`).
+pub const COV_PARTS: usize = 1024;
+/// Rounds of the covariance radix select, 8 bits of the 64-bit key each (C `CARE_COV_ROUNDS`).
+pub const COV_ROUNDS: u32 = 8;
+
+/// The device workspace of the covariance selection of Clip-Cov and KL-Cov (C `CareCovWork`):
+/// the per-block sums of the means, the radix histograms and the cut the loss pass reads.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct CovWorkRaw {
+    /// Per block of `grpo_cov_means`: the sum of `A` over its counted tokens.
+    pub part_a: [f64; COV_PARTS],
+    /// Per block: the sum of `logp`.
+    pub part_l: [f64; COV_PARTS],
+    /// Per block: the counted tokens.
+    pub part_n: [u32; COV_PARTS],
+    /// The radix histograms, one per round.
+    pub hist: [[u32; 256]; COV_ROUNDS as usize],
+    /// The cut `K`: token `t` is selected iff `key > K`, or `key == K` and `t < tie_end`.
+    pub cut_key: u64,
+    /// The end of the ties taken at `K`, in token order.
+    pub tie_end: u32,
+    /// Tokens selected (`care_core`'s `LossOutput::cov_selected`).
+    pub selected: u32,
+    /// Tokens that count in the loss (`N`).
+    pub counted: u32,
+    /// Tokens to select, `max(1, floor(cov_ratio * N))` (0 when `N = 0`).
+    pub k: u32,
+    /// Candidates (tokens with a candidate key).
+    pub candidates: u32,
+    /// Padding.
+    pub pad0: u32,
+}
+
 /// Field offsets of each struct, in C declaration order, preceded by size and alignment: the
 /// format of the emulator's `emu_layout_*` functions, for the layout tests.
 pub mod layout {
@@ -698,7 +751,8 @@ pub mod layout {
             eps_low, eps_high, dual_clip, log_ratio_clamp, kl_clamp, k3_clamp, seq_log_ratio_max,
             beta, n_tok_denom, n_seq_denom, horizon, pad1, logp_rollout, rollout_stats, policy,
             is_level, rej_zero, roll_on, sapo_tau_pos, sapo_tau_neg, is_threshold,
-            is_threshold_low, roll_clamp, rej_on, rej_lower, rej_upper, dtype, pad2)
+            is_threshold_low, roll_clamp, rej_on, rej_lower, rej_upper, dtype, pad2, cov_ratio,
+            clip_cov_lb, clip_cov_ub, kl_cov_coef, cov_round, cov_work, cov_keys)
     }
 
     /// `CareRolloutStats`, from [`ROLLOUT_STATS_DEVICE_LAYOUT`].
@@ -744,6 +798,12 @@ pub mod layout {
     /// `CareLossDenoms`.
     pub fn denoms() -> Vec<u32> {
         layout!(LossDenomsRaw: n_tok, n_seq, horizon, pad0)
+    }
+
+    /// `CareCovWork`.
+    pub fn cov_work() -> Vec<u32> {
+        layout!(CovWorkRaw: part_a, part_l, part_n, hist, cut_key, tie_end, selected, counted, k,
+            candidates, pad0)
     }
 }
 

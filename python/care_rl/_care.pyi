@@ -157,6 +157,7 @@ def policy_loss(
     stream: int = 0, workspace: Optional[Array] = None, grad_in_input_dtype: bool = False,
     logp_rollout: Optional[Array] = None, rollout_stats: Optional[Array] = None,
 ) -> Optional[float]: ...
+def policy_loss_workspace_bytes(options: str, n_tokens: int) -> int: ...
 def discounted_returns(
     token_rewards: Array, seq_offsets: Array, returns: Array, gamma: float = 1.0,
     mask: Optional[Array] = None, stream: int = 0, workspace: Optional[Array] = None,

@@ -119,8 +119,16 @@ def _stream(t: Tensor) -> int:
     return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
 
 
-def _workspace(t: Tensor) -> Optional[Tensor]:
-    return torch.empty(_WS_WORDS, dtype=torch.int32, device=t.device) if t.is_cuda else None
+def _workspace(t: Tensor, words: int = _WS_WORDS) -> Optional[Tensor]:
+    return torch.empty(words, dtype=torch.int32, device=t.device) if t.is_cuda else None
+
+
+def _loss_workspace(logp: Tensor, opts: str) -> Optional[Tensor]:
+    # Clip-Cov and KL-Cov select tokens on the device: 8 bytes a token of workspace more.
+    if not logp.is_cuda:
+        return None
+    need = _care.policy_loss_workspace_bytes(opts, logp.numel())
+    return _workspace(logp, -(-need // 4))
 
 
 class _On:
@@ -236,7 +244,7 @@ def _policy_loss_op(
         loss = _care.policy_loss(
             _dl(logp), _dl(advantages), _dl(seq_offsets), _dl(grad), _dl(stats), opts,
             adv_per_token, _dl(logp_old), _dl(logp_ref), _dl(mask), max_seq_len,
-            _stream(logp), _dl(_workspace(logp)), logp_rollout=_dl(logp_rollout),
+            _stream(logp), _dl(_loss_workspace(logp, opts)), logp_rollout=_dl(logp_rollout),
             rollout_stats=_dl(rstats),
         )  # fmt: skip
     if loss is None:  # CUDA: the loss is the first device statistic (no host read)

@@ -381,6 +381,8 @@ pub fn policy_loss(a: LossArgs<'_, '_>) -> PyResult<()> {
         grad_in_input_dtype: a.grad_in_input_dtype && grad != 0,
         stats,
         workspace: workspace_ptr(a.workspace, dev)?,
+        // Clip-Cov and KL-Cov need more (policy_loss_workspace_bytes): the plan checks.
+        workspace_len: a.workspace.numel() * 4,
     };
     let roll = plan::RolloutBuffers {
         logp_rollout: rollout,

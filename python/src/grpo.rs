@@ -440,6 +440,20 @@ fn host_loss<T: LogProb + Elem>(
         .or_raise("policy_loss")
 }
 
+/// Bytes of device workspace `policy_loss` needs for `n_tokens` tokens under `options` (a
+/// spec string): `WORKSPACE_BYTES`, or for Clip-Cov and KL-Cov that plus the covariance
+/// selection's (a fixed part and 8 bytes per token).
+#[pyfunction]
+pub fn policy_loss_workspace_bytes(options: &str, n_tokens: usize) -> PyResult<usize> {
+    let opts: LossOptions = from_spec(options)?;
+    let n = u32::try_from(n_tokens).map_err(|_| {
+        crate::error::invalid(format!(
+            "n_tokens is {n_tokens}; the kernels index tokens with 32 bits"
+        ))
+    })?;
+    Ok(care_kernels::loss_workspace_bytes(&opts, n))
+}
+
 /// `_care.policy_loss(logp, advantages, seq_offsets, grad, stats, options, adv_per_token,
 /// logp_old=None, logp_ref=None, mask=None, max_seq_len=0, stream=0, workspace=None,
 /// grad_in_input_dtype=False, logp_rollout=None, rollout_stats=None) -> float | None`.
@@ -456,7 +470,8 @@ fn host_loss<T: LogProb + Elem>(
 /// `LOSS_STATS_LAYOUT` order; returns the loss. CUDA: float32/bfloat16/float16, `grad` float32
 /// (or the logp dtype with `grad_in_input_dtype`; `None` for loss and stats only), `stats`
 /// float32 `[14]` holding the raw device statistics (reset here, accumulated by the kernel;
-/// `LOSS_STATS_DEVICE_FIELDS` says where each field is), `workspace` int32 `[16]`; returns
+/// `LOSS_STATS_DEVICE_FIELDS` says where each field is), `workspace` int32 of
+/// `policy_loss_workspace_bytes` (16 words but for Clip-Cov and KL-Cov); returns
 /// `None` (the loss stays on the device: `stats[0]`).
 #[pyfunction]
 #[pyo3(signature = (logp, advantages, seq_offsets, grad, stats, options, adv_per_token, logp_old=None, logp_ref=None, mask=None, max_seq_len=0, stream=0, workspace=None, grad_in_input_dtype=false, logp_rollout=None, rollout_stats=None))]

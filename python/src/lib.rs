@@ -87,6 +87,7 @@ fn _care(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(grpo::group_partial_squares, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::group_advantages_finalize, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::policy_loss, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::policy_loss_workspace_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::rollout_correction, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::discounted_returns, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::gae, m)?)?;

@@ -489,6 +489,35 @@ def test_compile_fullgraph_with_rollout():
     torch.testing.assert_close(lp2.grad, lp1.grad, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("preset", ["verl_clip_cov", "verl_kl_cov"])
+def test_cuda_covariance_losses_match_cpu(preset):
+    """Clip-Cov and KL-Cov on the device (the covariance selection's pre-passes, then the
+    fused loss) against the CPU reference: 5% of the counted tokens selected, and the op
+    sizes its own workspace for the selection."""
+    need_gpu()
+    logp, old, ref, mask, adv = _loss_inputs()
+    kw = dict(cov_ratio=0.05, clip_cov_lb=-100.0, clip_cov_ub=100.0)
+    lc = logp.clone().requires_grad_()
+    cpu = ct.policy_loss(lc, old, adv, mask=mask, preset=preset, **kw)
+    cpu.backward()
+    lg = logp.cuda().requires_grad_()
+    gpu = ct.policy_loss(lg, old.cuda(), adv.cuda(), mask=mask.cuda(), preset=preset, **kw)
+    gpu.backward()
+    plain = ct.policy_loss(logp.clone().requires_grad_(), old, adv, mask=mask, preset="verl")
+    assert cpu.item() != plain.item()  # the selection did something
+    assert gpu.item() == pytest.approx(cpu.item(), rel=1e-5)
+    torch.testing.assert_close(lg.grad.cpu(), lc.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_loss_workspace_grows_for_the_covariance_losses():
+    base = _care.policy_loss_workspace_bytes(care_rl.loss_options(preset="verl"), 1000)
+    assert base == _care.WORKSPACE_BYTES
+    cov = care_rl.loss_options(preset="verl_kl_cov")
+    assert _care.policy_loss_workspace_bytes(cov, 1000) - _care.policy_loss_workspace_bytes(cov, 0) == 8000
+    with pytest.raises(CareError):
+        _care.policy_loss_workspace_bytes(cov, 2**32)
+
+
 def test_cuda_rollout_matches_cpu():
     """The device loss with logp_rollout (the correction inside the fused kernel) against the
     CPU reference, with truncation and a rejection on."""

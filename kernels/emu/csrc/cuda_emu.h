@@ -322,6 +322,11 @@ inline unsigned int __float_as_uint(float f) {
     memcpy(&u, &f, 4);
     return u;
 }
+inline long long __double_as_longlong(double d) {
+    long long u;
+    memcpy(&u, &d, 8);
+    return u;
+}
 
 // Rounded double arithmetic: the host build has contraction off (build.rs), so plain operators
 // round each operation as the device intrinsics do.

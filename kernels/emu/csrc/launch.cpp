@@ -23,6 +23,10 @@ EMU_ENTRY(group_alpha_f32, CareAdvParams)
 EMU_ENTRY(grpo_loss_f32, CareLossParams)
 EMU_ENTRY(grpo_loss_bf16, CareLossParams)
 EMU_ENTRY(grpo_loss_f16, CareLossParams)
+EMU_ENTRY(grpo_cov_means, CareLossParams)
+EMU_ENTRY(grpo_cov_keys, CareLossParams)
+EMU_ENTRY(grpo_cov_radix, CareLossParams)
+EMU_ENTRY(grpo_cov_cut, CareLossParams)
 
 int emu_launch_grpo_loss_denoms(emu_uint3 grid, emu_uint3 block, size_t shmem,
                                 const CareLossParams* p, CareLossDenoms* out, uint64_t seed) {
@@ -102,7 +106,11 @@ size_t emu_layout_loss(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossParams, is_threshold_low),
                     EMU_OFF(CareLossParams, roll_clamp), EMU_OFF(CareLossParams, rej_on),
                     EMU_OFF(CareLossParams, rej_lower), EMU_OFF(CareLossParams, rej_upper),
-                    EMU_OFF(CareLossParams, dtype), EMU_OFF(CareLossParams, pad2)};
+                    EMU_OFF(CareLossParams, dtype), EMU_OFF(CareLossParams, pad2),
+                    EMU_OFF(CareLossParams, cov_ratio), EMU_OFF(CareLossParams, clip_cov_lb),
+                    EMU_OFF(CareLossParams, clip_cov_ub), EMU_OFF(CareLossParams, kl_cov_coef),
+                    EMU_OFF(CareLossParams, cov_round), EMU_OFF(CareLossParams, cov_work),
+                    EMU_OFF(CareLossParams, cov_keys)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;
@@ -139,6 +147,19 @@ size_t emu_layout_denoms(uint32_t* out, size_t cap) {
     uint32_t v[] = {(uint32_t)sizeof(CareLossDenoms), (uint32_t)alignof(CareLossDenoms),
                     EMU_OFF(CareLossDenoms, n_tok), EMU_OFF(CareLossDenoms, n_seq),
                     EMU_OFF(CareLossDenoms, horizon), EMU_OFF(CareLossDenoms, pad0)};
+    size_t n = sizeof(v) / sizeof(v[0]);
+    for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
+    return n;
+}
+
+size_t emu_layout_cov_work(uint32_t* out, size_t cap) {
+    uint32_t v[] = {(uint32_t)sizeof(CareCovWork), (uint32_t)alignof(CareCovWork),
+                    EMU_OFF(CareCovWork, part_a), EMU_OFF(CareCovWork, part_l),
+                    EMU_OFF(CareCovWork, part_n), EMU_OFF(CareCovWork, hist),
+                    EMU_OFF(CareCovWork, cut_key), EMU_OFF(CareCovWork, tie_end),
+                    EMU_OFF(CareCovWork, selected), EMU_OFF(CareCovWork, counted),
+                    EMU_OFF(CareCovWork, k), EMU_OFF(CareCovWork, candidates),
+                    EMU_OFF(CareCovWork, pad0)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;

@@ -75,6 +75,29 @@ unsafe extern "C" {
         p: *const LossParams,
         seed: u64,
     ) -> i32;
+    fn emu_launch_grpo_cov_means(
+        g: Dim3,
+        b: Dim3,
+        sh: usize,
+        p: *const LossParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_grpo_cov_keys(
+        g: Dim3,
+        b: Dim3,
+        sh: usize,
+        p: *const LossParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_grpo_cov_radix(
+        g: Dim3,
+        b: Dim3,
+        sh: usize,
+        p: *const LossParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_grpo_cov_cut(g: Dim3, b: Dim3, sh: usize, p: *const LossParams, seed: u64)
+    -> i32;
     fn emu_launch_grpo_loss_denoms(
         g: Dim3,
         b: Dim3,
@@ -144,6 +167,7 @@ unsafe extern "C" {
     fn emu_layout_loss(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_denoms(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_cov_work(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_rollout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_lsm(out: *mut u32, cap: usize) -> usize;
 }
@@ -218,6 +242,18 @@ impl Launcher for Emulator {
             },
             (Kernel::GrpoLossF16, [p]) => unsafe {
                 emu_launch_grpo_loss_f16(grid, block, 0, p.cast(), s)
+            },
+            (Kernel::GrpoCovMeans, [p]) => unsafe {
+                emu_launch_grpo_cov_means(grid, block, 0, p.cast(), s)
+            },
+            (Kernel::GrpoCovKeys, [p]) => unsafe {
+                emu_launch_grpo_cov_keys(grid, block, 0, p.cast(), s)
+            },
+            (Kernel::GrpoCovRadix, [p]) => unsafe {
+                emu_launch_grpo_cov_radix(grid, block, 0, p.cast(), s)
+            },
+            (Kernel::GrpoCovCut, [p]) => unsafe {
+                emu_launch_grpo_cov_cut(grid, block, 0, p.cast(), s)
             },
             (Kernel::GrpoLossDenoms, [p, out]) => unsafe {
                 // `out` points at the `CareLossDenoms*` argument, i.e. at an address.
@@ -331,6 +367,10 @@ pub mod c_layout {
     /// `CareLossDenoms`.
     pub fn denoms() -> Vec<u32> {
         get(super::emu_layout_denoms)
+    }
+    /// `CareCovWork`.
+    pub fn cov_work() -> Vec<u32> {
+        get(super::emu_layout_cov_work)
     }
     /// `CareRolloutStats`.
     pub fn rollout_stats() -> Vec<u32> {

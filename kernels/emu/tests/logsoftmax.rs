@@ -1191,3 +1191,62 @@ fn gpu_safe_api_matches_reference() {
         ))
     ));
 }
+
+/// Clip-Cov and KL-Cov need a workspace that grows with the tokens; the fused path's is fixed,
+/// so it refuses them before any launch.
+#[test]
+fn fused_path_refuses_the_covariance_losses() {
+    for policy_loss in [
+        care_core::grpo::PolicyLoss::ClipCov,
+        care_core::grpo::PolicyLoss::KlCov,
+    ] {
+        let loss = LossOptions {
+            policy_loss,
+            ..LossOptions::default()
+        };
+        let rows = LogitsBuffers {
+            dtype: Dtype::F32,
+            logits: 0,
+            rows: 4,
+            vocab: 8,
+            stride: 8,
+            targets: 0,
+            targets_i64: false,
+            mask: 0,
+        };
+        let buf = LogitsLossBuffers {
+            logp: 0,
+            lse: 0,
+            dlogp: 0,
+            logp_old: 0,
+            logp_ref: 0,
+            adv: 0,
+            adv_per_token: false,
+            seq_offsets: 0,
+            n_seq: 1,
+            max_seq_len: 0,
+            stats: 0,
+            workspace: 16,
+        };
+        // SAFETY: refused before any launch or access.
+        let r = unsafe {
+            logits_loss_forward(
+                &emu(1),
+                &rows,
+                &buf,
+                &LogSoftmaxOptions::default(),
+                &loss,
+                Tuning::default(),
+            )
+        };
+        assert!(
+            matches!(
+                r,
+                Err(care_kernels::KernelError::Core(
+                    care_core::Error::InvalidArgument
+                ))
+            ),
+            "{policy_loss:?}"
+        );
+    }
+}

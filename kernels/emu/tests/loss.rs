@@ -138,6 +138,7 @@ fn run_kernel_on<T: Lp, D: Device>(
         grad_in_input_dtype: grad_in_dtype,
         stats,
         workspace: dev.upload(&[0x55u8; WORKSPACE_BYTES]),
+        workspace_len: WORKSPACE_BYTES,
     };
     // SAFETY: every address was uploaded with the documented size and dtype.
     unsafe { care_kernels::grpo_loss(&dev.launcher(seed), &buf, &c.opts, tuning) }.unwrap();

@@ -13,17 +13,26 @@
 //! changes every denominator; (2) tokens that are masked or dropped get a gradient of exactly 0;
 //! (3) `logp_rollout == logp_old` with every criterion on a loose bound gives the gradient of
 //! the uncorrected loss bit for bit; (4) schedule independence and micro-batches with global
-//! denominators adding up, with the correction on; (5) Clip-Cov and KL-Cov are refused.
+//! denominators adding up, with the correction on; (5) Clip-Cov and KL-Cov: the covariance
+//! selection takes the same tokens as the reference (the count, and through the gradient
+//! every token's verdict), ties to the earlier token, at every dtype, with the correction on;
+//! a case whose k-th and (k+1)-th candidate covariances differ by less than 1e-9 (relative),
+//! or whose candidates sit within 1e-4 of a clip bound or the covariance window, is discarded,
+//! since the device's means (a tree sum) may differ from the reference's in the last bits.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_core::Error;
 use care_core::grpo::{
     Advantages, Aggregation, IsLevel, KlEstimator, LogProb, LossInputs, LossOptions, LossStats,
-    PolicyLoss, RatioLevel, Rejection, RejectionMode, RolloutStats, SequenceCount, SequenceRollout,
-    kl_term, policy_loss, rollout_log_ratio,
+    PolicyLoss, RatioLevel, Rejection, RejectionMode, RolloutInputs, RolloutStats, SequenceCount,
+    SequenceRollout, cov_select_count, covariance, kl_term, policy_loss, rollout_correction,
+    rollout_log_ratio,
 };
-use care_kernels::params::{LossStatsRaw, RolloutStatsRaw};
-use care_kernels::plan::{KernelError, LossBuffers, RolloutBuffers};
+use care_kernels::params::{CovWorkRaw, LossStatsRaw, RolloutStatsRaw};
+use care_kernels::plan::{
+    KernelError, LossBuffers, RolloutBuffers, cov_work_address, loss_workspace_bytes,
+    selects_by_covariance,
+};
 use care_kernels::tolerance::{Quantity, tolerance};
 use care_kernels::{Dtype, Tuning, WORKSPACE_BYTES};
 mod common;
@@ -87,6 +96,8 @@ struct Out {
     grad: Vec<f32>,
     stats: LossStats,
     rollout: RolloutStats,
+    /// Clip-Cov / KL-Cov: the tokens the covariance selection took.
+    cov_selected: f64,
 }
 
 fn run_reference<T: Lp>(c: &Case) -> Out {
@@ -114,6 +125,7 @@ fn run_reference<T: Lp>(c: &Case) -> Out {
         grad,
         stats: out.stats,
         rollout: out.rollout,
+        cov_selected: out.cov_selected,
     }
 }
 
@@ -142,6 +154,7 @@ fn launch_on<T: Lp, D: Device>(
     };
     let (logp_old, logp_ref, logp_rollout) =
         (opt(&c.logp_old), opt(&c.logp_ref), opt(&c.logp_rollout));
+    let ws_len = loss_workspace_bytes(&c.opts, n_tok as u32);
     let buf = LossBuffers {
         dtype: T::DTYPE,
         logp: dev.upload(&logp),
@@ -160,7 +173,9 @@ fn launch_on<T: Lp, D: Device>(
         grad,
         grad_in_input_dtype: grad_in_dtype,
         stats,
-        workspace: dev.upload(&[0x55u8; WORKSPACE_BYTES]),
+        // Poisoned too: the plan zeroes what the kernels accumulate into.
+        workspace: dev.upload(&vec![0x55u8; ws_len]),
+        workspace_len: ws_len,
     };
     let roll = RolloutBuffers {
         logp_rollout,
@@ -176,11 +191,89 @@ fn launch_on<T: Lp, D: Device>(
     } else {
         dev.download::<f32>(grad, n_tok)
     };
+    let cov_selected = if selects_by_covariance(&c.opts) {
+        f64::from(dev.download::<CovWorkRaw>(cov_work_address(buf.workspace), 1)[0].selected)
+    } else {
+        0.0
+    };
     Ok(Out {
         grad: g,
         stats: dev.download::<LossStatsRaw>(stats, 1)[0].to_core(),
         rollout: dev.download::<RolloutStatsRaw>(rstats, 1)[0].to_core(),
+        cov_selected,
     })
+}
+
+/// Clip-Cov / KL-Cov: whether the reference's selection is too close to call for a device
+/// whose means may differ in the last bits (see the module doc), from the reference's own
+/// quantities in f64: the tokens in the loss after the rollout correction, the means, the
+/// candidates and the k-th largest.
+fn cov_ambiguous<T: Lp>(c: &Case) -> bool {
+    let opts = &c.opts;
+    if !opts.policy_loss.selects_by_covariance() {
+        return false;
+    }
+    let o = offsets(&c.lens);
+    let n = c.logp.len();
+    let lp = wide::<T>(&c.logp);
+    let old = c.logp_old.as_deref().map(wide::<T>);
+    let mut in_loss: Vec<bool> = (0..n).map(|t| counted(c, t)).collect();
+    if let Some(lr) = c.logp_rollout.as_deref().filter(|_| opts.rollout.active()) {
+        let prox = conv::<T>(c.logp_old.as_deref().unwrap_or(&c.logp));
+        let lr = conv::<T>(lr);
+        let (mut w, mut keep) = (vec![0f32; n], vec![0u8; n]);
+        let inputs = RolloutInputs {
+            logp_old: &prox,
+            logp_rollout: &lr,
+            seq_offsets: &o,
+            mask: c.mask.as_deref(),
+        };
+        rollout_correction(&inputs, &opts.rollout, &mut w, &mut keep).unwrap();
+        in_loss = keep.iter().map(|&k| k != 0).collect();
+    }
+    let adv = |i: usize, t: usize| f64::from(if c.adv_per_token { c.adv[t] } else { c.adv[i] });
+    let toks: Vec<(usize, usize)> = o
+        .windows(2)
+        .enumerate()
+        .flat_map(|(i, w)| (w[0] as usize..w[1] as usize).map(move |t| (i, t)))
+        .filter(|&(_, t)| in_loss[t])
+        .collect();
+    if toks.is_empty() {
+        return false;
+    }
+    let (sa, sl) = toks
+        .iter()
+        .fold((0.0, 0.0), |(sa, sl), &(i, t)| (sa + adv(i, t), sl + lp[t]));
+    let (ma, ml) = (sa / toks.len() as f64, sl / toks.len() as f64);
+    let (lo, hi) = (1.0 - opts.eps_low, 1.0 + opts.eps_high);
+    let mut cands = Vec::new();
+    for &(i, t) in &toks {
+        let (a, cov) = (adv(i, t), covariance(adv(i, t), lp[t], ma, ml));
+        if opts.policy_loss == PolicyLoss::ClipCov {
+            let raw = old.as_ref().map_or(0.0, |o| lp[t] - o[t]);
+            let rho = raw.clamp(-opts.log_ratio_clamp, opts.log_ratio_clamp).exp();
+            if close(rho, lo)
+                || close(rho, hi)
+                || close(cov, opts.clip_cov_lb)
+                || close(cov, opts.clip_cov_ub)
+            {
+                return true;
+            }
+            let clipped = -a * rho.clamp(lo, hi) > -a * rho;
+            if clipped || !(cov > opts.clip_cov_lb && cov < opts.clip_cov_ub) {
+                continue;
+            }
+        }
+        if !cov.is_nan() {
+            cands.push(cov);
+        }
+    }
+    cands.sort_by(|x, y| y.total_cmp(x));
+    let k = cov_select_count(opts.cov_ratio, toks.len() as f64);
+    match (cands.get(k.wrapping_sub(1)), cands.get(k)) {
+        (Some(&x), Some(&y)) => x != y && (x - y).abs() <= 1e-9 * (1.0 + x.abs()),
+        _ => false,
+    }
 }
 
 fn run_kernel<T: Lp>(c: &Case, tuning: Tuning, seed: u64, grad_in_dtype: bool) -> Out {
@@ -347,7 +440,7 @@ fn check_on<T: Lp, D: Device>(
     grad_in_dtype: bool,
 ) -> bool {
     let an = analyse::<T>(c);
-    if an.verdict_near {
+    if an.verdict_near || cov_ambiguous::<T>(c) {
         return false;
     }
     let want = run_reference::<T>(c);
@@ -394,6 +487,12 @@ fn check_on<T: Lp, D: Device>(
             ctx()
         );
     }
+    assert_eq!(
+        got.cov_selected,
+        want.cov_selected,
+        "cov_selected: {}",
+        ctx()
+    );
     let (s, r) = (&got.stats, &want.stats);
     assert_eq!(s.tokens, r.tokens, "tokens: {}", ctx());
     assert_eq!(s.sequences, r.sequences, "sequences: {}", ctx());
@@ -512,7 +611,7 @@ fn check_all_dtypes_on<D: Device>(
     a && b && d
 }
 
-const POLICIES: [(PolicyLoss, RatioLevel); 7] = [
+const POLICIES: [(PolicyLoss, RatioLevel); 9] = [
     (PolicyLoss::Clip, RatioLevel::Token),
     (PolicyLoss::Clip, RatioLevel::Sequence),
     (PolicyLoss::Clip, RatioLevel::SequenceToken),
@@ -520,6 +619,8 @@ const POLICIES: [(PolicyLoss, RatioLevel); 7] = [
     (PolicyLoss::Sapo, RatioLevel::Token),
     (PolicyLoss::Gpg, RatioLevel::Token),
     (PolicyLoss::Gmpo, RatioLevel::Token),
+    (PolicyLoss::ClipCov, RatioLevel::Token),
+    (PolicyLoss::KlCov, RatioLevel::Token),
 ];
 
 fn rejection_strategy() -> impl Strategy<Value = Vec<(Rejection, f64, f64)>> {
@@ -572,6 +673,11 @@ fn opts_strategy() -> impl Strategy<Value = LossOptions> {
             prop_oneof![Just(RejectionMode::Drop), Just(RejectionMode::ZeroWeight)],
             any::<bool>(),
         ),
+        (
+            prop_oneof![Just(2e-4), Just(0.05), Just(0.3), Just(2.0)],
+            prop_oneof![Just((1.0, 5.0)), Just((-0.5, 2.0)), Just((-100.0, 100.0))],
+            prop_oneof![Just(1.0), Just(0.5)],
+        ),
     )
         .prop_map(
             |(
@@ -586,6 +692,7 @@ fn opts_strategy() -> impl Strategy<Value = LossOptions> {
                     (gt, gs, h),
                 ),
                 (is_level, (thr, thr_low), rej, mode, no_clamps),
+                (cov_ratio, (clip_cov_lb, clip_cov_ub), kl_cov_coef),
             )| {
                 let mut o = LossOptions {
                     eps_low: el,
@@ -602,6 +709,10 @@ fn opts_strategy() -> impl Strategy<Value = LossOptions> {
                     kl_estimator: KlEstimator::K3,
                     sapo_tau_pos: taus.0,
                     sapo_tau_neg: taus.1,
+                    cov_ratio,
+                    clip_cov_lb,
+                    clip_cov_ub,
+                    kl_cov_coef,
                     ..LossOptions::default()
                 };
                 o.rollout.is_level = is_level;
@@ -797,9 +908,11 @@ proptest! {
 
     /// With the whole batch's denominators (from the reference, after rejection) passed as
     /// global ones, the micro-batches' gradients are the whole batch's bit for bit and their
-    /// counts add up.
+    /// counts add up. (Not for Clip-Cov and KL-Cov: their selection is a top-k over each call's
+    /// own tokens, on the device as on the CPU.)
     #[test]
     fn pt_micro_batches_add_up(c in case_strategy(), cut in any::<prop::sample::Index>(), tuning in tuning_strategy()) {
+        prop_assume!(!c.opts.policy_loss.selects_by_covariance());
         let whole_ref = run_reference::<f32>(&c);
         let h = c.lens.iter().copied().max().unwrap_or(0);
         let n_seq = match c.opts.sequence_count {
@@ -1044,16 +1157,114 @@ fn cispo_gradient_flows_where_the_ratio_is_clipped() {
 }
 
 #[test]
-fn covariance_selection_is_refused_on_the_device() {
+fn covariance_selection_needs_its_workspace() {
     for p in [PolicyLoss::ClipCov, PolicyLoss::KlCov] {
-        let mut c = base_case(vec![3]);
+        let mut c = base_case(vec![3, 5]);
         c.opts.policy_loss = p;
-        let e = launch_on::<f32, _>(&mut EmuDevice::default(), &c, Tuning::default(), 1, false);
+        let need = loss_workspace_bytes(&c.opts, 8);
+        assert_eq!(
+            need,
+            WORKSPACE_BYTES + core::mem::size_of::<CovWorkRaw>().next_multiple_of(16) + 8 * 8
+        );
+        let mut dev = EmuDevice::default();
+        let buf = LossBuffers {
+            dtype: Dtype::F32,
+            logp: dev.upload(&c.logp),
+            logp_old: 0,
+            logp_ref: 0,
+            adv: dev.upload(&c.adv),
+            adv_per_token: false,
+            mask: 0,
+            seq_offsets: dev.upload(&offsets(&c.lens)),
+            n_seq: 2,
+            n_tok: 8,
+            max_seq_len: 0,
+            grad: 0,
+            grad_in_input_dtype: false,
+            stats: 0,
+            workspace: dev.upload(&vec![0u8; need]),
+            workspace_len: need - 1,
+        };
+        // SAFETY: refused before any launch.
+        let e = unsafe {
+            care_kernels::grpo_loss_with(
+                &dev.launcher(1),
+                &buf,
+                &RolloutBuffers::default(),
+                &c.opts,
+                Tuning::default(),
+            )
+        };
         assert!(
             matches!(e, Err(KernelError::Core(Error::InvalidArgument))),
             "{p:?}"
         );
-        assert!(!care_kernels::loss_supported(&c.opts));
+        c.opts.policy_loss = PolicyLoss::Clip;
+        assert_eq!(loss_workspace_bytes(&c.opts, 8), WORKSPACE_BYTES);
+    }
+}
+
+/// Two sequences whose tokens tie in covariance within each sequence: 3000 tokens at
+/// cov 0.64 and 2000 at cov 1.44. With `cov_ratio` 0.3, k = 1500 of the 2000 ties at the top
+/// are taken, the earlier ones: the cut's tie scan crosses two 1024-token tiles.
+#[test]
+fn covariance_ties_go_to_the_earlier_tokens_across_tiles() {
+    let (na, nb) = (3000usize, 2000usize);
+    let n = na + nb;
+    let logp: Vec<f32> = (0..n).map(|t| if t < na { -1.0 } else { -3.0 }).collect();
+    let mut c = Case {
+        lens: vec![na as u32, nb as u32],
+        logp_old: Some(logp.iter().map(|l| l - 0.125).collect()),
+        logp,
+        logp_ref: None,
+        logp_rollout: None,
+        adv: vec![1.0, -1.0],
+        adv_per_token: false,
+        mask: None,
+        opts: LossOptions {
+            policy_loss: PolicyLoss::KlCov,
+            cov_ratio: 0.3,
+            kl_cov_coef: 0.5,
+            ..LossOptions::default()
+        },
+    };
+    let want = run_reference::<f32>(&c);
+    assert_eq!(want.cov_selected, 1500.0);
+    assert!(check_all_dtypes(&c, Tuning::default(), 3, false));
+    let got = run_kernel::<f32>(&c, Tuning::default(), 5, false);
+    assert_eq!(got.cov_selected, 1500.0);
+    // Selected: the first 1500 tokens of the second sequence, whose gradient carries the
+    // extra coef * sign(delta) / N.
+    let plain = f64::from(got.grad[na + nb - 1]);
+    for t in na..n {
+        let extra = f64::from(got.grad[t]) - plain;
+        let want_extra = if t < na + 1500 { 0.5 / n as f64 } else { 0.0 };
+        assert!((extra - want_extra).abs() < 1e-7, "token {t}: {extra}");
+    }
+    // Clip-Cov with every candidate in the window and k above the candidates: all are taken.
+    c.opts.policy_loss = PolicyLoss::ClipCov;
+    c.opts.cov_ratio = 2.0;
+    c.opts.clip_cov_lb = 1.0;
+    c.opts.clip_cov_ub = 5.0;
+    let want = run_reference::<f32>(&c);
+    assert_eq!(want.cov_selected, nb as f64);
+    assert!(check_all_dtypes(&c, Tuning::default(), 7, false));
+    let got = run_kernel::<f32>(&c, Tuning::default(), 9, false);
+    assert!(got.grad[na..].iter().all(|&g| g == 0.0));
+    assert!(got.grad[..na].iter().all(|&g| g != 0.0));
+}
+
+/// Nothing counts (every token masked): nothing is selected and every gradient is 0.
+#[test]
+fn covariance_selection_of_an_empty_call_selects_nothing() {
+    for p in [PolicyLoss::ClipCov, PolicyLoss::KlCov] {
+        let mut c = base_case(vec![4, 0, 3]);
+        c.opts.policy_loss = p;
+        c.mask = Some(vec![0; 7]);
+        let got = run_kernel::<f32>(&c, Tuning::default(), 2, false);
+        assert_eq!(got.cov_selected, 0.0);
+        assert!(got.grad.iter().all(|&g| g.to_bits() == 0));
+        assert!(check_all_dtypes(&c, Tuning::default(), 4, false));
     }
 }
 

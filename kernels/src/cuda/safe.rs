@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use care_core::Dtype;
 use care_core::Error;
-use care_core::grpo::{AdvantageOptions, GroupStats, LossOptions, LossStats, RolloutStats};
+use care_core::grpo::{AdvantageOptions, GroupStats, LossOptions, LossOutput, LossStats};
 use care_core::logsoftmax::LogSoftmaxOptions;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 
 use super::{CudaError, CudaLauncher};
 use crate::geometry::Tuning;
-use crate::params::{LossStatsRaw, RolloutStatsRaw};
+use crate::params::{CovWorkRaw, LossStatsRaw, RolloutStatsRaw};
 use crate::plan::{
     self, AdvantageBuffers, DeviceGroups, KernelError, LogSoftmaxGrads, LogSoftmaxOutputs,
     LogitsBuffers, LossBuffers, RolloutBuffers, WORKSPACE_BYTES,
@@ -201,17 +201,17 @@ pub fn grpo_loss_on<T: KernelDtype>(
     opts: &LossOptions,
     grad: &mut CudaSlice<f32>,
 ) -> Result<LossStats, CudaError> {
-    grpo_loss_with_on(stream, inputs, opts, grad).map(|(s, _)| s)
+    grpo_loss_with_on(stream, inputs, opts, grad).map(|o| o.stats)
 }
 
-/// [`grpo_loss_on`] with the rollout diagnostics (zero without `logp_rollout`), as
-/// `care_core::grpo::policy_loss` returns them.
+/// [`grpo_loss_on`] with the rollout diagnostics (zero without `logp_rollout`) and the
+/// covariance selection's count, as `care_core::grpo::policy_loss` returns them.
 pub fn grpo_loss_with_on<T: KernelDtype>(
     stream: &Arc<CudaStream>,
     inputs: &DeviceLossInputs<'_, T>,
     opts: &LossOptions,
     grad: &mut CudaSlice<f32>,
-) -> Result<(LossStats, RolloutStats), CudaError> {
+) -> Result<LossOutput, CudaError> {
     let n_tok = inputs.logp.len();
     let n_seq = inputs.seq_offsets.len().saturating_sub(1);
     let len_ok = |l: Option<usize>| l.is_none_or(|l| l == n_tok);
@@ -228,8 +228,10 @@ pub fn grpo_loss_with_on<T: KernelDtype>(
     if inputs.seq_offsets.is_empty() {
         return Err(Error::InvalidLayout.into());
     }
+    let n_tok32 = u32::try_from(n_tok).map_err(|_| Error::InvalidArgument)?;
+    let ws_len = plan::loss_workspace_bytes(opts, n_tok32);
     let mut ws = stream
-        .alloc_zeros::<u8>(WORKSPACE_BYTES)
+        .alloc_zeros::<u8>(ws_len)
         .map_err(KernelError::Backend)?;
     let mut stats = stream
         .clone_htod(bytemuck::cast_slice::<LossStatsRaw, u32>(&[
@@ -246,12 +248,13 @@ pub fn grpo_loss_with_on<T: KernelDtype>(
         mask: inputs.mask.map_or(0, |s| ptr_of(s, stream)),
         seq_offsets: ptr_of(inputs.seq_offsets, stream),
         n_seq: u32::try_from(n_seq).map_err(|_| Error::InvalidArgument)?,
-        n_tok: u32::try_from(n_tok).map_err(|_| Error::InvalidArgument)?,
+        n_tok: n_tok32,
         max_seq_len: inputs.max_seq_len,
         grad: ptr_of_mut(grad, stream),
         grad_in_input_dtype: false,
         stats: ptr_of_mut(&mut stats, stream),
         workspace: ptr_of_mut(&mut ws, stream),
+        workspace_len: ws_len,
     };
     let mut rstats = stream
         .alloc_zeros::<u32>(size_of::<RolloutStatsRaw>() / 4)
@@ -269,7 +272,21 @@ pub fn grpo_loss_with_on<T: KernelDtype>(
     let s: LossStatsRaw = bytemuck::pod_read_unaligned(bytemuck::cast_slice::<u32, u8>(&raw));
     let raw = stream.clone_dtoh(&rstats).map_err(KernelError::Backend)?;
     let r: RolloutStatsRaw = bytemuck::pod_read_unaligned(bytemuck::cast_slice::<u32, u8>(&raw));
-    Ok((s.to_core(), r.to_core()))
+    let cov_selected = if plan::selects_by_covariance(opts) {
+        let ws = stream.clone_dtoh(&ws).map_err(KernelError::Backend)?;
+        let at = plan::cov_work_address(0) as usize;
+        let w: CovWorkRaw = bytemuck::pod_read_unaligned(&ws[at..at + size_of::<CovWorkRaw>()]);
+        f64::from(w.selected)
+    } else {
+        0.0
+    };
+    let stats = s.to_core();
+    Ok(LossOutput {
+        loss: stats.loss,
+        stats,
+        rollout: r.to_core(),
+        cov_selected,
+    })
 }
 
 // ---- log-softmax --------------------------------------------------------------------------------

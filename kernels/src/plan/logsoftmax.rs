@@ -8,7 +8,9 @@ use care_core::Error;
 use care_core::grpo::LossOptions;
 use care_core::logsoftmax::LogSoftmaxOptions;
 
-use super::{KernelError, Launcher, LossBuffers, grpo_loss, launch};
+use super::{
+    KernelError, Launcher, LossBuffers, WORKSPACE_BYTES, grpo_loss, launch, selects_by_covariance,
+};
 use crate::geometry::{Tuning, log_softmax_geometry};
 use crate::kernel::Kernel;
 use crate::params::{LogSoftmaxParams, STATUS_BAD_TARGET, STATUS_LSM_NON_FINITE};
@@ -223,7 +225,8 @@ pub struct LogitsLossBuffers {
 /// `lse`, then the policy loss (SPEC §10, the token mask is `rows.mask`) writes `dlogp` and
 /// accumulates the stats. Follow it with [`log_softmax_backward`] with `dlogp` and `lse` (in
 /// place over the logits if they are not needed any more) to get `dlogits`. `tuning` applies
-/// to both launches (each reads its own fields).
+/// to both launches (each reads its own fields). Clip-Cov and KL-Cov are refused
+/// ([`Error::InvalidArgument`]): their selection needs a workspace that grows with the tokens.
 ///
 /// # Safety
 /// As [`log_softmax_forward`] and [`grpo_loss`]; `rows.rows` fits `u32`.
@@ -236,6 +239,10 @@ pub unsafe fn logits_loss_forward<L: Launcher>(
     tuning: Tuning,
 ) -> Result<(), KernelError<L::Error>> {
     loss.validate()?;
+    if selects_by_covariance(loss) {
+        // The fixed workspace has no room for Clip-Cov's and KL-Cov's selection.
+        return Err(Error::InvalidArgument.into());
+    }
     let n_tok = u32::try_from(rows.rows).map_err(|_| Error::InvalidArgument)?;
     if buf.workspace == 0 || !buf.workspace.is_multiple_of(16) {
         return Err(Error::InvalidArgument.into());
@@ -265,6 +272,7 @@ pub unsafe fn logits_loss_forward<L: Launcher>(
         stats: buf.stats,
         // The loss's denominators go after the status word, 16-byte aligned.
         workspace: buf.workspace + 16,
+        workspace_len: WORKSPACE_BYTES - 16,
     };
     // SAFETY: forwarded caller contract; the loss uses at most WORKSPACE_BYTES - 16 bytes of
     // workspace (its 16-byte denominators struct).

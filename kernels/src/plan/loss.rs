@@ -5,10 +5,14 @@ use care_core::Dtype;
 use care_core::Error;
 use care_core::grpo::{Aggregation, LossOptions, PolicyLoss, RatioLevel, SequenceCount};
 
+use super::WORKSPACE_BYTES;
 use super::{KernelError, Launcher, launch};
-use crate::geometry::{MAX_GRID_X, Tuning, denoms_geometry, loss_geometry};
+use crate::geometry::{
+    MAX_GRID_X, Tuning, cov_cut_geometry, cov_geometry, cov_radix_geometry, denoms_geometry,
+    loss_geometry,
+};
 use crate::kernel::{Kernel, entry};
-use crate::params::{LossDenomsRaw, LossParams};
+use crate::params::{COV_ROUNDS, CovWorkRaw, LossDenomsRaw, LossParams};
 
 /// Device buffers of [`grpo_loss`]. Addresses are 0 where absent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,9 +46,11 @@ pub struct LossBuffers {
     pub grad_in_input_dtype: bool,
     /// A `LossStatsRaw` to accumulate into (initialize it to `LossStatsRaw::EMPTY`), or 0.
     pub stats: u64,
-    /// At least [`WORKSPACE_BYTES`](super::WORKSPACE_BYTES) of device memory, 16-byte
-    /// aligned (default denominators).
+    /// Device memory, 16-byte aligned: the default denominators, and for Clip-Cov and KL-Cov
+    /// the covariance selection; [`loss_workspace_bytes`] says how much.
     pub workspace: u64,
+    /// Bytes at `workspace`; at least [`loss_workspace_bytes`].
+    pub workspace_len: usize,
 }
 
 /// The rollout correction's device buffers of [`grpo_loss_with`].
@@ -74,21 +80,47 @@ pub unsafe fn grpo_loss<L: Launcher>(
     unsafe { grpo_loss_with(launcher, buf, &RolloutBuffers::default(), opts, tuning) }
 }
 
-/// Whether the kernels implement these options: everything but the covariance selection of
-/// Clip-Cov and KL-Cov (a batch-wide top-k over the call's tokens, which the CPU reference
-/// computes; on the device it would need a sort or a bisection over the whole batch before the
-/// loss pass).
-pub fn loss_supported(opts: &LossOptions) -> bool {
-    !opts.policy_loss.selects_by_covariance()
+/// Whether these options run the covariance selection of Clip-Cov and KL-Cov: its pre-passes
+/// (`grpo_cov_*`) and its workspace (both losses are token-level; the options check refuses
+/// them at the sequence levels).
+pub fn selects_by_covariance(opts: &LossOptions) -> bool {
+    opts.policy_loss.selects_by_covariance()
+}
+
+/// Offset of the [`CovWorkRaw`] in the workspace: after the denominators' bytes.
+const COV_WORK_OFFSET: usize = WORKSPACE_BYTES;
+/// Offset of the `u64[n_tok]` candidate keys: after the [`CovWorkRaw`], 16-byte aligned.
+const COV_KEYS_OFFSET: usize = COV_WORK_OFFSET + size_of::<CovWorkRaw>().next_multiple_of(16);
+
+/// Bytes of device workspace [`grpo_loss_with`] needs for `n_tok` tokens under `opts`:
+/// [`WORKSPACE_BYTES`], plus for Clip-Cov and KL-Cov a
+/// [`CovWorkRaw`] and 8 bytes per token for the candidate keys.
+pub fn loss_workspace_bytes(opts: &LossOptions, n_tok: u32) -> usize {
+    if selects_by_covariance(opts) {
+        loss_workspace_bytes_cov(n_tok)
+    } else {
+        WORKSPACE_BYTES
+    }
+}
+
+/// The [`CovWorkRaw`] of a workspace that [`grpo_loss_with`] used for Clip-Cov or KL-Cov (its
+/// `selected` is the CPU's `LossOutput::cov_selected`), as a device address.
+pub fn cov_work_address(workspace: u64) -> u64 {
+    workspace + COV_WORK_OFFSET as u64
 }
 
 /// [`grpo_loss`] with the rollout correction: with `roll.logp_rollout`, the importance weights
 /// and rejections of `opts.rollout` apply (when active) and the diagnostics accumulate into
 /// `roll.stats` (when not 0), as `care_core::grpo::policy_loss` with `logp_rollout`.
 ///
-/// Errors: [`Error::InvalidArgument`] for options the kernels do not implement
-/// ([`loss_supported`]), a missing required buffer or too many sequences;
-/// [`Error::InvalidLayout`] for tokens without sequences.
+/// With Clip-Cov or KL-Cov, the covariance selection runs first (SPEC §17, "On the device"):
+/// the means of `A` and `logp` over the counted tokens, each token's candidate key, a radix
+/// select of the `k`-th largest in 8 rounds and the cut with the CPU's tie rule (the earlier
+/// token), all in the workspace; the loss pass then reads each token's verdict.
+///
+/// Errors: [`Error::InvalidArgument`] for a missing required buffer, a workspace shorter than
+/// [`loss_workspace_bytes`] or too many sequences; [`Error::InvalidLayout`] for tokens without
+/// sequences.
 ///
 /// # Safety
 /// Every address in `buf` and `roll` is valid device memory of the launcher with the documented
@@ -102,21 +134,30 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
 ) -> Result<(), KernelError<L::Error>> {
     opts.validate()?;
     tuning.check()?;
-    if !loss_supported(opts) {
+    if buf.logp == 0 || buf.adv == 0 || buf.seq_offsets == 0 || buf.workspace == 0 {
         return Err(Error::InvalidArgument.into());
     }
-    if buf.logp == 0 || buf.adv == 0 || buf.seq_offsets == 0 || buf.workspace == 0 {
+    // Without the selection the loss uses the first 16 bytes (the denominators), which every
+    // caller's WORKSPACE_BYTES holds; with it, the length decides.
+    if selects_by_covariance(opts) && buf.workspace_len < loss_workspace_bytes(opts, buf.n_tok) {
         return Err(Error::InvalidArgument.into());
     }
     if buf.n_seq > MAX_GRID_X {
         return Err(Error::InvalidArgument.into()); // one block row per sequence
     }
     if buf.n_seq == 0 {
-        return if buf.n_tok == 0 {
-            Ok(())
-        } else {
-            Err(Error::InvalidLayout.into())
-        };
+        if buf.n_tok != 0 {
+            return Err(Error::InvalidLayout.into());
+        }
+        if selects_by_covariance(opts) {
+            // Nothing to select: the results say so (`selected` 0).
+            // SAFETY: the workspace holds loss_workspace_bytes (checked above).
+            unsafe {
+                launcher.memset_zero(cov_work_address(buf.workspace), size_of::<CovWorkRaw>())
+            }
+            .map_err(KernelError::Backend)?;
+        }
+        return Ok(());
     }
     let with_roll = roll.logp_rollout != 0;
     let mut p = LossParams {
@@ -164,6 +205,11 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
             )
         }?;
     }
+    if selects_by_covariance(opts) {
+        // SAFETY: the workspace holds loss_workspace_bytes (checked above); the kernels read
+        // the caller's buffers as the loss pass does.
+        unsafe { covariance_selection(launcher, &mut p, buf, tuning) }?;
+    }
     // Chunks re-read their whole sequence for the GSPO and GMPO means, the rollout correction's
     // sequence pass and the mask scan of seq_mean_token_mean.
     let rescans = opts.ratio_level != RatioLevel::Token
@@ -174,4 +220,40 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
     // SAFETY: buffers have the documented sizes and dtype (caller contract); grid.x = n_seq as
     // the kernel's sequence indexing assumes.
     unsafe { launch(launcher, Kernel::grpo_loss(buf.dtype), geometry, (p,)) }
+}
+
+/// The covariance selection's launches (see [`grpo_loss_with`]); sets `p.cov_work` and
+/// `p.cov_keys` for the loss pass.
+///
+/// # Safety
+/// `buf.workspace` holds [`loss_workspace_bytes`]; the other addresses as [`grpo_loss_with`].
+unsafe fn covariance_selection<L: Launcher>(
+    launcher: &L,
+    p: &mut LossParams,
+    buf: &LossBuffers,
+    tuning: Tuning,
+) -> Result<(), KernelError<L::Error>> {
+    p.cov_work = cov_work_address(buf.workspace);
+    p.cov_keys = buf.workspace + COV_KEYS_OFFSET as u64;
+    let bytes = loss_workspace_bytes_cov(buf.n_tok) - COV_WORK_OFFSET;
+    // Zero the histograms and the results, and the keys of tokens no sequence covers.
+    // SAFETY: the workspace holds COV_KEYS_OFFSET + 8 * n_tok bytes (caller contract).
+    unsafe { launcher.memset_zero(p.cov_work, bytes) }.map_err(KernelError::Backend)?;
+    let per_seq = cov_geometry(buf.n_seq, tuning);
+    // SAFETY (all four launches): `p` points into the workspace and the caller's buffers with
+    // the sizes the kernels read; `per_seq.grid.x <= COV_PARTS` slots.
+    unsafe { launch(launcher, entry::GRPO_COV_MEANS, per_seq, (*p,)) }?;
+    unsafe { launch(launcher, entry::GRPO_COV_KEYS, per_seq, (*p,)) }?;
+    let per_tok = cov_radix_geometry(buf.n_tok, tuning);
+    for round in 0..COV_ROUNDS {
+        p.cov_round = round;
+        // SAFETY: as above.
+        unsafe { launch(launcher, entry::GRPO_COV_RADIX, per_tok, (*p,)) }?;
+    }
+    // SAFETY: as above.
+    unsafe { launch(launcher, entry::GRPO_COV_CUT, cov_cut_geometry(), (*p,)) }
+}
+
+fn loss_workspace_bytes_cov(n_tok: u32) -> usize {
+    COV_KEYS_OFFSET + 8 * n_tok as usize
 }

@@ -26,7 +26,10 @@ pub use logsoftmax::{
     LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, log_softmax_backward,
     log_softmax_forward, log_softmax_status, logits_loss_forward,
 };
-pub use loss::{LossBuffers, RolloutBuffers, grpo_loss, grpo_loss_with, loss_supported};
+pub use loss::{
+    LossBuffers, RolloutBuffers, cov_work_address, grpo_loss, grpo_loss_with, loss_workspace_bytes,
+    selects_by_covariance,
+};
 pub use returns::{
     TokenBuffers, WhitenBuffers, discounted_returns, gae, tokens_status, whiten, whiten_result,
 };
