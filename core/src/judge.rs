@@ -340,7 +340,9 @@ fn find_scores(body: &str) -> Option<PlainCursor<'_>> {
 /// * A complete object without one is skipped whole: objects nested in it are not candidates.
 /// * A candidate that breaks (invalid JSON, cut off by the end of the text, or nested deeper
 ///   than the limit) leaves the complete objects it held as candidates, in text order, with
-///   the same rules; after them, reading goes on at the byte where it broke.
+///   the same rules; after them, reading goes on at the byte where it broke, or, when it broke
+///   inside a string that fails to scan, just after that string's opening quote (the braces of
+///   a string that is not one are text).
 ///
 /// This is the classic "try each `{` in turn, skip past complete objects" search, except that
 /// braces inside the strings of a broken candidate are not tried again. That exception is
@@ -483,12 +485,15 @@ fn first_object_with_scores(text: &str, from: usize) -> Option<usize> {
     }
 }
 
-/// Where reading resumes after a string at `start` failed to scan with an error at `offset`:
-/// at the offending byte, or at the end for an unterminated string (the scanner reports those
-/// at the opening quote; no byte after it can start a judge object, as a judge object needs a
-/// quote that would have ended the string).
+/// Where reading resumes after a string at `start` failed to scan with an error at `offset`
+/// (a control character or a bad escape): just after its opening quote, since a string that
+/// fails is not a string of the candidate and its braces are text that may start candidates
+/// (the scan to the error saw no quote, so these bytes are read at most twice); or at the end
+/// for an unterminated string (the scanner reports those at the opening quote; no byte after
+/// it can start a judge object, as a judge object needs a quote that would have ended the
+/// string).
 fn string_break(b: &[u8], start: usize, offset: usize) -> usize {
-    if offset == start { b.len() } else { offset }
+    if offset == start { b.len() } else { start + 1 }
 }
 
 /// What the candidate scanner expects next (the states of `json::scan_value`).
@@ -833,6 +838,22 @@ mod tests {
         "{\"criterion_scores\":1}",
         "{\"criterion_scores\":[",
     ];
+
+    /// Regression (found by `one_pass_search_equals_the_definition`): a candidate that breaks
+    /// inside a string that fails to scan (here a raw newline) must leave that string's braces
+    /// as candidates. Reading on from the newline skipped the `{` at 3, whose candidate holds
+    /// the key string `"{"` that excludes the `{` at 6, so the search took the candidate at 6,
+    /// whose key string then excluded the judge object at 8.
+    #[test]
+    fn braces_of_a_string_that_fails_to_scan_start_candidates() {
+        let text = "\"{\"{\n\"{\"{\"criterion_scores\":[]}";
+        assert_eq!(reference(text, 0), Some(8));
+        assert_eq!(first_object_with_scores(text, 0), Some(8));
+        // A bad escape breaks the string the same way.
+        let text = "{\"a\\q{\"criterion_scores\":[]}";
+        assert_eq!(first_object_with_scores(text, 0), reference(text, 0));
+        assert_eq!(first_object_with_scores(text, 0), Some(5));
+    }
 
     #[test]
     fn deep_nesting_drops_only_the_too_deep_candidates() {
