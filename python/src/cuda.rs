@@ -381,9 +381,18 @@ pub fn policy_loss(a: LossArgs<'_, '_>) -> PyResult<()> {
         grad_in_input_dtype: a.grad_in_input_dtype && grad != 0,
         stats,
         workspace: workspace_ptr(a.workspace, dev)?,
-        // Clip-Cov and KL-Cov need more (policy_loss_workspace_bytes): the plan checks.
         workspace_len: a.workspace.numel() * 4,
     };
+    // Clip-Cov and KL-Cov select tokens in the workspace: said here, with the size, rather
+    // than as the plan's bare invalid_argument.
+    let need = plan::loss_workspace_bytes(a.opts, buf.n_tok);
+    if buf.workspace_len < need {
+        return Err(invalid(format!(
+            "workspace: {} needs {need} bytes for {n_tok} tokens (policy_loss_workspace_bytes), \
+             got {}",
+            a.opts.policy_loss, buf.workspace_len
+        )));
+    }
     let roll = plan::RolloutBuffers {
         logp_rollout: rollout,
         stats: match a.rollout_stats {

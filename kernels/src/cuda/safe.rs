@@ -274,6 +274,7 @@ pub fn grpo_loss_with_on<T: KernelDtype>(
     let r: RolloutStatsRaw = bytemuck::pod_read_unaligned(bytemuck::cast_slice::<u32, u8>(&raw));
     let cov_selected = if plan::selects_by_covariance(opts) {
         let ws = stream.clone_dtoh(&ws).map_err(KernelError::Backend)?;
+        // The struct's offset in the workspace: its address for a workspace at address 0.
         let at = plan::cov_work_address(0) as usize;
         let w: CovWorkRaw = bytemuck::pod_read_unaligned(&ws[at..at + size_of::<CovWorkRaw>()]);
         f64::from(w.selected)

@@ -113,7 +113,7 @@ pub fn cov_work_address(workspace: u64) -> u64 {
 /// and rejections of `opts.rollout` apply (when active) and the diagnostics accumulate into
 /// `roll.stats` (when not 0), as `care_core::grpo::policy_loss` with `logp_rollout`.
 ///
-/// With Clip-Cov or KL-Cov, the covariance selection runs first (SPEC §17, "On the device"):
+/// With Clip-Cov or KL-Cov, the covariance selection runs first (SPEC §17):
 /// the means of `A` and `logp` over the counted tokens, each token's candidate key, a radix
 /// select of the `k`-th largest in 8 rounds and the cut with the CPU's tie rule (the earlier
 /// token), all in the workspace; the loss pass then reads each token's verdict.
