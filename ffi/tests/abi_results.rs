@@ -1713,26 +1713,7 @@ fn rollout_correction_and_the_family_match_the_core() {
         )
         .unwrap();
         assert!(want.rejected_tokens > 0.0, "the inputs reject something");
-        let c = care_loss_inputs {
-            struct_size: size_of::<care_loss_inputs>() as u32,
-            dtype: CARE_DTYPE_F32 as u32,
-            logp: logp.as_ptr().cast(),
-            logp_len: t,
-            logp_old: old.as_ptr().cast(),
-            logp_old_len: t,
-            logp_ref: null(),
-            logp_ref_len: 0,
-            seq_offsets: seq.as_ptr(),
-            seq_offsets_len: seq.len(),
-            mask: mask.as_ptr(),
-            mask_len: t,
-            advantages: adv.as_ptr(),
-            advantages_len: adv.len(),
-            advantages_kind: CARE_ADVANTAGES_PER_SEQUENCE as u32,
-            max_seq_len: 0,
-            logp_rollout: rollout.as_ptr().cast(),
-            logp_rollout_len: t,
-        };
+        let c = common::f32_loss_inputs(&logp, &old, &seq, &mask, &adv, Some(&rollout[..]));
         let (mut w, mut k) = (vec![9f32; t], vec![9u8; t]);
         let mut st = unsafe { std::mem::zeroed::<care_rollout_stats>() };
         // SAFETY: valid buffers of the stated lengths.

@@ -18,6 +18,8 @@ use care_kernels::Dtype;
 use care_kernels::tolerance::{Quantity, Tolerance, tolerance};
 use cudarc::driver::{CudaContext, DevicePtr, DevicePtrMut};
 
+mod common;
+
 /// Whether a CUDA driver and device are present; without them a visible skip, or a failure
 /// where a GPU is required (`CARE_REQUIRE_GPU=1`), like the kernel crates' GPU tests.
 fn gpu_present(test: &str) -> bool {
@@ -134,26 +136,7 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
     assert_eq!(unsafe { care_loss_options_preset(0, &mut lo) }, CARE_OK);
     let mut want_grad = vec![0f32; t];
     let mut want_loss = 0.0;
-    let inputs = care_loss_inputs {
-        struct_size: size_of::<care_loss_inputs>() as u32,
-        dtype: care_dtype::CARE_DTYPE_F32 as u32,
-        logp: logp.as_ptr().cast(),
-        logp_len: t,
-        logp_old: old.as_ptr().cast(),
-        logp_old_len: t,
-        logp_ref: null(),
-        logp_ref_len: 0,
-        seq_offsets: seq.as_ptr(),
-        seq_offsets_len: seq.len(),
-        mask: mask.as_ptr(),
-        mask_len: t,
-        advantages: adv.as_ptr(),
-        advantages_len: 4,
-        advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
-        max_seq_len: 0,
-        logp_rollout: null(),
-        logp_rollout_len: 0,
-    };
+    let inputs = common::f32_loss_inputs(&logp, &old, &seq, &mask, &adv, None);
     // SAFETY: valid host buffers.
     let code = unsafe {
         care_policy_loss(
@@ -518,26 +501,7 @@ fn gpu_rollout_diagnostics_match_care_rollout_correction() {
     let logp: Vec<f32> = old.iter().map(|x| x + 0.01).collect();
     let mask: Vec<u8> = (0..t).map(|i| u8::from(i % 6 != 5)).collect();
     let adv = [0.7f32, -1.0, 0.3, -0.2];
-    let inputs = care_loss_inputs {
-        struct_size: size_of::<care_loss_inputs>() as u32,
-        dtype: care_dtype::CARE_DTYPE_F32 as u32,
-        logp: logp.as_ptr().cast(),
-        logp_len: t,
-        logp_old: old.as_ptr().cast(),
-        logp_old_len: t,
-        logp_ref: null(),
-        logp_ref_len: 0,
-        seq_offsets: seq.as_ptr(),
-        seq_offsets_len: seq.len(),
-        mask: mask.as_ptr(),
-        mask_len: t,
-        advantages: adv.as_ptr(),
-        advantages_len: adv.len(),
-        advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
-        max_seq_len: 0,
-        logp_rollout: rollout.as_ptr().cast(),
-        logp_rollout_len: t,
-    };
+    let inputs = common::f32_loss_inputs(&logp, &old, &seq, &mask, &adv, Some(&rollout[..]));
     // The CPU reference first (also without a GPU): the fixture must reject and truncate.
     let levels = [
         care_is_level::CARE_IS_TOKEN,
@@ -714,26 +678,7 @@ fn gpu_covariance_losses_match_care_policy_loss() {
         .collect();
     let mask: Vec<u8> = (0..t).map(|i| u8::from(i % 7 != 3)).collect();
     let adv = [1.3f32, -0.4, 0.6, -1.1];
-    let inputs = care_loss_inputs {
-        struct_size: size_of::<care_loss_inputs>() as u32,
-        dtype: care_dtype::CARE_DTYPE_F32 as u32,
-        logp: logp.as_ptr().cast(),
-        logp_len: t,
-        logp_old: old.as_ptr().cast(),
-        logp_old_len: t,
-        logp_ref: null(),
-        logp_ref_len: 0,
-        seq_offsets: seq.as_ptr(),
-        seq_offsets_len: seq.len(),
-        mask: mask.as_ptr(),
-        mask_len: t,
-        advantages: adv.as_ptr(),
-        advantages_len: adv.len(),
-        advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
-        max_seq_len: 0,
-        logp_rollout: null(),
-        logp_rollout_len: 0,
-    };
+    let inputs = common::f32_loss_inputs(&logp, &old, &seq, &mask, &adv, None);
     let mut cases = Vec::new();
     for kind in [
         care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV,

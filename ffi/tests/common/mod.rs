@@ -85,3 +85,37 @@ pub fn last_error_detail() -> String {
     buf.truncate(n);
     String::from_utf8(buf).expect("the detail is UTF-8")
 }
+
+/// `care_loss_inputs` over host `f32` slices: `logp`, `logp_old`, CSR `seq` offsets, a mask,
+/// one advantage per sequence and optionally the rollout log-probs (no reference log-probs).
+/// The struct points into the slices, which must outlive its use.
+pub fn f32_loss_inputs(
+    logp: &[f32],
+    old: &[f32],
+    seq: &[u32],
+    mask: &[u8],
+    adv: &[f32],
+    rollout: Option<&[f32]>,
+) -> care_ffi::loss::care_loss_inputs {
+    use care_ffi::loss::{care_advantages_kind, care_dtype, care_loss_inputs};
+    care_loss_inputs {
+        struct_size: size_of::<care_loss_inputs>() as u32,
+        dtype: care_dtype::CARE_DTYPE_F32 as u32,
+        logp: logp.as_ptr().cast(),
+        logp_len: logp.len(),
+        logp_old: old.as_ptr().cast(),
+        logp_old_len: old.len(),
+        logp_ref: std::ptr::null(),
+        logp_ref_len: 0,
+        seq_offsets: seq.as_ptr(),
+        seq_offsets_len: seq.len(),
+        mask: mask.as_ptr(),
+        mask_len: mask.len(),
+        advantages: adv.as_ptr(),
+        advantages_len: adv.len(),
+        advantages_kind: care_advantages_kind::CARE_ADVANTAGES_PER_SEQUENCE as u32,
+        max_seq_len: 0,
+        logp_rollout: rollout.map_or(std::ptr::null(), |r| r.as_ptr().cast()),
+        logp_rollout_len: rollout.map_or(0, <[f32]>::len),
+    }
+}
