@@ -941,16 +941,22 @@ __device__ __forceinline__ care_u32 care_cov_digit(const care_u32* h, care_u32 r
     return __shfl_sync(CARE_FULL_MASK, d, hit < 0 ? 0 : hit);
 }
 
-// The key prefix chosen by rounds 0..r-1 and the keys still to take at or below it (warp 0
-// computes it; every thread gets it through shared memory).
-__device__ __forceinline__ void care_cov_prefix(const CareCovWork* w, care_u32 r,
-                                                care_u64* prefix, care_u32* rem) {
+// The candidates (round 0's histogram total) and, unless at most k of them leave every one
+// selected, the key prefix chosen by rounds 0..r-1 and the keys still to take at or below it.
+// Warp 0 computes them once per block; every thread gets them through shared memory.
+__device__ __forceinline__ care_u32 care_cov_prefix(const CareCovWork* w, care_u32 r,
+                                                    care_u64* prefix, care_u32* rem) {
     __shared__ care_u64 s_prefix;
-    __shared__ care_u32 s_rem;
+    __shared__ care_u32 s_rem, s_total;
     if (threadIdx.x < CARE_WARP) {
+        care_u32 mine = 0;
+        for (care_u32 j = 0; j < 8u; ++j) {
+            mine += w->hist[0][threadIdx.x * 8u + j];
+        }
+        const care_u32 total = care_warp_sum(mine);
         care_u64 pre = 0ull;
         care_u32 left = w->k;
-        for (care_u32 i = 0; i < r; ++i) {
+        for (care_u32 i = 0; i < r && total > w->k; ++i) {
             care_u32 above;
             care_u32 d = care_cov_digit(w->hist[i], left, &above);
             pre |= (care_u64)d << (56u - 8u * i);
@@ -959,11 +965,13 @@ __device__ __forceinline__ void care_cov_prefix(const CareCovWork* w, care_u32 r
         if (threadIdx.x == 0) {
             s_prefix = pre;
             s_rem = left;
+            s_total = total;
         }
     }
     __syncthreads();
     *prefix = s_prefix;
     *rem = s_rem;
+    return s_total;
 }
 
 // grpo_cov_radix, round p.cov_round. Geometry: blocks striding over the tokens.
@@ -974,19 +982,12 @@ __device__ void care_cov_radix(const CareLossParams& p) {
     if (w->k == 0u || r >= CARE_COV_ROUNDS) {
         return; // uniform over the grid
     }
-    if (r > 0u) {
-        // Round 0 counted every candidate: at most k of them means all are taken.
-        care_u32 total = 0;
-        for (int j = 0; j < 256; ++j) {
-            total += w->hist[0][j];
-        }
-        if (total <= w->k) {
-            return;
-        }
-    }
     care_u64 prefix;
     care_u32 rem;
-    care_cov_prefix(w, r, &prefix, &rem);
+    const care_u32 total = care_cov_prefix(w, r, &prefix, &rem);
+    if (r > 0u && total <= w->k) {
+        return; // round 0 counted every candidate: at most k of them are all taken (uniform)
+    }
     for (care_u32 j = threadIdx.x; j < 256u; j += blockDim.x) {
         h[j] = 0u;
     }
@@ -1023,10 +1024,9 @@ __device__ void care_cov_cut(const CareLossParams& p) {
         }
         return;
     }
-    care_u32 total = 0;
-    for (int j = 0; j < 256; ++j) {
-        total += w->hist[0][j];
-    }
+    care_u64 cut;
+    care_u32 ties;
+    const care_u32 total = care_cov_prefix(w, CARE_COV_ROUNDS, &cut, &ties);
     if (total <= w->k) {
         if (threadIdx.x == 0) {
             w->cut_key = 1ull; // the smallest key: every candidate
@@ -1036,9 +1036,6 @@ __device__ void care_cov_cut(const CareLossParams& p) {
         }
         return;
     }
-    care_u64 cut;
-    care_u32 ties;
-    care_cov_prefix(w, CARE_COV_ROUNDS, &cut, &ties);
     // The keys equal to the cut: the last round's bin of its last digit.
     const care_u32 eq = w->hist[CARE_COV_ROUNDS - 1][(care_u32)(cut & 255ull)];
     care_u32 tie_end = p.n_tok;
