@@ -497,57 +497,35 @@ fn push_short_decimal(buf: &mut String, v: f64) -> bool {
         if scaled / p != a {
             continue;
         }
-        let n = scaled as u64;
-        let mut digits = [0u8; 20];
-        let len = write_digits(&mut digits, n);
-        let d = digits.get(digits.len() - len..).unwrap_or_default();
+        let mut ib = itoa::Buffer::new();
+        let d = ib.format(scaled as u64);
+        let len = d.len();
         if v < 0.0 {
             buf.push('-');
         }
         if k == 0 {
-            push_ascii(buf, d);
+            buf.push_str(d);
         } else if len > k {
-            push_ascii(buf, d.get(..len - k).unwrap_or_default());
+            // ASCII digits: every index is a char boundary.
+            buf.push_str(d.get(..len - k).unwrap_or_default());
             buf.push('.');
-            push_ascii(buf, d.get(len - k..).unwrap_or_default());
+            buf.push_str(d.get(len - k..).unwrap_or_default());
         } else {
             buf.push_str("0.");
             for _ in len..k {
                 buf.push('0');
             }
-            push_ascii(buf, d);
+            buf.push_str(d);
         }
         return true;
     }
     false
 }
 
-/// Writes the decimal digits of `n` at the end of `out`; returns how many.
-fn write_digits(out: &mut [u8; 20], mut n: u64) -> usize {
-    let mut i = out.len();
-    loop {
-        i -= 1;
-        if let Some(slot) = out.get_mut(i) {
-            *slot = b'0' + (n % 10) as u8;
-        }
-        n /= 10;
-        if n == 0 {
-            return out.len() - i;
-        }
-    }
-}
-
-/// Appends ASCII digits (from [`write_digits`]).
-fn push_ascii(buf: &mut String, digits: &[u8]) {
-    buf.push_str(core::str::from_utf8(digits).unwrap_or_default());
-}
-
 /// Appends `v` in decimal (the text of `Display`, without the formatting machinery: every
 /// output line has a line number).
 pub fn push_u64(buf: &mut String, v: u64) {
-    let mut digits = [0u8; 20];
-    let len = write_digits(&mut digits, v);
-    push_ascii(buf, digits.get(digits.len() - len..).unwrap_or_default());
+    buf.push_str(itoa::Buffer::new().format(v));
 }
 
 /// Appends an `f32` with the shortest digits that round-trip *as an f32* (so `0.1f32` prints

@@ -263,7 +263,6 @@ pub(crate) fn parse_scores_with(
     Ok(rep)
 }
 
-/// The `criterion_scores` array (cursor inside it) of the preferred candidate object.
 /// `hay.find(needle)` for a non-empty ASCII `needle`: the candidates are found by their first
 /// byte eight bytes at a time ([`json::find_byte`]), which beats the generic substring search on
 /// a judge answer, where the needle's first byte is rare. (An ASCII byte never occurs inside a
@@ -293,6 +292,7 @@ fn rfind_ascii(hay: &str, needle: &str) -> Option<usize> {
     last
 }
 
+/// The `criterion_scores` array (cursor inside it) of the preferred candidate object.
 fn find_scores(body: &str) -> Option<PlainCursor<'_>> {
     // 1. The last fenced block whose info string is `json` (or empty).
     let mut last_fenced: Option<(usize, usize)> = None;
