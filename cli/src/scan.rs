@@ -138,21 +138,9 @@ pub fn decode_string<'s>(raw: &'s str, buf: &'s mut String) -> &'s str {
     // inline search beats a `memchr` call per run: eight bytes at a time (in an accepted
     // literal's inside the only byte `special` flags is `\`), then byte by byte in the tail.
     let (mut run, mut j) = (0, 0);
-    while let Some(&c) = b.get(j) {
-        if let Some(chunk) = b.get(j..j + 8) {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(chunk);
-            let m = special(u64::from_le_bytes(w));
-            if m == 0 {
-                j += 8;
-                continue;
-            }
-            let k = (m.trailing_zeros() / 8) as usize;
-            if k > 0 {
-                j += k;
-                continue;
-            }
-        }
+    loop {
+        j = skip_plain(b, j);
+        let Some(&c) = b.get(j) else { break };
         if c != b'\\' {
             j += 1;
             continue;
@@ -209,6 +197,22 @@ fn special(w: u64) -> u64 {
     let slash = w ^ (LO * u64::from(b'\\'));
     let zero = |x: u64| x.wrapping_sub(LO) & !x;
     (zero(quote) | zero(slash) | w.wrapping_sub(LO * 0x20) & !w) & HI
+}
+
+/// The first quote, backslash or control byte at or after `j`, eight bytes at a time; where
+/// fewer than eight bytes are left, the start of that tail (the callers go on byte by byte).
+#[inline]
+fn skip_plain(b: &[u8], mut j: usize) -> usize {
+    while let Some(chunk) = b.get(j..j + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        let m = special(u64::from_le_bytes(w));
+        if m != 0 {
+            return j + (m.trailing_zeros() / 8) as usize;
+        }
+        j += 8;
+    }
+    j
 }
 
 impl Scanner<'_, '_> {
@@ -391,17 +395,7 @@ impl Scanner<'_, '_> {
         let mut j = self.i + 1;
         let mut escaped = false;
         loop {
-            // Eight bytes at a time to the next quote, backslash or control byte.
-            while let Some(chunk) = b.get(j..j + 8) {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(chunk);
-                let m = special(u64::from_le_bytes(w));
-                if m != 0 {
-                    j += (m.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                j += 8;
-            }
+            j = skip_plain(b, j);
             let c = *b.get(j)?;
             match c {
                 b'"' => {
@@ -442,16 +436,7 @@ impl Scanner<'_, '_> {
         let mut j = self.i + 1;
         let mut run = j;
         loop {
-            while let Some(chunk) = b.get(j..j + 8) {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(chunk);
-                let m = special(u64::from_le_bytes(w));
-                if m != 0 {
-                    j += (m.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                j += 8;
-            }
+            j = skip_plain(b, j);
             let c = *b.get(j)?;
             match c {
                 b'"' => {
