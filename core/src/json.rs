@@ -388,13 +388,13 @@ impl<const N: usize> StringIndex<N> {
         }
     }
 
-    fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.spans.clear();
         self.children.clear();
     }
 
     #[inline]
-    fn record_child(&mut self, start: usize, end: usize) {
+    pub fn record_child(&mut self, start: usize, end: usize) {
         if N == 0 {
             return;
         }
@@ -416,7 +416,7 @@ impl<const N: usize> StringIndex<N> {
     }
 
     #[inline]
-    fn record(&mut self, start: usize, end: usize, escaped: bool) {
+    pub fn record(&mut self, start: usize, end: usize, escaped: bool) {
         if N == 0 {
             return; // plain `scan_value`: folded away
         }
@@ -432,6 +432,11 @@ impl<const N: usize> StringIndex<N> {
 
     pub fn spans(&self) -> &[Span] {
         &self.spans
+    }
+
+    /// Where the last recorded string ends (0 when none is recorded).
+    pub fn last_end(&self) -> usize {
+        self.spans.last().map_or(0, |s| s.end as usize)
     }
 }
 

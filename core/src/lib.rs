@@ -95,8 +95,8 @@ pub use names::{Named, UnknownName};
 pub use align::{Alignment, alignment, alignment_reward};
 pub use batch::{GroupReport, policy_reward_group, policy_reward_group_fixed};
 pub use format::{
-    FormatPolicy, Report, Validation, Violation, ViolationCode, format_reward, validate,
-    validate_str, validate_str_into,
+    FormatPolicy, Report, SyntaxIndex, Validation, Violation, ViolationCode, format_reward,
+    validate, validate_indexed_into, validate_str, validate_str_into,
 };
 pub use judge::{JudgeReport, parse_judge_output, render_judge_prompt};
 pub use reward::{

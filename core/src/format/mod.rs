@@ -19,4 +19,6 @@ mod validator;
 pub use checks::{LEVEL_SUFFIX, META_WORDS, find_meta_word};
 pub use policy::FormatPolicy;
 pub use report::{Arg, MAX_VIOLATIONS, Report, ShortText, Validation, Violation, ViolationCode};
-pub use validator::{format_reward, validate, validate_str, validate_str_into};
+pub use validator::{
+    SyntaxIndex, format_reward, validate, validate_indexed_into, validate_str, validate_str_into,
+};

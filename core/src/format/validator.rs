@@ -93,6 +93,103 @@ pub fn validate_str_into<'a>(
     Ok(())
 }
 
+/// [`validate_str_into`] for a `text` whose syntax the caller has already checked: `index` says
+/// what that check learned (see [`SyntaxIndex`]), and the validator's own syntax pass is
+/// skipped, so a caller that scans the bytes anyway (the command line's strict line check)
+/// reads them once. The report and the rubric are the ones [`validate_str_into`] gives.
+///
+/// The index is trusted, not checked: a syntax error the caller's pass missed is not reported,
+/// and a string recorded at the wrong place reads as the text there. It is never trusted with
+/// memory: every recorded offset is checked against `text` before use, so a wrong index gives a
+/// wrong report, never a panic. An index without a value, or whose value lies outside `text` or
+/// outside what the policy's envelope options leave of it (`allow_think`, `allow_code_fence`),
+/// is ignored and `text` gets the full syntax pass.
+///
+/// # Errors
+/// As [`validate`]: only an invalid `policy`, and then `out` is left as it was.
+pub fn validate_indexed_into<'a>(
+    text: &'a str,
+    index: &SyntaxIndex,
+    policy: &FormatPolicy,
+    scratch: &'a mut [u8],
+    out: &mut Validation<'a>,
+) -> Result<()> {
+    policy.validate()?;
+    out.report.clear();
+    out.rubric = None;
+    let mut v = Validator {
+        report: &mut out.report,
+        policy,
+        scratch,
+    };
+    v.run_indexed(text, index, &mut out.rubric);
+    Ok(())
+}
+
+/// What a caller's syntax pass learned about one JSON value in a text, for
+/// [`validate_indexed_into`]: the value's extent, where its strings start and end, and the
+/// extent of the containers that are its direct children. Offsets are bytes into the text
+/// given to [`validate_indexed_into`].
+///
+/// Fill it while checking the text: [`SyntaxIndex::string`] for every string in text order
+/// (keys included), [`SyntaxIndex::child`] for each container directly inside the value, and
+/// [`SyntaxIndex::value`] last. What is not recorded costs the validator a scan of those bytes,
+/// never a different result: strings past the first 128, a string that starts before the
+/// previous one ended (out of order), containers past the first 8 and offsets past
+/// `u32::MAX` are dropped.
+#[derive(Clone, Debug)]
+pub struct SyntaxIndex {
+    value: Option<(usize, usize)>,
+    strings: json::StringIndex<STRING_INDEX_CAPACITY>,
+}
+
+impl Default for SyntaxIndex {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SyntaxIndex {
+    /// An empty index.
+    #[must_use]
+    pub fn new() -> Self {
+        SyntaxIndex {
+            value: None,
+            strings: json::StringIndex::new(),
+        }
+    }
+
+    /// Forgets everything recorded, for the next text.
+    pub fn clear(&mut self) {
+        self.value = None;
+        self.strings.clear();
+    }
+
+    /// Records a string: `start` at its opening quote, `end` just after its closing quote, and
+    /// whether it holds an escape.
+    #[inline]
+    pub fn string(&mut self, start: usize, end: usize, escaped: bool) {
+        let in_order = self.strings.spans().is_empty() || start >= self.strings.last_end();
+        if in_order && start < end {
+            self.strings.record(start, end, escaped);
+        }
+    }
+
+    /// Records a container that is a direct child of the value: `start` at its opening bracket,
+    /// `end` just after its closing one.
+    #[inline]
+    pub fn child(&mut self, start: usize, end: usize) {
+        if start < end {
+            self.strings.record_child(start, end);
+        }
+    }
+
+    /// Records the checked value: `start` at its first byte, `end` just after its last.
+    pub fn value(&mut self, start: usize, end: usize) {
+        self.value = (start < end).then_some((start, end));
+    }
+}
+
 /// Strings indexed by the syntax pass: a paper rubric has 67 (1 + 3 x (6 + 4 x 4)); strings
 /// past this are scanned twice, which costs time, never correctness.
 const STRING_INDEX_CAPACITY: usize = 128;
@@ -200,6 +297,32 @@ impl<'a> Validator<'a, '_> {
         }
         let cur = Cursor::with_index(region, start, index.spans());
         self.top(cur, &index, slot);
+    }
+
+    /// [`Validator::run_str`] with the caller's syntax pass in place of its own (see
+    /// [`validate_indexed_into`]).
+    fn run_indexed(&mut self, text: &'a str, index: &SyntaxIndex, slot: &mut Option<Rubric<'a>>) {
+        let (lo, hi) = self.strip_envelope_text(text);
+        let b = text.as_bytes();
+        let Some((start, end)) = index
+            .value
+            .filter(|&(s, e)| e <= hi && json::skip_ws(b, lo) == s && s < e)
+        else {
+            return self.run_str(text, slot);
+        };
+        let region = text.get(..hi).unwrap_or("");
+        let after = json::skip_ws(region.as_bytes(), end);
+        if after < hi {
+            self.push(
+                ViolationCode::TrailingText,
+                Loc::default(),
+                Some(after),
+                notes::TEXT_AFTER,
+                Arg::None,
+            );
+        }
+        let cur = Cursor::with_index(region, start, index.strings.spans());
+        self.top(cur, &index.strings, slot);
     }
 
     /// Applies `allow_think` and `allow_code_fence`; returns the byte range to parse.
