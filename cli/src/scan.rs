@@ -14,6 +14,12 @@
 //!
 //! Strings are skipped eight bytes at a time (a word-wide test for `"`, `\` and control bytes),
 //! which matters because a rubric line is mostly long descriptions.
+//!
+//! The scan can also index one value of the line for the rubric validator
+//! ([`scan_line_indexed`]): where its strings and direct children start and end, so that
+//! `care_core::validate_indexed_into` reads a rubric object without scanning its bytes again.
+
+use care_core::SyntaxIndex;
 
 /// Deepest nesting accepted (serde_json's limit, which the reference path applies, is 128; a
 /// rubric needs 5).
@@ -66,7 +72,7 @@ impl Scratch {
 /// Scans `text` (one line, no newline); `true` when it is accepted, with its top-level members
 /// in `scratch` ([`Scratch::members`]). `false`: declined (no members).
 pub fn scan_line(text: &str, scratch: &mut Scratch) -> bool {
-    scan_inner(text, scratch, None)
+    scan_inner(text, scratch, None, None)
 }
 
 /// [`scan_line`] that also decodes the string value of the top-level member `key` into `out`
@@ -74,14 +80,56 @@ pub fn scan_line(text: &str, scratch: &mut Scratch) -> bool {
 /// bytes of that string are read once. Returns what [`scan_line`] returns.
 pub fn scan_line_decoding(text: &str, scratch: &mut Scratch, key: &str, out: &mut String) -> bool {
     out.clear();
-    let ok = scan_inner(text, scratch, Some((key.as_bytes(), &mut *out)));
+    let ok = scan_inner(text, scratch, Some((key.as_bytes(), &mut *out)), None);
     if !ok {
         out.clear();
     }
     ok
 }
 
-fn scan_inner(text: &str, scratch: &mut Scratch, decode: Option<(&[u8], &mut String)>) -> bool {
+/// Which value of an accepted line [`scan_line_indexed`] indexes for the validator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexTarget<'k> {
+    /// The line's own value (a rubric object per line).
+    Line,
+    /// The value of this top-level member (the `"rubric"` of a `care score` line).
+    Member(&'k str),
+}
+
+/// [`scan_line_decoding`] (pass `decode: None` for plain [`scan_line`]) that also fills `index`
+/// with what the validator's syntax pass would learn about `target`: its extent, its strings
+/// and its direct children, as offsets into the target's own text. After an accepted scan the
+/// index describes the target exactly (when the target exists: an index with no value otherwise),
+/// so `care_core::validate_indexed_into` skips the second pass over those bytes.
+pub fn scan_line_indexed(
+    text: &str,
+    scratch: &mut Scratch,
+    decode: Option<(&str, &mut String)>,
+    target: IndexTarget<'_>,
+    index: &mut SyntaxIndex,
+) -> bool {
+    index.clear();
+    let decode = decode.map(|(k, out)| {
+        out.clear();
+        (k.as_bytes(), out)
+    });
+    let target = match target {
+        IndexTarget::Line => Target::Line,
+        IndexTarget::Member(k) => Target::Member(k.as_bytes()),
+    };
+    let ok = scan_inner(text, scratch, decode, Some((target, index)));
+    if !ok {
+        index.clear();
+    }
+    ok
+}
+
+fn scan_inner(
+    text: &str,
+    scratch: &mut Scratch,
+    decode: Option<(&[u8], &mut String)>,
+    index: Option<(Target<'_>, &mut SyntaxIndex)>,
+) -> bool {
     scratch.keys.clear();
     scratch.opens.clear();
     scratch.members.clear();
@@ -95,6 +143,13 @@ fn scan_inner(text: &str, scratch: &mut Scratch, decode: Option<(&[u8], &mut Str
         keys: &mut scratch.keys,
         opens: &mut scratch.opens,
         decode,
+        rec: index.map(|(target, index)| Recorder {
+            target,
+            index,
+            at: None,
+            child: 0,
+            done: false,
+        }),
     };
     let ok = s.document(&mut scratch.members);
     if !ok {
@@ -184,6 +239,28 @@ struct Scanner<'b, 'k> {
     opens: &'k mut Vec<(u8, u32)>,
     /// The top-level key whose string value is decoded while it is scanned, and where to.
     decode: Option<(&'k [u8], &'k mut String)>,
+    /// The value being indexed for the validator, if any.
+    rec: Option<Recorder<'k>>,
+}
+
+#[derive(Clone, Copy)]
+enum Target<'k> {
+    Line,
+    Member(&'k [u8]),
+}
+
+/// Records the target value's strings and direct children into a [`SyntaxIndex`] while the
+/// scanner reads them.
+struct Recorder<'k> {
+    target: Target<'k>,
+    index: &'k mut SyntaxIndex,
+    /// While the target is being read: its first byte, the nesting level it sits at, and the
+    /// offset its own text starts at in the line (what recorded offsets are relative to).
+    at: Option<(usize, usize, usize)>,
+    /// The target was read (an accepted line has it once at most).
+    done: bool,
+    /// Where the open direct child of the target started.
+    child: usize,
 }
 
 const LO: u64 = 0x0101_0101_0101_0101;
@@ -241,11 +318,15 @@ impl Scanner<'_, '_> {
         loop {
             // A value is expected here.
             let Some(c) = self.peek() else { return false };
+            if self.opens.len() <= 1 {
+                self.target_starts(top_object, pending);
+            }
             match c {
                 b'{' | b'[' => {
                     if self.opens.len() >= MAX_DEPTH {
                         return false;
                     }
+                    self.child_opens();
                     self.i += 1;
                     self.opens.push((c, self.keys.len() as u32));
                     self.ws();
@@ -253,6 +334,7 @@ impl Scanner<'_, '_> {
                     if self.peek() == Some(close) {
                         self.i += 1;
                         self.opens.pop();
+                        self.child_closes();
                     } else if c == b'{' {
                         if !self.key() {
                             return false;
@@ -316,6 +398,7 @@ impl Scanner<'_, '_> {
             // A value ended; close containers and find the next value.
             loop {
                 let end = self.i;
+                self.target_ends(end);
                 self.ws();
                 let Some(&(open, key_mark)) = self.opens.last() else {
                     // The root value ended: only whitespace may follow.
@@ -348,6 +431,7 @@ impl Scanner<'_, '_> {
                         self.i += 1;
                         self.keys.truncate(key_mark as usize);
                         self.opens.pop();
+                        self.child_closes();
                     }
                     _ => return false,
                 }
@@ -392,6 +476,7 @@ impl Scanner<'_, '_> {
     /// quote, or `None` (declined).
     fn string(&mut self) -> Option<bool> {
         let b = self.b;
+        let start = self.i;
         let mut j = self.i + 1;
         let mut escaped = false;
         loop {
@@ -400,6 +485,11 @@ impl Scanner<'_, '_> {
             match c {
                 b'"' => {
                     self.i = j + 1;
+                    if let Some(r) = &mut self.rec
+                        && let Some((_, _, base)) = r.at
+                    {
+                        r.index.string(start - base, self.i - base, escaped);
+                    }
                     return Some(escaped);
                 }
                 b'\\' => {
@@ -472,6 +562,64 @@ impl Scanner<'_, '_> {
                 // A plain byte of the tail shorter than a word.
                 _ => j += 1,
             }
+        }
+    }
+
+    /// At the start of a value at nesting level 0 or 1: starts recording when it is the target.
+    #[inline]
+    fn target_starts(&mut self, top_object: bool, pending: Option<(usize, usize, usize)>) {
+        let Some(r) = &mut self.rec else { return };
+        if r.done || r.at.is_some() {
+            return;
+        }
+        let level = self.opens.len();
+        let base = match r.target {
+            Target::Line if level == 0 => 0,
+            Target::Member(k)
+                if level == 1
+                    && top_object
+                    && pending.is_some_and(|(ks, ke, _)| self.b.get(ks..ke) == Some(k)) =>
+            {
+                self.i
+            }
+            _ => return,
+        };
+        r.at = Some((self.i, level, base));
+    }
+
+    /// After a value that ended at `end`: when it is the target, records its extent and stops.
+    #[inline]
+    fn target_ends(&mut self, end: usize) {
+        if let Some(r) = &mut self.rec
+            && let Some((start, level, base)) = r.at
+            && self.opens.len() == level
+        {
+            r.index.value(start - base, end - base);
+            r.at = None;
+            r.done = true;
+        }
+    }
+
+    /// Before a container opens at `i`: notes where, when it is a direct child of the target.
+    #[inline]
+    fn child_opens(&mut self) {
+        if let Some(r) = &mut self.rec
+            && let Some((_, level, _)) = r.at
+            && self.opens.len() == level + 1
+        {
+            r.child = self.i;
+        }
+    }
+
+    /// After a container closed (`i` just past it): records it when it was a direct child of
+    /// the target.
+    #[inline]
+    fn child_closes(&mut self) {
+        if let Some(r) = &mut self.rec
+            && let Some((_, level, base)) = r.at
+            && self.opens.len() == level + 1
+        {
+            r.index.child(r.child - base, self.i - base);
         }
     }
 

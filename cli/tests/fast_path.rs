@@ -85,6 +85,15 @@ fn corpus() -> Vec<Vec<u8>> {
         };
         let compact = compact.to_string();
         lines.push(compact.clone().into_bytes());
+        // The same rubric with escapes the validator must decode: an anchor, a word and a quote
+        // (as an object line the scan's index says which strings hold escapes).
+        lines.push(
+            compact
+                .replacen("[1]", "\\u005b1]", 1)
+                .replacen(" the ", " \\u0074he ", 2)
+                .replacen("\"title\":\"", "\"title\":\"\\\"", 1)
+                .into_bytes(),
+        );
         lines.push(serde_json::json!({ "text": r }).to_string().into_bytes());
         lines.push(format!(r#"{{"id":"r-1","text":{}}}"#, serde_json::json!(compact)).into_bytes());
         lines.push(

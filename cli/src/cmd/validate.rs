@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 
-use care_core::{FormatPolicy, Validation, validate_str_into};
+use care_core::{FormatPolicy, SyntaxIndex, Validation, validate_indexed_into, validate_str_into};
 
 use super::rubric::{Scratch, write_shape, write_violations};
 use crate::input::Line;
@@ -25,16 +25,25 @@ pub fn run(policy: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), Lin
             .ok_or_else(|| LineError::schema("\"text\" must be a string"))?,
         None => line.text(),
     };
-    write_validation(policy, text, o)
+    write_validation(policy, text, None, o)
 }
 
-/// Validates the rubric `text` and writes what [`run`] documents.
-fn write_validation(policy: &Options, text: &str, o: &mut Obj<'_>) -> Result<(), LineError> {
+/// Validates the rubric `text` and writes what [`run`] documents; `index`: what the line's scan
+/// learned about `text` when `text` is the line itself, so it is not scanned again.
+fn write_validation(
+    policy: &Options,
+    text: &str,
+    index: Option<&SyntaxIndex>,
+    o: &mut Obj<'_>,
+) -> Result<(), LineError> {
     // Decoding JSON escapes never makes a string longer, so the text's length always suffices.
     let mut scratch = Scratch::take(text.len());
     // Written in place: a `Validation` is kilobytes, and this runs once per line.
     let mut v = Validation::default();
-    validate_str_into(text, policy, scratch.buf(), &mut v)?;
+    match index {
+        Some(index) => validate_indexed_into(text, index, policy, scratch.buf(), &mut v)?,
+        None => validate_str_into(text, policy, scratch.buf(), &mut v)?,
+    }
     // r_fmt is 0 or 1; printed as an integer so that `== 1` works in every JSON tool.
     o.u64("format_reward", u64::from(v.r_fmt() == 1.0));
     write_violations(o, &v.report);
@@ -44,12 +53,13 @@ fn write_validation(policy: &Options, text: &str, o: &mut Obj<'_>) -> Result<(),
     Ok(())
 }
 
-/// Per-thread memory of [`run_fast`]: the scanner's, and the buffer the `"text"` string is
-/// decoded into.
+/// Per-thread memory of [`run_fast`]: the scanner's, the buffer the `"text"` string is decoded
+/// into, and the index of the line's own value (used when the line is the rubric).
 #[derive(Default)]
 struct Fast {
     scan: scan::Scratch,
     decoded: String,
+    index: SyntaxIndex,
 }
 
 thread_local! {
@@ -60,8 +70,9 @@ thread_local! {
 const KEEP_DECODED: usize = 1 << 20;
 
 /// The whole output line for input line `line` with text `text`, written after one pass over
-/// the line ([`scan::scan_line_decoding`]: the strict check, the members and the decoded
-/// `"text"` string at once, into a reused buffer; no `Value` tree, no second parse).
+/// the line ([`scan::scan_line_indexed`]: the strict check, the members, the decoded `"text"`
+/// string into a reused buffer, and the index the validator reads a rubric object line by, all
+/// at once; no `Value` tree, no second parse).
 /// `None` when the scanner declines the line: the caller takes the reference path, which writes
 /// exactly what this would have (`cli/tests/fast_path.rs` checks that).
 pub fn run_fast(
@@ -73,7 +84,13 @@ pub fn run_fast(
     FAST.with(|cell| {
         let mut guard = cell.try_borrow_mut().ok()?;
         let fast = &mut *guard;
-        if !scan::scan_line_decoding(text, &mut fast.scan, "text", &mut fast.decoded) {
+        if !scan::scan_line_indexed(
+            text,
+            &mut fast.scan,
+            Some(("text", &mut fast.decoded)),
+            scan::IndexTarget::Line,
+            &mut fast.index,
+        ) {
             return None;
         }
         // Only the common members: `{"text": .., "id": ..}`, or a rubric object (`categories`)
@@ -91,21 +108,22 @@ pub fn run_fast(
         if raw_text.is_some() && categories {
             return None;
         }
-        let rubric = match raw_text {
+        let (rubric, index) = match raw_text {
             // Not a string: the reference path writes the schema error.
             Some(raw) if !raw.starts_with('"') => return None,
             // Without escapes the decoded text is the literal's inside: borrow that.
-            Some(raw) if fast.decoded.len() + 2 == raw.len() => raw.get(1..raw.len() - 1)?,
+            Some(raw) if fast.decoded.len() + 2 == raw.len() => (raw.get(1..raw.len() - 1)?, None),
             // Decoded by the scan (a `String`: built from the line's own characters).
-            Some(_) => fast.decoded.as_str(),
-            None => text,
+            Some(_) => (fast.decoded.as_str(), None),
+            // The line is the rubric, and the scan indexed it.
+            None => (text, Some(&fast.index)),
         };
         let r = Obj::try_write(out, |o| {
             o.u64("line", line);
             if let Some(id) = id {
                 o.raw("id", id);
             }
-            write_validation(policy, rubric, o)
+            write_validation(policy, rubric, index, o)
         });
         if fast.decoded.capacity() > KEEP_DECODED {
             fast.decoded = String::new();
