@@ -13,6 +13,8 @@ use std::cell::{Cell, OnceCell};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+use care_core::SyntaxIndex;
+
 use crate::json::{KeySeed, LineError, TopStrings, check_strict_top};
 
 /// The members of a JSON object, as raw text borrowed from the line, in line order (keys are
@@ -116,6 +118,9 @@ pub struct Line<'a> {
     members: Option<Members<'a>>,
     /// The string-valued members, decoded once by the check.
     strings: TopStrings<'a>,
+    /// What the one-pass check learned about the member `"rubric"` when it is an object (see
+    /// [`Line::rubric_index`]).
+    rubric_index: Option<Box<SyntaxIndex>>,
 }
 
 impl<'a> Line<'a> {
@@ -125,12 +130,13 @@ impl<'a> Line<'a> {
     /// line, and the reference check (`check_strict`, which writes the exact error) otherwise.
     pub fn parse(text: &'a str) -> Result<Self, LineError> {
         if crate::scan::fast_path_on()
-            && let Some((members, strings)) = fast_parse(text)
+            && let Some((members, strings, rubric_index)) = fast_parse(text)
         {
             return Ok(Line {
                 text,
                 members,
                 strings,
+                rubric_index,
             });
         }
         let strings = check_strict_top(text)?;
@@ -138,7 +144,16 @@ impl<'a> Line<'a> {
             text,
             members: Members::parse(text),
             strings,
+            rubric_index: None,
         })
+    }
+
+    /// The index of the member `"rubric"` (offsets into its exact text, [`Line::raw_text`]) that
+    /// the one-pass check made while reading it, when that member is an object, for
+    /// `care_core::validate_indexed_into`: the rubric's bytes are then read once. `None` on the
+    /// reference path and for any other line.
+    pub fn rubric_index(&self) -> Option<&SyntaxIndex> {
+        self.rubric_index.as_deref()
     }
 
     /// The line's text.
@@ -171,18 +186,32 @@ impl<'a> Line<'a> {
 }
 
 thread_local! {
-    static SCAN: std::cell::RefCell<crate::scan::Scratch> = Default::default();
+    static SCAN: std::cell::RefCell<(crate::scan::Scratch, SyntaxIndex)> = Default::default();
 }
 
-/// The top-level members of `text` (`None` when it is no object) and its string-valued ones
-/// decoded (borrowed when they have no escapes), when [`crate::scan::scan_line`] accepts it;
-/// `None` when it declines.
-fn fast_parse(text: &str) -> Option<(Option<Members<'_>>, TopStrings<'_>)> {
+/// What the one-pass check gives a [`Line`]: its members, its decoded top-level strings, and
+/// the index of its `"rubric"` object.
+type FastParts<'a> = (
+    Option<Members<'a>>,
+    TopStrings<'a>,
+    Option<Box<SyntaxIndex>>,
+);
+
+/// The top-level members of `text` (`None` when it is no object), its string-valued ones
+/// decoded (borrowed when they have no escapes) and the index of a `"rubric"` object member,
+/// when [`crate::scan::scan_line_indexed`] accepts it; `None` when it declines.
+fn fast_parse(text: &str) -> Option<FastParts<'_>> {
     SCAN.with(|cell| {
-        let mut scratch = cell.try_borrow_mut().ok()?;
-        if !crate::scan::scan_line(text, &mut scratch) {
+        let mut guard = cell.try_borrow_mut().ok()?;
+        let (scratch, index) = &mut *guard;
+        let target = crate::scan::IndexTarget::Member("rubric");
+        if !crate::scan::scan_line_indexed(text, scratch, None, target, index) {
             return None;
         }
+        let rubric_index = scratch
+            .member(text, "rubric")
+            .is_some_and(|v| v.starts_with('{'))
+            .then(|| Box::new(index.clone()));
         let mut buf = String::new();
         let mut strings = Vec::new();
         let mut list = Vec::new();
@@ -207,7 +236,7 @@ fn fast_parse(text: &str) -> Option<(Option<Members<'_>>, TopStrings<'_>)> {
             .trim_start()
             .starts_with('{')
             .then_some(Members { list });
-        Some((members, strings))
+        Some((members, strings, rubric_index))
     })
 }
 

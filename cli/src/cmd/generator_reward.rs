@@ -2,10 +2,11 @@
 //! one preference pair.
 
 use care_core::reward::generator_reward_validated;
-use care_core::{GeneratorOptions, validate_str};
+use care_core::{GeneratorOptions, Validation};
 
 use super::rubric::{
-    Scratch, explain_score_error, flatten_scores, locate_score_error, member_text, write_fired,
+    Scratch, explain_score_error, flatten_scores, locate_score_error, member_text, validate_rubric,
+    write_fired,
 };
 use crate::input::{Line, object, required, score_matrix, str_array};
 use crate::json::{LineError, Obj};
@@ -35,7 +36,8 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
     let chosen_v = required(m, "chosen_scores")?;
     let rejected_v = required(m, "rejected_scores")?;
     let mut scratch = Scratch::take(text.len());
-    let v = validate_str(text, &opts.format, scratch.buf())?;
+    let mut v = Validation::default();
+    validate_rubric(line, text, &opts.format, scratch.buf(), &mut v)?;
     let (chosen, rejected) = match v.rubric.as_ref() {
         Some(r) => (
             flatten_scores(r, score_matrix(chosen_v, "chosen_scores")?, "chosen_scores")?,

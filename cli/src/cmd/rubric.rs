@@ -5,7 +5,9 @@ use std::cell::Cell;
 
 use crate::input::Line;
 use crate::json::{Arr, LineError, Obj};
-use care_core::{Report, Rubric};
+use care_core::{
+    FormatPolicy, Report, Rubric, Validation, validate_indexed_into, validate_str_into,
+};
 
 /// A scratch buffer of at least `len` bytes for `care_core::validate_str`, reused across the
 /// lines a worker thread processes: a fresh zeroed buffer per line was a visible cost of
@@ -53,6 +55,25 @@ pub fn member_text<'l>(line: &'l Line<'_>, key: &str) -> Result<&'l str, LineErr
         .raw_text(key)
         .ok_or_else(|| LineError::schema(format!("missing key \"{key}\"")))?;
     Ok(line.string(key).unwrap_or(raw))
+}
+
+/// Validates the line's `"rubric"` member, whose text `text` is (from [`member_text`]), into
+/// `out`: an object member by the index the line's one-pass check made of it
+/// ([`Line::rubric_index`]), so its bytes are read once; a string member (raw generator output)
+/// or a line from the reference path by the validator's own syntax pass. The result is the same.
+pub fn validate_rubric<'a>(
+    line: &Line<'_>,
+    text: &'a str,
+    policy: &FormatPolicy,
+    scratch: &'a mut [u8],
+    out: &mut Validation<'a>,
+) -> care_core::Result<()> {
+    match line.rubric_index() {
+        Some(index) if line.string("rubric").is_none() => {
+            validate_indexed_into(text, index, policy, scratch, out)
+        }
+        _ => validate_str_into(text, policy, scratch, out),
+    }
 }
 
 /// Writes `violations` (code, category and criterion indices or null, message) and, when the

@@ -5,10 +5,11 @@ use std::borrow::Cow;
 use care_core::reward::{Fired, PolicyReward};
 use care_core::{
     FormatPolicy, JudgeReport, Rubric, ScoreOptions, Validation, parse_judge_output, policy_reward,
-    validate_str_into,
 };
 
-use super::rubric::{Scratch, explain_score_error, flatten_scores, member_text, write_fired};
+use super::rubric::{
+    Scratch, explain_score_error, flatten_scores, member_text, validate_rubric, write_fired,
+};
 
 use crate::input::{Line, Members, check_members, object, raw_array, score_matrix, string};
 use crate::json::{LineError, Obj};
@@ -37,7 +38,7 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
     let mut scratch = Scratch::take(text.len());
     // Written in place: a `Validation` is kilobytes, and this runs once per line.
     let mut v = Validation::default();
-    validate_str_into(text, &opts.format, scratch.buf(), &mut v)?;
+    validate_rubric(line, text, &opts.format, scratch.buf(), &mut v)?;
     let Some(rubric) = v.rubric.as_ref() else {
         let first = v
             .report

@@ -13,11 +13,11 @@ use care_core::profile::{
     parse_profile_judge_output, profile_reward,
 };
 use care_core::reward::Fired;
-use care_core::{FormatPolicy, JudgeReport, Rubric, ScoreOptions, validate_str};
+use care_core::{FormatPolicy, JudgeReport, Rubric, ScoreOptions, Validation};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
-use super::rubric::{Scratch, member_text, write_fired};
+use super::rubric::{Scratch, member_text, validate_rubric, write_fired};
 use super::score::write_judge;
 use crate::input::{Line, Members, check_members, number_or_null, object, raw_array, string};
 use crate::json::{Arr, LineError, Obj};
@@ -97,7 +97,11 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
     } else {
         text = member_text(line, "rubric")?;
         scratch = Scratch::take(text.len());
-        v = validate_str(text, &opts.format, scratch.buf())?;
+        v = {
+            let mut v = Validation::default();
+            validate_rubric(line, text, &opts.format, scratch.buf(), &mut v)?;
+            v
+        };
         let Some(r) = v.rubric.as_ref() else {
             let first = v
                 .report
