@@ -213,8 +213,10 @@ pub(crate) fn parse_scores_with(
             cur.skip_value();
             continue;
         }
+        // The item is walked once: every value is read or skipped and `next_key` consumes the
+        // closing brace, so on the checked judge object the walk ends just after the item
+        // (debug builds check that against `skip_value`).
         let mut item = cur;
-        cur.skip_value();
         item.enter(b'{');
         let (mut cat, mut title, mut score): (
             Option<JStr<'_>>,
@@ -222,15 +224,33 @@ pub(crate) fn parse_scores_with(
             Option<PlainCursor<'_>>,
         ) = (None, None, None);
         while let Some(k) = item.next_key() {
-            if k.eq_str("category") && cat.is_none() {
+            let read = if k.eq_str("category") && cat.is_none() {
                 cat = item.string();
+                cat.is_some()
             } else if k.eq_str("criterion_title") && title.is_none() {
                 title = item.string();
-            } else if k.eq_str("score") && score.is_none() {
-                score = Some(item);
+                title.is_some()
+            } else {
+                if k.eq_str("score") && score.is_none() {
+                    score = Some(item);
+                }
+                false
+            };
+            if !read {
+                item.skip_value();
             }
-            item.skip_value();
         }
+        debug_assert_eq!(
+            item.pos,
+            {
+                let mut s = cur;
+                s.skip_value();
+                s.pos
+            },
+            "item walk and skip disagree"
+        );
+        // Progress even if a walk ever stopped short: never before the item's first byte.
+        cur.pos = item.pos.max(cur.pos + 1);
         let (Some(cat), Some(title), Some(score)) = (cat, title, score) else {
             rep.malformed_items += 1;
             continue;
