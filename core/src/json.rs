@@ -143,15 +143,20 @@ fn skip_plain(b: &[u8], mut j: usize) -> usize {
 /// check looks for `[` in every description, and descriptions are most of a rubric's bytes).
 #[inline]
 pub(crate) fn find_byte(b: &[u8], from: usize, needle: u8) -> Option<usize> {
+    let rest = b.get(from..)?;
+    // `chunks_exact` proves every word in bounds once, instead of a check per word.
+    let mut words = rest.chunks_exact(8);
     let mut j = from;
-    while let Some(v) = word_at(b, j) {
-        let hit = has_byte(v, needle);
+    for w in &mut words {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(w);
+        let hit = has_byte(u64::from_le_bytes(a), needle);
         if hit != 0 {
             return Some(j + (hit.trailing_zeros() / 8) as usize);
         }
         j += 8;
     }
-    b.get(j..)?.iter().position(|&c| c == needle).map(|p| j + p)
+    words.remainder().iter().position(|&c| c == needle).map(|p| j + p)
 }
 
 /// The value of the four hex digits at `b[at..at + 4]`; `None` when short or not hex.
