@@ -10,9 +10,11 @@
 //! Memory (`L` = [`EngineOptions::max_line_bytes`], `C` = [`EngineOptions::chunk_bytes`], `T`
 //! workers, `O` = [`EngineOptions::max_output_bytes`] = max(L, 1 MiB)):
 //!
-//! * Input: two chunks (one processed, the next being read), each at most `C + L` bytes, and
-//!   the start of a line that spans reads (at most `L`). A line longer than `L` is counted,
-//!   never buffered, and answered with `line_too_long`.
+//! * Input: two chunks (one processed, the next being read), each at most `C + L` bytes plus
+//!   one read (256 KiB), since lines are read straight into the buffer of the chunk they end up
+//!   in, and what waits between two chunks (the start of a line that spans the cut, at most
+//!   `L`, and the rest of that read). A line longer than `L` is counted, never buffered, and
+//!   answered with `line_too_long`.
 //! * Work: the lines being processed belong to one chunk and are at most `T`, so their working
 //!   memory is at most `K min(C + L, T L)`, with `K` the bytes a subcommand needs per input
 //!   byte (typed vectors, never a tree of JSON values; 13 for `advantages` with singleton
@@ -339,6 +341,8 @@ enum Item {
     TooLong { len: u64 },
 }
 
+/// A chunk of lines: `data` is the buffer they were read into (bytes past the last line are
+/// left over from earlier use and never read), `items` the lines in order.
 #[derive(Debug, Default)]
 struct Chunk {
     data: Vec<u8>,
@@ -347,8 +351,9 @@ struct Chunk {
 }
 
 impl Chunk {
+    /// Forgets the lines; `data` keeps its length and bytes, so that the reader can read into it
+    /// without zeroing it again.
     fn clear(&mut self) {
-        self.data.clear();
         self.items.clear();
         self.bytes_read = 0;
     }
@@ -366,20 +371,24 @@ enum Cut {
 }
 
 /// Splits a byte stream into lines without ever holding more than `max` bytes of one line.
+///
+/// Reads go straight into the buffer of the chunk being filled, and lines are ranges of it: a
+/// line is never copied, except what is left unfinished at a chunk's end (a line that spans the
+/// cut, and any lines of the last read past it), which waits in `carry` for the next chunk.
 struct LineReader<R> {
     inner: R,
+    /// While a chunk is filled, its buffer: bytes read are `buf[..end]` (longer than `end`:
+    /// room for the next read, already initialized).
     buf: Vec<u8>,
-    pos: usize,
     end: usize,
+    /// Start of the current (unfinished) line in `buf`, and how far it was searched for `\n`.
+    line_start: usize,
+    scanned: usize,
+    /// Bytes read but not yet in a chunk, between two chunks.
+    carry: Vec<u8>,
     max: usize,
-    /// The start of the current line when it spans reads (kept while it is at most `max`).
-    partial: Vec<u8>,
-    /// Bytes of the current line so far (not counting the `\n`).
-    line_len: u64,
-    /// Bytes consumed for the current line so far (with its `\n` once it ends).
-    line_consumed: u64,
-    /// The current line has started (a last line without `\n` still counts).
-    line_open: bool,
+    /// The current line passed `max`: its bytes are counted (this many so far) and dropped.
+    too_long: Option<u64>,
     /// The last `read` returned less than it was asked for: the input had nothing more then.
     drained: bool,
     eof: bool,
@@ -389,57 +398,21 @@ impl<R: Read> LineReader<R> {
     fn new(inner: R, max: usize) -> Self {
         LineReader {
             inner,
-            buf: vec![0; READ_BUFFER],
-            pos: 0,
+            buf: Vec::new(),
             end: 0,
+            line_start: 0,
+            scanned: 0,
+            carry: Vec::new(),
             max,
-            partial: Vec::new(),
-            line_len: 0,
-            line_consumed: 0,
-            line_open: false,
+            too_long: None,
             drained: false,
             eof: false,
         }
     }
 
-    /// Adds `bytes` (no newline among them) to the current line.
-    fn extend_line(&mut self, bytes: &[u8]) {
-        self.line_open = true;
-        self.line_len += bytes.len() as u64;
-        self.line_consumed += bytes.len() as u64;
-        if self.line_len > self.max as u64 {
-            // From here on the line is only counted.
-            self.partial = Vec::new();
-        } else {
-            self.partial.extend_from_slice(bytes);
-        }
-    }
-
-    /// Ends the current line (its `\n` was consumed when `newline`) and adds it to `chunk`.
-    fn end_line(&mut self, chunk: &mut Chunk, newline: bool) {
-        let item = if self.line_len > self.max as u64 {
-            Item::TooLong { len: self.line_len }
-        } else {
-            let start = chunk.data.len();
-            chunk.data.extend_from_slice(&self.partial);
-            if chunk.data.len() > start && chunk.data.last() == Some(&b'\r') {
-                chunk.data.pop();
-            }
-            Item::Line {
-                start,
-                end: chunk.data.len(),
-            }
-        };
-        chunk.items.push(item);
-        chunk.bytes_read += self.line_consumed + u64::from(newline);
-        self.partial.clear();
-        self.line_len = 0;
-        self.line_consumed = 0;
-        self.line_open = false;
-    }
-
     /// Refills `chunk` (emptied first) with the next lines. Before a `read` that may block with
     /// nothing to hand over, calls `on_pause` (the caller flushes what it handed over before).
+    /// On a read error the chunk holds the lines read before it.
     fn read_chunk(
         &mut self,
         opts: &EngineOptions,
@@ -447,50 +420,94 @@ impl<R: Read> LineReader<R> {
         on_pause: &mut dyn FnMut(),
     ) -> io::Result<Cut> {
         chunk.clear();
-        loop {
-            let full = chunk.items.len() >= opts.chunk_lines.max(1)
-                || (!chunk.items.is_empty() && chunk.data.len() >= opts.chunk_bytes);
-            if full {
-                return Ok(Cut::Full);
+        // The chunk's buffer (its old lines are done) takes what was carried, then the reads.
+        self.buf = std::mem::take(&mut chunk.data);
+        if self.buf.len() < self.carry.len() {
+            self.buf.resize(self.carry.len(), 0);
+        }
+        if let Some(head) = self.buf.get_mut(..self.carry.len()) {
+            head.copy_from_slice(&self.carry);
+        }
+        (self.end, self.line_start, self.scanned) = (self.carry.len(), 0, 0);
+        let cut = self.fill(opts, chunk, on_pause);
+        self.carry.clear();
+        self.carry
+            .extend_from_slice(self.buf.get(self.line_start..self.end).unwrap_or_default());
+        if self.carry.capacity() > READ_BUFFER && self.carry.len() <= READ_BUFFER {
+            // A long line that spanned a cut does not pin its memory.
+            self.carry.shrink_to(READ_BUFFER);
+        }
+        chunk.data = std::mem::take(&mut self.buf);
+        cut
+    }
+
+    /// Adds the current line, ending just before `nl` (`None`: at the end of input), to `chunk`.
+    fn end_line(&mut self, chunk: &mut Chunk, nl: Option<usize>) {
+        let stop = nl.unwrap_or(self.end);
+        let newline = u64::from(nl.is_some());
+        let len = (stop - self.line_start) as u64;
+        let item = match self.too_long.take() {
+            Some(before) => {
+                chunk.bytes_read += before + len + newline;
+                Item::TooLong { len: before + len }
             }
-            if self.pos < self.end {
-                // Taken out for the loop body so that the line state can be updated while
-                // looking at the bytes (given back below; a move, not a copy).
-                let buf = std::mem::take(&mut self.buf);
-                let avail = buf.get(self.pos..self.end).unwrap_or_default();
+            None if stop - self.line_start > self.max => {
+                chunk.bytes_read += len + newline;
+                Item::TooLong { len }
+            }
+            None => {
+                chunk.bytes_read += len + newline;
+                let mut end = stop;
+                if end > self.line_start && self.buf.get(end - 1) == Some(&b'\r') {
+                    end -= 1;
+                }
+                Item::Line {
+                    start: self.line_start,
+                    end,
+                }
+            }
+        };
+        chunk.items.push(item);
+        self.line_start = nl.map_or(self.end, |p| p + 1);
+        self.scanned = self.line_start;
+    }
+
+    fn fill(
+        &mut self,
+        opts: &EngineOptions,
+        chunk: &mut Chunk,
+        on_pause: &mut dyn FnMut(),
+    ) -> io::Result<Cut> {
+        loop {
+            // Every complete line read so far.
+            loop {
+                let full = chunk.items.len() >= opts.chunk_lines.max(1)
+                    || (!chunk.items.is_empty() && self.line_start >= opts.chunk_bytes);
+                if full {
+                    return Ok(Cut::Full);
+                }
+                let avail = self.buf.get(self.scanned..self.end).unwrap_or_default();
                 match memchr::memchr(b'\n', avail) {
                     Some(i) => {
-                        if !self.line_open && i <= self.max {
-                            // The whole line is in the buffer: copy it once, straight into the
-                            // chunk.
-                            let line = avail.get(..i).unwrap_or_default();
-                            let start = chunk.data.len();
-                            chunk.data.extend_from_slice(line);
-                            if line.last() == Some(&b'\r') {
-                                chunk.data.pop();
-                            }
-                            chunk.items.push(Item::Line {
-                                start,
-                                end: chunk.data.len(),
-                            });
-                            chunk.bytes_read += i as u64 + 1;
-                        } else {
-                            self.extend_line(avail.get(..i).unwrap_or_default());
-                            self.end_line(chunk, true);
-                        }
-                        self.pos += i + 1;
+                        let nl = self.scanned + i;
+                        self.end_line(chunk, Some(nl));
                     }
                     None => {
-                        self.extend_line(avail);
-                        self.pos = self.end;
+                        self.scanned = self.end;
+                        break;
                     }
                 }
-                self.buf = buf;
-                continue;
+            }
+            // The unfinished line: once past `max` it is only counted, never kept.
+            let open = self.end - self.line_start;
+            if self.too_long.is_some() || open > self.max {
+                *self.too_long.get_or_insert(0) += open as u64;
+                self.end = self.line_start;
+                self.scanned = self.line_start;
             }
             if self.eof {
-                if self.line_open {
-                    self.end_line(chunk, false);
+                if self.too_long.is_some() || self.end > self.line_start {
+                    self.end_line(chunk, None);
                 }
                 return Ok(Cut::Eof);
             }
@@ -500,17 +517,23 @@ impl<R: Read> LineReader<R> {
                 }
                 on_pause();
             }
+            if self.buf.len() < self.end + READ_BUFFER {
+                self.buf.resize(self.end + READ_BUFFER, 0);
+            }
+            let room = self
+                .buf
+                .get_mut(self.end..self.end + READ_BUFFER)
+                .unwrap_or_default();
             let n = loop {
-                match self.inner.read(&mut self.buf) {
-                    Ok(n) => break n,
+                match self.inner.read(room) {
+                    Ok(n) => break n.min(READ_BUFFER),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(e),
                 }
             };
-            self.pos = 0;
-            self.end = n;
+            self.end += n;
             self.eof = n == 0;
-            self.drained = n < self.buf.len();
+            self.drained = n < READ_BUFFER;
         }
     }
 }
@@ -1172,6 +1195,94 @@ impl Progress {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Returns its bytes in pieces of the given sizes, in turn (0 stands for 1).
+    struct Pieces {
+        data: Vec<u8>,
+        pos: usize,
+        sizes: Vec<usize>,
+        k: usize,
+    }
+    impl Read for Pieces {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let want = self.sizes[self.k % self.sizes.len()].max(1);
+            self.k += 1;
+            let n = want.min(buf.len()).min(self.data.len() - self.pos);
+            buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    /// What a line of the input must become: `Ok(bytes without one trailing CR)`, or
+    /// `Err(length)` for a line longer than `max`.
+    fn expected_lines(input: &[u8], max: usize) -> Vec<Result<Vec<u8>, u64>> {
+        let mut parts: Vec<&[u8]> = input.split(|&c| c == b'\n').collect();
+        // A final newline ends the last line; it does not start an empty one.
+        if parts.last().is_some_and(|p| p.is_empty()) {
+            parts.pop();
+        }
+        parts
+            .into_iter()
+            .map(|l| {
+                if l.len() > max {
+                    Err(l.len() as u64)
+                } else {
+                    Ok(l.strip_suffix(b"\r").unwrap_or(l).to_vec())
+                }
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// Relation: the lines the reader hands over, over all its chunks, are the input split
+        /// at `\n` (one trailing CR dropped, a line over `max` reported by its length), and
+        /// the chunks' `bytes_read` add up to the input's length, whatever the sizes of the
+        /// reads, the chunk limits and the line limit.
+        #[test]
+        fn chunks_hold_the_input_split_into_lines(
+            lines in prop::collection::vec(
+                prop::collection::vec(prop_oneof![Just(b'a'), Just(b'\r'), Just(b'{')], 0..40),
+                0..30,
+            ),
+            last_newline in any::<bool>(),
+            sizes in prop::collection::vec(0usize..70, 1..5),
+            max in 0usize..50,
+            chunk_lines in 1usize..9,
+            chunk_bytes in 0usize..120,
+        ) {
+            let mut input = Vec::new();
+            for (k, l) in lines.iter().enumerate() {
+                input.extend_from_slice(l);
+                if k + 1 < lines.len() || last_newline {
+                    input.push(b'\n');
+                }
+            }
+            let opts = EngineOptions { chunk_lines, chunk_bytes, ..EngineOptions::default() };
+            let mut reader = LineReader::new(
+                Pieces { data: input.clone(), pos: 0, sizes, k: 0 },
+                max,
+            );
+            let mut chunk = Chunk::default();
+            let (mut got, mut bytes) = (Vec::new(), 0u64);
+            loop {
+                let cut = reader.read_chunk(&opts, &mut chunk, &mut || {}).unwrap();
+                bytes += chunk.bytes_read;
+                for item in &chunk.items {
+                    got.push(match *item {
+                        Item::Line { start, end } => Ok(chunk.data[start..end].to_vec()),
+                        Item::TooLong { len } => Err(len),
+                    });
+                }
+                if cut == Cut::Eof {
+                    break;
+                }
+            }
+            prop_assert_eq!(got, expected_lines(&input, max));
+            prop_assert_eq!(bytes, input.len() as u64);
+        }
+    }
 
     /// Echoes the line's length and first byte; fails on lines starting with `!`.
     struct Echo;
