@@ -518,7 +518,21 @@ impl<R: Read> LineReader<R> {
                 on_pause();
             }
             if self.buf.len() < self.end + READ_BUFFER {
-                self.buf.resize(self.end + READ_BUFFER, 0);
+                // Doubling, but never past what a chunk can need (`C + L` plus this read), so
+                // the buffer's capacity stays within the memory bound.
+                let want = self.end + READ_BUFFER;
+                let cap = self
+                    .buf
+                    .capacity()
+                    .saturating_mul(2)
+                    .min(
+                        opts.chunk_bytes
+                            .saturating_add(self.max)
+                            .saturating_add(READ_BUFFER),
+                    )
+                    .max(want);
+                self.buf.reserve_exact(cap - self.buf.len());
+                self.buf.resize(want, 0);
             }
             let room = self
                 .buf

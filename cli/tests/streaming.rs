@@ -458,15 +458,16 @@ const MIB: usize = 1 << 20;
 const MAX_LINE: usize = 4 * MIB;
 
 /// The peak-memory bound of docs/RELIABILITY.md ("Streaming") for `--threads 2` and `--max-line-bytes L` (4 MiB), with
-/// `C` = 8 MiB chunks, `T` = 2 workers and `O` = max(L, 1 MiB): input `2 (C + L) + L`, work
+/// `C` = 8 MiB chunks, `T` = 2 workers, `R` = one 256 KiB read and `O` = max(L, 1 MiB): input
+/// `2 (C + L + R) + L + R`, work
 /// `K min(C + L, T L)` with `K` = 16, output `0.75 C + 3 O`, plus the process itself (binary,
 /// stacks, allocator), which a debug build keeps under 64 MiB of address space. About
 /// 240 MiB, where holding a chunk's output or a `serde_json::Value` per number needs 320 to
 /// 550 MiB for the same lines.
 fn address_space_limit() -> u64 {
-    let (c, l, t, k) = (8 * MIB, MAX_LINE, 2, 16);
+    let (c, l, r, t, k) = (8 * MIB, MAX_LINE, MIB / 4, 2, 16);
     let o = l.max(MIB);
-    let bound = 2 * (c + l) + l + k * (c + l).min(t * l) + 3 * c / 4 + 3 * o;
+    let bound = 2 * (c + l + r) + l + r + k * (c + l).min(t * l) + 3 * c / 4 + 3 * o;
     (bound + 64 * MIB) as u64
 }
 
