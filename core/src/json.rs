@@ -156,7 +156,11 @@ pub(crate) fn find_byte(b: &[u8], from: usize, needle: u8) -> Option<usize> {
         }
         j += 8;
     }
-    words.remainder().iter().position(|&c| c == needle).map(|p| j + p)
+    words
+        .remainder()
+        .iter()
+        .position(|&c| c == needle)
+        .map(|p| j + p)
 }
 
 /// The value of the four hex digits at `b[at..at + 4]`; `None` when short or not hex.
