@@ -443,6 +443,16 @@ impl<const N: usize> StringIndex<N> {
         &self.spans
     }
 
+    /// Whether every string and child recorded here is recorded the same way in `other`.
+    pub fn within<const M: usize>(&self, other: &StringIndex<M>) -> bool {
+        self.spans.iter().all(|s| {
+            other
+                .spans
+                .binary_search_by_key(&s.start, |o| o.start)
+                .is_ok_and(|k| other.spans.get(k) == Some(s))
+        }) && self.children.iter().all(|c| other.children.contains(c))
+    }
+
     /// Where the last recorded string ends (0 when none is recorded).
     pub fn last_end(&self) -> usize {
         self.spans.last().map_or(0, |s| s.end as usize)

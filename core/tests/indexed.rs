@@ -194,6 +194,7 @@ proptest! {
                 continue;
             }
             let index = index_of(&text, drop_every, children);
+            prop_assert!(index.matches(&text), "the test's index disagrees with the validator's");
             for policy in policies() {
                 let (got, want) = both(&text, &index, &policy);
                 prop_assert_eq!(got, want, "{:?}", policy);
@@ -224,6 +225,37 @@ proptest! {
             validate_indexed_into(&text, &index, &policy, &mut scratch, &mut out).unwrap();
         }
     }
+}
+
+/// `matches` accepts exactly the indexes that say what the validator's own pass says: a string
+/// recorded one byte off, a wrong escape flag, a child with the wrong end or a value with the
+/// wrong end do not match.
+#[test]
+fn matches_rejects_an_index_that_disagrees_with_the_own_pass() {
+    let text = r#" {"a": "x\ny", "b": [1, {"c": "d"}], "e": {}} "#;
+    let good = index_of(text, 0, true);
+    assert!(good.matches(text));
+    assert!(
+        index_of(text, 2, false).matches(text),
+        "a partial index still matches"
+    );
+    let strings = [(2, 5, false), (7, 13, true), (15, 18, false)];
+    let build = |strings: &[(usize, usize, bool)], child: (usize, usize), value: (usize, usize)| {
+        let mut ix = SyntaxIndex::new();
+        for &(s, e, esc) in strings {
+            ix.string(s, e, esc);
+        }
+        ix.child(child.0, child.1);
+        ix.value(value.0, value.1);
+        ix
+    };
+    let (child, value) = ((20, 35), (1, text.len() - 1));
+    assert!(build(&strings, child, value).matches(text));
+    assert!(!build(&[(3, 5, false)], child, value).matches(text));
+    assert!(!build(&[(7, 13, false)], child, value).matches(text));
+    assert!(!build(&strings, (20, 36), value).matches(text));
+    assert!(!build(&strings, child, (1, text.len())).matches(text));
+    assert!(!SyntaxIndex::new().matches(text), "no value");
 }
 
 /// An index without a value, or one outside what the envelope options leave of the text, is

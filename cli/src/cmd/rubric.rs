@@ -70,6 +70,8 @@ pub fn validate_rubric<'a>(
 ) -> care_core::Result<()> {
     match line.rubric_index() {
         Some(index) if line.string("rubric").is_none() => {
+            // The scan's index must say what the validator's own pass would (tests, fuzzing).
+            debug_assert!(index.matches(text), "scan index disagrees on {text:?}");
             validate_indexed_into(text, index, policy, scratch, out)
         }
         _ => validate_str_into(text, policy, scratch, out),

@@ -41,7 +41,11 @@ fn write_validation(
     // Written in place: a `Validation` is kilobytes, and this runs once per line.
     let mut v = Validation::default();
     match index {
-        Some(index) => validate_indexed_into(text, index, policy, scratch.buf(), &mut v)?,
+        Some(index) => {
+            // The scan's index must say what the validator's own pass would (tests, fuzzing).
+            debug_assert!(index.matches(text), "scan index disagrees on {text:?}");
+            validate_indexed_into(text, index, policy, scratch.buf(), &mut v)?;
+        }
         None => validate_str_into(text, policy, scratch.buf(), &mut v)?,
     }
     // r_fmt is 0 or 1; printed as an integer so that `== 1` works in every JSON tool.

@@ -88,6 +88,7 @@ pub fn validate_str_into<'a>(
         report: &mut out.report,
         policy,
         scratch,
+        own_index: true,
     };
     v.run_str(text, &mut out.rubric);
     Ok(())
@@ -101,7 +102,8 @@ pub fn validate_str_into<'a>(
 /// The index is trusted, not checked: a syntax error the caller's pass missed is not reported,
 /// and a string recorded at the wrong place reads as the text there. It is never trusted with
 /// memory: every recorded offset is checked against `text` before use, so a wrong index gives a
-/// wrong report, never a panic. An index without a value, or whose value lies outside `text` or
+/// wrong report, never a panic, in every build. [`SyntaxIndex::matches`] checks a caller's index
+/// against the validator's own pass (for the caller's tests). An index without a value, or whose value lies outside `text` or
 /// outside what the policy's envelope options leave of it (`allow_think`, `allow_code_fence`),
 /// is ignored and `text` gets the full syntax pass.
 ///
@@ -121,6 +123,7 @@ pub fn validate_indexed_into<'a>(
         report: &mut out.report,
         policy,
         scratch,
+        own_index: false,
     };
     v.run_indexed(text, index, &mut out.rubric);
     Ok(())
@@ -188,6 +191,20 @@ impl SyntaxIndex {
     pub fn value(&mut self, start: usize, end: usize) {
         self.value = (start < end).then_some((start, end));
     }
+
+    /// Whether this index says only what the validator's own syntax pass says about `text`: the
+    /// value at the recorded start is one JSON value that ends at the recorded end, and every
+    /// recorded string and child is one that pass records, at the same place. It costs that
+    /// pass; for tests and debug checks of a caller's syntax pass.
+    #[must_use]
+    pub fn matches(&self, text: &str) -> bool {
+        let Some((start, end)) = self.value else {
+            return false;
+        };
+        let mut own = json::StringIndex::<STRING_INDEX_CAPACITY>::new();
+        json::scan_value_indexed(text.as_bytes(), start, &mut own) == Ok(end)
+            && self.strings.within(&own)
+    }
 }
 
 /// Strings indexed by the syntax pass: a paper rubric has 67 (1 + 3 x (6 + 4 x 4)); strings
@@ -199,6 +216,10 @@ struct Validator<'a, 'p> {
     report: &'p mut Report,
     policy: &'p FormatPolicy,
     scratch: &'a mut [u8],
+    /// The string index is the validator's own (debug builds then check every walk against a
+    /// skip); a caller's index ([`validate_indexed_into`]) is not checked, so that a wrong one
+    /// gives a wrong report and never a panic, in every build.
+    own_index: bool,
 }
 
 /// Where a violation is, for the helpers below.
@@ -308,6 +329,7 @@ impl<'a> Validator<'a, '_> {
             .value
             .filter(|&(s, e)| e <= hi && json::skip_ws(b, lo) == s && s < e)
         else {
+            self.own_index = true;
             return self.run_str(text, slot);
         };
         let region = text.get(..hi).unwrap_or("");
@@ -397,7 +419,7 @@ impl<'a> Validator<'a, '_> {
             } else {
                 self.key_problem(Loc::default(), &k, notes::UNKNOWN_KEY);
             }
-            skip_child(&mut cur, index);
+            skip_child(&mut cur, index, self.own_index);
         }
         if categories.is_none()
             && let Some(mut r) = envelope_rubric
@@ -497,7 +519,7 @@ impl<'a> Validator<'a, '_> {
                 cur.skip_value();
                 continue;
             }
-            let parsed = walk(&mut cur, |c| self.category(c, loc));
+            let parsed = walk(&mut cur, self.own_index, |c| self.category(c, loc));
             let Some(d) = parsed.dimension else { continue };
             let Some(slot) = pos_of.get_mut(d.index()) else {
                 continue;
@@ -709,7 +731,7 @@ impl<'a> Validator<'a, '_> {
                 },
                 _ => {
                     if c.kind() == Kind::Array {
-                        walk(c, |c| self.criteria(c, loc, &mut out));
+                        walk(c, self.own_index, |c| self.criteria(c, loc, &mut out));
                     } else {
                         self.wrong_type(c, loc, notes::CRITERIA_NOT_ARRAY);
                     }
@@ -775,7 +797,7 @@ impl<'a> Validator<'a, '_> {
                 cur.skip_value();
                 continue;
             }
-            let crit = walk(cur, |c| self.criterion(c, cloc));
+            let crit = walk(cur, self.own_index, |c| self.criterion(c, cloc));
             if out.criteria.push(crit).is_err() && !capacity_reported {
                 capacity_reported = true;
                 self.push(
@@ -923,17 +945,21 @@ impl<'a, 'i> Cursor<'a, 'i> {
 /// Skips the value at `cur`, a member of the top-level object: in one step when the syntax pass
 /// recorded its extent (debug builds check that against [`Cursor::skip_value`]), else by
 /// walking over it.
-fn skip_child<const N: usize>(cur: &mut Cursor<'_, '_>, index: &json::StringIndex<N>) {
+fn skip_child<const N: usize>(
+    cur: &mut Cursor<'_, '_>,
+    index: &json::StringIndex<N>,
+    verify: bool,
+) {
     let _ = cur.peek();
     match index.child_end(cur.pos) {
         Some(end) => {
-            debug_assert_eq!(
-                end,
-                {
-                    let mut s = *cur;
-                    s.skip_value();
-                    s.pos
-                },
+            debug_assert!(
+                !verify
+                    || end == {
+                        let mut s = *cur;
+                        s.skip_value();
+                        s.pos
+                    },
                 "child extent and skip disagree at {}",
                 cur.pos
             );
@@ -946,9 +972,14 @@ fn skip_child<const N: usize>(cur: &mut Cursor<'_, '_>, index: &json::StringInde
 /// Runs `f`, which walks the container at `cur` and leaves `cur` just after it: the walkers
 /// consume every value and the closing bracket, so on checked text (all [`validate`] walks)
 /// this is exact, and each value is walked once instead of being skipped first and walked
-/// after. Debug builds (tests, fuzzing) check that against [`Cursor::skip_value`]; should a walk
-/// ever fail to advance, `cur` is skipped past the container, so callers always make progress.
-fn walk<'a, 'i, R>(cur: &mut Cursor<'a, 'i>, f: impl FnOnce(&mut Cursor<'a, 'i>) -> R) -> R {
+/// after. Debug builds (tests, fuzzing) check that against [`Cursor::skip_value`] when `verify`
+/// (the string index is the validator's own); should a walk ever fail to advance, `cur` is
+/// skipped past the container, so callers always make progress.
+fn walk<'a, 'i, R>(
+    cur: &mut Cursor<'a, 'i>,
+    verify: bool,
+    f: impl FnOnce(&mut Cursor<'a, 'i>) -> R,
+) -> R {
     let start = *cur;
     let r = f(cur);
     let skipped = || {
@@ -956,9 +987,8 @@ fn walk<'a, 'i, R>(cur: &mut Cursor<'a, 'i>, f: impl FnOnce(&mut Cursor<'a, 'i>)
         s.skip_value();
         s
     };
-    debug_assert_eq!(
-        cur.pos,
-        skipped().pos,
+    debug_assert!(
+        !verify || cur.pos == skipped().pos,
         "walk and skip disagree at {}",
         start.pos
     );
