@@ -81,17 +81,7 @@ pub fn validate_str_into<'a>(
     scratch: &'a mut [u8],
     out: &mut Validation<'a>,
 ) -> Result<()> {
-    policy.validate()?;
-    out.report.clear();
-    out.rubric = None;
-    let mut v = Validator {
-        report: &mut out.report,
-        policy,
-        scratch,
-        own_index: true,
-    };
-    v.run_str(text, &mut out.rubric);
-    Ok(())
+    validate_into(text, None, policy, scratch, out)
 }
 
 /// [`validate_str_into`] for a `text` whose syntax the caller has already checked: `index` says
@@ -103,15 +93,26 @@ pub fn validate_str_into<'a>(
 /// and a string recorded at the wrong place reads as the text there. It is never trusted with
 /// memory: every recorded offset is checked against `text` before use, so a wrong index gives a
 /// wrong report, never a panic, in every build. [`SyntaxIndex::matches`] checks a caller's index
-/// against the validator's own pass (for the caller's tests). An index without a value, or whose value lies outside `text` or
-/// outside what the policy's envelope options leave of it (`allow_think`, `allow_code_fence`),
-/// is ignored and `text` gets the full syntax pass.
+/// against the validator's own pass (for the caller's tests). An index without a value, or whose
+/// value lies outside `text` or outside what the policy's envelope options leave of it
+/// (`allow_think`, `allow_code_fence`), is ignored and `text` gets the full syntax pass.
 ///
 /// # Errors
 /// As [`validate`]: only an invalid `policy`, and then `out` is left as it was.
 pub fn validate_indexed_into<'a>(
     text: &'a str,
     index: &SyntaxIndex,
+    policy: &FormatPolicy,
+    scratch: &'a mut [u8],
+    out: &mut Validation<'a>,
+) -> Result<()> {
+    validate_into(text, Some(index), policy, scratch, out)
+}
+
+/// Both `_into` entry points: the validator's own syntax pass, or the caller's `index`.
+fn validate_into<'a>(
+    text: &'a str,
+    index: Option<&SyntaxIndex>,
     policy: &FormatPolicy,
     scratch: &'a mut [u8],
     out: &mut Validation<'a>,
@@ -123,9 +124,12 @@ pub fn validate_indexed_into<'a>(
         report: &mut out.report,
         policy,
         scratch,
-        own_index: false,
+        own_index: index.is_none(),
     };
-    v.run_indexed(text, index, &mut out.rubric);
+    match index {
+        Some(index) => v.run_indexed(text, index, &mut out.rubric),
+        None => v.run_str(text, &mut out.rubric),
+    }
     Ok(())
 }
 
