@@ -16,7 +16,9 @@ use care_ffi::logsoftmax::*;
 use care_ffi::loss::*;
 use care_kernels::Dtype;
 use care_kernels::tolerance::{Quantity, Tolerance, tolerance};
-use cudarc::driver::{CudaContext, DevicePtr, DevicePtrMut};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 mod common;
 
@@ -150,32 +152,15 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
     };
     assert_eq!(code, CARE_OK);
 
-    let d_logp = stream.clone_htod(&logp).unwrap();
-    let d_old = stream.clone_htod(&old).unwrap();
-    let d_seq = stream.clone_htod(&seq).unwrap();
-    let d_mask = stream.clone_htod(&mask).unwrap();
-    let d_adv = stream.clone_htod(&adv).unwrap();
+    let d_in = DeviceLossInputs::upload(&stream, &logp, &old, &seq, &mask, &adv, None);
     let mut d_grad = stream.alloc_zeros::<f32>(t).unwrap();
     let mut d_stats = stream.alloc_zeros::<u8>(CARE_GPU_LOSS_STATS_BYTES).unwrap();
     let mut d_ws = stream.alloc_zeros::<u8>(CARE_GPU_WORKSPACE_BYTES).unwrap();
     let mut st = unsafe { std::mem::zeroed::<care_loss_stats>() };
-    {
-        let (pl, _a) = d_logp.device_ptr(&stream);
-        let (po, _b) = d_old.device_ptr(&stream);
-        let (ps, _c) = d_seq.device_ptr(&stream);
-        let (pm, _d) = d_mask.device_ptr(&stream);
-        let (pa, _e) = d_adv.device_ptr(&stream);
+    d_in.with(&stream, inputs, |d_inputs| {
         let (pg, _f) = d_grad.device_ptr_mut(&stream);
         let (pst, _g) = d_stats.device_ptr_mut(&stream);
         let (pw, _h) = d_ws.device_ptr_mut(&stream);
-        let d_inputs = care_loss_inputs {
-            logp: pl as *const c_void,
-            logp_old: po as *const c_void,
-            seq_offsets: ps as *const u32,
-            mask: pm as *const u8,
-            advantages: pa as *const f32,
-            ..inputs
-        };
         let launch = launch(cu_stream, pw as *mut c_void);
         let pst = pst as *mut c_void;
         let f32_code = care_dtype::CARE_DTYPE_F32 as u32;
@@ -186,7 +171,7 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
                 CARE_OK
             );
             let code = care_gpu_policy_loss(
-                &d_inputs,
+                d_inputs,
                 &lo,
                 pg as *mut c_void,
                 t,
@@ -201,7 +186,7 @@ fn gpu_entry_points_match_the_cpu_when_a_device_is_present() {
                 CARE_OK
             );
         }
-    }
+    });
     let grad = stream.clone_dtoh(&d_grad).unwrap();
     let tl = tolerance(Quantity::Loss, Dtype::F32).unwrap();
     // Scale 1: the per-token losses here are O(1), so sum_t w_t |l_t| <= 1 (token mean).
@@ -554,36 +539,17 @@ fn gpu_rollout_diagnostics_match_care_rollout_correction() {
     let stream = ctx.new_stream().unwrap();
     let cu_stream = stream.cu_stream() as *mut c_void;
 
-    let d_logp = stream.clone_htod(&logp).unwrap();
-    let d_old = stream.clone_htod(&old).unwrap();
-    let d_roll = stream.clone_htod(&rollout).unwrap();
-    let d_seq = stream.clone_htod(&seq).unwrap();
-    let d_mask = stream.clone_htod(&mask).unwrap();
-    let d_adv = stream.clone_htod(&adv).unwrap();
+    let d_in =
+        DeviceLossInputs::upload(&stream, &logp, &old, &seq, &mask, &adv, Some(&rollout[..]));
     let mut d_rstats = stream
         .alloc_zeros::<u32>(CARE_GPU_ROLLOUT_STATS_BYTES / 4)
         .unwrap();
     let mut d_ws = stream.alloc_zeros::<u8>(CARE_GPU_WORKSPACE_BYTES).unwrap();
     for (level, (lo, want)) in levels.iter().zip(&cases) {
         let mut got = [unsafe { std::mem::zeroed::<care_rollout_stats>() }; 3];
-        {
-            let (pl, _a) = d_logp.device_ptr(&stream);
-            let (po, _b) = d_old.device_ptr(&stream);
-            let (pr, _c) = d_roll.device_ptr(&stream);
-            let (ps, _d) = d_seq.device_ptr(&stream);
-            let (pm, _e) = d_mask.device_ptr(&stream);
-            let (pa, _f) = d_adv.device_ptr(&stream);
+        d_in.with(&stream, inputs, |d_inputs| {
             let (prs, _g) = d_rstats.device_ptr_mut(&stream);
             let (pw, _h) = d_ws.device_ptr_mut(&stream);
-            let d_inputs = care_loss_inputs {
-                logp: pl as *const c_void,
-                logp_old: po as *const c_void,
-                logp_rollout: pr as *const c_void,
-                seq_offsets: ps as *const u32,
-                mask: pm as *const u8,
-                advantages: pa as *const f32,
-                ..inputs
-            };
             let out = care_gpu_loss_outputs {
                 struct_size: size_of::<care_gpu_loss_outputs>() as u32,
                 grad_dtype: care_dtype::CARE_DTYPE_F32 as u32,
@@ -601,7 +567,7 @@ fn gpu_rollout_diagnostics_match_care_rollout_correction() {
             unsafe {
                 assert_eq!(care_gpu_rollout_stats_reset(prs, n, &launch), CARE_OK);
                 assert_eq!(
-                    care_gpu_policy_loss_into(&d_inputs, lo, &out, &launch),
+                    care_gpu_policy_loss_into(d_inputs, lo, &out, &launch),
                     CARE_OK
                 );
                 assert_eq!(
@@ -609,7 +575,7 @@ fn gpu_rollout_diagnostics_match_care_rollout_correction() {
                     CARE_OK
                 );
                 assert_eq!(
-                    care_gpu_policy_loss_into(&d_inputs, lo, &out, &launch),
+                    care_gpu_policy_loss_into(d_inputs, lo, &out, &launch),
                     CARE_OK
                 );
                 assert_eq!(
@@ -622,7 +588,7 @@ fn gpu_rollout_diagnostics_match_care_rollout_correction() {
                     CARE_OK
                 );
             }
-        }
+        });
         let tol = tolerance(Quantity::Loss, Dtype::F32).unwrap();
         let fields = |s: &care_rollout_stats| {
             [
@@ -709,33 +675,16 @@ fn gpu_covariance_losses_match_care_policy_loss() {
     let ctx = CudaContext::new(0).unwrap();
     let stream = ctx.new_stream().unwrap();
     let cu_stream = stream.cu_stream() as *mut c_void;
-    let d_logp = stream.clone_htod(&logp).unwrap();
-    let d_old = stream.clone_htod(&old).unwrap();
-    let d_seq = stream.clone_htod(&seq).unwrap();
-    let d_mask = stream.clone_htod(&mask).unwrap();
-    let d_adv = stream.clone_htod(&adv).unwrap();
+    let d_in = DeviceLossInputs::upload(&stream, &logp, &old, &seq, &mask, &adv, None);
     for (kind, lo, want_grad, want_loss, ws) in &cases {
         let mut d_grad = stream.alloc_zeros::<f32>(t).unwrap();
         let mut d_stats = stream.alloc_zeros::<u8>(CARE_GPU_LOSS_STATS_BYTES).unwrap();
         let mut d_ws = stream.alloc_zeros::<u8>(*ws).unwrap();
         let mut st = unsafe { std::mem::zeroed::<care_loss_stats>() };
-        {
-            let (pl, _a) = d_logp.device_ptr(&stream);
-            let (po, _b) = d_old.device_ptr(&stream);
-            let (ps, _c) = d_seq.device_ptr(&stream);
-            let (pm, _d) = d_mask.device_ptr(&stream);
-            let (pa, _e) = d_adv.device_ptr(&stream);
+        d_in.with(&stream, inputs, |d_inputs| {
             let (pg, _f) = d_grad.device_ptr_mut(&stream);
             let (pst, _g) = d_stats.device_ptr_mut(&stream);
             let (pw, _h) = d_ws.device_ptr_mut(&stream);
-            let d_inputs = care_loss_inputs {
-                logp: pl as *const c_void,
-                logp_old: po as *const c_void,
-                seq_offsets: ps as *const u32,
-                mask: pm as *const u8,
-                advantages: pa as *const f32,
-                ..inputs
-            };
             let small = launch(cu_stream, pw as *mut c_void);
             let sized = care_gpu_launch {
                 workspace_len: *ws,
@@ -749,18 +698,18 @@ fn gpu_covariance_losses_match_care_policy_loss() {
                 let g = pg as *mut c_void;
                 let f32_ = care_dtype::CARE_DTYPE_F32 as u32;
                 assert_eq!(
-                    care_gpu_policy_loss(&d_inputs, lo, g, t, f32_, pst, n, &small),
+                    care_gpu_policy_loss(d_inputs, lo, g, t, f32_, pst, n, &small),
                     CARE_ERR_BUFFER_TOO_SMALL,
                     "{kind:?}"
                 );
                 assert_eq!(
-                    care_gpu_policy_loss(&d_inputs, lo, g, t, f32_, pst, n, &sized),
+                    care_gpu_policy_loss(d_inputs, lo, g, t, f32_, pst, n, &sized),
                     CARE_OK,
                     "{kind:?}"
                 );
                 assert_eq!(care_gpu_loss_stats_read(pst, n, &small, &mut st), CARE_OK);
             }
-        }
+        });
         let got = stream.clone_dtoh(&d_grad).unwrap();
         let tol = tolerance(Quantity::Grad, Dtype::F32).unwrap();
         let gmax = want_grad
@@ -777,6 +726,62 @@ fn gpu_covariance_losses_match_care_policy_loss() {
             st.loss
         );
         assert_eq!(st.tokens, mask.iter().filter(|&&m| m != 0).count() as f64);
+    }
+}
+
+/// The host inputs of an f32 loss call (`common::f32_loss_inputs`) copied to the device.
+struct DeviceLossInputs {
+    logp: CudaSlice<f32>,
+    old: CudaSlice<f32>,
+    rollout: Option<CudaSlice<f32>>,
+    seq: CudaSlice<u32>,
+    mask: CudaSlice<u8>,
+    adv: CudaSlice<f32>,
+}
+
+impl DeviceLossInputs {
+    fn upload(
+        stream: &Arc<CudaStream>,
+        logp: &[f32],
+        old: &[f32],
+        seq: &[u32],
+        mask: &[u8],
+        adv: &[f32],
+        rollout: Option<&[f32]>,
+    ) -> Self {
+        DeviceLossInputs {
+            logp: stream.clone_htod(logp).unwrap(),
+            old: stream.clone_htod(old).unwrap(),
+            rollout: rollout.map(|r| stream.clone_htod(r).unwrap()),
+            seq: stream.clone_htod(seq).unwrap(),
+            mask: stream.clone_htod(mask).unwrap(),
+            adv: stream.clone_htod(adv).unwrap(),
+        }
+    }
+
+    /// Runs `f` with `host` (the struct of the same inputs on the host) pointing at the device
+    /// copies; the pointers are valid while `f` runs.
+    fn with<R>(
+        &self,
+        stream: &Arc<CudaStream>,
+        host: care_loss_inputs,
+        f: impl FnOnce(&care_loss_inputs) -> R,
+    ) -> R {
+        let (pl, _a) = self.logp.device_ptr(stream);
+        let (po, _b) = self.old.device_ptr(stream);
+        let roll = self.rollout.as_ref().map(|r| r.device_ptr(stream));
+        let (ps, _d) = self.seq.device_ptr(stream);
+        let (pm, _e) = self.mask.device_ptr(stream);
+        let (pa, _f) = self.adv.device_ptr(stream);
+        f(&care_loss_inputs {
+            logp: pl as *const c_void,
+            logp_old: po as *const c_void,
+            logp_rollout: roll.as_ref().map_or(null(), |(p, _)| *p as *const c_void),
+            seq_offsets: ps as *const u32,
+            mask: pm as *const u8,
+            advantages: pa as *const f32,
+            ..host
+        })
     }
 }
 
