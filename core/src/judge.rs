@@ -11,8 +11,32 @@ use crate::json::{self, Cursor, JStr, Kind, PlainCursor};
 use crate::rubric::{Dimension, MAX_TOTAL_CRITERIA, Rubric};
 use crate::{Error, Result};
 
-/// Renders the judge prompt: dialogue context, the seeker's current turn, the candidate
-/// response, every criterion with its anchors, and the required output shape.
+/// Where the candidate response stands in the judge prompt.
+///
+/// The judge calls of one GRPO group differ only in the response. Servers with prefix caching
+/// (vLLM's automatic prefix caching, SGLang's radix cache) prefill a shared prompt prefix once,
+/// so a layout that puts everything the group shares before the response prefills the rubric
+/// (the longest part) once per group instead of once per response. Both layouts hold the same
+/// sections with the same text; the answer is parsed the same way under either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum JudgePromptLayout {
+    /// Instructions, the rubric, the output shape, the dialogue context, the seeker's latest
+    /// turn, then the candidate response last (`shared_prefix`, the default).
+    #[default]
+    SharedPrefix,
+    /// The paper's order: instructions, dialogue context, the seeker's latest turn, the
+    /// candidate response, then the rubric and the output shape (`paper`).
+    Paper,
+}
+
+crate::names::named_enum!(JudgePromptLayout, "judge prompt layout", {
+    SharedPrefix => "shared_prefix", "Instructions, rubric and dialogue first, the response last (prefix-cache friendly)";
+    Paper => "paper", "The paper's order: dialogue, response, then the rubric";
+});
+
+/// Renders the judge prompt in the paper's order: dialogue context, the seeker's current turn,
+/// the candidate response, every criterion with its anchors, and the required output shape
+/// ([`JudgePromptLayout::Paper`]; [`render_judge_prompt_with`] takes the layout).
 ///
 /// # Errors
 /// Only the writer's own errors.
@@ -23,21 +47,79 @@ pub fn render_judge_prompt<W: Write + ?Sized>(
     seeker_turn: &str,
     response: &str,
 ) -> fmt::Result {
-    write_prompt_head(w, context, seeker_turn, response, 0, 5)?;
-    for d in Dimension::ALL {
-        let crits = rubric.criteria(d);
-        if crits.is_empty() {
-            continue;
-        }
-        write!(w, "\n### {}\n", d.json_name())?;
-        for c in crits {
-            write_prompt_criterion(w, c.title, c.description, false)?;
-        }
-    }
-    write_prompt_tail(w, 0, 5, false)
+    render_judge_prompt_with(
+        w,
+        rubric,
+        context,
+        seeker_turn,
+        response,
+        JudgePromptLayout::Paper,
+    )
 }
 
-/// The judge prompt up to its rubric sections (shared by every rubric profile).
+/// Renders the judge prompt in `layout`: the same sections as [`render_judge_prompt`], with
+/// the candidate response last under [`JudgePromptLayout::SharedPrefix`].
+///
+/// # Errors
+/// Only the writer's own errors.
+pub fn render_judge_prompt_with<W: Write + ?Sized>(
+    w: &mut W,
+    rubric: &Rubric<'_>,
+    context: &[&str],
+    seeker_turn: &str,
+    response: &str,
+    layout: JudgePromptLayout,
+) -> fmt::Result {
+    let rubric_sections = |w: &mut W| -> fmt::Result {
+        for d in Dimension::ALL {
+            let crits = rubric.criteria(d);
+            if crits.is_empty() {
+                continue;
+            }
+            write!(w, "\n### {}\n", d.json_name())?;
+            for c in crits {
+                write_prompt_criterion(w, c.title, c.description, false)?;
+            }
+        }
+        write_prompt_tail(w, 0, 5, false)
+    };
+    match layout {
+        JudgePromptLayout::Paper => {
+            write_prompt_head(w, context, seeker_turn, response, 0, 5)?;
+            rubric_sections(w)
+        }
+        JudgePromptLayout::SharedPrefix => {
+            write_prompt_intro(w, 0, 5)?;
+            w.write_str("\n\n## Rubric\n")?;
+            rubric_sections(w)?;
+            write_prompt_dialogue_last(w, context, seeker_turn, response)
+        }
+    }
+}
+
+/// The first sentence of every judge prompt.
+pub(crate) fn write_prompt_intro<W: Write + ?Sized>(w: &mut W, lo: u8, hi: u8) -> fmt::Result {
+    write!(
+        w,
+        "You are a strict judge of emotional-support responses. Score the candidate supporter \
+         response against every criterion of the rubric below, using each criterion's level \
+         descriptions [{lo}] to [{hi}].",
+    )
+}
+
+fn write_prompt_context<W: Write + ?Sized>(w: &mut W, context: &[&str]) -> fmt::Result {
+    w.write_str("## Dialogue context\n")?;
+    if context.is_empty() {
+        w.write_str("(none)\n")?;
+    }
+    for line in context {
+        w.write_str(line.trim_end())?;
+        w.write_char('\n')?;
+    }
+    Ok(())
+}
+
+/// The paper layout's judge prompt up to its rubric sections (shared by every rubric profile).
 pub(crate) fn write_prompt_head<W: Write + ?Sized>(
     w: &mut W,
     context: &[&str],
@@ -46,22 +128,30 @@ pub(crate) fn write_prompt_head<W: Write + ?Sized>(
     lo: u8,
     hi: u8,
 ) -> fmt::Result {
-    write!(
-        w,
-        "You are a strict judge of emotional-support responses. Score the candidate supporter \
-         response against every criterion of the rubric below, using each criterion's level \
-         descriptions [{lo}] to [{hi}].\n\n## Dialogue context\n",
-    )?;
-    if context.is_empty() {
-        w.write_str("(none)\n")?;
-    }
-    for line in context {
-        w.write_str(line.trim_end())?;
-        w.write_char('\n')?;
-    }
+    write_prompt_intro(w, lo, hi)?;
+    w.write_str("\n\n")?;
+    write_prompt_context(w, context)?;
     write!(
         w,
         "\n## Seeker's latest turn\n{}\n\n## Candidate supporter response\n{}\n\n## Rubric\n",
+        seeker_turn.trim_end(),
+        response.trim_end()
+    )
+}
+
+/// The shared-prefix layout's end, after the output shape: the dialogue, then the response
+/// (shared by every rubric profile).
+pub(crate) fn write_prompt_dialogue_last<W: Write + ?Sized>(
+    w: &mut W,
+    context: &[&str],
+    seeker_turn: &str,
+    response: &str,
+) -> fmt::Result {
+    w.write_char('\n')?;
+    write_prompt_context(w, context)?;
+    write!(
+        w,
+        "\n## Seeker's latest turn\n{}\n\n## Candidate supporter response\n{}\n",
         seeker_turn.trim_end(),
         response.trim_end()
     )

@@ -98,7 +98,10 @@ pub use format::{
     FormatPolicy, Report, SyntaxIndex, Validation, Violation, ViolationCode, format_reward,
     validate, validate_indexed_into, validate_str, validate_str_into,
 };
-pub use judge::{JudgeReport, parse_judge_output, render_judge_prompt};
+pub use judge::{
+    JudgePromptLayout, JudgeReport, parse_judge_output, render_judge_prompt,
+    render_judge_prompt_with,
+};
 pub use reward::{
     GeneratorOptions, GeneratorReward, MissingPolicy, PolicyReward, PreferenceOptions,
     PreferenceReward, RangePolicy, ScoreOptions, ScoreScale, generator_reward, policy_reward,

@@ -231,3 +231,83 @@ fn round_trip_render_then_parse_titles() {
     );
     assert_eq!(out, [3.0; 4]);
 }
+
+/// The non-blank lines of a prompt, sorted: two layouts of one prompt hold the same lines.
+fn sorted_lines(p: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = p.lines().filter(|l| !l.trim().is_empty()).collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn both_layouts_hold_the_same_text_and_only_shared_prefix_ends_with_the_response() {
+    use care_core::judge::{JudgePromptLayout, render_judge_prompt_with};
+    let r = rubric();
+    let ctx = ["seeker: hello", "supporter: hi, how are you?"];
+    let render = |layout, response: &str| {
+        let mut p = String::new();
+        render_judge_prompt_with(&mut p, &r, &ctx, "seeker: not great", response, layout).unwrap();
+        p
+    };
+    let mut paper_fn = String::new();
+    render_judge_prompt(&mut paper_fn, &r, &ctx, "seeker: not great", "I hear you.").unwrap();
+    assert_eq!(render(JudgePromptLayout::Paper, "I hear you."), paper_fn);
+    let shared = render(JudgePromptLayout::SharedPrefix, "I hear you.");
+    assert_eq!(sorted_lines(&shared), sorted_lines(&paper_fn));
+    assert!(shared.ends_with("## Candidate supporter response\nI hear you.\n"));
+    // The rubric and the output shape come before the dialogue.
+    let at = |s: &str| shared.find(s).unwrap();
+    assert!(at("## Rubric") < at("## Output"));
+    assert!(at("## Output") < at("## Dialogue context"));
+    assert!(at("## Dialogue context") < at("## Seeker's latest turn"));
+    // Two responses of one group: everything before the response is one prefix.
+    let other = render(JudgePromptLayout::SharedPrefix, "That sounds hard.");
+    let head = shared.len() - "I hear you.\n".len();
+    assert_eq!(shared[..head], other[..head]);
+    // The paper order shares only what precedes the response.
+    let paper_other = render(JudgePromptLayout::Paper, "That sounds hard.");
+    let common = paper_fn
+        .bytes()
+        .zip(paper_other.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(common < paper_fn.find("## Rubric").unwrap());
+    // Names: one stable string per layout, the default is the shared prefix.
+    assert_eq!(
+        JudgePromptLayout::default(),
+        JudgePromptLayout::SharedPrefix
+    );
+    for (l, n) in JudgePromptLayout::ALL.iter().zip(JudgePromptLayout::NAMES) {
+        assert_eq!(n.parse::<JudgePromptLayout>().unwrap(), *l);
+        assert_eq!(l.to_string(), n);
+    }
+    assert!("Paper".parse::<JudgePromptLayout>().is_err());
+}
+
+#[test]
+fn an_answer_built_from_either_layout_parses_to_the_same_scores() {
+    use care_core::judge::{JudgePromptLayout, render_judge_prompt_with};
+    // A judge that copies the titles it is shown, category by category, gives the same
+    // answer under both layouts, and it parses to the same scores.
+    let r = rubric();
+    let mut answers = Vec::new();
+    for layout in JudgePromptLayout::ALL {
+        let mut p = String::new();
+        render_judge_prompt_with(&mut p, &r, &[], "seeker: hi", "ok", layout).unwrap();
+        let mut items = Vec::new();
+        let mut cat = "";
+        for line in p.lines() {
+            if let Some(d) = line.strip_prefix("### ") {
+                cat = d;
+            } else if let Some(t) = line.strip_prefix("- criterion_title: ") {
+                items.push(item(cat, t, &(items.len() + 1).to_string()));
+            }
+        }
+        let answer = format!(r#"{{"criterion_scores":[{}]}}"#, items.join(","));
+        let mut scores = [f64::NAN; 4];
+        parse_judge_output(answer.as_bytes(), &r, &mut scores).unwrap();
+        answers.push((answer, scores));
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert_eq!(answers[0].1, [1.0, 2.0, 3.0, 4.0]);
+}

@@ -579,3 +579,42 @@ fn a_group_scores_every_response_and_skips_malformed_rows() {
         Err(Error::InvalidArgument)
     );
 }
+
+#[test]
+fn the_shared_prefix_layout_puts_the_response_span_last() {
+    use care_core::JudgePromptLayout;
+    use care_core::profile::render_profile_judge_prompt_with;
+    let k = kardia();
+    let text = good();
+    let check = k.check_output(text.as_bytes());
+    let span = check.judge_text().unwrap();
+    let ctx = ["seeker: I failed my clinical exam."];
+    let mut shared = String::new();
+    render_profile_judge_prompt_with(
+        &mut shared,
+        &k,
+        None,
+        &ctx,
+        "I failed.",
+        span,
+        JudgePromptLayout::SharedPrefix,
+    )
+    .unwrap();
+    let mut paper = String::new();
+    render_profile_judge_prompt(&mut paper, &k, None, &ctx, "I failed.", span).unwrap();
+    assert!(shared.ends_with(&format!(
+        "## Candidate supporter response\n{}\n",
+        span.trim_end()
+    )));
+    assert!(shared.find("### safety\n").unwrap() < shared.find("## Dialogue context").unwrap());
+    let lines = |p: &str| {
+        let mut v: Vec<String> = p
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(lines(&shared), lines(&paper));
+}

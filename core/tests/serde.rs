@@ -64,6 +64,7 @@ fn enums_are_written_by_their_stable_names() {
         assert!(e.to_string().contains(T::NAMES[0]), "{e}");
     }
     each::<MissingPolicy>();
+    each::<care_core::JudgePromptLayout>();
     each::<RangePolicy>();
     each::<ScoreScale>();
     each::<Dimension>();

@@ -191,6 +191,11 @@ pub struct LoopConfig {
     /// built-in profile of `care-core` (`kardia`: no generator call; malformed outputs get 0
     /// without a judge call; the judge sees the response span).
     pub profile: String,
+    /// Where the response stands in the judge prompt: `shared_prefix` (instructions, rubric
+    /// and dialogue first, the response last: the judge calls of a group share everything
+    /// before the response, which servers with prefix caching prefill once) or `paper` (the
+    /// paper's order, the response before the rubric). Part of every judge call's key.
+    pub judge_prompt_layout: String,
 }
 
 impl Default for LoopConfig {
@@ -203,6 +208,7 @@ impl Default for LoopConfig {
             lenient_rubric: false,
             turn_concurrency: 16,
             profile: "care".to_owned(),
+            judge_prompt_layout: "shared_prefix".to_owned(),
         }
     }
 }
@@ -229,7 +235,22 @@ impl LoopConfig {
         if self.turn_concurrency == 0 || self.turn_concurrency > 4096 {
             return Err("turn_concurrency must be in 1..=4096".to_owned());
         }
+        self.layout()?;
         Ok(())
+    }
+
+    /// The judge prompt layout named by `judge_prompt_layout`.
+    ///
+    /// # Errors
+    /// An unknown name (the message lists the names).
+    pub fn layout(&self) -> Result<care_core::JudgePromptLayout, String> {
+        self.judge_prompt_layout.parse().map_err(|_| {
+            format!(
+                "judge_prompt_layout {:?}: use one of {}",
+                self.judge_prompt_layout,
+                care_core::JudgePromptLayout::NAMES.join(", ")
+            )
+        })
     }
 }
 

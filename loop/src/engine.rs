@@ -340,9 +340,10 @@ impl Engine {
         cache: Option<Cache>,
         metrics: Arc<Metrics>,
     ) -> Result<Engine, String> {
+        let layout = cfg.layout()?;
         let profile: Arc<dyn RubricProfile> = match cfg.profile.as_str() {
-            "care" => Arc::new(CareProfile::new(cfg.lenient_rubric)),
-            other => Arc::new(crate::fixed::FixedProfile::builtin(other)?),
+            "care" => Arc::new(CareProfile::new(cfg.lenient_rubric).with_layout(layout)),
+            other => Arc::new(crate::fixed::FixedProfile::builtin(other)?.with_layout(layout)),
         };
         Self::with_profile(cfg, kind, cache, metrics, profile)
     }

@@ -8,11 +8,11 @@
 //! [`care_core::profile::profile_reward_group`], with the gold emotion of the turn
 //! (`gold.emotion`) when the profile has an emotion term.
 
-use care_core::ScoreOptions;
 use care_core::profile::{
     Profile, RubricSource, parse_profile_judge_output, profile_reward_group,
-    render_profile_judge_prompt,
+    render_profile_judge_prompt_with,
 };
+use care_core::{JudgePromptLayout, ScoreOptions};
 use serde_json::Value;
 
 use crate::llm::ChatMessage;
@@ -27,6 +27,7 @@ pub struct FixedProfile {
     profile: Profile<'static>,
     json: &'static str,
     score: ScoreOptions,
+    layout: JudgePromptLayout,
 }
 
 impl FixedProfile {
@@ -48,7 +49,16 @@ impl FixedProfile {
             profile,
             json,
             score: ScoreOptions::default(),
+            layout: JudgePromptLayout::default(),
         })
+    }
+
+    /// The same profile with the judge prompt in `layout` (the default puts the criteria and
+    /// the dialogue before the response span: see [`JudgePromptLayout`]).
+    #[must_use]
+    pub fn with_layout(mut self, layout: JudgePromptLayout) -> Self {
+        self.layout = layout;
+        self
     }
 
     fn total(&self) -> usize {
@@ -113,13 +123,14 @@ impl RubricProfile for FixedProfile {
         let lines = dialogue.history_lines();
         let context: Vec<&str> = lines.iter().map(String::as_str).collect();
         let mut prompt = String::new();
-        let _ = render_profile_judge_prompt(
+        let _ = render_profile_judge_prompt_with(
             &mut prompt,
             &self.profile,
             None,
             &context,
             dialogue.seeker_turn(),
             span,
+            self.layout,
         );
         vec![ChatMessage::new("user", prompt)]
     }

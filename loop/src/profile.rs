@@ -10,8 +10,8 @@
 use std::fmt::Write as _;
 
 use care_core::{
-    FormatPolicy, JudgeReport, RubricBuf, ScoreOptions, parse_judge_output, policy_reward_group,
-    render_judge_prompt, validate_str,
+    FormatPolicy, JudgePromptLayout, JudgeReport, RubricBuf, ScoreOptions, parse_judge_output,
+    policy_reward_group, render_judge_prompt_with, validate_str,
 };
 use serde::Serialize;
 
@@ -217,6 +217,7 @@ pub trait RubricProfile: Send + Sync + std::fmt::Debug {
 pub struct CareProfile {
     policy: FormatPolicy,
     score: ScoreOptions,
+    layout: JudgePromptLayout,
 }
 
 impl CareProfile {
@@ -231,7 +232,16 @@ impl CareProfile {
             // Strict: a missing or out-of-range score makes the answer unusable (it is asked
             // again), never a silent 0 or a clamp.
             score: ScoreOptions::default(),
+            layout: JudgePromptLayout::default(),
         }
+    }
+
+    /// The same profile with the judge prompt in `layout` (the default puts the rubric and the
+    /// dialogue before the response: see [`JudgePromptLayout`]).
+    #[must_use]
+    pub fn with_layout(mut self, layout: JudgePromptLayout) -> Self {
+        self.layout = layout;
+        self
     }
 
     /// The rubric of a text that passed [`RubricProfile::check_rubric`] (owned: no borrow of a
@@ -327,12 +337,13 @@ impl RubricProfile for CareProfile {
         if let Some(r) = self.rubric(rubric) {
             let lines = dialogue.history_lines();
             let context: Vec<&str> = lines.iter().map(String::as_str).collect();
-            let _ = render_judge_prompt(
+            let _ = render_judge_prompt_with(
                 &mut prompt,
                 &r.rubric(),
                 &context,
                 dialogue.seeker_turn(),
                 span,
+                self.layout,
             );
         }
         vec![ChatMessage::new("user", prompt)]

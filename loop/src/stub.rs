@@ -37,13 +37,17 @@ pub struct StubRequest {
 }
 
 impl StubRequest {
-    /// The judged response (judge requests: the text under "Candidate supporter response").
+    /// The judged response (judge requests: the text under "Candidate supporter response",
+    /// up to the rubric in the paper layout, to the end of the prompt in the shared-prefix one).
     pub fn judged_response(&self) -> Option<&str> {
         let p = &self.messages.first()?.content;
         let start = p.find("## Candidate supporter response\n")?
             + "## Candidate supporter response\n".len();
-        let end = p.get(start..)?.find("\n\n## Rubric")? + start;
-        p.get(start..end)
+        let rest = p.get(start..)?;
+        Some(match rest.find("\n\n## Rubric") {
+            Some(end) => &rest[..end],
+            None => rest.strip_suffix('\n').unwrap_or(rest),
+        })
     }
 
     /// The seeker's latest turn as the generator sees it (generator requests: the last line

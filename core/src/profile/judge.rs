@@ -6,16 +6,18 @@ use core::fmt::Write;
 
 use super::{Profile, RubricSource};
 use crate::judge::{
-    JudgeReport, parse_judge_output, parse_scores_with, render_judge_prompt,
-    write_prompt_criterion, write_prompt_head, write_prompt_tail,
+    JudgePromptLayout, JudgeReport, parse_judge_output, parse_scores_with,
+    render_judge_prompt_with, write_prompt_criterion, write_prompt_dialogue_last,
+    write_prompt_head, write_prompt_intro, write_prompt_tail,
 };
 use crate::rubric::Rubric;
 use crate::{Error, Result};
 
-/// Renders the judge prompt of `profile` for one response (for a profile with an output format,
-/// pass the judge span, [`super::OutputCheck::judge_text`]). Categories are the dimension
-/// names; a pitfall criterion (negative weight) is marked as such. A generated rubric renders
-/// exactly [`render_judge_prompt`] of `rubric`.
+/// Renders the judge prompt of `profile` for one response in the paper's order
+/// ([`JudgePromptLayout::Paper`]; [`render_profile_judge_prompt_with`] takes the layout). For a
+/// profile with an output format, pass the judge span, [`super::OutputCheck::judge_text`].
+/// Categories are the dimension names; a pitfall criterion (negative weight) is marked as such.
+/// A generated rubric renders exactly [`crate::judge::render_judge_prompt`] of `rubric`.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] when a generated profile gets no rubric or a fixed one gets one;
@@ -28,13 +30,48 @@ pub fn render_profile_judge_prompt<W: Write + ?Sized>(
     seeker_turn: &str,
     response: &str,
 ) -> Result<()> {
+    render_profile_judge_prompt_with(
+        w,
+        profile,
+        rubric,
+        context,
+        seeker_turn,
+        response,
+        JudgePromptLayout::Paper,
+    )
+}
+
+/// [`render_profile_judge_prompt`] in `layout`: under [`JudgePromptLayout::SharedPrefix`] the
+/// instructions, the criteria and the output shape come first and the response last, so the
+/// judge calls of one group share everything before the response as a prompt prefix. A
+/// generated rubric renders exactly [`render_judge_prompt_with`] of `rubric`.
+///
+/// # Errors
+/// As [`render_profile_judge_prompt`].
+pub fn render_profile_judge_prompt_with<W: Write + ?Sized>(
+    w: &mut W,
+    profile: &Profile<'_>,
+    rubric: Option<&Rubric<'_>>,
+    context: &[&str],
+    seeker_turn: &str,
+    response: &str,
+    layout: JudgePromptLayout,
+) -> Result<()> {
     let written = match (profile.rubric_source(), rubric) {
         (RubricSource::Generated, Some(r)) => {
-            render_judge_prompt(w, r, context, seeker_turn, response)
+            render_judge_prompt_with(w, r, context, seeker_turn, response, layout)
         }
         (RubricSource::Fixed, None) => (|| {
             let (lo, hi) = profile.score_range();
-            write_prompt_head(w, context, seeker_turn, response, lo, hi)?;
+            match layout {
+                JudgePromptLayout::Paper => {
+                    write_prompt_head(w, context, seeker_turn, response, lo, hi)?;
+                }
+                JudgePromptLayout::SharedPrefix => {
+                    write_prompt_intro(w, lo, hi)?;
+                    w.write_str("\n\n## Rubric\n")?;
+                }
+            }
             let mut pitfalls = false;
             for (i, d) in profile.dimensions().enumerate() {
                 write!(w, "\n### {}\n", d.name)?;
@@ -43,7 +80,13 @@ pub fn render_profile_judge_prompt<W: Write + ?Sized>(
                     write_prompt_criterion(w, c.title, c.description, c.weight < 0.0)?;
                 }
             }
-            write_prompt_tail(w, lo, hi, pitfalls)
+            write_prompt_tail(w, lo, hi, pitfalls)?;
+            match layout {
+                JudgePromptLayout::Paper => Ok(()),
+                JudgePromptLayout::SharedPrefix => {
+                    write_prompt_dialogue_last(w, context, seeker_turn, response)
+                }
+            }
         })(),
         _ => return Err(Error::InvalidArgument),
     };

@@ -55,7 +55,9 @@ mod parse;
 mod score;
 
 pub use emotion::{EmotionSpec, normalize_label};
-pub use judge::{parse_profile_judge_output, render_profile_judge_prompt};
+pub use judge::{
+    parse_profile_judge_output, render_profile_judge_prompt, render_profile_judge_prompt_with,
+};
 pub use output::{MAX_OUTPUT_VIOLATIONS, OutputCheck, OutputCode, OutputReport, OutputViolation};
 pub use parse::{
     MAX_CRITERION_WEIGHT, MAX_PROFILE_VIOLATIONS, PROFILE_WEIGHT_TOLERANCE, ProfileCode,
