@@ -24,13 +24,14 @@ pub struct LoopArgs {
     /// Offline demo: replay the bundled paper fixtures instead of calling LLMs.
     #[arg(long)]
     pub scripted: bool,
-    /// Generator base URL (overrides the config), e.g. http://127.0.0.1:8000/v1.
+    /// Generator base URL (overrides the config), e.g. http://127.0.0.1:8000/v1; several,
+    /// separated by commas, make a pool of replicas.
     #[arg(long, value_name = "URL")]
     pub generator_url: Option<String>,
     /// Generator model name (overrides the config).
     #[arg(long, value_name = "NAME")]
     pub generator_model: Option<String>,
-    /// Judge base URL (overrides the config).
+    /// Judge base URL (overrides the config); several, separated by commas, make a pool.
     #[arg(long, value_name = "URL")]
     pub judge_url: Option<String>,
     /// Judge model name (overrides the config).
@@ -122,14 +123,25 @@ fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
         Some(p) => LoopConfig::from_file(p)?,
         None => LoopConfig::default(),
     };
-    let overrides = [
-        (&a.generator_url, &mut cfg.generator.base_url),
-        (&a.generator_model, &mut cfg.generator.model),
-        (&a.judge_url, &mut cfg.judge.base_url),
-        (&a.judge_model, &mut cfg.judge.model),
-    ];
     let mut any = false;
-    for (flag, field) in overrides {
+    // A URL flag may list a pool's replicas, separated by commas.
+    for (flag, field) in [
+        (&a.generator_url, &mut cfg.generator.base_url),
+        (&a.judge_url, &mut cfg.judge.base_url),
+    ] {
+        if let Some(v) = flag {
+            *field = v
+                .split(',')
+                .map(|u| u.trim().to_owned())
+                .collect::<Vec<_>>()
+                .into();
+            any = true;
+        }
+    }
+    for (flag, field) in [
+        (&a.generator_model, &mut cfg.generator.model),
+        (&a.judge_model, &mut cfg.judge.model),
+    ] {
         if let Some(v) = flag {
             *field = v.clone();
             any = true;

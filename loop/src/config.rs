@@ -12,13 +12,84 @@ use serde::{Deserialize, Serialize};
 /// Most attempts any bound accepts (a larger number is a configuration mistake, not a policy).
 pub const MAX_BOUND: u32 = 20;
 
+/// Most base URLs in one endpoint pool.
+pub const MAX_POOL_URLS: usize = 64;
+
+/// The base URL of an endpoint: one URL, or a list of replicas serving the same model (a pool:
+/// each request goes to the replica with the fewest requests in flight). In JSON, a string or
+/// an array of strings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BaseUrls(Vec<String>);
+
+impl BaseUrls {
+    /// The URLs, in configuration order.
+    pub fn urls(&self) -> &[String] {
+        &self.0
+    }
+
+    /// Whether no URL is set.
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|u| u.trim().is_empty())
+    }
+}
+
+impl From<String> for BaseUrls {
+    fn from(s: String) -> Self {
+        BaseUrls(vec![s])
+    }
+}
+
+impl From<&str> for BaseUrls {
+    fn from(s: &str) -> Self {
+        BaseUrls(vec![s.to_owned()])
+    }
+}
+
+impl From<Vec<String>> for BaseUrls {
+    fn from(v: Vec<String>) -> Self {
+        BaseUrls(v)
+    }
+}
+
+impl std::fmt::Display for BaseUrls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join(","))
+    }
+}
+
+impl Serialize for BaseUrls {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => s.serialize_str(one),
+            many => many.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for BaseUrls {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged, expecting = "a base URL or a list of base URLs")]
+        enum OneOrMany {
+            One(String),
+            Many(Vec<String>),
+        }
+        Ok(match OneOrMany::deserialize(d)? {
+            OneOrMany::One(s) => BaseUrls(vec![s]),
+            OneOrMany::Many(v) => BaseUrls(v),
+        })
+    }
+}
+
 /// One OpenAI-compatible chat-completions endpoint (vLLM, SGLang, a hosted API).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EndpointConfig {
     /// Base URL up to the API version, e.g. `http://127.0.0.1:8000/v1`; requests go to
-    /// `{base_url}/chat/completions`.
-    pub base_url: String,
+    /// `{base_url}/chat/completions`. A list makes a pool of replicas of one model: each
+    /// attempt goes to the replica with the fewest requests in flight (ties in turn), a
+    /// failing replica is ejected for a while and probed back.
+    pub base_url: BaseUrls,
     /// The `model` field of every request.
     pub model: String,
     /// Name of the environment variable that holds the API key (sent as a bearer token);
@@ -37,7 +108,7 @@ pub struct EndpointConfig {
     pub timeout_secs: f64,
     /// Limit for establishing the TCP (and TLS) connection.
     pub connect_timeout_secs: f64,
-    /// Most requests in flight to this endpoint at once.
+    /// Most requests in flight at once to each base URL of this endpoint.
     pub max_concurrency: usize,
     /// HTTP attempts per call (1 = no retry). Retried: timeouts, connection errors, HTTP 429
     /// and 5xx, and a 2xx answer that is not a chat completion.
@@ -47,12 +118,20 @@ pub struct EndpointConfig {
     pub backoff_initial_secs: f64,
     /// Longest backoff.
     pub backoff_max_secs: f64,
+    /// A pool's replica that fails an attempt (timeout, connection error, HTTP 429 or 5xx, an
+    /// answer that is not a chat completion) gets no request for this long, doubled per
+    /// consecutive failure up to `eject_max_secs`; then one request probes it back. A
+    /// `Retry-After` header sets the period of the replica that sent it (capped the same). A
+    /// pool of one URL is never skipped.
+    pub eject_secs: f64,
+    /// Longest ejection.
+    pub eject_max_secs: f64,
 }
 
 impl Default for EndpointConfig {
     fn default() -> Self {
         EndpointConfig {
-            base_url: String::new(),
+            base_url: BaseUrls::default(),
             model: String::new(),
             api_key_env: None,
             temperature: None,
@@ -65,13 +144,16 @@ impl Default for EndpointConfig {
             max_attempts: 4,
             backoff_initial_secs: 0.5,
             backoff_max_secs: 16.0,
+            eject_secs: 1.0,
+            eject_max_secs: 30.0,
         }
     }
 }
 
 impl EndpointConfig {
-    /// An endpoint at `base_url` serving `model`, every other field at its default.
-    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+    /// An endpoint at `base_url` (one URL, or a `Vec` of them) serving `model`, every other
+    /// field at its default.
+    pub fn new(base_url: impl Into<BaseUrls>, model: impl Into<String>) -> Self {
         EndpointConfig {
             base_url: base_url.into(),
             model: model.into(),
@@ -84,16 +166,34 @@ impl EndpointConfig {
     /// # Errors
     /// A message that names the field and says what to write instead.
     pub fn check(&self, role: &str) -> Result<(), String> {
-        let url = self.base_url.trim();
-        if url.is_empty() {
+        if self.base_url.is_empty() {
             return Err(format!(
                 "{role}.base_url is empty: give the OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1"
             ));
         }
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
+        let urls = self.base_url.urls();
+        if urls.len() > MAX_POOL_URLS {
             return Err(format!(
-                "{role}.base_url {url:?} must start with http:// or https://"
+                "{role}.base_url lists {} URLs; at most {MAX_POOL_URLS}",
+                urls.len()
             ));
+        }
+        for (i, u) in urls.iter().enumerate() {
+            let url = u.trim();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!(
+                    "{role}.base_url {url:?} must start with http:// or https://"
+                ));
+            }
+            let canon = url.trim_end_matches('/');
+            if urls[..i]
+                .iter()
+                .any(|o| o.trim().trim_end_matches('/') == canon)
+            {
+                return Err(format!(
+                    "{role}.base_url lists {url:?} twice: give each replica once"
+                ));
+            }
         }
         if self.model.trim().is_empty() {
             return Err(format!("{role}.model is empty: give the served model name"));
@@ -135,6 +235,19 @@ impl EndpointConfig {
             return Err(format!(
                 "{role}.backoff_max_secs must be at least backoff_initial_secs"
             ));
+        }
+        for (name, v) in [
+            ("eject_secs", self.eject_secs),
+            ("eject_max_secs", self.eject_max_secs),
+        ] {
+            if !(v.is_finite() && (0.0..=3_600.0).contains(&v)) {
+                return Err(format!(
+                    "{role}.{name} {v} must be a number of seconds in [0, 3600]"
+                ));
+            }
+        }
+        if self.eject_max_secs < self.eject_secs {
+            return Err(format!("{role}.eject_max_secs must be at least eject_secs"));
         }
         if self.max_concurrency == 0 || self.max_concurrency > 4096 {
             return Err(format!("{role}.max_concurrency must be in 1..=4096"));
@@ -281,6 +394,10 @@ mod tests {
             "backoff_initial_secs`, `backoff_max_secs",
             format!("{}, {}", e.backoff_initial_secs, e.backoff_max_secs),
         );
+        row(
+            "eject_secs`, `eject_max_secs",
+            format!("{}, {}", e.eject_secs, e.eject_max_secs),
+        );
         let c = LoopConfig::default();
         for (text, v) in [
             ("`rubric_attempts` (", c.rubric_attempts),
@@ -309,6 +426,26 @@ mod tests {
         assert!(e.check("generator").unwrap_err().contains("timeout_secs"));
         let err = serde_json::from_str::<LoopConfig>(r#"{"judge":{"modle":"x"}}"#).unwrap_err();
         assert!(err.to_string().contains("modle"), "{err}");
+        // A pool: a list of base URLs; each checked, none twice.
+        let c: LoopConfig = serde_json::from_str(
+            r#"{"judge":{"base_url":["http://a/v1","http://b/v1"],"model":"m"}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.judge.base_url.urls(), ["http://a/v1", "http://b/v1"]);
+        assert_eq!(c.judge.check("judge"), Ok(()));
+        let c: LoopConfig =
+            serde_json::from_str(r#"{"judge":{"base_url":["http://a/v1","ftp://b"],"model":"m"}}"#)
+                .unwrap();
+        assert!(c.judge.check("judge").unwrap_err().contains("\"ftp://b\""));
+        let c: LoopConfig = serde_json::from_str(
+            r#"{"judge":{"base_url":["http://a/v1","http://a/v1/"],"model":"m"}}"#,
+        )
+        .unwrap();
+        assert!(c.judge.check("judge").unwrap_err().contains("twice"));
+        let c: LoopConfig =
+            serde_json::from_str(r#"{"judge":{"base_url":[],"model":"m"}}"#).unwrap();
+        assert!(c.judge.check("judge").unwrap_err().contains("is empty"));
+        assert!(serde_json::from_str::<LoopConfig>(r#"{"judge":{"base_url":3}}"#).is_err());
         let c: LoopConfig = serde_json::from_str(r#"{"judge_attempts":2}"#).unwrap();
         assert_eq!(c.judge_attempts, 2);
         assert_eq!(c.rubric_attempts, 3);

@@ -24,6 +24,7 @@ pub mod engine;
 pub mod fixed;
 pub mod llm;
 pub mod metrics;
+mod pool;
 pub mod profile;
 pub mod scripted;
 pub mod server;

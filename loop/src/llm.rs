@@ -2,14 +2,13 @@
 //! [`Backend`] that the loop calls (that client, or the offline scripted replay).
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::Semaphore;
 
 use crate::config::EndpointConfig;
 use crate::metrics::Metrics;
+use crate::pool::{Pool, Verdict};
 use crate::scripted::Scripted;
 
 /// One chat message (`role` is `system`, `user` or `assistant`).
@@ -144,15 +143,14 @@ impl Backend {
 }
 
 /// The chat-completions client of one endpoint: its own connection pool, concurrency limit,
-/// timeouts and retry policy.
+/// timeouts and retry policy, and its replicas (one base URL or several: the pool chooses each attempt's).
 #[derive(Debug)]
 pub struct HttpEndpoint {
     cfg: EndpointConfig,
     role: Role,
-    url: String,
+    pool: Pool,
     api_key: Option<String>,
     client: reqwest::Client,
-    permits: Arc<Semaphore>,
 }
 
 #[derive(Serialize)]
@@ -227,15 +225,10 @@ impl HttpEndpoint {
             .pool_max_idle_per_host(cfg.max_concurrency)
             .build()
             .map_err(|e| format!("{}: cannot build the HTTP client: {e}", role.as_str()))?;
-        let url = format!(
-            "{}/chat/completions",
-            cfg.base_url.trim().trim_end_matches('/')
-        );
         Ok(HttpEndpoint {
-            permits: Arc::new(Semaphore::new(cfg.max_concurrency)),
+            pool: Pool::new(&cfg),
             cfg,
             role,
-            url,
             api_key,
             client,
         })
@@ -262,19 +255,40 @@ impl HttpEndpoint {
         })?;
         let endpoint = self.role.as_str();
         let mut attempt = 0u32;
+        let mut failed_on: Option<usize> = None;
         loop {
             attempt += 1;
+            // The replica with the fewest in flight (a pool of one URL: that URL).
+            let mut chosen = self.pool.choose(failed_on);
+            let member = chosen.member;
+            metrics.endpoint_in_flight(endpoint, &member.label, 1);
             let started = Instant::now();
             let result = {
                 // The permit bounds requests in flight; it is released before any backoff.
-                let _permit = self.permits.acquire().await.map_err(|_| CallError {
+                let permit = member.permits.acquire().await.map_err(|_| CallError {
                     code: "transport".to_owned(),
                     message: "the endpoint was shut down".to_owned(),
                     attempts: attempt - 1,
-                })?;
-                self.attempt(body.clone()).await
+                });
+                match permit {
+                    Ok(_permit) => Ok(self.attempt(&member.url, body.clone()).await),
+                    Err(e) => Err(e),
+                }
             };
+            metrics.endpoint_in_flight(endpoint, &member.label, -1);
+            let result = result?;
             let elapsed = started.elapsed();
+            let code = result.as_ref().map_or_else(|e| e.code.as_str(), |_| "ok");
+            metrics.endpoint_attempt(endpoint, &member.label, code);
+            let verdict = match &result {
+                Ok(_) => Verdict::Healthy,
+                Err(e) if e.retryable => Verdict::Failed(e.retry_after),
+                Err(_) => Verdict::Neutral,
+            };
+            if self.pool.record(&mut chosen, verdict) {
+                metrics.endpoint_ejected(endpoint, &member.label);
+            }
+            metrics.endpoint_up(endpoint, &member.label, !self.pool.is_ejected(chosen.index));
             match result {
                 Ok(mut c) => {
                     metrics.llm_attempt(endpoint, "ok", elapsed, attempt > 1);
@@ -291,7 +305,13 @@ impl HttpEndpoint {
                             attempts: attempt,
                         });
                     }
-                    tokio::time::sleep(self.backoff(attempt, e.retry_after)).await;
+                    // Another replica can take the retry now; the one that failed (or said
+                    // Retry-After) waits out its ejection, and a lone replica its backoff.
+                    failed_on = Some(chosen.index);
+                    if !self.pool.other_available(chosen.index) {
+                        drop(chosen);
+                        tokio::time::sleep(self.backoff(attempt, e.retry_after)).await;
+                    }
                 }
             }
         }
@@ -312,10 +332,10 @@ impl HttpEndpoint {
         Duration::from_secs_f64(secs.max(0.0))
     }
 
-    async fn attempt(&self, body: Vec<u8>) -> Result<Completion, AttemptError> {
+    async fn attempt(&self, url: &str, body: Vec<u8>) -> Result<Completion, AttemptError> {
         let mut req = self
             .client
-            .post(&self.url)
+            .post(url)
             .timeout(self.cfg.timeout())
             .header("content-type", "application/json")
             .body(body);

@@ -38,6 +38,10 @@ pub struct Metrics {
     violations: Family<Labels, Counter>,
     responses: Family<Labels, Counter>,
     in_flight: Gauge<i64, std::sync::atomic::AtomicI64>,
+    endpoint_attempts: Family<Labels, Counter>,
+    endpoint_in_flight: Family<Labels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+    endpoint_ejections: Family<Labels, Counter>,
+    endpoint_up: Family<Labels, Gauge<i64, std::sync::atomic::AtomicI64>>,
 }
 
 impl Default for Metrics {
@@ -63,6 +67,10 @@ impl Metrics {
             violations: Family::default(),
             responses: Family::default(),
             in_flight: Gauge::default(),
+            endpoint_attempts: Family::default(),
+            endpoint_in_flight: Family::default(),
+            endpoint_ejections: Family::default(),
+            endpoint_up: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -125,6 +133,26 @@ impl Metrics {
             "Responses by status (ok, judge_invalid, judge_error, no_rubric, or a profile's settled status such as malformed_output)",
             m.responses.clone(),
         );
+        registry.register(
+            "llm_endpoint_attempts",
+            "LLM HTTP attempts by endpoint role, base URL of the replica, and code (ok or the error code)",
+            m.endpoint_attempts.clone(),
+        );
+        registry.register(
+            "llm_endpoint_in_flight",
+            "LLM HTTP attempts in flight, by endpoint role and base URL of the replica",
+            m.endpoint_in_flight.clone(),
+        );
+        registry.register(
+            "llm_endpoint_ejections",
+            "Times a replica was ejected from its pool after a failed attempt, by endpoint role and base URL",
+            m.endpoint_ejections.clone(),
+        );
+        registry.register(
+            "llm_endpoint_up",
+            "1 when a replica takes requests, 0 while it is ejected or waiting for its probe, by endpoint role and base URL",
+            m.endpoint_up.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -170,6 +198,47 @@ impl Metrics {
                 .get_or_create(&vec![("endpoint", endpoint.to_owned())])
                 .inc();
         }
+    }
+
+    /// An attempt to one replica of an endpoint's pool ended with `code`.
+    pub fn endpoint_attempt(&self, endpoint: &'static str, base_url: &str, code: &str) {
+        self.endpoint_attempts
+            .get_or_create(&vec![
+                ("endpoint", endpoint.to_owned()),
+                ("base_url", base_url.to_owned()),
+                ("code", code.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// An attempt to one replica started (`+1`) or ended (`-1`).
+    pub fn endpoint_in_flight(&self, endpoint: &'static str, base_url: &str, delta: i64) {
+        self.endpoint_in_flight
+            .get_or_create(&vec![
+                ("endpoint", endpoint.to_owned()),
+                ("base_url", base_url.to_owned()),
+            ])
+            .inc_by(delta);
+    }
+
+    /// A replica was ejected from its pool.
+    pub fn endpoint_ejected(&self, endpoint: &'static str, base_url: &str) {
+        self.endpoint_ejections
+            .get_or_create(&vec![
+                ("endpoint", endpoint.to_owned()),
+                ("base_url", base_url.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Whether a replica takes requests (after each of its attempts).
+    pub fn endpoint_up(&self, endpoint: &'static str, base_url: &str, up: bool) {
+        self.endpoint_up
+            .get_or_create(&vec![
+                ("endpoint", endpoint.to_owned()),
+                ("base_url", base_url.to_owned()),
+            ])
+            .set(i64::from(up));
     }
 
     /// Tokens reported by an answer's `usage`.
