@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use care_loop::cache::CacheSpec;
 use care_loop::engine::OnFailure;
 use care_loop::server::{DEFAULT_MAX_BODY_BYTES, ServerOptions};
 use care_loop::{BackendKind, Cache, Engine, LoopConfig, Metrics};
@@ -41,9 +42,10 @@ pub struct LoopArgs {
     /// (fixed rubric, no generator; malformed outputs get 0 without a judge call).
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
-    /// SQLite cache of completed LLM calls (a rerun repeats none of them).
-    #[arg(long, value_name = "FILE", default_value = "care-cache.sqlite")]
-    pub cache: PathBuf,
+    /// Cache of completed LLM calls (a rerun repeats none of them): a SQLite file, or
+    /// redis://host:port/db, a store shared by the replicas of a fleet.
+    #[arg(long, value_name = "FILE|URL", default_value = "care-cache.sqlite")]
+    pub cache: String,
     /// Keep no cache.
     #[arg(long)]
     pub no_cache: bool,
@@ -118,7 +120,7 @@ Examples:
   care serve --scripted
   care serve --config loop.json --listen 0.0.0.0:8000";
 
-fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
+fn build(a: &LoopArgs, rt: &tokio::runtime::Runtime) -> Result<(Arc<Engine>, BackendKind), String> {
     let mut cfg = match &a.config {
         Some(p) => LoopConfig::from_file(p)?,
         None => LoopConfig::default(),
@@ -165,7 +167,11 @@ fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
     let cache = if a.no_cache {
         None
     } else {
-        Some(Cache::open(&a.cache)?)
+        match CacheSpec::parse(&a.cache) {
+            CacheSpec::Sqlite(p) => Some(Cache::open(&p)?),
+            // Connecting needs the runtime (it starts the probe of a store that is down).
+            spec @ CacheSpec::Redis(_) => Some(rt.block_on(Cache::open_spec(&spec, &cfg.cache))?),
+        }
     };
     let engine = Engine::new(&cfg, kind, cache, Arc::new(Metrics::new()))?;
     Ok((Arc::new(engine), kind))
@@ -186,8 +192,8 @@ pub fn run_reward(a: &RewardArgs) -> Result<u8, String> {
     if a.max_line_bytes == 0 {
         return Err("--max-line-bytes must be at least 1".to_owned());
     }
-    let (engine, _) = build(&a.loop_args)?;
     let rt = runtime()?;
+    let (engine, _) = build(&a.loop_args, &rt)?;
     let summary = rt.block_on(async {
         let stdout = io::stdout();
         let mut out = io::BufWriter::new(stdout.lock());
@@ -225,7 +231,8 @@ pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
     if a.max_body_bytes == 0 {
         return Err("--max-body-bytes must be at least 1".to_owned());
     }
-    let (engine, kind) = build(&a.loop_args)?;
+    let rt = runtime()?;
+    let (engine, kind) = build(&a.loop_args, &rt)?;
     let opts = ServerOptions {
         openrlhf_on_failure: a.on_failure,
         max_body_bytes: a.max_body_bytes,
@@ -234,7 +241,6 @@ pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
         BackendKind::Http => "http",
         BackendKind::Scripted => "scripted",
     };
-    let rt = runtime()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(a.listen)
             .await

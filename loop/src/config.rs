@@ -281,6 +281,83 @@ fn check_bound(name: &str, v: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// The cache's settings that matter for a shared store (`--cache redis://host:port/db`); the
+/// SQLite file reads none of them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// A completed call expires from the shared store this many seconds after it was written;
+    /// `null`: never (the store's own eviction policy then decides).
+    pub ttl_secs: Option<u64>,
+    /// The replica that starts a call holds its lease this long, renewed every third of it while
+    /// the call runs; the others wait for its answer. A replica that dies stops renewing, and
+    /// after at most this long another one takes the call over.
+    pub lease_secs: f64,
+    /// Connections to the store per replica (each multiplexes many requests).
+    pub pool_size: usize,
+    /// Limit of one store command, connecting included; past it the store counts as down.
+    pub op_timeout_secs: f64,
+    /// While the store is down, it is probed this often; the replica uses it again as soon as
+    /// a probe succeeds.
+    pub probe_secs: f64,
+    /// Every key of the store starts with this.
+    pub key_prefix: String,
+    /// Name of the environment variable that holds the store's password (instead of writing it
+    /// into the URL, where the process list shows it); `null`: the URL's, if any.
+    pub password_env: Option<String>,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            ttl_secs: Some(7 * 24 * 3600),
+            lease_secs: 10.0,
+            pool_size: 4,
+            op_timeout_secs: 1.0,
+            probe_secs: 1.0,
+            key_prefix: "care:".to_owned(),
+            password_env: None,
+        }
+    }
+}
+
+impl CacheConfig {
+    /// Checks every field.
+    ///
+    /// # Errors
+    /// A message that names the field.
+    pub fn check(&self) -> Result<(), String> {
+        if self.ttl_secs == Some(0) {
+            return Err("cache.ttl_secs must be at least 1 (null: never expire)".to_owned());
+        }
+        for (name, v, lo, hi) in [
+            ("lease_secs", self.lease_secs, 0.05, 3_600.0),
+            ("op_timeout_secs", self.op_timeout_secs, 0.001, 60.0),
+            ("probe_secs", self.probe_secs, 0.01, 3_600.0),
+        ] {
+            if !(v.is_finite() && (lo..=hi).contains(&v)) {
+                return Err(format!(
+                    "cache.{name} {v} must be a number of seconds in [{lo}, {hi}]"
+                ));
+            }
+        }
+        if self.pool_size == 0 || self.pool_size > 64 {
+            return Err("cache.pool_size must be in 1..=64".to_owned());
+        }
+        if self.key_prefix.len() > 128 {
+            return Err("cache.key_prefix is longer than 128 bytes".to_owned());
+        }
+        if let Some(var) = &self.password_env
+            && var.trim().is_empty()
+        {
+            return Err(
+                "cache.password_env is empty: name an environment variable or use null".to_owned(),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// The whole loop: both endpoints and the bounds of the two retry loops.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -309,6 +386,8 @@ pub struct LoopConfig {
     /// before the response, which servers with prefix caching prefill once) or `paper` (the
     /// paper's order, the response before the rubric). Part of every judge call's key.
     pub judge_prompt_layout: String,
+    /// The shared cache's settings (leases, TTL, connections); see [`CacheConfig`].
+    pub cache: CacheConfig,
 }
 
 impl Default for LoopConfig {
@@ -322,6 +401,7 @@ impl Default for LoopConfig {
             turn_concurrency: 16,
             profile: "care".to_owned(),
             judge_prompt_layout: "shared_prefix".to_owned(),
+            cache: CacheConfig::default(),
         }
     }
 }
@@ -349,7 +429,7 @@ impl LoopConfig {
             return Err("turn_concurrency must be in 1..=4096".to_owned());
         }
         self.layout()?;
-        Ok(())
+        self.cache.check()
     }
 
     /// The judge prompt layout named by `judge_prompt_layout`.
@@ -406,6 +486,13 @@ mod tests {
             assert!(doc.contains(&format!("{text}{v}")), "docs: {text}{v}");
         }
         assert!(doc.contains(&format!("`turn_concurrency` ({} ", c.turn_concurrency)));
+        let k = CacheConfig::default();
+        row("ttl_secs", format!("{}", k.ttl_secs.unwrap_or(0)));
+        row("lease_secs", format!("{}", k.lease_secs));
+        row("pool_size", format!("{}", k.pool_size));
+        row("op_timeout_secs", format!("{}", k.op_timeout_secs));
+        row("probe_secs", format!("{}", k.probe_secs));
+        row("key_prefix", format!("`{:?}`", k.key_prefix));
     }
 
     #[test]

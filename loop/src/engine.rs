@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-use crate::cache::{Cache, call_key};
+use crate::cache::{Cache, CallMeta, call_key};
 use crate::config::LoopConfig;
 use crate::llm::{Backend, CallError, ChatMessage, Completion, HttpEndpoint, Role};
 use crate::metrics::Metrics;
@@ -376,6 +376,9 @@ impl Engine {
                 Backend::Scripted(Scripted::judge()),
             ),
         };
+        if let Some(c) = &cache {
+            c.bind_metrics(Arc::clone(&metrics));
+        }
         Ok(Engine {
             profile,
             generator,
@@ -780,21 +783,34 @@ impl Engine {
             messages,
             attempt,
         );
-        if let Some(cache) = &self.cache {
-            let (c, k) = (Arc::clone(cache), key.clone());
-            match tokio::task::spawn_blocking(move || c.get(&k)).await {
-                Ok(Ok(Some(hit))) => {
-                    self.metrics.cache_lookup(role.as_str(), true);
-                    Counter::add(&counter.cached, 1);
-                    return Ok(hit);
-                }
-                Ok(Ok(None)) => self.metrics.cache_lookup(role.as_str(), false),
-                Ok(Err(e)) => self.cache_error(&e),
-                Err(e) => self.cache_error(&e.to_string()),
+        let model = backend.model();
+        let made = match &self.cache {
+            // Through the cache: the stored answer, another replica's once it stores it, or
+            // this call's, stored once before it is used (a run stopped after that point never
+            // asks this call again).
+            Some(cache) => {
+                let meta = CallMeta {
+                    role,
+                    model,
+                    attempt,
+                };
+                cache
+                    .call(&key, meta, backend.call_bound(), || {
+                        backend.complete(messages, &self.metrics)
+                    })
+                    .await
             }
-        }
-        match backend.complete(messages, &self.metrics).await {
-            Ok(c) => {
+            None => backend
+                .complete(messages, &self.metrics)
+                .await
+                .map(|c| (c, false)),
+        };
+        match made {
+            Ok((c, true)) => {
+                Counter::add(&counter.cached, 1);
+                Ok(c)
+            }
+            Ok((c, false)) => {
                 let slot = match role {
                     Role::Generator => &counter.generator,
                     Role::Judge => &counter.judge,
@@ -803,25 +819,6 @@ impl Engine {
                 Counter::add(&counter.http_attempts, u64::from(c.attempts));
                 Counter::add(&counter.prompt_tokens, c.usage.prompt_tokens);
                 Counter::add(&counter.completion_tokens, c.usage.completion_tokens);
-                if let Some(cache) = &self.cache {
-                    // Committed before the answer is used: a run stopped after this point
-                    // never asks this call again.
-                    let (cc, k, model, stored) = (
-                        Arc::clone(cache),
-                        key,
-                        backend.model().to_owned(),
-                        c.clone(),
-                    );
-                    match tokio::task::spawn_blocking(move || {
-                        cc.put(&k, role, &model, attempt, &stored)
-                    })
-                    .await
-                    {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => self.cache_error(&e),
-                        Err(e) => self.cache_error(&e.to_string()),
-                    }
-                }
                 Ok(c)
             }
             Err(e) => {
@@ -830,12 +827,6 @@ impl Engine {
                 Err(e)
             }
         }
-    }
-
-    fn cache_error(&self, e: &str) {
-        // A broken cache costs repeated calls, not rewards: go on, but say so.
-        self.metrics.cache_error();
-        eprintln!("care: cache error (the call goes to the LLM): {e}");
     }
 }
 

@@ -26,6 +26,7 @@ pub mod llm;
 pub mod metrics;
 mod pool;
 pub mod profile;
+pub mod redis_server;
 pub mod scripted;
 pub mod server;
 pub mod stub;

@@ -126,6 +126,20 @@ impl Backend {
         }
     }
 
+    /// The longest one call can take: every attempt timing out after connecting, with the
+    /// longest backoff between them (how long another replica waits for this call before
+    /// making it itself).
+    pub fn call_bound(&self) -> Duration {
+        match self {
+            Backend::Http(h) => {
+                let c = &h.cfg;
+                let one = c.connect_timeout_secs + c.timeout_secs + c.backoff_max_secs;
+                Duration::from_secs_f64(one * f64::from(c.max_attempts))
+            }
+            Backend::Scripted(_) => Duration::from_secs(10),
+        }
+    }
+
     /// One chat completion (with the endpoint's retries).
     ///
     /// # Errors

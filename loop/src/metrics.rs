@@ -42,6 +42,9 @@ pub struct Metrics {
     endpoint_in_flight: Family<Labels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     endpoint_ejections: Family<Labels, Counter>,
     endpoint_up: Family<Labels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+    cache_degraded: Gauge<i64, std::sync::atomic::AtomicI64>,
+    cache_waits: Family<Labels, Counter>,
+    cache_conflicts: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -71,6 +74,9 @@ impl Metrics {
             endpoint_in_flight: Family::default(),
             endpoint_ejections: Family::default(),
             endpoint_up: Family::default(),
+            cache_degraded: Gauge::default(),
+            cache_waits: Family::default(),
+            cache_conflicts: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -152,6 +158,21 @@ impl Metrics {
             "llm_endpoint_up",
             "1 when a replica takes requests, 0 while it is ejected or waiting for its probe, by endpoint role and base URL",
             m.endpoint_up.clone(),
+        );
+        registry.register(
+            "cache_degraded",
+            "1 while the shared cache is unreachable and this replica serves without it, else 0",
+            m.cache_degraded.clone(),
+        );
+        registry.register(
+            "cache_waits",
+            "Calls another replica was making, waited for, by endpoint and outcome (result: its answer arrived; lease: its lease ended without one and this replica made the call; timeout; store_down)",
+            m.cache_waits.clone(),
+        );
+        registry.register(
+            "cache_write_conflicts",
+            "Calls made twice (a lease that ran out, an outage) where the store kept the other answer and this replica used it, by endpoint",
+            m.cache_conflicts.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -263,6 +284,28 @@ impl Metrics {
                 ("endpoint", endpoint.to_owned()),
                 ("result", result.to_owned()),
             ])
+            .inc();
+    }
+
+    /// The shared cache became unreachable (`true`) or answers again (`false`).
+    pub fn cache_degraded(&self, degraded: bool) {
+        self.cache_degraded.set(i64::from(degraded));
+    }
+
+    /// A wait for a call another replica was making ended with `outcome`.
+    pub fn cache_wait(&self, endpoint: &'static str, outcome: &'static str) {
+        self.cache_waits
+            .get_or_create(&vec![
+                ("endpoint", endpoint.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// A call made here found another answer already stored (and used that one).
+    pub fn cache_write_conflict(&self, endpoint: &'static str) {
+        self.cache_conflicts
+            .get_or_create(&vec![("endpoint", endpoint.to_owned())])
             .inc();
     }
 

@@ -151,10 +151,15 @@ async fn timed<F: Future<Output = Response>>(
 async fn healthz(State(s): State<Arc<AppState>>) -> Response {
     let st = Arc::clone(&s);
     timed(&s, "/healthz", async move {
+        // A replica whose shared cache is down still answers (200), and says so.
+        let cache = st.engine.cache().map(crate::cache::Cache::status);
+        let degraded = cache.is_some_and(|c| c.state != "ok");
         json_response(&json!({
-            "status": "ok",
+            "status": if degraded { "degraded" } else { "ok" },
             "backend": st.backend,
-            "cache": st.engine.cache().is_some(),
+            "cache": cache.is_some(),
+            "cache_backend": cache.map(|c| c.backend),
+            "cache_state": cache.map(|c| c.state),
         }))
     })
     .await
