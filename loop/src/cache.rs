@@ -8,7 +8,9 @@
 //!   ends without one (the holder failed or died). If the store is unreachable, the replica
 //!   keeps serving without it (answers it computes are kept in memory and written to the store
 //!   when it returns), says so (`/healthz`, `care_cache_degraded`, one line on stderr) and
-//!   probes it until it answers.
+//!   probes it until it answers. With `cache.when_down: refuse` it refuses instead the calls
+//!   it cannot share ([`CACHE_UNAVAILABLE`]; the server answers 503 with `Retry-After`), so
+//!   that no two replicas answer one call differently even with a sampling LLM.
 //!
 //! A call is keyed by the SHA-256 of exactly what determines its answer: the role, the model,
 //! the sampling parameters, the messages sent (for the generator: the system prompt, which is
@@ -55,6 +57,10 @@ pub const DEGRADED_MAX_ENTRIES: usize = 65_536;
 
 /// Most answer bytes a replica keeps in memory while the shared store is down.
 pub const DEGRADED_MAX_BYTES: usize = 256 << 20;
+
+/// The code of a call refused because the shared store is down and `cache.when_down` is
+/// `refuse` (the server answers such a request with 503 and `Retry-After`).
+pub const CACHE_UNAVAILABLE: &str = "cache_unavailable";
 
 /// First and longest pause between two looks at a call another replica holds.
 const POLL_MIN: Duration = Duration::from_millis(2);
@@ -153,8 +159,11 @@ enum Lookup {
     Make(Option<Lease>),
     /// No answer; another replica holds the call's lease.
     Busy,
-    /// The store cannot say (down, or an error): make the call without a lease.
+    /// The store cannot say (an unreadable value, a SQLite error): make the call without a
+    /// lease.
     Unknown,
+    /// The shared store is down (and this replica has no answer in memory).
+    Down,
 }
 
 /// A held lease: its key and this holder's token.
@@ -357,9 +366,13 @@ impl Cache {
                     }
                     break lease;
                 }
-                Lookup::Unknown => {
+                Lookup::Unknown => break None,
+                Lookup::Down => {
                     if waited && let Some(m) = self.metrics() {
                         m.cache_wait(role, wait_outcome::STORE_DOWN);
+                    }
+                    if self.refuses_when_down() {
+                        return Err(self.unavailable());
                     }
                     break None;
                 }
@@ -386,7 +399,10 @@ impl Cache {
         let made = make().await;
         match made {
             Ok(c) => {
-                let stored = self.finish(key, meta, &c, guard).await;
+                let Some(stored) = self.finish(key, meta, &c, guard).await else {
+                    // The store went down during the call and answers may not diverge.
+                    return Err(self.unavailable());
+                };
                 if stored.content != c.content
                     && let Some(m) = self.metrics()
                 {
@@ -407,6 +423,24 @@ impl Cache {
                 }
                 Err(e)
             }
+        }
+    }
+
+    fn refuses_when_down(&self) -> bool {
+        matches!(&self.store, Store::Redis(r) if r.refuse)
+    }
+
+    fn unavailable(&self) -> CallError {
+        let label = match &self.store {
+            Store::Redis(r) => r.label.as_str(),
+            Store::Sqlite(_) => "",
+        };
+        CallError {
+            code: CACHE_UNAVAILABLE.to_owned(),
+            message: format!(
+                "the shared cache {label} is unreachable and cache.when_down is refuse: retry later"
+            ),
+            attempts: 0,
         }
     }
 
@@ -442,35 +476,37 @@ impl Cache {
         }
     }
 
-    /// Stores a made call once and releases its lease; the answer to use (the stored one).
+    /// Stores a made call once and releases its lease; the answer to use (the stored one), or
+    /// `None` when the store is down and refuses to answer without it.
     async fn finish(
         &self,
         key: &str,
         meta: CallMeta<'_>,
         c: &Completion,
         guard: Option<LeaseGuard>,
-    ) -> Completion {
+    ) -> Option<Completion> {
         let value = StoredCall::new(meta, c);
         match &self.store {
             Store::Sqlite(s) => {
                 let (s, k) = (Arc::clone(s), key.to_owned());
-                match blocking(move || s.put_once(&k, &value)).await {
+                Some(match blocking(move || s.put_once(&k, &value)).await {
                     Ok(stored) => stored,
                     Err(e) => {
                         self.sqlite_error(&e);
                         c.clone()
                     }
-                }
+                })
             }
             Store::Redis(r) => {
                 let lease = guard.and_then(LeaseGuard::into_lease);
                 let stored = r.put_once(key, &value, lease.as_ref()).await;
                 match stored {
-                    Ok(s) => s,
+                    Ok(s) => Some(s),
+                    Err(_) if r.refuse => None,
                     Err(_) => {
                         // Down: the answer is kept in memory for when the store returns.
                         r.keep_local(key, value);
-                        c.clone()
+                        Some(c.clone())
                     }
                 }
             }
@@ -730,6 +766,8 @@ struct RedisStore {
     lease: Duration,
     op_timeout: Duration,
     probe_every: Duration,
+    /// `cache.when_down` is `refuse`.
+    refuse: bool,
     prefix: String,
     up: AtomicBool,
     probing: AtomicBool,
@@ -807,6 +845,7 @@ impl RedisStore {
             lease: Duration::from_secs_f64(cfg.lease_secs),
             op_timeout,
             probe_every: Duration::from_secs_f64(cfg.probe_secs),
+            refuse: cfg.when_down == "refuse",
             prefix: cfg.key_prefix.clone(),
             up: AtomicBool::new(false),
             probing: AtomicBool::new(false),
@@ -1023,7 +1062,7 @@ impl RedisStore {
 
     async fn lookup(self: &Arc<Self>, key: &str) -> Lookup {
         if !self.up.load(Ordering::Acquire) {
-            return self.local_get(key).map_or(Lookup::Unknown, Lookup::Hit);
+            return self.local_get(key).map_or(Lookup::Down, Lookup::Hit);
         }
         let token = self.token();
         let mut c = self.conn();
@@ -1052,7 +1091,7 @@ impl RedisStore {
             Ok(_) => Lookup::Busy,
             Err(StoreError::Down(e)) => {
                 self.down(&e);
-                self.local_get(key).map_or(Lookup::Unknown, Lookup::Hit)
+                self.local_get(key).map_or(Lookup::Down, Lookup::Hit)
             }
             Err(StoreError::Bad(_)) => Lookup::Unknown,
         }

@@ -305,6 +305,11 @@ pub struct CacheConfig {
     /// Name of the environment variable that holds the store's password (instead of writing it
     /// into the URL, where the process list shows it); `null`: the URL's, if any.
     pub password_env: Option<String>,
+    /// While the store is down: `serve` (answer without it: calls are made per replica and kept
+    /// in memory until it returns; with a sampling LLM two replicas may answer one call
+    /// differently) or `refuse` (a call that is not already answered fails as
+    /// `cache_unavailable`, and the server answers its request 503 with `Retry-After`).
+    pub when_down: String,
 }
 
 impl Default for CacheConfig {
@@ -317,6 +322,7 @@ impl Default for CacheConfig {
             probe_secs: 1.0,
             key_prefix: "care:".to_owned(),
             password_env: None,
+            when_down: "serve".to_owned(),
         }
     }
 }
@@ -343,6 +349,12 @@ impl CacheConfig {
         }
         if self.pool_size == 0 || self.pool_size > 64 {
             return Err("cache.pool_size must be in 1..=64".to_owned());
+        }
+        if !matches!(self.when_down.as_str(), "serve" | "refuse") {
+            return Err(format!(
+                "cache.when_down {:?}: use serve or refuse",
+                self.when_down
+            ));
         }
         if self.key_prefix.len() > 128 {
             return Err("cache.key_prefix is longer than 128 bytes".to_owned());
@@ -493,6 +505,7 @@ mod tests {
         row("op_timeout_secs", format!("{}", k.op_timeout_secs));
         row("probe_secs", format!("{}", k.probe_secs));
         row("key_prefix", format!("`{:?}`", k.key_prefix));
+        row("when_down", format!("`{}`", k.when_down));
     }
 
     #[test]

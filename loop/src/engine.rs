@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-use crate::cache::{Cache, CallMeta, call_key};
+use crate::cache::{CACHE_UNAVAILABLE, Cache, CallMeta, call_key};
 use crate::config::LoopConfig;
 use crate::llm::{Backend, CallError, ChatMessage, Completion, HttpEndpoint, Role};
 use crate::metrics::Metrics;
@@ -411,7 +411,9 @@ impl Engine {
     /// Rewards one turn.
     ///
     /// # Errors
-    /// Only a bad input (the message says what to fix); LLM failures are statuses.
+    /// A bad input (`bad_input`: the message says what to fix), or a call refused because the
+    /// shared cache is down under `cache.when_down: refuse` (`cache_unavailable`: ask again
+    /// later); LLM failures are statuses.
     pub async fn run_turn(self: &Arc<Self>, input: TurnInput) -> Result<TurnResult, ErrorOut> {
         let bad = |message: String| ErrorOut {
             code: "bad_input".to_owned(),
@@ -544,6 +546,17 @@ impl Engine {
                     results.push(r);
                 }
             }
+        }
+        // A call refused because the shared cache is down (`cache.when_down: refuse`): the
+        // turn is refused whole, to be asked again, rather than answered without its rubric
+        // or with a judgment another replica may have made differently.
+        let refused = rubric
+            .error
+            .iter()
+            .chain(results.iter().filter_map(|r| r.error.as_ref()))
+            .find(|e| e.code == CACHE_UNAVAILABLE);
+        if let Some(e) = refused {
+            return Err(e.clone());
         }
         for r in &results {
             self.metrics.response(r.status);

@@ -119,6 +119,18 @@ fn error_response(status: StatusCode, code: &str, message: impl Into<String>) ->
         .into_response()
 }
 
+/// A turn that could not be rewarded: 400 for a bad input, 503 with `Retry-After` when the
+/// shared cache is down and refuses (the trainer asks again).
+fn turn_error(e: &ErrorOut, message: String) -> Response {
+    if e.code == crate::cache::CACHE_UNAVAILABLE {
+        let mut r = error_response(StatusCode::SERVICE_UNAVAILABLE, &e.code, message);
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return r;
+    }
+    error_response(StatusCode::BAD_REQUEST, &e.code, message)
+}
+
 fn json_response(v: &impl Serialize) -> Response {
     match serde_json::to_string(v) {
         Ok(s) => (
@@ -242,11 +254,7 @@ async fn reward_groups(State(s): State<Arc<AppState>>, body: Bytes) -> Response 
             let mut r = match r {
                 Ok(r) => r,
                 Err(e) => {
-                    return error_response(
-                        StatusCode::BAD_REQUEST,
-                        &e.code,
-                        format!("turns[{i}]: {}", e.message),
-                    );
+                    return turn_error(&e, format!("turns[{i}]: {}", e.message));
                 }
             };
             match r.trainer_rewards(policy) {
@@ -369,11 +377,7 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
                 Ok(r) => r,
                 Err(e) => {
                     let first = place.iter().position(|&(tt, _)| tt == t).unwrap_or(0);
-                    return error_response(
-                        StatusCode::BAD_REQUEST,
-                        &e.code,
-                        format!("query[{first}]: {}", e.message),
-                    );
+                    return turn_error(e, format!("query[{first}]: {}", e.message));
                 }
             };
             match r.trainer_rewards(st.opts.openrlhf_on_failure) {

@@ -305,3 +305,60 @@ async fn a_store_with_another_schema_is_refused_and_one_that_is_down_is_not() {
     let err = Cache::connect_redis(&server.url(), &bad).await.unwrap_err();
     assert!(err.contains("cache.lease_secs"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_when_down_refuse_an_unreachable_store_refuses_the_turn() {
+    let Some(mut server) = redis("under_when_down_refuse_an_unreachable_store_refuses_the_turn")
+    else {
+        return;
+    };
+    let stub = llm(0, 0).await;
+    let ep = |m: &str| EndpointConfig::new(stub.base_url(), m);
+    let cfg = LoopConfig {
+        generator: ep("g"),
+        judge: ep("j"),
+        cache: CacheConfig {
+            when_down: "refuse".into(),
+            ..cache_cfg()
+        },
+        ..LoopConfig::default()
+    };
+    let cache = Cache::connect_redis(&server.url(), &cfg.cache)
+        .await
+        .unwrap();
+    let e = Arc::new(
+        Engine::new(
+            &cfg,
+            BackendKind::Http,
+            Some(cache),
+            Arc::new(Metrics::new()),
+        )
+        .unwrap(),
+    );
+    let r = e.run_turn(turn("a", &[2])).await.unwrap();
+    assert_ok(&r, &[2]);
+    server.kill();
+    let calls = stub.calls().len();
+    let err = e.run_turn(turn("b", &[3])).await.unwrap_err();
+    assert_eq!(err.code, care_loop::cache::CACHE_UNAVAILABLE);
+    assert!(
+        err.message.contains("when_down is refuse"),
+        "{}",
+        err.message
+    );
+    // Refused before any LLM call (the lookup found the store down).
+    assert_eq!(stub.calls().len(), calls);
+    server.restart().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while e.cache().unwrap().status().state != "ok" {
+        assert!(Instant::now() < deadline, "the cache never came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = e.run_turn(turn("b", &[3])).await.unwrap();
+    assert_ok(&r, &[3]);
+    let bad = CacheConfig {
+        when_down: "wait".into(),
+        ..cache_cfg()
+    };
+    assert!(bad.check().unwrap_err().contains("serve or refuse"));
+}
