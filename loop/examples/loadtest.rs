@@ -1,16 +1,24 @@
 //! Bounded load test of the reward server on loopback.
 //!
 //! `C` concurrent trainer clients send `R` OpenRLHF `/get_reward` requests in total (each a
-//! GRPO group of `G` responses to its own prompt) to the server of `care serve`, whose LLMs are
-//! the stub (the test double) with a fixed latency per call. Checks that every request is
-//! answered once with the right rewards, that the stub saw exactly one generator call per
-//! group and one judge call per response (nothing lost, nothing duplicated), and prints
-//! latency percentiles, throughput, and the process CPU time per reward (server, stub and
-//! clients together: an upper bound on care's own overhead).
+//! GRPO group of `G` responses to its own prompt) to `--replicas` servers of `care serve` (in
+//! this process, each with its own engine, LLM clients and cache connections; requests go to
+//! them in turn), whose LLMs are the stub (the test double) with a fixed latency per call. The
+//! cache is a SQLite file per replica (`--cache sqlite`, the default), one Redis shared by all
+//! (`--cache redis`: a `redis-server` started on a free port without persistence, or
+//! `--redis-url`), or none.
+//! Checks that every request is answered once with the right rewards, that the stub saw
+//! exactly one generator call per group and one judge call per response (nothing lost, nothing
+//! duplicated), and prints latency percentiles, throughput (in all and per replica), and the
+//! process CPU time per reward (servers, stub and clients together: an upper bound on care's
+//! own overhead). With `--generator-ms 0 --judge-ms 0` (an instant stub) the latency of a
+//! group is what the loop adds to the LLMs.
 //!
 //! ```sh
 //! cargo run --release -p care-loop --example loadtest -- --clients 64 --requests 2000 \
 //!     --group 8 --generator-ms 100 --judge-ms 50
+//! cargo run --release -p care-loop --example loadtest -- --clients 1 --requests 2000 \
+//!     --generator-ms 0 --judge-ms 0 --replicas 3 --cache redis
 //! ```
 //!
 //! Bounded: it stops issuing requests after `--max-seconds` (default 120) whatever is left.
@@ -26,7 +34,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use care_loop::config::CacheConfig;
 use care_loop::llm::Role;
+use care_loop::redis_server::RedisServer;
 use care_loop::server::{ServerOptions, router, serve};
 use care_loop::stub::{PAPER_RUBRIC, Stub, StubReply, judge_answer};
 use care_loop::{BackendKind, Cache, EndpointConfig, Engine, LoopConfig, Metrics};
@@ -39,7 +49,15 @@ struct Args {
     generator_ms: u64,
     judge_ms: u64,
     max_seconds: u64,
-    cache: bool,
+    /// `sqlite`, `redis` or `none`.
+    cache: String,
+    redis_url: Option<String>,
+    replicas: usize,
+    /// Servers in other processes (`care serve`): the clients go to them instead of to servers
+    /// started here.
+    servers: Vec<String>,
+    /// Where the stub listens (the external servers' `base_url` points there).
+    stub_listen: String,
 }
 
 fn parse() -> Args {
@@ -50,7 +68,11 @@ fn parse() -> Args {
         generator_ms: 100,
         judge_ms: 50,
         max_seconds: 120,
-        cache: true,
+        cache: "sqlite".to_owned(),
+        redis_url: None,
+        replicas: 1,
+        servers: Vec::new(),
+        stub_listen: "127.0.0.1:0".to_owned(),
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -68,10 +90,32 @@ fn parse() -> Args {
             "--generator-ms" => a.generator_ms = v(),
             "--judge-ms" => a.judge_ms = v(),
             "--max-seconds" => a.max_seconds = v(),
+            "--replicas" => a.replicas = v().max(1) as usize,
             "--no-cache" => {
-                a.cache = false;
+                a.cache = "none".to_owned();
                 i += 1;
                 continue;
+            }
+            "--cache" => {
+                a.cache = argv.get(i + 1).expect("sqlite, redis or none").clone();
+                assert!(
+                    matches!(a.cache.as_str(), "sqlite" | "redis" | "none"),
+                    "--cache sqlite|redis|none"
+                );
+            }
+            "--servers" => {
+                a.servers = argv
+                    .get(i + 1)
+                    .expect("base URLs of care serve, comma-separated")
+                    .split(',')
+                    .map(|u| u.trim_end_matches('/').to_owned())
+                    .collect();
+            }
+            "--stub-listen" => {
+                a.stub_listen = argv.get(i + 1).expect("an address").clone();
+            }
+            "--redis-url" => {
+                a.redis_url = Some(argv.get(i + 1).expect("a redis:// URL").clone());
             }
             other => panic!("unknown flag {other}"),
         }
@@ -97,8 +141,18 @@ async fn main() {
         Duration::from_millis(a.generator_ms),
         Duration::from_millis(a.judge_ms),
     );
-    let stub = Stub::start(move |req, _| match req.role {
-        Role::Generator => StubReply::Delayed(PAPER_RUBRIC.into(), gen_d),
+    // An instant stub answers without touching the timer.
+    let reply = |text: String, d: Duration| {
+        if d.is_zero() {
+            StubReply::Content(text)
+        } else {
+            StubReply::Delayed(text, d)
+        }
+    };
+    // The judge's answers, made once: the test double's own cost is not the loop's.
+    let answers: Vec<String> = (0..=5).map(|n| judge_answer(PAPER_RUBRIC, n)).collect();
+    let stub = Stub::start_on(&a.stub_listen, move |req, _| match req.role {
+        Role::Generator => reply(PAPER_RUBRIC.into(), gen_d),
         Role::Judge => {
             let r = req.judged_response().unwrap_or("");
             let n: u8 = r
@@ -106,7 +160,11 @@ async fn main() {
                 .next()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(9);
-            StubReply::Delayed(judge_answer(PAPER_RUBRIC, n), judge_d)
+            let answer = answers
+                .get(usize::from(n))
+                .cloned()
+                .unwrap_or_else(|| judge_answer(PAPER_RUBRIC, n));
+            reply(answer, judge_d)
         }
     })
     .await
@@ -123,30 +181,69 @@ async fn main() {
     };
     let dir = std::env::temp_dir().join(format!("care-loadtest-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let cache = a
-        .cache
-        .then(|| Cache::open(&dir.join("cache.sqlite")).unwrap());
-    let engine =
-        Arc::new(Engine::new(&cfg, BackendKind::Http, cache, Arc::new(Metrics::new())).unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(
-        listener,
-        router(engine, ServerOptions::default(), "http"),
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
-
-    let url = format!("http://{addr}/get_reward");
+    let redis = match (a.cache.as_str(), &a.redis_url) {
+        ("redis", None) => Some(
+            // No append-only file: the load test measures the loop, not the disk.
+            RedisServer::start_with("loadtest", false)
+                .unwrap()
+                .expect("--cache redis needs redis-server installed, or --redis-url"),
+        ),
+        _ => None,
+    };
+    let redis_url = a
+        .redis_url
+        .clone()
+        .or_else(|| redis.as_ref().map(RedisServer::url));
+    let mut urls = Vec::new();
+    let mut stops = Vec::new();
+    let mut servers = Vec::new();
+    eprintln!("stub LLM at {}", stub.base_url());
+    for s in &a.servers {
+        // An external `care serve`: wait until it answers.
+        let c = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(a.max_seconds);
+        while c.get(format!("{s}/healthz")).send().await.is_err() {
+            assert!(Instant::now() < deadline, "{s} never answered /healthz");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        urls.push(format!("{s}/get_reward"));
+    }
+    let replicas = if a.servers.is_empty() { a.replicas } else { 0 };
+    for r in 0..replicas {
+        let cache = match a.cache.as_str() {
+            "sqlite" => Some(Cache::open(&dir.join(format!("replica{r}.sqlite"))).unwrap()),
+            "redis" => Some(
+                Cache::connect_redis(redis_url.as_deref().unwrap(), &CacheConfig::default())
+                    .await
+                    .unwrap(),
+            ),
+            _ => None,
+        };
+        let engine = Arc::new(
+            Engine::new(&cfg, BackendKind::Http, cache, Arc::new(Metrics::new())).unwrap(),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        servers.push(tokio::spawn(serve(
+            listener,
+            router(engine, ServerOptions::default(), "http"),
+            async move {
+                let _ = stop_rx.await;
+            },
+        )));
+        stops.push(stop_tx);
+        urls.push(format!("http://{addr}/get_reward"));
+    }
+    let urls = Arc::new(urls);
     let next = Arc::new(AtomicUsize::new(0));
     let deadline = Instant::now() + Duration::from_secs(a.max_seconds);
     let cpu0 = cpu_seconds();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..a.clients {
-        let (next, url, group, total) = (Arc::clone(&next), url.clone(), a.group, a.requests);
+        let (next, urls, group, total) =
+            (Arc::clone(&next), Arc::clone(&urls), a.group, a.requests);
         tasks.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
             let mut lat = Vec::new();
@@ -161,7 +258,7 @@ async fn main() {
                 let query: Vec<String> = scores.iter().enumerate().map(|(j, s)| format!("{prompt}r{i}-{j} score:{s}")).collect();
                 let body = json!({"query": query, "prompts": vec![&prompt; group], "labels": vec![Value::Null; group]});
                 let t = Instant::now();
-                let resp = client.post(&url).json(&body).send().await.unwrap();
+                let resp = client.post(&urls[i % urls.len()]).json(&body).send().await.unwrap();
                 assert_eq!(resp.status(), 200);
                 let v: Value = resp.json().await.unwrap();
                 lat.push(t.elapsed());
@@ -184,8 +281,12 @@ async fn main() {
     }
     let wall = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
-    let _ = stop_tx.send(());
-    server.await.unwrap().unwrap();
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    for server in servers {
+        server.await.unwrap().unwrap();
+    }
 
     // Nothing lost or duplicated: each request answered once, each group one rubric, each
     // response one judgment.
@@ -204,16 +305,23 @@ async fn main() {
     let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1000.0;
     let rewards = (n * a.group) as f64;
     let floor = (a.generator_ms + a.judge_ms) as f64;
+    let (replicas, cache) = if a.servers.is_empty() {
+        (a.replicas, a.cache.clone())
+    } else {
+        (a.servers.len(), "external".to_owned())
+    };
     println!(
-        "clients={} requests={} group={} generator_ms={} judge_ms={} cache={}",
-        a.clients, n, a.group, a.generator_ms, a.judge_ms, a.cache
+        "replicas={replicas} cache={cache} clients={} requests={n} group={} generator_ms={} judge_ms={}",
+        a.clients, a.group, a.generator_ms, a.judge_ms
     );
     println!(
-        "| clients | requests x group | stub latency (gen + judge) | p50 ms | p99 ms | p50 over stub ms | requests/s | rewards/s | CPU us / reward |"
+        "| replicas | cache | clients | requests x group | stub latency (gen + judge) | p50 ms | p99 ms | p50 over stub ms | p99 over stub ms | requests/s | requests/s per replica | rewards/s | CPU us / reward |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| {} | {} x {} | {} + {} ms | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} |",
+        "| {} | {} | {} | {} x {} | {} + {} ms | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} |",
+        replicas,
+        cache,
         a.clients,
         n,
         a.group,
@@ -222,9 +330,12 @@ async fn main() {
         pct(0.5),
         pct(0.99),
         pct(0.5) - floor,
+        pct(0.99) - floor,
         n as f64 / wall,
+        n as f64 / wall / replicas as f64,
         rewards / wall,
         cpu / rewards * 1e6
     );
+    drop(redis);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -821,6 +821,10 @@ impl RedisStore {
             let settings = info.redis_settings().clone().set_password(pw);
             info = info.set_redis_settings(settings);
         }
+        // Small request, small answer, one at a time per key: Nagle's algorithm against the
+        // server's delayed ACKs would add up to 40 ms to a command.
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        info = info.set_tcp_settings(tcp);
         let client = redis::Client::open(info).map_err(|e| format!("--cache: {e}"))?;
         let op_timeout = Duration::from_secs_f64(cfg.op_timeout_secs);
         let mut conns = Vec::with_capacity(cfg.pool_size);

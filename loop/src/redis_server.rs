@@ -1,10 +1,11 @@
 //! A real `redis-server` on a free loopback port, for the tests and the load test (the shared
 //! cache is tested against the real thing, not a double).
 //!
-//! The server runs in a fresh temporary directory with an append-only file written on every
-//! command (`appendfsync always`), so [`RedisServer::restart`] (a kill, then a start on the
-//! same port and directory) brings back everything it had acknowledged, as a production store
-//! with persistence would.
+//! The server runs in a fresh temporary directory with an append-only file (`appendfsync
+//! everysec`: each write reaches the file before it is acknowledged and is synced to disk
+//! within a second), so [`RedisServer::restart`] (a kill, then a start on the same port and
+//! directory) brings back everything it had acknowledged, as a production store with
+//! persistence would after a crash of its process.
 //!
 //! Where `redis-server` is not installed, [`RedisServer::start`] returns `Ok(None)` after a
 //! line on stderr saying the caller is skipped, unless `CARE_REQUIRE_REDIS=1` (CI sets it),
@@ -21,6 +22,7 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    persist: bool,
 }
 
 impl RedisServer {
@@ -30,6 +32,16 @@ impl RedisServer {
     /// # Errors
     /// The binary is absent while `CARE_REQUIRE_REDIS=1`, or the server does not come up.
     pub fn start(who: &str) -> Result<Option<RedisServer>, String> {
+        Self::start_with(who, true)
+    }
+
+    /// [`RedisServer::start`], with or without the append-only file (`persist: false`: nothing
+    /// touches the disk, as for a load test that measures the loop rather than the disk;
+    /// [`RedisServer::restart`] then starts empty).
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn start_with(who: &str, persist: bool) -> Result<Option<RedisServer>, String> {
         let found = Command::new("redis-server")
             .arg("--version")
             .stdout(Stdio::null())
@@ -62,6 +74,7 @@ impl RedisServer {
             child: None,
             port,
             dir,
+            persist,
         };
         s.spawn()?;
         Ok(Some(s))
@@ -71,14 +84,8 @@ impl RedisServer {
         let log = self.dir.join("redis.log");
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-            ])
+            .args(["--save", "", "--appendfsync", "everysec", "--appendonly"])
+            .arg(if self.persist { "yes" } else { "no" })
             .args(["--protected-mode", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(&self.dir)

@@ -114,7 +114,19 @@ impl Stub {
     pub async fn start(
         script: impl Fn(&StubRequest, usize) -> StubReply + Send + Sync + 'static,
     ) -> std::io::Result<Stub> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        Self::start_on("127.0.0.1:0", script).await
+    }
+
+    /// [`Stub::start`] on `addr` (a load test whose server runs in another process points it
+    /// at a known port).
+    ///
+    /// # Errors
+    /// The address cannot be bound.
+    pub async fn start_on(
+        addr: &str,
+        script: impl Fn(&StubRequest, usize) -> StubReply + Send + Sync + 'static,
+    ) -> std::io::Result<Stub> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(StubState {
             script: Box::new(script),
