@@ -67,6 +67,10 @@ const POLL_MIN: Duration = Duration::from_millis(2);
 const POLL_MAX: Duration = Duration::from_millis(50);
 
 /// The key of one call (hex SHA-256).
+///
+/// Every field is followed by its length (a stream that decodes from its end, so no two
+/// different inputs give the same bytes), which lets [`group_keys`] hash the prefix that the
+/// calls of a group share once.
 pub fn call_key(
     role: Role,
     model: &str,
@@ -74,28 +78,105 @@ pub fn call_key(
     messages: &[ChatMessage],
     attempt: u32,
 ) -> String {
-    let mut h = Sha256::new();
-    // Length-prefixed fields: no two different inputs give the same byte stream.
-    let mut field = |b: &[u8]| {
-        h.update((b.len() as u64).to_le_bytes());
-        h.update(b);
-    };
-    field(b"care-loop/call/v1");
-    field(role.as_str().as_bytes());
-    field(model.as_bytes());
-    field(sampling.as_bytes());
-    field(&attempt.to_le_bytes());
+    let mut h = key_head(role, model, sampling, attempt);
     for m in messages {
-        field(m.role.as_bytes());
-        field(m.content.as_bytes());
+        field(&mut h, m.role.as_bytes());
+        field(&mut h, m.content.as_bytes());
     }
+    hex(h)
+}
+
+/// The keys of first calls that differ only in the text of their last message (the judge
+/// prompts of one group): equal to [`call_key`] of each, with the shared part hashed once.
+pub fn group_keys(
+    role: Role,
+    model: &str,
+    sampling: &str,
+    calls: &[Vec<ChatMessage>],
+    attempt: u32,
+) -> Vec<String> {
+    let Some((first, rest)) = calls.split_first() else {
+        return Vec::new();
+    };
+    let Some((last, head)) = first.split_last() else {
+        return calls
+            .iter()
+            .map(|m| call_key(role, model, sampling, m, attempt))
+            .collect();
+    };
+    let same_shape = rest.iter().all(|m| {
+        m.len() == first.len()
+            && m.split_last()
+                .is_some_and(|(l, h)| h == head && l.role == last.role)
+    });
+    if !same_shape {
+        return calls
+            .iter()
+            .map(|m| call_key(role, model, sampling, m, attempt))
+            .collect();
+    }
+    let text = last.content.as_bytes();
+    let shared = rest.iter().fold(text.len(), |n, m| {
+        let other = m.last().map_or(&b""[..], |l| l.content.as_bytes());
+        n.min(common_prefix(text, other))
+    });
+    let mut h = key_head(role, model, sampling, attempt);
+    for m in head {
+        field(&mut h, m.role.as_bytes());
+        field(&mut h, m.content.as_bytes());
+    }
+    field(&mut h, last.role.as_bytes());
+    h.update(&text[..shared]);
+    calls
+        .iter()
+        .map(|m| {
+            let content = m.last().map_or(&b""[..], |l| l.content.as_bytes());
+            let mut h = h.clone();
+            h.update(&content[shared..]);
+            h.update((content.len() as u64).to_le_bytes());
+            hex(h)
+        })
+        .collect()
+}
+
+fn key_head(role: Role, model: &str, sampling: &str, attempt: u32) -> Sha256 {
+    let mut h = Sha256::new();
+    field(&mut h, b"care-loop/call/v2");
+    field(&mut h, role.as_str().as_bytes());
+    field(&mut h, model.as_bytes());
+    field(&mut h, sampling.as_bytes());
+    field(&mut h, &attempt.to_le_bytes());
+    h
+}
+
+/// A field, then its length.
+fn field(h: &mut Sha256, b: &[u8]) {
+    h.update(b);
+    h.update((b.len() as u64).to_le_bytes());
+}
+
+fn hex(h: Sha256) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let digest = h.finalize();
     let mut s = String::with_capacity(64);
     for b in digest {
-        use std::fmt::Write;
-        let _ = write!(s, "{b:02x}");
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
     }
     s
+}
+
+/// Length of the common prefix of `a` and `b` (64-byte blocks compared at once).
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 64 <= n && a[i..i + 64] == b[i..i + 64] {
+        i += 64;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
 }
 
 /// What a stored call records besides its answer.
@@ -448,8 +529,10 @@ impl Cache {
     async fn lookup(&self, key: &str) -> Lookup {
         match &self.store {
             Store::Sqlite(s) => {
-                let (s, k) = (Arc::clone(s), key.to_owned());
-                match blocking(move || s.get(&k)).await {
+                // A read: answered from pages the process wrote or read recently, never waits for
+                // a sync (checkpoints run on their own thread), so it runs here rather than pay
+                // two thread hand-offs on every call's path.
+                match s.get(key) {
                     Ok(Some(c)) => Lookup::Hit(c),
                     // One process: the engine's own flights already make each call once.
                     Ok(None) => Lookup::Make(None),
@@ -592,13 +675,47 @@ impl StoredCall {
 #[derive(Debug)]
 struct SqliteStore {
     conn: Mutex<Connection>,
+    /// Dropping it stops the checkpointer thread (a file store has one; memory has none).
+    _checkpointer: Option<std::sync::mpsc::Sender<()>>,
 }
+
+/// How often the checkpointer copies the write-ahead log into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 impl SqliteStore {
     fn open(path: &Path) -> Result<SqliteStore, String> {
         let conn = Connection::open(path)
             .map_err(|e| format!("cannot open cache {}: {e}", path.display()))?;
-        Self::init(conn).map_err(|e| format!("cache {}: {e}", path.display()))
+        let mut store = Self::init(conn).map_err(|e| format!("cache {}: {e}", path.display()))?;
+        // Checkpoints (the only step that syncs to disk under synchronous=NORMAL) run on their
+        // own connection and thread, so a commit on a call's path never waits for one.
+        let checkpointer = Connection::open(path)
+            .and_then(|c| {
+                c.busy_timeout(Duration::from_secs(10))?;
+                Ok(c)
+            })
+            .map_err(|e| format!("cache {}: {e}", path.display()))?;
+        store
+            .conn
+            .get_mut()
+            .map_err(|_| "cache lock poisoned".to_owned())?
+            .execute_batch("PRAGMA wal_autocheckpoint=0;")
+            .map_err(|e| format!("cache {}: {e}", path.display()))?;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("care-cache-checkpoint".to_owned())
+            .spawn(move || {
+                // Until the store is dropped (the channel disconnects); then one last one.
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(CHECKPOINT_EVERY)
+                {
+                    let _ = checkpointer.execute_batch("PRAGMA wal_checkpoint(PASSIVE);");
+                }
+                let _ = checkpointer.execute_batch("PRAGMA wal_checkpoint(PASSIVE);");
+            })
+            .map_err(|e| format!("cannot start the cache checkpointer: {e}"))?;
+        store._checkpointer = Some(stop);
+        Ok(store)
     }
 
     fn in_memory() -> Result<SqliteStore, String> {
@@ -647,6 +764,7 @@ impl SqliteStore {
             .map_err(e)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
+            _checkpointer: None,
         })
     }
 
@@ -1285,6 +1403,44 @@ mod tests {
             call_key(Role::Judge, "m", "s", &a, 1),
             call_key(Role::Judge, "m", "s", &b, 1)
         );
+        // A message's text is not the next field's: ("a", "") is not ("", "a").
+        assert_ne!(
+            call_key(Role::Judge, "m", "a", &[], 1),
+            call_key(Role::Judge, "ma", "", &[], 1)
+        );
+    }
+
+    #[test]
+    fn group_keys_are_the_keys_of_each_call() {
+        let prompt = |r: &str| {
+            vec![
+                ChatMessage::new("system", "rules"),
+                ChatMessage::new("user", format!("{}{r}", "shared rubric text ".repeat(20))),
+            ]
+        };
+        // Responses that share more than the prompt (a common start), one that is a prefix of
+        // another, an empty one, and a long one.
+        let calls: Vec<Vec<ChatMessage>> = ["I hear you", "I hear", "", "I see", &"x".repeat(300)]
+            .iter()
+            .map(|r| prompt(r))
+            .collect();
+        let want: Vec<String> = calls
+            .iter()
+            .map(|m| call_key(Role::Judge, "m", "s", m, 1))
+            .collect();
+        assert_eq!(group_keys(Role::Judge, "m", "s", &calls, 1), want);
+        // Calls of another shape fall back to one key each.
+        let mut odd = calls.clone();
+        odd[1][0].content = "other rules".into();
+        let want: Vec<String> = odd
+            .iter()
+            .map(|m| call_key(Role::Judge, "m", "s", m, 1))
+            .collect();
+        assert_eq!(group_keys(Role::Judge, "m", "s", &odd, 1), want);
+        assert_eq!(common_prefix(&[1; 200], &[1; 130]), 130);
+        let mut b = [1u8; 200];
+        b[150] = 2;
+        assert_eq!(common_prefix(&[1; 200], &b), 150);
     }
 
     fn completion(text: &str) -> Completion {

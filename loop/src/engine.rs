@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-use crate::cache::{CACHE_UNAVAILABLE, Cache, CallMeta, call_key};
+use crate::cache::{CACHE_UNAVAILABLE, Cache, CallMeta, call_key, group_keys};
 use crate::config::LoopConfig;
 use crate::llm::{Backend, CallError, ChatMessage, Completion, HttpEndpoint, Role};
 use crate::metrics::Metrics;
@@ -458,21 +458,31 @@ impl Engine {
                 let dialogue = Arc::new(dialogue);
                 let mut set = tokio::task::JoinSet::new();
                 let mut settled: Vec<Option<(f64, &'static str)>> = vec![None; n];
+                // The judge's first request for each response to judge; their keys together
+                // (the prompts of a group share all but their end: hashed once).
+                let mut judged: Vec<(usize, Vec<ChatMessage>)> = Vec::with_capacity(n);
                 for (j, resp) in input.responses.iter().enumerate() {
                     match self.profile.prepare_response(resp) {
                         Prepared::Settled { reward, status } => {
                             settled[j] = Some((reward, status));
                         }
                         Prepared::Judge(span) => {
-                            let me = Arc::clone(self);
-                            let (t, d, c) = (
-                                Arc::clone(&text),
-                                Arc::clone(&dialogue),
-                                Arc::clone(&counter),
-                            );
-                            set.spawn(async move { (j, me.judgment(&t, &d, &span, &c).await) });
+                            judged.push((j, self.profile.judge_messages(&text, &dialogue, &span)));
                         }
                     }
+                }
+                let (at, firsts): (Vec<usize>, Vec<Vec<ChatMessage>>) = judged.into_iter().unzip();
+                let keys = group_keys(
+                    Role::Judge,
+                    self.judge.model(),
+                    &self.judge.sampling_key(),
+                    &firsts,
+                    1,
+                );
+                for ((j, first), key) in at.into_iter().zip(firsts).zip(keys) {
+                    let me = Arc::clone(self);
+                    let (t, c) = (Arc::clone(&text), Arc::clone(&counter));
+                    set.spawn(async move { (j, me.judgment(&t, first, key, &c).await) });
                 }
                 let mut outcomes: Vec<Option<JudgeOutcome>> = vec![None; n];
                 while let Some(done) = set.join_next().await {
@@ -605,23 +615,37 @@ impl Engine {
             .map_or((String::new(), String::new()), |g| {
                 (g.model().to_owned(), g.sampling_key())
             });
-        let key = call_key(Role::Generator, &model, &sampling, &first, 0);
+        // The first call's key: the flight's, and the first call's own (hashed once).
+        let key = call_key(Role::Generator, &model, &sampling, &first, 1);
         let me = Arc::clone(self);
         let c = Arc::clone(counter);
+        let first_key = key.clone();
         flight(&self.rubric_flights, key, || async move {
-            me.generate(first, &c).await
+            me.generate(first, first_key, &c).await
         })
         .await
     }
 
     /// The repair loop.
-    async fn generate(&self, first: Vec<ChatMessage>, counter: &Counter) -> RubricOutcome {
+    async fn generate(
+        &self,
+        first: Vec<ChatMessage>,
+        first_key: String,
+        counter: &Counter,
+    ) -> RubricOutcome {
+        let mut first_key = Some(first_key);
         let mut messages = first.clone();
         let mut last: Option<(String, RubricCheck)> = None;
         let mut repairs = Vec::new();
         for attempt in 1..=self.rubric_attempts {
             let answer = match self
-                .call(Role::Generator, &messages, attempt, counter)
+                .call(
+                    Role::Generator,
+                    &messages,
+                    attempt,
+                    first_key.take(),
+                    counter,
+                )
                 .await
             {
                 Ok(c) => c.content,
@@ -691,27 +715,21 @@ impl Engine {
         }
     }
 
-    /// One response's judgment, shared with concurrent requests for the same one.
+    /// One response's judgment (its first request and that request's key), shared with
+    /// concurrent requests for the same one.
     async fn judgment(
         self: &Arc<Self>,
         rubric: &str,
-        dialogue: &Dialogue,
-        span: &str,
+        first: Vec<ChatMessage>,
+        key: String,
         counter: &Arc<Counter>,
     ) -> JudgeOutcome {
-        let first = self.profile.judge_messages(rubric, dialogue, span);
-        let key = call_key(
-            Role::Judge,
-            self.judge.model(),
-            &self.judge.sampling_key(),
-            &first,
-            0,
-        );
         let me = Arc::clone(self);
         let c = Arc::clone(counter);
         let rubric = rubric.to_owned();
+        let first_key = key.clone();
         flight(&self.judge_flights, key, || async move {
-            me.judge_loop(&rubric, first, &c).await
+            me.judge_loop(&rubric, first, first_key, &c).await
         })
         .await
     }
@@ -720,12 +738,17 @@ impl Engine {
         &self,
         rubric: &str,
         first: Vec<ChatMessage>,
+        first_key: String,
         counter: &Counter,
     ) -> JudgeOutcome {
+        let mut first_key = Some(first_key);
         let mut messages = first.clone();
         let mut problem: Option<JudgeProblem> = None;
         for attempt in 1..=self.judge_attempts {
-            let answer = match self.call(Role::Judge, &messages, attempt, counter).await {
+            let answer = match self
+                .call(Role::Judge, &messages, attempt, first_key.take(), counter)
+                .await
+            {
                 Ok(c) => c.content,
                 Err(e) => {
                     return JudgeOutcome {
@@ -768,12 +791,13 @@ impl Engine {
         }
     }
 
-    /// One LLM call through the cache.
+    /// One LLM call through the cache (`key`: the call's key when the caller has it already).
     async fn call(
         &self,
         role: Role,
         messages: &[ChatMessage],
         attempt: u32,
+        key: Option<String>,
         counter: &Counter,
     ) -> Result<Completion, CallError> {
         let backend = match role {
@@ -789,13 +813,15 @@ impl Engine {
             },
             Role::Judge => &self.judge,
         };
-        let key = call_key(
-            role,
-            backend.model(),
-            &backend.sampling_key(),
-            messages,
-            attempt,
-        );
+        let key = key.unwrap_or_else(|| {
+            call_key(
+                role,
+                backend.model(),
+                &backend.sampling_key(),
+                messages,
+                attempt,
+            )
+        });
         let model = backend.model();
         let made = match &self.cache {
             // Through the cache: the stored answer, another replica's once it stores it, or

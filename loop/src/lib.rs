@@ -22,6 +22,7 @@ pub mod cache;
 pub mod config;
 pub mod engine;
 pub mod fixed;
+mod jsonw;
 pub mod llm;
 pub mod metrics;
 mod pool;

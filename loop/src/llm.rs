@@ -182,6 +182,51 @@ struct RequestBody<'a> {
     stream: bool,
 }
 
+impl RequestBody<'_> {
+    /// The JSON body: what `serde_json::to_vec` writes, byte for byte, with the message texts
+    /// (kilobytes of prompt) escaped a word at a time.
+    fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let text: usize = self.messages.iter().map(|m| m.content.len() + 32).sum();
+        let mut out = Vec::with_capacity(text + 160);
+        out.extend_from_slice(b"{\"model\":");
+        crate::jsonw::write_str(&mut out, self.model);
+        out.extend_from_slice(b",\"messages\":[");
+        for (i, m) in self.messages.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"role\":");
+            crate::jsonw::write_str(&mut out, &m.role);
+            out.extend_from_slice(b",\"content\":");
+            crate::jsonw::write_str(&mut out, &m.content);
+            out.push(b'}');
+        }
+        out.push(b']');
+        if let Some(t) = self.temperature {
+            out.extend_from_slice(b",\"temperature\":");
+            serde_json::to_writer(&mut out, &t)?;
+        }
+        if let Some(p) = self.top_p {
+            out.extend_from_slice(b",\"top_p\":");
+            serde_json::to_writer(&mut out, &p)?;
+        }
+        if let Some(n) = self.max_tokens {
+            out.extend_from_slice(b",\"max_tokens\":");
+            serde_json::to_writer(&mut out, &n)?;
+        }
+        if let Some(s) = self.seed {
+            out.extend_from_slice(b",\"seed\":");
+            serde_json::to_writer(&mut out, &s)?;
+        }
+        out.extend_from_slice(if self.stream {
+            b",\"stream\":true}"
+        } else {
+            b",\"stream\":false}"
+        });
+        Ok(out)
+    }
+}
+
 #[derive(Deserialize)]
 struct ResponseBody {
     choices: Vec<Choice>,
@@ -253,7 +298,7 @@ impl HttpEndpoint {
         messages: &[ChatMessage],
         metrics: &Metrics,
     ) -> Result<Completion, CallError> {
-        let body = serde_json::to_vec(&RequestBody {
+        let body = RequestBody {
             model: &self.cfg.model,
             messages,
             temperature: self.cfg.temperature,
@@ -261,7 +306,8 @@ impl HttpEndpoint {
             max_tokens: self.cfg.max_tokens,
             seed: self.cfg.seed,
             stream: false,
-        })
+        }
+        .encode()
         .map_err(|e| CallError {
             code: "bad_request".to_owned(),
             message: e.to_string(),
@@ -455,4 +501,35 @@ fn jitter() -> f64 {
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^= x >> 31;
     (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_body_is_what_serde_json_writes() {
+        let messages = vec![
+            ChatMessage::new("system", "rules \"quoted\"\n"),
+            ChatMessage::new("user", "## Rubric\n\tlevels: [0] none\u{1} é 🙂".repeat(30)),
+        ];
+        for (temperature, top_p, max_tokens, seed) in [
+            (None, None, None, None),
+            (Some(0.0), Some(0.95), Some(512), Some(7)),
+            (Some(0.7), None, Some(1), None),
+            (Some(1e-7), Some(1.0), None, Some(u64::MAX)),
+        ] {
+            let body = RequestBody {
+                model: "judge \"m\"",
+                messages: &messages,
+                temperature,
+                top_p,
+                max_tokens,
+                seed,
+                stream: false,
+            };
+            assert_eq!(body.encode().unwrap(), serde_json::to_vec(&body).unwrap());
+        }
+    }
 }

@@ -7,7 +7,9 @@
 //! (section 3.4): a rubric generated per turn under the format contract, judged per response,
 //! scored with Eq. 5 for the whole group at once (`care_core::policy_reward_group`).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
 
 use care_core::{
     FormatPolicy, JudgePromptLayout, JudgeReport, RubricBuf, ScoreOptions, parse_judge_output,
@@ -213,11 +215,69 @@ pub trait RubricProfile: Send + Sync + std::fmt::Debug {
 
 /// The paper's profile: the bundled generator prompt, the format contract (`r_fmt`), the judge
 /// prompt renderer and lenient parser of `care-core`, Eq. 5 under strict score policies.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct CareProfile {
     policy: FormatPolicy,
     score: ScoreOptions,
     layout: JudgePromptLayout,
+    /// Parsed rubrics by text: a turn's rubric is read by every judge prompt, every answer and
+    /// the scoring of its group, and parsing it (a full validation) costs more than a look-up.
+    parsed: Mutex<ParsedRubrics>,
+}
+
+impl Clone for CareProfile {
+    fn clone(&self) -> Self {
+        CareProfile {
+            policy: self.policy,
+            score: self.score,
+            layout: self.layout,
+            parsed: Mutex::new(ParsedRubrics::default()),
+        }
+    }
+}
+
+/// Most parsed rubrics [`CareProfile`] keeps (the turns in flight need a few; past the bound
+/// the memo starts over).
+const PARSED_RUBRICS: usize = 1024;
+
+/// Parsed rubrics by a hash of their text's length and ends (cheap for a text of kilobytes;
+/// texts that share it are told apart by comparing them whole).
+#[derive(Debug, Default)]
+struct ParsedRubrics {
+    by_hash: HashMap<u64, Vec<(String, Arc<RubricBuf>)>>,
+    len: usize,
+}
+
+impl ParsedRubrics {
+    fn hash(text: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let b = text.as_bytes();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        b.len().hash(&mut h);
+        b[..b.len().min(128)].hash(&mut h);
+        b[b.len().saturating_sub(128)..].hash(&mut h);
+        h.finish()
+    }
+
+    fn get(&self, text: &str) -> Option<Arc<RubricBuf>> {
+        self.by_hash
+            .get(&Self::hash(text))?
+            .iter()
+            .find(|(t, _)| t == text)
+            .map(|(_, r)| Arc::clone(r))
+    }
+
+    fn insert(&mut self, text: &str, r: Arc<RubricBuf>) {
+        if self.len >= PARSED_RUBRICS {
+            self.by_hash.clear();
+            self.len = 0;
+        }
+        self.by_hash
+            .entry(Self::hash(text))
+            .or_default()
+            .push((text.to_owned(), r));
+        self.len += 1;
+    }
 }
 
 impl CareProfile {
@@ -233,6 +293,7 @@ impl CareProfile {
             // again), never a silent 0 or a clamp.
             score: ScoreOptions::default(),
             layout: JudgePromptLayout::default(),
+            parsed: Mutex::new(ParsedRubrics::default()),
         }
     }
 
@@ -245,12 +306,25 @@ impl CareProfile {
     }
 
     /// The rubric of a text that passed [`RubricProfile::check_rubric`] (owned: no borrow of a
-    /// scratch buffer outlives the call).
-    fn rubric(&self, text: &str) -> Option<RubricBuf> {
+    /// scratch buffer outlives the call), parsed once per text.
+    fn rubric(&self, text: &str) -> Option<Arc<RubricBuf>> {
+        let memo = self
+            .parsed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(text);
+        if let Some(r) = memo {
+            return Some(r);
+        }
         let mut scratch = vec![0u8; text.len()];
         // The policy is one of the two built-in ones, so validation cannot fail on it.
         let v = validate_str(text, &self.policy, &mut scratch).ok()?;
-        v.rubric.as_ref().map(RubricBuf::from)
+        let r = Arc::new(v.rubric.as_ref().map(RubricBuf::from)?);
+        self.parsed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(text, Arc::clone(&r));
+        Some(r)
     }
 }
 
