@@ -529,9 +529,9 @@ impl Cache {
     async fn lookup(&self, key: &str) -> Lookup {
         match &self.store {
             Store::Sqlite(s) => {
-                // A read: answered from pages the process wrote or read recently, never waits for
-                // a sync (checkpoints run on their own thread), so it runs here rather than pay
-                // two thread hand-offs on every call's path.
+                // A read: in WAL mode it never waits for a writer or a sync (checkpoints run on
+                // their own thread) and is answered from pages the process touched recently, so
+                // it runs here rather than pay two thread hand-offs on every call's path.
                 match s.get(key) {
                     Ok(Some(c)) => Lookup::Hit(c),
                     // One process: the engine's own flights already make each call once.
@@ -571,6 +571,8 @@ impl Cache {
         let value = StoredCall::new(meta, c);
         match &self.store {
             Store::Sqlite(s) => {
+                // A commit may wait for another process's write lock (busy_timeout): off the
+                // async threads.
                 let (s, k) = (Arc::clone(s), key.to_owned());
                 Some(match blocking(move || s.put_once(&k, &value)).await {
                     Ok(stored) => stored,
