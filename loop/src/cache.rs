@@ -571,10 +571,17 @@ impl Cache {
         let value = StoredCall::new(meta, c);
         match &self.store {
             Store::Sqlite(s) => {
-                // A commit may wait for another process's write lock (busy_timeout): off the
-                // async threads.
-                let (s, k) = (Arc::clone(s), key.to_owned());
-                Some(match blocking(move || s.put_once(&k, &value)).await {
+                // A commit appends to the write-ahead log (checkpoints, the only syncs, run on
+                // their own thread), so it runs here; one that would wait for a lock runs on a
+                // blocking thread instead.
+                let stored = match s.put_once_now(key, &value) {
+                    Some(r) => r,
+                    None => {
+                        let (s, k) = (Arc::clone(s), key.to_owned());
+                        blocking(move || s.put_once(&k, &value)).await
+                    }
+                };
+                Some(match stored {
                     Ok(stored) => stored,
                     Err(e) => {
                         self.sqlite_error(&e);
@@ -676,10 +683,17 @@ impl StoredCall {
 
 #[derive(Debug)]
 struct SqliteStore {
+    /// Commits (and everything of a memory store).
     conn: Mutex<Connection>,
+    /// Lookups of a file store, on their own connection: in WAL mode a reader never waits for
+    /// a writer, so a lookup never waits behind a commit that waits for another process.
+    reader: Option<Mutex<Connection>>,
     /// Dropping it stops the checkpointer thread (a file store has one; memory has none).
     _checkpointer: Option<std::sync::mpsc::Sender<()>>,
 }
+
+/// How long a commit waits for another process's write lock (on a blocking thread).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often the checkpointer copies the write-ahead log into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
@@ -693,16 +707,27 @@ impl SqliteStore {
         // own connection and thread, so a commit on a call's path never waits for one.
         let checkpointer = Connection::open(path)
             .and_then(|c| {
-                c.busy_timeout(Duration::from_secs(10))?;
+                c.busy_timeout(BUSY_TIMEOUT)?;
                 Ok(c)
             })
             .map_err(|e| format!("cache {}: {e}", path.display()))?;
-        store
+        let writer = store
             .conn
             .get_mut()
-            .map_err(|_| "cache lock poisoned".to_owned())?
+            .map_err(|_| "cache lock poisoned".to_owned())?;
+        // A commit tried on an async thread must not wait: busy is answered at once and the
+        // commit retried on a blocking thread with the full timeout (`put_once_now`).
+        writer
             .execute_batch("PRAGMA wal_autocheckpoint=0;")
+            .and_then(|()| writer.busy_timeout(Duration::ZERO))
             .map_err(|e| format!("cache {}: {e}", path.display()))?;
+        let reader = Connection::open(path)
+            .and_then(|c| {
+                c.busy_timeout(BUSY_TIMEOUT)?;
+                Ok(c)
+            })
+            .map_err(|e| format!("cache {}: {e}", path.display()))?;
+        store.reader = Some(Mutex::new(reader));
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("care-cache-checkpoint".to_owned())
@@ -727,7 +752,7 @@ impl SqliteStore {
 
     fn init(conn: Connection) -> Result<SqliteStore, String> {
         let e = |e: rusqlite::Error| e.to_string();
-        conn.busy_timeout(Duration::from_secs(10)).map_err(e)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(e)?;
         // `journal_mode` answers with a row; read it rather than execute it.
         let _mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
@@ -766,6 +791,7 @@ impl SqliteStore {
             .map_err(e)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
+            reader: None,
             _checkpointer: None,
         })
     }
@@ -777,8 +803,13 @@ impl SqliteStore {
     }
 
     fn get(&self, key: &str) -> Result<Option<Completion>, String> {
-        let conn = self.lock()?;
-        Self::get_in(&conn, key)
+        match &self.reader {
+            Some(r) => {
+                let conn = r.lock().map_err(|_| "cache lock poisoned".to_owned())?;
+                Self::get_in(&conn, key)
+            }
+            None => Self::get_in(&*self.lock()?, key),
+        }
     }
 
     fn get_in(conn: &Connection, key: &str) -> Result<Option<Completion>, String> {
@@ -801,9 +832,47 @@ impl SqliteStore {
         .map_err(|e| e.to_string())
     }
 
+    /// [`SqliteStore::put_once`] without waiting: `None` when the commit would wait (another
+    /// commit of this process holds the connection, or another process the write lock); then
+    /// the caller commits with `put_once` on a blocking thread.
+    fn put_once_now(&self, key: &str, v: &StoredCall) -> Option<Result<Completion, String>> {
+        if self.reader.is_none() {
+            // A memory store: nothing to wait for but the connection.
+            return Some(self.put_once(key, v));
+        }
+        let conn = self.conn.try_lock().ok()?;
+        match Self::insert_in(&conn, key, v) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) =>
+            {
+                None
+            }
+            r => Some(r.map_err(|e| e.to_string())),
+        }
+    }
+
     /// Inserts unless the key has a row (committed before it returns); the row's answer.
     fn put_once(&self, key: &str, v: &StoredCall) -> Result<Completion, String> {
         let conn = self.lock()?;
+        if self.reader.is_none() {
+            return Self::insert_in(&conn, key, v).map_err(|e| e.to_string());
+        }
+        // The connection answers busy at once (for `put_once_now`); here the commit may wait.
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| e.to_string())?;
+        let r = Self::insert_in(&conn, key, v).map_err(|e| e.to_string());
+        conn.busy_timeout(Duration::ZERO)
+            .map_err(|e| e.to_string())?;
+        r
+    }
+
+    fn insert_in(
+        conn: &Connection,
+        key: &str,
+        v: &StoredCall,
+    ) -> Result<Completion, rusqlite::Error> {
         let inserted = conn
             .prepare_cached(
                 "INSERT OR IGNORE INTO llm_calls
@@ -821,16 +890,34 @@ impl SqliteStore {
                     v.completion_tokens.min(i64::MAX as u64) as i64,
                     v.created_unix
                 ])
-            })
-            .map_err(|e| e.to_string())?;
+            })?;
         if inserted == 1 {
             return Ok(v.completion());
         }
-        Ok(Self::get_in(&conn, key)?.unwrap_or_else(|| v.completion()))
+        let stored = conn
+            .prepare_cached(
+                "SELECT content, prompt_tokens, completion_tokens FROM llm_calls WHERE key = ?1",
+            )?
+            .query_row(params![key], |r| {
+                Ok(Completion {
+                    content: r.get(0)?,
+                    usage: Usage {
+                        prompt_tokens: r.get::<_, i64>(1)?.max(0) as u64,
+                        completion_tokens: r.get::<_, i64>(2)?.max(0) as u64,
+                    },
+                    attempts: 0,
+                })
+            })
+            .optional()?;
+        Ok(stored.unwrap_or_else(|| v.completion()))
     }
 
     fn len(&self) -> Result<u64, String> {
-        self.lock()?
+        let reader = match &self.reader {
+            Some(r) => r.lock().map_err(|_| "cache lock poisoned".to_owned())?,
+            None => self.lock()?,
+        };
+        reader
             .query_row("SELECT count(*) FROM llm_calls", [], |r| r.get::<_, i64>(0))
             .map(|n| n.max(0) as u64)
             .map_err(|e| e.to_string())
@@ -1379,7 +1466,7 @@ fn redact(url: &str) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 
@@ -1500,6 +1587,52 @@ mod tests {
         drop(conn);
         let err = Cache::open(&path).unwrap_err();
         assert!(err.contains("schema version 99"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_that_would_wait_for_another_process_waits_off_the_async_threads() {
+        let dir = std::env::temp_dir().join(format!("care-cache-busy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.sqlite");
+        let _ = std::fs::remove_file(&path);
+        let cache = Cache::open(&path).unwrap();
+        let Store::Sqlite(store) = &cache.store else {
+            panic!("a file cache is SQLite")
+        };
+        // Another process (here: another connection) holds the write lock for 300 ms.
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE;").unwrap();
+        let v = StoredCall::new(META, &completion("mine"));
+        assert!(
+            store.put_once_now("k", &v).is_none(),
+            "busy: no waiting here"
+        );
+        // Lookups go on meanwhile (their own connection; WAL readers do not wait).
+        assert_eq!(cache.get("k").await.unwrap(), None);
+        let held = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            other.execute_batch("COMMIT;").unwrap();
+        });
+        let started = Instant::now();
+        let (c, cached) = cache
+            .call("k", META, Duration::from_secs(5), || async {
+                Ok(completion("mine"))
+            })
+            .await
+            .unwrap();
+        assert!(!cached);
+        assert_eq!(c.content, "mine");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        held.join().unwrap();
+        assert_eq!(cache.get("k").await.unwrap().unwrap().content, "mine");
+        // Free: committed at once.
+        let w = StoredCall::new(META, &completion("next"));
+        assert_eq!(
+            store.put_once_now("k2", &w).unwrap().unwrap().content,
+            "next"
+        );
+        drop(cache);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
