@@ -118,7 +118,8 @@ GET /healthz, GET /metrics (Prometheus). SIGINT/SIGTERM finish the requests in f
 
 Examples:
   care serve --scripted
-  care serve --config loop.json --listen 0.0.0.0:8000";
+  care serve --config loop.json --listen 0.0.0.0:8000
+  care serve --config fleet.json --cache redis://redis.internal:6379/0   # one of a fleet";
 
 fn build(a: &LoopArgs, rt: &tokio::runtime::Runtime) -> Result<(Arc<Engine>, BackendKind), String> {
     let mut cfg = match &a.config {
