@@ -298,6 +298,9 @@ async fn a_store_with_another_schema_is_refused_and_one_that_is_down_is_not() {
     };
     let cache = Cache::connect_redis(&dead, &cache_cfg()).await.unwrap();
     assert_eq!(cache.status().state, "degraded");
+    let m = Arc::new(Metrics::new());
+    cache.bind_metrics(Arc::clone(&m));
+    assert_eq!(metric(&m, "care_cache_degraded "), 1.0);
     let bad = CacheConfig {
         lease_secs: 0.0,
         ..cache_cfg()

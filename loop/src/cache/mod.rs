@@ -319,6 +319,10 @@ impl Cache {
 
     /// Records into `metrics` from now on (the engine binds its own; a second call is ignored).
     pub fn bind_metrics(&self, metrics: Arc<Metrics>) {
+        // A store found down before the metrics were bound shows as down from now on.
+        if self.status().state != "ok" {
+            metrics.cache_degraded(true);
+        }
         let _ = self.metrics.set(metrics);
     }
 
