@@ -13,7 +13,7 @@
 #include <stdbool.h>
 
 // Bytes of device workspace every GPU call needs (16-byte aligned, caller-allocated).
-#define CARE_GPU_WORKSPACE_BYTES 64
+#define CARE_GPU_WORKSPACE_BYTES 131072
 
 // Bytes of the device-side loss statistics accumulator of `care_gpu_policy_loss`.
 #define CARE_GPU_LOSS_STATS_BYTES 56

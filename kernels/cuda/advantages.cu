@@ -181,7 +181,7 @@ __device__ __forceinline__ bool care_group_silent(const CareAdvParams& p, double
 // Launch geometry (see `care_kernels::geometry::advantages_geometry`): warp mode: grid.x =
 // ceil(num_groups / (blockDim.x / 32)); block mode: grid.x = num_groups. blockDim.x is a multiple
 // of 32 (at most 1024).
-extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvParams p) {
+extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAdvParams p) {
     __shared__ double dscratch[CARE_WARP];
     __shared__ float fscratch[CARE_WARP];
     const bool warp_mode = p.warp_per_group != 0;
@@ -394,7 +394,7 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
 // The std of all valid rewards of the batch (scale == batch_std). Geometry: grid (1,1,1), block
 // 1024 (any multiple of 32): one block walks the whole batch twice (sum, then centered squares);
 // rewards are one float per sample, so this stays small next to the trainer's other work.
-extern "C" __global__ void __launch_bounds__(1024) batch_std_f32(CareBatchStdParams p) {
+extern "C" __global__ void __launch_bounds__(1024, 1) batch_std_f32(CareBatchStdParams p) {
     __shared__ double scratch[CARE_WARP];
     if (p.sums != 0) {
         // From reduced group moments (Chan): M2 = sum_g m2_g + sum_g n_g (mean_g - mean)^2.
@@ -456,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(1024) batch_std_f32(CareBatchStdPar
 // in groups whose advantages are all 0 (care_group_silent). Geometry: grid (1,1,1), blockDim.x a
 // multiple of 32; each warp takes every nwarps-th group. LOCAL decides "all equal" from the
 // rewards (min == max), FINALIZE from the reduced moments (count, m2 == 0).
-extern "C" __global__ void __launch_bounds__(1024) group_alpha_f32(CareAdvParams p) {
+extern "C" __global__ void __launch_bounds__(1024, 1) group_alpha_f32(CareAdvParams p) {
     __shared__ double scratch[CARE_WARP];
     const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
     const care_u32 warp = threadIdx.x / CARE_WARP;

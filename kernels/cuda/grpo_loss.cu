@@ -15,10 +15,11 @@
 // ratio, and the rollout correction's sequence statistics (sum of log ratios, sums and maxima
 // of k1/k2/k3), whose verdict and sequence weight every token of the sequence needs.
 //
-// Stats are reduced per block and added to the caller's device struct with atomics; the caller
-// initializes it (sums 0, ratio_min +inf, ratio_max 0), so micro-batches accumulate.
-// Float atomics make the last bits of the sums depend on the block schedule; the gradient does
-// not depend on any atomic.
+// Stats are reduced per block into the block's slot of the workspace (CareLossWork); the last
+// block to finish merges the slots in slot order and adds the result to the caller's device
+// structs, which the caller initializes (sums 0, ratio_min +inf, ratio_max 0), so micro-batches
+// accumulate. No float atomics: the statistics are the same bit for bit on every run, whatever
+// the block schedule.
 #include "common.cuh"
 
 #define CARE_AGG_TOKEN_MEAN 0u
@@ -115,6 +116,22 @@ struct CareLossDenoms {
     care_u32 pad0;
 };
 
+// One block's partial statistics (CARE_STAT_SLOTS of them in the workspace).
+struct CareLossSlot {
+    CareLossStats loss;
+    CareRolloutStats roll;
+    care_u32 pad0;
+};
+
+// The loss pass's workspace (`care_kernels::params::LossWorkRaw`): the default denominators,
+// the arrival counter of the slot merge (zeroed by the plan) and one slot per block.
+struct CareLossWork {
+    CareLossDenoms denoms;
+    care_u32 arrivals;
+    care_u32 pad0[3];
+    CareLossSlot slots[CARE_STAT_SLOTS];
+};
+
 struct CareCovWork;
 
 // Mirrored by `care_kernels::params::LossParams`.
@@ -174,6 +191,9 @@ struct CareLossParams {
     care_u32 cov_round;           // grpo_cov_radix: the radix round, 0..CARE_COV_ROUNDS-1
     CareCovWork* cov_work;        // device, or null
     care_u64* cov_keys;           // [n_tok] device: each token's candidate key (0: none)
+    // The statistics' slots and arrival counter: required with `stats` or `rollout_stats`,
+    // else null (no statistics).
+    CareLossWork* work;
 };
 
 // ---- covariance selection (Clip-Cov, KL-Cov) ---------------------------------------------------
@@ -722,6 +742,117 @@ struct CareStatAcc {
     care_u32 tokens, clipped, clipped_low, clipped_high, dual, clamped, non_finite;
 };
 
+__device__ __forceinline__ void care_loss_slot_clear(CareLossSlot* z) {
+    care_u32* w = (care_u32*)z;
+    for (unsigned k = 0; k < sizeof(CareLossSlot) / 4u; ++k) {
+        w[k] = 0u;
+    }
+    z->loss.ratio_min = __uint_as_float(0x7f800000u);
+}
+
+// Words of a slot: CareLossStats (sums 0-3, ratio_min 4, ratio_max 5, counts 6-13), then
+// CareRolloutStats (sums 14-20, counts 21-26).
+#define CARE_SLOT_WORDS 27
+__device__ __forceinline__ bool care_slot_is_sum(care_u32 k) { return k < 4u || (k >= 14u && k < 21u); }
+
+// `mine` (thread 0's) goes into the block's slot; the last block to arrive merges every slot
+// and adds the result to p.stats and p.rollout_stats. Every thread of the block calls it.
+// The merge: thread (group g, lane k) folds word k of slots g, g + groups, g + 2 groups, ... in
+// that order (sums in double), then thread k folds the groups in order: a fixed order for a
+// given block size, and lane k of a warp reads word k of a slot, so each warp's loads coalesce.
+__device__ void care_loss_commit(const CareLossParams& p, const CareLossSlot* mine, bool kl_on) {
+    __shared__ double part[CARE_WARP][CARE_WARP];
+    __shared__ double res[CARE_WARP];
+    CareLossWork* w = p.work;
+    if (threadIdx.x == 0) {
+        w->slots[blockIdx.y * gridDim.x + blockIdx.x] = *mine;
+    }
+    if (!care_last_block(&w->arrivals)) {
+        return;
+    }
+    const care_u32 nslots = gridDim.x * gridDim.y;
+    const care_u32 k = threadIdx.x & (CARE_WARP - 1), g = threadIdx.x / CARE_WARP;
+    const care_u32 groups = blockDim.x / CARE_WARP;
+    double acc = k == 4u ? (double)__uint_as_float(0x7f800000u) : 0.0;
+    if (k < CARE_SLOT_WORDS) {
+        for (care_u32 i = g; i < nslots; i += groups) {
+            // volatile: written by other blocks during this launch, never from a cached line.
+            const care_u32 v = ((const volatile care_u32*)&w->slots[i])[k];
+            if (care_slot_is_sum(k)) {
+                acc += (double)__uint_as_float(v);
+            } else if (k == 4u) {
+                const double x = (double)__uint_as_float(v);
+                acc = x < acc ? x : acc;
+            } else if (k == 5u) {
+                const double x = (double)__uint_as_float(v);
+                acc = x > acc ? x : acc;
+            } else {
+                acc += (double)v;
+            }
+        }
+    }
+    part[g][k] = acc;
+    __syncthreads();
+    if (threadIdx.x < CARE_SLOT_WORDS) {
+        double r = part[0][k];
+        for (care_u32 j = 1; j < groups; ++j) {
+            const double x = part[j][k];
+            r = k == 4u ? (x < r ? x : r) : (k == 5u ? (x > r ? x : r) : r + x);
+        }
+        res[k] = r;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) {
+        return;
+    }
+    const double* sum = res;
+    care_u32 cnt[14];
+    for (int j = 0; j < 8; ++j) {
+        cnt[j] = (care_u32)(care_u64)res[6 + j];
+    }
+    for (int j = 0; j < 6; ++j) {
+        cnt[8 + j] = (care_u32)(care_u64)res[21 + j];
+    }
+    const float rmin = (float)res[4], rmax = (float)res[5];
+    if (p.stats != 0) {
+        CareLossStats* s = p.stats;
+        s->loss = (float)((double)s->loss + sum[0]);
+        s->ppo_kl_sum = (float)((double)s->ppo_kl_sum + sum[1]);
+        if (kl_on) {
+            s->kl_sum = (float)((double)s->kl_sum + sum[2]);
+        }
+        s->ratio_sum = (float)((double)s->ratio_sum + sum[3]);
+        // No finite ratio leaves +inf and 0, which change neither bound.
+        s->ratio_min = rmin < s->ratio_min ? rmin : s->ratio_min;
+        s->ratio_max = rmax > s->ratio_max ? rmax : s->ratio_max;
+        s->tokens += cnt[0];
+        s->sequences += cnt[1];
+        s->clipped += cnt[2];
+        s->clipped_low += cnt[3];
+        s->clipped_high += cnt[4];
+        s->dual_clipped += cnt[5];
+        s->log_ratio_clamped += cnt[6];
+        s->non_finite += cnt[7];
+    }
+    if (p.rollout_stats != 0) {
+        CareRolloutStats* r = p.rollout_stats;
+        const double* d = sum + 14;
+        r->weight_sum = (float)((double)r->weight_sum + d[0]);
+        r->kl_sum = (float)((double)r->kl_sum + d[1]);
+        r->k3_sum = (float)((double)r->k3_sum + d[2]);
+        r->log_ppl_diff_sum = (float)((double)r->log_ppl_diff_sum + d[3]);
+        r->log_ppl_abs_diff_sum = (float)((double)r->log_ppl_abs_diff_sum + d[4]);
+        r->chi2_token_sum = (float)((double)r->chi2_token_sum + d[5]);
+        r->chi2_seq_sum = (float)((double)r->chi2_seq_sum + d[6]);
+        r->tokens += cnt[8];
+        r->sequences += cnt[9];
+        r->rejected_tokens += cnt[10];
+        r->rejected_sequences += cnt[11];
+        r->truncated += cnt[12];
+        r->non_finite += cnt[13];
+    }
+}
+
 // One counted token's policy-gradient term at the token ratio level: its loss l (before the
 // aggregation weight w) and w * dl/dlogp, with the clip flags. `rho = exp(delta)`.
 struct CareTerm {
@@ -1095,52 +1226,37 @@ __device__ __forceinline__ bool care_cov_selected(const CareLossParams& p, care_
     return key != 0ull && (key > cut || (key == cut && t < tie_end));
 }
 
+// Chunk blockIdx.y of sequence `seq`: its tokens' gradient, their statistics into `st` (every
+// thread) and the sequence's own additions into `seq_acc` (thread 0). Every thread of the block
+// calls it (block reductions inside).
 template <typename T>
-__device__ void care_grpo_loss(const CareLossParams& p) {
-    __shared__ float scratch[CARE_WARP];
-    const care_u32 seq = blockIdx.x;
-    if (seq >= p.n_seq) {
-        return; // uniform over the block
-    }
+__device__ __forceinline__ void care_grpo_loss_seq(const CareLossParams& p, care_u32 seq,
+                                                   CareStatAcc& st, CareLossSlot& seq_acc,
+                                                   float* scratch) {
     CareSeqInfo si = care_seq_info<T>(p, seq, scratch);
     const bool kl_on = p.beta > 0.0f && p.logp_ref != 0;
     const care_u64 cov_cut = p.cov_work != 0 ? p.cov_work->cut_key : 0ull;
     const care_u32 cov_tie_end = p.cov_work != 0 ? p.cov_work->tie_end : 0u;
     const bool with_roll = p.logp_rollout != 0;
 
-    CareStatAcc st;
-    st.loss = 0.0f;
-    st.ppo_kl = 0.0f;
-    st.kl = 0.0f;
-    st.ratio_sum = 0.0f;
-    st.ratio_min = __uint_as_float(0x7f800000u);
-    st.ratio_max = 0.0f;
-    st.tokens = 0;
-    st.clipped = 0;
-    st.clipped_low = 0;
-    st.clipped_high = 0;
-    st.dual = 0;
-    st.clamped = 0;
-    st.non_finite = 0;
-
     // The rollout diagnostics of the sequence, once (chunk 0), from its sequence pass.
     if (with_roll && p.rollout_stats != 0 && blockIdx.y == 0 && threadIdx.x == 0 &&
         si.n_pre > 0.0f) {
-        CareRolloutStats* r = p.rollout_stats;
+        CareRolloutStats* r = &seq_acc.roll;
         float d = -si.roll.sum_x / si.n_pre;
-        atomicAdd(&r->tokens, (care_u32)si.n_pre);
-        atomicAdd(&r->sequences, 1u);
-        atomicAdd(&r->rejected_tokens, (care_u32)(si.n_pre - si.n_kept));
-        atomicAdd(&r->rejected_sequences, si.n_kept < si.n_pre ? 1u : 0u);
-        atomicAdd(&r->truncated, (care_u32)si.roll.n_trunc);
-        atomicAdd(&r->non_finite, (care_u32)si.roll.n_non_finite);
-        atomicAdd(&r->weight_sum, si.roll.w_sum);
-        atomicAdd(&r->kl_sum, -si.roll.sum_x);
-        atomicAdd(&r->k3_sum, si.roll.k3_raw);
-        atomicAdd(&r->log_ppl_diff_sum, d);
-        atomicAdd(&r->log_ppl_abs_diff_sum, d < 0.0f ? -d : d);
-        atomicAdd(&r->chi2_token_sum, si.roll.chi2);
-        atomicAdd(&r->chi2_seq_sum, expf(2.0f * care_roll_clamp(si.roll.sum_x, p.roll_clamp)));
+        r->tokens += (care_u32)si.n_pre;
+        r->sequences += 1u;
+        r->rejected_tokens += (care_u32)(si.n_pre - si.n_kept);
+        r->rejected_sequences += si.n_kept < si.n_pre ? 1u : 0u;
+        r->truncated += (care_u32)si.roll.n_trunc;
+        r->non_finite += (care_u32)si.roll.n_non_finite;
+        r->weight_sum += si.roll.w_sum;
+        r->kl_sum += -si.roll.sum_x;
+        r->k3_sum += si.roll.k3_raw;
+        r->log_ppl_diff_sum += d;
+        r->log_ppl_abs_diff_sum += d < 0.0f ? -d : d;
+        r->chi2_token_sum += si.roll.chi2;
+        r->chi2_seq_sum += expf(2.0f * care_roll_clamp(si.roll.sum_x, p.roll_clamp));
     }
 
     const care_u32 stride = gridDim.y * blockDim.x;
@@ -1253,12 +1369,66 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
         }
     }
 
+    // `sequences`: counted once per sequence with a counted token, by chunk 0. Without n_i, chunk
+    // 0 searches for a counted token from the start of the sequence, block-wide: a few mask
+    // bytes in the usual case, the whole mask only for a fully masked sequence.
     if (p.stats == 0) {
-        return; // uniform over the block: no barrier follows
+        return; // uniform over the block
     }
-    // Stats: reduced over the warp with shuffles, then over the block through shared memory, then
-    // one atomic per field per block (every block adds into the same 14 addresses, so fewer
-    // atomics means less serialization in L2).
+    bool add = false;
+    if (si.scanned) {
+        add = blockIdx.y == 0 && si.n_counted > 0;
+    } else if (blockIdx.y == 0) { // uniform over the block
+        __shared__ care_u32 uscratch[CARE_WARP];
+        const care_u32 none = 0xffffffffu;
+        care_u32 first = none; // the smallest counted token index (any would do)
+        for (care_u32 base = si.start; base < si.end && first == none; base += blockDim.x) {
+            care_u32 t = base + threadIdx.x;
+            care_u32 mine = (t < si.end && p.mask[t] != 0) ? t : none;
+            first = care_block_min(mine, uscratch, none); // uniform: every thread sees it
+        }
+        add = first != none;
+    }
+    if (threadIdx.x == 0 && add) {
+        seq_acc.loss.sequences += 1u;
+    }
+}
+
+// The loss pass. Geometry: grid = (blocks striding over the sequences, chunks), at most
+// CARE_STAT_SLOTS blocks in all (one statistics slot each), blockDim.x a multiple of 32.
+template <typename T>
+__device__ void care_grpo_loss(const CareLossParams& p) {
+    __shared__ float scratch[CARE_WARP];
+    const bool kl_on = p.beta > 0.0f && p.logp_ref != 0;
+    CareStatAcc st;
+    st.loss = 0.0f;
+    st.ppo_kl = 0.0f;
+    st.kl = 0.0f;
+    st.ratio_sum = 0.0f;
+    st.ratio_min = __uint_as_float(0x7f800000u);
+    st.ratio_max = 0.0f;
+    st.tokens = 0;
+    st.clipped = 0;
+    st.clipped_low = 0;
+    st.clipped_high = 0;
+    st.dual = 0;
+    st.clamped = 0;
+    st.non_finite = 0;
+    // The per-sequence additions (the `sequences` count and the rollout diagnostics), made by
+    // thread 0: in shared memory, so that no thread carries 27 more registers through the loop.
+    __shared__ CareLossSlot seq_acc;
+    if (threadIdx.x == 0) {
+        care_loss_slot_clear(&seq_acc);
+    }
+    for (care_u32 seq = blockIdx.x; seq < p.n_seq; seq += gridDim.x) {
+        care_grpo_loss_seq<T>(p, seq, st, seq_acc, scratch);
+    }
+
+    if (p.work == 0) {
+        return; // no statistics wanted (uniform over the grid): no barrier follows
+    }
+    // Stats: reduced over the warp with shuffles, then over the block through shared memory, into
+    // the block's slot; the last block merges the slots in slot order (care_loss_commit).
     __shared__ float fpart[6][CARE_WARP];
     __shared__ care_u32 upart[7][CARE_WARP];
     const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
@@ -1294,53 +1464,26 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
         for (int k = 0; k < 7; ++k) {
             u[k] = care_warp_sum(in ? upart[k][lane] : 0u);
         }
-        if (lane == 0 && u[0] > 0) {
-            CareLossStats* s = p.stats;
-            atomicAdd(&s->loss, f[0]);
-            atomicAdd(&s->ppo_kl_sum, f[1]);
-            if (kl_on) {
-                atomicAdd(&s->kl_sum, f[2]);
-            }
-            atomicAdd(&s->ratio_sum, f[3]);
-            if (f[5] >= f[4]) { // at least one finite ratio
-                care_atomic_min_nonneg(&s->ratio_min, f[4]);
-                care_atomic_max_nonneg(&s->ratio_max, f[5]);
-            }
-            atomicAdd(&s->tokens, u[0]);
-            atomicAdd(&s->clipped, u[1]);
-            atomicAdd(&s->clipped_low, u[2]);
-            atomicAdd(&s->clipped_high, u[3]);
-            atomicAdd(&s->dual_clipped, u[4]);
-            atomicAdd(&s->log_ratio_clamped, u[5]);
-        }
-        // Tokens the rollout correction drops count as non-finite inputs too, even in a block
-        // where no token counts.
-        if (lane == 0 && u[6] > 0) {
-            atomicAdd(&p.stats->non_finite, u[6]);
+        if (lane == 0) {
+            CareLossStats* s = &seq_acc.loss;
+            s->loss = f[0];
+            s->ppo_kl_sum = f[1];
+            s->kl_sum = kl_on ? f[2] : 0.0f;
+            s->ratio_sum = f[3];
+            s->ratio_min = f[4];
+            s->ratio_max = f[5];
+            s->tokens = u[0];
+            s->clipped = u[1];
+            s->clipped_low = u[2];
+            s->clipped_high = u[3];
+            s->dual_clipped = u[4];
+            s->log_ratio_clamped = u[5];
+            // Tokens the rollout correction drops count as non-finite inputs too.
+            s->non_finite = u[6];
         }
     }
-
-
-    // `sequences`: counted once per sequence with a counted token, by chunk 0. Without n_i, chunk
-    // 0 searches for a counted token from the start of the sequence, block-wide: a few mask
-    // bytes in the usual case, the whole mask only for a fully masked sequence.
-    bool add = false;
-    if (si.scanned) {
-        add = blockIdx.y == 0 && si.n_counted > 0;
-    } else if (blockIdx.y == 0) { // uniform over the block
-        __shared__ care_u32 uscratch[CARE_WARP];
-        const care_u32 none = 0xffffffffu;
-        care_u32 first = none; // the smallest counted token index (any would do)
-        for (care_u32 base = si.start; base < si.end && first == none; base += blockDim.x) {
-            care_u32 t = base + threadIdx.x;
-            care_u32 mine = (t < si.end && p.mask[t] != 0) ? t : none;
-            first = care_block_min(mine, uscratch, none); // uniform: every thread sees it
-        }
-        add = first != none;
-    }
-    if (threadIdx.x == 0 && add) {
-        atomicAdd(&p.stats->sequences, 1u);
-    }
+    // Thread 0 (lane 0 of warp 0) holds the block's whole slot.
+    care_loss_commit(p, &seq_acc, kl_on);
 }
 
 // Default denominators. Geometry: grid.x = min(n_seq, 1024) blocks striding over sequences,
@@ -1365,7 +1508,7 @@ __device__ void care_loss_denoms(const CareLossParams& p, CareLossDenoms* out) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) grpo_loss_denoms(CareLossParams p,
+extern "C" __global__ void __launch_bounds__(256, 4) grpo_loss_denoms(CareLossParams p,
                                                                    CareLossDenoms* out) {
     switch (p.dtype) { // uniform over the grid
     case 1u:
@@ -1381,7 +1524,7 @@ extern "C" __global__ void __launch_bounds__(1024) grpo_loss_denoms(CareLossPara
 }
 
 #define CARE_LOSS_ENTRY(NAME, T)                                                               \
-    extern "C" __global__ void __launch_bounds__(1024) NAME(CareLossParams p) {               \
+    extern "C" __global__ void __launch_bounds__(256, 4) NAME(CareLossParams p) {             \
         care_grpo_loss<T>(p);                                                                  \
     }
 
@@ -1391,7 +1534,7 @@ CARE_LOSS_ENTRY(grpo_loss_f16, care_f16)
 
 // The covariance selection's pre-passes (Clip-Cov, KL-Cov), in launch order.
 #define CARE_COV_DTYPE_ENTRY(NAME, FN)                                                         \
-    extern "C" __global__ void __launch_bounds__(1024) NAME(CareLossParams p) {               \
+    extern "C" __global__ void __launch_bounds__(256, 4) NAME(CareLossParams p) {             \
         switch (p.dtype) { /* uniform over the grid */                                         \
         case 1u:                                                                               \
             FN<care_bf16>(p);                                                                  \
@@ -1408,10 +1551,10 @@ CARE_LOSS_ENTRY(grpo_loss_f16, care_f16)
 CARE_COV_DTYPE_ENTRY(grpo_cov_means, care_cov_means)
 CARE_COV_DTYPE_ENTRY(grpo_cov_keys, care_cov_keys)
 
-extern "C" __global__ void __launch_bounds__(1024) grpo_cov_radix(CareLossParams p) {
+extern "C" __global__ void __launch_bounds__(256, 4) grpo_cov_radix(CareLossParams p) {
     care_cov_radix(p);
 }
 
-extern "C" __global__ void __launch_bounds__(1024) grpo_cov_cut(CareLossParams p) {
+extern "C" __global__ void __launch_bounds__(1024, 1) grpo_cov_cut(CareLossParams p) {
     care_cov_cut(p);
 }

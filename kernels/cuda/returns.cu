@@ -97,7 +97,7 @@ __device__ __forceinline__ bool care_token_range(const CareReturnsParams& p, car
 // G_t = r_t + gamma * G_next over the counted tokens of each sequence, from the last; masked
 // tokens get 0 and do not break the chain. Geometry: one thread per sequence,
 // grid.x = max(1, ceil(n_seq / blockDim.x)) (see `care_kernels::geometry::returns_geometry`).
-extern "C" __global__ void __launch_bounds__(1024) discounted_returns_f32(CareReturnsParams p) {
+extern "C" __global__ void __launch_bounds__(64, 16) discounted_returns_f32(CareReturnsParams p) {
     care_u32 s = blockIdx.x * blockDim.x + threadIdx.x;
     care_u32 start, end;
     if (!care_token_range(p, s, &start, &end)) {
@@ -118,7 +118,7 @@ extern "C" __global__ void __launch_bounds__(1024) discounted_returns_f32(CareRe
 // GAE: delta_t = r_t + gamma * V_next - V_t, A_t = delta_t + gamma * lambda * A_next,
 // R_t = A_t + V_t, over the counted tokens from the last (V and A after it are 0); masked tokens
 // get 0 in both outputs. Geometry as discounted_returns_f32.
-extern "C" __global__ void __launch_bounds__(1024) gae_f32(CareReturnsParams p) {
+extern "C" __global__ void __launch_bounds__(64, 16) gae_f32(CareReturnsParams p) {
     care_u32 s = blockIdx.x * blockDim.x + threadIdx.x;
     care_u32 start, end;
     if (!care_token_range(p, s, &start, &end)) {
@@ -144,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(1024) gae_f32(CareReturnsParams p) 
 
 // Count, mean, centered sum of squares, scale and std of the counted values, into *p.stats.
 // Geometry: grid (1,1,1), blockDim.x a multiple of 32 (1024 by default).
-extern "C" __global__ void __launch_bounds__(1024) whiten_stats_f32(CareWhitenParams p) {
+extern "C" __global__ void __launch_bounds__(1024, 1) whiten_stats_f32(CareWhitenParams p) {
     __shared__ double scratch[CARE_WARP];
     __shared__ care_u32 uscratch[CARE_WARP];
     double cnt = 0.0, sum = 0.0;
@@ -184,22 +184,58 @@ extern "C" __global__ void __launch_bounds__(1024) whiten_stats_f32(CareWhitenPa
     }
 }
 
-// x' = (x - mean) * scale on the counted values (exactly 0 for a value equal to the mean, also
-// when the scale is infinite), 0 on the masked ones; nothing at all under a non-finite status.
-// Geometry: any grid of blockDim.x-thread blocks; the threads stride over the values.
-extern "C" __global__ void __launch_bounds__(1024) whiten_apply_f32(CareWhitenParams p) {
+// x' = (x - mean) * scale for a counted value (exactly 0 for a value equal to the mean, also
+// when the scale is infinite), 0 for a masked one.
+__device__ __forceinline__ float care_whiten_one(const CareWhitenParams& p, care_u64 i, float x,
+                                                 double mean, double scale) {
+    if (!care_counted(p.mask, i)) {
+        return 0.0f;
+    }
+    const double d = (double)x - mean;
+    return d == 0.0 ? 0.0f : care_narrow(d * scale);
+}
+
+// The values whitened in place; nothing at all under a non-finite status. Geometry: any grid of
+// blockDim.x-thread blocks; the threads stride over 16-byte vectors of 4 values (two in flight
+// per thread), after a scalar head that reaches 16-byte alignment.
+extern "C" __global__ void __launch_bounds__(256, 4) whiten_apply_f32(CareWhitenParams p) {
     const CareWhitenStats* s = p.stats;
     if (s->status != 0) {
         return;
     }
     const double mean = s->mean, scale = s->scale;
     const care_u64 stride = (care_u64)gridDim.x * blockDim.x;
-    for (care_u64 i = (care_u64)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride) {
-        float out = 0.0f;
-        if (care_counted(p.mask, i)) {
-            double d = (double)p.x[i] - mean;
-            out = d == 0.0 ? 0.0f : care_narrow(d * scale);
+    const care_u64 gid = (care_u64)blockIdx.x * blockDim.x + threadIdx.x;
+    care_u64 head = ((16u - (care_u32)((care_u64)p.x & 15u)) & 15u) / 4u;
+    head = head < p.n ? head : p.n;
+    for (care_u64 i = gid; i < head; i += stride) {
+        p.x[i] = care_whiten_one(p, i, p.x[i], mean, scale);
+    }
+    const care_u64 nvec = (p.n - head) / 4u;
+    CareVec16* vx = (CareVec16*)(p.x + head);
+    care_u64 k = gid;
+    for (; k + stride < nvec; k += 2 * stride) {
+        CareVec16 a = vx[k];
+        CareVec16 b = vx[k + stride];
+        const care_u64 ia = head + 4u * k, ib = head + 4u * (k + stride);
+        CARE_UNROLL
+        for (int q = 0; q < 4; ++q) {
+            a.w[q] = __float_as_uint(care_whiten_one(p, ia + q, __uint_as_float(a.w[q]), mean, scale));
+            b.w[q] = __float_as_uint(care_whiten_one(p, ib + q, __uint_as_float(b.w[q]), mean, scale));
         }
-        p.x[i] = out;
+        vx[k] = a;
+        vx[k + stride] = b;
+    }
+    if (k < nvec) {
+        CareVec16 a = vx[k];
+        const care_u64 ia = head + 4u * k;
+        CARE_UNROLL
+        for (int q = 0; q < 4; ++q) {
+            a.w[q] = __float_as_uint(care_whiten_one(p, ia + q, __uint_as_float(a.w[q]), mean, scale));
+        }
+        vx[k] = a;
+    }
+    for (care_u64 i = head + 4u * nvec + gid; i < p.n; i += stride) {
+        p.x[i] = care_whiten_one(p, i, p.x[i], mean, scale);
     }
 }

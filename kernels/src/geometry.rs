@@ -31,7 +31,7 @@ pub struct Tuning {
     pub threads: Option<u32>,
     /// Advantages: one warp per group (`true`) or one block per group (`false`).
     pub warp_per_group: Option<bool>,
-    /// Loss: blocks per sequence (`grid.y`, `1..=65535`).
+    /// Loss: blocks per sequence (`grid.y`, `1..=65535`; the launch uses at most 1024).
     pub loss_chunks: Option<u32>,
     /// Log-softmax: one block per row (`true`) or one warp per row (`false`).
     pub block_team: Option<bool>,
@@ -60,7 +60,7 @@ impl Tuning {
 /// Geometry of `group_advantages_f32` and whether it runs one warp per group.
 ///
 /// Warp mode: 8 groups per 256-thread block, `grid.x = ceil(groups / 8)`. Block mode: one
-/// 256-thread block per group (1024 for groups above 4096 samples), `grid.x = groups`. Token
+/// 256-thread block per group, `grid.x = groups`. Token
 /// broadcast walks all tokens of a group, so by default it takes block mode.
 pub fn advantages_geometry(
     n: u32,
@@ -72,9 +72,7 @@ pub fn advantages_geometry(
     let warp = tuning
         .warp_per_group
         .unwrap_or(!broadcast && mean_size <= WARP_GROUP_MAX);
-    let block = tuning
-        .threads
-        .unwrap_or(if mean_size > 4096 { 1024 } else { BLOCK });
+    let block = tuning.threads.unwrap_or(BLOCK);
     let grid = if warp {
         num_groups.div_ceil(block / 32)
     } else {
@@ -136,11 +134,12 @@ pub fn whiten_apply_geometry(n: u64, tuning: Tuning) -> Geometry {
 /// SMs), so a micro-batch of a handful of long sequences still spreads over the whole GPU.
 pub const LOSS_TARGET_BLOCKS: u32 = 264;
 
-/// Geometry of `grpo_loss_*`: `grid = (n_seq, chunks)`, so a long sequence spreads over several
-/// blocks. `max_len` is the caller's hint of the longest sequence (0: the mean length
+/// Geometry of `grpo_loss_*`: `grid = (min(n_seq, 1024 / chunks), chunks)`, so a long sequence
+/// spreads over several blocks, and the blocks of each chunk row stride over the sequences; at
+/// most [`STAT_SLOTS`](crate::params::STAT_SLOTS) blocks in all. `max_len` is the caller's hint of the longest sequence (0: the mean length
 /// `n_tok / n_seq`).
 ///
-/// `chunks` is at least `ceil(len / 2048)` (8 tokens per thread) and at most 65535. When no
+/// `chunks` is at least `ceil(len / 2048)` (8 tokens per thread) and at most 1024. When no
 /// block re-reads its whole sequence (`rescans` false: token-level ratio, and no mask scan for
 /// `seq_mean_token_mean`), it grows toward [`LOSS_TARGET_BLOCKS`] blocks in all, down to one
 /// token per thread; with `rescans` every extra chunk would read the sequence again, so it stays
@@ -165,9 +164,12 @@ pub fn loss_geometry(
         let spread = LOSS_TARGET_BLOCKS.div_ceil(n_seq.max(1));
         min_chunks.max(spread.min(len.div_ceil(block)))
     };
-    let chunks = tuning.loss_chunks.unwrap_or(auto).clamp(1, 65535);
+    // At most STAT_SLOTS blocks in all (one statistics slot each): the blocks of a chunk row
+    // stride over the sequences.
+    let slots = crate::params::STAT_SLOTS as u32;
+    let chunks = tuning.loss_chunks.unwrap_or(auto).clamp(1, slots);
     Geometry {
-        grid: (n_seq.max(1), chunks, 1),
+        grid: (n_seq.clamp(1, slots / chunks), chunks, 1),
         block: (block, 1, 1),
     }
 }
@@ -250,7 +252,7 @@ mod tests {
         let (_, warp) = advantages_geometry(16, 2, true, Tuning::default());
         assert!(!warp);
         let (g, _) = advantages_geometry(5000, 1, false, Tuning::default());
-        assert_eq!(g.block.0, 1024);
+        assert_eq!(g.block.0, BLOCK);
         // Loss: one block row per sequence; chunks of at most 2048 tokens, more (down to 256
         // tokens) while the grid is small, unless every chunk re-reads its sequence.
         let g = loss_geometry(3, 0, 4097, true, Tuning::default());
@@ -260,7 +262,11 @@ mod tests {
         let g = loss_geometry(8, 0, 32768, false, Tuning::default());
         assert_eq!((g.grid.0, g.grid.1), (8, 33));
         let g = loss_geometry(1024, 0, 4096, false, Tuning::default());
-        assert_eq!((g.grid.0, g.grid.1), (1024, 2));
+        assert_eq!((g.grid.0, g.grid.1), (512, 2));
+        let g = loss_geometry(100_000, 0, 0, false, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (1024, 1));
+        let g = loss_geometry(1, 0, u32::MAX, true, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (1, 1024));
         let g = loss_geometry(4, 400, 0, false, Tuning::default());
         assert_eq!((g.grid.0, g.grid.1), (4, 1));
         assert_eq!(

@@ -38,7 +38,7 @@ pub mod tolerance;
 /// The dtype table of every layer (defined in `care-core`).
 pub use care_core::Dtype;
 pub use geometry::{Geometry, Tuning};
-pub use kernel::{Entry, Kernel, KernelArgs, Module, Param, ParamLayout};
+pub use kernel::{Access, Entry, Kernel, KernelArgs, LaunchBounds, Module, Param, ParamLayout};
 pub use plan::{
     AdvantageBuffers, AdvantageInputs, DeviceGroups, KernelError, Launcher, LogSoftmaxGrads,
     LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers, RolloutBuffers, TokenBuffers,

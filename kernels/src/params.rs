@@ -333,6 +333,9 @@ pub struct LossParams {
     pub cov_work: u64,
     /// `u64[n_tok]` device array of candidate keys (with `cov_work`).
     pub cov_keys: u64,
+    /// [`LossWorkRaw`] in the workspace (the statistics' per-block slots), required with
+    /// `stats` or `rollout_stats`; 0 when neither is wanted.
+    pub work: u64,
 }
 
 impl LossParams {
@@ -451,7 +454,7 @@ pub struct LogSoftmaxParams {
 }
 
 /// Loss statistics as the kernel accumulates them (C `CareLossStats`): `f32` sums and `u32`
-/// counts, added with atomics. Convert with [`LossStatsRaw::to_core`].
+/// counts, added once per launch by the slot merge (see [`LossWorkRaw`]). Convert with [`LossStatsRaw::to_core`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct LossStatsRaw {
@@ -587,7 +590,8 @@ pub const LOSS_STATS_DEVICE_LAYOUT: [StatsField; 14] = device_fields![LossStatsR
 dense_table!(LOSS_STATS_DEVICE_LAYOUT, LossStatsRaw);
 
 /// The rollout correction's diagnostics as the loss kernel accumulates them (C
-/// `CareRolloutStats`): `f32` sums, then `u32` counts, added with atomics; initialize to zero.
+/// `CareRolloutStats`): `f32` sums, then `u32` counts, added once per launch by the slot
+/// merge (see [`LossWorkRaw`]); initialize to zero.
 /// Convert with [`RolloutStatsRaw::to_core`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
@@ -675,6 +679,39 @@ pub struct LossDenomsRaw {
     pub pad0: u32,
 }
 
+/// Per-block slots of the statistics that span blocks (C `CARE_STAT_SLOTS`): the loss pass,
+/// the whitening statistics and the batch std launch at most this many blocks, each writes its
+/// partial result into its own slot, and the last block to finish merges the slots in slot
+/// order, so the result does not depend on the block schedule.
+pub const STAT_SLOTS: usize = 1024;
+
+/// One block's partial statistics of the loss pass (C `CareLossSlot`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct LossSlotRaw {
+    /// The block's loss statistics.
+    pub loss: LossStatsRaw,
+    /// The block's rollout diagnostics.
+    pub roll: RolloutStatsRaw,
+    /// Padding.
+    pub pad0: u32,
+}
+
+/// The loss pass's workspace (C `CareLossWork`): the default denominators, the arrival counter
+/// of the slot merge (zeroed by the plan before each launch) and one slot per block.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct LossWorkRaw {
+    /// Written by `grpo_loss_denoms`.
+    pub denoms: LossDenomsRaw,
+    /// Blocks that have published their slot.
+    pub arrivals: u32,
+    /// Padding.
+    pub pad0: [u32; 3],
+    /// One per block of the loss pass.
+    pub slots: [LossSlotRaw; STAT_SLOTS],
+}
+
 /// Slots of the per-block sums of the covariance means: the largest grid of `grpo_cov_means`
 /// and `grpo_cov_keys` (C `CARE_COV_PARTS`).
 pub const COV_PARTS: usize = 1024;
@@ -752,7 +789,14 @@ pub mod layout {
             beta, n_tok_denom, n_seq_denom, horizon, pad1, logp_rollout, rollout_stats, policy,
             is_level, rej_zero, roll_on, sapo_tau_pos, sapo_tau_neg, is_threshold,
             is_threshold_low, roll_clamp, rej_on, rej_lower, rej_upper, dtype, pad2, cov_ratio,
-            clip_cov_lb, clip_cov_ub, kl_cov_coef, cov_round, cov_work, cov_keys)
+            clip_cov_lb, clip_cov_ub, kl_cov_coef, cov_round, cov_work, cov_keys, work)
+    }
+
+    /// `CareLossWork` (its slot type's size first).
+    pub fn loss_work() -> Vec<u32> {
+        let mut v: Vec<u32> = layout!(LossWorkRaw: denoms, arrivals, pad0, slots);
+        v.push(size_of::<LossSlotRaw>() as u32);
+        v
     }
 
     /// `CareRolloutStats`, from [`ROLLOUT_STATS_DEVICE_LAYOUT`].

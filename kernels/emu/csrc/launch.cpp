@@ -110,7 +110,7 @@ size_t emu_layout_loss(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossParams, cov_ratio), EMU_OFF(CareLossParams, clip_cov_lb),
                     EMU_OFF(CareLossParams, clip_cov_ub), EMU_OFF(CareLossParams, kl_cov_coef),
                     EMU_OFF(CareLossParams, cov_round), EMU_OFF(CareLossParams, cov_work),
-                    EMU_OFF(CareLossParams, cov_keys)};
+                    EMU_OFF(CareLossParams, cov_keys), EMU_OFF(CareLossParams, work)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;
@@ -147,6 +147,16 @@ size_t emu_layout_denoms(uint32_t* out, size_t cap) {
     uint32_t v[] = {(uint32_t)sizeof(CareLossDenoms), (uint32_t)alignof(CareLossDenoms),
                     EMU_OFF(CareLossDenoms, n_tok), EMU_OFF(CareLossDenoms, n_seq),
                     EMU_OFF(CareLossDenoms, horizon), EMU_OFF(CareLossDenoms, pad0)};
+    size_t n = sizeof(v) / sizeof(v[0]);
+    for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
+    return n;
+}
+
+size_t emu_layout_loss_work(uint32_t* out, size_t cap) {
+    uint32_t v[] = {(uint32_t)sizeof(CareLossWork), (uint32_t)alignof(CareLossWork),
+                    EMU_OFF(CareLossWork, denoms), EMU_OFF(CareLossWork, arrivals),
+                    EMU_OFF(CareLossWork, pad0), EMU_OFF(CareLossWork, slots),
+                    (uint32_t)sizeof(CareLossSlot)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;

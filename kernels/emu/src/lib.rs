@@ -156,6 +156,7 @@ unsafe extern "C" {
     fn emu_layout_whiten_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_selftest_publish(blocks: u32, threads: u32, sync: i32, out: *mut u32, seed: u64) -> i32;
     fn emu_selftest_divergent_barrier(seed: u64) -> i32;
+    fn emu_selftest_block_order(blocks: u32, out: *mut u32, seed: u64) -> i32;
     fn emu_selftest_shuffle_after_exit(out: *mut f32, seed: u64) -> i32;
     fn emu_f16_to_f32(h: u16) -> f32;
     fn emu_bf16_to_f32(h: u16) -> f32;
@@ -168,6 +169,7 @@ unsafe extern "C" {
     fn emu_layout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_denoms(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_cov_work(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_loss_work(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_rollout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_lsm(out: *mut u32, cap: usize) -> usize;
 }
@@ -372,6 +374,10 @@ pub mod c_layout {
     pub fn cov_work() -> Vec<u32> {
         get(super::emu_layout_cov_work)
     }
+    /// `CareLossWork` (then `sizeof(CareLossSlot)`).
+    pub fn loss_work() -> Vec<u32> {
+        get(super::emu_layout_loss_work)
+    }
     /// `CareRolloutStats`.
     pub fn rollout_stats() -> Vec<u32> {
         get(super::emu_layout_rollout_stats)
@@ -406,6 +412,15 @@ pub mod selftest {
         let code = unsafe {
             super::emu_selftest_publish(blocks, threads, i32::from(sync), out.as_mut_ptr(), seed)
         };
+        check(code).map(|()| out)
+    }
+
+    /// The order in which the blocks of a `blocks`-block grid ran (each block's index, first
+    /// to last).
+    pub fn block_order(blocks: u32, seed: u64) -> Result<Vec<u32>, EmuError> {
+        let mut out = vec![0u32; blocks as usize];
+        // SAFETY: `out` holds one entry per block of the launch.
+        let code = unsafe { super::emu_selftest_block_order(blocks, out.as_mut_ptr(), seed) };
         check(code).map(|()| out)
     }
 

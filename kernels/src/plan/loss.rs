@@ -12,7 +12,7 @@ use crate::geometry::{
     loss_geometry,
 };
 use crate::kernel::{Kernel, entry};
-use crate::params::{COV_ROUNDS, CovWorkRaw, LossDenomsRaw, LossParams};
+use crate::params::{COV_ROUNDS, CovWorkRaw, LossDenomsRaw, LossParams, LossWorkRaw};
 
 /// Device buffers of [`grpo_loss`]. Addresses are 0 where absent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,9 +137,12 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
     if buf.logp == 0 || buf.adv == 0 || buf.seq_offsets == 0 || buf.workspace == 0 {
         return Err(Error::InvalidArgument.into());
     }
-    // Without the selection the loss uses the first 16 bytes (the denominators), which every
-    // caller's WORKSPACE_BYTES holds; with it, the length decides.
-    if selects_by_covariance(opts) && buf.workspace_len < loss_workspace_bytes(opts, buf.n_tok) {
+    // Without the selection the loss uses a LossWorkRaw (the denominators and the statistics'
+    // slots); with it, the covariance selection's memory follows.
+    if buf.workspace_len < size_of::<LossWorkRaw>()
+        || (selects_by_covariance(opts)
+            && buf.workspace_len < loss_workspace_bytes(opts, buf.n_tok))
+    {
         return Err(Error::InvalidArgument.into());
     }
     if buf.n_seq > MAX_GRID_X {
@@ -187,6 +190,15 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
     // (the device pre-pass counts only the sequences with a counted token).
     if opts.sequence_count == SequenceCount::All && opts.global_sequences <= 0.0 {
         p.n_seq_denom = buf.n_seq as f32;
+    }
+    if buf.stats != 0 || roll.stats != 0 {
+        // The statistics go through the per-block slots of the workspace; the arrival counter
+        // starts at 0.
+        p.work = buf.workspace;
+        let counter = core::mem::offset_of!(LossWorkRaw, arrivals);
+        // SAFETY: the workspace holds a LossWorkRaw (WORKSPACE_BYTES - 16 >= its size).
+        unsafe { launcher.memset_zero(buf.workspace + counter as u64, 4) }
+            .map_err(KernelError::Backend)?;
     }
     if p.needs_denoms() {
         p.denoms = buf.workspace;
