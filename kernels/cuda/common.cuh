@@ -601,3 +601,95 @@ __device__ __forceinline__ void care_lsm_zero_row(T* drow, care_u32 vocab, care_
         care_store(drow, j, 0.0f);
     }
 }
+
+// One row's state over a whole block (the block-team mode): each warp merges its lanes with
+// shuffles, then warp 0 merges the warps' states from shared memory (`sm`: 3 x 32 floats). The
+// result is valid in lane 0 of warp 0 (warp 0 holds it). Every thread of the block calls it;
+// the leading barrier protects `sm` from the previous row's readers.
+template <typename T, bool ENT>
+__device__ __forceinline__ CareLsmState care_lsm_block_state(const CareLsmParams& p, const T* xrow,
+                                                             float (*sm)[CARE_WARP]) {
+    const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
+    const care_u32 warp = threadIdx.x / CARE_WARP;
+    const care_u32 nwarps = blockDim.x / CARE_WARP;
+    CareLsmState st = care_lsm_row_state<T, ENT>(p, xrow, threadIdx.x, blockDim.x);
+    st = care_lsm_warp_merge<ENT>(st);
+    __syncthreads();
+    if (lane == 0) {
+        sm[0][warp] = st.m;
+        sm[1][warp] = st.s;
+        sm[2][warp] = st.t;
+    }
+    __syncthreads();
+    CareLsmState w;
+    w.m = CARE_NEG_FLT_MAX;
+    w.s = 0.0f;
+    w.t = 0.0f;
+    if (warp == 0) {
+        w.m = lane < nwarps ? sm[0][lane] : CARE_NEG_FLT_MAX;
+        w.s = lane < nwarps ? sm[1][lane] : 0.0f;
+        w.t = lane < nwarps ? sm[2][lane] : 0.0f;
+        w = care_lsm_warp_merge<ENT>(w);
+    }
+    return w;
+}
+
+// The row's target index (-1 outside 0..V) and its logit, loaded before the row's pass, so that
+// both loads are in flight while the row streams in instead of a round trip after it.
+struct CareLsmTarget {
+    long long y;
+    float x;
+};
+
+template <typename T>
+__device__ __forceinline__ CareLsmTarget care_lsm_fetch_target(const CareLsmParams& p,
+                                                               care_u64 row, const T* xrow) {
+    CareLsmTarget t;
+    t.y = care_lsm_target(p, row);
+    t.x = t.y >= 0 ? care_load(xrow, (care_u32)t.y) : 0.0f;
+    return t;
+}
+
+// The gradient of one row from its end back to its start, in the logits dtype: the fused loss
+// pass writes it right after the row's forward pass, and walking backwards re-reads first the
+// logits it loaded last, the ones most likely still in L2. Vectorized when the logits and
+// dlogits rows share their offset from a 16-byte boundary (always in place). Read before write:
+// each element is read and overwritten by the same thread.
+template <typename T>
+__device__ __forceinline__ void care_lsm_grad_row_reverse(const CareLsmRowGrad& r, const T* xrow,
+                                                          T* drow, care_u32 vocab, care_u32 lane,
+                                                          care_u32 team) {
+    typedef CareLsmVec<T> V;
+    care_u32 head = care_lsm_head<T>(xrow, vocab);
+    if (head != care_lsm_head<T>(drow, vocab) ||
+        ((care_u64)xrow & 15u) != ((care_u64)drow & 15u)) {
+        head = vocab;
+    }
+    const care_u32 nvec = (vocab - head) / V::N;
+    for (care_u32 j = head + nvec * V::N + lane; j < vocab; j += team) {
+        care_store(drow, j, care_lsm_grad<false>(r, care_load(xrow, j), j));
+    }
+    const CareVec16* vx = (const CareVec16*)(xrow + head);
+    CareVec16* vd = (CareVec16*)(drow + head);
+    // Rounds of `team` vectors from the last round down, two rounds (two loads) at a time.
+    care_u32 round = (nvec + team - 1) / team;
+    for (; round >= 2; round -= 2) {
+        const care_u32 k1 = (round - 1) * team + lane, k0 = (round - 2) * team + lane;
+        if (k1 < nvec) {
+            const CareVec16 a = vx[k1];
+            const CareVec16 b = vx[k0];
+            care_lsm_grad_vec<T, false>(r, a, head + k1 * V::N, vd + k1);
+            care_lsm_grad_vec<T, false>(r, b, head + k0 * V::N, vd + k0);
+        } else {
+            const CareVec16 b = vx[k0];
+            care_lsm_grad_vec<T, false>(r, b, head + k0 * V::N, vd + k0);
+        }
+    }
+    if (round == 1 && lane < nvec) {
+        const CareVec16 a = vx[lane];
+        care_lsm_grad_vec<T, false>(r, a, head + lane * V::N, vd + lane);
+    }
+    for (care_u32 j = lane; j < head; j += team) {
+        care_store(drow, j, care_lsm_grad<false>(r, care_load(xrow, j), j));
+    }
+}

@@ -612,6 +612,39 @@ __device__ __forceinline__ float care_sigmoid(float x) {
     return e / (1.0f + e);
 }
 
+// The aggregation weight of every counted token of a sequence with n_i = `n_counted` counted
+// tokens, from the caller's denominators or the device pre-pass's.
+__device__ __forceinline__ float care_agg_weight(const CareLossParams& p, care_u32 n_counted) {
+    float n_tok = p.n_tok_denom > 0.0f ? p.n_tok_denom
+                                       : (p.denoms != 0 ? (float)p.denoms->n_tok : 0.0f);
+    float n_seq = p.n_seq_denom > 0.0f ? p.n_seq_denom
+                                       : (p.denoms != 0 ? (float)p.denoms->n_seq : 0.0f);
+    float h = p.horizon > 0.0f ? p.horizon : (p.denoms != 0 ? (float)p.denoms->horizon : 0.0f);
+    // A zero denominator gives weight 0 (nothing counted), as in the CPU reference.
+    float d = 1.0f;
+    switch (p.agg) {
+    case CARE_AGG_TOKEN_MEAN:
+        d = n_tok;
+        break;
+    case CARE_AGG_SEQ_MEAN_TOKEN_MEAN:
+        d = (float)n_counted * n_seq;
+        break;
+    case CARE_AGG_SEQ_MEAN_TOKEN_SUM:
+        d = n_seq;
+        break;
+    case CARE_AGG_SEQ_MEAN_TOKEN_SUM_NORM:
+        d = n_seq * h;
+        break;
+    case CARE_AGG_TOKEN_SUM_NORM:
+        d = h;
+        break;
+    default:
+        d = 1.0f;
+        break;
+    }
+    return d > 0.0f ? 1.0f / d : 0.0f;
+}
+
 // Per-sequence quantities; every thread of the block gets them (block reductions).
 template <typename T>
 __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, float* scratch) {
@@ -645,34 +678,7 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
         s.n_counted = (care_u32)(care_roll_drops(p) ? c.n_kept : c.n_pre);
     }
 
-    float n_tok = p.n_tok_denom > 0.0f ? p.n_tok_denom
-                                       : (p.denoms != 0 ? (float)p.denoms->n_tok : 0.0f);
-    float n_seq = p.n_seq_denom > 0.0f ? p.n_seq_denom
-                                       : (p.denoms != 0 ? (float)p.denoms->n_seq : 0.0f);
-    float h = p.horizon > 0.0f ? p.horizon : (p.denoms != 0 ? (float)p.denoms->horizon : 0.0f);
-    // A zero denominator gives weight 0 (nothing counted), as in the CPU reference.
-    float d = 1.0f;
-    switch (p.agg) {
-    case CARE_AGG_TOKEN_MEAN:
-        d = n_tok;
-        break;
-    case CARE_AGG_SEQ_MEAN_TOKEN_MEAN:
-        d = (float)s.n_counted * n_seq;
-        break;
-    case CARE_AGG_SEQ_MEAN_TOKEN_SUM:
-        d = n_seq;
-        break;
-    case CARE_AGG_SEQ_MEAN_TOKEN_SUM_NORM:
-        d = n_seq * h;
-        break;
-    case CARE_AGG_TOKEN_SUM_NORM:
-        d = h;
-        break;
-    default:
-        d = 1.0f;
-        break;
-    }
-    s.w = d > 0.0f ? 1.0f / d : 0.0f;
+    s.w = care_agg_weight(p, s.n_counted);
 
     s.rho_seq = 1.0f;
     s.seq_hit = false;
@@ -1486,6 +1492,182 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
     care_loss_commit(p, &seq_acc, kl_on);
 }
 
+// ---- fused logits -> token-local loss -> dlogits ------------------------------------------------
+// For the losses whose term at token t needs only token t (the clipped ratio with or without the
+// dual clip, CISPO, SAPO, GPG, the KL term; every aggregation, seq_mean_token_mean through its
+// per-sequence count), one pass per row of logits: the row's online (max, sum-exp), the token's
+// log-prob from the target logit fetched at the row's start, the loss term and dL/dlogp (thread
+// 0), then dlogits = (g / T) (onehot - p) written at once, walking the row backwards so that the
+// second touch of each logit finds it in L2 (docs/KERNELS.md has the traffic arithmetic). Every
+// value is computed with the same operations, in the same order, as the three-kernel path
+// (logsoftmax_fwd, grpo_loss, logsoftmax_bwd) with the same block size, so logp and dlogits
+// equal it bit for bit; the statistics go through the slots (care_loss_commit).
+//
+// Geometry: grid.x blocks of blockDim.x threads (1024 and one block per SM by default), block b
+// owning the contiguous rows [b * per, (b + 1) * per) with per = ceil(n / grid.x), at most
+// CARE_STAT_SLOTS blocks. Consecutive rows mostly share a sequence, whose count n_i (and first
+// counted token, for the `sequences` statistic) a block scans from the mask once.
+
+// The sequence holding token t: the last one whose (clamped) start is <= t. Any offsets give an
+// index in 0..n_seq (n_seq >= 1).
+__device__ __forceinline__ care_u32 care_seq_of(const CareLossParams& p, care_u32 t) {
+    care_u32 lo = 0, hi = p.n_seq;
+    while (hi - lo > 1u) {
+        const care_u32 mid = lo + (hi - lo) / 2u;
+        const care_u32 a = p.seq_offsets[mid];
+        if ((a < p.n_tok ? a : p.n_tok) <= t) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+template <typename T>
+__device__ void care_logits_loss(const CareLossParams& p, const CareLsmParams& x) {
+    __shared__ float sm[3][CARE_WARP];
+    __shared__ float s_cg, s_lse2;
+    __shared__ care_u32 uscratch[CARE_WARP];
+    __shared__ float fscratch[CARE_WARP];
+    __shared__ CareLossSlot acc; // thread 0's statistics of the block's tokens
+    const bool kl_on = p.beta > 0.0f && p.logp_ref != 0;
+    const float scale = x.inv_temp * CARE_LOG2E;
+    const care_u64 per = (x.n + gridDim.x - 1u) / gridDim.x;
+    const care_u64 r0 = (care_u64)blockIdx.x * per;
+    const care_u64 r1 = r0 + per < x.n ? r0 + per : x.n;
+    if (threadIdx.x == 0) {
+        care_loss_slot_clear(&acc);
+    }
+    // The cached sequence (uniform over the block): [start, end), its weight.
+    care_u32 seq = 0, start = 0, end = 0;
+    float w = 0.0f;
+    bool have_seq = false;
+    for (care_u64 row = r0; row < r1; ++row) {
+        const care_u32 t = (care_u32)row;
+        if (!have_seq || t >= end || t < start) {
+            seq = care_seq_of(p, t);
+            care_seq_bounds(p, seq, &start, &end);
+            have_seq = true;
+            care_u32 n_counted = end - start, first = start < end ? start : 0xffffffffu;
+            const bool scan = p.mask != 0 && (p.agg == CARE_AGG_SEQ_MEAN_TOKEN_MEAN || p.work != 0);
+            if (scan) { // uniform over the block
+                float c = 0.0f;
+                care_u32 f = 0xffffffffu;
+                for (care_u32 i = start + threadIdx.x; i < end; i += blockDim.x) {
+                    const bool on = p.mask[i] != 0;
+                    c += on ? 1.0f : 0.0f;
+                    f = (on && i < f) ? i : f;
+                }
+                n_counted = (care_u32)care_block_sum(c, fscratch);
+                first = care_block_min(f, uscratch, 0xffffffffu);
+            }
+            w = care_agg_weight(p, n_counted);
+            // `sequences`: counted by the block that holds the sequence's first counted token.
+            if (threadIdx.x == 0 && p.stats != 0 && first != 0xffffffffu && first >= r0 &&
+                first < r1) {
+                acc.loss.sequences += 1u;
+            }
+        }
+        T* drow = (T*)x.dlogits + row * x.dstride;
+        if (!care_lsm_counted(x, row)) {
+            if (threadIdx.x == 0 && x.logp != 0) {
+                x.logp[row] = 0.0f;
+            }
+            if (threadIdx.x == 0 && x.lse != 0) {
+                x.lse[row] = 0.0f;
+            }
+            care_lsm_zero_row<T>(drow, x.vocab, threadIdx.x, blockDim.x);
+            continue; // uniform over the block
+        }
+        const bool in_seq = t >= start && t < end;
+        const T* xrow = (const T*)x.logits + row * x.stride;
+        const CareLsmTarget tg = care_lsm_fetch_target<T>(x, row, xrow);
+        const CareLsmState st = care_lsm_block_state<T, false>(x, xrow, sm);
+        if (threadIdx.x == 0) {
+            const float lse2 = st.m + log2f(st.s);
+            if (!care_isfinite(lse2) && x.status != 0) {
+                atomicOr(x.status, CARE_LSM_STATUS_NON_FINITE);
+            }
+            float lp = __uint_as_float(0x7fc00000u); // NaN: the reference rejects such a target
+            if (tg.y < 0) {
+                if (x.status != 0) {
+                    atomicOr(x.status, CARE_LSM_STATUS_BAD_TARGET);
+                }
+            } else {
+                lp = (CARE_MUL_RN(tg.x, scale) - lse2) * CARE_LN2;
+            }
+            if (x.logp != 0) {
+                x.logp[row] = lp;
+            }
+            const float lse = lse2 * CARE_LN2;
+            if (x.lse != 0) {
+                x.lse[row] = lse;
+            }
+            // The token's term, as care_grpo_loss_seq at the token ratio level without the
+            // rollout correction (log-probs in f32).
+            float g = 0.0f;
+            if (in_seq) {
+                const float lo = p.logp_old != 0 ? ((const float*)p.logp_old)[t] : lp;
+                const float a = care_adv_at(p, seq, t);
+                const float lr = kl_on ? ((const float*)p.logp_ref)[t] : 0.0f;
+                const float raw = lp - lo;
+                const float delta = care_clamp(raw, -p.log_ratio_clamp, p.log_ratio_clamp);
+                const bool clamped = raw < -p.log_ratio_clamp || raw > p.log_ratio_clamp;
+                const float rho = expf(delta);
+                const CareTerm tt = care_token_term(p, lp, a, rho, delta, clamped, w, false);
+                float l = tt.l;
+                g = tt.g;
+                CareLossStats* s = &acc.loss;
+                if (kl_on) {
+                    float k, dk;
+                    care_kl(p, lp, lr, &k, &dk);
+                    l += p.beta * k;
+                    g += p.beta * w * dk;
+                    s->kl_sum += k;
+                }
+                s->loss += w * l;
+                s->ppo_kl_sum -= delta;
+                s->ratio_sum += rho;
+                if (care_isfinite(rho)) {
+                    s->ratio_min = rho < s->ratio_min ? rho : s->ratio_min;
+                    s->ratio_max = rho > s->ratio_max ? rho : s->ratio_max;
+                }
+                s->tokens += 1u;
+                s->clipped += tt.clipped ? 1u : 0u;
+                s->clipped_low += tt.low ? 1u : 0u;
+                s->clipped_high += tt.high ? 1u : 0u;
+                s->dual_clipped += tt.dual ? 1u : 0u;
+                s->log_ratio_clamped += clamped ? 1u : 0u;
+                const bool fin = care_isfinite(lp) && care_isfinite(lo) && care_isfinite(a) &&
+                                 (!kl_on || care_isfinite(lr));
+                s->non_finite += fin ? 0u : 1u;
+                if (fin) {
+                    g = care_saturate(g);
+                }
+            }
+            // dL/dlogp goes through f32 as the three-kernel path's dlogp buffer does, and lse
+            // through its f32 natural-log value.
+            s_cg = g * x.inv_temp;
+            s_lse2 = lse * CARE_LOG2E;
+        }
+        __syncthreads(); // s_cg and s_lse2; the next row's thread 0 writes them only after
+                         // care_lsm_block_state's barriers, which every thread passes after this
+                         // row's gradient
+        CareLsmRowGrad r;
+        r.scale = scale;
+        r.lse2 = s_lse2;
+        r.cg = s_cg;
+        r.ce = 0.0f;
+        r.h = 0.0f;
+        r.y = tg.y < 0 ? 0xffffffffu : (care_u32)tg.y;
+        care_lsm_grad_row_reverse<T>(r, xrow, drow, x.vocab, threadIdx.x, blockDim.x);
+    }
+    if (p.work != 0) { // uniform over the grid
+        care_loss_commit(p, &acc, kl_on);
+    }
+}
+
 // Default denominators. Geometry: grid.x = min(n_seq, 1024) blocks striding over sequences,
 // blockDim.x a multiple of 32; *out must be zeroed on the stream first. Tokens the rollout
 // correction drops leave the counts (the sequence pass reads the log-probs in `dtype`).
@@ -1558,3 +1740,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) grpo_cov_radix(CareLossPara
 extern "C" __global__ void __launch_bounds__(1024, 1) grpo_cov_cut(CareLossParams p) {
     care_cov_cut(p);
 }
+
+// The fused logits-to-loss pass: (CareLossParams, CareLsmParams), log-probs of the loss in f32.
+#define CARE_LOGITS_LOSS_ENTRY(NAME, T)                                                        \
+    extern "C" __global__ void __launch_bounds__(1024, 1) NAME(CareLossParams p,              \
+                                                              CareLsmParams x) {             \
+        care_logits_loss<T>(p, x);                                                             \
+    }
+
+CARE_LOGITS_LOSS_ENTRY(logits_loss_f32, float)
+CARE_LOGITS_LOSS_ENTRY(logits_loss_bf16, care_bf16)
+CARE_LOGITS_LOSS_ENTRY(logits_loss_f16, care_f16)

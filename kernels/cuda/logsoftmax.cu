@@ -24,22 +24,6 @@
 // and a NaN or +inf logit turns s into NaN, as the reference specifies.
 #include "common.cuh"
 
-// The row's target index (-1 outside 0..V) and its logit, loaded before the row's pass, so that
-// both loads are in flight while the row streams in instead of a round trip after it.
-struct CareLsmTarget {
-    long long y;
-    float x;
-};
-
-template <typename T>
-__device__ __forceinline__ CareLsmTarget care_lsm_fetch_target(const CareLsmParams& p,
-                                                               care_u64 row, const T* xrow) {
-    CareLsmTarget t;
-    t.y = care_lsm_target(p, row);
-    t.x = t.y >= 0 ? care_load(xrow, (care_u32)t.y) : 0.0f;
-    return t;
-}
-
 // Lane 0 of the team writes the row's outputs from the merged state.
 template <bool ENT>
 __device__ __forceinline__ void care_lsm_write_row(const CareLsmParams& p, care_u64 row,
@@ -79,9 +63,7 @@ __device__ __forceinline__ void care_lsm_write_masked(const CareLsmParams& p, ca
 
 template <typename T, bool ENT>
 __device__ void care_lsm_forward(const CareLsmParams& p) {
-    __shared__ float sm_m[CARE_WARP];
-    __shared__ float sm_s[CARE_WARP];
-    __shared__ float sm_t[CARE_WARP];
+    __shared__ float sm[3][CARE_WARP];
     const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
     const care_u32 warp = threadIdx.x / CARE_WARP;
     const care_u32 nwarps = blockDim.x / CARE_WARP;
@@ -98,24 +80,9 @@ __device__ void care_lsm_forward(const CareLsmParams& p) {
             // Every thread loads the same two words (one transaction per warp), so no branch
             // splits the row's loop; only thread 0 uses them.
             const CareLsmTarget tg = care_lsm_fetch_target<T>(p, row, xrow);
-            CareLsmState st = care_lsm_row_state<T, ENT>(p, xrow, threadIdx.x, blockDim.x);
-            st = care_lsm_warp_merge<ENT>(st);
-            __syncthreads(); // the previous row's warp 0 may still read the scratch
-            if (lane == 0) {
-                sm_m[warp] = st.m;
-                sm_s[warp] = st.s;
-                sm_t[warp] = st.t;
-            }
-            __syncthreads();
-            if (warp == 0) {
-                CareLsmState w;
-                w.m = lane < nwarps ? sm_m[lane] : CARE_NEG_FLT_MAX;
-                w.s = lane < nwarps ? sm_s[lane] : 0.0f;
-                w.t = lane < nwarps ? sm_t[lane] : 0.0f;
-                w = care_lsm_warp_merge<ENT>(w);
-                if (lane == 0) {
-                    care_lsm_write_row<ENT>(p, row, tg, w);
-                }
+            const CareLsmState w = care_lsm_block_state<T, ENT>(p, xrow, sm);
+            if (threadIdx.x == 0) {
+                care_lsm_write_row<ENT>(p, row, tg, w);
             }
         }
     } else {

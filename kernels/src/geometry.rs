@@ -235,6 +235,27 @@ pub fn log_softmax_geometry(rows: u64, vocab: u32, tuning: Tuning) -> (Geometry,
     )
 }
 
+/// Blocks of the fused logits-to-loss pass by default: one per SM of an H100/H200 (132 SMs), so
+/// that the rows in flight (one per block) keep the second touch of each logit within L2 (the
+/// arithmetic is in docs/KERNELS.md).
+pub const FUSED_BLOCKS: u32 = 132;
+
+/// Geometry of `logits_loss_*`: `min(rows, FUSED_BLOCKS)` blocks (or `Tuning::max_blocks`, at
+/// most [`STAT_SLOTS`](crate::params::STAT_SLOTS)) of 1024 threads (or `Tuning::threads`), each
+/// owning a contiguous range of rows.
+pub fn logits_loss_geometry(rows: u64, tuning: Tuning) -> Geometry {
+    let threads = tuning.threads.unwrap_or(1024);
+    let cap = tuning
+        .max_blocks
+        .unwrap_or(FUSED_BLOCKS)
+        .min(crate::params::STAT_SLOTS as u32);
+    let blocks = rows.clamp(1, u64::from(cap.max(1)));
+    Geometry {
+        grid: (u32::try_from(blocks).unwrap_or(1), 1, 1),
+        block: (threads, 1, 1),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

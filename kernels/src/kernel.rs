@@ -287,6 +287,16 @@ registry! {
         GrpoCovRadix GRPO_COV_RADIX "grpo_cov_radix" (LossParams) [256, 4, Small];
         /// Clip-Cov / KL-Cov: the cut of the top-k selection, one block.
         GrpoCovCut GRPO_COV_CUT "grpo_cov_cut" (LossParams) [1024, 1, Small];
+        /// Fused logits to token-local loss to dlogits, `f32` logits (`CareLossParams`,
+        /// `CareLsmParams`).
+        LogitsLossF32 LOGITS_LOSS_F32 "logits_loss_f32" (LossParams, LogSoftmaxParams)
+            [1024, 1, Stream];
+        /// Fused logits to loss to dlogits, `bf16` logits.
+        LogitsLossBf16 LOGITS_LOSS_BF16 "logits_loss_bf16" (LossParams, LogSoftmaxParams)
+            [1024, 1, Stream];
+        /// Fused logits to loss to dlogits, `f16` logits.
+        LogitsLossF16 LOGITS_LOSS_F16 "logits_loss_f16" (LossParams, LogSoftmaxParams)
+            [1024, 1, Stream];
     }
     /// `logsoftmax.cu`: the selective log-softmax, forward and backward.
     LogSoftmax "logsoftmax" {
@@ -333,6 +343,15 @@ impl Kernel {
         }
     }
 
+    /// The fused logits-to-loss kernel for logits of `dtype`.
+    pub const fn logits_loss(dtype: Dtype) -> Entry<(LossParams, LogSoftmaxParams)> {
+        match dtype {
+            Dtype::F32 => entry::LOGITS_LOSS_F32,
+            Dtype::Bf16 => entry::LOGITS_LOSS_BF16,
+            Dtype::F16 => entry::LOGITS_LOSS_F16,
+        }
+    }
+
     /// The log-softmax forward kernel for logits of `dtype`.
     pub const fn log_softmax_forward(dtype: Dtype) -> Entry<(LogSoftmaxParams,)> {
         match dtype {
@@ -375,6 +394,8 @@ mod tests {
             assert_eq!(f, format!("logsoftmax_fwd{suffix}"));
             let b = Kernel::log_softmax_backward(d).kernel().name();
             assert_eq!(b, format!("logsoftmax_bwd{suffix}"));
+            let f = Kernel::logits_loss(d).kernel().name();
+            assert_eq!(f, format!("logits_loss{suffix}"));
         }
     }
 

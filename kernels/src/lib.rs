@@ -40,11 +40,12 @@ pub use care_core::Dtype;
 pub use geometry::{Geometry, Tuning};
 pub use kernel::{Access, Entry, Kernel, KernelArgs, LaunchBounds, Module, Param, ParamLayout};
 pub use plan::{
-    AdvantageBuffers, AdvantageInputs, DeviceGroups, KernelError, Launcher, LogSoftmaxGrads,
-    LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers, RolloutBuffers, TokenBuffers,
-    WORKSPACE_BYTES, WhitenBuffers, advantage_status, discounted_returns, gae, group_advantages,
-    group_advantages_finalize, group_advantages_finalize_with, group_advantages_with,
-    group_partial_squares, group_partial_sums, grpo_loss, grpo_loss_with, log_softmax_backward,
-    log_softmax_forward, log_softmax_status, logits_loss_forward, loss_workspace_bytes,
+    AdvantageBuffers, AdvantageInputs, DeviceGroups, FusedLossBuffers, KernelError, Launcher,
+    LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers,
+    RolloutBuffers, TokenBuffers, WORKSPACE_BYTES, WhitenBuffers, advantage_status,
+    discounted_returns, fused_supports, gae, group_advantages, group_advantages_finalize,
+    group_advantages_finalize_with, group_advantages_with, group_partial_squares,
+    group_partial_sums, grpo_loss, grpo_loss_with, log_softmax_backward, log_softmax_forward,
+    log_softmax_status, logits_loss_forward, logits_loss_fused, loss_workspace_bytes,
     selects_by_covariance, tokens_status, whiten, whiten_result,
 };

@@ -35,6 +35,18 @@ int emu_launch_grpo_loss_denoms(emu_uint3 grid, emu_uint3 block, size_t shmem,
     return emu::launch(grid, block, seed, [&] { grpo_loss_denoms(copy, out); });
 }
 
+#define EMU_LOGITS_LOSS(KERNEL)                                                                \
+    int emu_launch_##KERNEL(emu_uint3 grid, emu_uint3 block, const CareLossParams* p,         \
+                            const CareLsmParams* x, uint64_t seed) {                           \
+        CareLossParams pc = *p; /* by value, as kernel parameters */                           \
+        CareLsmParams xc = *x;                                                                 \
+        return emu::launch(grid, block, seed, [&] { KERNEL(pc, xc); });                        \
+    }
+
+EMU_LOGITS_LOSS(logits_loss_f32)
+EMU_LOGITS_LOSS(logits_loss_bf16)
+EMU_LOGITS_LOSS(logits_loss_f16)
+
 // The dtype conversions of common.cuh, for exhaustive tests against the `half` crate.
 float emu_f16_to_f32(uint16_t h) { return care_f16_to_f32(h); }
 float emu_bf16_to_f32(uint16_t h) { return care_bf16_to_f32(h); }

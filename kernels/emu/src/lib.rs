@@ -106,6 +106,27 @@ unsafe extern "C" {
         out: *mut LossDenomsRaw,
         seed: u64,
     ) -> i32;
+    fn emu_launch_logits_loss_f32(
+        g: Dim3,
+        b: Dim3,
+        p: *const LossParams,
+        x: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_logits_loss_bf16(
+        g: Dim3,
+        b: Dim3,
+        p: *const LossParams,
+        x: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_logits_loss_f16(
+        g: Dim3,
+        b: Dim3,
+        p: *const LossParams,
+        x: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
     fn emu_launch_logsoftmax_fwd_f32(
         g: Dim3,
         b: Dim3,
@@ -268,6 +289,15 @@ impl Launcher for Emulator {
                     addr as usize as *mut LossDenomsRaw,
                     s,
                 )
+            },
+            (Kernel::LogitsLossF32, [p, x]) => unsafe {
+                emu_launch_logits_loss_f32(grid, block, p.cast(), x.cast(), s)
+            },
+            (Kernel::LogitsLossBf16, [p, x]) => unsafe {
+                emu_launch_logits_loss_bf16(grid, block, p.cast(), x.cast(), s)
+            },
+            (Kernel::LogitsLossF16, [p, x]) => unsafe {
+                emu_launch_logits_loss_f16(grid, block, p.cast(), x.cast(), s)
             },
             (Kernel::LogSoftmaxFwdF32, [p]) => unsafe {
                 emu_launch_logsoftmax_fwd_f32(grid, block, p.cast(), s)

@@ -23,8 +23,9 @@ pub use advantages::{
     group_partial_squares, group_partial_sums,
 };
 pub use logsoftmax::{
-    LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, log_softmax_backward,
-    log_softmax_forward, log_softmax_status, logits_loss_forward,
+    FusedLossBuffers, LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers,
+    fused_supports, log_softmax_backward, log_softmax_forward, log_softmax_status,
+    logits_loss_forward, logits_loss_fused,
 };
 pub use loss::{
     LossBuffers, RolloutBuffers, cov_work_address, grpo_loss, grpo_loss_with, loss_workspace_bytes,

@@ -1,0 +1,481 @@
+//! The fused one-pass path (`logits_loss_{f32,bf16,f16}`, `care_kernels::logits_loss_fused`)
+//! against the three-kernel path (`logits_loss_forward` then `log_softmax_backward`) under the
+//! host emulator.
+//!
+//! Relations checked, on random shapes (vocabularies that are not a multiple of the vector
+//! width, odd strides and base offsets, sequences that span the blocks' row ranges, masks,
+//! temperatures) for every token-local loss (clipped ratio with and without the dual clip,
+//! CISPO, SAPO, GPG), KL estimator and aggregation, every dtype: (1) `logp` and `dlogits` equal
+//! the three-kernel path's bit for bit at the same block size, out of place and in place; (2)
+//! the loss statistics equal its statistics (counts exactly, sums within rounding: the two
+//! paths sum in different orders); (3) two schedules (block order and fiber order) give
+//! bit-identical outputs and statistics; (4) the options outside the fused path are refused.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use care_core::grpo::{Aggregation, KlEstimator, LossOptions, PolicyLoss, RatioLevel};
+use care_core::logsoftmax::LogSoftmaxOptions;
+use care_kernels::params::LossStatsRaw;
+use care_kernels::{
+    Dtype, FusedLossBuffers, KernelError, LogSoftmaxGrads, LogitsBuffers, LogitsLossBuffers,
+    Tuning, WORKSPACE_BYTES, fused_supports, log_softmax_backward, logits_loss_forward,
+    logits_loss_fused,
+};
+use care_kernels_emu::{Emulator, addr, addr_mut};
+use proptest::prelude::*;
+
+trait El: Copy + bytemuck::Pod {
+    const DTYPE: Dtype;
+    fn from_f32(x: f32) -> Self;
+}
+impl El for f32 {
+    const DTYPE: Dtype = Dtype::F32;
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+}
+impl El for half::bf16 {
+    const DTYPE: Dtype = Dtype::Bf16;
+    fn from_f32(x: f32) -> Self {
+        half::bf16::from_f32(x)
+    }
+}
+impl El for half::f16 {
+    const DTYPE: Dtype = Dtype::F16;
+    fn from_f32(x: f32) -> Self {
+        half::f16::from_f32(x)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    vocab: usize,
+    stride: usize,
+    offset: usize,
+    lens: Vec<u32>,
+    logits: Vec<f32>,
+    targets: Vec<i32>,
+    mask: Option<Vec<u8>>,
+    old: Vec<f32>,
+    reference: Vec<f32>,
+    adv: Vec<f32>,
+    adv_per_token: bool,
+    temperature: f64,
+    opts: LossOptions,
+}
+
+impl Case {
+    fn rows(&self) -> usize {
+        self.lens.iter().sum::<u32>() as usize
+    }
+    fn offsets(&self) -> Vec<u32> {
+        let mut o = vec![0u32];
+        for l in &self.lens {
+            o.push(o.last().unwrap() + l);
+        }
+        o
+    }
+}
+
+/// 16-byte aligned workspace.
+#[repr(C, align(16))]
+struct Ws([u8; WORKSPACE_BYTES]);
+
+fn workspace() -> Box<Ws> {
+    Box::new(Ws([0x55; WORKSPACE_BYTES]))
+}
+
+struct Out {
+    logp: Vec<f32>,
+    dlogits: Vec<u16>,
+    stats: LossStatsRaw,
+}
+
+/// The logits' storage: 16-byte aligned (`u128` chunks), `offset` elements before row 0.
+fn store<T: El>(c: &Case) -> Vec<u128> {
+    let vals: Vec<T> = c.logits.iter().map(|&x| T::from_f32(x)).collect();
+    let bytes: &[u8] = bytemuck::cast_slice(&vals);
+    let mut v = vec![0u128; bytes.len().div_ceil(16) + 1];
+    bytemuck::cast_slice_mut::<u128, u8>(&mut v)[..bytes.len()].copy_from_slice(bytes);
+    v
+}
+
+/// The dlogits rows' bytes as 16-bit words (f32 as two words each), `vocab` elements per row.
+fn rows_bits<T: El>(c: &Case, data: &[u128]) -> Vec<u16> {
+    let bytes: &[u8] = bytemuck::cast_slice(data);
+    let es = size_of::<T>();
+    let mut out = Vec::new();
+    for i in 0..c.rows() {
+        let at = (c.offset + i * c.stride) * es;
+        for w in bytes[at..at + c.vocab * es].chunks(2) {
+            out.push(u16::from_le_bytes([w[0], w[1]]));
+        }
+    }
+    out
+}
+
+fn logits_rows<T: El>(c: &Case, data: &mut [u128], targets: &[i32], mask: u64) -> LogitsBuffers {
+    LogitsBuffers {
+        dtype: T::DTYPE,
+        logits: addr_mut(data) + (c.offset * size_of::<T>()) as u64,
+        rows: c.rows() as u64,
+        vocab: c.vocab as u32,
+        stride: c.stride as u64,
+        targets: addr(targets),
+        targets_i64: false,
+        mask,
+    }
+}
+
+/// The three-kernel path, block team of `threads`, dlogits in place over a copy of the logits.
+fn three_kernels<T: El>(c: &Case, threads: u32, seed: u64) -> Out {
+    let emu = Emulator { seed };
+    let mut data = store::<T>(c);
+    let n = c.rows();
+    let seq = c.offsets();
+    let mask = c.mask.as_deref().map_or(0, addr);
+    let rows = logits_rows::<T>(c, &mut data, &c.targets, mask);
+    let (mut logp, mut lse, mut dlogp) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
+    let mut stats = [LossStatsRaw::EMPTY];
+    let mut ws = workspace();
+    let lsm = LogSoftmaxOptions {
+        temperature: c.temperature,
+    };
+    let buf = LogitsLossBuffers {
+        logp: addr_mut(&mut logp),
+        lse: addr_mut(&mut lse),
+        dlogp: addr_mut(&mut dlogp),
+        logp_old: addr(&c.old),
+        logp_ref: addr(&c.reference),
+        adv: addr(&c.adv),
+        adv_per_token: c.adv_per_token,
+        seq_offsets: addr(&seq),
+        n_seq: c.lens.len() as u32,
+        max_seq_len: 0,
+        stats: addr_mut(&mut stats),
+        workspace: addr_mut(&mut ws.0),
+    };
+    let tuning = Tuning {
+        threads: Some(threads),
+        block_team: Some(true),
+        ..Tuning::default()
+    };
+    // SAFETY: host buffers of the documented sizes.
+    unsafe { logits_loss_forward(&emu, &rows, &buf, &lsm, &c.opts, tuning) }.unwrap();
+    let gr = LogSoftmaxGrads {
+        lse: addr(&lse),
+        entropy: 0,
+        dlogp: addr(&dlogp),
+        dentropy: 0,
+        dlogits: rows.logits,
+        dstride: c.stride as u64,
+    };
+    // SAFETY: in place over the host logits.
+    unsafe { log_softmax_backward(&emu, &rows, &gr, &lsm, tuning) }.unwrap();
+    Out {
+        logp,
+        dlogits: rows_bits::<T>(c, &data),
+        stats: stats[0],
+    }
+}
+
+/// The fused path, `threads` per block and at most `blocks` blocks; in place or into a separate
+/// buffer with the same layout.
+fn fused<T: El>(c: &Case, threads: u32, blocks: u32, in_place: bool, seed: u64) -> Out {
+    let emu = Emulator { seed };
+    let mut data = store::<T>(c);
+    let mut out = vec![0xdead_beef_u128; data.len()];
+    let n = c.rows();
+    let seq = c.offsets();
+    let mask = c.mask.as_deref().map_or(0, addr);
+    let rows = logits_rows::<T>(c, &mut data, &c.targets, mask);
+    let dlogits = if in_place {
+        rows.logits
+    } else {
+        addr_mut(&mut out) + (c.offset * size_of::<T>()) as u64
+    };
+    let mut logp = vec![0f32; n];
+    let mut stats = [LossStatsRaw::EMPTY];
+    let mut ws = workspace();
+    let lsm = LogSoftmaxOptions {
+        temperature: c.temperature,
+    };
+    let buf = FusedLossBuffers {
+        logp: addr_mut(&mut logp),
+        lse: 0,
+        dlogits,
+        dstride: c.stride as u64,
+        logp_old: addr(&c.old),
+        logp_ref: addr(&c.reference),
+        adv: addr(&c.adv),
+        adv_per_token: c.adv_per_token,
+        seq_offsets: addr(&seq),
+        n_seq: c.lens.len() as u32,
+        stats: addr_mut(&mut stats),
+        workspace: addr_mut(&mut ws.0),
+    };
+    let tuning = Tuning {
+        threads: Some(threads),
+        max_blocks: Some(blocks),
+        ..Tuning::default()
+    };
+    // SAFETY: host buffers of the documented sizes.
+    unsafe { logits_loss_fused(&emu, &rows, &buf, &lsm, &c.opts, tuning) }.unwrap();
+    let status = u32::from_le_bytes(ws.0[..4].try_into().unwrap());
+    assert_eq!(status, 0, "status");
+    Out {
+        logp,
+        dlogits: rows_bits::<T>(c, if in_place { &data } else { &out }),
+        stats: stats[0],
+    }
+}
+
+fn check<T: El>(c: &Case, threads: u32, blocks: u32, seed: u64) -> Result<(), TestCaseError> {
+    let want = three_kernels::<T>(c, threads, seed);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let a = fused::<T>(c, threads, blocks, false, seed ^ 1);
+    let b = fused::<T>(c, threads, blocks, true, seed ^ 2);
+    prop_assert_eq!(bits(&a.logp), bits(&want.logp), "logp");
+    prop_assert!(a.dlogits == want.dlogits, "dlogits differ out of place");
+    prop_assert!(b.dlogits == want.dlogits, "dlogits differ in place");
+    // Schedules: a different block and fiber order, bit for bit (statistics included).
+    prop_assert_eq!(
+        format!("{:?}", a.stats),
+        format!("{:?}", b.stats),
+        "stats by schedule"
+    );
+    let (s, w) = (a.stats, want.stats);
+    prop_assert_eq!(
+        [
+            s.tokens,
+            s.sequences,
+            s.clipped,
+            s.clipped_low,
+            s.clipped_high
+        ],
+        [
+            w.tokens,
+            w.sequences,
+            w.clipped,
+            w.clipped_low,
+            w.clipped_high
+        ]
+    );
+    prop_assert_eq!(
+        [s.dual_clipped, s.log_ratio_clamped, s.non_finite],
+        [w.dual_clipped, w.log_ratio_clamped, w.non_finite]
+    );
+    prop_assert_eq!(s.ratio_min.to_bits(), w.ratio_min.to_bits());
+    prop_assert_eq!(s.ratio_max.to_bits(), w.ratio_max.to_bits());
+    let tol = |x: f32| 1e-5 * (1.0 + w.tokens as f32) + 1e-4 * x.abs();
+    for (name, got, want) in [
+        ("loss", s.loss, w.loss),
+        ("ppo_kl_sum", s.ppo_kl_sum, w.ppo_kl_sum),
+        ("kl_sum", s.kl_sum, w.kl_sum),
+        ("ratio_sum", s.ratio_sum, w.ratio_sum),
+    ] {
+        prop_assert!(
+            (got - want).abs() <= tol(want),
+            "{} {} vs {}",
+            name,
+            got,
+            want
+        );
+    }
+    Ok(())
+}
+
+fn opts_strategy() -> impl Strategy<Value = LossOptions> {
+    (
+        0usize..5,
+        0usize..6,
+        prop_oneof![Just(0.0f64), Just(0.04)],
+        0usize..4,
+        any::<bool>(),
+    )
+        .prop_map(|(pl, agg, beta, kl, global)| {
+            let (policy_loss, dual_clip) = match pl {
+                0 => (PolicyLoss::Clip, 0.0),
+                1 => (PolicyLoss::Clip, 3.0),
+                2 => (PolicyLoss::Cispo, 0.0),
+                3 => (PolicyLoss::Sapo, 0.0),
+                _ => (PolicyLoss::Gpg, 0.0),
+            };
+            let aggregation = [
+                Aggregation::TokenMean,
+                Aggregation::SeqMeanTokenMean,
+                Aggregation::SeqMeanTokenSum,
+                Aggregation::SeqMeanTokenSumNorm,
+                Aggregation::TokenSum,
+                Aggregation::TokenSumNorm,
+            ][agg];
+            let kl_estimator = [
+                KlEstimator::K1,
+                KlEstimator::Abs,
+                KlEstimator::K2,
+                KlEstimator::K3,
+            ][kl];
+            LossOptions {
+                policy_loss,
+                dual_clip,
+                aggregation,
+                beta,
+                kl_estimator,
+                // Caller's denominators, or the device pre-pass's (0).
+                global_tokens: if global { 37.0 } else { 0.0 },
+                global_sequences: if global { 5.0 } else { 0.0 },
+                horizon: if global { 64.0 } else { 0.0 },
+                ..LossOptions::default()
+            }
+        })
+}
+
+/// xorshift64* for the contents.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+fn case_strategy() -> impl Strategy<Value = Case> {
+    (
+        prop::collection::vec(0u32..7, 1..5),
+        prop_oneof![Just(1usize), 2usize..40, 200usize..700],
+        0usize..5,
+        0usize..9,
+        any::<u64>(),
+        any::<(bool, bool)>(),
+        prop_oneof![Just(1.0f64), Just(0.6)],
+        opts_strategy(),
+    )
+        .prop_map(
+            |(lens, vocab, pad, offset, seed, (masked, per_tok), temperature, opts)| {
+                let mut r = Rng(seed | 1);
+                let n: usize = lens.iter().sum::<u32>() as usize;
+                let stride = vocab + pad;
+                let mut logits = vec![f32::NAN; offset + n * stride];
+                for i in 0..n {
+                    let c = (r.unit() - 0.5) * 10.0;
+                    for j in 0..vocab {
+                        logits[offset + i * stride + j] = c + (r.unit() - 0.5) * 12.0;
+                    }
+                }
+                let targets = (0..n).map(|_| (r.next() % vocab as u64) as i32).collect();
+                let mask = masked.then(|| {
+                    (0..n)
+                        .map(|_| u8::from(!r.next().is_multiple_of(4)))
+                        .collect()
+                });
+                let old = (0..n).map(|_| -4.0 - r.unit() * 4.0).collect();
+                let reference = (0..n).map(|_| -4.0 - r.unit() * 4.0).collect();
+                let adv = (0..if per_tok { n } else { lens.len() })
+                    .map(|_| (r.unit() - 0.5) * 3.0)
+                    .collect();
+                Case {
+                    vocab,
+                    stride,
+                    offset,
+                    lens,
+                    logits,
+                    targets,
+                    mask,
+                    old,
+                    reference,
+                    adv,
+                    adv_per_token: per_tok,
+                    temperature,
+                    opts,
+                }
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Fused = three kernels, bit for bit (logp, dlogits) at the same block size, every dtype;
+    /// 1 to 3 blocks, so that sequences span the blocks' row ranges.
+    #[test]
+    fn pt_fused_equals_the_three_kernel_path(
+        c in case_strategy(),
+        threads in prop_oneof![Just(32u32), Just(64)],
+        blocks in 1u32..4,
+        seed in any::<u64>(),
+    ) {
+        check::<f32>(&c, threads, blocks, seed)?;
+        check::<half::bf16>(&c, threads, blocks, seed)?;
+        check::<half::f16>(&c, threads, blocks, seed)?;
+    }
+}
+
+#[test]
+fn sequence_level_losses_and_the_rollout_correction_are_refused() {
+    use proptest::strategy::ValueTree;
+    let c = case_strategy()
+        .new_tree(&mut proptest::test_runner::TestRunner::deterministic())
+        .unwrap()
+        .current();
+    let refused = [
+        LossOptions {
+            ratio_level: RatioLevel::Sequence,
+            ..LossOptions::default()
+        },
+        LossOptions {
+            policy_loss: PolicyLoss::Gmpo,
+            ..LossOptions::default()
+        },
+        LossOptions {
+            policy_loss: PolicyLoss::KlCov,
+            ..LossOptions::default()
+        },
+    ];
+    for opts in refused {
+        assert!(!fused_supports(&opts), "{opts:?}");
+        let c = Case { opts, ..c.clone() };
+        let mut data = store::<f32>(&c);
+        let rows = logits_rows::<f32>(&c, &mut data, &c.targets, 0);
+        let seq = c.offsets();
+        let mut ws = workspace();
+        let buf = FusedLossBuffers {
+            logp: 0,
+            lse: 0,
+            dlogits: rows.logits,
+            dstride: c.stride as u64,
+            logp_old: addr(&c.old),
+            logp_ref: 0,
+            adv: addr(&c.adv),
+            adv_per_token: c.adv_per_token,
+            seq_offsets: addr(&seq),
+            n_seq: c.lens.len() as u32,
+            stats: 0,
+            workspace: addr_mut(&mut ws.0),
+        };
+        let lsm = LogSoftmaxOptions::default();
+        // SAFETY: refused before any launch.
+        let r = unsafe {
+            logits_loss_fused(
+                &Emulator { seed: 1 },
+                &rows,
+                &buf,
+                &lsm,
+                &c.opts,
+                Tuning::default(),
+            )
+        };
+        assert_eq!(
+            r,
+            Err(KernelError::Core(care_core::Error::InvalidArgument)),
+            "{:?}",
+            c.opts
+        );
+    }
+    assert!(fused_supports(&LossOptions::default()));
+}
