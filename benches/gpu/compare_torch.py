@@ -181,7 +181,7 @@ def bench_advantages(args, device, timer, copy_bw, rows):
                 base = base or t
                 rows.append(
                     dict(op="advantages", size=f"N={n} G={g}", dtype="f32", impl=name, secs=t,
-                         bytes=nbytes, gbps=nbytes / t / 1e9, pct_copy=100 * nbytes / t / copy_bw,
+                         bytes=nbytes, model=nbytes if name.startswith("care_rl") else None, gbps=nbytes / t / 1e9, pct_copy=100 * nbytes / t / copy_bw,
                          vs_eager=base / t, peak_extra=peak_extra(device, fn))
                 )  # fmt: skip
 
@@ -257,7 +257,8 @@ def bench_loss(args, device, timer, copy_bw, rows):
                 rows.append(
                     dict(op="loss fwd+bwd", size=f"T={t >> 20 or t}{'M' if t >= 1 << 20 else ''}",
                          dtype=str(dtype).replace("torch.", ""), impl=name, secs=sec,
-                         bytes=nbytes, gbps=nbytes / sec / 1e9,
+                         bytes=nbytes, model=nbytes if name.startswith("care_rl") else None,
+                         gbps=nbytes / sec / 1e9,
                          pct_copy=100 * nbytes / sec / copy_bw, vs_eager=base / sec,
                          peak_extra=peak_extra(device, fn))
                 )  # fmt: skip
@@ -327,8 +328,12 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
     """`[8192, 151936]` and `[32768, 151936]` bf16 logits at temperature 0.6: the forward
     (logp of the targets) and forward + backward (dlogits in bf16), care against torch eager,
     row-chunked torch, torch.compile and Liger's Triton kernels (forward; and logits -> GRPO loss
-    fwd+bwd against care's fused `logits_policy_loss`). Minimal traffic: the forward reads the
-    logits once; forward + backward reads them twice and writes dlogits once."""
+    fwd+bwd against care's fused `logits_policy_loss`). `bytes` is the true minimum traffic of
+    the op, whatever the implementation: the forward reads the logits once; forward + backward
+    (and logits -> loss) reads them once and writes dlogits once (a one-pass kernel can; a
+    separate backward reads them twice). `model` is what care's kernels move by the bytes model
+    of docs/KERNELS.md (three kernels: 3 V per row for fwd + bwd), printed as a multiple of the
+    minimum next to each time."""
     t_temp = 0.6
     v = 151936
     sizes = [(64, 1000), (256, 4099)] if args.smoke else [(8192, v), (32768, v)]
@@ -374,7 +379,7 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
         impls.append(("care_rl._care direct", launch))
         impls.append(("care_rl.torch", lambda: ct.selective_log_softmax(x, y, temperature=t_temp)))
         nbytes = n * vocab * el + 12 * n
-        _lsm_rows(rows, impls, timer, device, copy_bw, "logsoftmax fwd", size, nbytes)
+        _lsm_rows(rows, impls, timer, device, copy_bw, "logsoftmax fwd", size, nbytes, nbytes)
 
         # ---- forward + backward (gradient w.r.t. the bf16 logits)
         xr = x.detach().clone().requires_grad_(True)
@@ -415,7 +420,7 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
         impls.append(("care_rl.torch", care_fb))
         xr.grad = None
         _lsm_rows(rows, impls, timer, device, copy_bw, "logsoftmax fwd+bwd", size,
-                  3 * n * vocab * el + 16 * n)  # fmt: skip
+                  2 * n * vocab * el + 16 * n, 3 * n * vocab * el + 16 * n)  # fmt: skip
 
         # ---- logits -> GRPO loss, forward + backward (Liger's fused loss vs care's), as
         # sequences of 1024 tokens; Liger writes dlogits in place over its own copy of the
@@ -453,7 +458,7 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
                      ("care_rl.torch logits_policy_loss", care_loss_fb)]  # fmt: skip
             try:
                 _lsm_rows(rows, impls, timer, device, copy_bw, "logits->loss fwd+bwd", size,
-                          3 * n * vocab * el + 20 * n)  # fmt: skip
+                          2 * n * vocab * el + 20 * n, 3 * n * vocab * el + 20 * n)  # fmt: skip
             except Exception as e:  # noqa: BLE001
                 print(f"# logits->loss comparison failed: {e}", file=sys.stderr)
             xl = xc = None
@@ -461,14 +466,17 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
         full = x = xr = None
 
 
-def _lsm_rows(rows, impls, timer, device, copy_bw, op, size, nbytes):
+def _lsm_rows(rows, impls, timer, device, copy_bw, op, size, nbytes, care_model):
+    """`nbytes`: the op's minimum traffic; `care_model`: the bytes care's kernels move by the
+    model of docs/KERNELS.md (set on the care rows only)."""
     base = None
     for name, fn in impls:
         sec = timer.median(fn)
         base = base or sec
+        model = care_model if name.startswith("care_rl") else None
         rows.append(
             dict(op=op, size=size, dtype="bfloat16", impl=name, secs=sec, bytes=nbytes,
-                 gbps=nbytes / sec / 1e9, pct_copy=100 * nbytes / sec / copy_bw,
+                 model=model, gbps=nbytes / sec / 1e9, pct_copy=100 * nbytes / sec / copy_bw,
                  vs_eager=base / sec, peak_extra=peak_extra(device, fn))
         )  # fmt: skip
 
@@ -505,13 +513,19 @@ def print_rows(rows, device, copy_bw):
         f"torch {torch.__version__}, care_rl {care_rl.__version__}, "
         f"copy bandwidth {copy_bw / 1e9:.1f} GB/s (read + write, measured in this run)\n"
     )
-    print("| op | size | dtype | impl | median | GB/s | % copy BW | vs eager | extra peak MiB |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    print("GB/s and % copy BW count the op's minimum bytes; model / min is the traffic of care's")
+    print("kernels by the bytes model of docs/KERNELS.md, as a multiple of that minimum.\n")
+    print("| op | size | dtype | impl | median | min bytes | model / min | GB/s | % copy BW "
+          "| vs eager | extra peak MiB |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         pk = "" if r["peak_extra"] is None else f"{r['peak_extra'] / 2**20:.1f}"
+        model = r.get("model")
+        mm = "" if model is None else f"{model / r['bytes']:.2f}x"
         print(
             f"| {r['op']} | {r['size']} | {r['dtype']} | {r['impl']} | {r['secs'] * 1e3:.3f} ms "
-            f"| {r['gbps']:.1f} | {r['pct_copy']:.0f}% | {r['vs_eager']:.2f}x | {pk} |"
+            f"| {r['bytes'] / 1e6:.1f} MB | {mm} | {r['gbps']:.1f} | {r['pct_copy']:.0f}% "
+            f"| {r['vs_eager']:.2f}x | {pk} |"
         )
 
 

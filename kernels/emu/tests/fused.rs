@@ -23,6 +23,10 @@ use care_kernels::{
 use care_kernels_emu::{Emulator, addr, addr_mut};
 use proptest::prelude::*;
 
+mod common;
+
+use common::Device;
+
 trait El: Copy + bytemuck::Pod {
     const DTYPE: Dtype;
     fn from_f32(x: f32) -> Self;
@@ -478,4 +482,33 @@ fn sequence_level_losses_and_the_rollout_correction_are_refused() {
         );
     }
     assert!(fused_supports(&LossOptions::default()));
+}
+
+/// On a GPU: what the driver's JIT made of every entry of the checked-in PTX (registers, local
+/// memory, shared memory, largest block), printed, and each within its launch bounds' register
+/// budget without local memory (a spill), as `scripts/gen-ptx.sh --ptxas` finds for sm_80 and
+/// sm_90.
+#[test]
+fn gpu_every_entry_loads_within_its_register_budget() {
+    let Some(dev) = common::gpu("gpu_every_entry_loads_within_its_register_budget") else {
+        return;
+    };
+    let _bind = dev.launcher(0);
+    let info = care_kernels::cuda::kernel_info().unwrap();
+    assert_eq!(info.len(), care_kernels::Kernel::ALL.len());
+    for i in &info {
+        let b = i.kernel.bounds();
+        eprintln!(
+            "{:24} {:>3} registers (budget {:>3}), {:>4} bytes local, {:>6} bytes shared, \
+             {:>4} threads",
+            i.kernel.name(),
+            i.registers,
+            b.register_budget(),
+            i.local_bytes,
+            i.shared_bytes,
+            i.max_threads
+        );
+        assert!(i.within_budget(), "{i:?}");
+        assert!(i.max_threads >= b.threads, "{i:?}");
+    }
 }
