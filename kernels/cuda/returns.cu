@@ -10,10 +10,11 @@
 // intrinsics that the compiler never contracts into an FMA): the CPU reference rounds every
 // product and sum, and so does the kernel, which makes the outputs bit-identical to it.
 //
-// Whitening: whiten_stats_f32 (one block of 1024 threads, like batch_std_f32) sums count and
-// value of the counted tokens in double, then the squares centered on that mean (two-pass, never
-// E[x^2] - E[x]^2), through fixed-order block reductions: no float atomics, so the result does
-// not depend on the schedule. It leaves mean, 1/sqrt(var + eps), std and a status word in the
+// Whitening: whiten_stats_f32 (up to CARE_STAT_SLOTS blocks over contiguous ranges) sums count
+// and value of each block's counted tokens in double, then the squares centered on the block's
+// mean (two-pass, never E[x^2] - E[x]^2), and the last block merges the blocks' (count, mean,
+// M2) with Chan's formula in a fixed order: no float atomics, so the result does not depend on
+// the schedule. It leaves mean, 1/sqrt(var + eps), std and a status word in the
 // caller's workspace; whiten_apply_f32 (a grid-stride pass) then rewrites the values in place, or
 // leaves them untouched when the status reports a non-finite counted value (the CPU reference
 // refuses that call before writing anything).
@@ -142,14 +143,64 @@ extern "C" __global__ void __launch_bounds__(64, 16) gae_f32(CareReturnsParams p
     }
 }
 
-// Count, mean, centered sum of squares, scale and std of the counted values, into *p.stats.
-// Geometry: grid (1,1,1), blockDim.x a multiple of 32 (1024 by default).
-extern "C" __global__ void __launch_bounds__(1024, 1) whiten_stats_f32(CareWhitenParams p) {
+// One block's partial statistics: count, mean and centered sum of squares of its values.
+struct CareWhitenSlot {
+    double count;
+    double mean;
+    double m2;
+    care_u32 bad; // a non-finite counted value
+    care_u32 pad0;
+};
+
+// The workspace of the whitening (`care_kernels::params::WhitenWorkRaw`): the statistics that
+// whiten_apply_f32 and the host read, the arrival counter of the slot merge (zeroed by the plan)
+// and one slot per block.
+struct CareWhitenWork {
+    CareWhitenStats stats;
+    care_u32 arrivals;
+    care_u32 pad0[3];
+    CareWhitenSlot slots[CARE_STAT_SLOTS];
+};
+
+// Chan's merge of two (count, mean, M2) partials: exact for equal means, and no cancellation of
+// E[x^2] - E[x]^2.
+__device__ __forceinline__ CareWhitenSlot care_whiten_merge(CareWhitenSlot a, CareWhitenSlot b) {
+    if (b.count == 0.0) {
+        a.bad |= b.bad;
+        return a;
+    }
+    if (a.count == 0.0) {
+        b.bad |= a.bad;
+        return b;
+    }
+    CareWhitenSlot r;
+    r.count = a.count + b.count;
+    const double d = b.mean - a.mean;
+    r.mean = a.mean + d * (b.count / r.count);
+    r.m2 = a.m2 + b.m2 + d * d * (a.count * (b.count / r.count));
+    r.bad = a.bad | b.bad;
+    r.pad0 = 0;
+    return r;
+}
+
+// Count, mean, centered sum of squares, scale and std of the counted values, into the
+// workspace. Geometry: at most CARE_STAT_SLOTS blocks, block b owning the contiguous values
+// [b * per, (b + 1) * per), per = ceil(n / gridDim.x). Each block makes its (count, mean, M2)
+// with two passes over its values (sum, then squares centered on the block's mean) and
+// fixed-order block reductions; the last block to finish merges the slots with Chan's formula
+// along a fixed tree (slot i with slot i + s for s = 1, 2, 4, ...): the same bits on every run,
+// whatever the block schedule.
+extern "C" __global__ void __launch_bounds__(256, 4) whiten_stats_f32(CareWhitenParams p) {
     __shared__ double scratch[CARE_WARP];
     __shared__ care_u32 uscratch[CARE_WARP];
+    __shared__ CareWhitenSlot tree[256];
+    CareWhitenWork* w = (CareWhitenWork*)p.stats;
+    const care_u64 per = (p.n + gridDim.x - 1u) / gridDim.x;
+    const care_u64 lo = (care_u64)blockIdx.x * per;
+    const care_u64 hi = lo + per < p.n ? lo + per : p.n;
     double cnt = 0.0, sum = 0.0;
     care_u32 bad = 0;
-    for (care_u64 i = threadIdx.x; i < p.n; i += blockDim.x) {
+    for (care_u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         if (care_counted(p.mask, i)) {
             float v = p.x[i];
             bad |= care_isfinite(v) ? 0u : 1u;
@@ -160,9 +211,9 @@ extern "C" __global__ void __launch_bounds__(1024, 1) whiten_stats_f32(CareWhite
     cnt = care_block_sum(cnt, scratch);
     sum = care_block_sum(sum, scratch);
     bad = care_block_max(bad, uscratch, 0u);
-    double mean = cnt > 0.0 ? sum / cnt : 0.0;
+    const double mean = cnt > 0.0 ? sum / cnt : 0.0;
     double m2 = 0.0;
-    for (care_u64 i = threadIdx.x; i < p.n; i += blockDim.x) {
+    for (care_u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         if (care_counted(p.mask, i)) {
             double d = (double)p.x[i] - mean;
             m2 += d * d;
@@ -170,17 +221,59 @@ extern "C" __global__ void __launch_bounds__(1024, 1) whiten_stats_f32(CareWhite
     }
     m2 = care_block_sum(m2, scratch);
     if (threadIdx.x == 0) {
-        double denom = p.unbiased != 0 ? cnt - 1.0 : cnt;
-        double var = denom > 0.0 ? m2 / denom : 0.0;
-        CareWhitenStats s;
-        s.status = bad != 0 ? CARE_WHITEN_STATUS_NON_FINITE : 0u;
-        s.pad0 = 0;
-        s.count = cnt;
-        s.mean = mean;
-        s.m2 = m2;
-        s.scale = 1.0 / sqrt(var + p.eps);
-        s.std = denom > 0.0 ? sqrt(var) : 0.0;
-        p.stats[0] = s;
+        CareWhitenSlot mine;
+        mine.count = cnt;
+        mine.mean = mean;
+        mine.m2 = m2;
+        mine.bad = bad;
+        mine.pad0 = 0;
+        w->slots[blockIdx.x] = mine;
+    }
+    if (!care_last_block(&w->arrivals)) {
+        return;
+    }
+    // The merge: thread t folds slots t, t + blockDim.x, ... in order, then a fixed tree.
+    const care_u32 nslots = gridDim.x;
+    CareWhitenSlot acc;
+    acc.count = 0.0;
+    acc.mean = 0.0;
+    acc.m2 = 0.0;
+    acc.bad = 0;
+    acc.pad0 = 0;
+    for (care_u32 i = threadIdx.x; i < nslots; i += blockDim.x) {
+        const volatile CareWhitenSlot* q = &w->slots[i];
+        CareWhitenSlot v;
+        v.count = q->count;
+        v.mean = q->mean;
+        v.m2 = q->m2;
+        v.bad = q->bad;
+        v.pad0 = 0;
+        acc = care_whiten_merge(acc, v);
+    }
+    if (threadIdx.x < 256u) {
+        tree[threadIdx.x] = acc;
+    }
+    const care_u32 width = blockDim.x < 256u ? blockDim.x : 256u;
+    for (care_u32 s = 1; s < width; s <<= 1) {
+        __syncthreads();
+        if (threadIdx.x % (2u * s) == 0u && threadIdx.x + s < width) {
+            tree[threadIdx.x] = care_whiten_merge(tree[threadIdx.x], tree[threadIdx.x + s]);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const CareWhitenSlot r = tree[0];
+        const double denom = p.unbiased != 0 ? r.count - 1.0 : r.count;
+        const double var = denom > 0.0 ? r.m2 / denom : 0.0;
+        CareWhitenStats st;
+        st.status = r.bad != 0 ? CARE_WHITEN_STATUS_NON_FINITE : 0u;
+        st.pad0 = 0;
+        st.count = r.count;
+        st.mean = r.mean;
+        st.m2 = r.m2;
+        st.scale = 1.0 / sqrt(var + p.eps);
+        st.std = denom > 0.0 ? sqrt(var) : 0.0;
+        w->stats = st;
     }
 }
 

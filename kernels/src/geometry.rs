@@ -111,6 +111,24 @@ pub fn returns_geometry(n_seq: u32, tuning: Tuning) -> Geometry {
     }
 }
 
+/// Geometry of `whiten_stats_f32`: blocks of 256 threads (or `Tuning::threads`) over
+/// contiguous ranges of at least 8 values per thread, at most
+/// [`STAT_SLOTS`](crate::params::STAT_SLOTS) (or `Tuning::max_blocks`) blocks.
+pub fn whiten_stats_geometry(n: u64, tuning: Tuning) -> Geometry {
+    let block = tuning.threads.unwrap_or(BLOCK);
+    let cap = tuning
+        .max_blocks
+        .unwrap_or(crate::params::STAT_SLOTS as u32)
+        .min(crate::params::STAT_SLOTS as u32);
+    let blocks = n
+        .div_ceil(u64::from(block) * 8)
+        .clamp(1, u64::from(cap.max(1)));
+    Geometry {
+        grid: (u32::try_from(blocks).unwrap_or(1), 1, 1),
+        block: (block, 1, 1),
+    }
+}
+
 /// Blocks of `whiten_apply_f32` at most: 8 per SM of an H200 (132 SMs) with 256 threads each,
 /// enough to saturate memory bandwidth; the threads stride over longer batches.
 pub const WHITEN_APPLY_BLOCKS: u32 = 1056;

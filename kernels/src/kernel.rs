@@ -327,7 +327,7 @@ registry! {
         /// GAE advantages and returns, one thread per sequence (`CareReturnsParams`).
         GaeF32 GAE_F32 "gae_f32" (ReturnsParams) [64, 16, Small];
         /// Whitening statistics into the workspace, one block (`CareWhitenParams`).
-        WhitenStatsF32 WHITEN_STATS_F32 "whiten_stats_f32" (WhitenParams) [1024, 1, Small];
+        WhitenStatsF32 WHITEN_STATS_F32 "whiten_stats_f32" (WhitenParams) [256, 4, Small];
         /// Whitening in place from those statistics (`CareWhitenParams`).
         WhitenApplyF32 WHITEN_APPLY_F32 "whiten_apply_f32" (WhitenParams) [256, 4, Stream];
     }

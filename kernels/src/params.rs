@@ -224,6 +224,38 @@ pub struct WhitenStatsRaw {
     pub std: f64,
 }
 
+/// One block's partial whitening statistics (C `CareWhitenSlot`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct WhitenSlotRaw {
+    /// Counted values of the block.
+    pub count: f64,
+    /// Their mean.
+    pub mean: f64,
+    /// Their centered sum of squares.
+    pub m2: f64,
+    /// 1: a counted value is not finite.
+    pub bad: u32,
+    /// Padding.
+    pub pad0: u32,
+}
+
+/// The whitening's workspace (C `CareWhitenWork`): the [`WhitenStatsRaw`] first, then the
+/// arrival counter of the slot merge (zeroed by the plan) and one slot per block of
+/// `whiten_stats_f32`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct WhitenWorkRaw {
+    /// The merged statistics.
+    pub stats: WhitenStatsRaw,
+    /// Blocks that have published their slot.
+    pub arrivals: u32,
+    /// Padding.
+    pub pad0: [u32; 3],
+    /// One per block.
+    pub slots: [WhitenSlotRaw; STAT_SLOTS],
+}
+
 /// Parameters of `grpo_loss_{f32,bf16,f16}` and `grpo_loss_denoms` (C `CareLossParams`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -790,6 +822,13 @@ pub mod layout {
             is_level, rej_zero, roll_on, sapo_tau_pos, sapo_tau_neg, is_threshold,
             is_threshold_low, roll_clamp, rej_on, rej_lower, rej_upper, dtype, pad2, cov_ratio,
             clip_cov_lb, clip_cov_ub, kl_cov_coef, cov_round, cov_work, cov_keys, work)
+    }
+
+    /// `CareWhitenWork` (then `sizeof(CareWhitenSlot)`).
+    pub fn whiten_work() -> Vec<u32> {
+        let mut v: Vec<u32> = layout!(WhitenWorkRaw: stats, arrivals, pad0, slots);
+        v.push(size_of::<WhitenSlotRaw>() as u32);
+        v
     }
 
     /// `CareLossWork` (its slot type's size first).

@@ -464,6 +464,8 @@ fn default_geometry_uses_the_launch_bounds() {
         geometry::whiten_apply_geometry(9, t).block.0,
         threads(Kernel::WhitenApplyF32)
     );
+    let g = geometry::whiten_stats_geometry(1 << 20, t);
+    assert_eq!(g.block.0, threads(Kernel::WhitenStatsF32));
     for d in care_kernels::Dtype::ALL {
         let g = geometry::logits_loss_geometry(9000, t);
         assert_eq!(g.block.0, threads(Kernel::logits_loss(d).kernel()));

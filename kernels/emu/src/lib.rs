@@ -175,6 +175,7 @@ unsafe extern "C" {
     fn emu_layout_returns(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_whiten(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_whiten_stats(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_whiten_work(out: *mut u32, cap: usize) -> usize;
     fn emu_selftest_publish(blocks: u32, threads: u32, sync: i32, out: *mut u32, seed: u64) -> i32;
     fn emu_selftest_divergent_barrier(seed: u64) -> i32;
     fn emu_selftest_block_order(blocks: u32, out: *mut u32, seed: u64) -> i32;
@@ -427,6 +428,10 @@ pub mod c_layout {
     /// `CareWhitenStats`.
     pub fn whiten_stats() -> Vec<u32> {
         get(super::emu_layout_whiten_stats)
+    }
+    /// `CareWhitenWork` (then `sizeof(CareWhitenSlot)`).
+    pub fn whiten_work() -> Vec<u32> {
+        get(super::emu_layout_whiten_work)
     }
 }
 

@@ -463,16 +463,21 @@ fn check_whiten_on<D: Device>(dev: &mut D, c: &WhitenCase, tuning: Tuning, seed:
 
 fn check_whiten(c: &WhitenCase, seed: u64) {
     let mut dev = EmuDevice::default();
+    // 32 threads: the statistics of up to 1200 values spread over up to 5 blocks (8 values a
+    // thread), merged through the slots.
     let small = Tuning {
-        threads: Some(64),
-        max_blocks: Some(2),
+        threads: Some(32),
+        max_blocks: Some(4),
         ..Tuning::default()
     };
     let a = check_whiten_on(&mut dev, c, small, seed);
-    // Another schedule: bit-identical (no atomics in the reductions).
-    let (b, _) = run_whiten(&mut dev, c, small, seed ^ 0x51);
+    // Other schedules (block order and fiber order): bit-identical values and statistics (the
+    // blocks' slots are merged in a fixed order, no atomics).
+    let (b, sb) = run_whiten(&mut dev, c, small, seed ^ 0x51);
+    let (_, sc) = run_whiten(&mut dev, c, small, seed ^ 0x77);
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&a), bits(&b));
+    assert_eq!(format!("{sb:?}"), format!("{sc:?}"));
 }
 
 fn whiten_strategy() -> impl Strategy<Value = WhitenCase> {
@@ -485,7 +490,7 @@ fn whiten_strategy() -> impl Strategy<Value = WhitenCase> {
                 1 => Just(f32::NAN),
                 1 => Just(f32::INFINITY),
             ],
-            0..300,
+            0..1200,
         ),
         any::<bool>(),
         prop_oneof![Just(0.0f64), Just(1e-8), Just(1.0)],

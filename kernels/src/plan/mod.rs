@@ -45,6 +45,7 @@ pub const WORKSPACE_BYTES: usize = 128 * 1024;
 // The loss's workspace (after the 16-byte log-softmax status of the logits path) holds its
 // slots.
 const _: () = assert!(16 + size_of::<crate::params::LossWorkRaw>() <= WORKSPACE_BYTES);
+const _: () = assert!(size_of::<crate::params::WhitenWorkRaw>() <= WORKSPACE_BYTES);
 
 /// Where kernels run: the CUDA driver on a stream, or the host emulator.
 ///

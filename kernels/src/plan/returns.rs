@@ -6,14 +6,17 @@
 //! gae}` bit for bit. Whitening reduces in a different order than the reference (a block tree),
 //! so its outputs agree within the [`Whiten`](crate::tolerance::Quantity::Whiten) tolerance.
 
+use core::mem::offset_of;
+
 use care_core::Error;
 use care_core::grpo::{GaeOptions, StdKind, WhitenOptions};
 
 use super::{KernelError, Launcher, launch};
-use crate::geometry::{Tuning, batch_std_geometry, returns_geometry, whiten_apply_geometry};
+use crate::geometry::{Tuning, returns_geometry, whiten_apply_geometry, whiten_stats_geometry};
 use crate::kernel::entry;
 use crate::params::{
     ReturnsParams, STATUS_TOKENS_LAYOUT, STATUS_WHITEN_NON_FINITE, WhitenParams, WhitenStatsRaw,
+    WhitenWorkRaw,
 };
 
 /// Device inputs of [`discounted_returns`] and [`gae`]: the CSR token layout of SPEC §10.
@@ -146,8 +149,8 @@ pub struct WhitenBuffers {
 
 /// Whitens the counted values in place over the whole call, `(x - mean) / sqrt(var + eps)`
 /// with the two-pass centered variance in double, masked values becoming 0, as
-/// `care_core::grpo::whiten`: `whiten_stats_f32` (one block; deterministic fixed-order
-/// reductions) then `whiten_apply_f32`. An empty batch launches nothing.
+/// `care_core::grpo::whiten`: `whiten_stats_f32` (per-block statistics merged with Chan's
+/// formula in a fixed order: bit-identical from run to run) then `whiten_apply_f32`. An empty batch launches nothing.
 ///
 /// A non-finite counted value cannot stop the launch: the statistics record it, the values are
 /// left as they were (as the reference, which refuses the call), and [`whiten_result`] of the
@@ -168,9 +171,10 @@ pub unsafe fn whiten<L: Launcher>(
         return Err(Error::InvalidArgument.into());
     }
     let stats = buf.workspace;
-    // SAFETY: the workspace holds WORKSPACE_BYTES >= size_of::<WhitenStatsRaw>() (caller
-    // contract). All zero is the result of an empty batch: mean 0, std 0, no status.
-    unsafe { launcher.memset_zero(stats, size_of::<WhitenStatsRaw>()) }
+    // SAFETY: the workspace holds WORKSPACE_BYTES >= size_of::<WhitenWorkRaw>() (caller
+    // contract). All zero is the result of an empty batch (mean 0, std 0, no status) and the
+    // slot merge's arrival counter at its start.
+    unsafe { launcher.memset_zero(stats, offset_of!(WhitenWorkRaw, pad0)) }
         .map_err(KernelError::Backend)?;
     if buf.n == 0 {
         return Ok(());
@@ -184,13 +188,13 @@ pub unsafe fn whiten<L: Launcher>(
         unbiased: u32::from(opts.std_kind == StdKind::Unbiased),
         pad0: 0,
     };
-    // SAFETY (both): the values and mask hold `n` entries and `stats` is inside the workspace
-    // (caller contract); the stats kernel runs as one block, the apply pass strides.
+    // SAFETY (both): the values and mask hold `n` entries and the workspace a WhitenWorkRaw
+    // (caller contract); the stats kernel uses at most STAT_SLOTS blocks, the apply pass strides.
     unsafe {
         launch(
             launcher,
             entry::WHITEN_STATS_F32,
-            batch_std_geometry(tuning),
+            whiten_stats_geometry(buf.n, tuning),
             (p,),
         )
     }?;
