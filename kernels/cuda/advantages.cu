@@ -7,8 +7,9 @@
 // the forward pass, and double keeps near-equal rewards (1.0 vs 1.00001) as exact as the f64 CPU
 // reference. "All valid rewards equal" is detected exactly (min == max), never through std > 0.
 //
-// Entry points: group_advantages_f32 (one launch), batch_std_f32 (one single-block launch that
-// precedes it only when scale == batch_std; a multi-rank caller may instead write the global std)
+// Entry points: group_advantages_f32 (one launch), batch_std_f32 (a launch over the rewards that
+// precedes it only when scale == batch_std, its blocks' moments merged in a fixed order; a
+// multi-rank caller may instead write the global std)
 // and group_alpha_f32 (one single-block launch that precedes it only under the GPG factor: the
 // factor needs every group's zero-variance verdict before any advantage is written).
 //
@@ -100,6 +101,14 @@ struct CareAdvParams {
     care_u32 reweight;           // CARE_REWEIGHT_*: 1 multiplies every advantage by *alpha
 };
 
+// The batch std's slots (`care_kernels::params::BatchStdWorkRaw`): the arrival counter of the
+// slot merge (zeroed by the plan) and one slot per block.
+struct CareBatchStdWork {
+    care_u32 arrivals;
+    care_u32 pad0[3];
+    CareMoments slots[CARE_STAT_SLOTS];
+};
+
 // Mirrored by `care_kernels::params::BatchStdParams`.
 struct CareBatchStdParams {
     const float* rewards;        // [n]
@@ -111,6 +120,7 @@ struct CareBatchStdParams {
     care_u32 unbiased;
     care_u32 num_groups;
     care_u32 pad0;
+    CareBatchStdWork* work;      // the slot merge of the rewards (rewards mode); in the workspace
 };
 
 __device__ __forceinline__ bool care_adv_valid(const CareAdvParams& p, care_u32 i, float r) {
@@ -391,11 +401,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
     }
 }
 
-// The std of all valid rewards of the batch (scale == batch_std). Geometry: grid (1,1,1), block
-// 1024 (any multiple of 32): one block walks the whole batch twice (sum, then centered squares);
-// rewards are one float per sample, so this stays small next to the trainer's other work.
-extern "C" __global__ void __launch_bounds__(1024, 1) batch_std_f32(CareBatchStdParams p) {
+// The std of all valid rewards of the batch (scale == batch_std). Geometry, from rewards: at
+// most CARE_STAT_SLOTS blocks of blockDim.x <= 256 threads, block b owning the contiguous samples
+// [b * per, (b + 1) * per); each block's (count, mean, M2) two-pass in double, merged by the last
+// block with Chan's formula along a fixed tree (bit-identical whatever the block schedule). From
+// reduced group moments (p.sums): one block.
+extern "C" __global__ void __launch_bounds__(256, 4) batch_std_f32(CareBatchStdParams p) {
     __shared__ double scratch[CARE_WARP];
+    __shared__ CareMoments tree[256];
     if (p.sums != 0) {
         // From reduced group moments (Chan): M2 = sum_g m2_g + sum_g n_g (mean_g - mean)^2.
         double n = 0.0, s = 0.0;
@@ -421,8 +434,11 @@ extern "C" __global__ void __launch_bounds__(1024, 1) batch_std_f32(CareBatchStd
         }
         return; // uniform over the block
     }
+    const care_u64 per = ((care_u64)p.n + gridDim.x - 1u) / gridDim.x;
+    const care_u64 lo = (care_u64)blockIdx.x * per < p.n ? (care_u64)blockIdx.x * per : p.n;
+    const care_u64 hi = lo + per < p.n ? lo + per : p.n;
     double cnt = 0.0, sum = 0.0;
-    for (care_u32 i = threadIdx.x; i < p.n; i += blockDim.x) {
+    for (care_u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         float r = p.rewards[i];
         if (!care_isnan(r) && (p.valid == 0 || p.valid[i] != 0)) {
             cnt += 1.0;
@@ -431,9 +447,9 @@ extern "C" __global__ void __launch_bounds__(1024, 1) batch_std_f32(CareBatchStd
     }
     cnt = care_block_sum(cnt, scratch);
     sum = care_block_sum(sum, scratch);
-    double mean = cnt > 0.0 ? sum / cnt : 0.0;
+    const double mean = cnt > 0.0 ? sum / cnt : 0.0;
     double ss = 0.0;
-    for (care_u32 i = threadIdx.x; i < p.n; i += blockDim.x) {
+    for (care_u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         float r = p.rewards[i];
         if (!care_isnan(r) && (p.valid == 0 || p.valid[i] != 0)) {
             double d = (double)r - mean;
@@ -441,12 +457,26 @@ extern "C" __global__ void __launch_bounds__(1024, 1) batch_std_f32(CareBatchStd
         }
     }
     ss = care_block_sum(ss, scratch);
+    CareBatchStdWork* w = p.work;
+    if (threadIdx.x == 0) {
+        CareMoments mine;
+        mine.count = cnt;
+        mine.mean = mean;
+        mine.m2 = ss;
+        mine.bad = 0;
+        mine.pad0 = 0;
+        w->slots[blockIdx.x] = mine;
+    }
+    if (!care_last_block(&w->arrivals)) {
+        return;
+    }
+    const CareMoments m = care_moments_merge_slots(w->slots, gridDim.x, tree);
     if (threadIdx.x == 0) {
         double var = 0.0;
         if (p.unbiased != 0) {
-            var = cnt > 1.0 ? ss / (cnt - 1.0) : 0.0;
+            var = m.count > 1.0 ? m.m2 / (m.count - 1.0) : 0.0;
         } else {
-            var = cnt > 0.0 ? ss / cnt : 0.0;
+            var = m.count > 0.0 ? m.m2 / m.count : 0.0;
         }
         p.out_std[0] = care_narrow(sqrt(var));
     }

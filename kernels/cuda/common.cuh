@@ -260,6 +260,72 @@ __device__ __forceinline__ bool care_last_block(care_u32* arrivals) {
     return last;
 }
 
+// Count, mean and centered sum of squares (M2) of some values, with a non-finite flag: the
+// per-block partials of the multi-block moments (whitening, batch std).
+struct CareMoments {
+    double count;
+    double mean;
+    double m2;
+    care_u32 bad; // a non-finite counted value
+    care_u32 pad0;
+};
+
+// Chan's merge of two partials: exact for equal means, no cancellation of E[x^2] - E[x]^2.
+__device__ __forceinline__ CareMoments care_moments_merge(CareMoments a, CareMoments b) {
+    if (b.count == 0.0) {
+        a.bad |= b.bad;
+        return a;
+    }
+    if (a.count == 0.0) {
+        b.bad |= a.bad;
+        return b;
+    }
+    CareMoments r;
+    r.count = a.count + b.count;
+    const double d = b.mean - a.mean;
+    r.mean = a.mean + d * (b.count / r.count);
+    r.m2 = a.m2 + b.m2 + d * d * (a.count * (b.count / r.count));
+    r.bad = a.bad | b.bad;
+    r.pad0 = 0;
+    return r;
+}
+
+// The last block's merge of `nslots` slots (written by other blocks during the launch): thread
+// t folds slots t, t + blockDim.x, ... in order, then a fixed tree over the threads (t with
+// t + s for s = 1, 2, 4, ...) in `tree` (blockDim.x <= 256 entries of shared memory). The result
+// is valid in thread 0; every thread of the block calls it. A fixed order for a given geometry,
+// so the same bits on every run.
+__device__ __forceinline__ CareMoments care_moments_merge_slots(const CareMoments* slots,
+                                                                care_u32 nslots,
+                                                                CareMoments* tree) {
+    CareMoments acc;
+    acc.count = 0.0;
+    acc.mean = 0.0;
+    acc.m2 = 0.0;
+    acc.bad = 0;
+    acc.pad0 = 0;
+    for (care_u32 i = threadIdx.x; i < nslots; i += blockDim.x) {
+        // volatile: written by other blocks during this launch, never from a cached line.
+        const volatile CareMoments* q = &slots[i];
+        CareMoments v;
+        v.count = q->count;
+        v.mean = q->mean;
+        v.m2 = q->m2;
+        v.bad = q->bad;
+        v.pad0 = 0;
+        acc = care_moments_merge(acc, v);
+    }
+    tree[threadIdx.x] = acc;
+    for (care_u32 s = 1; s < blockDim.x; s <<= 1) {
+        __syncthreads();
+        if (threadIdx.x % (2u * s) == 0u && threadIdx.x + s < blockDim.x) {
+            tree[threadIdx.x] = care_moments_merge(tree[threadIdx.x], tree[threadIdx.x + s]);
+        }
+    }
+    __syncthreads();
+    return tree[0];
+}
+
 // ---- selective log-softmax row primitives ------------------------------------------------------
 // Shared by logsoftmax.cu (forward, backward) and the fused logits-to-loss pass of grpo_loss.cu:
 // the parameter struct, 16-byte vectors of each dtype, the online (max, sum-exp) state in the

@@ -143,15 +143,6 @@ extern "C" __global__ void __launch_bounds__(64, 16) gae_f32(CareReturnsParams p
     }
 }
 
-// One block's partial statistics: count, mean and centered sum of squares of its values.
-struct CareWhitenSlot {
-    double count;
-    double mean;
-    double m2;
-    care_u32 bad; // a non-finite counted value
-    care_u32 pad0;
-};
-
 // The workspace of the whitening (`care_kernels::params::WhitenWorkRaw`): the statistics that
 // whiten_apply_f32 and the host read, the arrival counter of the slot merge (zeroed by the plan)
 // and one slot per block.
@@ -159,29 +150,8 @@ struct CareWhitenWork {
     CareWhitenStats stats;
     care_u32 arrivals;
     care_u32 pad0[3];
-    CareWhitenSlot slots[CARE_STAT_SLOTS];
+    CareMoments slots[CARE_STAT_SLOTS];
 };
-
-// Chan's merge of two (count, mean, M2) partials: exact for equal means, and no cancellation of
-// E[x^2] - E[x]^2.
-__device__ __forceinline__ CareWhitenSlot care_whiten_merge(CareWhitenSlot a, CareWhitenSlot b) {
-    if (b.count == 0.0) {
-        a.bad |= b.bad;
-        return a;
-    }
-    if (a.count == 0.0) {
-        b.bad |= a.bad;
-        return b;
-    }
-    CareWhitenSlot r;
-    r.count = a.count + b.count;
-    const double d = b.mean - a.mean;
-    r.mean = a.mean + d * (b.count / r.count);
-    r.m2 = a.m2 + b.m2 + d * d * (a.count * (b.count / r.count));
-    r.bad = a.bad | b.bad;
-    r.pad0 = 0;
-    return r;
-}
 
 // Count, mean, centered sum of squares, scale and std of the counted values, into the
 // workspace. Geometry: at most CARE_STAT_SLOTS blocks, block b owning the contiguous values
@@ -193,7 +163,7 @@ __device__ __forceinline__ CareWhitenSlot care_whiten_merge(CareWhitenSlot a, Ca
 extern "C" __global__ void __launch_bounds__(256, 4) whiten_stats_f32(CareWhitenParams p) {
     __shared__ double scratch[CARE_WARP];
     __shared__ care_u32 uscratch[CARE_WARP];
-    __shared__ CareWhitenSlot tree[256];
+    __shared__ CareMoments tree[256];
     CareWhitenWork* w = (CareWhitenWork*)p.stats;
     const care_u64 per = (p.n + gridDim.x - 1u) / gridDim.x;
     const care_u64 lo = (care_u64)blockIdx.x * per;
@@ -221,7 +191,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) whiten_stats_f32(CareWhiten
     }
     m2 = care_block_sum(m2, scratch);
     if (threadIdx.x == 0) {
-        CareWhitenSlot mine;
+        CareMoments mine;
         mine.count = cnt;
         mine.mean = mean;
         mine.m2 = m2;
@@ -232,37 +202,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) whiten_stats_f32(CareWhiten
     if (!care_last_block(&w->arrivals)) {
         return;
     }
-    // The merge: thread t folds slots t, t + blockDim.x, ... in order, then a fixed tree.
-    const care_u32 nslots = gridDim.x;
-    CareWhitenSlot acc;
-    acc.count = 0.0;
-    acc.mean = 0.0;
-    acc.m2 = 0.0;
-    acc.bad = 0;
-    acc.pad0 = 0;
-    for (care_u32 i = threadIdx.x; i < nslots; i += blockDim.x) {
-        const volatile CareWhitenSlot* q = &w->slots[i];
-        CareWhitenSlot v;
-        v.count = q->count;
-        v.mean = q->mean;
-        v.m2 = q->m2;
-        v.bad = q->bad;
-        v.pad0 = 0;
-        acc = care_whiten_merge(acc, v);
-    }
-    if (threadIdx.x < 256u) {
-        tree[threadIdx.x] = acc;
-    }
-    const care_u32 width = blockDim.x < 256u ? blockDim.x : 256u;
-    for (care_u32 s = 1; s < width; s <<= 1) {
-        __syncthreads();
-        if (threadIdx.x % (2u * s) == 0u && threadIdx.x + s < width) {
-            tree[threadIdx.x] = care_whiten_merge(tree[threadIdx.x], tree[threadIdx.x + s]);
-        }
-    }
-    __syncthreads();
+    const CareMoments r = care_moments_merge_slots(w->slots, gridDim.x, tree);
     if (threadIdx.x == 0) {
-        const CareWhitenSlot r = tree[0];
         const double denom = p.unbiased != 0 ? r.count - 1.0 : r.count;
         const double var = denom > 0.0 ? r.m2 / denom : 0.0;
         CareWhitenStats st;

@@ -87,8 +87,20 @@ pub fn advantages_geometry(
     )
 }
 
-/// Geometry of `batch_std_f32`: one block of 1024 threads walks the whole batch.
-pub fn batch_std_geometry(tuning: Tuning) -> Geometry {
+/// Geometry of `batch_std_f32`: from `n` rewards that of [`whiten_stats_geometry`] (per-block
+/// moments merged through the slots); from group moments one block.
+pub fn batch_std_geometry(n: u32, from_moments: bool, tuning: Tuning) -> Geometry {
+    if from_moments {
+        return Geometry {
+            grid: (1, 1, 1),
+            block: (tuning.threads.unwrap_or(BLOCK), 1, 1),
+        };
+    }
+    whiten_stats_geometry(u64::from(n), tuning)
+}
+
+/// Geometry of `group_alpha_f32`: one block of 1024 threads walks every group.
+pub fn group_alpha_geometry(tuning: Tuning) -> Geometry {
     Geometry {
         grid: (1, 1, 1),
         block: (tuning.threads.unwrap_or(1024), 1, 1),

@@ -263,7 +263,7 @@ registry! {
         GroupAdvantagesF32 GROUP_ADVANTAGES_F32 "group_advantages_f32" (AdvParams)
             [256, 4, Elementwise];
         /// Batch std of the valid rewards, one block (`CareBatchStdParams`).
-        BatchStdF32 BATCH_STD_F32 "batch_std_f32" (BatchStdParams) [1024, 1, Small];
+        BatchStdF32 BATCH_STD_F32 "batch_std_f32" (BatchStdParams) [256, 4, Small];
         /// The GPG factor `N / (N - M)`, one block (`CareAdvParams`).
         GroupAlphaF32 GROUP_ALPHA_F32 "group_alpha_f32" (AdvParams) [1024, 1, Small];
     }

@@ -145,6 +145,9 @@ pub struct BatchStdParams {
     pub num_groups: u32,
     /// Padding.
     pub pad0: u32,
+    /// [`BatchStdWorkRaw`] in the workspace (the rewards' per-block slots), or 0 from group
+    /// moments.
+    pub work: u64,
 }
 
 /// Status bit of `discounted_returns_f32` and `gae_f32` (their word at `workspace[0]`): the
@@ -224,10 +227,10 @@ pub struct WhitenStatsRaw {
     pub std: f64,
 }
 
-/// One block's partial whitening statistics (C `CareWhitenSlot`).
+/// One block's partial moments of the whitening and the batch std (C `CareMoments`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct WhitenSlotRaw {
+pub struct MomentsRaw {
     /// Counted values of the block.
     pub count: f64,
     /// Their mean.
@@ -238,6 +241,19 @@ pub struct WhitenSlotRaw {
     pub bad: u32,
     /// Padding.
     pub pad0: u32,
+}
+
+/// The batch std's slots (C `CareBatchStdWork`): the arrival counter of the slot merge (zeroed
+/// by the plan) and one slot per block of `batch_std_f32`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BatchStdWorkRaw {
+    /// Blocks that have published their slot.
+    pub arrivals: u32,
+    /// Padding.
+    pub pad0: [u32; 3],
+    /// One per block.
+    pub slots: [MomentsRaw; STAT_SLOTS],
 }
 
 /// The whitening's workspace (C `CareWhitenWork`): the [`WhitenStatsRaw`] first, then the
@@ -253,7 +269,7 @@ pub struct WhitenWorkRaw {
     /// Padding.
     pub pad0: [u32; 3],
     /// One per block.
-    pub slots: [WhitenSlotRaw; STAT_SLOTS],
+    pub slots: [MomentsRaw; STAT_SLOTS],
 }
 
 /// Parameters of `grpo_loss_{f32,bf16,f16}` and `grpo_loss_denoms` (C `CareLossParams`).
@@ -810,7 +826,8 @@ pub mod layout {
 
     /// `CareBatchStdParams`.
     pub fn batch_std() -> Vec<u32> {
-        layout!(BatchStdParams: rewards, valid, out_std, sums, m2, n, unbiased, num_groups, pad0)
+        layout!(BatchStdParams: rewards, valid, out_std, sums, m2, n, unbiased, num_groups, pad0,
+            work)
     }
 
     /// `CareLossParams`.
@@ -824,10 +841,15 @@ pub mod layout {
             clip_cov_lb, clip_cov_ub, kl_cov_coef, cov_round, cov_work, cov_keys, work)
     }
 
-    /// `CareWhitenWork` (then `sizeof(CareWhitenSlot)`).
+    /// `CareBatchStdWork`.
+    pub fn batch_std_work() -> Vec<u32> {
+        layout!(BatchStdWorkRaw: arrivals, pad0, slots)
+    }
+
+    /// `CareWhitenWork` (then `sizeof(CareMoments)`).
     pub fn whiten_work() -> Vec<u32> {
         let mut v: Vec<u32> = layout!(WhitenWorkRaw: stats, arrivals, pad0, slots);
-        v.push(size_of::<WhitenSlotRaw>() as u32);
+        v.push(size_of::<MomentsRaw>() as u32);
         v
     }
 

@@ -238,8 +238,8 @@ fn planted_missing_or_extra_argument_is_reported() {
     // A kernel gained a parameter.
     let e = planted(
         Module::Advantages,
-        "batch_std_f32_param_0[56]",
-        "batch_std_f32_param_0[56],\n\t.param .u32 batch_std_f32_param_1",
+        "batch_std_f32_param_0[64]",
+        "batch_std_f32_param_0[64],\n\t.param .u32 batch_std_f32_param_1",
     );
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(
@@ -423,11 +423,11 @@ fn default_geometry_uses_the_launch_bounds() {
     let (g, _) = geometry::advantages_geometry(1 << 20, 1, true, t);
     assert_eq!(g.block.0, threads(Kernel::GroupAdvantagesF32));
     assert_eq!(
-        geometry::batch_std_geometry(t).block.0,
+        geometry::batch_std_geometry(1 << 20, false, t).block.0,
         threads(Kernel::BatchStdF32)
     );
     assert_eq!(
-        geometry::batch_std_geometry(t).block.0,
+        geometry::group_alpha_geometry(t).block.0,
         threads(Kernel::GroupAlphaF32)
     );
     let g = geometry::loss_geometry(8, 8000, 0, false, t);

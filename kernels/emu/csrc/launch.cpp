@@ -89,7 +89,7 @@ size_t emu_layout_batch_std(uint32_t* out, size_t cap) {
                     EMU_OFF(CareBatchStdParams, out_std), EMU_OFF(CareBatchStdParams, sums),
                     EMU_OFF(CareBatchStdParams, m2), EMU_OFF(CareBatchStdParams, n),
                     EMU_OFF(CareBatchStdParams, unbiased), EMU_OFF(CareBatchStdParams, num_groups),
-                    EMU_OFF(CareBatchStdParams, pad0)};
+                    EMU_OFF(CareBatchStdParams, pad0), EMU_OFF(CareBatchStdParams, work)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;
@@ -159,6 +159,15 @@ size_t emu_layout_denoms(uint32_t* out, size_t cap) {
     uint32_t v[] = {(uint32_t)sizeof(CareLossDenoms), (uint32_t)alignof(CareLossDenoms),
                     EMU_OFF(CareLossDenoms, n_tok), EMU_OFF(CareLossDenoms, n_seq),
                     EMU_OFF(CareLossDenoms, horizon), EMU_OFF(CareLossDenoms, pad0)};
+    size_t n = sizeof(v) / sizeof(v[0]);
+    for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
+    return n;
+}
+
+size_t emu_layout_batch_std_work(uint32_t* out, size_t cap) {
+    uint32_t v[] = {(uint32_t)sizeof(CareBatchStdWork), (uint32_t)alignof(CareBatchStdWork),
+                    EMU_OFF(CareBatchStdWork, arrivals), EMU_OFF(CareBatchStdWork, pad0),
+                    EMU_OFF(CareBatchStdWork, slots)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;

@@ -41,7 +41,7 @@ EMU_RET_LAYOUT(whiten, CareWhitenParams, EMU_O(CareWhitenParams, x), EMU_O(CareW
                EMU_O(CareWhitenParams, pad0))
 EMU_RET_LAYOUT(whiten_work, CareWhitenWork, EMU_O(CareWhitenWork, stats),
                EMU_O(CareWhitenWork, arrivals), EMU_O(CareWhitenWork, pad0),
-               EMU_O(CareWhitenWork, slots), (uint32_t)sizeof(CareWhitenSlot))
+               EMU_O(CareWhitenWork, slots), (uint32_t)sizeof(CareMoments))
 EMU_RET_LAYOUT(whiten_stats, CareWhitenStats, EMU_O(CareWhitenStats, status),
                EMU_O(CareWhitenStats, pad0), EMU_O(CareWhitenStats, count),
                EMU_O(CareWhitenStats, mean), EMU_O(CareWhitenStats, m2),

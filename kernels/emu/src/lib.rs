@@ -192,6 +192,7 @@ unsafe extern "C" {
     fn emu_layout_denoms(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_cov_work(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_loss_work(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_batch_std_work(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_rollout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_lsm(out: *mut u32, cap: usize) -> usize;
 }
@@ -405,6 +406,10 @@ pub mod c_layout {
     pub fn cov_work() -> Vec<u32> {
         get(super::emu_layout_cov_work)
     }
+    /// `CareBatchStdWork`.
+    pub fn batch_std_work() -> Vec<u32> {
+        get(super::emu_layout_batch_std_work)
+    }
     /// `CareLossWork` (then `sizeof(CareLossSlot)`).
     pub fn loss_work() -> Vec<u32> {
         get(super::emu_layout_loss_work)
@@ -429,7 +434,7 @@ pub mod c_layout {
     pub fn whiten_stats() -> Vec<u32> {
         get(super::emu_layout_whiten_stats)
     }
-    /// `CareWhitenWork` (then `sizeof(CareWhitenSlot)`).
+    /// `CareWhitenWork` (then `sizeof(CareMoments)`).
     pub fn whiten_work() -> Vec<u32> {
         get(super::emu_layout_whiten_work)
     }
