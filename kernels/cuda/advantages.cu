@@ -94,7 +94,7 @@ struct CareAdvParams {
     care_u32 scale;              // CARE_SCALE_*
     care_u32 unbiased;           // 1: divide by (count - 1), 0: by count
     care_u32 singleton;          // CARE_SINGLETON_*
-    care_u32 warp_per_group;     // 1: one warp per group; 0: one block per group
+    care_u32 warp_per_group;     // lanes per group (8, 16, 32: warp segments); 0: a block per group
     float eps;
     care_u32 mode;               // CARE_ADV_*
     float std_floor;             // the std is raised to at least this before eps is added
@@ -127,16 +127,20 @@ __device__ __forceinline__ bool care_adv_valid(const CareAdvParams& p, care_u32 
     return !care_isnan(r) && (p.valid == 0 || p.valid[i] != 0);
 }
 
-// Sums over a team: a warp (shuffles) or the whole block (shared memory). `warp_mode` is uniform
-// over the block, so the barriers inside the block variants are reached by every thread.
-__device__ __forceinline__ double care_team_sum(double v, bool warp_mode, double* scratch) {
-    return warp_mode ? care_warp_sum(v) : care_block_sum(v, scratch);
+// Sums over a team: a segment of `width` lanes of a warp (shuffles; width 8, 16 or 32) or, with
+// width 0, the whole block (shared memory). `width` is uniform over the block, so the barriers
+// inside the block variants are reached by every thread, and every lane of a warp reaches the
+// segments' shuffles.
+__device__ __forceinline__ double care_team_sum(double v, care_u32 width, double* scratch) {
+    return width != 0u ? care_seg_sum(v, width) : care_block_sum(v, scratch);
 }
-__device__ __forceinline__ float care_team_min(float v, bool warp_mode, float* scratch) {
-    return warp_mode ? care_warp_min(v) : care_block_min(v, scratch, __uint_as_float(0x7f800000u));
+__device__ __forceinline__ float care_team_min(float v, care_u32 width, float* scratch) {
+    return width != 0u ? care_seg_min(v, width)
+                       : care_block_min(v, scratch, __uint_as_float(0x7f800000u));
 }
-__device__ __forceinline__ float care_team_max(float v, bool warp_mode, float* scratch) {
-    return warp_mode ? care_warp_max(v) : care_block_max(v, scratch, __uint_as_float(0xff800000u));
+__device__ __forceinline__ float care_team_max(float v, care_u32 width, float* scratch) {
+    return width != 0u ? care_seg_max(v, width)
+                       : care_block_max(v, scratch, __uint_as_float(0xff800000u));
 }
 
 // Everything needed to turn a reward of the group into its advantage.
@@ -188,20 +192,26 @@ __device__ __forceinline__ bool care_group_silent(const CareAdvParams& p, double
     return all_equal;
 }
 
-// Launch geometry (see `care_kernels::geometry::advantages_geometry`): warp mode: grid.x =
-// ceil(num_groups / (blockDim.x / 32)); block mode: grid.x = num_groups. blockDim.x is a multiple
-// of 32 (at most 1024).
+// Launch geometry (see `care_kernels::geometry::advantages_geometry`): team mode (width =
+// p.warp_per_group lanes, 8, 16 or 32): 32 / width groups per warp, grid.x =
+// ceil(num_groups / (blockDim.x / width)); block mode (width 0): grid.x = num_groups. blockDim.x
+// is a multiple of 32. Small groups take narrow teams, so that a warp keeps 4 groups of 8 in
+// flight instead of one group and 24 idle lanes.
 extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAdvParams p) {
     __shared__ double dscratch[CARE_WARP];
     __shared__ float fscratch[CARE_WARP];
-    const bool warp_mode = p.warp_per_group != 0;
+    const care_u32 width = p.warp_per_group;
+    const bool warp_mode = width != 0u;
     care_u32 g, lane, team;
     if (warp_mode) {
-        g = blockIdx.x * (blockDim.x / CARE_WARP) + threadIdx.x / CARE_WARP;
-        lane = threadIdx.x & (CARE_WARP - 1);
-        team = CARE_WARP;
-        if (g >= p.num_groups) {
-            return; // a whole warp leaves together; warp mode has no block barrier
+        const care_u32 per_warp = CARE_WARP / width;
+        const care_u32 first = (blockIdx.x * (blockDim.x / CARE_WARP) + threadIdx.x / CARE_WARP) *
+                               per_warp;
+        g = first + (threadIdx.x & (CARE_WARP - 1)) / width;
+        lane = threadIdx.x & (width - 1u);
+        team = width;
+        if (first >= p.num_groups) {
+            return; // a whole warp leaves together; team mode has no block barrier
         }
     } else {
         g = blockIdx.x;
@@ -211,10 +221,16 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
             return; // uniform over the block
         }
     }
+    // A segment past the last group (in the last warp) takes an empty range and writes nothing,
+    // but stays for its warp's shuffles.
+    const bool active = g < p.num_groups;
+    const bool lead = lane == 0 && active; // the lane that writes the group's results
 
     // Group bounds, clamped so that malformed offsets can never index out of bounds.
-    care_u32 start, end;
-    if (p.offsets != 0) {
+    care_u32 start = 0, end = 0;
+    if (!active) {
+        // empty
+    } else if (p.offsets != 0) {
         start = p.offsets[g];
         end = p.offsets[g + 1];
         start = start < p.n ? start : p.n;
@@ -242,15 +258,15 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
             mx = r > mx ? r : mx;
         }
     }
-    cnt = care_team_sum(cnt, warp_mode, dscratch);
-    sum = care_team_sum(sum, warp_mode, dscratch);
-    mn = care_team_min(mn, warp_mode, fscratch);
-    mx = care_team_max(mx, warp_mode, fscratch);
+    cnt = care_team_sum(cnt, width, dscratch);
+    sum = care_team_sum(sum, width, dscratch);
+    mn = care_team_min(mn, width, fscratch);
+    mx = care_team_max(mx, width, fscratch);
     if (inf_seen && p.status != 0) {
         atomicOr(p.status, CARE_STATUS_NON_FINITE);
     }
     if (p.mode == CARE_ADV_PARTIAL_SUMS) {
-        if (lane == 0) {
+        if (lead) {
             CareGroupSums gs;
             gs.count = cnt;
             gs.sum = sum;
@@ -261,7 +277,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
     bool all_equal = mn == mx; // exact, from this call's rewards (LOCAL)
     if (p.mode != CARE_ADV_LOCAL) {
         // The global moments replace the local count and sum.
-        CareGroupSums gs = p.sums[g];
+        CareGroupSums gs;
+        gs.count = 0.0;
+        gs.sum = 0.0;
+        if (active) {
+            gs = p.sums[g];
+        }
         cnt = gs.count;
         sum = gs.sum;
     }
@@ -270,13 +291,13 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
     // Pass 2: centered sum of squares (never E[x^2] - E[x]^2).
     double ss = 0.0;
     if (p.mode == CARE_ADV_FINALIZE) {
-        ss = p.m2[g];
+        ss = active ? p.m2[g] : 0.0;
         // Two-pass centering makes the reduced m2 exactly 0 iff all valid rewards are equal.
         all_equal = ss == 0.0;
         // x - x == 0 exactly for finite x, and is NaN for infinities and NaN.
         bool ok = cnt - cnt == 0.0 && cnt >= 0.0 && sum - sum == 0.0 && ss - ss == 0.0 &&
                   ss >= 0.0;
-        if (!ok && lane == 0 && p.status != 0) {
+        if (!ok && lead && p.status != 0) {
             atomicOr(p.status, CARE_STATUS_INVALID_MOMENTS);
         }
     } else {
@@ -287,10 +308,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
                 ss += d * d;
             }
         }
-        ss = care_team_sum(ss, warp_mode, dscratch);
+        ss = care_team_sum(ss, width, dscratch);
     }
     if (p.mode == CARE_ADV_PARTIAL_SQUARES) {
-        if (lane == 0) {
+        if (lead) {
             p.m2[g] = ss;
         }
         return; // uniform over the team
@@ -320,8 +341,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
                 l += len;
             }
         }
-        lr = care_team_sum(lr, warp_mode, dscratch);
-        l = care_team_sum(l, warp_mode, dscratch);
+        lr = care_team_sum(lr, width, dscratch);
+        l = care_team_sum(l, width, dscratch);
         c.mean = l > 0.0 ? lr / l : mean;
     } else if (p.baseline == CARE_BASELINE_PASSK) {
         // The first sample holding the maximum, then the largest reward of the others.
@@ -333,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
                 first = i;
             }
         }
-        first = warp_mode ? care_warp_min(first)
+        first = warp_mode ? care_seg_min(first, width)
                           : care_block_min(first, (care_u32*)fscratch, 0xffffffffu);
         for (care_u32 i = start + lane; i < end; i += team) {
             float r = p.rewards[i];
@@ -341,7 +362,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
                 cand = r > cand ? r : cand;
             }
         }
-        cand = care_team_max(cand, warp_mode, fscratch);
+        cand = care_team_max(cand, width, fscratch);
         c.best = first;
         c.second = (double)cand;
     }
@@ -366,7 +387,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
             c.inv_scale = p.scale == CARE_SCALE_NONE ? alpha : alpha / (1.0 + (double)p.eps);
         } else {
             c.kind = 0;
-            if (p.singleton == CARE_SINGLETON_ERROR && lane == 0 && p.status != 0) {
+            if (p.singleton == CARE_SINGLETON_ERROR && lead && p.status != 0) {
                 atomicOr(p.status, CARE_STATUS_SINGLETON);
             }
         }
@@ -377,7 +398,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
     for (care_u32 i = start + lane; i < end; i += team) {
         p.adv[i] = care_adv_of(p, c, i);
     }
-    if (lane == 0 && p.group_stats != 0) {
+    if (lead && p.group_stats != 0) {
         CareGroupStats gs;
         gs.count = (care_u32)cnt;
         gs.mean = care_narrow(mean);

@@ -186,6 +186,35 @@ __device__ __forceinline__ T care_warp_max(T v) {
     return v;
 }
 
+// Reductions over aligned segments of `width` lanes (a power of two, at most 32): lane l meets
+// only lanes l ^ o with o < width, so the segments of a warp reduce side by side. Every lane of
+// the warp calls them.
+template <typename T>
+__device__ __forceinline__ T care_seg_sum(T v, care_u32 width) {
+    for (care_u32 o = width / 2u; o > 0u; o >>= 1) {
+        v += __shfl_xor_sync(CARE_FULL_MASK, v, (int)o);
+    }
+    return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T care_seg_min(T v, care_u32 width) {
+    for (care_u32 o = width / 2u; o > 0u; o >>= 1) {
+        T w = __shfl_xor_sync(CARE_FULL_MASK, v, (int)o);
+        v = w < v ? w : v;
+    }
+    return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T care_seg_max(T v, care_u32 width) {
+    for (care_u32 o = width / 2u; o > 0u; o >>= 1) {
+        T w = __shfl_xor_sync(CARE_FULL_MASK, v, (int)o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
 // Block-wide reductions through `scratch` (32 entries of shared memory). Every thread gets the
 // result. The leading barrier protects `scratch` from a previous call that may still be reading it.
 template <typename T>

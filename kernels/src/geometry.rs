@@ -57,9 +57,10 @@ impl Tuning {
     }
 }
 
-/// Geometry of `group_advantages_f32` and whether it runs one warp per group.
+/// Geometry of `group_advantages_f32` and its team width: 8, 16 or 32 lanes of a warp per group
+/// (mean group size up to 8, 16, 128), 0 for one block per group.
 ///
-/// Warp mode: 8 groups per 256-thread block, `grid.x = ceil(groups / 8)`. Block mode: one
+/// Team mode: `256 / width` groups per 256-thread block, `grid.x = ceil(groups * width / 256)`. Block mode: one
 /// 256-thread block per group, `grid.x = groups`. Token
 /// broadcast walks all tokens of a group, so by default it takes block mode.
 pub fn advantages_geometry(
@@ -67,14 +68,22 @@ pub fn advantages_geometry(
     num_groups: u32,
     broadcast: bool,
     tuning: Tuning,
-) -> (Geometry, bool) {
+) -> (Geometry, u32) {
     let mean_size = n.checked_div(num_groups).unwrap_or(0);
     let warp = tuning
         .warp_per_group
         .unwrap_or(!broadcast && mean_size <= WARP_GROUP_MAX);
+    // Team width: the narrowest segment of a warp (8, 16 or 32 lanes) that still gives each
+    // lane at most one reward of a mean-sized group; 0 is one block per group.
+    let width = match (warp, mean_size) {
+        (false, _) => 0,
+        (true, 0..=8) => 8,
+        (true, 9..=16) => 16,
+        (true, _) => 32,
+    };
     let block = tuning.threads.unwrap_or(BLOCK);
     let grid = if warp {
-        num_groups.div_ceil(block / 32)
+        num_groups.div_ceil(block / width)
     } else {
         num_groups
     };
@@ -83,7 +92,7 @@ pub fn advantages_geometry(
             grid: (grid.max(1), 1, 1),
             block: (block, 1, 1),
         },
-        warp,
+        width,
     )
 }
 
@@ -292,16 +301,23 @@ mod tests {
 
     #[test]
     fn geometry_covers_every_group_and_sequence() {
-        // Warp mode: 8 groups per 256-thread block.
-        let (g, warp) = advantages_geometry(8 * 1001, 1001, false, Tuning::default());
-        assert!(warp);
+        // Team mode: groups of 8 in segments of 8 lanes, 32 groups per 256-thread block.
+        let (g, width) = advantages_geometry(8 * 1001, 1001, false, Tuning::default());
+        assert_eq!(width, 8);
+        assert_eq!(g.grid.0 * (g.block.0 / 8), 1024);
+        let (g, width) = advantages_geometry(64 * 1001, 1001, false, Tuning::default());
+        assert_eq!(width, 32);
         assert_eq!(g.grid.0 * (g.block.0 / 32), 1008);
+        assert_eq!(
+            advantages_geometry(16 * 5, 5, false, Tuning::default()).1,
+            16
+        );
         // Block mode for large groups and for the token broadcast.
-        let (g, warp) = advantages_geometry(1000 * 200, 1000, false, Tuning::default());
-        assert!(!warp);
+        let (g, width) = advantages_geometry(1000 * 200, 1000, false, Tuning::default());
+        assert_eq!(width, 0);
         assert_eq!((g.grid.0, g.block.0), (1000, 256));
-        let (_, warp) = advantages_geometry(16, 2, true, Tuning::default());
-        assert!(!warp);
+        let (_, width) = advantages_geometry(16, 2, true, Tuning::default());
+        assert_eq!(width, 0);
         let (g, _) = advantages_geometry(5000, 1, false, Tuning::default());
         assert_eq!(g.block.0, BLOCK);
         // Loss: one block row per sequence; chunks of at most 2048 tokens, more (down to 256

@@ -89,7 +89,7 @@ pub struct AdvParams {
     pub unbiased: u32,
     /// [`SingletonPolicy`] as its `u32` value.
     pub singleton: u32,
-    /// 1: one warp per group, 0: one block per group.
+    /// Lanes per group (8, 16 or 32: segments of a warp), or 0: one block per group.
     pub warp_per_group: u32,
     /// Added to the std before dividing.
     pub eps: f32,

@@ -368,7 +368,7 @@ unsafe fn launch_advantages<L: Launcher>(
         }?;
     }
     let broadcast = writes_adv && buf.tok_offsets != 0;
-    let (geometry, warp) = advantages_geometry(buf.n, num_groups, broadcast, tuning);
+    let (geometry, width) = advantages_geometry(buf.n, num_groups, broadcast, tuning);
     if geometry.grid.0 > MAX_GRID_X {
         return Err(Error::InvalidArgument.into());
     }
@@ -379,7 +379,7 @@ unsafe fn launch_advantages<L: Launcher>(
         tok_offsets: if broadcast { buf.tok_offsets } else { 0 },
         tok_mask: buf.tok_mask,
         adv_tok: if broadcast { buf.adv_tok } else { 0 },
-        warp_per_group: u32::from(warp),
+        warp_per_group: width,
         reweight: if gpg { base.reweight } else { 0 },
         ..base
     };
