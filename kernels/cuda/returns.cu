@@ -1,9 +1,10 @@
 // Token-level estimators (SPEC section 18): discounted returns (REINFORCE++), GAE over token
 // rewards and values, and masked whitening over the counted tokens of the batch.
 //
-// Returns and GAE: one thread per sequence runs the reverse scan over its tokens, exactly as the
-// CPU reference does (double accumulation, the same operations in the same order, rounded to f32
-// once per output). Why not a segmented parallel scan: a sequence is at most a few thousand (tens
+// Returns and GAE: one warp per sequence stages its tokens through shared memory in coalesced
+// tiles, and one lane runs the reverse scan over each tile exactly as the CPU reference does
+// (double accumulation, the same operations in the same order, rounded to f32 once per output).
+// Why not a segmented parallel scan: a sequence is at most a few thousand (tens
 // of thousands) tokens, the scan is two or three double operations per token and memory-bound,
 // and a parallel scan would reassociate the recurrence, so the GPU would no longer equal the CPU
 // bit for bit. The additions and multiplications go through care_dadd/care_dmul (round-to-nearest
@@ -70,12 +71,12 @@ __device__ __forceinline__ bool care_counted(const care_u8* mask, care_u64 t) {
 }
 
 // Sequence `s`'s token range, clamped into 0..=n_tok; flags a malformed pair in the status.
-// Thread 0 also checks both ends of the offsets (also when there is no sequence).
+// Lane 0 of warp 0 of block 0 also checks both ends of the offsets (also when there is no
+// sequence). Called by lane 0 of each warp.
 __device__ __forceinline__ bool care_token_range(const CareReturnsParams& p, care_u32 s,
                                                  care_u32* start, care_u32* end) {
-    care_u32 gid = blockIdx.x * blockDim.x + threadIdx.x;
     bool bad = false;
-    if (gid == 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
         bad = p.seq_offsets[0] != 0 || p.seq_offsets[p.n_seq] != p.n_tok;
     }
     bool mine = s < p.n_seq;
@@ -95,52 +96,160 @@ __device__ __forceinline__ bool care_token_range(const CareReturnsParams& p, car
     return mine;
 }
 
-// G_t = r_t + gamma * G_next over the counted tokens of each sequence, from the last; masked
-// tokens get 0 and do not break the chain. Geometry: one thread per sequence,
-// grid.x = max(1, ceil(n_seq / blockDim.x)) (see `care_kernels::geometry::returns_geometry`).
-extern "C" __global__ void __launch_bounds__(64, 16) discounted_returns_f32(CareReturnsParams p) {
-    care_u32 s = blockIdx.x * blockDim.x + threadIdx.x;
-    care_u32 start, end;
-    if (!care_token_range(p, s, &start, &end)) {
+// Returns and GAE: one warp per sequence. The warp stages the sequence through shared memory in
+// tiles of CARE_RET_TILE tokens from its end: the lanes load a tile with coalesced loads (and
+// the next tile's loads are in flight while it is scanned), lane 0 runs the serial recurrence
+// over the tile backwards, and the lanes store the tile's outputs with coalesced stores. The
+// recurrence is the CPU reference's, operation for operation.
+#define CARE_RET_BLOCK 64 // threads per block (the launch bounds): 2 warps, 2 sequences
+#define CARE_RET_WARPS (CARE_RET_BLOCK / CARE_WARP)
+#define CARE_RET_TILE 128 // tokens per tile: 4 per lane
+#define CARE_RET_PER_LANE (CARE_RET_TILE / CARE_WARP)
+
+// One tile of a sequence in shared memory (per warp).
+struct CareRetTile {
+    float r[CARE_RET_TILE];  // rewards
+    float v[CARE_RET_TILE];  // values (GAE)
+    float a[CARE_RET_TILE];  // output: advantages (GAE)
+    float g[CARE_RET_TILE];  // output: returns
+    care_u8 m[CARE_RET_TILE]; // counted
+};
+
+// A lane's share of a tile in registers (the prefetch of the next tile).
+struct CareRetLane {
+    float r[CARE_RET_PER_LANE];
+    float v[CARE_RET_PER_LANE];
+    care_u8 m[CARE_RET_PER_LANE];
+};
+
+__device__ __forceinline__ void care_ret_fetch(const CareReturnsParams& p, bool gae, care_u32 lo,
+                                               care_u32 n, care_u32 lane, CareRetLane& x) {
+    for (int q = 0; q < CARE_RET_PER_LANE; ++q) {
+        const care_u32 j = lane + (care_u32)q * CARE_WARP;
+        x.r[q] = j < n ? p.rewards[lo + j] : 0.0f;
+        x.v[q] = (gae && j < n) ? p.values[lo + j] : 0.0f;
+        x.m[q] = (j < n && care_counted(p.mask, lo + j)) ? 1 : 0;
+    }
+}
+
+__device__ __forceinline__ void care_ret_stage(const CareRetLane& x, care_u32 lane,
+                                               CareRetTile& t) {
+    for (int q = 0; q < CARE_RET_PER_LANE; ++q) {
+        const care_u32 j = lane + (care_u32)q * CARE_WARP;
+        t.r[j] = x.r[q];
+        t.v[j] = x.v[q];
+        t.m[j] = x.m[q];
+    }
+}
+
+// One step of the discounted return at a token, from the later tokens' G. A masked token gets 0
+// and leaves the chain as it was (the line a reset at masked tokens would change).
+__device__ __forceinline__ float care_return_step(double gamma, double& g, float r, bool counted) {
+    if (!counted) {
+        return 0.0f;
+    }
+    g = care_dadd((double)r, care_dmul(gamma, g));
+    return care_narrow(g);
+}
+
+// One step of GAE at a token: A and R = A + V into *adv and *ret, from the later tokens'
+// (next_v, last). A masked token gets 0 in both and leaves the chain as it was.
+__device__ __forceinline__ void care_gae_step(double gamma, double gl, double& next_v,
+                                              double& last, float r, float v_f, bool counted,
+                                              float* adv, float* ret) {
+    if (!counted) {
+        *adv = 0.0f;
+        *ret = 0.0f;
         return;
     }
-    double g = 0.0;
-    for (care_u32 t = end; t > start;) {
-        --t;
-        if (care_counted(p.mask, t)) {
-            g = care_dadd((double)p.rewards[t], care_dmul(p.gamma, g));
-            p.ret[t] = care_narrow(g);
-        } else {
-            p.ret[t] = 0.0f;
+    const double v = (double)v_f;
+    const double delta = care_dadd(care_dadd((double)r, care_dmul(gamma, next_v)), -v);
+    last = care_dadd(delta, care_dmul(gl, last));
+    *adv = care_narrow(last);
+    *ret = care_narrow(care_dadd(last, v));
+    next_v = v;
+}
+
+// The scan of one sequence by its warp (GAE with `gae`, else the discounted return). Every lane
+// of the warp calls it.
+__device__ __forceinline__ void care_ret_sequence(const CareReturnsParams& p, bool gae,
+                                                  care_u32 start, care_u32 end, care_u32 lane,
+                                                  CareRetTile& t) {
+    const double gamma = p.gamma;
+    const double gl = care_dmul(p.gamma, p.lambda);
+    double g = 0.0, next_v = 0.0, last = 0.0; // lane 0's recurrence state
+    CareRetLane x;
+    care_u32 hi = end;
+    care_u32 lo = hi - start > CARE_RET_TILE ? hi - CARE_RET_TILE : start;
+    care_ret_fetch(p, gae, lo, hi - lo, lane, x);
+    while (hi > start) {
+        const care_u32 n = hi - lo;
+        care_ret_stage(x, lane, t);
+        __syncwarp();
+        // The next tile's loads go out now and land while lane 0 scans this one.
+        const care_u32 nlo = lo - start > CARE_RET_TILE ? lo - CARE_RET_TILE : start;
+        if (lo > start) {
+            care_ret_fetch(p, gae, nlo, lo - nlo, lane, x);
         }
+        if (lane == 0) {
+            for (care_u32 k = n; k > 0;) {
+                --k;
+                if (gae) {
+                    care_gae_step(gamma, gl, next_v, last, t.r[k], t.v[k], t.m[k] != 0, &t.a[k],
+                                  &t.g[k]);
+                } else {
+                    t.g[k] = care_return_step(gamma, g, t.r[k], t.m[k] != 0);
+                }
+            }
+        }
+        __syncwarp();
+        for (care_u32 j = lane; j < n; j += CARE_WARP) {
+            p.ret[lo + j] = t.g[j];
+            if (gae) {
+                p.adv[lo + j] = t.a[j];
+            }
+        }
+        __syncwarp(); // the tile is free for the next one
+        hi = lo;
+        lo = nlo;
     }
+}
+
+// Discounted returns (gae = false) or GAE, one warp per sequence. Geometry: blocks of
+// CARE_RET_BLOCK threads (or 32), grid.x = max(1, ceil(n_seq / warps per block)) (see
+// `care_kernels::geometry::returns_geometry`); one thread checks the offsets' ends even with no
+// sequence.
+__device__ __forceinline__ void care_returns(const CareReturnsParams& p, bool gae) {
+    __shared__ CareRetTile tiles[CARE_RET_WARPS];
+    const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
+    const care_u32 warp = threadIdx.x / CARE_WARP;
+    const care_u32 s = blockIdx.x * (blockDim.x / CARE_WARP) + warp;
+    care_u32 start = 0, end = 0;
+    bool mine = false;
+    if (lane == 0) {
+        mine = care_token_range(p, s, &start, &end);
+    }
+    mine = __shfl_sync(CARE_FULL_MASK, mine ? 1u : 0u, 0) != 0u;
+    start = __shfl_sync(CARE_FULL_MASK, start, 0);
+    end = __shfl_sync(CARE_FULL_MASK, end, 0);
+    if (!mine) {
+        return; // the whole warp: no block barrier follows
+    }
+    care_ret_sequence(p, gae, start, end, lane, tiles[warp]);
+}
+
+// G_t = r_t + gamma * G_next over the counted tokens of each sequence, from the last; masked
+// tokens get 0 and do not break the chain.
+extern "C" __global__ void __launch_bounds__(CARE_RET_BLOCK, 16)
+    discounted_returns_f32(CareReturnsParams p) {
+    care_returns(p, false);
 }
 
 // GAE: delta_t = r_t + gamma * V_next - V_t, A_t = delta_t + gamma * lambda * A_next,
 // R_t = A_t + V_t, over the counted tokens from the last (V and A after it are 0); masked tokens
-// get 0 in both outputs. Geometry as discounted_returns_f32.
-extern "C" __global__ void __launch_bounds__(64, 16) gae_f32(CareReturnsParams p) {
-    care_u32 s = blockIdx.x * blockDim.x + threadIdx.x;
-    care_u32 start, end;
-    if (!care_token_range(p, s, &start, &end)) {
-        return;
-    }
-    const double gl = care_dmul(p.gamma, p.lambda);
-    double next_v = 0.0, last = 0.0;
-    for (care_u32 t = end; t > start;) {
-        --t;
-        if (!care_counted(p.mask, t)) {
-            p.adv[t] = 0.0f;
-            p.ret[t] = 0.0f;
-            continue;
-        }
-        double v = (double)p.values[t];
-        double delta = care_dadd(care_dadd((double)p.rewards[t], care_dmul(p.gamma, next_v)), -v);
-        last = care_dadd(delta, care_dmul(gl, last));
-        p.adv[t] = care_narrow(last);
-        p.ret[t] = care_narrow(care_dadd(last, v));
-        next_v = v;
-    }
+// get 0 in both outputs.
+extern "C" __global__ void __launch_bounds__(CARE_RET_BLOCK, 16) gae_f32(CareReturnsParams p) {
+    care_returns(p, true);
 }
 
 // The workspace of the whitening (`care_kernels::params::WhitenWorkRaw`): the statistics that

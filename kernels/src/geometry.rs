@@ -116,18 +116,19 @@ pub fn group_alpha_geometry(tuning: Tuning) -> Geometry {
     }
 }
 
-/// Threads per block of `discounted_returns_f32` and `gae_f32` (one thread per sequence): small
-/// blocks spread a batch of a few hundred sequences over as many SMs as possible, since each
-/// thread's scan is a chain of dependent loads and adds that one SM runs no faster in bulk.
+/// Threads per block of `discounted_returns_f32` and `gae_f32` (one warp per sequence): two
+/// sequences per block, so a batch of a few hundred sequences spreads over as many SMs as
+/// possible, since each sequence's scan is a chain of dependent `f64` operations that one SM
+/// runs no faster in bulk.
 pub const RETURNS_BLOCK: u32 = 64;
 
-/// Geometry of `discounted_returns_f32` and `gae_f32`: one thread per sequence,
-/// `grid.x = max(1, ceil(n_seq / block))` (one thread runs even with no sequence: it checks the
-/// offsets' ends).
+/// Geometry of `discounted_returns_f32` and `gae_f32`: one warp per sequence,
+/// `grid.x = max(1, ceil(n_seq / (block / 32)))` (one thread runs even with no sequence: it
+/// checks the offsets' ends).
 pub fn returns_geometry(n_seq: u32, tuning: Tuning) -> Geometry {
     let block = tuning.threads.unwrap_or(RETURNS_BLOCK);
     Geometry {
-        grid: (n_seq.div_ceil(block).max(1), 1, 1),
+        grid: (n_seq.div_ceil((block / 32).max(1)).max(1), 1, 1),
         block: (block, 1, 1),
     }
 }
@@ -341,9 +342,9 @@ mod tests {
             (1, 1, 1)
         );
         assert_eq!(denoms_geometry(5000, Tuning::default()).grid.0, 1024);
-        // Returns and GAE: one thread per sequence, at least one block.
+        // Returns and GAE: one warp per sequence, at least one block.
         let g = returns_geometry(1000, Tuning::default());
-        assert_eq!((g.grid.0, g.block.0), (16, RETURNS_BLOCK));
+        assert_eq!((g.grid.0, g.block.0), (500, RETURNS_BLOCK));
         assert_eq!(returns_geometry(0, Tuning::default()).grid.0, 1);
         // Whitening: capped grid-stride pass.
         let g = whiten_apply_geometry(10_000_000_000, Tuning::default());

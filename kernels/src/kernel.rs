@@ -321,10 +321,10 @@ registry! {
     }
     /// `returns.cu`: the token-level estimators (discounted returns, GAE, whitening).
     Returns "returns" {
-        /// Discounted returns, one thread per sequence (`CareReturnsParams`).
+        /// Discounted returns, one warp per sequence (`CareReturnsParams`).
         DiscountedReturnsF32 DISCOUNTED_RETURNS_F32 "discounted_returns_f32" (ReturnsParams)
             [64, 16, Small];
-        /// GAE advantages and returns, one thread per sequence (`CareReturnsParams`).
+        /// GAE advantages and returns, one warp per sequence (`CareReturnsParams`).
         GaeF32 GAE_F32 "gae_f32" (ReturnsParams) [64, 16, Small];
         /// Whitening statistics into the workspace, one block (`CareWhitenParams`).
         WhitenStatsF32 WHITEN_STATS_F32 "whiten_stats_f32" (WhitenParams) [256, 4, Small];

@@ -2,16 +2,18 @@
 //!
 //! * `kernels/cuda/advantages.cu`: `group_advantages_f32` (one launch: fixed `G` or CSR groups,
 //!   every baseline/scale/std/singleton option, optional per-group stats and fused token
-//!   broadcast; one warp per small group, one block per large one) and `batch_std_f32`.
+//!   broadcast; a segment of a warp per small group, one block per large one) and `batch_std_f32`.
 //! * `kernels/cuda/grpo_loss.cu`: `grpo_loss_{f32,bf16,f16}` (ratio, clip, dual clip, KL,
 //!   aggregation weights, analytic gradient and stats in one pass; token-, sequence- or
 //!   sequence-token-level ratio; CISPO, SAPO, GPG and GMPO; the rollout correction's weights,
-//!   rejections and diagnostics; global denominators as inputs) and `grpo_loss_denoms`.
+//!   rejections and diagnostics; global denominators as inputs), `grpo_loss_denoms`, and
+//!   `logits_loss_{f32,bf16,f16}` (the one-pass path from logits to `dlogits` for the
+//!   token-local losses).
 //! * `kernels/cuda/logsoftmax.cu`: `logsoftmax_{fwd,bwd}_{f32,bf16,f16}` (selective
 //!   log-softmax straight from logits: log-probs, entropy and log-sum-exp, and the backward
 //!   pass into `dlogits`, in place if wanted).
 //! * `kernels/cuda/returns.cu`: `discounted_returns_f32` and `gae_f32` (SPEC §18: the reverse
-//!   scan per sequence, one thread each, bit-identical to the CPU reference) and
+//!   scan per sequence, one warp each, bit-identical to the CPU reference) and
 //!   `whiten_stats_f32` + `whiten_apply_f32` (masked whitening over the batch, deterministic).
 //!
 //! The sources include no system headers and compile with NVRTC (`scripts/gen-ptx.sh`, pinned

@@ -166,7 +166,8 @@ fn value_strategy() -> impl Strategy<Value = f32> {
 
 fn tok_case_strategy() -> impl Strategy<Value = TokCase> {
     (
-        prop::collection::vec(0u32..40, 0..10),
+        // Sequences of several 128-token tiles too (the kernels stage a sequence tile by tile).
+        prop::collection::vec(prop_oneof![6 => 0u32..40, 1 => 100u32..400], 0..10),
         unit_strategy(),
         unit_strategy(),
         any::<bool>(),

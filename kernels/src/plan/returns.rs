@@ -1,10 +1,12 @@
 //! The token-level estimators (SPEC §18) on the device: `discounted_returns_f32`, `gae_f32`,
 //! and the whitening pair `whiten_stats_f32` + `whiten_apply_f32`.
 //!
-//! Returns and GAE run the CPU reference's reverse scan, one thread per sequence, with the same
-//! double operations in the same order: their outputs equal `care_core::grpo::{discounted_returns,
-//! gae}` bit for bit. Whitening reduces in a different order than the reference (a block tree),
-//! so its outputs agree within the [`Whiten`](crate::tolerance::Quantity::Whiten) tolerance.
+//! Returns and GAE run the CPU reference's reverse scan, one warp per sequence staging coalesced
+//! tiles through shared memory and one lane scanning each, with the same double operations in
+//! the same order: their outputs equal `care_core::grpo::{discounted_returns, gae}` bit for bit.
+//! Whitening reduces in a different order than the reference (per-block moments merged with
+//! Chan's formula), so its outputs agree within the
+//! [`Whiten`](crate::tolerance::Quantity::Whiten) tolerance.
 
 use core::mem::offset_of;
 
@@ -119,7 +121,7 @@ unsafe fn launch_tokens<L: Launcher>(
         entry::DISCOUNTED_RETURNS_F32
     };
     // SAFETY: the buffers of `p` have the documented sizes (caller contract); the kernel clamps
-    // every offset into `0..=n_tok` and runs one thread per sequence, as the geometry gives.
+    // every offset into `0..=n_tok` and runs one warp per sequence, as the geometry gives.
     unsafe { launch(launcher, e, returns_geometry(buf.n_seq, tuning), (p,)) }
 }
 
