@@ -503,6 +503,56 @@ struct CareLsmVec<care_f16> {
     }
 };
 
+// L2 eviction priority of 16-byte accesses (sm_80+: createpolicy and .L2::cache_hint). The fused
+// logits-to-loss pass loads a row with evict_last, so that it stays in L2 until its second touch
+// however the gradient's own lines come and go, and re-reads it and writes the gradient with
+// evict_first (neither is needed again). Only hints: the host emulator ignores them.
+#define CARE_L2_NORMAL 0
+#define CARE_L2_LAST 1
+#define CARE_L2_FIRST 2
+
+#if defined(__CUDACC__)
+template <int H>
+__device__ __forceinline__ care_u64 care_l2_policy() {
+    care_u64 pol;
+    if (H == CARE_L2_LAST) {
+        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    } else {
+        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    }
+    return pol;
+}
+#endif
+
+template <int H>
+__device__ __forceinline__ CareVec16 care_ld16(const CareVec16* p) {
+#if defined(__CUDACC__)
+    if (H != CARE_L2_NORMAL) {
+        CareVec16 v;
+        asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+                     : "l"(p), "l"(care_l2_policy<H>()));
+        return v;
+    }
+#endif
+    return *p;
+}
+
+template <int H>
+__device__ __forceinline__ void care_st16(CareVec16* p, const CareVec16& v) {
+#if defined(__CUDACC__)
+    if (H != CARE_L2_NORMAL) {
+        asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;"
+                     :
+                     : "l"(p), "r"(v.w[0]), "r"(v.w[1]), "r"(v.w[2]), "r"(v.w[3]),
+                       "l"(care_l2_policy<H>())
+                     : "memory");
+        return;
+    }
+#endif
+    *p = v;
+}
+
 // Elements before the first 16-byte boundary of a row (the scalar head), or `vocab` when the row
 // cannot be vectorized at all (a pointer not aligned to its own element size).
 template <typename T>
@@ -596,8 +646,8 @@ __device__ __forceinline__ long long care_lsm_target(const CareLsmParams& p, car
     return (y >= 0 && y < (long long)p.vocab) ? y : -1;
 }
 
-// The team's share of one row: lanes `lane` of `team` threads.
-template <typename T, bool ENT>
+// The team's share of one row: lanes `lane` of `team` threads; vectors loaded with L2 hint H.
+template <typename T, bool ENT, int H = CARE_L2_NORMAL>
 __device__ __forceinline__ CareLsmState care_lsm_row_state(const CareLsmParams& p, const T* row,
                                                            care_u32 lane, care_u32 team) {
     typedef CareLsmVec<T> V;
@@ -617,8 +667,8 @@ __device__ __forceinline__ CareLsmState care_lsm_row_state(const CareLsmParams& 
     // Two independent 16-byte loads in flight per thread before any arithmetic.
     care_u32 k = lane;
     for (; k + team < nvec; k += 2 * team) {
-        CareVec16 a = vrow[k];
-        CareVec16 b = vrow[k + team];
+        CareVec16 a = care_ld16<H>(vrow + k);
+        CareVec16 b = care_ld16<H>(vrow + k + team);
         float za[V::N], zb[V::N];
         V::unpack(a, za);
         V::unpack(b, zb);
@@ -626,8 +676,9 @@ __device__ __forceinline__ CareLsmState care_lsm_row_state(const CareLsmParams& 
         care_lsm_add<ENT, V::N>(st, zb, scale);
     }
     if (k < nvec) {
+        const CareVec16 a = care_ld16<H>(vrow + k); // to registers first, then unpacked
         float za[V::N];
-        V::unpack(vrow[k], za);
+        V::unpack(a, za);
         care_lsm_add<ENT, V::N>(st, za, scale);
     }
     for (care_u32 j = head + nvec * V::N + lane; j < vocab; j += team) {
@@ -663,7 +714,7 @@ __device__ __forceinline__ float care_lsm_grad(const CareLsmRowGrad& r, float x,
 
 // The gradient of one 16-byte vector of logits (elements j0, j0 + 1, ...), stored as one
 // 16-byte vector.
-template <typename T, bool ENT>
+template <typename T, bool ENT, int H = CARE_L2_NORMAL>
 __device__ __forceinline__ void care_lsm_grad_vec(const CareLsmRowGrad& r, const CareVec16& in,
                                                   care_u32 j0, CareVec16* out) {
     typedef CareLsmVec<T> V;
@@ -673,7 +724,7 @@ __device__ __forceinline__ void care_lsm_grad_vec(const CareLsmRowGrad& r, const
     for (int q = 0; q < V::N; ++q) z[q] = care_lsm_grad<ENT>(r, z[q], j0 + (care_u32)q);
     CareVec16 o;
     V::pack(z, o);
-    *out = o;
+    care_st16<H>(out, o);
 }
 
 // Zeros in elements 0..vocab of a row, with 16-byte stores past the scalar head.
@@ -701,13 +752,13 @@ __device__ __forceinline__ void care_lsm_zero_row(T* drow, care_u32 vocab, care_
 // shuffles, then warp 0 merges the warps' states from shared memory (`sm`: 3 x 32 floats). The
 // result is valid in lane 0 of warp 0 (warp 0 holds it). Every thread of the block calls it;
 // the leading barrier protects `sm` from the previous row's readers.
-template <typename T, bool ENT>
+template <typename T, bool ENT, int H = CARE_L2_NORMAL>
 __device__ __forceinline__ CareLsmState care_lsm_block_state(const CareLsmParams& p, const T* xrow,
                                                              float (*sm)[CARE_WARP]) {
     const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
     const care_u32 warp = threadIdx.x / CARE_WARP;
     const care_u32 nwarps = blockDim.x / CARE_WARP;
-    CareLsmState st = care_lsm_row_state<T, ENT>(p, xrow, threadIdx.x, blockDim.x);
+    CareLsmState st = care_lsm_row_state<T, ENT, H>(p, xrow, threadIdx.x, blockDim.x);
     st = care_lsm_warp_merge<ENT>(st);
     __syncthreads();
     if (lane == 0) {
@@ -767,22 +818,23 @@ __device__ __forceinline__ void care_lsm_grad_row_reverse(const CareLsmRowGrad& 
     const CareVec16* vx = (const CareVec16*)(xrow + head);
     CareVec16* vd = (CareVec16*)(drow + head);
     // Rounds of `team` vectors from the last round down, two rounds (two loads) at a time.
+    const int F = CARE_L2_FIRST;
     care_u32 round = (nvec + team - 1) / team;
     for (; round >= 2; round -= 2) {
         const care_u32 k1 = (round - 1) * team + lane, k0 = (round - 2) * team + lane;
         if (k1 < nvec) {
-            const CareVec16 a = vx[k1];
-            const CareVec16 b = vx[k0];
-            care_lsm_grad_vec<T, false>(r, a, head + k1 * V::N, vd + k1);
-            care_lsm_grad_vec<T, false>(r, b, head + k0 * V::N, vd + k0);
+            const CareVec16 a = care_ld16<F>(vx + k1);
+            const CareVec16 b = care_ld16<F>(vx + k0);
+            care_lsm_grad_vec<T, false, F>(r, a, head + k1 * V::N, vd + k1);
+            care_lsm_grad_vec<T, false, F>(r, b, head + k0 * V::N, vd + k0);
         } else {
-            const CareVec16 b = vx[k0];
-            care_lsm_grad_vec<T, false>(r, b, head + k0 * V::N, vd + k0);
+            const CareVec16 b = care_ld16<F>(vx + k0);
+            care_lsm_grad_vec<T, false, F>(r, b, head + k0 * V::N, vd + k0);
         }
     }
     if (round == 1 && lane < nvec) {
-        const CareVec16 a = vx[lane];
-        care_lsm_grad_vec<T, false>(r, a, head + lane * V::N, vd + lane);
+        const CareVec16 a = care_ld16<F>(vx + lane);
+        care_lsm_grad_vec<T, false, F>(r, a, head + lane * V::N, vd + lane);
     }
     for (care_u32 j = lane; j < head; j += team) {
         care_store(drow, j, care_lsm_grad<false>(r, care_load(xrow, j), j));

@@ -1583,7 +1583,7 @@ __device__ void care_logits_loss(const CareLossParams& p, const CareLsmParams& x
         const bool in_seq = t >= start && t < end;
         const T* xrow = (const T*)x.logits + row * x.stride;
         const CareLsmTarget tg = care_lsm_fetch_target<T>(x, row, xrow);
-        const CareLsmState st = care_lsm_block_state<T, false>(x, xrow, sm);
+        const CareLsmState st = care_lsm_block_state<T, false, CARE_L2_LAST>(x, xrow, sm);
         if (threadIdx.x == 0) {
             const float lse2 = st.m + log2f(st.s);
             if (!care_isfinite(lse2) && x.status != 0) {

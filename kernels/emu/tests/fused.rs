@@ -20,12 +20,11 @@ use care_kernels::{
     Tuning, WORKSPACE_BYTES, fused_supports, log_softmax_backward, logits_loss_forward,
     logits_loss_fused,
 };
-use care_kernels_emu::{Emulator, addr, addr_mut};
 use proptest::prelude::*;
 
 mod common;
 
-use common::Device;
+use common::{Device, EmuDevice};
 
 trait El: Copy + bytemuck::Pod {
     const DTYPE: Dtype;
@@ -80,14 +79,6 @@ impl Case {
     }
 }
 
-/// 16-byte aligned workspace.
-#[repr(C, align(16))]
-struct Ws([u8; WORKSPACE_BYTES]);
-
-fn workspace() -> Box<Ws> {
-    Box::new(Ws([0x55; WORKSPACE_BYTES]))
-}
-
 struct Out {
     logp: Vec<f32>,
     dlogits: Vec<u16>,
@@ -117,127 +108,171 @@ fn rows_bits<T: El>(c: &Case, data: &[u128]) -> Vec<u16> {
     out
 }
 
-fn logits_rows<T: El>(c: &Case, data: &mut [u128], targets: &[i32], mask: u64) -> LogitsBuffers {
-    LogitsBuffers {
-        dtype: T::DTYPE,
-        logits: addr_mut(data) + (c.offset * size_of::<T>()) as u64,
-        rows: c.rows() as u64,
-        vocab: c.vocab as u32,
-        stride: c.stride as u64,
-        targets: addr(targets),
-        targets_i64: false,
-        mask,
+/// The case's buffers on a device.
+struct On {
+    data: u64,
+    words: usize,
+    targets: u64,
+    mask: u64,
+    seq: u64,
+    old: u64,
+    reference: u64,
+    adv: u64,
+    logp: u64,
+    stats: u64,
+    workspace: u64,
+}
+
+fn upload<T: El, D: Device>(dev: &mut D, c: &Case) -> On {
+    let n = c.rows();
+    let data = store::<T>(c);
+    On {
+        data: dev.upload(&data),
+        words: data.len(),
+        targets: dev.upload(&c.targets),
+        mask: c.mask.as_ref().map_or(0, |m| dev.upload(m)),
+        seq: dev.upload(&c.offsets()),
+        old: dev.upload(&c.old),
+        reference: dev.upload(&c.reference),
+        adv: dev.upload(&c.adv),
+        logp: dev.upload(&vec![0f32; n.max(1)]),
+        stats: dev.upload(&[LossStatsRaw::EMPTY]),
+        // Garbage in the workspace: the plans must reset what they read.
+        workspace: dev.upload(&[0x55u8; WORKSPACE_BYTES]),
     }
 }
 
-/// The three-kernel path, block team of `threads`, dlogits in place over a copy of the logits.
-fn three_kernels<T: El>(c: &Case, threads: u32, seed: u64) -> Out {
-    let emu = Emulator { seed };
-    let mut data = store::<T>(c);
-    let n = c.rows();
-    let seq = c.offsets();
-    let mask = c.mask.as_deref().map_or(0, addr);
-    let rows = logits_rows::<T>(c, &mut data, &c.targets, mask);
-    let (mut logp, mut lse, mut dlogp) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
-    let mut stats = [LossStatsRaw::EMPTY];
-    let mut ws = workspace();
-    let lsm = LogSoftmaxOptions {
+fn rows_of<T: El>(c: &Case, on: &On) -> LogitsBuffers {
+    LogitsBuffers {
+        dtype: T::DTYPE,
+        logits: on.data + (c.offset * size_of::<T>()) as u64,
+        rows: c.rows() as u64,
+        vocab: c.vocab as u32,
+        stride: c.stride as u64,
+        targets: on.targets,
+        targets_i64: false,
+        mask: on.mask,
+    }
+}
+
+fn lsm(c: &Case) -> LogSoftmaxOptions {
+    LogSoftmaxOptions {
         temperature: c.temperature,
-    };
+    }
+}
+
+/// The three-kernel path, block team of `threads`, dlogits in place over the logits.
+fn three_kernels<T: El, D: Device>(dev: &mut D, c: &Case, threads: u32, seed: u64) -> Out {
+    let n = c.rows();
+    let on = upload::<T, D>(dev, c);
+    let rows = rows_of::<T>(c, &on);
+    let lse = dev.upload(&vec![0f32; n.max(1)]);
+    let dlogp = dev.upload(&vec![0f32; n.max(1)]);
     let buf = LogitsLossBuffers {
-        logp: addr_mut(&mut logp),
-        lse: addr_mut(&mut lse),
-        dlogp: addr_mut(&mut dlogp),
-        logp_old: addr(&c.old),
-        logp_ref: addr(&c.reference),
-        adv: addr(&c.adv),
+        logp: on.logp,
+        lse,
+        dlogp,
+        logp_old: on.old,
+        logp_ref: on.reference,
+        adv: on.adv,
         adv_per_token: c.adv_per_token,
-        seq_offsets: addr(&seq),
+        seq_offsets: on.seq,
         n_seq: c.lens.len() as u32,
         max_seq_len: 0,
-        stats: addr_mut(&mut stats),
-        workspace: addr_mut(&mut ws.0),
+        stats: on.stats,
+        workspace: on.workspace,
     };
     let tuning = Tuning {
         threads: Some(threads),
         block_team: Some(true),
         ..Tuning::default()
     };
-    // SAFETY: host buffers of the documented sizes.
-    unsafe { logits_loss_forward(&emu, &rows, &buf, &lsm, &c.opts, tuning) }.unwrap();
+    let l = dev.launcher(seed);
+    // SAFETY: device buffers of the documented sizes.
+    unsafe { logits_loss_forward(&l, &rows, &buf, &lsm(c), &c.opts, tuning) }.unwrap();
     let gr = LogSoftmaxGrads {
-        lse: addr(&lse),
+        lse,
         entropy: 0,
-        dlogp: addr(&dlogp),
+        dlogp,
         dentropy: 0,
         dlogits: rows.logits,
         dstride: c.stride as u64,
     };
-    // SAFETY: in place over the host logits.
-    unsafe { log_softmax_backward(&emu, &rows, &gr, &lsm, tuning) }.unwrap();
-    Out {
-        logp,
-        dlogits: rows_bits::<T>(c, &data),
-        stats: stats[0],
-    }
+    // SAFETY: in place over the device logits.
+    unsafe { log_softmax_backward(&l, &rows, &gr, &lsm(c), tuning) }.unwrap();
+    let out = Out {
+        logp: dev.download(on.logp, n),
+        dlogits: rows_bits::<T>(c, &dev.download::<u128>(on.data, on.words)),
+        stats: dev.download(on.stats, 1)[0],
+    };
+    dev.reset();
+    out
 }
 
 /// The fused path, `threads` per block and at most `blocks` blocks; in place or into a separate
 /// buffer with the same layout.
-fn fused<T: El>(c: &Case, threads: u32, blocks: u32, in_place: bool, seed: u64) -> Out {
-    let emu = Emulator { seed };
-    let mut data = store::<T>(c);
-    let mut out = vec![0xdead_beef_u128; data.len()];
+fn fused<T: El, D: Device>(
+    dev: &mut D,
+    c: &Case,
+    threads: u32,
+    blocks: u32,
+    in_place: bool,
+    seed: u64,
+) -> Out {
     let n = c.rows();
-    let seq = c.offsets();
-    let mask = c.mask.as_deref().map_or(0, addr);
-    let rows = logits_rows::<T>(c, &mut data, &c.targets, mask);
+    let on = upload::<T, D>(dev, c);
+    let rows = rows_of::<T>(c, &on);
+    let out_buf = dev.upload(&vec![0xdead_beef_u128; on.words]);
     let dlogits = if in_place {
         rows.logits
     } else {
-        addr_mut(&mut out) + (c.offset * size_of::<T>()) as u64
-    };
-    let mut logp = vec![0f32; n];
-    let mut stats = [LossStatsRaw::EMPTY];
-    let mut ws = workspace();
-    let lsm = LogSoftmaxOptions {
-        temperature: c.temperature,
+        out_buf + (c.offset * size_of::<T>()) as u64
     };
     let buf = FusedLossBuffers {
-        logp: addr_mut(&mut logp),
+        logp: on.logp,
         lse: 0,
         dlogits,
         dstride: c.stride as u64,
-        logp_old: addr(&c.old),
-        logp_ref: addr(&c.reference),
-        adv: addr(&c.adv),
+        logp_old: on.old,
+        logp_ref: on.reference,
+        adv: on.adv,
         adv_per_token: c.adv_per_token,
-        seq_offsets: addr(&seq),
+        seq_offsets: on.seq,
         n_seq: c.lens.len() as u32,
-        stats: addr_mut(&mut stats),
-        workspace: addr_mut(&mut ws.0),
+        stats: on.stats,
+        workspace: on.workspace,
     };
     let tuning = Tuning {
         threads: Some(threads),
         max_blocks: Some(blocks),
         ..Tuning::default()
     };
-    // SAFETY: host buffers of the documented sizes.
-    unsafe { logits_loss_fused(&emu, &rows, &buf, &lsm, &c.opts, tuning) }.unwrap();
-    let status = u32::from_le_bytes(ws.0[..4].try_into().unwrap());
+    let l = dev.launcher(seed);
+    // SAFETY: device buffers of the documented sizes.
+    unsafe { logits_loss_fused(&l, &rows, &buf, &lsm(c), &c.opts, tuning) }.unwrap();
+    let status = dev.download::<u32>(on.workspace, 1)[0];
     assert_eq!(status, 0, "status");
-    Out {
-        logp,
-        dlogits: rows_bits::<T>(c, if in_place { &data } else { &out }),
-        stats: stats[0],
-    }
+    let words = dev.download::<u128>(if in_place { on.data } else { out_buf }, on.words);
+    let out = Out {
+        logp: dev.download(on.logp, n),
+        dlogits: rows_bits::<T>(c, &words),
+        stats: dev.download(on.stats, 1)[0],
+    };
+    dev.reset();
+    out
 }
 
-fn check<T: El>(c: &Case, threads: u32, blocks: u32, seed: u64) -> Result<(), TestCaseError> {
-    let want = three_kernels::<T>(c, threads, seed);
+fn check<T: El, D: Device>(
+    dev: &mut D,
+    c: &Case,
+    threads: u32,
+    blocks: u32,
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    let want = three_kernels::<T, D>(dev, c, threads, seed);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    let a = fused::<T>(c, threads, blocks, false, seed ^ 1);
-    let b = fused::<T>(c, threads, blocks, true, seed ^ 2);
+    let a = fused::<T, D>(dev, c, threads, blocks, false, seed ^ 1);
+    let b = fused::<T, D>(dev, c, threads, blocks, true, seed ^ 2);
     prop_assert_eq!(bits(&a.logp), bits(&want.logp), "logp");
     prop_assert!(a.dlogits == want.dlogits, "dlogits differ out of place");
     prop_assert!(b.dlogits == want.dlogits, "dlogits differ in place");
@@ -414,9 +449,10 @@ proptest! {
         blocks in 1u32..4,
         seed in any::<u64>(),
     ) {
-        check::<f32>(&c, threads, blocks, seed)?;
-        check::<half::bf16>(&c, threads, blocks, seed)?;
-        check::<half::f16>(&c, threads, blocks, seed)?;
+        let dev = &mut EmuDevice::default();
+        check::<f32, _>(dev, &c, threads, blocks, seed)?;
+        check::<half::bf16, _>(dev, &c, threads, blocks, seed)?;
+        check::<half::f16, _>(dev, &c, threads, blocks, seed)?;
     }
 }
 
@@ -444,32 +480,30 @@ fn sequence_level_losses_and_the_rollout_correction_are_refused() {
     for opts in refused {
         assert!(!fused_supports(&opts), "{opts:?}");
         let c = Case { opts, ..c.clone() };
-        let mut data = store::<f32>(&c);
-        let rows = logits_rows::<f32>(&c, &mut data, &c.targets, 0);
-        let seq = c.offsets();
-        let mut ws = workspace();
+        let mut dev = EmuDevice::default();
+        let on = upload::<f32, _>(&mut dev, &c);
+        let rows = rows_of::<f32>(&c, &on);
         let buf = FusedLossBuffers {
             logp: 0,
             lse: 0,
             dlogits: rows.logits,
             dstride: c.stride as u64,
-            logp_old: addr(&c.old),
+            logp_old: on.old,
             logp_ref: 0,
-            adv: addr(&c.adv),
+            adv: on.adv,
             adv_per_token: c.adv_per_token,
-            seq_offsets: addr(&seq),
+            seq_offsets: on.seq,
             n_seq: c.lens.len() as u32,
             stats: 0,
-            workspace: addr_mut(&mut ws.0),
+            workspace: on.workspace,
         };
-        let lsm = LogSoftmaxOptions::default();
         // SAFETY: refused before any launch.
         let r = unsafe {
             logits_loss_fused(
-                &Emulator { seed: 1 },
+                &dev.launcher(1),
                 &rows,
                 &buf,
-                &lsm,
+                &lsm(&c),
                 &c.opts,
                 Tuning::default(),
             )
@@ -511,4 +545,47 @@ fn gpu_every_entry_loads_within_its_register_budget() {
         assert!(i.within_budget(), "{i:?}");
         assert!(i.max_threads >= b.threads, "{i:?}");
     }
+}
+
+/// On a GPU: the random cases (fixed RNG, `CARE_GPU_CASES`) and a `[64, 151,936]` `bf16` case
+/// (sequences spanning the blocks' row ranges, in place and out of place), fused against the
+/// three-kernel path at the same block size: `logp` and `dlogits` bit for bit (the device-only
+/// instructions, `ex2.approx` and the packed conversions, are the same in both paths).
+#[test]
+fn gpu_fused_equals_the_three_kernel_path() {
+    let Some(mut dev) = common::gpu("gpu_fused_equals_the_three_kernel_path") else {
+        return;
+    };
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    for i in 0..common::gpu_cases() {
+        use proptest::strategy::ValueTree;
+        let c = case_strategy().new_tree(&mut runner).unwrap().current();
+        let blocks = 1 + i % 3;
+        check::<f32, _>(&mut dev, &c, 64, blocks, 0).unwrap();
+        check::<half::bf16, _>(&mut dev, &c, 64, blocks, 0).unwrap();
+        check::<half::f16, _>(&mut dev, &c, 64, blocks, 0).unwrap();
+    }
+    let mut r = Rng(7);
+    let (n, vocab) = (64usize, 151_936usize);
+    let logits = (0..n * vocab).map(|_| (r.unit() - 0.5) * 12.0).collect();
+    let c = Case {
+        vocab,
+        stride: vocab,
+        offset: 0,
+        lens: vec![10, 30, 24],
+        logits,
+        targets: (0..n).map(|_| (r.next() % vocab as u64) as i32).collect(),
+        mask: Some((0..n).map(|i| u8::from(!i.is_multiple_of(5))).collect()),
+        old: (0..n).map(|_| -12.0 - r.unit()).collect(),
+        reference: (0..n).map(|_| -12.0 - r.unit()).collect(),
+        adv: vec![0.7, -1.1, 0.4],
+        adv_per_token: false,
+        temperature: 0.6,
+        opts: LossOptions {
+            beta: 0.04,
+            aggregation: Aggregation::SeqMeanTokenMean,
+            ..LossOptions::default()
+        },
+    };
+    check::<half::bf16, _>(&mut dev, &c, 256, 40, 0).unwrap();
 }
