@@ -1268,9 +1268,11 @@ __device__ __forceinline__ void care_grpo_loss_seq(const CareLossParams& p, care
     const care_u32 stride = gridDim.y * blockDim.x;
     for (care_u32 t = si.start + blockIdx.y * blockDim.x + threadIdx.x; t < si.end; t += stride) {
         float g = 0.0f;
+        // The token's log-probs are loaded before the mask decides (t is in bounds either way),
+        // so the mask and log-prob loads are one round trip, not two.
+        const float lp = care_load((const T*)p.logp, t);
+        const float lo = care_logp_old<T>(p, t, lp);
         if (care_counted(p, t)) {
-            float lp = care_load((const T*)p.logp, t);
-            float lo = care_logp_old<T>(p, t, lp);
             float omega = 1.0f;
             bool in_loss = true;
             bool lr_fin = true;
