@@ -1002,9 +1002,8 @@ mod tests {
 
     #[test]
     fn gpu_without_a_driver_is_unavailable_after_the_argument_checks() {
-        #[repr(align(16))]
-        struct Ws([u8; 64]);
-        let ws = Ws([0; 64]);
+        // 16-byte aligned, CARE_GPU_WORKSPACE_BYTES long.
+        let ws = vec![0u128; CARE_GPU_WORKSPACE_BYTES / 16];
         // Fake (aligned, non-NULL) device addresses: the call must stop before touching them.
         let p = 0x1000usize as *mut f32;
         let mut c = rows(&[], &[]);
@@ -1024,17 +1023,17 @@ mod tests {
         let mut launch = care_gpu_launch {
             struct_size: size_of::<care_gpu_launch>() as u32,
             stream: null_mut(),
-            workspace: ws.0.as_ptr().cast_mut().cast(),
-            workspace_len: 64,
+            workspace: ws.as_ptr().cast_mut().cast(),
+            workspace_len: CARE_GPU_WORKSPACE_BYTES,
         };
         // SAFETY: nothing is dereferenced before the driver check, which fails here.
         unsafe {
-            launch.workspace_len = 32;
+            launch.workspace_len = CARE_GPU_WORKSPACE_BYTES - 16;
             assert_eq!(
                 care_gpu_selective_log_softmax(&c, &out, &launch),
                 care_result::CARE_ERR_BUFFER_TOO_SMALL
             );
-            launch.workspace_len = 64;
+            launch.workspace_len = CARE_GPU_WORKSPACE_BYTES;
             c.row_stride = 2;
             assert_eq!(
                 care_gpu_selective_log_softmax(&c, &out, &launch),

@@ -166,8 +166,12 @@ __device__ void care_lsm_backward(const CareLsmParams& p) {
     const care_u32 warp = threadIdx.x / CARE_WARP;
     const care_u32 nwarps = blockDim.x / CARE_WARP;
     if (p.block_team != 0) {
+        // A row's elements are split over the gridDim.y blocks of a column of the grid (more
+        // blocks than rows for a small batch): each element is independent of the others.
+        const care_u32 part = blockIdx.y * blockDim.x + threadIdx.x;
+        const care_u32 parts = gridDim.y * blockDim.x;
         for (care_u64 row = blockIdx.x; row < p.n; row += gridDim.x) {
-            care_lsm_backward_row<T, ENT>(p, row, threadIdx.x, blockDim.x);
+            care_lsm_backward_row<T, ENT>(p, row, part, parts);
         }
     } else {
         const care_u64 teams = (care_u64)gridDim.x * nwarps;

@@ -296,6 +296,25 @@ pub fn logits_loss_geometry(rows: u64, tuning: Tuning) -> Geometry {
     }
 }
 
+/// Blocks the log-softmax backward aims for when rows are few: four per SM of an H100/H200 (the
+/// launch bounds' minimum), so that 64 rows do not leave half of the SMs idle.
+pub const LSM_BWD_TARGET_BLOCKS: u32 = 528;
+
+/// Geometry of the log-softmax backward: that of [`log_softmax_geometry`], and in block-team
+/// mode with fewer row blocks than [`LSM_BWD_TARGET_BLOCKS`], each row split over `grid.y`
+/// blocks (every gradient element is independent), as long as each thread keeps two 16-byte
+/// vectors of the row.
+pub fn log_softmax_backward_geometry(rows: u64, vocab: u32, tuning: Tuning) -> (Geometry, bool) {
+    let (mut g, block_team) = log_softmax_geometry(rows, vocab, tuning);
+    if block_team {
+        let per_thread = u64::from(g.block.0) * 2 * 8; // two vectors of 8 16-bit elements
+        let most = u64::from(vocab).div_ceil(per_thread).max(1);
+        let want = u64::from(LSM_BWD_TARGET_BLOCKS).div_ceil(u64::from(g.grid.0).max(1));
+        g.grid.1 = u32::try_from(want.min(most).clamp(1, 65535)).unwrap_or(1);
+    }
+    (g, block_team)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,6 +395,13 @@ mod tests {
         assert_eq!((g.grid.0, g.block.0), (3, 64));
         // No rows still gives a valid (never launched) geometry.
         assert_eq!(log_softmax_geometry(0, 10, Tuning::default()).0.grid.0, 1);
+        // The backward splits the rows of a small batch: 64 rows of 151,936 over 9 blocks each.
+        let (g, _) = log_softmax_backward_geometry(64, 151_936, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (64, 9));
+        let (g, _) = log_softmax_backward_geometry(8192, 151_936, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (8192, 1));
+        let (g, _) = log_softmax_backward_geometry(4, 1000, Tuning::default());
+        assert_eq!(g.grid.1, 1, "a short row is not split");
     }
 
     #[test]

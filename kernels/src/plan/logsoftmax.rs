@@ -12,7 +12,9 @@ use super::loss::{base_params, prepare_work};
 use super::{
     KernelError, Launcher, LossBuffers, WORKSPACE_BYTES, grpo_loss, launch, selects_by_covariance,
 };
-use crate::geometry::{Tuning, log_softmax_geometry, logits_loss_geometry};
+use crate::geometry::{
+    Tuning, log_softmax_backward_geometry, log_softmax_geometry, logits_loss_geometry,
+};
 use crate::kernel::Kernel;
 use crate::params::{LogSoftmaxParams, STATUS_BAD_TARGET, STATUS_LSM_NON_FINITE};
 
@@ -171,7 +173,7 @@ pub unsafe fn log_softmax_backward<L: Launcher>(
     p.dentropy = grads.dentropy;
     p.dlogits = grads.dlogits;
     p.dstride = grads.dstride;
-    let (g, block_team) = log_softmax_geometry(rows.rows, rows.vocab, tuning);
+    let (g, block_team) = log_softmax_backward_geometry(rows.rows, rows.vocab, tuning);
     p.block_team = u32::from(block_team);
     // SAFETY: buffers as documented (caller contract).
     unsafe { launch(launcher, Kernel::log_softmax_backward(rows.dtype), g, (p,)) }
