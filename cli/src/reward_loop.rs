@@ -122,12 +122,20 @@ fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
         Some(p) => LoopConfig::from_file(p)?,
         None => LoopConfig::default(),
     };
-    let overrides = [
+    let judges = cfg.judge.judges.len();
+    if judges > 1 && (a.judge_url.is_some() || a.judge_model.is_some()) {
+        return Err(format!(
+            "--judge-url and --judge-model set the one judge, but the config has a panel of {judges} judges: set each judge's base_url and model in the config"
+        ));
+    }
+    let mut overrides = vec![
         (&a.generator_url, &mut cfg.generator.base_url),
         (&a.generator_model, &mut cfg.generator.model),
-        (&a.judge_url, &mut cfg.judge.base_url),
-        (&a.judge_model, &mut cfg.judge.model),
     ];
+    if let Some(judge) = cfg.judge.single_mut() {
+        overrides.push((&a.judge_url, &mut judge.base_url));
+        overrides.push((&a.judge_model, &mut judge.model));
+    }
     let mut any = false;
     for (flag, field) in overrides {
         if let Some(v) = flag {

@@ -174,8 +174,9 @@ fn check_bound(name: &str, v: u32) -> Result<(), String> {
 pub struct LoopConfig {
     /// The rubric generator.
     pub generator: EndpointConfig,
-    /// The rubric-conditioned judge.
-    pub judge: EndpointConfig,
+    /// The rubric-conditioned judge: one endpoint (`"judge": {...}`) or a panel of judges
+    /// (`"judge": [{...}, ...]`), each with a weight and a number of samples.
+    pub judge: JudgeConfig,
     /// Generator answers per turn: the first, then repairs with the validator's messages
     /// (3 = one answer and at most two repairs). After the last, the turn is `invalid_rubric`.
     pub rubric_attempts: u32,
@@ -191,18 +192,21 @@ pub struct LoopConfig {
     /// built-in profile of `care-core` (`kardia`: no generator call; malformed outputs get 0
     /// without a judge call; the judge sees the response span).
     pub profile: String,
+    /// How a panel of judges is aggregated (quorum, criterion shuffling, the spread threshold).
+    pub panel: PanelConfig,
 }
 
 impl Default for LoopConfig {
     fn default() -> Self {
         LoopConfig {
             generator: EndpointConfig::default(),
-            judge: EndpointConfig::default(),
+            judge: JudgeConfig::default(),
             rubric_attempts: 3,
             judge_attempts: 3,
             lenient_rubric: false,
             turn_concurrency: 16,
             profile: "care".to_owned(),
+            panel: PanelConfig::default(),
         }
     }
 }
@@ -228,6 +232,386 @@ impl LoopConfig {
         check_bound("judge_attempts", self.judge_attempts)?;
         if self.turn_concurrency == 0 || self.turn_concurrency > 4096 {
             return Err("turn_concurrency must be in 1..=4096".to_owned());
+        }
+        self.panel.check(&self.judge)
+    }
+}
+
+/// Most judges in a panel.
+pub const MAX_PANEL_JUDGES: usize = 8;
+/// Most samples one judge takes of each response.
+pub const MAX_JUDGE_SAMPLES: u32 = 16;
+/// Most judge calls per response over the whole panel (the sum of the samples; the retries of
+/// an unusable answer come on top, each bounded by `judge_attempts`).
+pub const MAX_PANEL_CALLS: u32 = 32;
+/// Longest judge name (it is a label value of the metrics).
+pub const MAX_JUDGE_NAME: usize = 64;
+/// The trimmed fraction of `trimmed_mean` when `panel.trim` is not given: the interquartile mean.
+pub const DEFAULT_TRIM: f64 = 0.25;
+
+/// The members of a judge object that are not endpoint fields.
+const JUDGE_KEYS: [&str; 3] = ["name", "weight", "samples"];
+
+/// One judge: an endpoint, its weight in the panel and the answers it gives per response.
+///
+/// In JSON one object: every field of [`EndpointConfig`] plus `name`, `weight` and `samples`
+/// (unknown members are errors, as everywhere in the configuration).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JudgeSpec {
+    /// The endpoint.
+    pub endpoint: EndpointConfig,
+    /// The name in the output lines and the metrics; `None`: the model name.
+    pub name: Option<String>,
+    /// Weight in the panel's aggregate: finite and above 0 (default 1).
+    pub weight: f64,
+    /// Answers asked of this judge per response (self-consistency, default 1); more than one
+    /// needs a temperature above 0 and no `seed`, or every sample would be the same answer.
+    pub samples: u32,
+}
+
+impl JudgeSpec {
+    /// A judge at `endpoint` with weight 1 and one sample.
+    pub fn new(endpoint: EndpointConfig) -> Self {
+        JudgeSpec {
+            endpoint,
+            name: None,
+            weight: 1.0,
+            samples: 1,
+        }
+    }
+
+    /// The name in the output and the metrics.
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.endpoint.model)
+    }
+
+    fn from_value(v: serde_json::Value) -> Result<JudgeSpec, String> {
+        use serde_json::Value;
+        let Value::Object(mut m) = v else {
+            return Err(
+                "a judge is a JSON object: the endpoint fields (base_url, model, ...) and optionally name, weight, samples"
+                    .to_owned(),
+            );
+        };
+        let name = match m.remove("name") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s),
+            Some(_) => return Err("name must be a string".to_owned()),
+        };
+        let weight = match m.remove("weight") {
+            None => 1.0,
+            Some(v) => v
+                .as_f64()
+                .ok_or_else(|| format!("weight {v} must be a number"))?,
+        };
+        let samples = match m.remove("samples") {
+            None => 1,
+            Some(v) => v
+                .as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .ok_or_else(|| format!("samples {v} must be a whole number"))?,
+        };
+        let endpoint: EndpointConfig = serde_json::from_value(Value::Object(m)).map_err(|e| {
+            let s = e.to_string();
+            if s.starts_with("unknown field") {
+                format!("{s}, or one of {}", JUDGE_KEYS.join(", "))
+            } else {
+                s
+            }
+        })?;
+        Ok(JudgeSpec {
+            endpoint,
+            name,
+            weight,
+            samples,
+        })
+    }
+
+    fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        let mut v = serde_json::to_value(&self.endpoint)?;
+        if let serde_json::Value::Object(m) = &mut v {
+            if let Some(n) = &self.name {
+                m.insert("name".to_owned(), n.clone().into());
+            }
+            m.insert("weight".to_owned(), self.weight.into());
+            m.insert("samples".to_owned(), self.samples.into());
+        }
+        Ok(v)
+    }
+}
+
+impl Serialize for JudgeSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_value()
+            .map_err(serde::ser::Error::custom)?
+            .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for JudgeSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        JudgeSpec::from_value(v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The judge of the loop: one endpoint (`"judge": {...}`, as always) or a panel
+/// (`"judge": [{...}, {...}]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JudgeConfig {
+    /// The judges in configuration order (checked to be 1..=[`MAX_PANEL_JUDGES`]).
+    pub judges: Vec<JudgeSpec>,
+}
+
+impl Default for JudgeConfig {
+    fn default() -> Self {
+        JudgeConfig::from(EndpointConfig::default())
+    }
+}
+
+impl From<EndpointConfig> for JudgeConfig {
+    fn from(endpoint: EndpointConfig) -> Self {
+        JudgeConfig {
+            judges: vec![JudgeSpec::new(endpoint)],
+        }
+    }
+}
+
+impl JudgeConfig {
+    /// A panel of `judges`.
+    pub fn panel(judges: Vec<JudgeSpec>) -> Self {
+        JudgeConfig { judges }
+    }
+
+    /// The endpoint of the only judge (`None` for a panel of several: a command-line flag that
+    /// sets "the judge" would be ambiguous there).
+    pub fn single_mut(&mut self) -> Option<&mut EndpointConfig> {
+        match self.judges.as_mut_slice() {
+            [one] => Some(&mut one.endpoint),
+            _ => None,
+        }
+    }
+
+    /// How judge `k` is named in error messages: `judge` alone, `judge[k]` in a panel.
+    pub fn field(&self, k: usize) -> String {
+        if self.judges.len() == 1 {
+            "judge".to_owned()
+        } else {
+            format!("judge[{k}]")
+        }
+    }
+}
+
+impl Serialize for JudgeConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.judges.as_slice() {
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for JudgeConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Array(items) => {
+                if items.is_empty() {
+                    return Err(D::Error::custom(
+                        "judge is an empty list: give one judge object, or a list of them for a panel",
+                    ));
+                }
+                let judges = items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, v)| JudgeSpec::from_value(v).map_err(|e| format!("judge[{k}]: {e}")))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(D::Error::custom)?;
+                Ok(JudgeConfig { judges })
+            }
+            v @ serde_json::Value::Object(_) => JudgeSpec::from_value(v)
+                .map(|j| JudgeConfig { judges: vec![j] })
+                .map_err(|e| D::Error::custom(format!("judge: {e}"))),
+            _ => Err(D::Error::custom(
+                "judge must be an object (one endpoint) or a list of objects (a panel)",
+            )),
+        }
+    }
+}
+
+/// How the judges' rewards (and each criterion's scores) are combined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregate {
+    /// The weighted mean.
+    #[default]
+    Mean,
+    /// The weighted median (the mean of the two middle values when the weights split evenly).
+    Median,
+    /// The weighted mean of what is left after trimming `panel.trim` of the total weight from
+    /// each end (fractionally: a value straddling the cut counts with the part inside).
+    TrimmedMean,
+}
+
+/// What happens to a response whose judges disagree by more than `panel.max_spread`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpreadAction {
+    /// Rewarded as usual, and flagged (`panel.flagged`, a metric).
+    #[default]
+    Flag,
+    /// Flagged, and no reward: `null` with status `judges_disagree`.
+    Null,
+}
+
+/// How a panel of judges becomes one reward per response.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PanelConfig {
+    /// `mean` (default), `median` or `trimmed_mean`, over the judges, with their weights.
+    pub aggregate: Aggregate,
+    /// The fraction of the total weight trimmed from each end by `trimmed_mean`, in `[0, 0.5)`
+    /// (`null`: [`DEFAULT_TRIM`]); only with `trimmed_mean`.
+    pub trim: Option<f64>,
+    /// Judges that must give valid scores for a response to be rewarded (`null`: every judge).
+    pub quorum: Option<usize>,
+    /// Shuffle the criteria within each dimension of every judge prompt, in an order seeded by
+    /// the prompt, the judge and the sample (the same call always gets the same order).
+    pub shuffle_criteria: bool,
+    /// Flag a response whose judges' rewards spread (max - min) by more than this, in `[0, 1]`
+    /// (`null`: never flagged); needs two judges.
+    pub max_spread: Option<f64>,
+    /// What a flagged response gets: `flag` (its reward) or `null`.
+    pub on_spread: SpreadAction,
+}
+
+impl PanelConfig {
+    /// Whether the judging goes through the panel (several judges, several samples, or
+    /// shuffling); otherwise the single judge works exactly as it always has.
+    pub fn is_active(&self, judge: &JudgeConfig) -> bool {
+        judge.judges.len() > 1
+            || judge.judges.iter().any(|j| j.samples > 1)
+            || self.shuffle_criteria
+    }
+
+    /// The quorum for `n` judges.
+    pub fn quorum_of(&self, n: usize) -> usize {
+        self.quorum.unwrap_or(n)
+    }
+
+    /// The trimmed fraction of [`Aggregate::TrimmedMean`].
+    pub fn trim_fraction(&self) -> f64 {
+        self.trim.unwrap_or(DEFAULT_TRIM)
+    }
+
+    /// Checks the panel and its judges' own fields (the endpoints are checked where they are
+    /// built).
+    ///
+    /// # Errors
+    /// A message that names the field.
+    pub fn check(&self, judge: &JudgeConfig) -> Result<(), String> {
+        let n = judge.judges.len();
+        if n == 0 {
+            return Err("judge is an empty list: give at least one judge".to_owned());
+        }
+        if n > MAX_PANEL_JUDGES {
+            return Err(format!(
+                "judge lists {n} judges; a panel has at most {MAX_PANEL_JUDGES}"
+            ));
+        }
+        let mut calls = 0u32;
+        for (k, j) in judge.judges.iter().enumerate() {
+            let f = judge.field(k);
+            if !(j.weight.is_finite() && j.weight > 0.0) {
+                return Err(format!(
+                    "{f}.weight {} must be a finite number above 0",
+                    j.weight
+                ));
+            }
+            if j.samples == 0 || j.samples > MAX_JUDGE_SAMPLES {
+                return Err(format!(
+                    "{f}.samples {} must be in 1..={MAX_JUDGE_SAMPLES}",
+                    j.samples
+                ));
+            }
+            if j.samples > 1 {
+                if !j.endpoint.temperature.is_some_and(|t| t > 0.0) {
+                    return Err(format!(
+                        "{f}.samples {} needs a temperature above 0: at temperature 0 (or the server's default) the samples may all be the same answer",
+                        j.samples
+                    ));
+                }
+                if j.endpoint.seed.is_some() {
+                    return Err(format!(
+                        "{f}.samples {} needs seed null: with a fixed seed every sample is the same answer",
+                        j.samples
+                    ));
+                }
+            }
+            calls += j.samples;
+            if let Some(name) = &j.name
+                && (name.trim().is_empty()
+                    || name.chars().count() > MAX_JUDGE_NAME
+                    || name.chars().any(char::is_control))
+            {
+                return Err(format!(
+                    "{f}.name {name:?} must be 1 to {MAX_JUDGE_NAME} printable characters"
+                ));
+            }
+            let name = j.name();
+            for (i, other) in judge.judges.iter().enumerate().take(k) {
+                if other.name() == name {
+                    return Err(format!(
+                        "{f} and {} are both named {name:?}: give each judge its own name",
+                        judge.field(i)
+                    ));
+                }
+                let e = (&j.endpoint, &other.endpoint);
+                if e.0.model == e.1.model
+                    && e.0.temperature == e.1.temperature
+                    && e.0.top_p == e.1.top_p
+                    && e.0.max_tokens == e.1.max_tokens
+                    && e.0.seed == e.1.seed
+                {
+                    return Err(format!(
+                        "{f} asks the same model with the same sampling parameters as {}: it would get the same cached answers; use samples on one judge instead",
+                        judge.field(i)
+                    ));
+                }
+            }
+        }
+        if calls > MAX_PANEL_CALLS {
+            return Err(format!(
+                "the judges take {calls} samples per response; at most {MAX_PANEL_CALLS}"
+            ));
+        }
+        if let Some(q) = self.quorum
+            && (q == 0 || q > n)
+        {
+            return Err(format!(
+                "panel.quorum {q} must be in 1..={n} (the number of judges)"
+            ));
+        }
+        if let Some(t) = self.trim {
+            if self.aggregate != Aggregate::TrimmedMean {
+                return Err("panel.trim applies to aggregate trimmed_mean only".to_owned());
+            }
+            if !(t.is_finite() && (0.0..0.5).contains(&t)) {
+                return Err(format!("panel.trim {t} must be in [0, 0.5)"));
+            }
+        }
+        if let Some(x) = self.max_spread {
+            if !(x.is_finite() && (0.0..=1.0).contains(&x)) {
+                return Err(format!("panel.max_spread {x} must be in [0, 1]"));
+            }
+            if n < 2 {
+                return Err(
+                    "panel.max_spread needs at least two judges (one judge has no spread)"
+                        .to_owned(),
+                );
+            }
+        } else if self.on_spread == SpreadAction::Null {
+            return Err("panel.on_spread null needs panel.max_spread".to_owned());
         }
         Ok(())
     }

@@ -24,6 +24,8 @@ use crate::metrics::Metrics;
 use crate::profile::{CareProfile, Dialogue, JudgeProblem, Prepared, RubricCheck, RubricProfile};
 use crate::scripted::Scripted;
 
+mod judges;
+
 /// Most responses in one turn (a GRPO group is far smaller; this bounds one request's work).
 pub const MAX_RESPONSES: usize = 4096;
 
@@ -159,6 +161,10 @@ pub struct ResponseResult {
     /// Why there is no reward.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorOut>,
+    /// The judges of a panel: each one's reward, scores and cost, the spread, the flag (absent
+    /// for a single judge, whose output is what it always was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub panel: Option<crate::panel::PanelResult>,
 }
 
 /// One turn's result (a `care reward` output line without `line`).
@@ -318,6 +324,8 @@ pub struct Engine {
     turn_concurrency: usize,
     rubric_flights: Flights<RubricOutcome>,
     judge_flights: Flights<JudgeOutcome>,
+    /// A panel of judges (`None`: the single judge, exactly as it always worked).
+    panel: Option<judges::Panel>,
 }
 
 /// How the engine reaches its LLMs.
@@ -359,6 +367,7 @@ impl Engine {
         profile: Arc<dyn RubricProfile>,
     ) -> Result<Engine, String> {
         cfg.check_bounds()?;
+        let panel = judges::Panel::build(cfg, kind, profile.as_ref())?;
         let needs_generator = profile.fixed_rubric().is_none();
         let (generator, judge) = match kind {
             BackendKind::Http => (
@@ -368,7 +377,10 @@ impl Engine {
                 } else {
                     None
                 },
-                Backend::Http(Box::new(HttpEndpoint::new(cfg.judge.clone(), Role::Judge)?)),
+                Backend::Http(Box::new(HttpEndpoint::new(
+                    judges::first_endpoint(cfg),
+                    Role::Judge,
+                )?)),
             ),
             BackendKind::Scripted => (
                 needs_generator.then(|| Backend::Scripted(Scripted::generator())),
@@ -386,6 +398,7 @@ impl Engine {
             turn_concurrency: cfg.turn_concurrency,
             rubric_flights: Mutex::new(HashMap::new()),
             judge_flights: Mutex::new(HashMap::new()),
+            panel,
         })
     }
 
@@ -444,8 +457,22 @@ impl Engine {
                             message: "the turn has no valid rubric, so no response was judged"
                                 .to_owned(),
                         }),
+                        panel: None,
                     });
                 }
+            }
+            Some(text) if self.panel.is_some() => {
+                let (r, w) = self
+                    .panel_turn(
+                        text,
+                        dialogue,
+                        &input.responses,
+                        input.gold.as_ref(),
+                        &counter,
+                    )
+                    .await;
+                results = r;
+                rewards = w;
             }
             Some(text) => {
                 let text: Arc<str> = Arc::from(text.as_str());
@@ -494,6 +521,7 @@ impl Engine {
                             scores: None,
                             judge_attempts: 0,
                             error: None,
+                            panel: None,
                         },
                         (None, Some(o)) => match &o.scores {
                             Ok(s) => match group.get(j).copied().flatten() {
@@ -503,6 +531,7 @@ impl Engine {
                                     scores: Some(split(s, &layout)),
                                     judge_attempts: o.attempts,
                                     error: None,
+                                    panel: None,
                                 },
                                 None => ResponseResult {
                                     reward: None,
@@ -515,6 +544,7 @@ impl Engine {
                                             "the scores do not give a reward under the score policy"
                                                 .to_owned(),
                                     }),
+                                    panel: None,
                                 },
                             },
                             Err((status, e)) => ResponseResult {
@@ -523,6 +553,7 @@ impl Engine {
                                 scores: None,
                                 judge_attempts: o.attempts,
                                 error: Some(e.clone()),
+                                panel: None,
                             },
                         },
                         (None, None) => ResponseResult {
@@ -534,6 +565,7 @@ impl Engine {
                                 code: "internal".to_owned(),
                                 message: "the judge task ended without a result".to_owned(),
                             }),
+                            panel: None,
                         },
                     };
                     rewards[j] = r.reward;
@@ -694,13 +726,17 @@ impl Engine {
         let c = Arc::clone(counter);
         let rubric = rubric.to_owned();
         flight(&self.judge_flights, key, || async move {
-            me.judge_loop(&rubric, first, &c).await
+            me.judge_loop(&me.judge, 0, &rubric, first, &c).await
         })
         .await
     }
 
+    /// The judge loop of one judgment by `backend` (sample `sample`: part of every cache key
+    /// but sample 0's).
     async fn judge_loop(
         &self,
+        backend: &Backend,
+        sample: u32,
         rubric: &str,
         first: Vec<ChatMessage>,
         counter: &Counter,
@@ -708,7 +744,10 @@ impl Engine {
         let mut messages = first.clone();
         let mut problem: Option<JudgeProblem> = None;
         for attempt in 1..=self.judge_attempts {
-            let answer = match self.call(Role::Judge, &messages, attempt, counter).await {
+            let answer = match self
+                .call_on(Role::Judge, backend, sample, &messages, attempt, counter)
+                .await
+            {
                 Ok(c) => c.content,
                 Err(e) => {
                     return JudgeOutcome {
@@ -772,10 +811,25 @@ impl Engine {
             },
             Role::Judge => &self.judge,
         };
+        self.call_on(role, backend, 0, messages, attempt, counter)
+            .await
+    }
+
+    /// One LLM call of `backend` through the cache; `sample` (0 for every call but a panel
+    /// judge's later samples) goes into the key's sampling part.
+    async fn call_on(
+        &self,
+        role: Role,
+        backend: &Backend,
+        sample: u32,
+        messages: &[ChatMessage],
+        attempt: u32,
+        counter: &Counter,
+    ) -> Result<Completion, CallError> {
         let key = call_key(
             role,
             backend.model(),
-            &backend.sampling_key(),
+            &crate::panel::sample_sampling_key(&backend.sampling_key(), sample),
             messages,
             attempt,
         );

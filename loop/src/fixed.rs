@@ -124,6 +124,77 @@ impl RubricProfile for FixedProfile {
         vec![ChatMessage::new("user", prompt)]
     }
 
+    fn can_reorder(&self) -> bool {
+        true
+    }
+
+    fn judge_messages_ordered(
+        &self,
+        _rubric: &str,
+        dialogue: &Dialogue,
+        span: &str,
+        order: &[usize],
+    ) -> Result<Vec<ChatMessage>, String> {
+        // The profile with its dimensions and their criteria listed in the new order, parsed
+        // again (no check depends on that order, so the reordered profile is valid).
+        let mut v: Value = serde_json::from_str(self.json).map_err(|e| e.to_string())?;
+        let layout = self.layout(self.json);
+        let blocks = crate::panel::order_blocks(&layout, order).ok_or_else(|| {
+            format!("{order:?} is not an order of the profile's criteria that keeps each dimension together")
+        })?;
+        let dims = v
+            .get_mut("dimensions")
+            .and_then(Value::as_array_mut)
+            .ok_or_else(|| "the profile has no dimensions".to_owned())?;
+        let starts: Vec<usize> = layout
+            .iter()
+            .scan(0usize, |acc, &n| {
+                let s = *acc;
+                *acc += n;
+                Some(s)
+            })
+            .collect();
+        let mut shown_dims = Vec::with_capacity(dims.len());
+        for (d, crits) in &blocks {
+            let mut dim = dims
+                .get(*d)
+                .cloned()
+                .ok_or_else(|| format!("dimension {d} is not in the profile"))?;
+            let start = starts.get(*d).copied().unwrap_or(0);
+            let all = dim
+                .get("criteria")
+                .and_then(Value::as_array)
+                .cloned()
+                .ok_or_else(|| "a dimension has no criteria".to_owned())?;
+            let shown: Vec<Value> = crits
+                .iter()
+                .filter_map(|&i| all.get(i - start).cloned())
+                .collect();
+            if let Some(slot) = dim.get_mut("criteria") {
+                *slot = Value::Array(shown);
+            }
+            shown_dims.push(dim);
+        }
+        *dims = shown_dims;
+        let buf = care_core::profile::ProfileBuf::parse(v.to_string().as_bytes())
+            .map_err(|_| "the reordered profile does not parse".to_owned())?;
+        let shown = buf.profile();
+        // Rendered as `judge_messages` renders (a test holds the two equal at the identity).
+        let lines = dialogue.history_lines();
+        let context: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let mut prompt = String::new();
+        render_profile_judge_prompt(
+            &mut prompt,
+            &shown,
+            None,
+            &context,
+            dialogue.seeker_turn(),
+            span,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(vec![ChatMessage::new("user", prompt)])
+    }
+
     fn parse_answer(&self, _rubric: &str, answer: &str) -> Result<Vec<f64>, JudgeProblem> {
         let mut scores = vec![f64::NAN; self.total()];
         let report =
@@ -185,5 +256,44 @@ impl RubricProfile for FixedProfile {
             .zip(scores)
             .map(|(x, s)| (s.is_some() && x.is_finite()).then_some(x))
             .collect()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ordered_prompt_is_the_prompt_at_the_identity_and_moves_the_criteria_otherwise() {
+        let p = FixedProfile::builtin("kardia").unwrap();
+        let d = Dialogue::new(vec![ChatMessage::new("user", "I can't sleep.")]).unwrap();
+        let rubric = p.fixed_rubric().unwrap().to_owned();
+        let plain = p.judge_messages(&rubric, &d, "I hear you.");
+        let layout = p.layout(&rubric);
+        let total: usize = layout.iter().sum();
+        let id: Vec<usize> = (0..total).collect();
+        assert_eq!(
+            p.judge_messages_ordered(&rubric, &d, "I hear you.", &id)
+                .unwrap(),
+            plain
+        );
+        // Kardia-R1 has one criterion per dimension: the dimensions move as blocks.
+        assert_eq!(layout, vec![1; 5]);
+        let order: Vec<usize> = (0..total).rev().collect();
+        let moved = p
+            .judge_messages_ordered(&rubric, &d, "I hear you.", &order)
+            .unwrap();
+        assert_ne!(moved, plain);
+        assert_eq!(moved[0].content.len(), plain[0].content.len());
+        let pos = |m: &[ChatMessage], t: &str| m[0].content.find(t).unwrap();
+        let (relevance, fluency) = ("Relevance to the user's message", "Fluency and naturalness");
+        assert!(pos(&plain, relevance) < pos(&plain, fluency));
+        assert!(pos(&moved, relevance) > pos(&moved, fluency));
+        assert!(
+            p.judge_messages_ordered(&rubric, &d, "x", &[0, 0, 1, 2, 3])
+                .is_err(),
+            "not a permutation"
+        );
     }
 }

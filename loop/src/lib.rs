@@ -24,12 +24,13 @@ pub mod engine;
 pub mod fixed;
 pub mod llm;
 pub mod metrics;
+pub mod panel;
 pub mod profile;
 pub mod scripted;
 pub mod server;
 pub mod stub;
 
 pub use cache::Cache;
-pub use config::{EndpointConfig, LoopConfig};
+pub use config::{EndpointConfig, JudgeConfig, JudgeSpec, LoopConfig, PanelConfig};
 pub use engine::{BackendKind, Engine, OnFailure, TurnInput, TurnResult};
 pub use metrics::Metrics;

@@ -38,6 +38,7 @@ pub struct Metrics {
     violations: Family<Labels, Counter>,
     responses: Family<Labels, Counter>,
     in_flight: Gauge<i64, std::sync::atomic::AtomicI64>,
+    panel: crate::panel::PanelMetrics,
 }
 
 impl Default for Metrics {
@@ -63,8 +64,10 @@ impl Metrics {
             violations: Family::default(),
             responses: Family::default(),
             in_flight: Gauge::default(),
+            panel: crate::panel::PanelMetrics::default(),
             registry: Registry::default(),
         };
+        m.panel.register(&mut registry);
         registry.register(
             "http_requests",
             "HTTP requests answered, by route and status code",
@@ -126,6 +129,11 @@ impl Metrics {
             m.responses.clone(),
         );
         Metrics { registry, ..m }
+    }
+
+    /// The series of judge panels.
+    pub fn panel(&self) -> &crate::panel::PanelMetrics {
+        &self.panel
     }
 
     /// The OpenMetrics text of every series.

@@ -10,8 +10,8 @@
 use std::fmt::Write as _;
 
 use care_core::{
-    FormatPolicy, JudgeReport, RubricBuf, ScoreOptions, parse_judge_output, policy_reward_group,
-    render_judge_prompt, validate_str,
+    Dimension, FormatPolicy, JudgeReport, Rubric, RubricBuf, ScoreOptions, parse_judge_output,
+    policy_reward_group, render_judge_prompt, validate_str,
 };
 use serde::Serialize;
 
@@ -185,6 +185,35 @@ pub trait RubricProfile: Send + Sync + std::fmt::Debug {
     /// The judge's first request.
     fn judge_messages(&self, rubric: &str, dialogue: &Dialogue, span: &str) -> Vec<ChatMessage>;
 
+    /// Whether [`RubricProfile::judge_messages_ordered`] can reorder this profile's criteria
+    /// (a panel with `shuffle_criteria` refuses a profile that cannot).
+    fn can_reorder(&self) -> bool {
+        false
+    }
+
+    /// The judge's first request with the criteria shown in `order`: `order[i]` is the flat
+    /// index ([`RubricProfile::layout`] order) of the criterion shown `i`-th, each dimension's
+    /// criteria together ([`crate::panel::criterion_order`]). A profile whose prompt lists its
+    /// dimensions in a fixed order keeps it and follows `order` within each dimension. With
+    /// `order` the identity it must equal [`RubricProfile::judge_messages`]. The answer is read by
+    /// [`RubricProfile::parse_answer`] as always, which matches scores by title, so they land in
+    /// rubric order whatever order the judge saw.
+    ///
+    /// # Errors
+    /// The profile cannot reorder its criteria (the default), or `order` does not fit.
+    fn judge_messages_ordered(
+        &self,
+        _rubric: &str,
+        _dialogue: &Dialogue,
+        _span: &str,
+        _order: &[usize],
+    ) -> Result<Vec<ChatMessage>, String> {
+        Err(format!(
+            "profile {} cannot reorder its criteria",
+            self.name()
+        ))
+    }
+
     /// Reads a judge answer into raw scores, flat in [`RubricProfile::layout`] order.
     ///
     /// # Errors
@@ -336,6 +365,53 @@ impl RubricProfile for CareProfile {
             );
         }
         vec![ChatMessage::new("user", prompt)]
+    }
+
+    fn can_reorder(&self) -> bool {
+        true
+    }
+
+    fn judge_messages_ordered(
+        &self,
+        rubric: &str,
+        dialogue: &Dialogue,
+        span: &str,
+        order: &[usize],
+    ) -> Result<Vec<ChatMessage>, String> {
+        let buf = self
+            .rubric(rubric)
+            .ok_or_else(|| "the rubric does not parse".to_owned())?;
+        let r = buf.rubric();
+        let flat: Vec<(Dimension, &care_core::Criterion<'_>)> = r.iter_flat().collect();
+        if crate::panel::order_blocks(&r.counts(), order).is_none() {
+            return Err(format!(
+                "{order:?} is not an order of the rubric's {} criteria that keeps each dimension together",
+                flat.len()
+            ));
+        }
+        let mut shown = Rubric::new();
+        for d in Dimension::ALL {
+            let c = r.category(d);
+            if c.present {
+                shown.set_category(d, c.weight, c.rationale);
+            }
+        }
+        // The prompt lists the three categories in their canonical order (the core's
+        // renderer); the order moves the criteria within each.
+        for &i in order {
+            let (d, c) = flat
+                .get(i)
+                .ok_or_else(|| format!("criterion {i} is not in the rubric"))?;
+            shown
+                .push_criterion(*d, c.title, c.description)
+                .map_err(|e| e.to_string())?;
+        }
+        // Rendered as `judge_messages` renders (a test holds the two equal at the identity).
+        let mut prompt = String::new();
+        let lines = dialogue.history_lines();
+        let context: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let _ = render_judge_prompt(&mut prompt, &shown, &context, dialogue.seeker_turn(), span);
+        Ok(vec![ChatMessage::new("user", prompt)])
     }
 
     fn parse_answer(&self, rubric: &str, answer: &str) -> Result<Vec<f64>, JudgeProblem> {
@@ -518,5 +594,35 @@ mod tests {
         let msgs = p.judge_messages(RUBRIC, &dialogue(), "I hear you.");
         assert!(msgs[0].content.contains("I hear you."));
         assert!(msgs[0].content.contains("seeker: I feel lost."));
+    }
+
+    #[test]
+    fn an_ordered_prompt_is_the_prompt_at_the_identity_and_moves_the_criteria_otherwise() {
+        let p = CareProfile::new(false);
+        let d = dialogue();
+        let plain = p.judge_messages(RUBRIC, &d, "I hear you.");
+        let id: Vec<usize> = (0..8).collect();
+        assert_eq!(
+            p.judge_messages_ordered(RUBRIC, &d, "I hear you.", &id)
+                .unwrap(),
+            plain
+        );
+        let moved = p
+            .judge_messages_ordered(RUBRIC, &d, "I hear you.", &[2, 1, 0, 3, 4, 5, 6, 7])
+            .unwrap();
+        assert_ne!(moved, plain);
+        let pos = |m: &[ChatMessage], t: &str| m[0].content.find(t).unwrap();
+        let (first, third) = (
+            "Accurately Understand the Core Dilemma",
+            "Stay Grounded in the Seeker's Context",
+        );
+        assert!(pos(&plain, first) < pos(&plain, third));
+        assert!(pos(&moved, first) > pos(&moved, third));
+        assert!(p.judge_messages_ordered(RUBRIC, &d, "x", &[0, 1]).is_err());
+        // The three sections keep their canonical order whatever the block order.
+        let blocks_moved = p
+            .judge_messages_ordered(RUBRIC, &d, "I hear you.", &[5, 6, 7, 3, 4, 0, 1, 2])
+            .unwrap();
+        assert_eq!(blocks_moved, plain);
     }
 }

@@ -26,7 +26,7 @@ fn config(stub: &Stub) -> LoopConfig {
     };
     LoopConfig {
         generator: ep("g"),
-        judge: ep("j"),
+        judge: ep("j").into(),
         turn_concurrency: 4,
         ..LoopConfig::default()
     }

@@ -30,7 +30,7 @@ fn fast(url: &str, model: &str) -> EndpointConfig {
 fn config(stub: &Stub) -> LoopConfig {
     LoopConfig {
         generator: fast(&stub.base_url(), "gen-model"),
-        judge: fast(&stub.base_url(), "judge-model"),
+        judge: fast(&stub.base_url(), "judge-model").into(),
         ..LoopConfig::default()
     }
 }
@@ -321,7 +321,7 @@ async fn slow_and_stalled_judges_time_out_per_attempt() {
     .await
     .unwrap();
     let mut cfg = config(&stub);
-    cfg.judge.max_attempts = 2;
+    cfg.judge.judges[0].endpoint.max_attempts = 2;
     let eng = engine(&cfg, None);
     let mut t = turn("t", &[]);
     t.responses = vec!["slow".into(), "stalled".into()];
@@ -358,7 +358,7 @@ async fn a_connection_stalled_mid_body_times_out() {
     });
     let cfg = LoopConfig {
         generator: fast(&format!("http://{addr}/v1"), "g"),
-        judge: fast(&format!("http://{addr}/v1"), "j"),
+        judge: fast(&format!("http://{addr}/v1"), "j").into(),
         ..LoopConfig::default()
     };
     let eng = engine(&cfg, None);
@@ -378,7 +378,7 @@ async fn a_refused_connection_is_a_connect_error() {
     let url = format!("http://127.0.0.1:{port}/v1");
     let cfg = LoopConfig {
         generator: fast(&url, "g"),
-        judge: fast(&url, "j"),
+        judge: fast(&url, "j").into(),
         ..LoopConfig::default()
     };
     let r = engine(&cfg, None).run_turn(turn("t", &[1])).await.unwrap();
@@ -420,7 +420,7 @@ async fn a_rerun_from_the_cache_makes_zero_calls_and_gives_the_same_result() {
     );
     // Another judge model is another key: the judge is asked again, the rubric is not.
     let mut other = cfg.clone();
-    other.judge.model = "judge-model-2".into();
+    other.judge.judges[0].endpoint.model = "judge-model-2".into();
     let third = engine(&other, Some(Cache::open(&path).unwrap()))
         .run_turn(turn("t", &[1, 2, 3]))
         .await

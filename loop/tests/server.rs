@@ -53,7 +53,7 @@ impl Server {
         .unwrap();
         let cfg = LoopConfig {
             generator: fast(&stub.base_url(), "g"),
-            judge: fast(&stub.base_url(), "j"),
+            judge: fast(&stub.base_url(), "j").into(),
             judge_attempts: 2,
             ..LoopConfig::default()
         };
