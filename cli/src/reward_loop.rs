@@ -183,6 +183,7 @@ pub fn run_reward(a: &RewardArgs) -> Result<u8, String> {
         return Err("--max-line-bytes must be at least 1".to_owned());
     }
     let (engine, _) = build(&a.loop_args)?;
+    let panel = Arc::clone(&engine);
     let rt = runtime()?;
     let summary = rt.block_on(async {
         let stdout = io::stdout();
@@ -210,6 +211,20 @@ pub fn run_reward(a: &RewardArgs) -> Result<u8, String> {
         s.responses_rewarded,
         s.responses_without_reward
     );
+    if let Some((reward, score)) = panel.panel_agreement() {
+        let show = |a: &care_loop::panel::Alpha| {
+            a.value()
+                .map_or_else(|| "undefined".to_owned(), |v| format!("{v:.4}"))
+        };
+        let _ = writeln!(
+            io::stderr(),
+            "care reward: judge agreement (Krippendorff's alpha, interval): {} over {} responses, {} over {} criterion scores",
+            show(&reward),
+            reward.units(),
+            show(&score),
+            score.units()
+        );
+    }
     Ok(u8::from(a.strict && s.failed_lines > 0))
 }
 

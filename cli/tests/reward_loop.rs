@@ -177,6 +177,72 @@ fn judge(req: &StubRequest) -> StubReply {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reward_with_a_panel_of_judges_in_the_config() {
+    use care_loop::stub::{PanelJudge, panel_reply, rubric_criteria};
+    let criteria = rubric_criteria(PAPER_RUBRIC);
+    let stub = Stub::start(move |req, _| match req.role {
+        Role::Generator => StubReply::Content(PAPER_RUBRIC.into()),
+        Role::Judge => {
+            let n: u8 = req.judged_response().unwrap()[6..].parse().unwrap();
+            let offset = if req.model == "up" { 1 } else { 0 };
+            panel_reply(req, &criteria, PanelJudge::Offset(offset), |_| n)
+        }
+    })
+    .await
+    .unwrap();
+    let dir = tempdir("panel");
+    let ep = |model: &str| json!({"base_url": stub.base_url(), "model": model, "backoff_initial_secs": 0.001});
+    let config = dir.join("panel.json");
+    let cfg = json!({"generator": ep("g"), "judge": [ep("plain"), ep("up")],
+                     "panel": {"shuffle_criteria": true}});
+    std::fs::write(&config, cfg.to_string()).unwrap();
+    let input = dir.join("in.jsonl");
+    std::fs::write(&input, turn("p1", &["score:1", "score:3"])).unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        care()
+            .args(["reward", "--no-cache", "--config"])
+            .arg(&config)
+            .arg(&input)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let l = &lines(&out.stdout)[0];
+    // The mean of the two judges: n and n + 1 on every criterion, so (2n + 1) / 10.
+    let near = |v: &Value, x: f64| (v.as_f64().unwrap() - x).abs() < 1e-9;
+    assert!(
+        near(&l["rewards"][0], 0.3) && near(&l["rewards"][1], 0.7),
+        "{l}"
+    );
+    let p = &l["responses"][1]["panel"];
+    assert_eq!(p["judges"][0]["judge"], "plain");
+    assert!(near(&p["judges"][1]["reward"], 0.8));
+    assert_eq!(l["calls"]["judge"], 4);
+    assert!(
+        stderr
+            .contains("judge agreement (Krippendorff's alpha, interval): 0.7000 over 2 responses"),
+        "{stderr}"
+    );
+    // The judge flags set one judge: with a panel they are refused, naming what to do.
+    let config = dir.join("panel.json");
+    let out = care()
+        .args(["reward", "--judge-model", "x", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a panel of 2 judges"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_run_restarts_without_repeating_completed_calls() {
     let dir = tempdir("kill");
     let input = dir.join("in.jsonl");

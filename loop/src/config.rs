@@ -682,4 +682,170 @@ mod tests {
         };
         assert!(c.check_bounds().unwrap_err().contains("rubric_attempts"));
     }
+
+    fn panel_err(json: &str) -> String {
+        match serde_json::from_str::<LoopConfig>(json) {
+            Err(e) => e.to_string(),
+            Ok(c) => c.check_bounds().unwrap_err(),
+        }
+    }
+
+    #[test]
+    fn judge_is_one_object_or_a_list_with_weights_and_samples() {
+        let one: LoopConfig =
+            serde_json::from_str(r#"{"judge":{"base_url":"http://h/v1","model":"m"}}"#).unwrap();
+        assert_eq!(one.judge.judges.len(), 1);
+        assert_eq!(one.judge.judges[0].weight, 1.0);
+        assert_eq!(one.judge.judges[0].samples, 1);
+        assert_eq!(one.judge.judges[0].name(), "m");
+        assert!(
+            !one.panel.is_active(&one.judge),
+            "one judge: the single-judge path"
+        );
+        assert_eq!(one.check_bounds(), Ok(()));
+        let text = r#"{"judge":[
+            {"base_url":"http://a/v1","model":"a","weight":2,"name":"judge-a"},
+            {"base_url":"http://b/v1","model":"b","temperature":0.7,"samples":3}],
+            "panel":{"aggregate":"trimmed_mean","trim":0.2,"quorum":1,"shuffle_criteria":true,
+                     "max_spread":0.3,"on_spread":"null"}}"#;
+        let c: LoopConfig = serde_json::from_str(text).unwrap();
+        assert_eq!(c.check_bounds(), Ok(()));
+        assert!(c.panel.is_active(&c.judge));
+        let j = &c.judge.judges;
+        assert_eq!(
+            (j[0].name(), j[0].weight, j[0].samples),
+            ("judge-a", 2.0, 1)
+        );
+        assert_eq!((j[1].name(), j[1].weight, j[1].samples), ("b", 1.0, 3));
+        assert_eq!(c.panel.aggregate, Aggregate::TrimmedMean);
+        assert_eq!(c.panel.on_spread, SpreadAction::Null);
+        // Serialized and read back: the same configuration (a panel stays a list).
+        let back: LoopConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        let back: LoopConfig = serde_json::from_str(&serde_json::to_string(&one).unwrap()).unwrap();
+        assert_eq!(back, one);
+        // The command line's judge flags have one judge to set, or none.
+        let mut one = one;
+        assert!(one.judge.single_mut().is_some());
+        let mut c = c;
+        assert!(c.judge.single_mut().is_none());
+    }
+
+    #[test]
+    fn every_panel_field_is_checked_and_named() {
+        let ab = |extra_a: &str, extra_b: &str, panel: &str| {
+            format!(
+                r#"{{"judge":[{{"base_url":"http://a/v1","model":"a"{extra_a}}},{{"base_url":"http://b/v1","model":"b"{extra_b}}}],"panel":{{{panel}}}}}"#
+            )
+        };
+        for (json, want) in [
+            (
+                ab(r#","modle":"x""#, "", ""),
+                "judge[0]: unknown field `modle`",
+            ),
+            (
+                ab(r#","modle":"x""#, "", ""),
+                "or one of name, weight, samples",
+            ),
+            (ab("", "", r#""quorom":2"#), "unknown field `quorom`"),
+            (ab("", "", r#""aggregate":"avg""#), "unknown variant `avg`"),
+            (
+                ab(r#","weight":0"#, "", ""),
+                "judge[0].weight 0 must be a finite number above 0",
+            ),
+            (ab("", r#","weight":-1.5"#, ""), "judge[1].weight -1.5"),
+            (
+                ab(r#","weight":"2""#, "", ""),
+                "weight \"2\" must be a number",
+            ),
+            (
+                ab(r#","samples":0"#, "", ""),
+                "judge[0].samples 0 must be in 1..=16",
+            ),
+            (
+                ab(r#","samples":17,"temperature":1"#, "", ""),
+                "judge[0].samples 17",
+            ),
+            (
+                ab(r#","samples":2.5"#, "", ""),
+                "samples 2.5 must be a whole number",
+            ),
+            (ab(r#","samples":2"#, "", ""), "needs a temperature above 0"),
+            (
+                ab(r#","samples":2,"temperature":0"#, "", ""),
+                "needs a temperature above 0",
+            ),
+            (
+                ab(r#","samples":2,"temperature":1,"seed":7"#, "", ""),
+                "needs seed null",
+            ),
+            (
+                ab(r#","name":"x""#, r#","name":"x""#, ""),
+                "both named \"x\"",
+            ),
+            (ab(r#","name":"  ""#, "", ""), "judge[0].name"),
+            (ab(r#","name":7"#, "", ""), "name must be a string"),
+            (
+                ab("", "", r#""quorum":0"#),
+                "panel.quorum 0 must be in 1..=2",
+            ),
+            (
+                ab("", "", r#""quorum":3"#),
+                "panel.quorum 3 must be in 1..=2",
+            ),
+            (
+                ab("", "", r#""trim":0.2"#),
+                "panel.trim applies to aggregate trimmed_mean only",
+            ),
+            (
+                ab("", "", r#""aggregate":"trimmed_mean","trim":0.5"#),
+                "panel.trim 0.5 must be in [0, 0.5)",
+            ),
+            (
+                ab("", "", r#""max_spread":1.5"#),
+                "panel.max_spread 1.5 must be in [0, 1]",
+            ),
+            (
+                ab("", "", r#""on_spread":"null""#),
+                "panel.on_spread null needs panel.max_spread",
+            ),
+            (
+                r#"{"judge":{"base_url":"http://a/v1","model":"a"},"panel":{"max_spread":0.2}}"#
+                    .to_owned(),
+                "panel.max_spread needs at least two judges",
+            ),
+            (r#"{"judge":[]}"#.to_owned(), "judge is an empty list"),
+            (
+                r#"{"judge":"http://a/v1"}"#.to_owned(),
+                "judge must be an object",
+            ),
+            (
+                r#"{"judge":{"base_url":"http://a/v1","model":"a","weigth":2}}"#.to_owned(),
+                "judge: unknown field `weigth`",
+            ),
+        ] {
+            let err = panel_err(&json);
+            assert!(err.contains(want), "{json}\n  gave: {err}\n  want: {want}");
+        }
+        // The same model at the same sampling parameters twice would share its cache keys.
+        let twice = r#"{"judge":[{"base_url":"http://a/v1","model":"m","name":"x"},{"base_url":"http://b/v1","model":"m","name":"y"}]}"#;
+        assert!(panel_err(twice).contains("same model with the same sampling parameters"));
+        let nine: Vec<String> = (0..9)
+            .map(|k| format!(r#"{{"base_url":"http://a/v1","model":"m{k}"}}"#))
+            .collect();
+        let err = panel_err(&format!(r#"{{"judge":[{}]}}"#, nine.join(",")));
+        assert!(
+            err.contains("judge lists 9 judges; a panel has at most 8"),
+            "{err}"
+        );
+        let many: Vec<String> = (0..3)
+            .map(|k| {
+                format!(
+                    r#"{{"base_url":"http://a/v1","model":"m{k}","temperature":1,"samples":11}}"#
+                )
+            })
+            .collect();
+        let err = panel_err(&format!(r#"{{"judge":[{}]}}"#, many.join(",")));
+        assert!(err.contains("33 samples per response; at most 32"), "{err}");
+    }
 }

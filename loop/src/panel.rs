@@ -499,6 +499,31 @@ impl PanelMetrics {
     }
 }
 
+/// OpenRLHF `extra_logs` of a panel, one number per sample (`None`: not judged by the panel):
+/// `care_panel_spread` (the reward spread, 0 when not judged) and `care_panel_flagged` (1 or 0).
+pub fn extra_logs(
+    per_sample: &[Option<&PanelResult>],
+) -> serde_json::Map<String, serde_json::Value> {
+    let spread: Vec<f64> = per_sample
+        .iter()
+        .map(|p| p.map_or(0.0, |p| p.reward_spread))
+        .collect();
+    let flagged: Vec<f64> = per_sample
+        .iter()
+        .map(|p| {
+            if p.is_some_and(|p| p.flagged) {
+                1.0
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mut m = serde_json::Map::new();
+    m.insert("care_panel_spread".to_owned(), spread.into());
+    m.insert("care_panel_flagged".to_owned(), flagged.into());
+    m
+}
+
 /// The message of a response below the quorum: how many judges gave scores and why each of
 /// the others did not.
 pub fn no_quorum_message(judges: &[JudgeResult], quorum: usize) -> String {

@@ -380,6 +380,7 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
         let mut valid = Vec::with_capacity(n);
         let mut rubric_ok = Vec::with_capacity(n);
         let mut judge_attempts = Vec::with_capacity(n);
+        let mut panel_logs = Vec::with_capacity(n);
         for &(t, j) in &place {
             let Some((rw, r)) = per_turn.get(t) else {
                 return error_response(
@@ -402,8 +403,9 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
                 0.0
             });
             judge_attempts.push(f64::from(resp.map_or(0, |x| x.judge_attempts)));
+            panel_logs.push(resp.and_then(|x| x.panel.as_ref()));
         }
-        json_response(&json!({
+        let mut body = json!({
             "rewards": rewards,
             "scores": rewards,
             "extra_logs": {
@@ -411,7 +413,13 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
                 "care_rubric_ok": rubric_ok,
                 "care_judge_attempts": judge_attempts,
             }
-        }))
+        });
+        if st.engine.panel_agreement().is_some()
+            && let Some(logs) = body.get_mut("extra_logs").and_then(Value::as_object_mut)
+        {
+            logs.extend(crate::panel::extra_logs(&panel_logs));
+        }
+        json_response(&body)
     })
     .await
 }

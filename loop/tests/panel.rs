@@ -803,3 +803,87 @@ fn a_panel_is_refused_by_the_scripted_backend_and_checked_field_by_field() {
     let err = Engine::new(&cfg, BackendKind::Http, None, Arc::new(Metrics::new())).unwrap_err();
     assert!(err.starts_with("judge[1].base_url"), "{err}");
 }
+
+#[tokio::test]
+async fn care_serve_takes_a_panel_configuration() {
+    let stub = stub().await;
+    // The configuration as a user writes it: a list of judges and a panel object.
+    let cfg: LoopConfig = serde_json::from_value(json!({
+        "generator": {"base_url": stub.base_url(), "model": "gen"},
+        "judge": [
+            {"base_url": stub.base_url(), "model": "plain", "backoff_initial_secs": 0.001},
+            {"base_url": stub.base_url(), "model": "up", "name": "up-judge", "weight": 2}
+        ],
+        "panel": {"aggregate": "median", "max_spread": 0.1}
+    }))
+    .unwrap();
+    let eng = engine(&cfg, None);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = care_loop::server::router(eng, care_loop::server::ServerOptions::default(), "http");
+    let server = tokio::spawn(care_loop::server::serve(
+        listener,
+        app,
+        std::future::pending(),
+    ));
+    let client = reqwest::Client::new();
+    let turn = json!({"context": context("serve"), "responses": ["score:2", "score:3"]});
+    let body: Value = client
+        .post(format!("http://{addr}/v1/reward"))
+        .json(&json!({"turns": [turn]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let resp = &body["results"][0]["responses"][0];
+    assert_eq!(resp["status"], "ok");
+    let judges = resp["panel"]["judges"].as_array().unwrap();
+    assert_eq!(judges.len(), 2);
+    assert_eq!(judges[1]["judge"], "up-judge");
+    assert_eq!(resp["panel"]["flagged"], true);
+    // The weighted median of two judges weighted 1 and 2 is the heavier one.
+    assert!(close(
+        body["results"][0]["rewards"][0].as_f64().unwrap(),
+        eq5(&[3.0; 8])
+    ));
+    let prompt = "seeker: hello\n";
+    let get: Value = client
+        .post(format!("http://{addr}/get_reward"))
+        .json(&json!({
+            "query": [format!("{prompt}score:1"), format!("{prompt}score:4")],
+            "prompts": [prompt, prompt],
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(get["extra_logs"]["care_panel_flagged"], json!([1.0, 1.0]));
+    let spread = get["extra_logs"]["care_panel_spread"].as_array().unwrap();
+    assert!(close(spread[0].as_f64().unwrap(), 0.2), "{get}");
+    let m = client
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(
+            &m,
+            "care_judge_calls_total{judge=\"up-judge\",source=\"llm\"}"
+        ),
+        Some(4.0),
+        "{m}"
+    );
+    assert!(metric(&m, "care_panel_agreement{level=\"reward\"}").is_some());
+    assert_eq!(
+        metric(&m, "care_panel_agreement_units{level=\"reward\"}"),
+        Some(4.0)
+    );
+    server.abort();
+}
