@@ -100,7 +100,8 @@ Input line: {\"context\": [{\"role\":\"user\",\"content\":..}, ..], \"responses\
   \"id\": any (copied), \"gold\": any (copied)}; the context ends with the seeker's turn.
 Output line: rubric_status (ok | invalid_rubric | generator_error), rubric, rubric_attempts,
   validation, rewards (null where a response has none), responses [{reward, status, scores,
-  judge_attempts, error}], calls {generator, judge, cached, failed, http_attempts, tokens}.
+  judge_attempts, error, panel (with a judge panel: each judge's reward, scores and cost, the
+  spread)}], calls {generator, judge, cached, failed, http_attempts, tokens}.
 Resumable: a rerun with the same cache asks the LLMs only for what did not complete.
 
 Examples:

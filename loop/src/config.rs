@@ -652,6 +652,29 @@ mod tests {
             assert!(doc.contains(&format!("{text}{v}")), "docs: {text}{v}");
         }
         assert!(doc.contains(&format!("`turn_concurrency` ({} ", c.turn_concurrency)));
+        let j = JudgeSpec::new(EndpointConfig::default());
+        row("weight", format!("{}", j.weight));
+        row("samples", format!("{}", j.samples));
+        let p = PanelConfig::default();
+        assert_eq!(
+            (p.aggregate, p.on_spread, p.quorum, p.max_spread),
+            (Aggregate::Mean, SpreadAction::Flag, None, None)
+        );
+        row("aggregate", "`mean`".to_owned());
+        row("trim", format!("{DEFAULT_TRIM}"));
+        row("quorum", "every judge".to_owned());
+        row("shuffle_criteria", format!("{}", p.shuffle_criteria));
+        row("max_spread", "`null`".to_owned());
+        row("on_spread", "`flag`".to_owned());
+        for bound in [
+            format!(
+                "at most {MAX_PANEL_JUDGES} judges and at most {MAX_PANEL_CALLS} samples per response"
+            ),
+            format!("1..={MAX_JUDGE_SAMPLES}"),
+            format!("at most {MAX_JUDGE_NAME} printable characters"),
+        ] {
+            assert!(doc.contains(&bound), "docs/REWARD_LOOP.md lacks {bound:?}");
+        }
     }
 
     #[test]
