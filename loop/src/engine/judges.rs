@@ -85,7 +85,15 @@ impl Panel {
         let mut judges = Vec::with_capacity(cfg.judge.judges.len());
         for (k, j) in cfg.judge.judges.iter().enumerate() {
             // Checked here with the judge's own field name (`judge[1].model ...`).
-            j.endpoint.check(&cfg.judge.field(k))?;
+            let field = cfg.judge.field(k);
+            j.endpoint.check(&field)?;
+            if let Some(var) = &j.endpoint.api_key_env
+                && std::env::var(var).is_err()
+            {
+                return Err(format!(
+                    "{field}.api_key_env names {var}, which is not set in the environment"
+                ));
+            }
             let backend = if k == 0 {
                 None
             } else {
