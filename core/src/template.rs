@@ -35,7 +35,7 @@
 //! assert_eq!(&turns[..n], &[ChatTurn::new(ChatRole::System, "Be kind."),
 //!                           ChatTurn::new(ChatRole::User, "I feel lost.")]);
 //!
-//! let s = strip_end_tokens("I hear you.<|im_end|>", Some(TemplateFamily::ChatMl), &[]);
+//! let s = strip_end_tokens("I hear you.<|im_end|>", &[TemplateFamily::ChatMl], &[]);
 //! assert_eq!((s.text, s.removed), ("I hear you.", "<|im_end|>"));
 //! # Ok::<(), care_core::template::TemplateError>(())
 //! ```
@@ -395,20 +395,21 @@ pub struct Stripped<'a> {
     pub removed: &'a str,
 }
 
-/// Removes the run of end tokens at the end of `response`: the end tokens of `family` (of every
-/// family for `None`) and the `extra` suffixes, with any whitespace before, between and after
-/// them. A response that ends with no such token is returned whole (its trailing whitespace
-/// kept). Empty extra suffixes are ignored ([`check_end_suffixes`] refuses them).
+/// Removes the run of end tokens at the end of `response`: the end tokens of `families`
+/// ([`TemplateFamily::ALL`] when the family is not known, none to strip only the extra ones) and
+/// the `extra` suffixes, with any whitespace before, between and after them. A response that
+/// ends with no such token is returned whole (its trailing whitespace kept). Empty extra
+/// suffixes are ignored ([`check_end_suffixes`] refuses them).
 pub fn strip_end_tokens<'a>(
     response: &'a str,
-    family: Option<TemplateFamily>,
+    families: &[TemplateFamily],
     extra: &[&str],
 ) -> Stripped<'a> {
     let mut end = response.len();
     let mut any = false;
     loop {
         let head = response.get(..end).unwrap_or("").trim_end();
-        let Some(len) = end_token_suffix(head, family, extra) else {
+        let Some(len) = end_token_suffix(head, families, extra) else {
             break;
         };
         end = head.len() - len;
@@ -428,12 +429,9 @@ pub fn strip_end_tokens<'a>(
 }
 
 /// The length of the end token (or extra suffix) `text` ends with, if any.
-fn end_token_suffix(text: &str, family: Option<TemplateFamily>, extra: &[&str]) -> Option<usize> {
-    let families = SPECS
-        .iter()
-        .filter(|s| family.is_none_or(|f| f == s.family));
-    for s in families {
-        for t in s.end_tokens {
+fn end_token_suffix(text: &str, families: &[TemplateFamily], extra: &[&str]) -> Option<usize> {
+    for f in families {
+        for t in f.end_tokens() {
             if text.ends_with(t) {
                 return Some(t.len());
             }

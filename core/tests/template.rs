@@ -346,64 +346,64 @@ fn unicode_content_and_headers() {
 fn end_tokens_are_stripped_from_the_end_only() {
     use TemplateFamily::*;
     let kardia = "<|emotion_begin|>sad<|emotion_end|><|response_begin|>I hear you.<|response_end|>";
-    let cases: [(&str, Option<TemplateFamily>, &str, &str); 12] = [
+    let all = &TemplateFamily::ALL[..];
+    let cases: [(&str, &[TemplateFamily], &str, &str); 13] = [
         (
             "I hear you.<|im_end|>",
-            Some(ChatMl),
+            &[ChatMl],
             "I hear you.",
             "<|im_end|>",
         ),
         // Several tokens and the whitespace between them.
         (
             "I hear you. \n<|im_end|>\n<|endoftext|>",
-            Some(ChatMl),
+            &[ChatMl],
             "I hear you.",
             " \n<|im_end|>\n<|endoftext|>",
         ),
         // A response that is only an end token becomes empty.
-        ("<|eot_id|>", Some(Llama3), "", "<|eot_id|>"),
+        ("<|eot_id|>", &[Llama3], "", "<|eot_id|>"),
         (
             "<|im_end|><|im_end|>",
-            Some(ChatMl),
+            &[ChatMl],
             "",
             "<|im_end|><|im_end|>",
         ),
         // A token inside the response stays.
-        ("a<|im_end|>b", Some(ChatMl), "a<|im_end|>b", ""),
+        ("a<|im_end|>b", &[ChatMl], "a<|im_end|>b", ""),
         // Trailing whitespace alone is kept (not an end token).
-        ("I hear you.  \n", Some(ChatMl), "I hear you.  \n", ""),
+        ("I hear you.  \n", &[ChatMl], "I hear you.  \n", ""),
         // Another family's token is not stripped under a family...
-        ("I hear you.</s>", Some(ChatMl), "I hear you.</s>", ""),
+        ("I hear you.</s>", &[ChatMl], "I hear you.</s>", ""),
         // ...but is without one (no templated prompt to tell the family).
-        ("I hear you.</s>", None, "I hear you.", "</s>"),
+        ("I hear you.</s>", all, "I hear you.", "</s>"),
+        // No family: only the extra suffixes.
+        ("I hear you.</s>", &[], "I hear you.</s>", ""),
         (
             "That hurts.<end_of_turn>\n<eos>",
-            Some(Gemma),
+            &[Gemma],
             "That hurts.",
             "<end_of_turn>\n<eos>",
         ),
         (
             "好的<｜end▁of▁sentence｜>",
-            Some(DeepSeek),
+            &[DeepSeek],
             "好的",
             "<｜end▁of▁sentence｜>",
         ),
         // A profile's own special tokens are not end tokens.
-        (kardia, None, kardia, ""),
+        (kardia, all, kardia, ""),
         // Half a token is text.
-        ("I hear you.<|im_en", None, "I hear you.<|im_en", ""),
+        ("I hear you.<|im_en", all, "I hear you.<|im_en", ""),
     ];
     for (response, family, text, removed) in cases {
         let s = strip_end_tokens(response, family, &[]);
         assert_eq!((s.text, s.removed), (text, removed), "{response:?}");
     }
     let with_kardia = format!("{kardia}<|im_end|>");
-    assert_eq!(
-        strip_end_tokens(&with_kardia, Some(ChatMl), &[]).text,
-        kardia
-    );
+    assert_eq!(strip_end_tokens(&with_kardia, &[ChatMl], &[]).text, kardia);
     // Extra suffixes, mixed with the family's tokens; an empty one is ignored.
-    let s = strip_end_tokens("ok [END]<|im_end|>", Some(ChatMl), &["", "[END]"]);
+    let s = strip_end_tokens("ok [END]<|im_end|>", &[ChatMl], &["", "[END]"]);
     assert_eq!((s.text, s.removed), ("ok", " [END]<|im_end|>"));
 }
 
@@ -521,12 +521,12 @@ proptest! {
             proptest::sample::select(&["<|im_end|>", "</s>", "<eos>", " ", "\n", "<|eot_id|>", "x"][..]),
             0..5,
         ),
-        family in proptest::option::of(proptest::sample::select(&TemplateFamily::ALL[..])),
+        families in proptest::sample::subsequence(TemplateFamily::ALL.to_vec(), 0..=6),
     ) {
         let r = format!("{response}{}", tail.concat());
-        let s = strip_end_tokens(&r, family, &["[END]"]);
+        let s = strip_end_tokens(&r, &families, &["[END]"]);
         prop_assert_eq!(format!("{}{}", s.text, s.removed), r.clone());
-        let again = strip_end_tokens(s.text, family, &["[END]"]);
+        let again = strip_end_tokens(s.text, &families, &["[END]"]);
         prop_assert_eq!((again.text, again.removed), (s.text, ""));
         if !s.removed.is_empty() {
             prop_assert!(s.text.trim_end() == s.text);
