@@ -458,10 +458,11 @@ pub fn check_end_suffixes<S: AsRef<str>>(extra: &[S]) -> Result<(), TemplateErro
     Ok(())
 }
 
-/// Writes `turns` as `family`'s template writes them (the canonical form of each family: Qwen's
-/// ChatML, Llama 3.1 without its date header, Mistral v0.1 with `[SYSTEM_PROMPT]`, Gemma with the
-/// system text folded into the first user turn, DeepSeek V3, Phi-3), then the generation prompt
-/// when `generation_prompt` is set. [`parse_prompt`] reads the result back.
+/// Writes `turns` as `family`'s template writes them (one model's template per family: ChatML
+/// as Qwen and Hermes write it, Llama 3, Mistral's v7, Gemma with the system text folded into
+/// the first user turn, DeepSeek V3, Phi-3), then the generation prompt when
+/// `generation_prompt` is set (Mistral's has none: the prompt ends with `[/INST]`).
+/// [`parse_prompt`] reads the result back.
 ///
 /// # Errors
 /// Only those of `w`.
@@ -501,8 +502,8 @@ pub fn render_prompt<W: fmt::Write>(
                     ChatRole::System => {
                         write!(w, "[SYSTEM_PROMPT] {}[/SYSTEM_PROMPT]", t.content)?;
                     }
-                    ChatRole::User => write!(w, "[INST] {} [/INST]", t.content)?,
-                    ChatRole::Assistant => write!(w, "{}</s>", t.content)?,
+                    ChatRole::User => write!(w, "[INST] {}[/INST]", t.content)?,
+                    ChatRole::Assistant => write!(w, " {}</s>", t.content)?,
                 }
             }
         }

@@ -192,6 +192,50 @@ fn real_template_prompts_read_back_into_their_messages() {
 }
 
 #[test]
+fn render_writes_what_the_real_templates_write() {
+    use TemplateFamily::*;
+    let write = |family, system: Option<&str>| {
+        let mut msgs = conversation(system);
+        // The templates that keep the reply's spaces show them.
+        if let Some(m) = msgs.iter_mut().find(|(_, c)| c == "I am an assistant") {
+            m.1 = "   I am an assistant   ".to_owned();
+        }
+        let turns: Vec<ChatTurn<'_>> = msgs.iter().map(|(r, c)| ChatTurn::new(*r, c)).collect();
+        let mut out = String::new();
+        render_prompt(&mut out, family, &turns, true).unwrap();
+        out
+    };
+    let fixture = |model: &str| {
+        fixtures()
+            .into_iter()
+            .find(|f| f.0 == model)
+            .map(|f| f.2)
+            .unwrap()
+    };
+    assert_eq!(
+        write(ChatMl, Some(SYS)),
+        fixture("teknium/OpenHermes-2.5-Mistral-7B")
+    );
+    assert_eq!(write(Llama3, Some(SYS)), fixture("Llama-3 Instruct"));
+    assert_eq!(
+        write(Mistral, Some(SYS)),
+        format!(
+            "<s>{}",
+            fixture("mistralai/Mistral-Large-Instruct-2411 (v7)")
+        )
+    );
+    assert_eq!(write(Gemma, None), fixture("google/gemma-7b-it"));
+    assert_eq!(
+        write(DeepSeek, Some(SYS)),
+        fixture("deepseek-ai/DeepSeek-R1").trim_end_matches("<think>\n")
+    );
+    assert_eq!(
+        write(Phi3, Some(SYS)),
+        fixture("microsoft/Phi-3-small-8k-instruct")
+    );
+}
+
+#[test]
 fn a_prompt_ending_after_a_complete_turn_reads_too() {
     let p = "<|im_start|>user\nHello<|im_end|>\n";
     assert_eq!(parse(p, TemplateFamily::ChatMl), Ok(turns(&[(U, "Hello")])));

@@ -191,6 +191,16 @@ pub struct LoopConfig {
     /// built-in profile of `care-core` (`kardia`: no generator call; malformed outputs get 0
     /// without a judge call; the judge sees the response span).
     pub profile: String,
+    /// Chat templates ([`crate::template`]): `auto` (the family whose turn marker a turn's
+    /// prompt shows), `none` (a prompt is one user message and responses keep their tokens), or
+    /// one family (`chatml`, `llama3`, `mistral`, `gemma`, `deepseek`, `phi3`).
+    pub chat_template: String,
+    /// More texts removed from the end of every response like end-of-turn tokens (at most 16,
+    /// of 1 to 64 bytes).
+    pub end_suffixes: Vec<String>,
+    /// A fixed profile with an emotion term, for a turn without a gold emotion: `refuse` (every
+    /// response `missing_gold`, no judge call) or `without_emotion` (scored without the term).
+    pub missing_gold: crate::fixed::MissingGold,
 }
 
 impl Default for LoopConfig {
@@ -203,6 +213,9 @@ impl Default for LoopConfig {
             lenient_rubric: false,
             turn_concurrency: 16,
             profile: "care".to_owned(),
+            chat_template: "auto".to_owned(),
+            end_suffixes: Vec::new(),
+            missing_gold: crate::fixed::MissingGold::Refuse,
         }
     }
 }

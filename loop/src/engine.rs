@@ -21,30 +21,46 @@ use crate::cache::{Cache, call_key};
 use crate::config::LoopConfig;
 use crate::llm::{Backend, CallError, ChatMessage, Completion, HttpEndpoint, Role};
 use crate::metrics::Metrics;
-use crate::profile::{CareProfile, Dialogue, JudgeProblem, Prepared, RubricCheck, RubricProfile};
+use crate::profile::{
+    CareProfile, Dialogue, JudgeProblem, Prepared, RubricCheck, RubricJson, RubricProfile,
+};
 use crate::scripted::Scripted;
+use crate::template::{TemplateOut, Templates};
 
 /// Most responses in one turn (a GRPO group is far smaller; this bounds one request's work).
 pub const MAX_RESPONSES: usize = 4096;
 
+/// Largest `meta` object of a turn, serialized, in bytes (it is copied into the output).
+pub const MAX_META_BYTES: usize = 16 << 10;
+
 /// One turn to reward: a `care reward` input line, an element of the server's `turns`.
 ///
-/// A member other than these four is an error (`bad_input`, naming it and the accepted ones):
-/// a misspelled `responses` or `context` must not be read as absent. The caller's own data goes
-/// in `gold`, which is copied to the output.
-#[derive(Clone, Debug, Deserialize)]
+/// A member other than these is an error (`bad_input`, naming it and the accepted ones): a
+/// misspelled `responses` or `context` must not be read as absent. The caller's own data goes
+/// in `gold` or `meta`, which are copied to the output.
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TurnInput {
     /// Copied to the output.
     #[serde(default)]
     pub id: Option<Value>,
-    /// The dialogue up to the seeker's latest turn, as chat messages.
+    /// The dialogue up to the seeker's latest turn, as chat messages (may be left out when
+    /// `prompt` is given).
+    #[serde(default)]
     pub context: Vec<ChatMessage>,
+    /// The dialogue as a chat-templated prompt ([`crate::template`]): read into the dialogue
+    /// when `context` is empty; its template family names the end tokens the responses lose.
+    #[serde(default)]
+    pub prompt: Option<String>,
     /// The candidate responses of the group.
     pub responses: Vec<String>,
-    /// Gold metadata, copied to the output unread.
+    /// Gold metadata, copied to the output; a fixed profile reads `gold.emotion`.
     #[serde(default)]
     pub gold: Option<Value>,
+    /// The caller's metadata, a JSON object of at most [`MAX_META_BYTES`], copied to the output
+    /// unread (`care analyze` groups by `meta.turn`, `meta.emotion`, `meta.variant`).
+    #[serde(default)]
+    pub meta: Option<Value>,
 }
 
 /// A stable code and a message.
@@ -94,6 +110,8 @@ pub mod response_status {
     pub const JUDGE_ERROR: &str = "judge_error";
     /// The turn has no rubric; not judged.
     pub const NO_RUBRIC: &str = "no_rubric";
+    /// The turn's `gold` lacks what the profile's reward needs (a gold emotion); not judged.
+    pub const MISSING_GOLD: &str = "missing_gold";
 }
 
 /// LLM calls of a turn.
@@ -159,6 +177,10 @@ pub struct ResponseResult {
     /// Why there is no reward.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorOut>,
+    /// The end tokens removed from the end of the response before it was checked and judged,
+    /// verbatim ([`crate::template`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stripped: Option<String>,
 }
 
 /// One turn's result (a `care reward` output line without `line`).
@@ -169,8 +191,8 @@ pub struct TurnResult {
     pub id: Option<Value>,
     /// `ok`, `invalid_rubric` or `generator_error`.
     pub rubric_status: &'static str,
-    /// The rubric (the valid one, or the last invalid answer as text).
-    pub rubric: Option<Value>,
+    /// The rubric (the valid one as the generator wrote it, or the last invalid answer as text).
+    pub rubric: Option<RubricJson>,
     /// Generator answers asked for this turn (1 + repairs).
     pub rubric_attempts: u32,
     /// The validation of the last generator answer (`format_reward`, `violations`).
@@ -189,6 +211,12 @@ pub struct TurnResult {
     /// The input's `gold`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gold: Option<Value>,
+    /// The input's `meta`, as given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    /// How the input's `prompt` was read (absent without a prompt).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template: Option<TemplateOut>,
 }
 
 /// What a trainer without a validity mask gets for a response without a reward.
@@ -308,6 +336,7 @@ type Flights<T> = Mutex<HashMap<String, Arc<OnceCell<T>>>>;
 #[derive(Debug)]
 pub struct Engine {
     profile: Arc<dyn RubricProfile>,
+    templates: Templates,
     /// `None` for a profile with a fixed rubric: no generator is configured or called.
     generator: Option<Backend>,
     judge: Backend,
@@ -342,7 +371,9 @@ impl Engine {
     ) -> Result<Engine, String> {
         let profile: Arc<dyn RubricProfile> = match cfg.profile.as_str() {
             "care" => Arc::new(CareProfile::new(cfg.lenient_rubric)),
-            other => Arc::new(crate::fixed::FixedProfile::builtin(other)?),
+            other => Arc::new(
+                crate::fixed::FixedProfile::builtin(other)?.with_missing_gold(cfg.missing_gold),
+            ),
         };
         Self::with_profile(cfg, kind, cache, metrics, profile)
     }
@@ -359,6 +390,7 @@ impl Engine {
         profile: Arc<dyn RubricProfile>,
     ) -> Result<Engine, String> {
         cfg.check_bounds()?;
+        let templates = Templates::new(&cfg.chat_template, &cfg.end_suffixes)?;
         let needs_generator = profile.fixed_rubric().is_none();
         let (generator, judge) = match kind {
             BackendKind::Http => (
@@ -377,6 +409,7 @@ impl Engine {
         };
         Ok(Engine {
             profile,
+            templates,
             generator,
             judge,
             cache: cache.map(Arc::new),
@@ -413,7 +446,12 @@ impl Engine {
             code: "bad_input".to_owned(),
             message,
         };
-        let dialogue = Dialogue::new(input.context).map_err(bad)?;
+        let meta = check_meta(input.meta).map_err(bad)?;
+        let text = self
+            .templates
+            .read(input.context, input.prompt.as_deref(), &self.metrics)
+            .map_err(bad)?;
+        let dialogue = Dialogue::new(text.messages).map_err(bad)?;
         if input.responses.is_empty() {
             return Err(bad(
                 "responses is empty: give the group's candidate responses".to_owned(),
@@ -425,14 +463,42 @@ impl Engine {
                 input.responses.len()
             )));
         }
+        // Each response without its template's end tokens, before the format check and the judge.
+        let (responses, stripped): (Vec<String>, Vec<Option<String>>) = input
+            .responses
+            .iter()
+            .map(|r| {
+                let (kept, removed) = self.templates.strip(r, text.tokens, &self.metrics);
+                (kept.to_owned(), removed.map(str::to_owned))
+            })
+            .unzip();
         let counter = Arc::new(Counter::default());
         let rubric = self.rubric_for(&dialogue, &counter).await;
         self.metrics.rubric(rubric.status);
-        let n = input.responses.len();
+        let n = responses.len();
         let mut results: Vec<ResponseResult> = Vec::with_capacity(n);
         let mut rewards = vec![None; n];
-        match &rubric.text {
-            None => {
+        let gold_problem = rubric
+            .text
+            .as_ref()
+            .and_then(|_| self.profile.check_gold(input.gold.as_ref()).err());
+        match (&rubric.text, gold_problem) {
+            (Some(_), Some(message)) => {
+                for _ in 0..n {
+                    results.push(ResponseResult {
+                        reward: None,
+                        status: response_status::MISSING_GOLD,
+                        scores: None,
+                        judge_attempts: 0,
+                        error: Some(ErrorOut {
+                            code: response_status::MISSING_GOLD.to_owned(),
+                            message: message.clone(),
+                        }),
+                        stripped: None,
+                    });
+                }
+            }
+            (None, _) => {
                 for _ in 0..n {
                     results.push(ResponseResult {
                         reward: None,
@@ -444,15 +510,16 @@ impl Engine {
                             message: "the turn has no valid rubric, so no response was judged"
                                 .to_owned(),
                         }),
+                        stripped: None,
                     });
                 }
             }
-            Some(text) => {
+            (Some(text), None) => {
                 let text: Arc<str> = Arc::from(text.as_str());
                 let dialogue = Arc::new(dialogue);
                 let mut set = tokio::task::JoinSet::new();
                 let mut settled: Vec<Option<(f64, &'static str)>> = vec![None; n];
-                for (j, resp) in input.responses.iter().enumerate() {
+                for (j, resp) in responses.iter().enumerate() {
                     match self.profile.prepare_response(resp) {
                         Prepared::Settled { reward, status } => {
                             settled[j] = Some((reward, status));
@@ -484,7 +551,7 @@ impl Engine {
                     .collect();
                 let group =
                     self.profile
-                        .score_group(&text, &input.responses, &scores, input.gold.as_ref());
+                        .score_group(&text, &responses, &scores, input.gold.as_ref());
                 let layout = self.profile.layout(&text);
                 for j in 0..n {
                     let r = match (&settled[j], &outcomes[j]) {
@@ -494,6 +561,7 @@ impl Engine {
                             scores: None,
                             judge_attempts: 0,
                             error: None,
+                            stripped: None,
                         },
                         (None, Some(o)) => match &o.scores {
                             Ok(s) => match group.get(j).copied().flatten() {
@@ -503,6 +571,7 @@ impl Engine {
                                     scores: Some(split(s, &layout)),
                                     judge_attempts: o.attempts,
                                     error: None,
+                                    stripped: None,
                                 },
                                 None => ResponseResult {
                                     reward: None,
@@ -515,6 +584,7 @@ impl Engine {
                                             "the scores do not give a reward under the score policy"
                                                 .to_owned(),
                                     }),
+                                    stripped: None,
                                 },
                             },
                             Err((status, e)) => ResponseResult {
@@ -523,6 +593,7 @@ impl Engine {
                                 scores: None,
                                 judge_attempts: o.attempts,
                                 error: Some(e.clone()),
+                                stripped: None,
                             },
                         },
                         (None, None) => ResponseResult {
@@ -534,6 +605,7 @@ impl Engine {
                                 code: "internal".to_owned(),
                                 message: "the judge task ended without a result".to_owned(),
                             }),
+                            stripped: None,
                         },
                     };
                     rewards[j] = r.reward;
@@ -541,12 +613,13 @@ impl Engine {
                 }
             }
         }
-        for r in &results {
+        for (r, s) in results.iter_mut().zip(stripped) {
             self.metrics.response(r.status);
+            r.stripped = s;
         }
         let rubric_json = match (&rubric.text, &rubric.last_answer) {
             (Some(t), _) => Some(self.profile.rubric_json(t)),
-            (None, Some(a)) => Some(Value::String(a.clone())),
+            (None, Some(a)) => Some(RubricJson::string(a)),
             (None, None) => None,
         };
         Ok(TurnResult {
@@ -561,6 +634,8 @@ impl Engine {
             responses: results,
             calls: counter.snapshot(),
             gold: input.gold,
+            meta,
+            template: text.template,
         })
     }
 
@@ -860,6 +935,31 @@ where
         map.remove(&key);
     }
     out
+}
+
+/// A turn's `meta`: a JSON object of at most [`MAX_META_BYTES`] serialized.
+fn check_meta(meta: Option<Value>) -> Result<Option<Value>, String> {
+    match meta {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => {
+            let len = serde_json::to_string(&m).map_or(usize::MAX, |t| t.len());
+            if len > MAX_META_BYTES {
+                return Err(format!(
+                    "meta has {len} bytes; at most {MAX_META_BYTES}: keep labels there, not data"
+                ));
+            }
+            Ok(Some(Value::Object(m)))
+        }
+        Some(other) => Err(format!(
+            "meta must be a JSON object (e.g. {{\"turn\": 3, \"emotion\": \"sadness\"}}), not {}",
+            match other {
+                Value::Bool(_) => "a boolean",
+                Value::Number(_) => "a number",
+                Value::String(_) => "a string",
+                _ => "an array",
+            }
+        )),
+    }
 }
 
 /// Flat scores as one list per dimension.
