@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::OnceCell;
 
 use crate::cache::{Cache, call_key};
@@ -58,9 +59,43 @@ pub struct TurnInput {
     #[serde(default)]
     pub gold: Option<Value>,
     /// The caller's metadata, a JSON object of at most [`MAX_META_BYTES`], copied to the output
-    /// unread (`care analyze` groups by `meta.turn`, `meta.emotion`, `meta.variant`).
+    /// as written (`care analyze` groups by `meta.turn`, `meta.emotion`, `meta.variant`).
     #[serde(default)]
-    pub meta: Option<Value>,
+    pub meta: Option<Meta>,
+}
+
+/// A turn's `meta` as the caller wrote it: the JSON text, members in the caller's order.
+#[derive(Clone, Debug)]
+pub struct Meta(Box<RawValue>);
+
+impl Meta {
+    /// `text` when it is one JSON value (checked when the turn runs: an object, not too large).
+    pub fn from_json(text: &str) -> Option<Meta> {
+        RawValue::from_string(text.to_owned()).ok().map(Meta)
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for Meta {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Serialize for Meta {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Meta {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(d).map(Meta)
+    }
 }
 
 /// A stable code and a message.
@@ -211,9 +246,9 @@ pub struct TurnResult {
     /// The input's `gold`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gold: Option<Value>,
-    /// The input's `meta`, as given.
+    /// The input's `meta`, as written (only the whitespace between its JSON tokens removed).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub meta: Option<Value>,
+    pub meta: Option<Meta>,
     /// How the input's `prompt` was read (absent without a prompt).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template: Option<TemplateOut>,
@@ -937,29 +972,29 @@ where
     out
 }
 
-/// A turn's `meta`: a JSON object of at most [`MAX_META_BYTES`] serialized.
-fn check_meta(meta: Option<Value>) -> Result<Option<Value>, String> {
-    match meta {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(m)) => {
-            let len = serde_json::to_string(&m).map_or(usize::MAX, |t| t.len());
-            if len > MAX_META_BYTES {
-                return Err(format!(
-                    "meta has {len} bytes; at most {MAX_META_BYTES}: keep labels there, not data"
-                ));
-            }
-            Ok(Some(Value::Object(m)))
-        }
-        Some(other) => Err(format!(
-            "meta must be a JSON object (e.g. {{\"turn\": 3, \"emotion\": \"sadness\"}}), not {}",
-            match other {
-                Value::Bool(_) => "a boolean",
-                Value::Number(_) => "a number",
-                Value::String(_) => "a string",
-                _ => "an array",
-            }
-        )),
+/// A turn's `meta`: a JSON object of at most [`MAX_META_BYTES`], on one line.
+fn check_meta(meta: Option<Meta>) -> Result<Option<Meta>, String> {
+    let Some(meta) = meta else {
+        return Ok(None);
+    };
+    let text = meta.get();
+    if text == "null" {
+        return Ok(None);
     }
+    if text.len() > MAX_META_BYTES {
+        return Err(format!(
+            "meta has {} bytes; at most {MAX_META_BYTES}: keep labels there, not data",
+            text.len()
+        ));
+    }
+    if !text.starts_with('{') {
+        return Err(
+            "meta must be a JSON object, e.g. {\"turn\": 3, \"emotion\": \"sadness\"}".to_owned(),
+        );
+    }
+    Ok(crate::profile::minify(text)
+        .and_then(|m| Meta::from_json(&m))
+        .or(Some(meta)))
 }
 
 /// Flat scores as one list per dimension.

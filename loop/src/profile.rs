@@ -535,7 +535,7 @@ impl Serialize for RubricJson {
 }
 
 /// `text` without the whitespace between its JSON tokens, when it is one JSON value.
-fn minify(text: &str) -> Option<String> {
+pub(crate) fn minify(text: &str) -> Option<String> {
     let raw: &RawValue = serde_json::from_str(text).ok()?;
     let mut out = String::with_capacity(raw.get().len());
     let (mut in_string, mut escaped) = (false, false);
