@@ -57,6 +57,7 @@ from .rewards import (
     CareRewardError,
     TRLReward,
     compute_score,
+    compute_score_async,
     compute_score_batch,
 )
 from ._types import (
@@ -153,5 +154,6 @@ __all__ = [
     "CareRewardError",
     "TRLReward",
     "compute_score",
+    "compute_score_async",
     "compute_score_batch",
 ]
