@@ -438,6 +438,21 @@ async fn half_templated_and_nested_prompts_are_read_as_before_and_reported() {
         let last = s.stub.calls().last().unwrap().messages[0].content.clone();
         assert!(last.contains(prompt.trim()), "{last}");
     }
+    // A response that is only the end token: empty after stripping, so malformed for Kardia
+    // (reward 0, not judged), and the token reported.
+    let judged = s.stub.calls().len();
+    let (_, v) = s
+        .post(
+            "/v1/reward",
+            &json!({"turns": [{"prompt": templated(TemplateFamily::ChatMl, true), "responses": ["<|im_end|>", "\u{1F642} <|im_end|>\n<|endoftext|>"], "gold": gold}]}),
+        )
+        .await;
+    let r = &v["results"][0];
+    assert_eq!(r["rewards"], json!([0.0, 0.0]), "{r}");
+    assert_eq!(r["responses"][0]["status"], "malformed_output");
+    assert_eq!(r["responses"][0]["stripped"], "<|im_end|>");
+    assert_eq!(r["responses"][1]["stripped"], " <|im_end|>\n<|endoftext|>");
+    assert_eq!(s.stub.calls().len(), judged);
     let (code, metrics) = (
         200,
         reqwest::get(format!("http://{}/metrics", s.addr))

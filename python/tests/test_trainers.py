@@ -453,3 +453,28 @@ def test_trl_call_with_templated_prompts_and_a_gold_column(kardia_stack):
     assert rewards[0] == 1.0 and math.isclose(rewards[1], 0.8, abs_tol=1e-12), rewards
     with pytest.raises(ValueError, match="no dataset column 'gold'"):
         f(prompts=[prompt], completions=["x"])
+
+
+def test_the_documented_trainer_recipes_name_what_exists():
+    """The "From your trainer" sections name functions, arguments and flags that exist: every
+    verl ``custom_reward_function.name`` is a function of rewards.py (``compute_score_async`` a
+    coroutine function, the reward loop's requirement), every ``TRLReward(...)`` keyword is a
+    parameter, every ``--data.*``/``--reward.*`` flag is OpenRLHF's current spelling."""
+    import re
+
+    docs = (ROOT / "docs" / "REWARD_LOOP.md").read_text() + (ROOT / "docs" / "PYTHON.md").read_text()
+    names = set(re.findall(r"custom_reward_function\.name=(\w+)", docs))
+    assert names == {"compute_score", "compute_score_async", "compute_score_batch"}, names
+    for n in names:
+        assert callable(getattr(rw, n))
+    assert inspect.iscoroutinefunction(rw.compute_score_async)
+    assert not inspect.iscoroutinefunction(rw.compute_score)
+    params = set(inspect.signature(rw.TRLReward).parameters)
+    used = set(re.findall(r"TRLReward\((\w+)=", docs)) | set(re.findall(r", (\w+_column)=", docs))
+    assert used and used <= params, (used, params)
+    # OpenRLHF's flags as its argparse spells them (openrlhf/cli/train_ppo_ray.py, 2026).
+    flags = set(re.findall(r"--((?:data|reward)\.\w+)", docs))
+    assert flags <= {
+        "data.prompt_dataset", "data.input_key", "data.label_key", "data.apply_chat_template", "reward.remote_url",
+    }, flags
+    assert {"data.label_key", "reward.remote_url"} <= flags
