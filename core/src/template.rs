@@ -242,7 +242,7 @@ struct Spec {
 }
 
 /// The one table of template families (the order of [`TemplateFamily::ALL`]).
-const SPECS: [Spec; 6] = [
+static SPECS: [Spec; 6] = [
     Spec {
         family: TemplateFamily::ChatMl,
         markers: &["<|im_start|>", "<|im_end|>", "<|im_sep|>"],
