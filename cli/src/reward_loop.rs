@@ -46,6 +46,14 @@ pub struct LoopArgs {
     /// Keep no cache.
     #[arg(long)]
     pub no_cache: bool,
+    /// Chat template of prompts and responses (overrides the config): auto (the family a
+    /// prompt's markers show), none, or chatml, llama3, mistral, gemma, deepseek, phi3.
+    #[arg(long, value_name = "NAME")]
+    pub chat_template: Option<String>,
+    /// More text to strip from the end of every response, like an end-of-turn token
+    /// (repeatable; added to the config's end_suffixes).
+    #[arg(long, value_name = "TEXT")]
+    pub end_suffix: Vec<String>,
 }
 
 /// `care reward` options.
@@ -97,11 +105,13 @@ pub struct ServeArgs {
 /// Help text of `care reward`.
 pub const REWARD_AFTER: &str = "\
 Input line: {\"context\": [{\"role\":\"user\",\"content\":..}, ..], \"responses\": [\"..\", ..],
-  \"id\": any (copied), \"gold\": any (copied)}; the context ends with the seeker's turn.
+  \"id\": any (copied), \"gold\": any (copied), \"meta\": {..} (copied)}; the context ends with
+  the seeker's turn. \"prompt\": a chat-templated prompt may replace the context.
 Output line: rubric_status (ok | invalid_rubric | generator_error), rubric, rubric_attempts,
   validation, rewards (null where a response has none), responses [{reward, status, scores,
-  judge_attempts, error, panel (with a judge panel: each judge's reward, scores and cost, the
-  spread)}], calls {generator, judge, cached, failed, http_attempts, tokens}.
+  judge_attempts, error, stripped, panel (with a judge panel: each judge's reward, scores and
+  cost, the spread)}], calls {generator, judge, cached, failed, http_attempts, tokens},
+  template (with a prompt). Pipe it into `care analyze -`.
 Resumable: a rerun with the same cache asks the LLMs only for what did not complete.
 
 Examples:
@@ -147,6 +157,10 @@ fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
     if let Some(p) = &a.profile {
         cfg.profile = p.clone();
     }
+    if let Some(t) = &a.chat_template {
+        cfg.chat_template = t.clone();
+    }
+    cfg.end_suffixes.extend(a.end_suffix.iter().cloned());
     let kind = if a.scripted {
         if any {
             return Err(

@@ -88,6 +88,7 @@ pub mod rubric;
 mod serde_impls;
 pub mod simplex;
 pub mod strategy;
+pub mod template;
 pub use dtype::Dtype;
 pub use error::{Error, InvalidOption, Result};
 pub use names::{Named, UnknownName};

@@ -194,6 +194,16 @@ pub struct LoopConfig {
     pub profile: String,
     /// How a panel of judges is aggregated (quorum, criterion shuffling, the spread threshold).
     pub panel: PanelConfig,
+    /// Chat templates ([`crate::template`]): `auto` (the family whose turn marker a turn's
+    /// prompt shows), `none` (a prompt is one user message and responses keep their tokens), or
+    /// one family (`chatml`, `llama3`, `mistral`, `gemma`, `deepseek`, `phi3`).
+    pub chat_template: String,
+    /// More texts removed from the end of every response like end-of-turn tokens (at most 16,
+    /// of 1 to 64 bytes).
+    pub end_suffixes: Vec<String>,
+    /// A fixed profile with an emotion term, for a turn without a gold emotion: `refuse` (every
+    /// response `missing_gold`, no judge call) or `without_emotion` (scored without the term).
+    pub missing_gold: crate::fixed::MissingGold,
 }
 
 impl Default for LoopConfig {
@@ -207,6 +217,9 @@ impl Default for LoopConfig {
             turn_concurrency: 16,
             profile: "care".to_owned(),
             panel: PanelConfig::default(),
+            chat_template: "auto".to_owned(),
+            end_suffixes: Vec::new(),
+            missing_gold: crate::fixed::MissingGold::Refuse,
         }
     }
 }

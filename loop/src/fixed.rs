@@ -13,6 +13,7 @@ use care_core::profile::{
     Profile, RubricSource, parse_profile_judge_output, profile_reward_group,
     render_profile_judge_prompt,
 };
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::llm::ChatMessage;
@@ -21,12 +22,27 @@ use crate::profile::{Dialogue, JudgeProblem, Prepared, RubricCheck, RubricProfil
 /// The status of a response that breaks the profile's output format (reward 0, not judged).
 pub const MALFORMED_OUTPUT: &str = "malformed_output";
 
+/// What a profile with an emotion term does with a turn whose `gold` has no emotion label.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingGold {
+    /// Refuse the turn before any judge call: every response `missing_gold`, no reward.
+    #[default]
+    Refuse,
+    /// Score it without the emotion term (`lambda = 0`: the format check, the vetoes and the
+    /// rubric part).
+    WithoutEmotion,
+}
+
 /// A built-in fixed profile of `care-core`.
 #[derive(Debug, Clone)]
 pub struct FixedProfile {
     profile: Profile<'static>,
+    /// The same profile without its emotion term (for [`MissingGold::WithoutEmotion`]).
+    without_emotion: Profile<'static>,
     json: &'static str,
     score: ScoreOptions,
+    missing_gold: MissingGold,
 }
 
 impl FixedProfile {
@@ -45,10 +61,42 @@ impl FixedProfile {
             ));
         }
         Ok(FixedProfile {
+            without_emotion: profile.without_emotion(),
             profile,
             json,
             score: ScoreOptions::default(),
+            missing_gold: MissingGold::Refuse,
         })
+    }
+
+    /// What a turn without a gold emotion gets.
+    #[must_use]
+    pub fn with_missing_gold(mut self, missing_gold: MissingGold) -> Self {
+        self.missing_gold = missing_gold;
+        self
+    }
+
+    /// The gold emotion of a turn: `gold.emotion`, a non-blank string. `Ok(None)` when the
+    /// profile has no emotion term, or it is missing and the turn is scored without the term.
+    fn gold_emotion<'g>(&self, gold: Option<&'g Value>) -> Result<Option<&'g str>, String> {
+        if self.profile.emotion().is_none() {
+            return Ok(None);
+        }
+        match gold.and_then(|g| g.get("emotion")) {
+            Some(Value::String(e)) if !e.trim().is_empty() => Ok(Some(e)),
+            Some(v) if !v.is_null() && !v.is_string() => Err(format!(
+                "gold.emotion is {v}: give the gold emotion label as a string"
+            )),
+            _ => match self.missing_gold {
+                MissingGold::WithoutEmotion => Ok(None),
+                MissingGold::Refuse => Err(format!(
+                    "the {} profile's reward has an emotion term and the turn has no gold \
+                     emotion: give gold.emotion (in an OpenRLHF label: {{\"gold\": \
+                     {{\"emotion\": ...}}}}), or set missing_gold to without_emotion",
+                    self.profile.name()
+                )),
+            },
+        }
     }
 
     fn total(&self) -> usize {
@@ -107,6 +155,10 @@ impl RubricProfile for FixedProfile {
                 status: MALFORMED_OUTPUT,
             },
         }
+    }
+
+    fn check_gold(&self, gold: Option<&Value>) -> Result<(), String> {
+        self.gold_emotion(gold).map(|_| ())
     }
 
     fn judge_messages(&self, _rubric: &str, dialogue: &Dialogue, span: &str) -> Vec<ChatMessage> {
@@ -237,10 +289,18 @@ impl RubricProfile for FixedProfile {
                 _ => flat.extend(std::iter::repeat_n(f64::NAN, total)),
             }
         }
-        let emotion = gold.and_then(|g| g.get("emotion")).and_then(Value::as_str);
+        // check_gold refused the turn before any judge call when this fails.
+        let Ok(emotion) = self.gold_emotion(gold) else {
+            return vec![None; responses.len()];
+        };
+        let profile = if emotion.is_none() {
+            &self.without_emotion
+        } else {
+            &self.profile
+        };
         let mut out = vec![f64::NAN; responses.len()];
         if profile_reward_group(
-            &self.profile,
+            profile,
             None,
             responses,
             &flat,

@@ -29,6 +29,7 @@ pub mod profile;
 pub mod scripted;
 pub mod server;
 pub mod stub;
+pub mod template;
 
 pub use cache::Cache;
 pub use config::{EndpointConfig, JudgeConfig, JudgeSpec, LoopConfig, PanelConfig};

@@ -39,6 +39,8 @@ pub struct Metrics {
     responses: Family<Labels, Counter>,
     in_flight: Gauge<i64, std::sync::atomic::AtomicI64>,
     panel: crate::panel::PanelMetrics,
+    prompt_templates: Family<Labels, Counter>,
+    responses_stripped: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -65,6 +67,8 @@ impl Metrics {
             responses: Family::default(),
             in_flight: Gauge::default(),
             panel: crate::panel::PanelMetrics::default(),
+            prompt_templates: Family::default(),
+            responses_stripped: Family::default(),
             registry: Registry::default(),
         };
         m.panel.register(&mut registry);
@@ -127,6 +131,16 @@ impl Metrics {
             "responses",
             "Responses by status (ok, judge_invalid, judge_error, no_rubric, or a profile's settled status such as malformed_output)",
             m.responses.clone(),
+        );
+        registry.register(
+            "prompt_templates",
+            "Turn prompts by chat-template family (or none) and status (parsed, plain, unrecognised, off)",
+            m.prompt_templates.clone(),
+        );
+        registry.register(
+            "responses_stripped",
+            "Responses whose trailing end-of-turn tokens were removed, by family (a family's name, any, or none for the extra suffixes only)",
+            m.responses_stripped.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -228,6 +242,23 @@ impl Metrics {
     pub fn response(&self, status: &'static str) {
         self.responses
             .get_or_create(&vec![("status", status.to_owned())])
+            .inc();
+    }
+
+    /// A turn's prompt read with a chat template (`family` a name or `none`).
+    pub fn prompt_template(&self, family: &str, status: &'static str) {
+        self.prompt_templates
+            .get_or_create(&vec![
+                ("family", family.to_owned()),
+                ("status", status.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// A response lost its trailing end tokens.
+    pub fn response_stripped(&self, family: &'static str) {
+        self.responses_stripped
+            .get_or_create(&vec![("family", family.to_owned())])
             .inc();
     }
 }

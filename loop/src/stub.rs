@@ -15,7 +15,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::llm::{ChatMessage, Role};
@@ -118,6 +118,7 @@ impl Stub {
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(handle))
+            .route("/stub/calls", get(calls))
             .with_state(Arc::clone(&state));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -143,6 +144,26 @@ impl Stub {
     pub fn count(&self, role: Role) -> usize {
         self.calls().iter().filter(|c| c.role == role).count()
     }
+}
+
+/// `GET /stub/calls`: every request so far, `[{"role": "generator" | "judge", "messages": [...]}]`
+/// (for tests in another process, such as the Python trainer tests).
+async fn calls(State(s): State<Arc<StubState>>) -> Response {
+    let list: Vec<Value> = s
+        .calls
+        .lock()
+        .map(|c| {
+            c.iter()
+                .map(|r| json!({"role": r.role.as_str(), "messages": r.messages}))
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        Value::Array(list).to_string(),
+    )
+        .into_response()
 }
 
 async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {

@@ -78,6 +78,7 @@ async fn kardia_settles_malformed_outputs_and_judges_the_response_span() {
                 output("joy", "score:3"),
             ],
             gold: Some(json!({"emotion": "fear"})),
+            ..TurnInput::default()
         })
         .await
         .unwrap();

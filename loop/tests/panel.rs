@@ -106,6 +106,7 @@ fn turn(tag: &str, responses: &[&str]) -> TurnInput {
         context: context(tag),
         responses: responses.iter().map(|s| (*s).to_owned()).collect(),
         gold: None,
+        ..TurnInput::default()
     }
 }
 
@@ -746,6 +747,7 @@ async fn the_kardia_profile_is_judged_by_a_shuffled_panel() {
             context: vec![ChatMessage::new("user", "My exam is tomorrow.")],
             responses: responses.clone(),
             gold: Some(json!({"emotion": "fear"})),
+            ..TurnInput::default()
         })
         .await
         .unwrap();

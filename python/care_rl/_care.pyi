@@ -54,6 +54,10 @@ class Rubric:
 RubricLike = Union[Rubric, str, bytes]
 
 PROFILE_NAMES: List[str]
+TEMPLATE_FAMILIES: List[str]
+
+def read_prompt(prompt: str, template: str = "auto") -> Tuple[Optional[str], List[Tuple[str, str]]]: ...
+def strip_end_tokens(response: str, template: str = "auto", extra: Sequence[str] = ()) -> Tuple[str, str]: ...
 
 class Profile:
     def __init__(self, name_or_json: Text) -> None: ...

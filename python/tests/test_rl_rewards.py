@@ -167,13 +167,20 @@ class RewardFunctionsTest(unittest.TestCase):
             for line in REWARDS.read_text().splitlines()
             if line.startswith(("import ", "from ")) and not line.startswith("from __future__")
         }
-        self.assertLessEqual(imported, {"json", "os", "urllib", "typing"}, "stdlib only")
+        self.assertLessEqual(imported, {"asyncio", "json", "os", "ssl", "urllib", "typing"}, "stdlib only")
         try:
             import care_rl
         except ImportError:  # the source tree without the built extension: nothing to compare
             return
         self.assertEqual(care_rl.TRLReward.__module__, "care_rl.rewards")
-        for name in ("CareRewardClient", "CareRewardError", "TRLReward", "compute_score", "compute_score_batch"):
+        for name in (
+            "CareRewardClient",
+            "CareRewardError",
+            "TRLReward",
+            "compute_score",
+            "compute_score_async",
+            "compute_score_batch",
+        ):
             self.assertIn(name, care_rl.__all__)
 
     def test_unreachable_server_is_a_clear_error(self) -> None:

@@ -219,10 +219,11 @@ pub fn read(opts: &Options, line: &str, value: &Value) -> Result<Record, LineErr
     let m = value
         .as_object()
         .ok_or_else(|| LineError::schema("the line must be a JSON object"))?;
+    let g = grouping(m)?;
     let mut rec = Record {
-        variant: variant(m)?,
-        turn: turn(m)?,
-        emotion: emotion(m, &opts.emotions)?,
+        variant: variant(&g)?,
+        turn: turn(&g)?,
+        emotion: emotion(&g, &opts.emotions)?,
         ..Record::default()
     };
     match rubric_source(m)? {
@@ -259,6 +260,33 @@ pub fn read(opts: &Options, line: &str, value: &Value) -> Result<Record, LineErr
         ));
     }
     Ok(rec)
+}
+
+/// The members a line is grouped by (`variant` or `model`, `turn`, `emotion`): the line's own,
+/// or those of its `meta` object (how `care reward` and `care serve` carry a turn's labels). A
+/// member given in both places is an error.
+fn grouping(m: &Map<String, Value>) -> Result<std::borrow::Cow<'_, Map<String, Value>>, LineError> {
+    let meta = match m.get("meta") {
+        None | Some(Value::Null) => return Ok(std::borrow::Cow::Borrowed(m)),
+        Some(Value::Object(meta)) => meta,
+        Some(_) => return Err(LineError::schema("\"meta\" must be an object")),
+    };
+    let mut g = Map::new();
+    for key in ["variant", "model", "turn", "emotion"] {
+        let present = |v: Option<&Value>| v.filter(|v| !v.is_null()).cloned();
+        match (present(m.get(key)), present(meta.get(key))) {
+            (Some(_), Some(_)) => {
+                return Err(LineError::schema(format!(
+                    "\"{key}\" is given twice, at the top level and in \"meta\"; give it once"
+                )));
+            }
+            (Some(v), None) | (None, Some(v)) => {
+                g.insert(key.to_owned(), v);
+            }
+            (None, None) => {}
+        }
+    }
+    Ok(std::borrow::Cow::Owned(g))
 }
 
 fn group_string<'v>(m: &'v Map<String, Value>, key: &str) -> Result<Option<&'v str>, LineError> {

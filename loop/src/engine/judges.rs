@@ -303,6 +303,7 @@ impl Engine {
                     judge_attempts: 0,
                     error: None,
                     panel: None,
+                    stripped: None,
                 });
                 out[j] = Some(reward);
                 continue;
@@ -500,6 +501,7 @@ impl Engine {
             scores,
             judge_attempts: attempts,
             error,
+            stripped: None,
             panel: Some(PanelResult {
                 judges_ok: ok.len(),
                 quorum: panel.quorum,
