@@ -5,11 +5,10 @@
 //! pairs with `care-core`); the record it gives is small and is folded into the report's
 //! sufficient statistics in input order by [`super::accum`].
 
-use care_core::reward::policy_reward;
 use care_core::strategy::{LABELS, lookup};
 use care_core::{
-    Dimension, FormatPolicy, PreferenceOptions, ScoreOptions, UnknownLabelPolicy, Validation,
-    ViolationCode, preference_reward, validate_str,
+    Dimension, FormatPolicy, PreferenceOptions, PreferenceOutcome, ScoreOptions,
+    UnknownLabelPolicy, Validation, ViolationCode, preference_reward, validate_str,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -582,58 +581,29 @@ fn scored_pair(
     };
     let chosen = flatten_scores(r, chosen_m, "chosen_scores")?;
     let rejected = flatten_scores(r, rejected_m, "rejected_scores")?;
-    let c = policy_reward(r, &chosen, &opts.score)
-        .map_err(|e| explain_score_error(e, r, &chosen, "chosen_scores"))?;
-    let j = policy_reward(r, &rejected, &opts.score)
-        .map_err(|e| explain_score_error(e, r, &rejected, "rejected_scores"))?;
+    let outcome = pair_outcome(r, &chosen, &rejected, &opts.score)?;
     let p = preference_reward(r, &chosen, &rejected, &opts.score, &opts.pref)
         .map_err(|e| explain_score_error(e, r, &chosen, "chosen_scores"))?;
     Ok(PairObs {
-        outcome: compare(c.weights, c.dim_means, j.dim_means),
+        outcome,
         r_pref: Some(p.reward),
     })
 }
 
-/// The outcome of `r_theta(chosen)` against `r_theta(rejected)`, both `sum_d w_d m_d` with the
-/// same weights.
-///
-/// The per-dimension means come from integer score sums (order-independent and exact up to
-/// one division), so equal dimensions compare exactly equal. When every dimension that carries
-/// weight moves the same way, the sign is exact. Only when dimensions pull in opposite
-/// directions is the weighted difference summed in f64, and a difference within that sum's
-/// rounding error (4 ulp of its largest term) is a tie rather than a rounding artefact.
-pub fn compare(w: [f64; 3], chosen: [f64; 3], rejected: [f64; 3]) -> Outcome {
-    let (mut pos, mut neg) = (false, false);
-    let mut terms = [0.0; 3];
-    for d in 0..3 {
-        if w[d] > 0.0 {
-            let diff = chosen[d] - rejected[d];
-            pos |= diff > 0.0;
-            neg |= diff < 0.0;
-            terms[d] = w[d] * diff;
-        }
-    }
-    let sign = match (pos, neg) {
-        (false, false) => 0.0,
-        (true, false) => 1.0,
-        (false, true) => -1.0,
-        (true, true) => {
-            let sum: f64 = terms.iter().sum();
-            let scale = terms.iter().fold(0.0f64, |a, t| a.max(t.abs()));
-            if sum.abs() <= 4.0 * f64::EPSILON * scale {
-                0.0
-            } else {
-                sum
-            }
-        }
-    };
-    if sign > 0.0 {
-        Outcome::Win
-    } else if sign < 0.0 {
-        Outcome::Loss
-    } else {
-        Outcome::Tie
-    }
+/// The pair's outcome by the core's exact rule (see [`crate::cmd::rubric::pair_outcome`]).
+fn pair_outcome(
+    r: &care_core::Rubric<'_>,
+    chosen: &[f64],
+    rejected: &[f64],
+    opts: &ScoreOptions,
+) -> Result<Outcome, LineError> {
+    Ok(
+        match crate::cmd::rubric::pair_outcome(r, chosen, rejected, opts)? {
+            PreferenceOutcome::Win => Outcome::Win,
+            PreferenceOutcome::Tie => Outcome::Tie,
+            PreferenceOutcome::Loss => Outcome::Loss,
+        },
+    )
 }
 
 /// A pair given as rewards already computed (for example by the reward loop): compared exactly.
@@ -706,40 +676,50 @@ pub fn label(id: u8) -> Option<(&'static str, Dimension)> {
 mod tests {
     use super::*;
 
+    /// The case rounding used to split: weights (0.35, 0.3, 0.35), 4/2/4 criteria, Cognitive
+    /// and Proactive means moving by -1/20 and +1/20: exactly a tie, also with uniform weights.
     #[test]
-    fn compare_is_exact_when_dimensions_agree() {
-        let w = [0.4, 0.35, 0.25];
-        assert_eq!(compare(w, [0.8, 0.6, 1.0], [0.8, 0.6, 1.0]), Outcome::Tie);
-        assert_eq!(compare(w, [0.8, 0.6, 1.0], [0.8, 0.6, 0.9]), Outcome::Win);
-        assert_eq!(compare(w, [0.7, 0.6, 1.0], [0.8, 0.6, 1.0]), Outcome::Loss);
-        // A difference only in a dimension of weight 0 is a tie: it does not enter r_theta.
+    fn an_exact_tie_is_a_tie() {
+        let crit = |n: usize, d: usize| {
+            (0..n)
+                .map(|i| format!("{{\"title\":\"t{d}{i}\",\"description\":\"[0] a [1] b [2] c [3] d [4] e [5] f\"}}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let names = [
+            "Cognitive Empathy",
+            "Affective Empathy",
+            "Proactive Empathy",
+        ];
+        let (w, n) = (["0.35", "0.3", "0.35"], [4, 2, 4]);
+        let cats: Vec<String> = (0..3)
+            .map(|d| {
+                format!(
+                    "{{\"category\":\"{}\",\"weight_rationale\":\"r\",\"category_weight\":{},\"criteria\":[{}]}}",
+                    names[d],
+                    w[d],
+                    crit(n[d], d)
+                )
+            })
+            .collect();
+        let line = format!(
+            "{{\"rubric\":{{\"categories\":[{}]}},\"chosen_scores\":[[2,1,2,2],[2,2],[2,3,2,2]],\"rejected_scores\":[[3,1,2,2],[2,2],[2,3,1,2]]}}",
+            cats.join(",")
+        );
+        let pair = read_str(&line).unwrap().pair.unwrap();
+        assert_eq!(pair.outcome, Outcome::Tie);
+        let uniform = Options {
+            score: ScoreOptions {
+                uniform_weights: true,
+                ..ScoreOptions::default()
+            },
+            ..Options::default()
+        };
+        let v = crate::json::parse_strict(&line).unwrap();
         assert_eq!(
-            compare([0.5, 0.5, 0.0], [0.8, 0.6, 1.0], [0.8, 0.6, 0.0]),
+            read(&uniform, &line, &v).unwrap().pair.unwrap().outcome,
             Outcome::Tie
         );
-        // Tiny but real differences in one direction are never rounded away.
-        assert_eq!(
-            compare(w, [0.8, 0.6, 1e-300], [0.8, 0.6, 0.0]),
-            Outcome::Win
-        );
-    }
-
-    /// Relation: when dimensions cancel exactly in real arithmetic, the outcome is a tie even
-    /// though the naive f64 reward difference is not zero.
-    #[test]
-    fn compare_ties_cancelling_dimensions_that_f64_rounding_splits() {
-        let w = [0.5, 0.25, 0.25];
-        let (c, r) = ([3.0 / 5.0, 2.0 / 5.0, 0.4], [2.0 / 5.0, 4.0 / 5.0, 0.4]);
-        let naive: f64 =
-            (0..3).map(|d| w[d] * c[d]).sum::<f64>() - (0..3).map(|d| w[d] * r[d]).sum::<f64>();
-        let diff: f64 = (0..3).map(|d| w[d] * (c[d] - r[d])).sum();
-        assert!(
-            naive != 0.0 || diff != 0.0,
-            "the case must be one rounding splits"
-        );
-        assert_eq!(compare(w, c, r), Outcome::Tie);
-        // A genuine mixed-direction win stays a win.
-        assert_eq!(compare(w, [0.8, 0.6, 0.4], [0.6, 0.8, 0.4]), Outcome::Win);
     }
 
     #[test]
