@@ -687,6 +687,36 @@ fn a_view_without_data_has_no_chart_and_says_what_it_needs() {
     assert_eq!(t.lines().count(), 1);
 }
 
+#[test]
+fn csv_lines_end_in_crlf_and_notes_agree_in_number() {
+    let dir = scratch_dir("crlf");
+    let lines = vec![
+        // One valid rubric without a turn, and one pair without a rubric that parsed.
+        "{\"variant\":\"a,b\",\"format_reward\":1,\"violations\":[],\"weights\":[0.5,0.25,0.25],\"criteria\":[2,2,2]}".to_owned(),
+        "{\"variant\":\"a,b\",\"rubric\":null,\"chosen_scores\":[[1],[1],[1]],\"rejected_scores\":[[1],[1],[1]]}".to_owned(),
+    ];
+    run(&lines, &Options::default(), 1, &dir);
+    let t = std::fs::read_to_string(dir.join("format_health.csv")).unwrap();
+    assert_eq!(
+        t,
+        "variant,rubrics,missing,unparsed,parsed,valid,valid_share,valid_share_lo,valid_share_hi\r\n\
+         \"a,b\",2,1,0,1,1,0.5,0.09453120573423074,0.9054687942657693\r\n"
+    );
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("a,b: 1 valid rubric has no \"turn\" and is not in the turn views."),
+        "{md}"
+    );
+    assert!(
+        md.contains("a,b: 1 of 2 rubrics is not valid (r_fmt = 0)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("a,b: 1 pair has no rubric that parsed and is not in the win/tie/loss rates."),
+        "{md}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input.
 

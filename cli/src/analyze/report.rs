@@ -151,8 +151,8 @@ fn num(x: f64) -> String {
     format!("{x}")
 }
 
-/// The table as CSV (RFC 4180, header row, `\n` line ends); interval and share columns expand
-/// into several columns (see [`Kind`]).
+/// The table as CSV (RFC 4180: header row, CRLF line ends, fields with a comma, quote or line
+/// break quoted); interval and share columns expand into several columns (see [`Kind`]).
 pub fn csv(t: &Table) -> String {
     let mut out = String::new();
     let mut header: Vec<String> = Vec::new();
@@ -209,7 +209,7 @@ fn push_row(out: &mut String, fields: Vec<String>) {
         }
         csv_field(out, f);
     }
-    out.push('\n');
+    out.push_str("\r\n");
 }
 
 fn pct(p: f64) -> String {
@@ -323,49 +323,84 @@ fn summary_line(acc: &Acc) -> String {
     )
 }
 
+/// `n` and the noun, singular or plural: `"1 rubric"`, `"2 rubrics"`.
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+/// The verb that agrees with a count: `(singular, plural)`.
+fn agree(n: u64, forms: (&'static str, &'static str)) -> &'static str {
+    if n == 1 { forms.0 } else { forms.1 }
+}
+
+const HAS: (&str, &str) = ("has", "have");
+const IS: (&str, &str) = ("is", "are");
+const WAS: (&str, &str) = ("was", "were");
+
 /// Notes on what each view leaves out, and why.
 fn notes(acc: &Acc) -> Vec<String> {
     let mut out = Vec::new();
     for (name, v) in &acc.variants {
         let name = tables::variant_name(name);
-        if v.valid_without_turn > 0 {
-            out.push(format!(
-                "{name}: {} valid rubrics have no \"turn\" and are not in the turn views.",
-                v.valid_without_turn
-            ));
-        }
-        if v.valid_without_emotion > 0 {
-            out.push(format!(
-                "{name}: {} valid rubrics have no \"emotion\" and are not in the emotion views.",
-                v.valid_without_emotion
-            ));
-        }
-        if v.responses_without_emotion > 0 {
-            out.push(format!(
-                "{name}: {} responses with tactics have no \"emotion\" and are not in the \
-                 strategy-by-emotion view.",
-                v.responses_without_emotion
-            ));
-        }
+        let mut missing = |n: u64, what: (&str, &str), member: &str, views: &str| {
+            if n > 0 {
+                out.push(format!(
+                    "{name}: {} {} no \"{member}\" and {} not in {views}.",
+                    counted(n, what.0, what.1),
+                    agree(n, HAS),
+                    agree(n, IS)
+                ));
+            }
+        };
+        missing(
+            v.valid_without_turn,
+            ("valid rubric", "valid rubrics"),
+            "turn",
+            "the turn views",
+        );
+        missing(
+            v.valid_without_emotion,
+            ("valid rubric", "valid rubrics"),
+            "emotion",
+            "the emotion views",
+        );
+        missing(
+            v.responses_without_emotion,
+            ("response with tactics", "responses with tactics"),
+            "emotion",
+            "the strategy-by-emotion view",
+        );
         let invalid = v.rubrics.total - v.rubrics.valid;
         if invalid > 0 {
             out.push(format!(
-                "{name}: {invalid} of {} rubrics are not valid (r_fmt = 0) and are left out \
-                 of the weight and dominance views.",
-                v.rubrics.total
+                "{name}: {invalid} of {} {} not valid (r_fmt = 0) and left out of the weight and \
+                 dominance views.",
+                counted(v.rubrics.total, "rubric", "rubrics"),
+                agree(invalid, IS)
             ));
         }
-        if v.pairs.outcomes[3] > 0 {
+        let unscored = v.pairs.outcomes[3];
+        if unscored > 0 {
             out.push(format!(
-                "{name}: {} pairs have no rubric that parsed and are not in the win/tie/loss \
-                 rates.",
-                v.pairs.outcomes[3]
+                "{name}: {} {} no rubric that parsed and {} not in the win/tie/loss rates.",
+                counted(unscored, "pair", "pairs"),
+                agree(unscored, HAS),
+                agree(unscored, IS)
             ));
         }
         if v.unknown_tactics > 0 {
             out.push(format!(
-                "{name}: {} unknown tactic labels were left out (--unknown-label ignore).",
-                v.unknown_tactics
+                "{name}: {} {} left out (--unknown-label ignore).",
+                counted(
+                    v.unknown_tactics,
+                    "unknown tactic label",
+                    "unknown tactic labels"
+                ),
+                agree(v.unknown_tactics, WAS)
             ));
         }
     }
