@@ -5,14 +5,14 @@
 //! pairs with `care-core`); the record it gives is small and is folded into the report's
 //! sufficient statistics in input order by [`super::accum`].
 
-use care_core::strategy::{LABELS, lookup};
 use care_core::{
-    Dimension, FormatPolicy, PreferenceOptions, PreferenceOutcome, ScoreOptions,
-    UnknownLabelPolicy, Validation, ViolationCode, preference_reward, validate_str,
+    FormatPolicy, PreferenceOptions, PreferenceOutcome, ScoreOptions, UnknownLabelPolicy,
+    Validation, ViolationCode, preference_reward, validate_str,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::vocab::LabelSet;
 use crate::cmd::rubric::{Scratch, explain_score_error, flatten_scores, member_text};
 use crate::input::{Line, score_matrix, str_array};
 use crate::json::LineError;
@@ -23,8 +23,12 @@ pub const MAX_TURN: u64 = 1000;
 pub const MAX_VARIANT_CHARS: usize = 200;
 /// Most emotion labels in a vocabulary.
 pub const MAX_EMOTIONS: usize = 32;
-/// Strategy label ids are below this (`care_core::strategy::Label::id < 32`).
+/// Strategy label ids (positions in the label set) are below this.
 pub const LABEL_IDS: usize = 32;
+/// Unknown label names a line keeps for the report (the rest are only counted).
+pub const UNKNOWN_NAMES_PER_LINE: usize = 8;
+/// Characters of an unknown label name kept for the report.
+pub const UNKNOWN_NAME_CHARS: usize = 64;
 /// Violation codes are numbered `1..VIOLATION_SLOTS` (`ViolationCode::number`).
 pub const VIOLATION_SLOTS: usize = 17;
 /// Criteria per dimension are at most this (`care_core::rubric::MAX_CRITERIA`).
@@ -115,8 +119,12 @@ pub struct Options {
     pub pref: PreferenceOptions,
     /// What an unknown tactic label does.
     pub labels: UnknownLabelPolicy,
+    /// The strategy labels `tactics` may name.
+    pub label_set: LabelSet,
     /// The emotion vocabulary.
     pub emotions: Emotions,
+    /// Keep each line's `id` (the pairing key of comparisons).
+    pub keep_ids: bool,
 }
 
 impl Default for Options {
@@ -126,7 +134,9 @@ impl Default for Options {
             score: ScoreOptions::default(),
             pref: PreferenceOptions::PAPER,
             labels: UnknownLabelPolicy::Error,
+            label_set: LabelSet::default(),
             emotions: Emotions::default(),
+            keep_ids: false,
         }
     }
 }
@@ -155,6 +165,18 @@ pub struct Record {
     /// Tactic labels left out as unknown (`--unknown-label ignore`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unknown_tactics: u32,
+    /// The first [`UNKNOWN_NAMES_PER_LINE`] of them, for the report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_names: Vec<String>,
+    /// The line's `id` as JSON text, when comparisons pair observations by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// A judge's or annotator's verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<super::verdict::VerdictObs>,
+    /// Reward-health data: a `care reward` output line or a `care serve --log` record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<super::health::HealthObs>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -244,20 +266,54 @@ pub fn read(opts: &Options, line: &str, value: &Value) -> Result<Record, LineErr
         Source::None => rec.pair = pair(opts, m, None)?,
     }
     if let Some(t) = m.get("tactics") {
-        let (ids, unknown) = tactics(t, opts.labels)?;
+        let (ids, unknown, names) = tactics(t, &opts.label_set, opts.labels)?;
         rec.tactics = Some(ids);
         rec.unknown_tactics = unknown;
+        rec.unknown_names = names;
     }
-    if rec.rubric.is_none() && rec.pair.is_none() && rec.tactics.is_none() {
+    rec.verdict = super::verdict::read(m)?;
+    rec.health = super::health::read(m, rec.rubric.as_ref())?;
+    if opts.keep_ids {
+        rec.key = key(m)?;
+    }
+    if rec.rubric.is_none()
+        && rec.pair.is_none()
+        && rec.tactics.is_none()
+        && rec.verdict.is_none()
+        && rec.health.is_none()
+    {
         return Err(LineError::new(
             "nothing_to_analyze",
             "the line has nothing to analyze: give a rubric (\"text\", \"rubric\", or \
              \"format_reward\" as care validate writes it), a pair (\"chosen_scores\" and \
              \"rejected_scores\" with a \"rubric\", or \"chosen_reward\" and \"rejected_reward\"), \
-             or \"tactics\"",
+             \"tactics\", a \"verdict\", or a care reward output line or care serve --log record",
         ));
     }
     Ok(rec)
+}
+
+/// Longest pairing key kept (bytes of the `id`'s JSON text).
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// The line's `id` as a pairing key: a string or an integer, as its JSON text.
+fn key(m: &Map<String, Value>) -> Result<Option<String>, LineError> {
+    let text = match m.get("id") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v @ Value::String(_)) => v.to_string(),
+        Some(v @ Value::Number(n)) if n.is_u64() || n.is_i64() => v.to_string(),
+        Some(_) => {
+            return Err(LineError::schema(
+                "\"id\" must be a string or an integer (it pairs observations across variants)",
+            ));
+        }
+    };
+    if text.len() > MAX_KEY_BYTES {
+        return Err(LineError::schema(format!(
+            "\"id\" is longer than {MAX_KEY_BYTES} bytes"
+        )));
+    }
+    Ok(Some(text))
 }
 
 fn group_string<'v>(m: &'v Map<String, Value>, key: &str) -> Result<Option<&'v str>, LineError> {
@@ -634,41 +690,45 @@ fn reward_pair(m: &Map<String, Value>) -> Result<PairObs, LineError> {
     Ok(PairObs { outcome, r_pref })
 }
 
-/// The tactic set: distinct canonical label ids (aliases and repeats count once).
-fn tactics(v: &Value, policy: UnknownLabelPolicy) -> Result<(Vec<u8>, u32), LineError> {
+/// The tactic set: distinct label ids of `set` (aliases and repeats count once), the count of
+/// unknown labels left out, and the first few of their names.
+fn tactics(
+    v: &Value,
+    set: &LabelSet,
+    policy: UnknownLabelPolicy,
+) -> Result<(Vec<u8>, u32, Vec<String>), LineError> {
     let v = raw(v)?;
     let labels = str_array(&v, "tactics")?;
     let mut seen: u32 = 0;
     let mut unknown = 0;
+    let mut names = Vec::new();
     for label in labels {
-        match lookup(&label) {
-            Some(l) => seen |= 1 << (l.id & 31),
+        match set.lookup(&label) {
+            Some(id) => seen |= 1 << (id & 31),
             None => match policy {
                 UnknownLabelPolicy::Error => {
                     return Err(LineError::new(
                         care_core::Error::UnknownLabel.code(),
                         format!(
-                            "tactics: unknown strategy label {label:?} (ESConv or MINT labels; \
-                             --unknown-label ignore skips it)"
+                            "tactics: unknown strategy label {label:?} (labels of the {} set: \
+                             --labels picks the set, --unknown-label ignore skips it)",
+                            set.name
                         ),
                     ));
                 }
-                UnknownLabelPolicy::Ignore => unknown += 1,
+                UnknownLabelPolicy::Ignore => {
+                    unknown += 1;
+                    if names.len() < UNKNOWN_NAMES_PER_LINE {
+                        names.push(label.trim().chars().take(UNKNOWN_NAME_CHARS).collect());
+                    }
+                }
             },
         }
     }
     let ids = (0..LABEL_IDS as u8)
         .filter(|i| seen & (1 << i) != 0)
         .collect();
-    Ok((ids, unknown))
-}
-
-/// The canonical label with id `id` (its first entry in the table), and its dimension.
-pub fn label(id: u8) -> Option<(&'static str, Dimension)> {
-    LABELS
-        .iter()
-        .find(|l| l.id == id)
-        .map(|l| (l.name, l.dimension))
+    Ok((ids, unknown, names))
 }
 
 #[cfg(test)]
@@ -830,7 +890,12 @@ mod tests {
     #[test]
     fn tactic_sets() {
         let r = read_str(r#"{"tactics":["advice","Advice","[Question]","Questions"]}"#).unwrap();
-        assert_eq!(r.tactics, Some(vec![0, 19]));
+        let set = LabelSet::care();
+        let (q, a) = (
+            set.lookup("Question").unwrap(),
+            set.lookup("advice").unwrap(),
+        );
+        assert_eq!(r.tactics, Some(vec![q, a]));
         let opts = Options {
             labels: UnknownLabelPolicy::Ignore,
             ..Options::default()
@@ -838,7 +903,16 @@ mod tests {
         let line = r#"{"tactics":["hug","advice","pat"]}"#;
         let v = crate::json::parse_strict(line).unwrap();
         let r = read(&opts, line, &v).unwrap();
-        assert_eq!((r.tactics, r.unknown_tactics), (Some(vec![19]), 2));
+        assert_eq!((r.tactics, r.unknown_tactics), (Some(vec![a]), 2));
+        assert_eq!(r.unknown_names, ["hug", "pat"]);
+        let e = Options {
+            label_set: LabelSet::appendix_e(),
+            ..Options::default()
+        };
+        let line = r#"{"tactics":["appraisal","other"]}"#;
+        let v = crate::json::parse_strict(line).unwrap();
+        let r = read(&e, line, &v).unwrap();
+        assert_eq!(r.tactics, Some(vec![2, 9]));
         assert_eq!(
             read_str(r#"{"tactics":"advice"}"#).unwrap_err().code,
             "schema"

@@ -229,6 +229,11 @@ impl Regression {
         self.n += w.n;
     }
 
+    /// The mean of `x` (`None` before the first point).
+    pub fn mean_x(&self) -> Option<f64> {
+        (self.n > 0).then_some(self.mx)
+    }
+
     /// The slope `b = Sxy / Sxx` (`None` below two points or when every `x` is the same).
     pub fn slope(&self) -> Option<f64> {
         (self.n >= 2 && self.sxx > 0.0).then(|| self.sxy / self.sxx)
