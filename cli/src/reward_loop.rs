@@ -92,6 +92,17 @@ pub struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, value_name = "N")]
     pub max_body_bytes: usize,
+    /// Append one JSON line per rewarded response to FILE (the reward-health input of
+    /// care analyze; docs/REWARD_LOOP.md defines the record). Never blocks a request: when the
+    /// writer falls behind, records are dropped and counted in care_log_records_total.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Rotate the log when it would pass N bytes (FILE becomes FILE.1).
+    #[arg(long, default_value_t = care_loop::log::DEFAULT_MAX_BYTES, value_name = "N")]
+    pub log_max_bytes: u64,
+    /// Turns the log's writer queue holds before records are dropped.
+    #[arg(long, default_value_t = care_loop::log::DEFAULT_QUEUE, value_name = "N")]
+    pub log_queue: usize,
 }
 
 /// Help text of `care reward`.
@@ -118,6 +129,11 @@ Examples:
   care serve --config loop.json --listen 0.0.0.0:8000";
 
 fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
+    let (engine, kind) = build_engine(a)?;
+    Ok((Arc::new(engine), kind))
+}
+
+fn build_engine(a: &LoopArgs) -> Result<(Engine, BackendKind), String> {
     let mut cfg = match &a.config {
         Some(p) => LoopConfig::from_file(p)?,
         None => LoopConfig::default(),
@@ -156,7 +172,7 @@ fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
         Some(Cache::open(&a.cache)?)
     };
     let engine = Engine::new(&cfg, kind, cache, Arc::new(Metrics::new()))?;
-    Ok((Arc::new(engine), kind))
+    Ok((engine, kind))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -213,7 +229,21 @@ pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
     if a.max_body_bytes == 0 {
         return Err("--max-body-bytes must be at least 1".to_owned());
     }
-    let (engine, kind) = build(&a.loop_args)?;
+    let (mut engine, kind) = build_engine(&a.loop_args)?;
+    let log = match &a.log {
+        Some(path) => {
+            let log = Arc::new(care_loop::log::ResponseLog::open(
+                path,
+                a.log_max_bytes,
+                a.log_queue,
+                Arc::clone(engine.metrics()),
+            )?);
+            engine.set_response_log(Arc::clone(&log));
+            Some(log)
+        }
+        None => None,
+    };
+    let engine = Arc::new(engine);
     let opts = ServerOptions {
         openrlhf_on_failure: a.on_failure,
         max_body_bytes: a.max_body_bytes,
@@ -236,6 +266,10 @@ pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
         care_loop::server::serve(listener, router, care_loop::server::shutdown_signal())
             .await
             .map_err(|e| format!("server error: {e}"))?;
+        if let Some(log) = &log {
+            // Everything answered is queued: write it out before exiting.
+            log.close();
+        }
         let _ = writeln!(io::stderr(), "care serve: stopped after finishing the requests in flight");
         Ok(0)
     })

@@ -184,6 +184,9 @@ pub struct TurnResult {
     pub rewards: Vec<Option<f64>>,
     /// One result per response, in input order.
     pub responses: Vec<ResponseResult>,
+    /// Each response's length in characters (Unicode scalar values), in input order: what
+    /// `care analyze` sets the rewards against to catch length hacking.
+    pub response_chars: Vec<u64>,
     /// LLM calls this turn made or found in the cache.
     pub calls: CallCounts,
     /// The input's `gold`.
@@ -318,6 +321,8 @@ pub struct Engine {
     turn_concurrency: usize,
     rubric_flights: Flights<RubricOutcome>,
     judge_flights: Flights<JudgeOutcome>,
+    /// `care serve --log`: one record per response.
+    log: Option<Arc<crate::log::ResponseLog>>,
 }
 
 /// How the engine reaches its LLMs.
@@ -386,7 +391,18 @@ impl Engine {
             turn_concurrency: cfg.turn_concurrency,
             rubric_flights: Mutex::new(HashMap::new()),
             judge_flights: Mutex::new(HashMap::new()),
+            log: None,
         })
+    }
+
+    /// Writes one record per rewarded response to `log` (`care serve --log`).
+    pub fn set_response_log(&mut self, log: Arc<crate::log::ResponseLog>) {
+        self.log = Some(log);
+    }
+
+    /// The response log, when there is one.
+    pub fn response_log(&self) -> Option<&Arc<crate::log::ResponseLog>> {
+        self.log.as_ref()
     }
 
     /// The metrics this engine records into.
@@ -413,6 +429,7 @@ impl Engine {
             code: "bad_input".to_owned(),
             message,
         };
+        let seeker_turns = input.context.iter().filter(|m| m.role == "user").count();
         let dialogue = Dialogue::new(input.context).map_err(bad)?;
         if input.responses.is_empty() {
             return Err(bad(
@@ -549,7 +566,7 @@ impl Engine {
             (None, Some(a)) => Some(Value::String(a.clone())),
             (None, None) => None,
         };
-        Ok(TurnResult {
+        let result = TurnResult {
             id: input.id,
             rubric_status: rubric.status,
             rubric: rubric_json,
@@ -559,9 +576,18 @@ impl Engine {
             rubric_error: rubric.error.clone(),
             rewards,
             responses: results,
+            response_chars: input
+                .responses
+                .iter()
+                .map(|r| r.chars().count() as u64)
+                .collect(),
             calls: counter.snapshot(),
             gold: input.gold,
-        })
+        };
+        if let Some(log) = &self.log {
+            log.record_turn(seeker_turns, &result);
+        }
+        Ok(result)
     }
 
     /// The turn's rubric, shared with concurrent requests for the same turn.

@@ -38,6 +38,7 @@ pub struct Metrics {
     violations: Family<Labels, Counter>,
     responses: Family<Labels, Counter>,
     in_flight: Gauge<i64, std::sync::atomic::AtomicI64>,
+    log_records: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -63,6 +64,7 @@ impl Metrics {
             violations: Family::default(),
             responses: Family::default(),
             in_flight: Gauge::default(),
+            log_records: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -124,6 +126,11 @@ impl Metrics {
             "responses",
             "Responses by status (ok, judge_invalid, judge_error, no_rubric, or a profile's settled status such as malformed_output)",
             m.responses.clone(),
+        );
+        registry.register(
+            "log_records",
+            "Records of the response log (care serve --log), by result (written, dropped when the writer's queue was full, failed)",
+            m.log_records.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -221,5 +228,12 @@ impl Metrics {
         self.responses
             .get_or_create(&vec![("status", status.to_owned())])
             .inc();
+    }
+
+    /// `n` records of the response log `written`, `dropped` or `failed`.
+    pub fn log_records(&self, result: &'static str, n: u64) {
+        self.log_records
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc_by(n);
     }
 }
