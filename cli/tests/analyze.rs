@@ -1246,48 +1246,223 @@ fn every_chart_renders_with_its_series() {
     std::fs::create_dir_all(&png_dir).unwrap();
     for (file, colors) in expected {
         let chart = charts.iter().find(|c| c.file == file).unwrap();
-        // The file on disk is the chart.
-        assert_eq!(std::fs::read_to_string(dir.join(file)).unwrap(), chart.svg);
-        let p = rasterize(&chart.svg);
+        check_chart(&dir, chart, &colors, &png_dir);
+    }
+}
+
+/// A chart drawn as its file says: on disk, big enough, inked, each expected colour present,
+/// the legend named after its series, the title in the text; saved as PNG for a look.
+fn check_chart(
+    dir: &Path,
+    chart: &charts::Chart,
+    colors: &[plotters::style::RGBColor],
+    png_dir: &Path,
+) {
+    let file = chart.file.as_str();
+    assert_eq!(std::fs::read_to_string(dir.join(file)).unwrap(), chart.svg);
+    let p = rasterize(&chart.svg);
+    assert!(
+        p.width() >= 500 && p.height() >= 300,
+        "{file}: {}x{}",
+        p.width(),
+        p.height()
+    );
+    let white = p
+        .pixels()
+        .iter()
+        .filter(|px| (px.red(), px.green(), px.blue(), px.alpha()) == (255, 255, 255, 255))
+        .count();
+    let ink = p.pixels().len() - white;
+    assert!(
+        ink > p.pixels().len() / 50,
+        "{file}: only {ink} non-white pixels"
+    );
+    for &c in colors {
+        let k = pixels_of(&p, c);
+        assert!(k >= 30, "{file}: {} pixels of {}", k, hex(c));
         assert!(
-            p.width() >= 500 && p.height() >= 300,
-            "{file}: {}x{}",
-            p.width(),
-            p.height()
+            chart.svg.contains(&hex(c)),
+            "{file}: no element filled with {}",
+            hex(c)
         );
-        let white = p
-            .pixels()
+    }
+    // Legends are text in the SVG, named after their series.
+    for (name, c) in &chart.series {
+        assert!(
+            chart.svg.contains(&format!(">\n{name}\n</text>")),
+            "{file}: legend {name:?}"
+        );
+        assert!(pixels_of(&p, *c) > 0, "{file}: legend swatch {name}");
+    }
+    assert!(
+        chart
+            .svg
+            .contains(&chart.title.replace('&', "&amp;").replace('\'', "&apos;")),
+        "{file}: title"
+    );
+    p.save_png(png_dir.join(file.replace(".svg", ".png")))
+        .unwrap();
+}
+
+/// Every line kind at once: the golden set, trends, verdicts, paired pairs, health lines.
+fn all_kinds() -> Vec<String> {
+    let mut lines = golden_lines();
+    for t in 1..=6 {
+        for k in 0..3 {
+            let c = 0.25 + f64::from(t) / 32.0 + f64::from(k) / 128.0;
+            lines.push(weights_line(
+                "sft",
+                t,
+                [c, 0.5 - f64::from(t) / 32.0, 0.25 - f64::from(k) / 128.0],
+                Some(k as usize),
+            ));
+        }
+    }
+    for (system, n) in [("CARE(R)", 5), ("MICA", 3), ("RLVER", 2)] {
+        for _ in 0..n {
+            lines.push(format!(
+                "{{\"verdict\":{{\"judge\":\"human\",\"systems\":[\"MICA\",\"RLVER\",\"CARE(R)\"],\"choice\":\"{system}\"}}}}"
+            ));
+        }
+    }
+    let wins = [true, false, true, true, false, true];
+    lines.extend(reward_pairs(
+        "sft",
+        &wins,
+        Some(&[0.1, -0.2, 0.3, 0.2, -0.1, 0.4]),
+        true,
+    ));
+    lines.extend(reward_pairs(
+        "rl",
+        &[true; 6],
+        Some(&[0.2, 0.1, 0.3, 0.5, 0.1, 0.4]),
+        true,
+    ));
+    lines.push(reward_line(
+        1,
+        "ok",
+        1,
+        &[
+            (Some(0.5), 1, [5, 5], 100),
+            (Some(0.7), 1, [5, 0], 200),
+            (Some(0.2), 1, [1, 0], 40),
+        ],
+    ));
+    lines.push(reward_line(
+        5,
+        "ok",
+        2,
+        &[
+            (Some(0.2), 1, [1, 2], 50),
+            (Some(0.8), 2, [4, 4], 400),
+            (None, 3, [0, 0], 10),
+        ],
+    ));
+    lines.push(reward_line(
+        9,
+        "ok",
+        1,
+        &[
+            (Some(0.1), 1, [2, 2], 30),
+            (Some(0.9), 1, [3, 3], 300),
+            (Some(0.6), 1, [3, 5], 250),
+        ],
+    ));
+    lines
+}
+
+#[test]
+fn every_chart_of_the_new_views_renders_with_its_series() {
+    let dir = scratch_dir("charts_new");
+    let (acc, errors) = run_with(
+        &all_kinds(),
+        &Options::default(),
+        compare(&[("rl", "sft")]),
+        &dir,
+    );
+    assert_eq!(errors, "");
+    let charts = report::all_charts(&acc).unwrap();
+    let variant = |name: &str| {
+        let i = acc
+            .variants
             .iter()
-            .filter(|px| (px.red(), px.green(), px.blue(), px.alpha()) == (255, 255, 255, 255))
-            .count();
-        let ink = p.pixels().len() - white;
-        assert!(
-            ink > p.pixels().len() / 50,
-            "{file}: only {ink} non-white pixels"
-        );
-        for c in colors {
-            let k = pixels_of(&p, c);
-            assert!(k >= 30, "{file}: {} pixels of {}", k, hex(c));
-            assert!(
-                chart.svg.contains(&hex(c)),
-                "{file}: no element filled with {}",
-                hex(c)
-            );
-        }
-        // Legends are text in the SVG, named after their series.
-        for (name, c) in &chart.series {
-            assert!(
-                chart.svg.contains(&format!(">\n{name}\n</text>")),
-                "{file}: legend {name:?}"
-            );
-            assert!(pixels_of(&p, *c) > 0, "{file}: legend swatch {name}");
-        }
-        assert!(
-            chart.svg.contains(&chart.title.replace('&', "&amp;")),
-            "{file}: title"
-        );
-        p.save_png(png_dir.join(file.replace(".svg", ".png")))
+            .position(|(v, _)| v.as_deref() == Some(name))
             .unwrap();
+        variant_color(i)
+    };
+    let [cog, aff, pro] = DIM_COLORS;
+    let expected: Vec<(&str, Vec<plotters::style::RGBColor>)> = vec![
+        ("weights_by_valence.svg", vec![cog, aff, pro]),
+        ("dominant_by_valence.svg", vec![cog, aff, pro, TIE_COLOR]),
+        ("trend.svg", vec![cog, aff, pro]),
+        ("crossing.svg", vec![cog]),
+        ("verdicts.svg", vec![OUTCOME_COLORS[0]]),
+        ("compare_1_preference.svg", vec![variant("rl")]),
+        ("compare_1_weights.svg", vec![cog, aff, pro]),
+        ("compare_1_weights_by_turn.svg", vec![cog, aff, pro]),
+        ("compare_1_trend.svg", vec![variant("rl")]),
+        ("health_length.svg", vec![variant("run")]),
+        ("health_groups.svg", vec![variant("run")]),
+        ("health_scores.svg", vec![variant("run")]),
+        ("health_loop.svg", vec![variant("run")]),
+        ("health_entropy.svg", vec![variant("run")]),
+    ];
+    let png_dir = dir.join("png");
+    std::fs::create_dir_all(&png_dir).unwrap();
+    for (file, colors) in &expected {
+        let chart = charts
+            .iter()
+            .find(|c| c.file == *file)
+            .unwrap_or_else(|| panic!("no chart {file}"));
+        check_chart(&dir, chart, colors, &png_dir);
+    }
+    // Every chart is in the report, inline in the page and linked from the Markdown.
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    for c in &charts {
+        assert!(html.contains(&c.svg), "{} not inline", c.file);
+        assert!(
+            md.contains(&format!("]({})", c.file)),
+            "{} not linked",
+            c.file
+        );
+    }
+}
+
+#[test]
+fn every_view_is_byte_identical_for_any_thread_count() {
+    let mut outs = Vec::new();
+    for threads in [1, 2] {
+        let dir = scratch_dir(&format!("threads_all_{threads}"));
+        let input = all_kinds().join("\n") + "\n";
+        let eopts = EngineOptions {
+            threads,
+            chunk_lines: 5,
+            ..EngineOptions::default()
+        };
+        let acc = analyze_with(
+            &Options::default(),
+            compare(&[("rl", "sft"), ("sft", "rl")]),
+            input.as_bytes(),
+            &eopts,
+            &mut Vec::new(),
+        )
+        .unwrap();
+        report::write(&dir, &acc, &Meta::default()).unwrap();
+        outs.push(dir);
+    }
+    let mut files: Vec<_> = std::fs::read_dir(&outs[0])
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    files.sort();
+    assert!(files.len() > 50, "{}", files.len());
+    for name in files {
+        assert_eq!(
+            std::fs::read(outs[0].join(&name)).unwrap(),
+            std::fs::read(outs[1].join(&name)).unwrap(),
+            "{name:?}"
+        );
     }
 }
 

@@ -635,7 +635,7 @@ fn hbars(
     let legend: Vec<(String, RGBColor)> = series.iter().map(|(n, c, _)| (n.clone(), *c)).collect();
     let per = series.len().max(1) as f64;
     let group_px = (16.0 * per + 14.0).max(30.0);
-    let h = (group_px * cats.len() as f64) as u32 + 180;
+    let h = ((group_px * cats.len() as f64) as u32 + 180).max(320);
     let label_w = cats.iter().map(|c| c.chars().count()).max().unwrap_or(8) as u32 * 9 + 24;
     let rev: Vec<String> = cats.iter().rev().cloned().collect();
     let max_rate = series
