@@ -111,7 +111,8 @@ Input line: {\"context\": [{\"role\":\"user\",\"content\":..}, ..], \"responses\
   \"id\": any (copied), \"gold\": any (copied)}; the context ends with the seeker's turn.
 Output line: rubric_status (ok | invalid_rubric | generator_error), rubric, rubric_attempts,
   validation, rewards (null where a response has none), responses [{reward, status, scores,
-  judge_attempts, error}], calls {generator, judge, cached, failed, http_attempts, tokens}.
+  judge_attempts, error}], response_chars, calls {generator, judge, cached, failed,
+  http_attempts, tokens}.
 Resumable: a rerun with the same cache asks the LLMs only for what did not complete.
 
 Examples:
@@ -124,9 +125,11 @@ pub const SERVE_AFTER: &str = "\
 Routes: POST /get_reward (OpenRLHF --remote_rm_url), POST /v1/reward ({\"turns\": [..]}),
 GET /healthz, GET /metrics (Prometheus). SIGINT/SIGTERM finish the requests in flight, then exit.
 
+--log FILE writes one JSON line per rewarded response (the reward-health input of care analyze).
+
 Examples:
   care serve --scripted
-  care serve --config loop.json --listen 0.0.0.0:8000";
+  care serve --config loop.json --listen 0.0.0.0:8000 --log serve.jsonl";
 
 fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
     let (engine, kind) = build_engine(a)?;

@@ -72,7 +72,7 @@ type Res = Result<(), Box<dyn Error>>;
 /// A panel of stacked bars: its name, category labels, and the stacked values per category.
 pub(super) type StackedPanel = (String, Vec<String>, Vec<Vec<f64>>);
 /// A series of bars: name, colour, and `(k, n)` per category.
-type CountSeries = (String, RGBColor, Vec<(u64, u64)>);
+pub type CountSeries = (String, RGBColor, Vec<(u64, u64)>);
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 /// `#RRGGBB` of a colour, as the SVG backend writes it.
@@ -1215,7 +1215,7 @@ pub fn share_bars(
     title: &str,
     x_desc: &str,
     cats: &[String],
-    series: &[(String, RGBColor, Vec<(u64, u64)>)],
+    series: &[CountSeries],
 ) -> Result<Chart, String> {
     hbars(file, title, x_desc, cats, series, true)
 }

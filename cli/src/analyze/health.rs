@@ -434,7 +434,7 @@ impl HealthAcc {
             length: (0..=buckets)
                 .map(|b| LengthAcc {
                     fit: Regression::default(),
-                    sample: Reservoir::new(RHO_SAMPLE, seed ^ (b as u64 + 1) * 0x9E37_79B9),
+                    sample: Reservoir::new(RHO_SAMPLE, seed ^ ((b as u64 + 1) * 0x9E37_79B9)),
                 })
                 .collect(),
             scores: [[ScoreCounts::default(); MAX_CRITERIA + 1]; 3],
