@@ -763,6 +763,83 @@ fn golden_comparison_of_paired_variants() {
     );
 }
 
+/// Paired rubrics and responses: the same ids under two variants give the paired t for the
+/// weights (R's sleep data scaled by 1/100 on Cognitive: -0.024598858 to -0.007001142) and
+/// Newcombe's paired interval for a tactic's share (the Cavo et al. table again).
+#[test]
+fn golden_paired_weights_and_tactics() {
+    let g1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0];
+    let g2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4];
+    let mut lines = Vec::new();
+    for (v, g) in [("X", g1), ("Y", g2)] {
+        for (i, x) in g.iter().enumerate() {
+            lines.push(weights_line(
+                v,
+                1,
+                [0.3 + x / 100.0, 0.4 - x / 100.0, 0.3],
+                Some(i),
+            ));
+        }
+    }
+    let mut k = 0;
+    for (n, (x, y)) in [
+        (59, (true, true)),
+        (6, (true, false)),
+        (16, (false, true)),
+        (80, (false, false)),
+    ] {
+        for _ in 0..n {
+            for (v, uses) in [("X", x), ("Y", y)] {
+                let t = if uses {
+                    "[\"advice\"]"
+                } else {
+                    "[\"validation\"]"
+                };
+                lines.push(format!(
+                    "{{\"id\":\"r{k}\",\"variant\":\"{v}\",\"tactics\":{t}}}"
+                ));
+            }
+            k += 1;
+        }
+    }
+    let dir = scratch_dir("compare_paired_weights");
+    let (_, errors) = run_with(&lines, &Options::default(), compare(&[("X", "Y")]), &dir);
+    assert_eq!(errors, "");
+    let rows = csv(&dir, "comparison");
+    for view in ["weights", "weights_by_turn"] {
+        let r = find(&rows, &[("view", view), ("measure", "Cognitive")]);
+        assert_eq!(
+            (r["method"].as_str(), u(r, "pairs")),
+            ("paired_t", 10),
+            "{view}"
+        );
+        assert!(
+            close(f(r, "difference_lo"), -0.024598858, 5e-9)
+                && close(f(r, "difference_hi"), -0.007001142, 5e-9),
+            "{view}: {r:?}"
+        );
+    }
+    let a = find(&rows, &[("view", "strategy"), ("measure", "advice")]);
+    assert_eq!(
+        (a["method"].as_str(), u(a, "pairs")),
+        ("newcombe_paired", 161)
+    );
+    assert!(
+        close(f(a, "difference_lo"), -0.1186, 5e-5) && close(f(a, "difference_hi"), -0.0046, 5e-5)
+    );
+    // One id used twice by X: that group is no longer paired.
+    let mut dup = lines.clone();
+    dup.push(weights_line("X", 1, [0.3, 0.4, 0.3], Some(0)));
+    let dir = scratch_dir("compare_dup");
+    run_with(&dup, &Options::default(), compare(&[("X", "Y")]), &dir);
+    let rows = csv(&dir, "comparison");
+    let r = find(
+        &rows,
+        &[("view", "weights_by_turn"), ("measure", "Cognitive")],
+    );
+    assert_eq!(r["method"], "welch");
+}
+
 /// One rubric line as care validate reports it.
 fn weights_line(variant: &str, turn: u32, w: [f64; 3], id: Option<usize>) -> String {
     let id = id.map_or(String::new(), |i| format!("\"id\":{i},"));
@@ -1769,7 +1846,29 @@ mod hostile {
     use super::*;
     use proptest::prelude::*;
 
-    const KEYS: [&str; 18] = [
+    const KEYS: [&str; 40] = [
+        "id",
+        "verdict",
+        "judge",
+        "a",
+        "b",
+        "result",
+        "systems",
+        "choice",
+        "care_log",
+        "group",
+        "index",
+        "group_size",
+        "status",
+        "reward",
+        "scores",
+        "judge_attempts",
+        "rubric_status",
+        "rubric_attempts",
+        "repairs",
+        "rubric_weights",
+        "responses",
+        "response_chars",
         "variant",
         "model",
         "turn",
@@ -1810,6 +1909,8 @@ mod hostile {
                 .prop_map(|x| json!(x)),
             prop_oneof![
                 Just("joy"),
+                Just("ok"),
+                Just("win"),
                 Just(""),
                 Just(" "),
                 Just("advice"),
@@ -1844,7 +1945,7 @@ mod hostile {
             let text: Vec<String> = lines.iter().map(|v| v.to_string()).collect();
             let input = text.join("\n") + "\n";
             let mut errors = Vec::new();
-            let acc = analyze(&Options::default(), input.as_bytes(), &EngineOptions::default(), &mut errors).unwrap();
+            let acc = analyze_with(&Options::default(), compare(&[("joy", "ok")]), input.as_bytes(), &EngineOptions::default(), &mut errors).unwrap();
             prop_assert_eq!(acc.lines, lines.len() as u64);
             let errors = String::from_utf8(errors).unwrap();
             prop_assert!(!errors.contains("internal_error"), "{}", errors);

@@ -194,6 +194,36 @@ async fn serve_and_log(dir: &Path, judge: Judge) -> PathBuf {
     log
 }
 
+/// A report CSV as rows of `column -> value` (RFC 4180: quoted fields may hold commas).
+fn csv_rows(path: &Path) -> Vec<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut records: Vec<Vec<String>> = Vec::new();
+    let (mut row, mut field, mut quoted) = (Vec::new(), String::new(), false);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut field)),
+            (false, '\r') => {}
+            (false, '\n') => {
+                row.push(std::mem::take(&mut field));
+                records.push(std::mem::take(&mut row));
+            }
+            (false, c) => field.push(c),
+        }
+    }
+    let mut it = records.into_iter();
+    let header = it.next().unwrap();
+    it.map(|r| header.iter().cloned().zip(r).collect())
+        .collect()
+}
+
 fn analyze(log: &Path, out: &Path) -> Vec<BTreeMap<String, String>> {
     let o = care()
         .args([
@@ -210,18 +240,7 @@ fn analyze(log: &Path, out: &Path) -> Vec<BTreeMap<String, String>> {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let text = std::fs::read_to_string(out.join("health_flags.csv")).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    lines
-        .map(|l| {
-            header
-                .iter()
-                .zip(l.split(','))
-                .map(|(h, v)| ((*h).to_owned(), v.to_owned()))
-                .collect()
-        })
-        .collect()
+    csv_rows(&out.join("health_flags.csv"))
 }
 
 fn status<'a>(flags: &'a [BTreeMap<String, String>], check: &str) -> &'a str {
@@ -290,4 +309,60 @@ async fn serve_log_flags_a_length_paying_judge_and_passes_a_clean_one() {
     assert!(md.contains("(no variant): passed"), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&clean);
+}
+
+/// `care reward` output is a reward-health input as it is: the scripted demo turn (one repair,
+/// six rewards, one response the judge never scores after three answers).
+#[test]
+fn care_reward_output_feeds_the_health_views() {
+    let dir = tempdir("reward-lines");
+    let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/data/reward_demo.jsonl");
+    let out = care()
+        .args(["reward", "--scripted", "--no-cache", demo])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = dir.join("rewards.jsonl");
+    std::fs::write(&lines, &out.stdout).unwrap();
+    let line: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let chars: Vec<u64> = serde_json::from_value(line["response_chars"].clone()).unwrap();
+    let texts: Value = serde_json::from_str(std::fs::read_to_string(demo).unwrap().trim()).unwrap();
+    let want: Vec<u64> = texts["responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().chars().count() as u64)
+        .collect();
+    assert_eq!(chars, want, "response_chars are the responses' lengths");
+    let report = dir.join("report");
+    let o = care()
+        .args([
+            "analyze",
+            lines.to_str().unwrap(),
+            "--out",
+            report.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows = csv_rows(&report.join("health_loop.csv"));
+    let get = |k: &str| rows[0][k].clone();
+    assert_eq!(get("responses"), "7");
+    assert_eq!(get("groups"), "1");
+    assert_eq!(get("null_reward"), (1.0f64 / 7.0).to_string());
+    assert_eq!(
+        get("rubric_repaired"),
+        "1",
+        "the scripted generator needs one repair"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
