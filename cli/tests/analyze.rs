@@ -1079,6 +1079,14 @@ fn golden_appendix_e_labels() {
     );
     let other = find(&rows, &[("label", "other")]);
     assert_eq!((u(other, "uses"), other["dimension"].as_str()), (1, "–"));
+    let chart = report::all_charts(&acc)
+        .unwrap()
+        .into_iter()
+        .find(|c| c.file == "unknown_labels.svg")
+        .unwrap();
+    let png = dir.join("png");
+    std::fs::create_dir_all(&png).unwrap();
+    check_chart(&dir, &chart, &[TIE_COLOR], &png);
     let unknown = csv(&dir, "unknown_labels");
     assert_eq!(unknown.len(), 2);
     assert_eq!(
@@ -1478,6 +1486,7 @@ fn every_chart_of_the_new_views_renders_with_its_series() {
         ("compare_1_weights.svg", vec![cog, aff, pro]),
         ("compare_1_weights_by_turn.svg", vec![cog, aff, pro]),
         ("compare_1_trend.svg", vec![variant("rl")]),
+        ("health_flags.svg", vec![variant("run")]),
         ("health_length.svg", vec![variant("run")]),
         ("health_groups.svg", vec![variant("run")]),
         ("health_scores.svg", vec![variant("run")]),

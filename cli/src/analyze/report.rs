@@ -186,6 +186,7 @@ fn views<'a>(acc: &Acc, charts: &'a [Chart]) -> Vec<View<'a>> {
 pub fn all_charts(acc: &Acc) -> Result<Vec<Chart>, String> {
     let mut charts = charts::all(acc)?;
     charts.extend(super::views::valence(acc)?);
+    charts.extend(super::views::unknown_labels(acc)?);
     charts.extend(super::views::trend(acc)?);
     charts.extend(super::views::verdicts(&acc.verdicts)?);
     charts.extend(super::views::comparisons(acc)?);

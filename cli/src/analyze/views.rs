@@ -5,8 +5,8 @@ use plotters::style::RGBColor;
 
 use super::accum::Acc;
 use super::charts::{
-    Chart, DIM_COLORS, DOMINANT_COLORS, OUTCOME_COLORS, Series, dim_legend, dominant_legend,
-    interval_chart, share_bars, stacked_panels, variant_color,
+    Chart, DIM_COLORS, DOMINANT_COLORS, OUTCOME_COLORS, Series, TIE_COLOR, dim_legend,
+    dominant_legend, interval_chart, share_bars, stacked_panels, variant_color,
 };
 use super::compare::{position, rows_for, turn_fits};
 use super::health;
@@ -289,6 +289,41 @@ pub fn health(acc: &Acc) -> Result<Vec<Chart>, String> {
             Some(t.length_rho),
         )?);
     }
+    // The checks at a glance: each value over its threshold (the threshold over the value for
+    // the one check that flags below it), so that every check flags above 1.
+    let names: Vec<String> = health::THRESHOLD_NAMES[..9]
+        .iter()
+        .map(|n| (*n).to_owned())
+        .collect();
+    let checks: Vec<Series> = vars
+        .iter()
+        .map(|(n, h)| Series {
+            name: n.clone(),
+            color: color(n),
+            points: health::flags(h, t, b)
+                .iter()
+                .map(|f| {
+                    let v = f.value?;
+                    let r = if f.rule == "<" {
+                        (v > 0.0).then(|| f.threshold / v)?
+                    } else {
+                        (f.threshold > 0.0).then(|| v / f.threshold)?
+                    };
+                    r.is_finite().then_some((r, None))
+                })
+                .collect(),
+        })
+        .collect();
+    if checks.iter().any(|s| s.points.iter().any(Option::is_some)) {
+        out.push(interval_chart(
+            "health_flags.svg",
+            "Reward health: checks against their thresholds",
+            ("check", "value / threshold (above 1 flags)"),
+            &names,
+            &checks,
+            Some(1.0),
+        )?);
+    }
     let spread: Vec<Series> = vars
         .iter()
         .map(|(n, h)| Series {
@@ -408,4 +443,27 @@ pub fn health(acc: &Acc) -> Result<Vec<Chart>, String> {
         )?);
     }
     Ok(out)
+}
+
+/// Unknown labels by name, as shares of all unknown labels left out.
+pub fn unknown_labels(acc: &Acc) -> Result<Vec<Chart>, String> {
+    let total: u64 = acc.unknown_names.values().sum::<u64>() + acc.unknown_other;
+    if total == 0 {
+        return Ok(Vec::new());
+    }
+    let mut named: Vec<(&String, &u64)> = acc.unknown_names.iter().collect();
+    named.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let mut cats: Vec<String> = named.iter().map(|(n, _)| (*n).clone()).collect();
+    let mut counts: Vec<(u64, u64)> = named.iter().map(|(_, k)| (**k, total)).collect();
+    if acc.unknown_other > 0 {
+        cats.push("(other names)".to_owned());
+        counts.push((acc.unknown_other, total));
+    }
+    Ok(vec![share_bars(
+        "unknown_labels.svg",
+        "Unknown tactic labels",
+        "share of the unknown labels left out",
+        &cats,
+        &[("unknown".to_owned(), TIE_COLOR, counts)],
+    )?])
 }
