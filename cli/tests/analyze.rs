@@ -959,15 +959,17 @@ fn golden_weights_by_valence() {
         ),
         (1, 5, 1, 1)
     );
-    assert!(acc.settings.valence.names.len() == 3);
+    assert!(acc.valence.names.len() == 3);
 
     let dir = scratch_dir("valence_override");
     let settings = Settings {
-        valence: care_cli::analyze::vocab::Valence::new(
-            &care_cli::analyze::Emotions::default(),
-            "anger=hostile",
-        )
-        .unwrap(),
+        valence: Some(
+            care_cli::analyze::vocab::Valence::new(
+                &care_cli::analyze::Emotions::default(),
+                "anger=hostile",
+            )
+            .unwrap(),
+        ),
         ..Settings::default()
     };
     run_with(&golden_lines(), &Options::default(), settings, &dir);
@@ -986,6 +988,101 @@ fn golden_weights_by_valence() {
         ),
         4
     );
+
+    // Another vocabulary: the default map has no entry for it, so no valence view.
+    let opts = Options {
+        emotions: care_cli::analyze::Emotions::parse_list("calm,tense").unwrap(),
+        ..Options::default()
+    };
+    let lines =
+        vec![weights_line("v", 1, W_AFF, None).replace("\"turn\":1", "\"emotion\":\"tense\"")];
+    let dir = scratch_dir("valence_vocab");
+    let (acc, errors) = run_with(&lines, &opts, Settings::default(), &dir);
+    assert_eq!(errors, "");
+    assert!(acc.valence.names.is_empty());
+    assert!(csv(&dir, "weights_by_valence").is_empty());
+}
+
+/// The settings from the command line and from `--config`: the file's values, replaced by
+/// the flags given; bad values are usage errors (status 2) that name the flag.
+#[test]
+fn the_binary_reads_settings_from_flags_and_config() {
+    let dir = scratch_dir("bin_settings");
+    let input = dir.join("in.jsonl");
+    let mut lines = reward_pairs("A", &[true, false, true], None, true);
+    lines.extend(reward_pairs("B", &[false, false, true], None, true));
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let cfg = dir.join("cfg.json");
+    std::fs::write(
+        &cfg,
+        r#"{"compare": [["B", "A"]], "valence": {"surprise": "positive"}, "seed": 3, "health": {"length_rho": 0.2}}"#,
+    )
+    .unwrap();
+    let out = dir.join("r");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "analyze",
+            input.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        care(&args)
+    };
+    let o = run(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows = csv(&out, "comparison");
+    assert!(rows.iter().all(|r| r["a"] == "B" && r["b"] == "A"));
+    assert_eq!(
+        find(&rows, &[("measure", "win")])["method"],
+        "newcombe_paired"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("surprise: positive"), "{md}");
+    assert!(
+        md.contains("length_rho 0.2") && md.contains("seed 3"),
+        "{md}"
+    );
+    let o = run(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--compare",
+        "A,B",
+        "--seed",
+        "9",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(csv(&out, "comparison").iter().all(|r| r["a"] == "A"));
+    assert!(
+        std::fs::read_to_string(out.join("report.md"))
+            .unwrap()
+            .contains("seed 9")
+    );
+    for (bad, needle) in [
+        (vec!["--compare", "A"], "--compare"),
+        (vec!["--compare", "A,A"], "--compare"),
+        (vec!["--valence", "boredom=negative"], "--valence"),
+        (vec!["--labels", "paper"], "--labels"),
+        (vec!["--health", "lenght_rho=1"], "--health"),
+        (vec!["--turn-buckets", "5-1"], "--turn-buckets"),
+        (vec!["--bootstrap", "0"], "--bootstrap"),
+    ] {
+        let o = run(&bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(needle),
+            "{bad:?}"
+        );
+    }
+    std::fs::write(&cfg, r#"{"compare": [["A", "B"]], "colour": "red"}"#).unwrap();
+    let o = run(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown field `colour`"));
 }
 
 /// The paper's human evaluation (Appendix G): 224, 104 and 107 selections of CARE(R), MICA and

@@ -26,8 +26,8 @@ pub const MAX_UNKNOWN_NAMES: usize = 64;
 pub struct Settings {
     /// Variant pairs to compare, `(A, B)`: differences are `A - B`.
     pub compare: Vec<(String, String)>,
-    /// Emotion to valence.
-    pub valence: Valence,
+    /// Emotion to valence; `None`: the default map for the run's emotion vocabulary.
+    pub valence: Option<Valence>,
     /// Health thresholds and the judge's scale.
     pub thresholds: Thresholds,
     /// Turn buckets of the health views.
@@ -45,10 +45,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             compare: Vec::new(),
-            valence: Valence::new(&super::record::Emotions::default(), "").unwrap_or(Valence {
-                names: Vec::new(),
-                of_emotion: Vec::new(),
-            }),
+            valence: None,
             thresholds: Thresholds::default(),
             buckets: Buckets::parse(DEFAULT_BUCKETS).unwrap_or(Buckets(Vec::new())),
             seed: 0,
@@ -266,6 +263,8 @@ pub struct Acc {
     pub label_set: LabelSet,
     /// Comparisons, valence, thresholds, buckets, bootstrap.
     pub settings: Settings,
+    /// The emotion-to-valence map of the run.
+    pub valence: Valence,
     /// Verdicts by judge and system set.
     pub verdicts: Verdicts,
     /// Observations of compared variants by pairing key.
@@ -300,11 +299,16 @@ impl Acc {
                 }
             }
         }
+        let valence = settings.valence.clone().unwrap_or_else(|| {
+            // The default entries of the emotions the vocabulary has; cannot fail.
+            Valence::new(&opts.emotions, "").unwrap_or_default()
+        });
         Acc {
             emotions: opts.emotions.names().to_vec(),
             tolerance: opts.format.weight_tolerance,
             label_set: opts.label_set.clone(),
             settings,
+            valence,
             pairs,
             ..Acc::default()
         }

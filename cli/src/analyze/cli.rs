@@ -204,7 +204,7 @@ pub fn settings_of(a: &AnalyzeArgs, emotions: &Emotions) -> Result<(Settings, La
     Ok((
         Settings {
             compare,
-            valence,
+            valence: Some(valence),
             thresholds,
             buckets,
             seed: a.seed.or(cfg.seed).unwrap_or(0),

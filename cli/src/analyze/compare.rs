@@ -343,7 +343,7 @@ pub fn turn_fits(v: &VariantAcc) -> [Regression; 3] {
 
 /// The valence groups of a variant: each valence's rubrics merged from its emotions.
 pub fn by_valence(acc: &Acc, v: &VariantAcc) -> Vec<WeightAcc> {
-    let val = &acc.settings.valence;
+    let val = &acc.valence;
     let mut out = vec![WeightAcc::default(); val.names.len()];
     for (e, a) in v.by_emotion.iter().enumerate() {
         if let Some(slot) = val.of(e).and_then(|i| out.get_mut(i)) {
@@ -452,7 +452,7 @@ pub fn rows_for(acc: &Acc, ia: usize, ib: usize) -> Vec<Row> {
             );
         }
     }
-    let val = &acc.settings.valence;
+    let val = &acc.valence;
     let by_val = matched(RUBRIC, &|o| match o {
         Obs::Rubric(_, _, Some(e)) => val.of(usize::from(*e)).map(|v| format!("{v:03}")),
         _ => None,

@@ -296,7 +296,7 @@ fn valence_groups(acc: &Acc) -> Vec<(String, Vec<(String, WeightAcc)>)> {
         .map(|(name, v)| {
             let groups = super::compare::by_valence(acc, v)
                 .into_iter()
-                .zip(&acc.settings.valence.names)
+                .zip(&acc.valence.names)
                 .filter(|(a, _)| a.n() > 0)
                 .map(|(a, n)| (n.clone(), a))
                 .collect();
@@ -354,7 +354,7 @@ pub fn dominant_by_valence(acc: &Acc) -> Table {
 
 /// The emotion-to-valence map as text (`joy: positive, ...`).
 pub fn valence_map(acc: &Acc) -> String {
-    let v = &acc.settings.valence;
+    let v = &acc.valence;
     let parts: Vec<String> = acc
         .emotions
         .iter()

@@ -22,7 +22,7 @@ pub fn valence(acc: &Acc) -> Result<Vec<Chart>, String> {
         .filter_map(|(n, v)| {
             let g: Vec<_> = super::compare::by_valence(acc, v)
                 .into_iter()
-                .zip(&acc.settings.valence.names)
+                .zip(&acc.valence.names)
                 .filter(|(a, _)| a.n() > 0)
                 .collect();
             (!g.is_empty()).then(|| (variant_name(n), g))

@@ -168,7 +168,7 @@ impl LabelSet {
 pub const MAX_VALENCES: usize = 8;
 
 /// The emotion-to-valence map: each emotion of the vocabulary has at most one valence.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Valence {
     /// Valence names in report order.
     pub names: Vec<String>,
