@@ -224,6 +224,63 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+    /// Relation: any weight text, JSON number or not, gives an outcome or an error, never a
+    /// panic; a JSON number gives the same outcome as its shortest `f64` spelling whenever
+    /// that spelling is the same number (at most 17 significant digits, no exponent overflow).
+    #[test]
+    fn any_weight_text_is_read_or_refused(
+        text in prop_oneof![
+            "-?(0|[1-9][0-9]{0,30})(\\.[0-9]{1,40})?([eE][-+]?[0-9]{1,4})?",
+            ".{0,12}",
+        ],
+        c in [0u64..=10, 0u64..=10, 0u64..=10],
+        r in [0u64..=10, 0u64..=10, 0u64..=10],
+    ) {
+        use care_core::outcome::{DimensionSums, compare_sums};
+        let sums = |s: [u64; 3]| DimensionSums { sums: s, counts: [2, 2, 2] };
+        let w: f64 = text.parse().unwrap_or(f64::NAN);
+        let weights = [w, 0.25, 0.5];
+        let got = compare_sums(weights, [&text, "0.25", "0.5"], &sums(c), &sums(r), false);
+        let shortest = format!("{w:e}");
+        let digits = shortest.split('e').next().unwrap_or("").replace(['.', '-'], "");
+        if let Ok(o) = got
+            && w.is_finite()
+            && w > 0.0
+            && digits.len() <= 15
+            && text.parse::<f64>().ok().map(|x| format!("{x:e}")) == Some(shortest.clone())
+            && exact_is_shortest(&text, &shortest)
+        {
+            let via_f64 = compare_sums(weights, ["", "0.25", "0.5"], &sums(c), &sums(r), false).unwrap();
+            prop_assert_eq!(o, via_f64);
+        }
+    }
+}
+
+/// Whether the decimal `text` is the same number as the decimal `shortest` (both written
+/// exactly): compared as digit strings and exponents, without floating point.
+fn exact_is_shortest(text: &str, shortest: &str) -> bool {
+    /// The significant digits and the power of ten of the first one.
+    fn norm(t: &str) -> Option<(String, i64)> {
+        let t = t.strip_prefix('-').unwrap_or(t);
+        let (m, e) = match t.find(['e', 'E']) {
+            Some(i) => (&t[..i], t[i + 1..].parse::<i64>().ok()?),
+            None => (t, 0),
+        };
+        let (int, frac) = m.split_once('.').unwrap_or((m, ""));
+        let digits = format!("{int}{frac}");
+        let lead = digits.len() - digits.trim_start_matches('0').len();
+        let d = digits.trim_matches('0').to_owned();
+        if d.is_empty() {
+            return Some((String::new(), 0));
+        }
+        Some((d, e + int.len() as i64 - lead as i64))
+    }
+    norm(text).is_some() && norm(text) == norm(shortest)
+}
+
 /// Planted ties are never split, and they are cases `f64` does split: comparing the two `f64`
 /// rewards gets some of them wrong, so the exact rule is not vacuous.
 #[test]
