@@ -609,7 +609,7 @@ fn golden_comparison_of_independent_variants() {
     let (_, errors) = run_with(
         &golden_lines(),
         &Options::default(),
-        compare(&[("sft", "rl")]),
+        compare(&[("sft", "rl"), ("sft", "nope")]),
         &dir,
     );
     assert_eq!(errors, "");
@@ -667,6 +667,10 @@ fn golden_comparison_of_independent_variants() {
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(
         md.contains("![sft - rl: preference](compare_1_preference.svg)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("--compare sft,nope: no line names the variant \"nope\""),
         "{md}"
     );
 }

@@ -488,6 +488,21 @@ fn notes(acc: &Acc) -> Vec<String> {
                 agree(unscored, IS)
             ));
         }
+        let unmapped: u64 = v
+            .by_emotion
+            .iter()
+            .enumerate()
+            .filter(|(e, _)| acc.valence.of(*e).is_none())
+            .map(|(_, a)| a.n())
+            .sum();
+        if unmapped > 0 && !acc.valence.names.is_empty() {
+            out.push(format!(
+                "{name}: {} of an emotion without a valence (--valence maps them) and {} not in \
+                 the valence views.",
+                counted(unmapped, "valid rubric is", "valid rubrics are"),
+                agree(unmapped, IS)
+            ));
+        }
         if v.unknown_tactics > 0 {
             out.push(format!(
                 "{name}: {} {} left out (--unknown-label ignore).",
@@ -500,6 +515,7 @@ fn notes(acc: &Acc) -> Vec<String> {
             ));
         }
     }
+    out.extend(super::compare::notes(acc));
     out
 }
 
