@@ -280,3 +280,95 @@ fn write_loop(
     }
     w.flush();
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::engine::{CallCounts, ResponseResult};
+
+    fn turn(n: usize) -> TurnResult {
+        let rubric: Value =
+            serde_json::from_str(crate::stub::PAPER_RUBRIC).expect("the paper rubric is JSON");
+        TurnResult {
+            id: Some(Value::String("t".to_owned())),
+            rubric_status: "ok",
+            rubric: Some(rubric),
+            rubric_attempts: 1,
+            validation: None,
+            repairs: Vec::new(),
+            rubric_error: None,
+            rewards: vec![Some(0.5); n],
+            responses: (0..n)
+                .map(|_| ResponseResult {
+                    reward: Some(0.5),
+                    status: "ok",
+                    scores: Some(vec![vec![3.0]; 3]),
+                    judge_attempts: 1,
+                    error: None,
+                })
+                .collect(),
+            response_chars: vec![42; n],
+            calls: CallCounts::default(),
+            gold: None,
+        }
+    }
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("care-log-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn records_are_one_line_per_response_and_the_file_rotates() {
+        let d = dir("rotate");
+        let path = d.join("serve.jsonl");
+        let metrics = Arc::new(Metrics::new());
+        // Each turn of 3 responses is about 1 KB: a 2 KB limit rotates after two turns.
+        let log = ResponseLog::open(&path, 2_000, 16, Arc::clone(&metrics)).unwrap();
+        for _ in 0..5 {
+            log.record_turn(2, &turn(3));
+        }
+        log.close();
+        let now = std::fs::read_to_string(&path).unwrap();
+        let old = std::fs::read_to_string(rotated(&path)).unwrap();
+        let lines = now.lines().count() + old.lines().count();
+        assert!(lines <= 15 && lines >= 3, "{lines}");
+        assert!(now.len() <= 2_000 && old.len() <= 2_000);
+        let first: Value = serde_json::from_str(old.lines().next().unwrap()).unwrap();
+        assert_eq!(first["care_log"], 1);
+        assert_eq!(first["turn"], 2);
+        assert_eq!(first["group_size"], 3);
+        assert_eq!(
+            first["rubric_weights"],
+            serde_json::json!([0.4, 0.25, 0.35])
+        );
+        assert_eq!(first["response_chars"], 42);
+        let text = metrics.render();
+        assert!(
+            text.contains("care_log_records_total{result=\"written\"} 15"),
+            "{text}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_record_that_cannot_be_queued_is_dropped_and_counted() {
+        let d = dir("drop");
+        let metrics = Arc::new(Metrics::new());
+        let log =
+            ResponseLog::open(&d.join("serve.jsonl"), 1 << 20, 4, Arc::clone(&metrics)).unwrap();
+        log.close();
+        // The writer is gone: the record is dropped at once, the call does not wait.
+        log.record_turn(1, &turn(2));
+        let text = metrics.render();
+        assert!(
+            text.contains("care_log_records_total{result=\"dropped\"} 2"),
+            "{text}"
+        );
+        assert!(ResponseLog::open(&d.join("no/such/dir/x"), 1, 1, metrics).is_err());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
