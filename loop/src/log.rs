@@ -335,7 +335,7 @@ mod tests {
         let now = std::fs::read_to_string(&path).unwrap();
         let old = std::fs::read_to_string(rotated(&path)).unwrap();
         let lines = now.lines().count() + old.lines().count();
-        assert!(lines <= 15 && lines >= 3, "{lines}");
+        assert!((3..=15).contains(&lines), "{lines}");
         assert!(now.len() <= 2_000 && old.len() <= 2_000);
         let first: Value = serde_json::from_str(old.lines().next().unwrap()).unwrap();
         assert_eq!(first["care_log"], 1);
