@@ -285,33 +285,31 @@ fn write_loop(
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::engine::{CallCounts, ResponseResult};
+    use crate::LoopConfig;
+    use crate::engine::{BackendKind, Engine, TurnInput};
 
-    fn turn(n: usize) -> TurnResult {
-        let rubric: Value =
-            serde_json::from_str(crate::stub::PAPER_RUBRIC).expect("the paper rubric is JSON");
-        TurnResult {
-            id: Some(Value::String("t".to_owned())),
-            rubric_status: "ok",
-            rubric: Some(rubric),
-            rubric_attempts: 1,
-            validation: None,
-            repairs: Vec::new(),
-            rubric_error: None,
-            rewards: vec![Some(0.5); n],
-            responses: (0..n)
-                .map(|_| ResponseResult {
-                    reward: Some(0.5),
-                    status: "ok",
-                    scores: Some(vec![vec![3.0]; 3]),
-                    judge_attempts: 1,
-                    error: None,
-                })
-                .collect(),
-            response_chars: vec![42; n],
-            calls: CallCounts::default(),
-            gold: None,
-        }
+    /// A real turn of the scripted loop (one repair, two recorded responses and one that the
+    /// scripted judge never scores), so the records come from the engine's own result.
+    async fn turn() -> TurnResult {
+        let engine = Arc::new(
+            Engine::new(
+                &LoopConfig::default(),
+                BackendKind::Scripted,
+                None,
+                Arc::new(Metrics::new()),
+            )
+            .unwrap(),
+        );
+        let demo: Value =
+            serde_json::from_str(include_str!("../../cli/data/reward_demo.jsonl").trim()).unwrap();
+        // Through serde, as a request arrives: a member added to the input keeps this working.
+        let input: TurnInput = serde_json::from_value(serde_json::json!({
+            "id": "t",
+            "context": demo["context"],
+            "responses": [demo["responses"][0], demo["responses"][1], demo["responses"][6]],
+        }))
+        .unwrap();
+        engine.run_turn(input).await.unwrap()
     }
 
     fn dir(name: &str) -> PathBuf {
@@ -321,31 +319,56 @@ mod tests {
         d
     }
 
-    #[test]
-    fn records_are_one_line_per_response_and_the_file_rotates() {
+    #[tokio::test]
+    async fn records_are_one_line_per_response_and_the_file_rotates() {
+        let t = turn().await;
         let d = dir("rotate");
         let path = d.join("serve.jsonl");
         let metrics = Arc::new(Metrics::new());
-        // Each turn of 3 responses is about 1 KB: a 2 KB limit rotates after two turns.
-        let log = ResponseLog::open(&path, 2_000, 16, Arc::clone(&metrics)).unwrap();
+        // A limit below two turns' records: the file rotates.
+        let one_turn = {
+            let probe = d.join("probe.jsonl");
+            let log = ResponseLog::open(&probe, 1 << 20, 16, Arc::new(Metrics::new())).unwrap();
+            log.record_turn(2, &t);
+            log.close();
+            std::fs::metadata(&probe).unwrap().len()
+        };
+        let log = ResponseLog::open(&path, one_turn * 3 / 2, 16, Arc::clone(&metrics)).unwrap();
         for _ in 0..5 {
-            log.record_turn(2, &turn(3));
+            log.record_turn(2, &t);
         }
         log.close();
         let now = std::fs::read_to_string(&path).unwrap();
         let old = std::fs::read_to_string(rotated(&path)).unwrap();
-        let lines = now.lines().count() + old.lines().count();
-        assert!((3..=15).contains(&lines), "{lines}");
-        assert!(now.len() <= 2_000 && old.len() <= 2_000);
-        let first: Value = serde_json::from_str(old.lines().next().unwrap()).unwrap();
-        assert_eq!(first["care_log"], 1);
-        assert_eq!(first["turn"], 2);
-        assert_eq!(first["group_size"], 3);
+        assert_eq!(now.lines().count(), 3, "the last turn");
+        assert_eq!(old.lines().count(), 3, "the turn before");
+        let recs: Vec<Value> = old
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(recs[0]["care_log"], 1);
         assert_eq!(
-            first["rubric_weights"],
+            (recs[0]["turn"].clone(), recs[0]["group_size"].clone()),
+            (2.into(), 3.into())
+        );
+        assert_eq!(recs[0]["rubric_attempts"], 2);
+        assert_eq!(recs[0]["repairs"], 1);
+        assert_eq!(
+            recs[0]["rubric_weights"],
             serde_json::json!([0.4, 0.25, 0.35])
         );
-        assert_eq!(first["response_chars"], 42);
+        assert_eq!(recs[0]["reward"], 0.925);
+        assert_eq!(recs[2]["status"], "judge_invalid");
+        assert_eq!(recs[2]["reward"], Value::Null);
+        assert_eq!(recs[2]["error"], "no_judge_json");
+        assert_eq!(recs[1]["index"], 1);
+        for (r, j) in recs.iter().zip([0, 1, 6]) {
+            let demo: Value =
+                serde_json::from_str(include_str!("../../cli/data/reward_demo.jsonl").trim())
+                    .unwrap();
+            let len = demo["responses"][j].as_str().unwrap().chars().count() as u64;
+            assert_eq!(r["response_chars"], len);
+        }
         let text = metrics.render();
         assert!(
             text.contains("care_log_records_total{result=\"written\"} 15"),
@@ -354,18 +377,19 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
-    #[test]
-    fn a_record_that_cannot_be_queued_is_dropped_and_counted() {
+    #[tokio::test]
+    async fn a_record_that_cannot_be_queued_is_dropped_and_counted() {
+        let t = turn().await;
         let d = dir("drop");
         let metrics = Arc::new(Metrics::new());
         let log =
             ResponseLog::open(&d.join("serve.jsonl"), 1 << 20, 4, Arc::clone(&metrics)).unwrap();
         log.close();
-        // The writer is gone: the record is dropped at once, the call does not wait.
-        log.record_turn(1, &turn(2));
+        // The writer is gone: the records are dropped at once, the call does not wait.
+        log.record_turn(1, &t);
         let text = metrics.render();
         assert!(
-            text.contains("care_log_records_total{result=\"dropped\"} 2"),
+            text.contains("care_log_records_total{result=\"dropped\"} 3"),
             "{text}"
         );
         assert!(ResponseLog::open(&d.join("no/such/dir/x"), 1, 1, metrics).is_err());
