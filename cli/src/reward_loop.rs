@@ -100,6 +100,17 @@ pub struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, value_name = "N")]
     pub max_body_bytes: usize,
+    /// Append one JSON line per rewarded response to FILE (the reward-health input of
+    /// care analyze; docs/REWARD_LOOP.md defines the record). Never blocks a request: when the
+    /// writer falls behind, records are dropped and counted in care_log_records_total.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Rotate the log when it would pass N bytes (FILE becomes FILE.1).
+    #[arg(long, default_value_t = care_loop::log::DEFAULT_MAX_BYTES, value_name = "N")]
+    pub log_max_bytes: u64,
+    /// Turns the log's writer queue holds before records are dropped.
+    #[arg(long, default_value_t = care_loop::log::DEFAULT_QUEUE, value_name = "N")]
+    pub log_queue: usize,
 }
 
 /// Help text of `care reward`.
@@ -110,8 +121,8 @@ Input line: {\"context\": [{\"role\":\"user\",\"content\":..}, ..], \"responses\
 Output line: rubric_status (ok | invalid_rubric | generator_error), rubric, rubric_attempts,
   validation, rewards (null where a response has none), responses [{reward, status, scores,
   judge_attempts, error, stripped, panel (with a judge panel: each judge's reward, scores and
-  cost, the spread)}], calls {generator, judge, cached, failed, http_attempts, tokens},
-  template (with a prompt). Pipe it into `care analyze -`.
+  cost, the spread)}], response_chars, calls {generator, judge, cached, failed, http_attempts,
+  tokens}, template (with a prompt). Pipe it into `care analyze -`.
 Resumable: a rerun with the same cache asks the LLMs only for what did not complete.
 
 Examples:
@@ -124,11 +135,18 @@ pub const SERVE_AFTER: &str = "\
 Routes: POST /get_reward (OpenRLHF --remote_rm_url), POST /v1/reward ({\"turns\": [..]}),
 GET /healthz, GET /metrics (Prometheus). SIGINT/SIGTERM finish the requests in flight, then exit.
 
+--log FILE writes one JSON line per rewarded response (the reward-health input of care analyze).
+
 Examples:
   care serve --scripted
-  care serve --config loop.json --listen 0.0.0.0:8000";
+  care serve --config loop.json --listen 0.0.0.0:8000 --log serve.jsonl";
 
 fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
+    let (engine, kind) = build_engine(a)?;
+    Ok((Arc::new(engine), kind))
+}
+
+fn build_engine(a: &LoopArgs) -> Result<(Engine, BackendKind), String> {
     let mut cfg = match &a.config {
         Some(p) => LoopConfig::from_file(p)?,
         None => LoopConfig::default(),
@@ -179,7 +197,7 @@ fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
         Some(Cache::open(&a.cache)?)
     };
     let engine = Engine::new(&cfg, kind, cache, Arc::new(Metrics::new()))?;
-    Ok((Arc::new(engine), kind))
+    Ok((engine, kind))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -251,7 +269,21 @@ pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
     if a.max_body_bytes == 0 {
         return Err("--max-body-bytes must be at least 1".to_owned());
     }
-    let (engine, kind) = build(&a.loop_args)?;
+    let (mut engine, kind) = build_engine(&a.loop_args)?;
+    let log = match &a.log {
+        Some(path) => {
+            let log = Arc::new(care_loop::log::ResponseLog::open(
+                path,
+                a.log_max_bytes,
+                a.log_queue,
+                Arc::clone(engine.metrics()),
+            )?);
+            engine.set_response_log(Arc::clone(&log));
+            Some(log)
+        }
+        None => None,
+    };
+    let engine = Arc::new(engine);
     let opts = ServerOptions {
         openrlhf_on_failure: a.on_failure,
         max_body_bytes: a.max_body_bytes,
@@ -274,6 +306,10 @@ pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
         care_loop::server::serve(listener, router, care_loop::server::shutdown_signal())
             .await
             .map_err(|e| format!("server error: {e}"))?;
+        if let Some(log) = &log {
+            // Everything answered is queued: write it out before exiting.
+            log.close();
+        }
         let _ = writeln!(io::stderr(), "care serve: stopped after finishing the requests in flight");
         Ok(0)
     })

@@ -247,6 +247,9 @@ pub struct TurnResult {
     pub rewards: Vec<Option<f64>>,
     /// One result per response, in input order.
     pub responses: Vec<ResponseResult>,
+    /// Each response's length in characters (Unicode scalar values), in input order: what
+    /// `care analyze` sets the rewards against to catch length hacking.
+    pub response_chars: Vec<u64>,
     /// LLM calls this turn made or found in the cache.
     pub calls: CallCounts,
     /// The input's `gold`.
@@ -390,6 +393,8 @@ pub struct Engine {
     judge_flights: Flights<JudgeOutcome>,
     /// A panel of judges (`None`: the single judge, exactly as it always worked).
     panel: Option<judges::Panel>,
+    /// `care serve --log`: one record per response.
+    log: Option<Arc<crate::log::ResponseLog>>,
 }
 
 /// How the engine reaches its LLMs.
@@ -467,7 +472,18 @@ impl Engine {
             rubric_flights: Mutex::new(HashMap::new()),
             judge_flights: Mutex::new(HashMap::new()),
             panel,
+            log: None,
         })
+    }
+
+    /// Writes one record per rewarded response to `log` (`care serve --log`).
+    pub fn set_response_log(&mut self, log: Arc<crate::log::ResponseLog>) {
+        self.log = Some(log);
+    }
+
+    /// The response log, when there is one.
+    pub fn response_log(&self) -> Option<&Arc<crate::log::ResponseLog>> {
+        self.log.as_ref()
     }
 
     /// The metrics this engine records into.
@@ -499,6 +515,7 @@ impl Engine {
             .templates
             .read(input.context, input.prompt.as_deref(), &self.metrics)
             .map_err(bad)?;
+        let seeker_turns = text.messages.iter().filter(|m| m.role == "user").count();
         let dialogue = Dialogue::new(text.messages).map_err(bad)?;
         if input.responses.is_empty() {
             return Err(bad(
@@ -684,7 +701,7 @@ impl Engine {
             (None, Some(a)) => Some(RubricJson::string(a)),
             (None, None) => None,
         };
-        Ok(TurnResult {
+        let result = TurnResult {
             id: input.id,
             rubric_status: rubric.status,
             rubric: rubric_json,
@@ -694,11 +711,20 @@ impl Engine {
             rubric_error: rubric.error.clone(),
             rewards,
             responses: results,
+            response_chars: input
+                .responses
+                .iter()
+                .map(|r| r.chars().count() as u64)
+                .collect(),
             calls: counter.snapshot(),
             gold: input.gold,
             meta,
             template: text.template,
-        })
+        };
+        if let Some(log) = &self.log {
+            log.record_turn(seeker_turns, &result);
+        }
+        Ok(result)
     }
 
     /// The turn's rubric, shared with concurrent requests for the same turn.

@@ -23,6 +23,7 @@ pub mod config;
 pub mod engine;
 pub mod fixed;
 pub mod llm;
+pub mod log;
 pub mod metrics;
 pub mod panel;
 pub mod profile;

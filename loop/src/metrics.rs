@@ -41,6 +41,7 @@ pub struct Metrics {
     panel: crate::panel::PanelMetrics,
     prompt_templates: Family<Labels, Counter>,
     responses_stripped: Family<Labels, Counter>,
+    log_records: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -69,6 +70,7 @@ impl Metrics {
             panel: crate::panel::PanelMetrics::default(),
             prompt_templates: Family::default(),
             responses_stripped: Family::default(),
+            log_records: Family::default(),
             registry: Registry::default(),
         };
         m.panel.register(&mut registry);
@@ -141,6 +143,11 @@ impl Metrics {
             "responses_stripped",
             "Responses whose trailing end-of-turn tokens were removed, by family (a family's name, any, or none for the extra suffixes only)",
             m.responses_stripped.clone(),
+        );
+        registry.register(
+            "log_records",
+            "Records of the response log (care serve --log), by result (written, dropped when the writer's queue was full, failed)",
+            m.log_records.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -260,5 +267,12 @@ impl Metrics {
         self.responses_stripped
             .get_or_create(&vec![("family", family.to_owned())])
             .inc();
+    }
+
+    /// `n` records of the response log `written`, `dropped` or `failed`.
+    pub fn log_records(&self, result: &'static str, n: u64) {
+        self.log_records
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc_by(n);
     }
 }
