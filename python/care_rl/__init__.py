@@ -55,6 +55,7 @@ from ._reward import (
 from .rewards import (
     CareRewardClient,
     CareRewardError,
+    CareRewardWarning,
     TRLReward,
     compute_score,
     compute_score_batch,
@@ -151,6 +152,7 @@ __all__ = [
     "Violation",
     "CareRewardClient",
     "CareRewardError",
+    "CareRewardWarning",
     "TRLReward",
     "compute_score",
     "compute_score_batch",
