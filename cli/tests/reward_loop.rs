@@ -624,6 +624,44 @@ async fn serve_scripted_answers_openrlhf_and_stops_on_sigterm() {
     }
 }
 
+/// The README's ready `/get_reward` request: an OpenRLHF batch of the demo turn.
+const GET_REWARD_DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/get_reward_demo.json");
+
+#[tokio::test]
+async fn the_bundled_openrlhf_batch_is_the_demo_turn_and_gets_its_rewards() {
+    let demo: Value = serde_json::from_str(std::fs::read_to_string(DEMO).unwrap().trim()).unwrap();
+    let text = std::fs::read_to_string(GET_REWARD_DEMO).unwrap();
+    let batch: Value = serde_json::from_str(&text).unwrap();
+    let responses = demo["responses"].as_array().unwrap();
+    let n = responses.len();
+    for i in 0..n {
+        let prompt = batch["prompts"][i].as_str().unwrap();
+        let query = batch["query"][i].as_str().unwrap();
+        assert_eq!(
+            query.strip_prefix(prompt),
+            responses[i].as_str(),
+            "query[{i}]"
+        );
+        let label: Value = serde_json::from_str(batch["labels"][i].as_str().unwrap()).unwrap();
+        assert_eq!(label, demo["context"], "labels[{i}]");
+    }
+    let (mut child, url) = start_server(&["--scripted"]);
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/get_reward"))
+        .body(text)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["rewards"][0], 0.925);
+    let mut valid = vec![1.0; n - 1];
+    valid.push(0.0);
+    assert_eq!(v["extra_logs"]["care_valid"], json!(valid));
+    child.kill().unwrap();
+    let _ = child.wait();
+}
+
 #[test]
 fn the_demo_input_is_the_demo_group() {
     // reward_demo.jsonl is derived from demo_group.json (chat messages instead of
