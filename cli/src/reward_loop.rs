@@ -24,7 +24,7 @@ pub struct LoopArgs {
     /// Offline demo: replay the bundled paper fixtures instead of calling LLMs.
     #[arg(long)]
     pub scripted: bool,
-    /// Generator base URL (overrides the config), e.g. http://127.0.0.1:8000/v1.
+    /// Generator base URL (overrides the config), e.g. http://127.0.0.1:8001/v1 (care serve listens on 8000).
     #[arg(long, value_name = "URL")]
     pub generator_url: Option<String>,
     /// Generator model name (overrides the config).
@@ -107,8 +107,9 @@ Resumable: a rerun with the same cache asks the LLMs only for what did not compl
 
 Examples:
   care reward --scripted cli/data/reward_demo.jsonl
-  care reward --generator-url http://127.0.0.1:8000/v1 --generator-model care-gen \\
-              --judge-url http://127.0.0.1:8001/v1 --judge-model judge turns.jsonl > rewards.jsonl";
+  care reward --scripted --profile kardia cli/data/reward_demo_kardia.jsonl
+  care reward --generator-url http://127.0.0.1:8001/v1 --generator-model care-gen \\
+              --judge-url http://127.0.0.1:8002/v1 --judge-model judge turns.jsonl > rewards.jsonl";
 
 /// Help text of `care serve`.
 pub const SERVE_AFTER: &str = "\
