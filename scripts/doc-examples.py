@@ -4,7 +4,8 @@
 Every ```sh, ```bash and ```python block of README.md, and of the sections of docs/*.md whose
 heading says "Quick start", is run in order on a fresh copy of the tree (the tracked files and
 the untracked ones git does not ignore; no leftover report, cache or binary), so an example that
-went stale fails CI. The blocks run with the repository copy as the working directory and a
+went stale fails CI, and so does a file the examples leave in the tree that git would show as
+untracked. The blocks run with the repository copy as the working directory and a
 scratch HOME, cache directory and `cargo install` root, so `care` is the one the README installs.
 Where `unshare -rn` works, each block runs in its own network namespace with only loopback
 (no network beyond 127.0.0.1; its ports never collide with the machine's).
@@ -237,7 +238,7 @@ def sources() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def fresh_copy(dest: Path, target: Path) -> None:
+def fresh_copy(dest: Path, target: Path) -> set[str]:
     """`dest` holds exactly the tree's files (tracked, and untracked but not ignored), with
     their modification times (so cargo's fingerprints stay valid), and `dest/target` is a link
     to the shared target directory."""
@@ -253,6 +254,7 @@ def fresh_copy(dest: Path, target: Path) -> None:
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT, capture_output=True, check=True,
     ).stdout.decode().split("\0")  # fmt: skip
+    copied = set()
     for rel in filter(None, listed):
         src = ROOT / rel
         if not src.is_file() or src.is_symlink():
@@ -260,16 +262,40 @@ def fresh_copy(dest: Path, target: Path) -> None:
         out = dest / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, out)
+        copied.add(rel)
     link = dest / "target"
     target.mkdir(parents=True, exist_ok=True)
     if link.is_symlink() or link.exists():
         if link.is_symlink() and Path(os.readlink(link)) == target:
-            return
+            return copied
         if link.is_dir() and not link.is_symlink():
             shutil.rmtree(link)
         else:
             link.unlink()
     link.symlink_to(target)
+    return copied
+
+
+def left_behind(clone: Path, copied: set[str]) -> list[str]:
+    """Files the blocks wrote into the copy that git would show as untracked (not ignored):
+    what a newcomer following the docs would find cluttering their clone."""
+    new = []
+    for dirpath, dirnames, filenames in os.walk(clone):
+        rel_dir = Path(dirpath).relative_to(clone)
+        if rel_dir == Path("."):
+            dirnames[:] = [d for d in dirnames if d != "target"]
+        for name in filenames:
+            rel = str(rel_dir / name) if rel_dir != Path(".") else name
+            if rel not in copied:
+                new.append(rel)
+    if not new:
+        return []
+    r = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        cwd=ROOT, input="\n".join(new) + "\n", capture_output=True, text=True,
+    )  # fmt: skip
+    ignored = set(r.stdout.split("\n"))
+    return sorted(x for x in new if x not in ignored)
 
 
 def sandbox_env(scratch: Path) -> dict:
@@ -380,7 +406,7 @@ def main() -> int:
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     clone = Path(os.environ.get("CARE_DOC_CLONE") or cache / "care-ci" / "doc-clone").resolve()
     python = os.environ.get("CARE_PYTHON") or "python3"
-    fresh_copy(clone, target)
+    copied = fresh_copy(clone, target)
     isolate = not args.no_isolate and isolation_works()
     print(f"doc-examples: {len(blocks)} blocks on a fresh copy at {clone} (target/ -> {target}); "
           + ("each in a network namespace with loopback only" if isolate
@@ -398,6 +424,8 @@ def main() -> int:
             failed += not ok
         care = shutil.which("care", path=env["PATH"])
         check_not_run_flags(blocks, care, env, errors)
+    for rel in left_behind(clone, copied):
+        errors.append(f"the examples leave {rel} in the tree, untracked and not ignored (write it under target/, or ignore it)")
     for e in errors:
         print(f"doc-examples: {e}", file=sys.stderr)
     if failed or errors:
