@@ -16,7 +16,7 @@ pub const MAX_BOUND: u32 = 20;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EndpointConfig {
-    /// Base URL up to the API version, e.g. `http://127.0.0.1:8000/v1`; requests go to
+    /// Base URL up to the API version, e.g. `http://127.0.0.1:8001/v1`; requests go to
     /// `{base_url}/chat/completions`.
     pub base_url: String,
     /// The `model` field of every request.
@@ -87,7 +87,7 @@ impl EndpointConfig {
         let url = self.base_url.trim();
         if url.is_empty() {
             return Err(format!(
-                "{role}.base_url is empty: give the OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1"
+                "{role}.base_url is empty: give the OpenAI-compatible base URL, e.g. http://127.0.0.1:8001/v1"
             ));
         }
         if !(url.starts_with("http://") || url.starts_with("https://")) {

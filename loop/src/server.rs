@@ -233,6 +233,8 @@ async fn reward_groups(State(s): State<Arc<AppState>>, body: Bytes) -> Response 
         };
         let results = run_turns(&st.engine, req.turns).await;
         let mut out = Vec::with_capacity(results.len());
+        // Under `error`, every turn's failures are named, not only the first turn's.
+        let mut no_reward = Vec::new();
         for (i, r) in results.into_iter().enumerate() {
             let mut r = match r {
                 Ok(r) => r,
@@ -246,15 +248,12 @@ async fn reward_groups(State(s): State<Arc<AppState>>, body: Bytes) -> Response 
             };
             match r.trainer_rewards(policy) {
                 Ok(rw) => r.rewards = rw,
-                Err(msg) => {
-                    return error_response(
-                        StatusCode::BAD_GATEWAY,
-                        "no_reward",
-                        format!("turns[{i}]: {msg}"),
-                    );
-                }
+                Err(msg) => no_reward.push(format!("turns[{i}]: {msg}")),
             }
             out.push(r);
+        }
+        if !no_reward.is_empty() {
+            return error_response(StatusCode::BAD_GATEWAY, "no_reward", no_reward.join("; "));
         }
         // A struct, not `json!`: the results keep the field order of `care reward`'s lines.
         #[derive(Serialize)]
@@ -345,6 +344,35 @@ fn response_of<'q>(query: &'q str, prompt: &str) -> Option<&'q str> {
     Some(q.peek().map_or("", |&(i, _)| query.get(i..).unwrap_or("")))
 }
 
+/// Under `--on-failure error`: every query of the batch without a reward, across all groups,
+/// by its index in the request (`query[i]`), with its group (one per distinct dialogue, in
+/// order of first appearance), its place in the group, the group's rubric status and its own
+/// status.
+fn openrlhf_failures(results: &[Result<TurnResult, ErrorOut>], place: &[(usize, usize)]) -> String {
+    let mut failed = Vec::new();
+    let mut groups = std::collections::BTreeSet::new();
+    for (i, &(t, j)) in place.iter().enumerate() {
+        let Some(Ok(r)) = results.get(t) else {
+            continue;
+        };
+        if let Some(resp) = r.responses.get(j).filter(|x| x.reward.is_none()) {
+            groups.insert(t);
+            failed.push(format!(
+                "query[{i}] (group {t}, responses[{j}], rubric {}): {}",
+                r.rubric_status, resp.status
+            ));
+        }
+    }
+    format!(
+        "no reward for {} of {} queries in {} of {} groups (--on-failure error): {}",
+        failed.len(),
+        place.len(),
+        groups.len(),
+        results.len(),
+        failed.join("; ")
+    )
+}
+
 async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
     let st = Arc::clone(&s);
     timed(&s, "/get_reward", async move {
@@ -417,6 +445,7 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
         }
         let results = run_turns(&st.engine, turns).await;
         let mut per_turn: Vec<(Vec<Option<f64>>, &TurnResult)> = Vec::with_capacity(results.len());
+        let mut any_failed = false;
         for (t, r) in results.iter().enumerate() {
             let r = match r {
                 Ok(r) => r,
@@ -431,8 +460,15 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
             };
             match r.trainer_rewards(st.opts.openrlhf_on_failure) {
                 Ok(rw) => per_turn.push((rw, r)),
-                Err(msg) => return error_response(StatusCode::BAD_GATEWAY, "no_reward", msg),
+                Err(_) => {
+                    any_failed = true;
+                    per_turn.push((Vec::new(), r));
+                }
             }
+        }
+        if any_failed {
+            let msg = openrlhf_failures(&results, &place);
+            return error_response(StatusCode::BAD_GATEWAY, "no_reward", msg);
         }
         let mut rewards = Vec::with_capacity(n);
         let mut valid = Vec::with_capacity(n);

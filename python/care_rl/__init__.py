@@ -56,6 +56,7 @@ from ._reward import (
 from .rewards import (
     CareRewardClient,
     CareRewardError,
+    CareRewardWarning,
     TRLReward,
     compute_score,
     compute_score_async,
@@ -156,6 +157,7 @@ __all__ = [
     "Violation",
     "CareRewardClient",
     "CareRewardError",
+    "CareRewardWarning",
     "TRLReward",
     "compute_score",
     "compute_score_async",

@@ -33,6 +33,8 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
+from collections import Counter
 from typing import Any, Iterable, Sequence
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -42,6 +44,39 @@ ON_FAILURE = ("null", "group_mean", "error")
 class CareRewardError(RuntimeError):
     """The server could not be reached, refused the request, or (``on_failure="error"``)
     had no reward for a response."""
+
+
+class CareRewardWarning(UserWarning):
+    """Some rewards of a call were not judged: filled in under ``on_failure``, or ``None``."""
+
+
+def _warn_unjudged(who: str, url: str, details: Sequence[dict], on_failure: str) -> None:
+    """One warning per call when a response has no judged reward, with the statuses and what
+    the trainer got instead: a batch of silent zeros (``group_mean`` of groups with no valid
+    reward) must never look like a batch of real rewards."""
+    missing = Counter(str(d.get("status")) for d in details if d.get("reward") is None)
+    n = sum(missing.values())
+    if n == 0:
+        return
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(missing.items()))
+    got = {
+        "group_mean": "the mean of its group's judged rewards, 0.0 for a group with none",
+        "null": "None",
+        "error": "an error",
+    }.get(on_failure, on_failure)
+    hint = ""
+    if "judge_invalid" in missing and n == len(details):
+        hint = (
+            " No response was judged: a `care serve --scripted` server replays the bundled "
+            "demo only and judges no other text; start it with an LLM judge "
+            "(--judge-url, --judge-model) for real rewards."
+        )
+    warnings.warn(
+        f"{who}: {n} of {len(details)} responses have no judged reward from care serve at "
+        f"{url} ({statuses}); on_failure={on_failure!r} gave them {got}.{hint}",
+        CareRewardWarning,
+        stacklevel=3,
+    )
 
 
 def _url(url: str | None) -> str:
@@ -295,7 +330,8 @@ class TRLReward:
             specs = [_dialogue(p) for p in prompts]
         if self.gold_column is not None:
             specs = [_with_gold(s, _gold(g)) for s, g in zip(specs, kwargs[self.gold_column])]
-        rewards, _ = _reward_groups(self.client, specs, [_text(c) for c in completions], self.on_failure)
+        rewards, details = _reward_groups(self.client, specs, [_text(c) for c in completions], self.on_failure)
+        _warn_unjudged("care_rl.TRLReward", self.client.url, details, self.on_failure)
         return rewards
 
 
