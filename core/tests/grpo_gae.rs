@@ -26,6 +26,7 @@ fn discounted_returns_golden() {
     let o = GaeOptions {
         gamma: 0.5,
         lambda: 1.0,
+        ..GaeOptions::default()
     };
     discounted_returns(&r, &[0, 3, 6], Some(&mask), &o, &mut g).unwrap();
     assert_eq!(g, [1.5, 1.0, 2.0, 3.0, 0.0, 4.0]);
@@ -44,6 +45,7 @@ fn gae_golden() {
     let o = GaeOptions {
         gamma: 0.5,
         lambda: 0.5,
+        ..GaeOptions::default()
     };
     gae(&r, &v, &[0, 3], None, &o, &mut a, &mut ret).unwrap();
     assert_eq!(a, [-0.328125, 0.1875, 0.25]);
@@ -100,12 +102,14 @@ fn errors_before_writes() {
     let bad = GaeOptions {
         gamma: 1.5,
         lambda: 1.0,
+        ..GaeOptions::default()
     };
     let e = discounted_returns(&[1.0; 3], &[0, 3], None, &bad, &mut out);
     assert_eq!(e, Err(Error::InvalidArgument));
     let nan = GaeOptions {
         gamma: 1.0,
         lambda: f64::NAN,
+        ..GaeOptions::default()
     };
     let mut out2 = [7.0f32; 3];
     let e = gae(
@@ -198,7 +202,7 @@ proptest! {
     #[test]
     fn masked_tokens_are_skipped_not_chain_breakers(tk in tokens(), gamma in 0.0f64..=1.0, lambda in 0.0f64..=1.0) {
         let n = tk.r.len();
-        let o = GaeOptions { gamma, lambda };
+        let o = GaeOptions { gamma, lambda, ..GaeOptions::default() };
         let (mut a, mut ret) = (vec![0.0f32; n], vec![0.0f32; n]);
         gae(&tk.r, &tk.v, &tk.offsets, Some(&tk.mask), &o, &mut a, &mut ret).unwrap();
         let keep: Vec<usize> = (0..n).filter(|&t| tk.mask[t] != 0).collect();

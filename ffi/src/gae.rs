@@ -94,6 +94,7 @@ unsafe fn read_gae_options(p: *const care_gae_options) -> Result<GaeOptions, car
     let o = GaeOptions {
         gamma: c.gamma,
         lambda: c.lambda,
+        ..GaeOptions::default()
     };
     args::option_check("care_gae_options", o.check())?;
     Ok(o)

@@ -1771,7 +1771,7 @@ fn token_estimators_match_the_core() {
     let values: Vec<f32> = (0..t).map(|_| 2.0 * rng.unit()).collect();
     let mask: Vec<u8> = (0..t).map(|i| u8::from(i % 6 != 3)).collect();
     for (gamma, lambda) in [(1.0, 1.0), (0.99, 0.95), (0.5, 0.0), (0.0, 1.0)] {
-        let g = GaeOptions { gamma, lambda };
+        let g = GaeOptions { gamma, lambda, ..GaeOptions::default() };
         let mut c = MaybeOpts::gae();
         // SAFETY: a valid out pointer.
         assert_eq!(unsafe { care_gae_options_default(&mut c) }, CARE_OK);

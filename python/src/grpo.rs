@@ -1166,7 +1166,7 @@ pub fn discounted_returns(
     let m = Tensor::take_opt(mask, "mask")?;
     let ws = Tensor::take_opt(workspace, "workspace")?;
     check_outputs(&[&out], &[Some(&r), Some(&so), m.as_ref(), ws.as_ref()])?;
-    let opts = GaeOptions { gamma, lambda: 1.0 };
+    let opts = GaeOptions { gamma, lambda: 1.0, ..GaeOptions::default() };
     if let Device::Cuda(_) = device_of(&r)? {
         let args = cuda::TokenArgs {
             rewards: &r,
@@ -1220,6 +1220,7 @@ pub fn gae(
     let opts = GaeOptions {
         gamma,
         lambda: lambda_,
+        ..GaeOptions::default()
     };
     if let Device::Cuda(_) = device_of(&r)? {
         let args = cuda::TokenArgs {

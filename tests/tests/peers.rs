@@ -186,7 +186,7 @@ proptest! {
     /// verl's `masked_whiten` after both, they agree too.
     #[test]
     fn verl_gae_and_whitening(p in padded(), gamma in 0.0f64..=1.0, lam in 0.0f64..=1.0) {
-        let o = GaeOptions { gamma, lambda: lam };
+        let o = GaeOptions { gamma, lambda: lam, ..GaeOptions::default() };
         let n = p.mask.len();
         let (mut a, mut r) = (vec![0.0f32; n], vec![0.0f32; n]);
         gae(&p.cols[2], &p.cols[3], &p.offsets(), Some(&p.mask), &o, &mut a, &mut r).unwrap();
@@ -213,7 +213,7 @@ proptest! {
     /// New verl `reinforce_plus_plus`: discounted returns that skip masked tokens.
     #[test]
     fn verl_reinforce_pp_returns(p in padded(), gamma in 0.0f64..=1.0) {
-        let o = GaeOptions { gamma, lambda: 1.0 };
+        let o = GaeOptions { gamma, lambda: 1.0, ..GaeOptions::default() };
         let mut g = vec![0.0f32; p.mask.len()];
         discounted_returns(&p.cols[2], &p.offsets(), Some(&p.mask), &o, &mut g).unwrap();
         let want = peers::verl_reinforce_pp_returns(&p.rows(2), &p.mask_rows(), gamma);

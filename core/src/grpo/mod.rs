@@ -37,13 +37,14 @@ pub use family::{
     gpg_term, kl_cov_term, sapo_term, sigmoid, top_k,
 };
 pub use gae::{
-    AdvantageEstimator, GaeOptions, WhitenOptions, discounted_returns, gae, whiten,
-    whiten_finalize, whiten_partial_squares, whiten_partial_sums,
+    AdvantageEstimator, GaeOptions, MaskedToken, WhitenOptions, discounted_returns,
+    discounted_returns_whitened, gae, gae_whitened, whiten, whiten_finalize,
+    whiten_partial_squares, whiten_partial_sums,
 };
 pub use layout::{GroupLayout, LayoutFault, NamedLayoutFault, offsets_fault, validate_offsets};
 pub use logprob::LogProb;
 pub use loss::{
-    Advantages, Aggregation, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput, LossPreset,
+    Advantages, Aggregation, Bypass, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput, LossPreset,
     LossStats, RatioLevel, SequenceCount, Surrogate, TokenTerms, aggregation_weight, kl_term,
     log_ratio, policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
 };

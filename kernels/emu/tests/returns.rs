@@ -181,7 +181,7 @@ fn tok_case_strategy() -> impl Strategy<Value = TokCase> {
                     n,
                 ),
                 Just(lens),
-                Just(GaeOptions { gamma, lambda }),
+                Just(GaeOptions { gamma, lambda, ..GaeOptions::default() }),
                 Just(masked),
             )
         })
@@ -215,6 +215,7 @@ fn empty_batch_empty_and_fully_masked_sequences() {
     let opts = GaeOptions {
         gamma: 0.9,
         lambda: 0.95,
+        ..GaeOptions::default()
     };
     // No sequence, no token.
     check_tokens(
@@ -250,7 +251,7 @@ fn empty_batch_empty_and_fully_masked_sequences() {
 #[test]
 fn gamma_and_lambda_edges_and_long_sequences() {
     for (gamma, lambda) in [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0), (0.99, 0.95)] {
-        let opts = GaeOptions { gamma, lambda };
+        let opts = GaeOptions { gamma, lambda, ..GaeOptions::default() };
         // One sequence of 5000 tokens, then 1000 sequences of 3: one thread each.
         let c = TokCase {
             rewards: ramp(5000, 0.01),
@@ -353,11 +354,13 @@ fn missing_buffers_and_bad_options_are_refused_before_any_launch() {
         let bad = GaeOptions {
             gamma: 1.5,
             lambda: 1.0,
+            ..GaeOptions::default()
         };
         assert_eq!(gae(&l, &buf, 16, 16, &bad, t), err(Error::InvalidArgument));
         let bad = GaeOptions {
             gamma: 1.0,
             lambda: f64::NAN,
+            ..GaeOptions::default()
         };
         assert_eq!(
             discounted_returns(&l, &buf, 16, &bad, t),
@@ -609,6 +612,7 @@ fn gpu_returns_gae_and_whiten_match_reference() {
         opts: GaeOptions {
             gamma: 0.99,
             lambda: 0.95,
+            ..GaeOptions::default()
         },
     };
     check_tokens_on(&mut gpu, &c, 64, 0);

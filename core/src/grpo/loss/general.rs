@@ -14,7 +14,7 @@
 
 use super::blocked::token_level_no_kl;
 use super::inputs::{Advantages, LossInputs, counted, counted_in, finite_or_absent};
-use super::options::{LossOptions, RatioLevel, SequenceCount};
+use super::options::{Bypass, LossOptions, RatioLevel, SequenceCount};
 use super::stats::{LossOutput, LossStats};
 use super::terms::{Surrogate, aggregation_weight, kl_term, log_ratio, sequence_ratio, surrogate};
 use crate::grpo::family::{
@@ -39,9 +39,16 @@ use crate::{Error, Result};
 /// counted tokens are counted in [`LossStats::non_finite`]; the loss and gradient may then be
 /// non-finite.
 ///
-/// Errors: [`Error::InvalidArgument`] (options), [`Error::InvalidLayout`] (offsets),
-/// [`Error::LengthMismatch`] (any per-token slice, `grad` or the advantages of the wrong
-/// length). Checks run before `grad` is written.
+/// With [`Bypass::On`] (verl's bypass mode) `logp_rollout` stands in for `logp_old`: the ratio
+/// is `pi / pi_rollout`, the rollout correction compares `logp` (as constants) with
+/// `logp_rollout`, and its importance weights are reported, not applied.
+///
+/// Errors: [`Error::InvalidArgument`] (options; [`Bypass::On`] with `logp_old` or without
+/// `logp_rollout`), [`Error::InvalidLayout`] (offsets), [`Error::LengthMismatch`] (any
+/// per-token slice, `grad` or the advantages of the wrong length). Checks run before `grad` is
+/// written.
+///
+/// [`Bypass::On`]: super::Bypass::On
 ///
 /// [`RejectionMode::Drop`]: crate::grpo::RejectionMode::Drop
 pub fn policy_loss<T: LogProb>(
@@ -59,6 +66,9 @@ struct Ctx<'a, 'o, T: LogProb> {
     kl_on: bool,
     /// The rollout correction: its resolved options and the rollout log-probs, when active.
     rollout: Option<(Resolved, &'a [T])>,
+    /// verl's bypass mode: `inputs.logp_old` is the rollout log-probs, the proximal log-probs
+    /// of the correction are `logp`, and the importance weights are not applied.
+    bypass: bool,
 }
 
 /// What a counted token of the loss is: its importance weight (1 without correction, 0 when
@@ -88,10 +98,13 @@ impl<'a, T: LogProb> Ctx<'a, '_, T> {
     }
 
     /// The proximal policy's log-prob of the rollout correction: `logp_old`, or `logp` itself
-    /// on-policy (a constant for the gradient).
+    /// on-policy and in bypass mode (a constant for the gradient).
     #[inline]
     fn prox(&self) -> &'a [T] {
-        self.inputs.logp_old.unwrap_or(self.inputs.logp)
+        match self.inputs.logp_old {
+            Some(old) if !self.bypass => old,
+            _ => self.inputs.logp,
+        }
     }
 
     /// The sequence verdict of the rollout correction (`None` without it).
@@ -112,7 +125,14 @@ impl<'a, T: LogProb> Ctx<'a, '_, T> {
         match (self.rollout, sc) {
             (Some((r, lr)), Some(sc)) => {
                 let tc = correct_token(&r, sc, self.prox()[t].to_f64(), lr[t].to_f64());
-                tc.omega(&r)
+                // Bypass mode: the weight is the ratio itself, so the correction only rejects
+                // (a zero-weight rejection still weighs 0).
+                let omega = tc.omega(&r);
+                if self.bypass {
+                    omega.map(|_| f64::from(u8::from(tc.kept)))
+                } else {
+                    omega
+                }
             }
             _ => Some(1.0),
         }
@@ -190,6 +210,17 @@ pub(super) fn policy_loss_with<T: LogProb>(
     allow_fast_path: bool,
 ) -> Result<LossOutput> {
     opts.validate()?;
+    let bypass = opts.bypass == Bypass::On;
+    if bypass && (inputs.logp_old.is_some() || inputs.logp_rollout.is_none()) {
+        // The rollout log-probs are the old ones: both given, or none, is a contradiction.
+        return Err(Error::InvalidArgument);
+    }
+    // Bypass: the rollout log-probs are the old log-probs of every ratio below.
+    let bypassed = LossInputs {
+        logp_old: inputs.logp_rollout,
+        ..*inputs
+    };
+    let inputs = if bypass { &bypassed } else { inputs };
     let n_tokens = inputs.logp.len();
     let b = validate_offsets(inputs.seq_offsets, n_tokens)?;
     let len_ok = |s: Option<usize>| s.is_none_or(|l| l == n_tokens);
@@ -218,6 +249,7 @@ pub(super) fn policy_loss_with<T: LogProb>(
             .logp_rollout
             .filter(|_| opts.rollout.active())
             .map(|lr| (resolved, lr)),
+        bypass,
     };
 
     // Pass 0: the rollout diagnostics (whenever `logp_rollout` is given) and the local
@@ -328,7 +360,8 @@ pub(super) fn policy_loss_with<T: LogProb>(
                     let delta = log_ratio(lp, ctx.old_at(t), opts.log_ratio_clamp).0;
                     sd += gmpo_log_ratio(delta, a, opts.eps_low, opts.eps_high).0;
                     sa += a;
-                    slw += libm::log(omega);
+                    // verl takes ln(omega + 1e-10): the floor option (0 = the exact log).
+                    slw += libm::log(omega + opts.gmpo_weight_floor);
                 }
             }
             let omega_i = if ctx.rollout.is_some() {
