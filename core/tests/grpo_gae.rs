@@ -81,6 +81,7 @@ fn whiten_golden() {
     let o = WhitenOptions {
         eps: 1e-8,
         std_kind: StdKind::Biased,
+        ..WhitenOptions::default()
     };
     whiten(&mut y, Some(&mask), &o).unwrap();
     assert_eq!(y[4], (3.0 / (3.5f64 + 1e-8).sqrt()) as f32);

@@ -110,6 +110,7 @@ unsafe fn read_whiten_options(p: *const care_whiten_options) -> Result<WhitenOpt
     let o = WhitenOptions {
         eps: c.eps,
         std_kind: args::enum_arg("care_whiten_options.std_kind", c.std_kind, &StdKind::ALL)?,
+        ..WhitenOptions::default()
     };
     args::option_check("care_whiten_options", o.check())?;
     Ok(o)

@@ -1822,6 +1822,7 @@ fn token_estimators_match_the_core() {
         let w = WhitenOptions {
             eps: 1e-6,
             std_kind: kind,
+            ..WhitenOptions::default()
         };
         let mut c = MaybeOpts::whiten();
         // SAFETY: a valid out pointer.

@@ -210,6 +210,7 @@ fn token_estimators(inp: &Input, o: &[u32], mask: &[u8]) {
                 } else {
                     StdKind::Unbiased
                 },
+                ..WhitenOptions::default()
             };
             let before = a.clone();
             match whiten(&mut a, Some(mask), &w) {

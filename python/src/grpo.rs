@@ -1269,6 +1269,7 @@ pub fn whiten(
     let opts = WhitenOptions {
         eps,
         std_kind: crate::names::parse("std_kind", std_kind)?,
+        ..WhitenOptions::default()
     };
     if let Device::Cuda(_) = device_of(&v)? {
         return cuda::whiten(&v, m.as_ref(), cuda_workspace(&ws)?, &opts, stream).map(|()| None);

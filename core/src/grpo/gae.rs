@@ -117,7 +117,8 @@ impl GaeOptions {
     }
 }
 
-/// Options of [`whiten`]. Field order (C): `eps: f64, std_kind: u32` (+4 bytes padding).
+/// Options of [`whiten`]. Field order (C): `eps: f64, std_kind: u32` (+4 bytes padding),
+/// `count_eps: f64`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(
@@ -130,14 +131,21 @@ pub struct WhitenOptions {
     pub eps: f64,
     /// Unbiased (`n - 1`, default; verl) or biased (`n`; OpenRLHF) variance.
     pub std_kind: StdKind,
+    /// Added to the count in the two means (0: the exact means, default). verl's
+    /// `masked_mean` divides by `count + 1e-8`: with `1e-8`, `mean = sum / (n + 1e-8)` and the
+    /// variance is `(m2 / (n + 1e-8)) * n / (n - 1)` (biased: without the Bessel factor), so
+    /// equal values whiten to a residue instead of 0, as there. Finite, `>= 0`.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub count_eps: f64,
 }
 
 impl Default for WhitenOptions {
-    /// verl's `masked_whiten`: unbiased variance, `eps = 1e-8`.
+    /// verl's `masked_whiten` with exact means: unbiased variance, `eps = 1e-8`, `count_eps = 0`.
     fn default() -> Self {
         WhitenOptions {
             eps: 1e-8,
             std_kind: StdKind::Unbiased,
+            count_eps: 0.0,
         }
     }
 }
@@ -152,11 +160,26 @@ impl WhitenOptions {
             domain::finite_non_negative(self.eps),
             "eps",
             domain::FINITE_NON_NEGATIVE,
+        )?;
+        InvalidOption::require(
+            domain::finite_non_negative(self.count_eps),
+            "count_eps",
+            domain::FINITE_NON_NEGATIVE,
         )
     }
 
+    /// The mean of `count` values summing to `sum`: `sum / (count + count_eps)`, 0 when
+    /// nothing counted. The `mean` that [`whiten_partial_squares`] takes.
+    pub fn mean(&self, count: f64, sum: f64) -> f64 {
+        if count > 0.0 {
+            sum / (count + self.count_eps)
+        } else {
+            0.0
+        }
+    }
+
     /// [`WhitenOptions::check`] as an [`Error`]: [`Error::InvalidArgument`] for a negative or
-    /// non-finite eps.
+    /// non-finite eps or count_eps.
     pub fn validate(&self) -> Result<()> {
         self.check().map_err(Error::from)
     }
@@ -252,7 +275,7 @@ fn whiten_scan(
     if !sum.is_finite() {
         return Err(Error::NonFinite);
     }
-    let mean = if count > 0.0 { sum / count } else { 0.0 };
+    let mean = opts.mean(count, sum);
     let mut m2 = 0.0f64;
     scan(&mut |_, x| {
         if let Some(x) = x {
@@ -271,7 +294,18 @@ fn whiten_scale(count: f64, m2: f64, opts: &WhitenOptions) -> (f64, f64) {
         StdKind::Unbiased => count - 1.0,
         StdKind::Biased => count,
     };
-    let var = if denom > 0.0 { m2 / denom } else { 0.0 };
+    let var = if denom <= 0.0 {
+        0.0
+    } else if opts.count_eps == 0.0 {
+        m2 / denom
+    } else {
+        // verl's order: masked_mean of the squares, then the Bessel factor n / (n - 1).
+        let v = m2 / (count + opts.count_eps);
+        match opts.std_kind {
+            StdKind::Unbiased => v * (count / (count - 1.0)),
+            StdKind::Biased => v,
+        }
+    };
     (
         1.0 / libm::sqrt(var + opts.eps),
         std_from(m2, count, opts.std_kind),
@@ -430,7 +464,8 @@ pub fn whiten_partial_sums<V: AdvantageValue>(
 }
 
 /// Step 2: this rank's sum of squared deviations of the counted values from the global
-/// `mean = sum / count` of the reduced step 1 (all-reduce with a sum).
+/// mean of the reduced step 1, [`WhitenOptions::mean`] (`sum / count` by default; all-reduce
+/// with a sum).
 /// Errors: [`Error::LengthMismatch`].
 pub fn whiten_partial_squares<V: AdvantageValue>(
     values: &[V],
@@ -470,11 +505,7 @@ pub fn whiten_finalize<V: AdvantageValue>(
     if !(ok(sums.count) && sums.sum.is_finite() && ok(m2)) {
         return Err(Error::InvalidArgument);
     }
-    let mean = if sums.count > 0.0 {
-        sums.sum / sums.count
-    } else {
-        0.0
-    };
+    let mean = opts.mean(sums.count, sums.sum);
     let (scale, std) = whiten_scale(sums.count, m2, opts);
     for (t, v) in values.iter_mut().enumerate() {
         *v = V::from_f64(if counted(mask, t) {
@@ -505,11 +536,6 @@ pub fn whiten<V: AdvantageValue>(
     if !sums.sum.is_finite() {
         return Err(Error::NonFinite);
     }
-    let mean = if sums.count > 0.0 {
-        sums.sum / sums.count
-    } else {
-        0.0
-    };
-    let m2 = whiten_partial_squares(values, mask, mean)?;
+    let m2 = whiten_partial_squares(values, mask, opts.mean(sums.count, sums.sum))?;
     whiten_finalize(values, mask, sums, m2, opts)
 }

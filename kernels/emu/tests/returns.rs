@@ -512,7 +512,7 @@ fn whiten_strategy() -> impl Strategy<Value = WhitenCase> {
             WhitenCase {
                 values,
                 mask: masked.then_some(mask),
-                opts: WhitenOptions { eps, std_kind },
+                opts: WhitenOptions { eps, std_kind, ..WhitenOptions::default() },
             }
         })
 }
