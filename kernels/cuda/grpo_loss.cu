@@ -135,7 +135,8 @@ struct CareLossParams {
     care_u32 agg;                 // CARE_AGG_*
     care_u32 kl;                  // CARE_KL_*
     care_u32 seq_level;           // 1: sequence-level ratio (GSPO)
-    care_u32 pad0;
+    care_u32 bypass;              // 1: verl bypass mode (logp_old holds the rollout log-probs,
+                                  // see care_prox_of; the weights are not applied)
     float eps_low;
     float eps_high;
     float dual_clip;              // > 1 enables the dual clip
@@ -147,7 +148,7 @@ struct CareLossParams {
     float n_tok_denom;            // > 0: caller's (global) token count
     float n_seq_denom;            // > 0: caller's (global) sequence count
     float horizon;                // > 0: caller's horizon H
-    float pad1;
+    float gmpo_w_floor;           // GMPO: the geometric mean of the weights is of omega + floor
     // The policy-loss family and the rollout correction.
     const void* logp_rollout;     // T[n_tok] or null (no correction, no diagnostics)
     CareRolloutStats* rollout_stats; // device, or null
@@ -375,7 +376,15 @@ __device__ __forceinline__ CareRollTok care_roll_tok(const CareLossParams& p,
 
 template <typename T>
 __device__ __forceinline__ float care_prox(const CareLossParams& p, care_u32 t) {
-    return p.logp_old != 0 ? care_load((const T*)p.logp_old, t) : care_load((const T*)p.logp, t);
+    return p.logp_old != 0 && p.bypass == 0 ? care_load((const T*)p.logp_old, t)
+                                            : care_load((const T*)p.logp, t);
+}
+
+// The proximal log-prob of the rollout correction from a token's old log-prob `lo` and its
+// log-prob `lp`: `lo`, except in bypass mode, where `lo` is the rollout log-prob and the
+// proximal policy is the current one (as a constant).
+__device__ __forceinline__ float care_prox_of(const CareLossParams& p, float lo, float lp) {
+    return p.bypass != 0 ? lp : lo;
 }
 
 // Reduces N values of every thread over the block, the first S by sum and the rest by max
@@ -560,7 +569,8 @@ __device__ __forceinline__ bool care_token_omega(const CareLossParams& p, const 
     }
     CareRollTok r = care_roll_tok(p, rs, prox, care_load((const T*)p.logp_rollout, t));
     if (r.kept) {
-        *omega = r.w;
+        // Bypass mode: the ratio is the importance weight already; only rejections apply.
+        *omega = p.bypass != 0 ? 1.0f : r.w;
         return true;
     }
     *omega = 0.0f;
@@ -665,7 +675,7 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
             float lp = care_load((const T*)p.logp, t);
             float lo = care_logp_old<T>(p, t, lp);
             float om;
-            if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
+            if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
                 sd += care_clamp(lp - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
             }
         }
@@ -680,7 +690,7 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
                 float lp = care_load((const T*)p.logp, t);
                 float lo = care_logp_old<T>(p, t, lp);
                 float om;
-                if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
+                if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
                     float at = care_adv_at(p, seq, t);
                     CareSurrogate su = care_surrogate(p, at, s.rho_seq);
                     if (su.unclipped) {
@@ -699,13 +709,13 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
             float lp = care_load((const T*)p.logp, t);
             float lo = care_logp_old<T>(p, t, lp);
             float om;
-            if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
+            if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
                 float at = care_adv_at(p, seq, t);
                 float delta = care_clamp(lp - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
                 bool live;
                 v[0] += care_gmpo_log_ratio(p, delta, at, &live);
                 v[1] += at;
-                v[2] += logf(om);
+                v[2] += logf(om + p.gmpo_w_floor); // verl: ln(omega + 1e-10)
             }
         }
         care_block_reduce<3, 3>(v, part);
@@ -1154,15 +1164,15 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
             bool lr_fin = true;
             if (p.roll_on != 0) {
                 float lrl = care_load((const T*)p.logp_rollout, t);
-                CareRollTok rt = care_roll_tok(p, si.roll, lo, lrl);
+                CareRollTok rt = care_roll_tok(p, si.roll, care_prox_of(p, lo, lp), lrl);
                 lr_fin = care_isfinite(lrl);
-                omega = rt.kept ? rt.w : 0.0f;
+                omega = rt.kept ? (p.bypass != 0 ? 1.0f : rt.w) : 0.0f;
                 in_loss = rt.kept || p.rej_zero != 0;
             }
             if (!in_loss) {
                 // Dropped: it leaves the loss, but a non-finite log-prob the correction read
                 // (its sequence statistics did) counts as a non-finite input.
-                st.non_finite += (care_isfinite(lo) && lr_fin) ? 0u : 1u;
+                st.non_finite += (care_isfinite(care_prox_of(p, lo, lp)) && lr_fin) ? 0u : 1u;
             } else {
                 float a = care_adv_at(p, seq, t);
                 float lr = kl_on ? care_load((const T*)p.logp_ref, t) : 0.0f;

@@ -43,6 +43,21 @@ fn clamp(x: f64, lo: f64, hi: f64) -> f64 {
     x.max(lo).min(hi)
 }
 
+/// verl `compute_rollout_correction_weights` with a `"lower_upper"` threshold (IcePop, new
+/// verl): the token or sequence weight `exp(clamp(log ratio, +-20))`, masked, kept where it lies
+/// in `[lower, upper]` and 0 elsewhere.
+pub fn verl_icepop_weights(
+    old: &Rows,
+    rollout: &Rows,
+    mask: &Rows,
+    sequence: bool,
+    lower: f64,
+    upper: f64,
+) -> Rows {
+    let raw = verl_is_weights(old, rollout, mask, sequence, f64::INFINITY);
+    map_rows(&raw, |w| if w >= lower && w <= upper { w } else { 0.0 })
+}
+
 /// verl `compute_rollout_correction_weights` (without batch normalization): token or
 /// sequence importance weights, masked, truncated at `threshold`.
 pub fn verl_is_weights(
@@ -214,6 +229,24 @@ pub fn verl_gae(rewards: &Rows, values: &Rows, mask: &Rows, gamma: f64, lam: f64
         }
     }
     (adv, ret)
+}
+
+/// verl `compute_reinforce_plus_plus_outcome_advantage` before whitening, up to
+/// `verl-project/verl@8a1bf6d` (2026-08-09, verl #7300; `volcengine/verl@b178a3c` has it):
+/// `running_return *= response_mask[t]` after each step, so the return restarts at 0 before a
+/// masked token, whose own reward is dropped. The returns at masked positions are what verl
+/// stores there (never counted).
+pub fn verl_reinforce_pp_returns_reset(rewards: &Rows, mask: &Rows, gamma: f64) -> Rows {
+    let mut ret = rewards.clone();
+    for b in 0..rewards.len() {
+        let mut running = 0.0;
+        for t in (0..rewards[b].len()).rev() {
+            running = rewards[b][t] + gamma * running;
+            ret[b][t] = running;
+            running *= mask[b][t];
+        }
+    }
+    ret
 }
 
 /// New verl `compute_reinforce_plus_plus_outcome_advantage` before whitening: the returns
@@ -460,6 +493,7 @@ pub fn verl_agg_loss(loss: &Rows, mask: &Rows, mode: &str, version: VerlVersion)
                 .sum();
             s / non_empty
         }
+        "token-sum" => seq_sums.iter().sum::<f64>(),
         "seq-mean-token-sum-norm" => match version {
             VerlVersion::Old => seq_sums.iter().sum::<f64>() / horizon,
             VerlVersion::New => {
@@ -503,6 +537,44 @@ pub fn verl_vanilla(b: &LossBatch, eps: (f64, f64), c: f64, mode: &str, is: Opti
         pg = zip_rows(&pg, w, |l, w| l * w);
     }
     verl_agg_loss(&pg, &b.mask, mode, VerlVersion::Old)
+}
+
+/// verl `compute_policy_loss_bypass_mode` (new verl): `old_log_prob` is the rollout
+/// log-probs. Under `no_grad` it computes the importance weights (`is`: sequence level or not,
+/// and the threshold) and the rejection mask (`rs`) of the current `log_prob` against them;
+/// `ppo_clip` then runs `compute_policy_loss_vanilla` with the rollout log-probs as the old
+/// ones and **no** weights, `reinforce` runs `compute_policy_loss_reinforce`: `-A * logp * w`
+/// (the weights detached; without `is`, `-A * logp`). Both aggregate over the rejection mask.
+pub fn verl_bypass(
+    b: &LossBatch,
+    rollout: &Rows,
+    loss_type: &str,
+    is: Option<(bool, f64)>,
+    rs: &[RsOption],
+    mode: &str,
+) -> f64 {
+    let w = is.map(|(seq, c)| verl_is_weights(&b.logp, rollout, &b.mask, seq, c));
+    let mask = if rs.is_empty() {
+        b.mask.clone()
+    } else {
+        verl_rs_mask(&b.logp, rollout, &b.mask, rs)
+    };
+    let eb = LossBatch {
+        old: rollout.clone(),
+        mask,
+        ..b.clone()
+    };
+    match loss_type {
+        "ppo_clip" => verl_vanilla(&eb, (0.2, 0.2), 3.0, mode, None),
+        "reinforce" => {
+            let mut pg = zip_rows(&eb.adv, &eb.logp, |a, l| -a * l);
+            if let Some(w) = &w {
+                pg = zip_rows(&pg, w, |l, w| l * w);
+            }
+            verl_agg_loss(&pg, &eb.mask, mode, VerlVersion::New)
+        }
+        other => panic!("unknown loss_type {other}"),
+    }
 }
 
 /// verl `kl_penalty_forward` (`kl`/`k1`, `abs`, `mse`/`k2`, `low_var_kl`/`k3`).
