@@ -734,11 +734,11 @@ mod tests {
         );
         assert_eq!(
             Preset::ALL[Preset::ALL.len() - 1] as u32,
-            care_advantage_preset::CARE_ADVANTAGE_PRESET_REINFORCE_PP_BASELINE as u32
+            care_advantage_preset::CARE_ADVANTAGE_PRESET_VERL_GPG as u32
         );
         assert_eq!(
             Reweight::ALL[Reweight::ALL.len() - 1] as u32,
-            care_reweight::CARE_REWEIGHT_GPG as u32
+            care_reweight::CARE_REWEIGHT_NONZERO as u32
         );
     }
 

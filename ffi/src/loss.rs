@@ -6,9 +6,9 @@ use core::mem::{align_of, size_of};
 
 use care_core::Dtype;
 use care_core::grpo::{
-    Advantages, Aggregation, Bypass, IsLevel, KlEstimator, LogProb, LossInputs, LossOptions, LossOutput,
-    LossPreset, LossStats, PolicyLoss, RatioLevel, RejectBound, Rejection, RejectionMode,
-    RolloutInputs, RolloutOptions, RolloutStats, SequenceCount,
+    Advantages, Aggregation, Bypass, IsLevel, KlEstimator, LogProb, LossInputs, LossOptions,
+    LossOutput, LossPreset, LossStats, PolicyLoss, RatioLevel, RejectBound, Rejection,
+    RejectionMode, RolloutInputs, RolloutOptions, RolloutStats, SequenceCount,
 };
 use half::{bf16, f16};
 

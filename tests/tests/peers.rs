@@ -883,7 +883,14 @@ fn class1_bypass_reinforce() {
         mask: vec![1],
     };
     let (bt, roll) = (c.batch(false), c.rows(&c.rollout));
-    let verl = peers::verl_bypass(&bt, &roll, "reinforce", Some((false, 2.0)), &[], "token-mean");
+    let verl = peers::verl_bypass(
+        &bt,
+        &roll,
+        "reinforce",
+        Some((false, 2.0)),
+        &[],
+        "token-mean",
+    );
     let w = 0.5f64.exp();
     assert!((verl - w).abs() < 1e-12, "{verl}"); // -A * w * logp = w
     let mut o = LossOptions::preset(LossPreset::VerlGpg);
@@ -891,7 +898,13 @@ fn class1_bypass_reinforce() {
     let (loss, g) = c.care_no_old(&o, false);
     assert!((loss - verl).abs() < 1e-12);
     assert!((f64::from(g[0]) - -w).abs() < 1e-6);
-    let (loss_clip, g_clip) = c.care_no_old(&LossOptions { rollout: o.rollout, ..LossOptions::preset(LossPreset::Verl) }, false);
+    let (loss_clip, g_clip) = c.care_no_old(
+        &LossOptions {
+            rollout: o.rollout,
+            ..LossOptions::preset(LossPreset::Verl)
+        },
+        false,
+    );
     assert!((loss_clip - -w).abs() < 1e-7);
     assert_eq!(g_clip, g);
 }
@@ -910,7 +923,11 @@ fn class2_reinforce_pp_masked_token() {
         (MaskedToken::Skip, [1.0f32, 0.0, 1.0, 0.5]),
         (MaskedToken::Reset, [0.0, 0.0, 1.0, 0.5]),
     ] {
-        let o = GaeOptions { gamma: 1.0, masked_token: rule, ..GaeOptions::default() };
+        let o = GaeOptions {
+            gamma: 1.0,
+            masked_token: rule,
+            ..GaeOptions::default()
+        };
         let mut ret = [0.0f32; 4];
         discounted_returns(&rewards, &offsets, Some(&mask), &o, &mut ret).unwrap();
         assert_eq!(ret, want_ret, "{rule}");
@@ -924,18 +941,44 @@ fn class2_reinforce_pp_masked_token() {
             }
         }
         let (mut adv, mut r2) = ([0.0f32; 4], [0.0f32; 4]);
-        discounted_returns_whitened(&rewards, &offsets, Some(&mask), &o, &VERL_WHITEN, &mut adv, &mut r2).unwrap();
+        discounted_returns_whitened(
+            &rewards,
+            &offsets,
+            Some(&mask),
+            &o,
+            &VERL_WHITEN,
+            &mut adv,
+            &mut r2,
+        )
+        .unwrap();
         assert_eq!(r2, ret);
         let pw = peers::verl_masked_whiten(&peer, &mrows);
         for (k, &(i, j)) in pos.iter().enumerate() {
-            assert!(close(f64::from(adv[k]), pw[i][j], 1e-6), "{rule} [{k}] {} vs {}", adv[k], pw[i][j]);
+            assert!(
+                close(f64::from(adv[k]), pw[i][j], 1e-6),
+                "{rule} [{k}] {} vs {}",
+                adv[k],
+                pw[i][j]
+            );
         }
     }
     // GAE has no reset rule in any verl version.
-    let o = GaeOptions { masked_token: MaskedToken::Reset, ..GaeOptions::default() };
+    let o = GaeOptions {
+        masked_token: MaskedToken::Reset,
+        ..GaeOptions::default()
+    };
     let (mut a, mut r) = ([0.0f32; 4], [0.0f32; 4]);
     assert_eq!(
-        gae(&rewards, &rewards, &offsets, Some(&mask), &o, &mut a, &mut r).unwrap_err(),
+        gae(
+            &rewards,
+            &rewards,
+            &offsets,
+            Some(&mask),
+            &o,
+            &mut a,
+            &mut r
+        )
+        .unwrap_err(),
         care_core::Error::InvalidArgument
     );
 }
@@ -959,7 +1002,12 @@ fn class3_kl_cov_coefficient() {
         mask: vec![1],
     };
     let verl = peers::verl_kl_cov(&c.batch(false), 2e-4, 0.1, "token-mean");
-    let (loss, _) = c.care(&LossOptions::preset(LossPreset::VerlKlCov), false, false, false);
+    let (loss, _) = c.care(
+        &LossOptions::preset(LossPreset::VerlKlCov),
+        false,
+        false,
+        false,
+    );
     assert!((loss - verl).abs() < 1e-12, "{loss} vs {verl}");
     assert!((verl - (-(0.5f64.exp()) + 0.05)).abs() < 1e-12);
 }
@@ -977,8 +1025,14 @@ fn class4_gpg_singleton_groups() {
     };
     let verl = peers::verl_gpg(&g.scores(), &g.index());
     assert_eq!(verl, [0.75, -0.75, 3.0]);
-    assert_eq!(care_adv(&g, &AdvantageOptions::preset(Preset::VerlGpg)).unwrap(), verl);
-    assert_eq!(care_adv(&g, &AdvantageOptions::preset(Preset::Gpg)).unwrap(), [0.75, -0.75, 0.0]);
+    assert_eq!(
+        care_adv(&g, &AdvantageOptions::preset(Preset::VerlGpg)).unwrap(),
+        verl
+    );
+    assert_eq!(
+        care_adv(&g, &AdvantageOptions::preset(Preset::Gpg)).unwrap(),
+        [0.75, -0.75, 0.0]
+    );
 }
 
 /// Class 5, GMPO with rollout weights near 0: verl takes `ln(w + 1e-10)` (the `verl_geo_mean`
@@ -1009,10 +1063,16 @@ fn class5_gmpo_weight_floor() {
         is_threshold: f64::INFINITY,
         ..RolloutOptions::default()
     };
-    let preset = LossOptions { rollout: r, ..LossOptions::preset(LossPreset::VerlGeoMean) };
+    let preset = LossOptions {
+        rollout: r,
+        ..LossOptions::preset(LossPreset::VerlGeoMean)
+    };
     let (loss, _) = c.care(&preset, false, true, false);
     assert!(close(loss, verl, 1e-9), "{loss} vs {verl}");
-    let exact = LossOptions { gmpo_weight_floor: 0.0, ..preset };
+    let exact = LossOptions {
+        gmpo_weight_floor: 0.0,
+        ..preset
+    };
     let (loss0, _) = c.care(&exact, false, true, false);
     // d~ = [0.1, -0.1] (inside the clip): the ratio is 1.
     assert!(close(loss0, -(-10.0f64).exp(), 1e-9), "{loss0}");
@@ -1024,11 +1084,30 @@ fn class5_gmpo_weight_floor() {
     let mut z = r;
     z.rejection_mode = RejectionMode::ZeroWeight;
     z.set_bound(Rejection::TokenK1, 0.5, 2.0);
-    let (lz0, _) = c.care(&LossOptions { rollout: z, ..exact }, false, true, false);
+    let (lz0, _) = c.care(
+        &LossOptions {
+            rollout: z,
+            ..exact
+        },
+        false,
+        true,
+        false,
+    );
     assert_eq!(lz0, 0.0);
-    let (lz, _) = c.care(&LossOptions { rollout: z, ..preset }, false, true, false);
+    let (lz, _) = c.care(
+        &LossOptions {
+            rollout: z,
+            ..preset
+        },
+        false,
+        true,
+        false,
+    );
     let wz: Rows = vec![vec![0.0, 1.0]];
-    assert!(close(lz, peers::verl_geo_mean(&bt, (0.2, 0.2), Some(&wz)), 1e-9), "{lz}");
+    assert!(
+        close(lz, peers::verl_geo_mean(&bt, (0.2, 0.2), Some(&wz)), 1e-9),
+        "{lz}"
+    );
 }
 
 /// Class 6, whitening with `f32` storage: the returns are never rounded before whitening
@@ -1039,15 +1118,34 @@ fn class6_whitening_in_f64() {
     // One sequence of 40 tokens: reward 500 + tiny steps at the last token... a reward per
     // token so that the returns climb from 500 by about 0.01 a token.
     let t = 40;
-    let rewards: Vec<f32> = (0..t).map(|j| if j == t - 1 { 500.123_46 } else { 0.010_37 }).collect();
+    let rewards: Vec<f32> = (0..t)
+        .map(|j| if j == t - 1 { 500.123_46 } else { 0.010_37 })
+        .collect();
     let offsets = [0u32, t as u32];
     let o = GaeOptions::default();
     let (mut adv, mut ret) = (vec![0.0f32; t], vec![0.0f32; t]);
-    discounted_returns_whitened(&rewards, &offsets, None, &o, &VERL_WHITEN, &mut adv, &mut ret).unwrap();
+    discounted_returns_whitened(
+        &rewards,
+        &offsets,
+        None,
+        &o,
+        &VERL_WHITEN,
+        &mut adv,
+        &mut ret,
+    )
+    .unwrap();
     let rows: Rows = vec![rewards.iter().map(|&r| f64::from(r)).collect()];
     let mrows: Rows = vec![vec![1.0; t]];
-    let want = peers::verl_masked_whiten(&peers::verl_reinforce_pp_returns(&rows, &mrows, 1.0), &mrows);
-    let err = |a: &[f32]| a.iter().zip(&want[0]).map(|(&x, &w)| (f64::from(x) - w).abs() / (1.0 + w.abs())).fold(0.0, f64::max);
+    let want = peers::verl_masked_whiten(
+        &peers::verl_reinforce_pp_returns(&rows, &mrows, 1.0),
+        &mrows,
+    );
+    let err = |a: &[f32]| {
+        a.iter()
+            .zip(&want[0])
+            .map(|(&x, &w)| (f64::from(x) - w).abs() / (1.0 + w.abs()))
+            .fold(0.0, f64::max)
+    };
     assert!(err(&adv) <= 1e-6, "{}", err(&adv));
     let mut stored = ret.clone();
     whiten(&mut stored, None, &VERL_WHITEN).unwrap();

@@ -196,13 +196,30 @@ fn token_level(opts: &Options, m: &Members<'_>, o: &mut Obj<'_>) -> Result<(), L
             let g = &opts.gae;
             match w {
                 Some(w) => {
-                    gae_whitened(&rewards, &values, &seq_offsets, mk, g, w, &mut adv, &mut ret)?;
+                    gae_whitened(
+                        &rewards,
+                        &values,
+                        &seq_offsets,
+                        mk,
+                        g,
+                        w,
+                        &mut adv,
+                        &mut ret,
+                    )?;
                 }
                 None => gae(&rewards, &values, &seq_offsets, mk, g, &mut adv, &mut ret)?,
             }
         }
         (_, Some(w)) => {
-            discounted_returns_whitened(&rewards, &seq_offsets, mk, &opts.gae, w, &mut adv, &mut ret)?;
+            discounted_returns_whitened(
+                &rewards,
+                &seq_offsets,
+                mk,
+                &opts.gae,
+                w,
+                &mut adv,
+                &mut ret,
+            )?;
         }
         (_, None) => {
             discounted_returns(&rewards, &seq_offsets, mk, &opts.gae, &mut ret)?;

@@ -385,7 +385,15 @@ pub fn gae<V: AdvantageValue>(
     advantages: &mut [V],
     returns: &mut [V],
 ) -> Result<()> {
-    check_gae(token_rewards, values, seq_offsets, mask, opts, advantages, returns)?;
+    check_gae(
+        token_rewards,
+        values,
+        seq_offsets,
+        mask,
+        opts,
+        advantages,
+        returns,
+    )?;
     gae_scan(token_rewards, values, seq_offsets, mask, opts, |t, ar| {
         let (a, r) = ar.unwrap_or((0.0, 0.0));
         (advantages[t], returns[t]) = (V::from_f64(a), V::from_f64(r));
@@ -433,7 +441,15 @@ pub fn gae_whitened<V: AdvantageValue>(
     advantages: &mut [V],
     returns: &mut [V],
 ) -> Result<(f64, f64)> {
-    check_gae(token_rewards, values, seq_offsets, mask, opts, advantages, returns)?;
+    check_gae(
+        token_rewards,
+        values,
+        seq_offsets,
+        mask,
+        opts,
+        advantages,
+        returns,
+    )?;
     whiten.validate()?;
     let scan = |f: &mut dyn FnMut(usize, Option<(f64, f64)>)| {
         gae_scan(token_rewards, values, seq_offsets, mask, opts, f);

@@ -44,9 +44,9 @@ pub use gae::{
 pub use layout::{GroupLayout, LayoutFault, NamedLayoutFault, offsets_fault, validate_offsets};
 pub use logprob::LogProb;
 pub use loss::{
-    Advantages, Aggregation, Bypass, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput, LossPreset,
-    LossStats, RatioLevel, SequenceCount, Surrogate, TokenTerms, aggregation_weight, kl_term,
-    log_ratio, policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
+    Advantages, Aggregation, Bypass, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput,
+    LossPreset, LossStats, RatioLevel, SequenceCount, Surrogate, TokenTerms, aggregation_weight,
+    kl_term, log_ratio, policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
 };
 pub use rollout::{
     IsLevel, RejectBound, Rejection, RejectionMode, RolloutInputs, RolloutOptions, RolloutStats,

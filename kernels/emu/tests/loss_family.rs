@@ -24,10 +24,9 @@
 use care_core::Error;
 use care_core::grpo::{
     Advantages, Aggregation, Bypass, IsLevel, KlEstimator, LogProb, LossInputs, LossOptions,
-    LossPreset, LossStats,
-    PolicyLoss, RatioLevel, Rejection, RejectionMode, RolloutInputs, RolloutStats, SequenceCount,
-    SequenceRollout, cov_select_count, covariance, kl_term, policy_loss, rollout_correction,
-    rollout_log_ratio,
+    LossPreset, LossStats, PolicyLoss, RatioLevel, Rejection, RejectionMode, RolloutInputs,
+    RolloutStats, SequenceCount, SequenceRollout, cov_select_count, covariance, kl_term,
+    policy_loss, rollout_correction, rollout_log_ratio,
 };
 use care_kernels::params::{CovWorkRaw, LossStatsRaw, RolloutStatsRaw};
 use care_kernels::plan::{
@@ -1062,7 +1061,10 @@ fn verl_bypass_kl_cov_and_gmpo_presets() {
                 c.opts.rollout.is_level = is_level;
                 c.opts.rollout.rejection_mode = mode;
                 c.opts.rollout.set_bound(Rejection::TokenK2, 0.0, 0.2);
-                assert!(check_all_dtypes(&c, Tuning::default(), 3, false), "{preset} {is_level}");
+                assert!(
+                    check_all_dtypes(&c, Tuning::default(), 3, false),
+                    "{preset} {is_level}"
+                );
             }
         }
     }
@@ -1074,7 +1076,10 @@ fn verl_bypass_kl_cov_and_gmpo_presets() {
         Err(KernelError::Core(Error::InvalidArgument))
     ));
     c.logp_old = old;
-    for (preset, cov_ratio) in [(LossPreset::VerlKlCov, 0.05), (LossPreset::VerlGeoMean, 2e-4)] {
+    for (preset, cov_ratio) in [
+        (LossPreset::VerlKlCov, 0.05),
+        (LossPreset::VerlGeoMean, 2e-4),
+    ] {
         for mode in [RejectionMode::Drop, RejectionMode::ZeroWeight] {
             c.opts = LossOptions::preset(preset);
             assert!(preset != LossPreset::VerlKlCov || c.opts.kl_cov_coef == 0.1);
@@ -1082,7 +1087,10 @@ fn verl_bypass_kl_cov_and_gmpo_presets() {
             c.opts.rollout.is_level = IsLevel::Token;
             c.opts.rollout.rejection_mode = mode;
             c.opts.rollout.set_bound(Rejection::TokenK2, 0.0, 0.2);
-            assert!(check_all_dtypes(&c, Tuning::default(), 4, false), "{preset} {mode}");
+            assert!(
+                check_all_dtypes(&c, Tuning::default(), 4, false),
+                "{preset} {mode}"
+            );
         }
     }
 }

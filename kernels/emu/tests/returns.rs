@@ -181,7 +181,11 @@ fn tok_case_strategy() -> impl Strategy<Value = TokCase> {
                     n,
                 ),
                 Just(lens),
-                Just(GaeOptions { gamma, lambda, ..GaeOptions::default() }),
+                Just(GaeOptions {
+                    gamma,
+                    lambda,
+                    ..GaeOptions::default()
+                }),
                 Just(masked),
             )
         })
@@ -271,7 +275,10 @@ fn masked_token_rules_on_the_issue_case() {
             values: vec![0.0; 4],
             offsets: vec![0, 3, 4],
             mask: Some(vec![1, 0, 1, 1]),
-            opts: GaeOptions { masked_token: rule, ..GaeOptions::default() },
+            opts: GaeOptions {
+                masked_token: rule,
+                ..GaeOptions::default()
+            },
         };
         assert_eq!(check_returns_only(&c, 32, 1), want);
     }
@@ -286,7 +293,10 @@ fn masked_token_rules_on_the_issue_case() {
         workspace: dev.upload(&[0u8; WORKSPACE_BYTES]),
     };
     let (a, r) = (dev.upload(&[0.0f32; 4]), dev.upload(&[0.0f32; 4]));
-    let o = GaeOptions { masked_token: MaskedToken::Reset, ..GaeOptions::default() };
+    let o = GaeOptions {
+        masked_token: MaskedToken::Reset,
+        ..GaeOptions::default()
+    };
     // SAFETY: every buffer holds 4 entries.
     let e = unsafe { gae(&dev.launcher(0), &buf, a, r, &o, Tuning::default()) };
     assert!(matches!(e, Err(KernelError::Core(Error::InvalidArgument))));
@@ -337,7 +347,11 @@ fn empty_batch_empty_and_fully_masked_sequences() {
 #[test]
 fn gamma_and_lambda_edges_and_long_sequences() {
     for (gamma, lambda) in [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0), (0.99, 0.95)] {
-        let opts = GaeOptions { gamma, lambda, ..GaeOptions::default() };
+        let opts = GaeOptions {
+            gamma,
+            lambda,
+            ..GaeOptions::default()
+        };
         // One sequence of 5000 tokens, then 1000 sequences of 3: one thread each.
         let c = TokCase {
             rewards: ramp(5000, 0.01),
@@ -599,7 +613,11 @@ fn whiten_strategy() -> impl Strategy<Value = WhitenCase> {
             WhitenCase {
                 values,
                 mask: masked.then_some(mask),
-                opts: WhitenOptions { eps, std_kind, count_eps },
+                opts: WhitenOptions {
+                    eps,
+                    std_kind,
+                    count_eps,
+                },
             }
         })
 }
@@ -659,10 +677,17 @@ fn whiten_with_verls_count_eps() {
     };
     for (values, mask) in [
         (vec![0.1f32; 16], None),
-        ((0..1000).map(|i| 500.0 + (i % 7) as f32 * 1e-2).collect(), None),
+        (
+            (0..1000).map(|i| 500.0 + (i % 7) as f32 * 1e-2).collect(),
+            None,
+        ),
         (vec![3.0, 7.0, 5.0], Some(vec![1, 1, 0])),
     ] {
-        let c = WhitenCase { values, mask, opts: verl };
+        let c = WhitenCase {
+            values,
+            mask,
+            opts: verl,
+        };
         let got = check_whiten_on(&mut EmuDevice::default(), &c, Tuning::default(), 5);
         if c.values[0] == 0.1 {
             assert!(got.iter().all(|&x| x != 0.0 && x.abs() < 1e-3), "{got:?}");

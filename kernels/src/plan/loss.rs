@@ -3,9 +3,7 @@
 
 use care_core::Dtype;
 use care_core::Error;
-use care_core::grpo::{
-    Aggregation, Bypass, LossOptions, PolicyLoss, RatioLevel, SequenceCount,
-};
+use care_core::grpo::{Aggregation, Bypass, LossOptions, PolicyLoss, RatioLevel, SequenceCount};
 
 use super::WORKSPACE_BYTES;
 use super::{KernelError, Launcher, launch};
@@ -171,7 +169,11 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
         logp: buf.logp,
         // Bypass mode: the ratio's old log-probs are the rollout's (the kernel takes the
         // correction's proximal log-probs from `logp`, as `p.bypass` says).
-        logp_old: if bypass { roll.logp_rollout } else { buf.logp_old },
+        logp_old: if bypass {
+            roll.logp_rollout
+        } else {
+            buf.logp_old
+        },
         logp_ref: buf.logp_ref,
         adv: buf.adv,
         mask: buf.mask,
