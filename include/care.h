@@ -381,6 +381,9 @@ enum care_policy_loss_kind
   CARE_POLICY_LOSS_KL_COV = 5,
   // GMPO: the geometric mean of the token ratios, clipped in log space.
   CARE_POLICY_LOSS_GMPO = 6,
+  // VESPO (TRL `vespo`): a detached Gamma weight of the sequence ratio on `A * logp`
+  // (`vespo_k_pos` ... `vespo_lambda_neg`).
+  CARE_POLICY_LOSS_VESPO = 7,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -578,6 +581,10 @@ enum care_loss_preset
   CARE_LOSS_PRESET_OPENRLHF_GSPO = 20,
   // verl `bypass_mode` (`loss_type = ppo_clip`): verl vanilla with `CARE_BYPASS_ON`.
   CARE_LOSS_PRESET_VERL_BYPASS = 21,
+  // TRL `luspo`: the sequence ratio, each sequence's loss times its length, over every row.
+  CARE_LOSS_PRESET_TRL_LUSPO = 22,
+  // TRL `vespo`: `CARE_POLICY_LOSS_VESPO`, global token mean.
+  CARE_LOSS_PRESET_TRL_VESPO = 23,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -1314,6 +1321,14 @@ typedef struct care_loss_options {
   // GMPO: the sequence's rollout weight is `exp(mean ln(w + gmpo_weight_floor))` (0 = the
   // exact geometric mean; verl preset 1e-10).
   double gmpo_weight_floor;
+  // VESPO: the Gamma weight's power for `A >= 0` (2).
+  double vespo_k_pos;
+  // VESPO: its decay for `A >= 0` (3).
+  double vespo_lambda_pos;
+  // VESPO: the power for `A < 0` (3).
+  double vespo_k_neg;
+  // VESPO: the decay for `A < 0` (2).
+  double vespo_lambda_neg;
 } care_loss_options;
 
 // The device outputs of `care_gpu_policy_loss_into`. Every buffer is optional ((NULL, 0) to

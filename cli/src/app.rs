@@ -235,6 +235,10 @@ pub fn loss_options(a: &LossArgs) -> Result<LossOptions, String> {
     set(&mut o.kl_cov_coef, a.kl_cov_coef);
     set(&mut o.gmpo_weight_floor, a.gmpo_weight_floor);
     set(&mut o.bypass, a.bypass);
+    set(&mut o.vespo_k_pos, a.vespo_k_pos);
+    set(&mut o.vespo_lambda_pos, a.vespo_lambda_pos);
+    set(&mut o.vespo_k_neg, a.vespo_k_neg);
+    set(&mut o.vespo_lambda_neg, a.vespo_lambda_neg);
     set(&mut o.rollout.is_level, a.rollout_is);
     set(&mut o.rollout.is_threshold, a.rollout_is_threshold);
     set(&mut o.rollout.is_threshold_low, a.rollout_is_threshold_low);

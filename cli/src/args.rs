@@ -468,6 +468,18 @@ pub struct LossArgs {
     /// 0; verl_geo_mean: 1e-10).
     #[arg(long, value_name = "X")]
     pub gmpo_weight_floor: Option<f64>,
+    /// VESPO: the Gamma weight's power k for A >= 0 (default 2).
+    #[arg(long, value_name = "X")]
+    pub vespo_k_pos: Option<f64>,
+    /// VESPO: its decay lambda for A >= 0 (default 3).
+    #[arg(long, value_name = "X")]
+    pub vespo_lambda_pos: Option<f64>,
+    /// VESPO: k for A < 0 (default 3).
+    #[arg(long, value_name = "X")]
+    pub vespo_k_neg: Option<f64>,
+    /// VESPO: lambda for A < 0 (default 2).
+    #[arg(long, value_name = "X")]
+    pub vespo_lambda_neg: Option<f64>,
     /// verl's bypass mode: "logp_rollout" stands in for the missing "logp_old" and the
     /// importance weights are reported, not applied (on, or off; verl_bypass: on).
     #[arg(long, value_parser = named::<Bypass>())]

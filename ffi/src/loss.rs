@@ -84,6 +84,9 @@ pub enum care_policy_loss_kind {
     CARE_POLICY_LOSS_KL_COV = 5,
     /// GMPO: the geometric mean of the token ratios, clipped in log space.
     CARE_POLICY_LOSS_GMPO = 6,
+    /// VESPO (TRL `vespo`): a detached Gamma weight of the sequence ratio on `A * logp`
+    /// (`vespo_k_pos` ... `vespo_lambda_neg`).
+    CARE_POLICY_LOSS_VESPO = 7,
 }
 
 /// Which sequences the sequence count of the aggregation counts
@@ -296,6 +299,10 @@ pub enum care_loss_preset {
     CARE_LOSS_PRESET_OPENRLHF_GSPO = 20,
     /// verl `bypass_mode` (`loss_type = ppo_clip`): verl vanilla with `CARE_BYPASS_ON`.
     CARE_LOSS_PRESET_VERL_BYPASS = 21,
+    /// TRL `luspo`: the sequence ratio, each sequence's loss times its length, over every row.
+    CARE_LOSS_PRESET_TRL_LUSPO = 22,
+    /// TRL `vespo`: `CARE_POLICY_LOSS_VESPO`, global token mean.
+    CARE_LOSS_PRESET_TRL_VESPO = 23,
 }
 
 /// Whether `advantages` holds one value per sequence or one per token.
@@ -596,6 +603,14 @@ pub struct care_loss_options {
     /// GMPO: the sequence's rollout weight is `exp(mean ln(w + gmpo_weight_floor))` (0 = the
     /// exact geometric mean; verl preset 1e-10).
     pub gmpo_weight_floor: f64,
+    /// VESPO: the Gamma weight's power for `A >= 0` (2).
+    pub vespo_k_pos: f64,
+    /// VESPO: its decay for `A >= 0` (3).
+    pub vespo_lambda_pos: f64,
+    /// VESPO: the power for `A < 0` (3).
+    pub vespo_k_neg: f64,
+    /// VESPO: the decay for `A < 0` (2).
+    pub vespo_lambda_neg: f64,
 }
 
 /// Loss statistics as sums that add across micro-batches and ranks (all-reduce the first
@@ -669,6 +684,10 @@ fn to_c(o: &LossOptions) -> care_loss_options {
         rollout: rollout_to_c(&o.rollout),
         bypass: o.bypass as u32,
         gmpo_weight_floor: o.gmpo_weight_floor,
+        vespo_k_pos: o.vespo_k_pos,
+        vespo_lambda_pos: o.vespo_lambda_pos,
+        vespo_k_neg: o.vespo_k_neg,
+        vespo_lambda_neg: o.vespo_lambda_neg,
     }
 }
 
@@ -799,6 +818,10 @@ pub(crate) unsafe fn read_options(p: *const care_loss_options) -> Result<LossOpt
         rollout: rollout_from_c(&c.rollout)?,
         bypass: args::enum_arg("care_loss_options.bypass", c.bypass, &Bypass::ALL)?,
         gmpo_weight_floor: c.gmpo_weight_floor,
+        vespo_k_pos: c.vespo_k_pos,
+        vespo_lambda_pos: c.vespo_lambda_pos,
+        vespo_k_neg: c.vespo_k_neg,
+        vespo_lambda_neg: c.vespo_lambda_neg,
     };
     // The core's own rules, checked here too so that a GPU call reports them before it needs
     // a driver, exactly as the CPU does.

@@ -1134,7 +1134,7 @@ fn loss_options_rows() -> Vec<Row> {
         "options.kl_estimator unknown": |f| f.lo.kl_estimator = 4 => CARE_ERR_INVALID_ARGUMENT,
         "options.aggregation unknown": |f| f.lo.aggregation = 6 => CARE_ERR_INVALID_ARGUMENT,
         "options.ratio_level unknown": |f| f.lo.ratio_level = 3 => CARE_ERR_INVALID_ARGUMENT,
-        "options.policy_loss unknown": |f| f.lo.policy_loss = 7 => CARE_ERR_INVALID_ARGUMENT,
+        "options.policy_loss unknown": |f| f.lo.policy_loss = 8 => CARE_ERR_INVALID_ARGUMENT,
         "options.sequence_count unknown": |f| f.lo.sequence_count = 2 => CARE_ERR_INVALID_ARGUMENT,
         "options.bypass unknown": |f| f.lo.bypass = 2 => CARE_ERR_INVALID_ARGUMENT,
         "options.gmpo_weight_floor negative": |f| f.lo.gmpo_weight_floor = -1.0 => CARE_ERR_INVALID_ARGUMENT,

@@ -1659,6 +1659,9 @@ fn rollout_correction_and_the_family_match_the_core() {
         for r in &rollouts {
             let mut opts = LossOptions::preset(preset);
             opts.rollout = *r;
+            if opts.check().is_err() {
+                continue; // VESPO refuses a sequence weight level
+            }
             let mut o = unsafe { std::mem::zeroed::<care_loss_options>() };
             // SAFETY: valid output.
             assert_eq!(

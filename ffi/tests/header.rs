@@ -202,6 +202,7 @@ fn header_has_the_option_enums_with_the_core_numbers() {
         care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV => PolicyLoss::ClipCov,
         care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV => PolicyLoss::KlCov,
         care_policy_loss_kind::CARE_POLICY_LOSS_GMPO => PolicyLoss::Gmpo,
+        care_policy_loss_kind::CARE_POLICY_LOSS_VESPO => PolicyLoss::Vespo,
         care_sequence_count::CARE_SEQUENCE_COUNT_NON_EMPTY => SequenceCount::NonEmpty,
         care_sequence_count::CARE_SEQUENCE_COUNT_ALL => SequenceCount::All,
         care_is_level::CARE_IS_OFF => IsLevel::Off,
@@ -228,7 +229,7 @@ fn header_has_the_option_enums_with_the_core_numbers() {
         assert!(header.contains(&want), "care.h lacks `{}`", want.trim());
     }
     // Every table the decoder indexes has exactly the C enum's values.
-    assert_eq!(PolicyLoss::ALL.len(), 7);
+    assert_eq!(PolicyLoss::ALL.len(), 8);
     assert_eq!(Rejection::ALL.len(), CARE_REJECTION_COUNT);
     assert_eq!(IsLevel::ALL.len(), 3);
     assert_eq!(Reweight::ALL.len(), 3);

@@ -36,6 +36,11 @@
 #define CARE_PL_CLIP_COV 4u
 #define CARE_PL_KL_COV 5u
 #define CARE_PL_GMPO 6u
+#define CARE_PL_VESPO 7u
+
+// VESPO's bounds on the sequence's log importance ratio: [ln 1e-8, 20] (TRL's).
+#define CARE_VESPO_LOG_W_MIN (-18.420680743952367f)
+#define CARE_VESPO_LOG_W_MAX 20.0f
 
 // `care_core::grpo::RatioLevel` values.
 #define CARE_RATIO_TOKEN 0u
@@ -175,6 +180,11 @@ struct CareLossParams {
     care_u32 cov_round;           // grpo_cov_radix: the radix round, 0..CARE_COV_ROUNDS-1
     CareCovWork* cov_work;        // device, or null
     care_u64* cov_keys;           // [n_tok] device: each token's candidate key (0: none)
+    // VESPO: the Gamma weight's power and decay for A >= 0 and A < 0.
+    float vespo_k_pos;
+    float vespo_lambda_pos;
+    float vespo_k_neg;
+    float vespo_lambda_neg;
 };
 
 // ---- covariance selection (Clip-Cov, KL-Cov) ---------------------------------------------------
@@ -619,7 +629,7 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
     // input is read once. Counts are summed as float, exact below 2^24 tokens per sequence.
     const bool with_roll = p.logp_rollout != 0;
     s.scanned = p.mask == 0 || p.agg == CARE_AGG_SEQ_MEAN_TOKEN_MEAN || p.seq_level != 0 ||
-                p.policy == CARE_PL_GMPO || with_roll;
+                p.policy == CARE_PL_GMPO || p.policy == CARE_PL_VESPO || with_roll;
     s.roll = care_roll_none();
     s.n_pre = 0.0f;
     s.n_kept = 0.0f;
@@ -701,6 +711,24 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
             acc = care_block_sum(acc, scratch);
             s.gspo_coef = s.rho_seq / (float)s.n_counted * (s.w * acc);
         }
+    } else if (p.policy == CARE_PL_VESPO && s.n_counted > 0) {
+        // VESPO: the sequence's clamped log importance ratio, the rollout weights folded in per
+        // token (as TRL folds its vLLM ratio); rho_seq holds w, a_mean holds ln w.
+        float v = 0.0f;
+        for (care_u32 t = s.start + threadIdx.x; t < s.end; t += blockDim.x) {
+            float lp = care_load((const T*)p.logp, t);
+            float lo = care_logp_old<T>(p, t, lp);
+            float om;
+            if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
+                v += care_clamp(lp - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
+                if (p.roll_on != 0) {
+                    v += care_clamp(logf(om), CARE_VESPO_LOG_W_MIN, CARE_VESPO_LOG_W_MAX);
+                }
+            }
+        }
+        v = care_block_sum(v, scratch);
+        s.a_mean = care_clamp(v, CARE_VESPO_LOG_W_MIN, CARE_VESPO_LOG_W_MAX);
+        s.rho_seq = expf(s.a_mean);
     } else if (p.policy == CARE_PL_GMPO && s.n_counted > 0) {
         // GMPO: the mean clipped log ratio, the mean advantage and the mean log weight.
         __shared__ float part[3][CARE_WARP];
@@ -1196,6 +1224,20 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
                     low = rho < 1.0f - p.eps_low && a < 0.0f;
                     high = rho > 1.0f + p.eps_high && a > 0.0f;
                     dual = su.dual;
+                } else if (p.policy == CARE_PL_VESPO) {
+                    // -sg(phi) A logp, phi = exp(lam + k ln w - lam w) of the sequence's w
+                    // (normalized so phi(1) = 1; 0 where not finite); no rollout weight: it is
+                    // folded into w.
+                    rho = si.rho_seq;
+                    bool pos = a >= 0.0f;
+                    float k = pos ? p.vespo_k_pos : p.vespo_k_neg;
+                    float lam = pos ? p.vespo_lambda_pos : p.vespo_lambda_neg;
+                    lam = lam < 1e-4f ? 1e-4f : lam;
+                    float phi = expf(lam + k * si.a_mean - lam * rho);
+                    phi = care_isfinite(phi) ? phi : 0.0f;
+                    l = -phi * a * lp;
+                    g = -phi * a * si.w;
+                    clipped = low = high = dual = false;
                 } else if (p.policy == CARE_PL_GMPO) {
                     // Every counted token carries the sequence's loss l_i; with the common weight
                     // w, dL/dlogp_t = w * l_i * [delta_t live] (times the weight's mean).

@@ -342,6 +342,14 @@ pub struct LossParams {
     pub cov_work: u64,
     /// `u64[n_tok]` device array of candidate keys (with `cov_work`).
     pub cov_keys: u64,
+    /// VESPO: the Gamma weight's power for `A >= 0`.
+    pub vespo_k_pos: f32,
+    /// VESPO: its decay for `A >= 0`.
+    pub vespo_lambda_pos: f32,
+    /// VESPO: the power for `A < 0`.
+    pub vespo_k_neg: f32,
+    /// VESPO: the decay for `A < 0`.
+    pub vespo_lambda_neg: f32,
 }
 
 impl LossParams {
@@ -380,6 +388,10 @@ impl LossParams {
         self.policy = o.policy_loss as u32;
         self.bypass = u32::from(o.bypass == Bypass::On);
         self.gmpo_w_floor = o.gmpo_weight_floor as f32;
+        self.vespo_k_pos = o.vespo_k_pos as f32;
+        self.vespo_lambda_pos = o.vespo_lambda_pos as f32;
+        self.vespo_k_neg = o.vespo_k_neg as f32;
+        self.vespo_lambda_neg = o.vespo_lambda_neg as f32;
         self.cov_ratio = o.cov_ratio;
         self.clip_cov_lb = o.clip_cov_lb;
         self.clip_cov_ub = o.clip_cov_ub;
@@ -763,7 +775,8 @@ pub mod layout {
             beta, n_tok_denom, n_seq_denom, horizon, gmpo_w_floor, logp_rollout, rollout_stats, policy,
             is_level, rej_zero, roll_on, sapo_tau_pos, sapo_tau_neg, is_threshold,
             is_threshold_low, roll_clamp, rej_on, rej_lower, rej_upper, dtype, pad2, cov_ratio,
-            clip_cov_lb, clip_cov_ub, kl_cov_coef, cov_round, cov_work, cov_keys)
+            clip_cov_lb, clip_cov_ub, kl_cov_coef, cov_round, cov_work, cov_keys, vespo_k_pos,
+            vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg)
     }
 
     /// `CareRolloutStats`, from [`ROLLOUT_STATS_DEVICE_LAYOUT`].

@@ -722,11 +722,31 @@ pub fn verl_geo_mean(b: &LossBatch, eps: (f64, f64), is: Option<&Rows>) -> f64 {
     total / b.logp.len() as f64
 }
 
+/// TRL `GRPOTrainer.get_gamma_weights` (VESPO, default `k`/`lambda`): the detached Gamma
+/// weight of one row from its summed clamped log ratio and, with the vLLM ratio `is`, the sum
+/// of its clamped logs over the row (TRL's ratio is 1 at masked positions).
+pub fn trl_vespo_weight(lr: &[f64], m: &[f64], a: f64, is: Option<&[f64]>) -> f64 {
+    let lower = 1e-8f64.ln();
+    let mut s: f64 = lr.iter().zip(m).map(|(x, m)| clamp20(*x) * m).sum();
+    if let Some(w) = is {
+        s += w.iter().map(|w| clamp(w.ln(), lower, 20.0)).sum::<f64>();
+    }
+    let log_w = clamp(s, lower, 20.0);
+    let (k, lam) = if a >= 0.0 {
+        (2.0, 3.0f64)
+    } else {
+        (3.0, 2.0f64)
+    };
+    let lam = lam.max(1e-4);
+    let phi = (lam + k * log_w - lam * log_w.exp()).exp();
+    if phi.is_finite() { phi } else { 0.0 }
+}
+
 /// TRL `GRPOTrainer._compute_loss` on one process without gradient accumulation: `loss_type`
-/// is `grpo`, `bnpo`, `dr_grpo`, `dapo`, `cispo` or `sapo`; `sequence` is
-/// `importance_sampling_level="sequence"`; `beta` the k3 term (no clamps); `is` the vLLM
-/// importance-sampling ratio it multiplies the policy term by. Advantages are per sequence
-/// (column 0 of `adv`).
+/// is `grpo`, `bnpo`, `dr_grpo`, `dapo`, `cispo`, `sapo`, `luspo` (needs `sequence`) or
+/// `vespo`; `sequence` is `importance_sampling_level="sequence"`; `beta` the k3 term (no
+/// clamps); `is` the vLLM importance-sampling ratio it multiplies the policy term by (VESPO
+/// folds it into its weight instead). Advantages are per sequence (column 0 of `adv`).
 #[allow(clippy::too_many_arguments)]
 pub fn trl_loss(
     b: &LossBatch,
@@ -753,6 +773,10 @@ pub fn trl_loss(
             let coef_1 = if sequence { seq_lw.exp() } else { lr[t].exp() };
             let mut l = match loss_type {
                 "cispo" => -coef_1.min(eps.1) * a * b.logp[i][t],
+                "vespo" => {
+                    let phi = trl_vespo_weight(&lr, m, a, is.map(|w| &w[i][..]));
+                    -phi * a * b.logp[i][t]
+                }
                 "sapo" => {
                     let temp = if a > 0.0 { 1.0 } else { 1.05 };
                     -(1.0 / (1.0 + (-(temp * (coef_1 - 1.0))).exp())) * 4.0 / temp * a
@@ -762,7 +786,7 @@ pub fn trl_loss(
                     -(coef_1 * a).min(coef_2 * a)
                 }
             };
-            if let Some(w) = is {
+            if let (Some(w), false) = (is, loss_type == "vespo") {
                 l *= w[i][t];
             }
             if beta != 0.0 {
@@ -789,7 +813,16 @@ pub fn trl_loss(
                 .sum::<f64>()
                 / rows as f64
         }
-        "bnpo" | "dapo" | "cispo" => total / tokens.max(1.0),
+        "bnpo" | "dapo" | "cispo" | "vespo" => total / tokens.max(1.0),
+        // `(per_token_loss * mask.sum(1)).mean()`: with the sequence level every token of a row
+        // holds the row's loss, so this is each row's loss times its length, over every row.
+        "luspo" => {
+            sums.iter()
+                .zip(&counts)
+                .map(|(s, c)| if *c > 0.0 { s / c * c } else { 0.0 })
+                .sum::<f64>()
+                / rows as f64
+        }
         "dr_grpo" => total / (rows as f64 * max_completion_length),
         other => panic!("unknown loss_type {other}"),
     }
@@ -833,7 +866,9 @@ pub fn trl_vllm_is(old: &Rows, rollout: &Rows, mask: &Rows, mode: &str, clip_max
 
 /// OpenRLHF `PolicyLoss.forward`: `ppo` (clamped ratio, optional dual clip) or `gspo`
 /// (`exp(mean log ratio)`, gradient through the mean); `token_level_loss`; the vLLM correction
-/// `tis` / `icepop` / `seq-mask-tis` with `[low, high]` against `rollout` (ppo only).
+/// `tis` / `icepop` / `seq-mask-tis` with `[low, high]` against `rollout` (ppo); under `gspo`
+/// the vLLM correction takes the sequence ratio against `rollout` instead of `old` and applies
+/// no weight.
 #[allow(clippy::too_many_arguments)]
 pub fn orlhf_policy_loss(
     b: &LossBatch,
@@ -852,7 +887,15 @@ pub fn orlhf_policy_loss(
             .zip(&b.old[i])
             .map(|(l, o)| l - o)
             .collect();
-        let seq_ratio = (masked_sum(&raw, m) / msum(m).max(1.0)).exp();
+        let seq_lr: Vec<f64> = match (vllm, kind) {
+            (Some((rollout, ..)), "gspo") => b.logp[i]
+                .iter()
+                .zip(&rollout[i])
+                .map(|(l, r)| l - r)
+                .collect(),
+            _ => raw.clone(),
+        };
+        let seq_ratio = (masked_sum(&seq_lr, m) / msum(m).max(1.0)).exp();
         let mut row = Vec::new();
         for t in 0..m.len() {
             let ratio = if kind == "gspo" {

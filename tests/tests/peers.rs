@@ -602,6 +602,9 @@ proptest! {
         let peer = peers::verl_vanilla(&bt, (0.2, 0.2), 3.0, name, None)
             + beta * peers::verl_agg_loss(&kl_rows, &bt.mask, name, peers::VerlVersion::Old);
         same_loss(c.care(&o, per_token, false, true).0, peer)?;
+        // verl's `token-sum` (2026-08): the plain sum on one rank.
+        let sum = LossOptions { aggregation: Aggregation::TokenSum, ..LossOptions::preset(LossPreset::Verl) };
+        same_loss(c.care(&sum, per_token, false, false).0, peers::verl_vanilla(&bt, (0.2, 0.2), 3.0, "token-sum", None))?;
         if name == "seq-mean-token-sum-norm" {
             let new = LossOptions { aggregation: Aggregation::SeqMeanTokenSumNorm, ..LossOptions::preset(LossPreset::Verl) };
             let p = peers::verl_agg_loss(&Rows::from_iter(bt.logp.iter().map(|r| vec![0.0; r.len()])), &bt.mask, name, peers::VerlVersion::New);
@@ -685,9 +688,15 @@ proptest! {
             ("dapo", LossPreset::TrlDapo),
             ("cispo", LossPreset::TrlCispo),
             ("sapo", LossPreset::TrlSapo),
+            ("luspo", LossPreset::TrlLuspo),
+            ("vespo", LossPreset::TrlVespo),
         ] {
-            let seq_ok = !matches!(ty, "cispo" | "sapo");
-            let sequence = sequence && seq_ok;
+            let seq_ok = !matches!(ty, "cispo" | "sapo" | "vespo");
+            // luspo requires the sequence level (TRL raises otherwise); with a KL term TRL's
+            // (B, 1) loss broadcasts against the (B, T) KL before the length weighting, a shape
+            // quirk outside the mapping, so luspo runs without it.
+            let sequence = (sequence && seq_ok) || ty == "luspo";
+            let beta = if ty == "luspo" { 0.0 } else { beta };
             let o = LossOptions {
                 beta,
                 horizon: max_len,
@@ -722,6 +731,30 @@ proptest! {
         }
         let o = LossOptions { rollout: r, ..LossOptions::preset(LossPreset::TrlDapo) };
         let peer = peers::trl_loss(&bt, "dapo", false, (0.2, 0.2), 0.0, 1.0, Some(&w));
+        same_loss(c.care(&o, false, true, false).0, peer)?;
+    }
+
+    /// TRL `vespo` under its vLLM importance sampling (`token_truncate`, `token_mask`): the
+    /// ratios fold into the Gamma weight's sequence ratio, as TRL's `get_gamma_weights` does.
+    #[test]
+    fn trl_vespo_with_vllm_importance_sampling(c in loss_case(), mask_mode: bool) {
+        prop_assume!(c.tokens() > 0);
+        let bt = c.batch(false);
+        let roll = c.rows(&c.rollout);
+        let name = if mask_mode { "token_mask" } else { "token_truncate" };
+        let w = peers::trl_vllm_is(&bt.old, &roll, &bt.mask, name, 1.2);
+        let mut r = RolloutOptions {
+            is_level: IsLevel::Token,
+            is_threshold: if mask_mode { f64::INFINITY } else { 1.2 },
+            log_ratio_clamp: f64::INFINITY,
+            rejection_mode: RejectionMode::ZeroWeight,
+            ..RolloutOptions::default()
+        };
+        if mask_mode {
+            r.set_bound(Rejection::TokenK1, 0.0, 1.2);
+        }
+        let o = LossOptions { rollout: r, ..LossOptions::preset(LossPreset::TrlVespo) };
+        let peer = peers::trl_loss(&bt, "vespo", false, (0.2, 0.2), 0.0, 1.0, Some(&w));
         same_loss(c.care(&o, false, true, false).0, peer)?;
     }
 
@@ -763,6 +796,18 @@ proptest! {
             }
             let peer = peers::orlhf_policy_loss(&bt, kind, (0.2, 0.2), dual_clip, token_level, v);
             same_loss(c.care(&o, per_token, with_rollout, false).0, peer)?;
+        }
+        // OpenRLHF gspo under its vLLM correction takes the sequence ratio against the rollout
+        // log-probs (no weight): `openrlhf_gspo` in bypass mode.
+        if vllm > 0 {
+            let v = Some((&roll, "tis", 0.8, 1.3));
+            let peer = peers::orlhf_policy_loss(&bt, "gspo", (0.2, 0.2), dual_clip, false, v);
+            let o = LossOptions {
+                dual_clip: dual_clip.unwrap_or(0.0),
+                bypass: Bypass::On,
+                ..LossOptions::preset(LossPreset::OpenRlhfGspo)
+            };
+            same_loss(c.care_no_old(&o, per_token).0, peer)?;
         }
     }
 

@@ -33,8 +33,9 @@ pub use dist::{
     group_partial_sums,
 };
 pub use family::{
-    PgTerm, PolicyLoss, Selection, cispo_term, cov_select_count, covariance, gmpo_log_ratio,
-    gpg_term, kl_cov_term, sapo_term, sigmoid, top_k,
+    PgTerm, PolicyLoss, Selection, VESPO_LOG_W_MAX, VESPO_LOG_W_MIN, cispo_term, cov_select_count,
+    covariance, gmpo_log_ratio, gpg_term, kl_cov_term, sapo_term, sigmoid, top_k, vespo_term,
+    vespo_weight,
 };
 pub use gae::{
     AdvantageEstimator, GaeOptions, MaskedToken, WhitenOptions, discounted_returns,

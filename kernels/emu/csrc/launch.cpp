@@ -110,7 +110,10 @@ size_t emu_layout_loss(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossParams, cov_ratio), EMU_OFF(CareLossParams, clip_cov_lb),
                     EMU_OFF(CareLossParams, clip_cov_ub), EMU_OFF(CareLossParams, kl_cov_coef),
                     EMU_OFF(CareLossParams, cov_round), EMU_OFF(CareLossParams, cov_work),
-                    EMU_OFF(CareLossParams, cov_keys)};
+                    EMU_OFF(CareLossParams, cov_keys), EMU_OFF(CareLossParams, vespo_k_pos),
+                    EMU_OFF(CareLossParams, vespo_lambda_pos),
+                    EMU_OFF(CareLossParams, vespo_k_neg),
+                    EMU_OFF(CareLossParams, vespo_lambda_neg)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;

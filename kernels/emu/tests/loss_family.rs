@@ -25,8 +25,8 @@ use care_core::Error;
 use care_core::grpo::{
     Advantages, Aggregation, Bypass, IsLevel, KlEstimator, LogProb, LossInputs, LossOptions,
     LossPreset, LossStats, PolicyLoss, RatioLevel, Rejection, RejectionMode, RolloutInputs,
-    RolloutStats, SequenceCount, SequenceRollout, cov_select_count, covariance, kl_term,
-    policy_loss, rollout_correction, rollout_log_ratio,
+    RolloutStats, SequenceCount, SequenceRollout, VESPO_LOG_W_MAX, VESPO_LOG_W_MIN,
+    cov_select_count, covariance, kl_term, policy_loss, rollout_correction, rollout_log_ratio,
 };
 use care_kernels::params::{CovWorkRaw, LossStatsRaw, RolloutStatsRaw};
 use care_kernels::plan::{
@@ -435,9 +435,14 @@ fn analyse<T: Lp>(c: &Case) -> Analysis {
         if opts.ratio_level != RatioLevel::Token && !toks.is_empty() {
             seq_near |= close(sum_delta / toks.len() as f64, opts.seq_log_ratio_max);
         }
+        if opts.policy_loss == PolicyLoss::Vespo {
+            // VESPO's clamp of the sequence's log ratio (before the folded rollout weights).
+            seq_near |= close(sum_delta, VESPO_LOG_W_MIN) || close(sum_delta, VESPO_LOG_W_MAX);
+        }
         // A kink inside a sequence quantity moves every token of the sequence.
         let shared = opts.ratio_level != RatioLevel::Token
             || opts.policy_loss == PolicyLoss::Gmpo
+            || opts.policy_loss == PolicyLoss::Vespo
             || (roll_on && r.is_level == IsLevel::Sequence);
         if seq_near || (shared && toks.iter().any(|&t| an.near[t])) {
             for &t in &toks {
@@ -629,7 +634,7 @@ fn check_all_dtypes_on<D: Device>(
     a && b && d
 }
 
-const POLICIES: [(PolicyLoss, RatioLevel); 9] = [
+const POLICIES: [(PolicyLoss, RatioLevel); 10] = [
     (PolicyLoss::Clip, RatioLevel::Token),
     (PolicyLoss::Clip, RatioLevel::Sequence),
     (PolicyLoss::Clip, RatioLevel::SequenceToken),
@@ -639,6 +644,7 @@ const POLICIES: [(PolicyLoss, RatioLevel); 9] = [
     (PolicyLoss::Gmpo, RatioLevel::Token),
     (PolicyLoss::ClipCov, RatioLevel::Token),
     (PolicyLoss::KlCov, RatioLevel::Token),
+    (PolicyLoss::Vespo, RatioLevel::Token),
 ];
 
 fn rejection_strategy() -> impl Strategy<Value = Vec<(Rejection, f64, f64)>> {
@@ -742,6 +748,10 @@ fn opts_strategy() -> impl Strategy<Value = LossOptions> {
                 }
                 if no_clamps {
                     o = o.without_clamps();
+                }
+                if o.policy_loss == PolicyLoss::Vespo && o.rollout.is_level == IsLevel::Sequence {
+                    // VESPO folds token weights into its ratio; a sequence weight is refused.
+                    o.rollout.is_level = IsLevel::Token;
                 }
                 o
             },
@@ -1023,6 +1033,9 @@ fn every_policy_and_aggregation_on_fixed_inputs() {
     for (policy, level) in POLICIES {
         for agg in aggs {
             for level_is in [IsLevel::Off, IsLevel::Token, IsLevel::Sequence] {
+                if policy == PolicyLoss::Vespo && level_is == IsLevel::Sequence {
+                    continue; // refused (VESPO folds token weights into its ratio)
+                }
                 c.opts.policy_loss = policy;
                 c.opts.ratio_level = level;
                 c.opts.aggregation = agg;
@@ -1376,6 +1389,9 @@ fn gpu_family_and_rollout_match_reference() {
     c.opts.rollout.set_bound(Rejection::TokenK2, 0.0, 0.2);
     for (policy, level) in POLICIES {
         for is_level in [IsLevel::Token, IsLevel::Sequence] {
+            if policy == PolicyLoss::Vespo && is_level == IsLevel::Sequence {
+                continue;
+            }
             c.opts.policy_loss = policy;
             c.opts.ratio_level = level;
             c.opts.rollout.is_level = is_level;

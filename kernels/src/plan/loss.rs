@@ -225,6 +225,7 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
     // sequence pass and the mask scan of seq_mean_token_mean.
     let rescans = opts.ratio_level != RatioLevel::Token
         || opts.policy_loss == PolicyLoss::Gmpo
+        || opts.policy_loss == PolicyLoss::Vespo
         || with_roll
         || (buf.mask != 0 && opts.aggregation == Aggregation::SeqMeanTokenMean);
     let geometry = loss_geometry(buf.n_seq, buf.n_tok, buf.max_seq_len, rescans, tuning);

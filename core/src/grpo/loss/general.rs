@@ -18,8 +18,8 @@ use super::options::{Bypass, LossOptions, RatioLevel, SequenceCount};
 use super::stats::{LossOutput, LossStats};
 use super::terms::{Surrogate, aggregation_weight, kl_term, log_ratio, sequence_ratio, surrogate};
 use crate::grpo::family::{
-    PgTerm, PolicyLoss, Selection, cispo_term, cov_select_count, covariance, gmpo_log_ratio,
-    gpg_term, kl_cov_term, sapo_term, top_k,
+    PgTerm, PolicyLoss, Selection, VESPO_LOG_W_MAX, VESPO_LOG_W_MIN, cispo_term, cov_select_count,
+    covariance, gmpo_log_ratio, gpg_term, kl_cov_term, sapo_term, top_k, vespo_term, vespo_weight,
 };
 use crate::grpo::layout::validate_offsets;
 use crate::grpo::logprob::LogProb;
@@ -372,6 +372,24 @@ pub(super) fn policy_loss_with<T: LogProb>(
             (libm::exp(sd / n_i), sa / n_i, omega_i)
         });
 
+        // VESPO: the sequence's clamped log importance ratio, the rollout weights folded in per
+        // token (TRL multiplies its vLLM ratio into w, not into the loss), from a first pass.
+        let vespo = (opts.policy_loss == PolicyLoss::Vespo && n_i > 0.0).then(|| {
+            let mut s = 0.0f64;
+            for t in range.clone() {
+                if let Some(omega) = ctx.token(sc.as_ref(), t) {
+                    let lp = inputs.logp[t].to_f64();
+                    s += log_ratio(lp, ctx.old_at(t), opts.log_ratio_clamp).0;
+                    if ctx.rollout.is_some() {
+                        let lw = libm::log(omega);
+                        s += lw.clamp(VESPO_LOG_W_MIN, VESPO_LOG_W_MAX);
+                    }
+                }
+            }
+            let log_w = s.clamp(VESPO_LOG_W_MIN, VESPO_LOG_W_MAX);
+            (log_w, libm::exp(log_w))
+        });
+
         // d L / d rho_i for GSPO, summed over the sequence's tokens.
         let mut dl_drho_seq = 0.0f64;
         for t in range.clone() {
@@ -425,7 +443,27 @@ pub(super) fn policy_loss_with<T: LogProb>(
                         kl: 0.0,
                     }
                 }
-                (None, None) => token_term(opts, lp, old, a, omega, selected),
+                (None, None) => match vespo {
+                    Some((log_w, w)) => {
+                        let (delta, clamped) = log_ratio(lp, old, opts.log_ratio_clamp);
+                        let k = (opts.vespo_k_pos, opts.vespo_k_neg);
+                        let lam = (opts.vespo_lambda_pos, opts.vespo_lambda_neg);
+                        let t = vespo_term(vespo_weight(log_w, a, k, lam), lp, a);
+                        TokenOut {
+                            loss: t.loss,
+                            grad: t.dloss_dlogp,
+                            ratio: w,
+                            log_ratio: delta,
+                            log_ratio_clamped: clamped,
+                            clipped: false,
+                            clipped_low: false,
+                            clipped_high: false,
+                            dual_clipped: false,
+                            kl: 0.0,
+                        }
+                    }
+                    None => token_term(opts, lp, old, a, omega, selected),
+                },
             };
             if let Some(r) = rf {
                 let k = kl_term(r - lp, opts);
@@ -568,5 +606,7 @@ fn token_term(
         PolicyLoss::Sapo => region(sapo_term(rho, a, o.sapo_tau_pos, o.sapo_tau_neg, clamped)),
         PolicyLoss::Gpg => region(gpg_term(lp, a)),
         PolicyLoss::KlCov => region(kl_cov_term(rho, delta, a, selected, o.kl_cov_coef, clamped)),
+        // Per sequence (the caller's VESPO pass); a sequence without counted tokens has none.
+        PolicyLoss::Vespo => region(vespo_term(0.0, lp, a)),
     }
 }

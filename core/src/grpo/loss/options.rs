@@ -124,8 +124,9 @@ named_enum!(Bypass, "bypass mode", {
 /// Field order (C): the eleven `f64` fields in declaration order (`eps_low` ... `horizon`), then
 /// `aggregation: u32, ratio_level: u32, kl_estimator: u32, policy_loss: u32`, the six `f64`
 /// fields `sapo_tau_pos` ... `kl_cov_coef`, `rollout` (208 bytes), `sequence_count: u32`,
-/// `bypass: u32` and `gmpo_weight_floor: f64` (376 bytes; the first 100 bytes are those of the
-/// 2025 layout). A denominator field of `0.0` means "use this call's own count".
+/// `bypass: u32`, `gmpo_weight_floor: f64` and the four `f64` VESPO fields (408 bytes; the
+/// first 100 bytes are those of the 2025 layout). A denominator field of `0.0` means "use this
+/// call's own count".
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(
@@ -198,6 +199,35 @@ pub struct LossOptions {
     /// preset). Finite, `>= 0`.
     #[cfg_attr(feature = "serde", serde(default))]
     pub gmpo_weight_floor: f64,
+    /// VESPO: the power `k` of the Gamma weight for `A >= 0` (2, TRL's). Finite, `>= 0`.
+    #[cfg_attr(feature = "serde", serde(default = "vespo_k_pos"))]
+    pub vespo_k_pos: f64,
+    /// VESPO: the decay `lambda` for `A >= 0` (3). Finite, `> 0`.
+    #[cfg_attr(feature = "serde", serde(default = "vespo_lambda_pos"))]
+    pub vespo_lambda_pos: f64,
+    /// VESPO: `k` for `A < 0` (3). Finite, `>= 0`.
+    #[cfg_attr(feature = "serde", serde(default = "vespo_k_neg"))]
+    pub vespo_k_neg: f64,
+    /// VESPO: `lambda` for `A < 0` (2). Finite, `> 0`.
+    #[cfg_attr(feature = "serde", serde(default = "vespo_lambda_neg"))]
+    pub vespo_lambda_neg: f64,
+}
+
+#[cfg(feature = "serde")]
+fn vespo_k_pos() -> f64 {
+    2.0
+}
+#[cfg(feature = "serde")]
+fn vespo_lambda_pos() -> f64 {
+    3.0
+}
+#[cfg(feature = "serde")]
+fn vespo_k_neg() -> f64 {
+    3.0
+}
+#[cfg(feature = "serde")]
+fn vespo_lambda_neg() -> f64 {
+    2.0
 }
 
 /// Named loss option sets that reproduce a peer's configuration on ordinary inputs (log ratios
@@ -267,6 +297,13 @@ pub enum LossPreset {
     /// verl `bypass_mode` with its default `loss_type = ppo_clip`: `verl` with
     /// [`Bypass::On`] (pass `logp_rollout`, not `logp_old`).
     VerlBypass = 21,
+    /// TRL `luspo` (with the `importance_sampling_level="sequence"` it requires): the
+    /// sequence ratio through the mean, each sequence's loss times its length, the mean over
+    /// every row (`seq_mean_token_sum` with [`SequenceCount::All`]).
+    TrlLuspo = 22,
+    /// TRL `vespo`: [`PolicyLoss::Vespo`] with `k = 2 / 3`, `lambda = 3 / 2` (`A >= 0` / `< 0`),
+    /// the global token mean.
+    TrlVespo = 23,
 }
 
 named_enum!(LossPreset, "loss preset", {
@@ -292,6 +329,8 @@ named_enum!(LossPreset, "loss preset", {
     OpenRlhfSeq => "openrlhf_seq", "OpenRLHF ppo with token_level_loss = False";
     OpenRlhfGspo => "openrlhf_gspo", "OpenRLHF gspo: sequence ratio through the mean";
     VerlBypass => "verl_bypass", "verl bypass_mode ppo_clip: logp_rollout is the old policy";
+    TrlLuspo => "trl_luspo", "TRL luspo: sequence ratio, length-weighted sequence losses";
+    TrlVespo => "trl_vespo", "TRL vespo: Gamma weight of the sequence ratio on A * logp";
 });
 
 impl Default for LossOptions {
@@ -324,6 +363,10 @@ impl Default for LossOptions {
             sequence_count: SequenceCount::NonEmpty,
             bypass: Bypass::Off,
             gmpo_weight_floor: 0.0,
+            vespo_k_pos: 2.0,
+            vespo_lambda_pos: 3.0,
+            vespo_k_neg: 3.0,
+            vespo_lambda_neg: 2.0,
         }
     }
 }
@@ -391,6 +434,16 @@ impl LossOptions {
             P::VerlBypass => LossOptions {
                 bypass: Bypass::On,
                 ..verl
+            },
+            P::TrlLuspo => LossOptions {
+                ratio_level: RatioLevel::Sequence,
+                aggregation: SeqMeanTokenSum,
+                sequence_count: all_rows,
+                ..base
+            },
+            P::TrlVespo => LossOptions {
+                policy_loss: PolicyLoss::Vespo,
+                ..base
             },
             P::TrlGrpo => LossOptions {
                 aggregation: SeqMeanTokenMean,
@@ -471,6 +524,24 @@ impl LossOptions {
             fin(self.gmpo_weight_floor),
             "gmpo_weight_floor",
             FINITE_NON_NEGATIVE,
+        )?;
+        InvalidOption::require(fin(self.vespo_k_pos), "vespo_k_pos", FINITE_NON_NEGATIVE)?;
+        InvalidOption::require(fin(self.vespo_k_neg), "vespo_k_neg", FINITE_NON_NEGATIVE)?;
+        InvalidOption::require(
+            fpos(self.vespo_lambda_pos),
+            "vespo_lambda_pos",
+            FINITE_POSITIVE,
+        )?;
+        InvalidOption::require(
+            fpos(self.vespo_lambda_neg),
+            "vespo_lambda_neg",
+            FINITE_POSITIVE,
+        )?;
+        InvalidOption::require(
+            self.policy_loss != PolicyLoss::Vespo
+                || self.rollout.is_level != crate::grpo::IsLevel::Sequence,
+            "rollout.is_level",
+            "token or off under VESPO (its weights fold into the sequence ratio per token)",
         )?;
         InvalidOption::require(
             self.ratio_level == RatioLevel::Token || self.policy_loss == PolicyLoss::Clip,
