@@ -466,10 +466,26 @@ fn nonzero_factor_golden() {
     let r = [1.0f32, 0.0, f32::NAN, 2.0];
     let o = AdvantageOptions::preset(Preset::VerlGpg);
     let mut out = [9.0f64; 4];
-    group_advantages(&r, None, GroupLayout::Offsets(&[0, 3, 4]), &o, &mut out, None).unwrap();
+    group_advantages(
+        &r,
+        None,
+        GroupLayout::Offsets(&[0, 3, 4]),
+        &o,
+        &mut out,
+        None,
+    )
+    .unwrap();
     // N = 3 valid, K = 2 nonzero: alpha 1.5; group [1, 0] mean 0.5; singleton 2.
     assert_eq!(out, [0.75, -0.75, 0.0, 3.0]);
     let z = [0.0f32; 4];
-    group_advantages(&z, None, GroupLayout::Fixed { group_size: 2 }, &o, &mut out, None).unwrap();
+    group_advantages(
+        &z,
+        None,
+        GroupLayout::Fixed { group_size: 2 },
+        &o,
+        &mut out,
+        None,
+    )
+    .unwrap();
     assert_eq!(out, [0.0; 4]);
 }
