@@ -300,6 +300,49 @@ fn torch_std(xs: &[f64]) -> f64 {
     (xs.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1.0)).sqrt()
 }
 
+/// verl `compute_grpo_outcome_advantage`: `(r - mean_g) / (std_g + eps)` (`torch.std`, Bessel)
+/// with `norm`, `r - mean_g` without; a singleton's mean is 0 and its std 1.
+pub fn verl_grpo(scores: &[f64], index: &[usize], eps: f64, norm: bool) -> Vec<f64> {
+    let mut adv = scores.to_vec();
+    for g in groups_of(index) {
+        let xs: Vec<f64> = g.iter().map(|&i| scores[i]).collect();
+        let (mean, std) = if g.len() == 1 {
+            (0.0, 1.0)
+        } else {
+            (xs.iter().sum::<f64>() / xs.len() as f64, torch_std(&xs))
+        };
+        for &i in &g {
+            adv[i] = if norm {
+                (scores[i] - mean) / (std + eps)
+            } else {
+                scores[i] - mean
+            };
+        }
+    }
+    adv
+}
+
+/// verl `compute_rloo_outcome_advantage`: `r * n / (n - 1) - mean * n / (n - 1)` per group; a
+/// singleton keeps its reward. `vectorized`: `compute_rloo_vectorized_outcome_advantage`, 0 for
+/// a singleton.
+pub fn verl_rloo(scores: &[f64], index: &[usize], vectorized: bool) -> Vec<f64> {
+    let mut adv = scores.to_vec();
+    for g in groups_of(index) {
+        let n = g.len() as f64;
+        let mean = g.iter().map(|&i| scores[i]).sum::<f64>() / n;
+        for &i in &g {
+            adv[i] = if g.len() > 1 {
+                scores[i] * n / (n - 1.0) - mean * n / (n - 1.0)
+            } else if vectorized {
+                0.0
+            } else {
+                scores[i]
+            };
+        }
+    }
+    adv
+}
+
 /// verl `compute_grpo_passk_outcome_advantage`: only the group's best sample (`torch.topk`'s
 /// first) gets `r_max - r_second`, divided by `std + eps` when `norm`. `None` where verl raises
 /// (a group with fewer than two samples).

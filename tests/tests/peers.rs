@@ -343,6 +343,18 @@ proptest! {
         }
     }
 
+    /// verl `grpo` (with and without `norm_adv_by_std_in_grpo`), `rloo` and `rloo_vectorized`:
+    /// the `verl` preset, `dr_grpo` with singleton `raw`, `rloo` with singleton `raw` and `rloo`.
+    #[test]
+    fn verl_grpo_and_rloo(g in groups(1)) {
+        let (s, idx) = (g.scores(), g.index());
+        all_close(&care_adv(&g, &AdvantageOptions::preset(Preset::Verl)).unwrap(), &peers::verl_grpo(&s, &idx, 1e-6, true), 1e-12)?;
+        let raw = |p: Preset| AdvantageOptions { singleton: care_core::grpo::SingletonPolicy::Raw, ..AdvantageOptions::preset(p) };
+        all_close(&care_adv(&g, &raw(Preset::DrGrpo)).unwrap(), &peers::verl_grpo(&s, &idx, 1e-6, false), 1e-12)?;
+        all_close(&care_adv(&g, &raw(Preset::Rloo)).unwrap(), &peers::verl_rloo(&s, &idx, false), 1e-12)?;
+        all_close(&care_adv(&g, &AdvantageOptions::preset(Preset::Rloo)).unwrap(), &peers::verl_rloo(&s, &idx, true), 1e-12)?;
+    }
+
     /// verl `opo`: the `opo` preset with the response lengths.
     #[test]
     fn verl_opo(g in groups(1)) {
