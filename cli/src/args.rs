@@ -50,6 +50,7 @@ pub fn flag_of(field: &str) -> String {
         "global_sequences" => "--global-seqs".to_owned(),
         "ratio_level" => "--ratio".to_owned(),
         "rollout.reject" => "--rollout-rs-threshold".to_owned(),
+        "rollout.is_level" => "--rollout-is".to_owned(),
         f => format!("--{}", f.replace(['_', '.'], "-")),
     }
 }
