@@ -39,6 +39,8 @@ struct CareReturnsParams {
     care_u32 n_tok;
     double gamma;
     double lambda;
+    care_u32 masked_reset;       // 1: the return restarts at 0 before a masked token (returns)
+    care_u32 pad0;
 };
 
 // The whitening statistics in the workspace (`care_kernels::params::WhitenStatsRaw`): written
@@ -62,6 +64,7 @@ struct CareWhitenParams {
     double eps;
     care_u32 unbiased; // 1: divide by (count - 1), 0: by count
     care_u32 pad0;
+    double count_eps;  // added to the count in both means (verl's masked_mean: 1e-8)
 };
 
 __device__ __forceinline__ bool care_counted(const care_u8* mask, care_u64 t) {
@@ -95,7 +98,8 @@ __device__ __forceinline__ bool care_token_range(const CareReturnsParams& p, car
 }
 
 // G_t = r_t + gamma * G_next over the counted tokens of each sequence, from the last; masked
-// tokens get 0 and do not break the chain. Geometry: one thread per sequence,
+// tokens get 0 and do not break the chain (with masked_reset, the return restarts at 0 before
+// them, verl's rule until 2026-08). Geometry: one thread per sequence,
 // grid.x = max(1, ceil(n_seq / blockDim.x)) (see `care_kernels::geometry::returns_geometry`).
 extern "C" __global__ void __launch_bounds__(1024) discounted_returns_f32(CareReturnsParams p) {
     care_u32 s = blockIdx.x * blockDim.x + threadIdx.x;
@@ -110,6 +114,7 @@ extern "C" __global__ void __launch_bounds__(1024) discounted_returns_f32(CareRe
             g = care_dadd((double)p.rewards[t], care_dmul(p.gamma, g));
             p.ret[t] = care_narrow(g);
         } else {
+            g = p.masked_reset != 0 ? 0.0 : g;
             p.ret[t] = 0.0f;
         }
     }
@@ -160,7 +165,7 @@ extern "C" __global__ void __launch_bounds__(1024) whiten_stats_f32(CareWhitenPa
     cnt = care_block_sum(cnt, scratch);
     sum = care_block_sum(sum, scratch);
     bad = care_block_max(bad, uscratch, 0u);
-    double mean = cnt > 0.0 ? sum / cnt : 0.0;
+    double mean = cnt > 0.0 ? sum / (cnt + p.count_eps) : 0.0;
     double m2 = 0.0;
     for (care_u64 i = threadIdx.x; i < p.n; i += blockDim.x) {
         if (care_counted(p.mask, i)) {
@@ -172,6 +177,11 @@ extern "C" __global__ void __launch_bounds__(1024) whiten_stats_f32(CareWhitenPa
     if (threadIdx.x == 0) {
         double denom = p.unbiased != 0 ? cnt - 1.0 : cnt;
         double var = denom > 0.0 ? m2 / denom : 0.0;
+        if (denom > 0.0 && p.count_eps != 0.0) {
+            // verl's order: masked_mean of the squares, then the Bessel factor n / (n - 1).
+            var = m2 / (cnt + p.count_eps);
+            var = p.unbiased != 0 ? var * (cnt / (cnt - 1.0)) : var;
+        }
         CareWhitenStats s;
         s.status = bad != 0 ? CARE_WHITEN_STATUS_NON_FINITE : 0u;
         s.pad0 = 0;

@@ -226,8 +226,8 @@ fn planted_missing_or_extra_argument_is_reported() {
     // The kernel lost its second parameter: the launcher still passes two.
     let e = planted(
         Module::GrpoLoss,
-        "grpo_loss_denoms_param_0[352],\n\t.param .u64 grpo_loss_denoms_param_1",
-        "grpo_loss_denoms_param_0[352]",
+        "grpo_loss_denoms_param_0[368],\n\t.param .u64 grpo_loss_denoms_param_1",
+        "grpo_loss_denoms_param_0[368]",
     );
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(
@@ -251,8 +251,8 @@ fn planted_missing_or_extra_argument_is_reported() {
 fn planted_swapped_arguments_are_reported() {
     let e = planted(
         Module::GrpoLoss,
-        ".param .align 8 .b8 grpo_loss_denoms_param_0[352],\n\t.param .u64 grpo_loss_denoms_param_1",
-        ".param .u64 grpo_loss_denoms_param_1,\n\t.param .align 8 .b8 grpo_loss_denoms_param_0[352]",
+        ".param .align 8 .b8 grpo_loss_denoms_param_0[368],\n\t.param .u64 grpo_loss_denoms_param_1",
+        ".param .u64 grpo_loss_denoms_param_1,\n\t.param .align 8 .b8 grpo_loss_denoms_param_0[368]",
     );
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(

@@ -165,7 +165,18 @@ def policy_loss_workspace_bytes(options: str, n_tokens: int) -> int: ...
 def discounted_returns(
     token_rewards: Array, seq_offsets: Array, returns: Array, gamma: float = 1.0,
     mask: Optional[Array] = None, stream: int = 0, workspace: Optional[Array] = None,
+    masked_token: str = "skip",
 ) -> None: ...
+def discounted_returns_whitened(
+    token_rewards: Array, seq_offsets: Array, advantages: Array, returns: Array,
+    gamma: float = 1.0, mask: Optional[Array] = None, masked_token: str = "skip",
+    eps: float = 1e-8, std_kind: str = "unbiased", count_eps: float = 0.0,
+) -> Tuple[float, float]: ...
+def gae_whitened(
+    token_rewards: Array, values: Array, seq_offsets: Array, advantages: Array, returns: Array,
+    gamma: float = 1.0, lambda_: float = 1.0, mask: Optional[Array] = None, eps: float = 1e-8,
+    std_kind: str = "unbiased", count_eps: float = 0.0,
+) -> Tuple[float, float]: ...
 def gae(
     token_rewards: Array, values: Array, seq_offsets: Array, advantages: Array, returns: Array,
     gamma: float = 1.0, lambda_: float = 1.0, mask: Optional[Array] = None, stream: int = 0,
@@ -173,7 +184,7 @@ def gae(
 ) -> None: ...
 def whiten(
     values: Array, eps: float = 1e-8, std_kind: str = "unbiased", mask: Optional[Array] = None,
-    stream: int = 0, workspace: Optional[Array] = None,
+    stream: int = 0, workspace: Optional[Array] = None, count_eps: float = 0.0,
 ) -> Optional[Tuple[float, float]]: ...
 def rollout_correction(
     logp_old: Array, logp_rollout: Array, seq_offsets: Array, weights: Array, keep: Array,

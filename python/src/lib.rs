@@ -99,6 +99,8 @@ fn _care(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(grpo::discounted_returns, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::gae, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::whiten, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::discounted_returns_whitened, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::gae_whitened, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::selective_log_softmax, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::selective_log_softmax_backward, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::logits_policy_loss, m)?)?;
