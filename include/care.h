@@ -254,6 +254,8 @@ enum care_advantage_preset
   CARE_ADVANTAGE_PRESET_GPG = 9,
   // verl `reinforce_plus_plus_baseline`, group part: mean baseline, no scale.
   CARE_ADVANTAGE_PRESET_REINFORCE_PP_BASELINE = 10,
+  // verl `gpg`: mean baseline, no scale, `alpha = N / count_nonzero(r)`, singleton raw.
+  CARE_ADVANTAGE_PRESET_VERL_GPG = 11,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -273,6 +275,9 @@ enum care_reweight
   CARE_REWEIGHT_NONE = 0,
   // GPG: `alpha = N / (N - M)`, `M` the valid samples of groups without signal.
   CARE_REWEIGHT_GPG = 1,
+  // verl `gpg`: `alpha = N / max(1, K)`, `K` the valid samples with a nonzero reward (not in
+  // the cross-rank form: `care_group_advantages_finalize` refuses it).
+  CARE_REWEIGHT_NONZERO = 2,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -376,6 +381,9 @@ enum care_policy_loss_kind
   CARE_POLICY_LOSS_KL_COV = 5,
   // GMPO: the geometric mean of the token ratios, clipped in log space.
   CARE_POLICY_LOSS_GMPO = 6,
+  // VESPO (TRL `vespo`): a detached Gamma weight of the sequence ratio on `A * logp`
+  // (`vespo_k_pos` ... `vespo_lambda_neg`).
+  CARE_POLICY_LOSS_VESPO = 7,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -482,6 +490,46 @@ typedef uint32_t care_rejection;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// Where the ratio's old log-probs come from (`care_loss_options.bypass`).
+enum care_bypass
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // `logp_old` as given (NULL: on-policy); importance weights applied (default).
+  CARE_BYPASS_OFF = 0,
+  // verl's bypass mode (`loss_type = ppo_clip`): `logp_old` must be NULL and
+  // `logp_rollout` stands in for it; the importance weights are reported, not applied.
+  CARE_BYPASS_ON = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_bypass care_bypass;
+#else
+typedef uint32_t care_bypass;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// What a masked token does to the returns' reverse scan (`care_gae_options.masked_token`).
+enum care_masked_token
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Skipped: the chain carries across it (default; verl since 2026-08).
+  CARE_MASKED_TOKEN_SKIP = 0,
+  // The return restarts at 0 before it (verl's `reinforce_plus_plus` before 2026-08;
+  // returns only, `care_gae` refuses it).
+  CARE_MASKED_TOKEN_RESET = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_masked_token care_masked_token;
+#else
+typedef uint32_t care_masked_token;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // Named loss option sets (also by name: the constant's suffix in lower case, `"verl"`,
 // `"trl"`, `"verl_seq_mean_token_mean"`, ..., `"openrlhf_gspo"`).
 enum care_loss_preset
@@ -531,6 +579,12 @@ enum care_loss_preset
   CARE_LOSS_PRESET_OPENRLHF_SEQ = 19,
   // OpenRLHF `gspo`: the sequence ratio through the mean.
   CARE_LOSS_PRESET_OPENRLHF_GSPO = 20,
+  // verl `bypass_mode` (`loss_type = ppo_clip`): verl vanilla with `CARE_BYPASS_ON`.
+  CARE_LOSS_PRESET_VERL_BYPASS = 21,
+  // TRL `luspo`: the sequence ratio, each sequence's loss times its length, over every row.
+  CARE_LOSS_PRESET_TRL_LUSPO = 22,
+  // TRL `vespo`: `CARE_POLICY_LOSS_VESPO`, global token mean.
+  CARE_LOSS_PRESET_TRL_VESPO = 23,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -1004,6 +1058,8 @@ typedef struct care_gae_options {
   double gamma;
   // GAE `lambda` in `[0, 1]` (default 1; not read by `care_discounted_returns`).
   double lambda;
+  // A `care_masked_token`.
+  uint32_t masked_token;
 } care_gae_options;
 
 // Options of `care_whiten`. Initialize with `care_whiten_options_default` (which sets
@@ -1015,6 +1071,8 @@ typedef struct care_whiten_options {
   uint32_t std_kind;
   // Added to the variance under the square root; finite and `>= 0` (default 1e-8).
   double eps;
+  // Added to the count in the means (default 0; verl's `masked_mean`: 1e-8).
+  double count_eps;
 } care_whiten_options;
 
 // The token inputs of `care_discounted_returns` and `care_gae`: `token_rewards[T]` on the
@@ -1254,10 +1312,23 @@ typedef struct care_loss_options {
   double clip_cov_lb;
   // Clip-Cov: the covariance window's upper end (5).
   double clip_cov_ub;
-  // KL-Cov: the coefficient of `|log ratio|` (1).
+  // KL-Cov: the coefficient of `|log ratio|` (1; verl preset 0.1).
   double kl_cov_coef;
   // The rollout correction (applies with `care_loss_inputs.logp_rollout`).
   struct care_rollout_options rollout;
+  // A `care_bypass`.
+  uint32_t bypass;
+  // GMPO: the sequence's rollout weight is `exp(mean ln(w + gmpo_weight_floor))` (0 = the
+  // exact geometric mean; verl preset 1e-10).
+  double gmpo_weight_floor;
+  // VESPO: the Gamma weight's power for `A >= 0` (2).
+  double vespo_k_pos;
+  // VESPO: its decay for `A >= 0` (3).
+  double vespo_lambda_pos;
+  // VESPO: the power for `A < 0` (3).
+  double vespo_k_neg;
+  // VESPO: the decay for `A < 0` (2).
+  double vespo_lambda_neg;
 } care_loss_options;
 
 // The device outputs of `care_gpu_policy_loss_into`. Every buffer is optional ((NULL, 0) to
@@ -1949,6 +2020,37 @@ care_result care_gae(const struct care_token_rewards *inputs,
                      size_t advantages_len,
                      float *returns_out,
                      size_t returns_len);
+
+// Discounted returns and their whitening in one call, every intermediate in double (the
+// returns are never rounded to float before they are whitened): the returns into
+// `returns_out[returns_len]`, the whitened returns into `advantages_out[advantages_len]` (both
+// `T`; masked tokens get 0), their mean and std into `mean_out`, `std_out` (optional). verl's
+// `reinforce_plus_plus`. `inputs->values` must be `(NULL, 0)`. `gae_options`,
+// `whiten_options` NULL: the defaults. Errors as `care_discounted_returns`, and
+// `CARE_ERR_NON_FINITE` (nothing written) when a return is not finite.
+care_result care_discounted_returns_whitened(const struct care_token_rewards *inputs,
+                                             const struct care_gae_options *gae_options,
+                                             const struct care_whiten_options *whiten_options,
+                                             float *advantages_out,
+                                             size_t advantages_len,
+                                             float *returns_out,
+                                             size_t returns_len,
+                                             double *mean_out,
+                                             double *std_out);
+
+// GAE with its advantages whitened in one call, every intermediate in double: as `care_gae`,
+// with `advantages_out` whitened over the counted tokens (verl's `gae`; the returns are not
+// whitened) and the advantages' mean and std before whitening into `mean_out`, `std_out`
+// (optional). Errors as `care_gae`, and `CARE_ERR_NON_FINITE` (nothing written).
+care_result care_gae_whitened(const struct care_token_rewards *inputs,
+                              const struct care_gae_options *gae_options,
+                              const struct care_whiten_options *whiten_options,
+                              float *advantages_out,
+                              size_t advantages_len,
+                              float *returns_out,
+                              size_t returns_len,
+                              double *mean_out,
+                              double *std_out);
 
 // Whitens `values[values_len]` in place over the counted tokens: `(x - mean) / sqrt(var +
 // eps)`, two-pass centered variance in double; masked values become 0. `mask` optional

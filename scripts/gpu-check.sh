@@ -58,7 +58,7 @@ prepare)
     mkdir -p "$dir/lib" "$dir/include" "$dir/examples" "$dir/python/tests" "$dir/benches/gpu" \
         "$dir/wheels"
     cp "$root/target/release/libcare.so" "$dir/lib/" && strip "$dir/lib/libcare.so"
-    cp "$root/include/care.h" "$dir/include/"
+    cp "$root/include/care.h" "$root/include/care.hpp" "$dir/include/"
     cp -r "$root/examples/c" "$root/examples/cpp" "$dir/examples/"
     cp "$root/cli/data/rubric_sft_1.json" "$dir/"
     # care_rl: the abi3 wheel (one wheel for every CPython >= 3.9), built by the pinned maturin

@@ -24,7 +24,7 @@ pub struct LoopArgs {
     /// Offline demo: replay the bundled paper fixtures instead of calling LLMs.
     #[arg(long)]
     pub scripted: bool,
-    /// Generator base URL (overrides the config), e.g. http://127.0.0.1:8000/v1.
+    /// Generator base URL (overrides the config), e.g. http://127.0.0.1:8001/v1 (care serve listens on 8000).
     #[arg(long, value_name = "URL")]
     pub generator_url: Option<String>,
     /// Generator model name (overrides the config).
@@ -40,12 +40,22 @@ pub struct LoopArgs {
     /// (fixed rubric, no generator; malformed outputs get 0 without a judge call).
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
-    /// SQLite cache of completed LLM calls (a rerun repeats none of them).
-    #[arg(long, value_name = "FILE", default_value = "care-cache.sqlite")]
-    pub cache: PathBuf,
+    /// SQLite cache of completed LLM calls (a rerun repeats none of them). Default:
+    /// $XDG_CACHE_HOME/care/care-cache.sqlite, else ~/.cache/care/care-cache.sqlite; with
+    /// --scripted, none unless this is given.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_cache")]
+    pub cache: Option<PathBuf>,
     /// Keep no cache.
     #[arg(long)]
     pub no_cache: bool,
+    /// Chat template of prompts and responses (overrides the config): auto (the family a
+    /// prompt's markers show), none, or chatml, llama3, mistral, gemma, deepseek, phi3.
+    #[arg(long, value_name = "NAME")]
+    pub chat_template: Option<String>,
+    /// More text to strip from the end of every response, like an end-of-turn token
+    /// (repeatable; added to the config's end_suffixes).
+    #[arg(long, value_name = "TEXT")]
+    pub end_suffix: Vec<String>,
 }
 
 /// `care reward` options.
@@ -92,42 +102,189 @@ pub struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, value_name = "N")]
     pub max_body_bytes: usize,
+    /// Append one JSON line per rewarded response to FILE (the reward-health input of
+    /// care analyze; docs/REWARD_LOOP.md defines the record). Never blocks a request: when the
+    /// writer falls behind, records are dropped and counted in care_log_records_total.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Rotate the log when it would pass N bytes (FILE becomes FILE.1).
+    #[arg(long, default_value_t = care_loop::log::DEFAULT_MAX_BYTES, value_name = "N")]
+    pub log_max_bytes: u64,
+    /// Turns the log's writer queue holds before records are dropped.
+    #[arg(long, default_value_t = care_loop::log::DEFAULT_QUEUE, value_name = "N")]
+    pub log_queue: usize,
 }
 
 /// Help text of `care reward`.
 pub const REWARD_AFTER: &str = "\
 Input line: {\"context\": [{\"role\":\"user\",\"content\":..}, ..], \"responses\": [\"..\", ..],
-  \"id\": any (copied), \"gold\": any (copied)}; the context ends with the seeker's turn.
+  \"id\": any (copied), \"gold\": any (copied), \"meta\": {..} (copied)}; the context ends with
+  the seeker's turn. \"prompt\": a chat-templated prompt may replace the context.
 Output line: rubric_status (ok | invalid_rubric | generator_error), rubric, rubric_attempts,
   validation, rewards (null where a response has none), responses [{reward, status, scores,
-  judge_attempts, error}], calls {generator, judge, cached, failed, http_attempts, tokens}.
+  judge_attempts, error, stripped, panel (with a judge panel: each judge's reward, scores and
+  cost, the spread)}], response_chars, calls {generator, judge, cached, failed, http_attempts,
+  tokens}, template (with a prompt). Pipe it into `care analyze -`.
 Resumable: a rerun with the same cache asks the LLMs only for what did not complete.
 
 Examples:
   care reward --scripted cli/data/reward_demo.jsonl
-  care reward --generator-url http://127.0.0.1:8000/v1 --generator-model care-gen \\
-              --judge-url http://127.0.0.1:8001/v1 --judge-model judge turns.jsonl > rewards.jsonl";
+  care reward --scripted --profile kardia cli/data/reward_demo_kardia.jsonl
+  care reward --generator-url http://127.0.0.1:8001/v1 --generator-model care-gen \\
+              --judge-url http://127.0.0.1:8002/v1 --judge-model judge turns.jsonl > rewards.jsonl";
 
 /// Help text of `care serve`.
 pub const SERVE_AFTER: &str = "\
 Routes: POST /get_reward (OpenRLHF --remote_rm_url), POST /v1/reward ({\"turns\": [..]}),
 GET /healthz, GET /metrics (Prometheus). SIGINT/SIGTERM finish the requests in flight, then exit.
 
+--log FILE writes one JSON line per rewarded response (the reward-health input of care analyze).
+
 Examples:
   care serve --scripted
-  care serve --config loop.json --listen 0.0.0.0:8000";
+  care serve --config loop.json --listen 0.0.0.0:8000 --log serve.jsonl";
+
+/// The cache file name inside the cache directory.
+const CACHE_FILE: &str = "care-cache.sqlite";
+
+/// The default cache file: `$XDG_CACHE_HOME/care/care-cache.sqlite`, else
+/// `$HOME/.cache/care/care-cache.sqlite` (the XDG base directory rule: a relative
+/// `XDG_CACHE_HOME` is ignored).
+///
+/// # Errors
+/// Neither variable gives an absolute directory.
+pub fn default_cache_path(
+    xdg_cache_home: Option<&str>,
+    home: Option<&str>,
+) -> Result<PathBuf, String> {
+    let abs = |v: Option<&str>| v.map(PathBuf::from).filter(|p| p.is_absolute());
+    let dir = match (abs(xdg_cache_home), abs(home)) {
+        (Some(x), _) => x,
+        (None, Some(h)) => h.join(".cache"),
+        (None, None) => {
+            return Err(
+                "no cache directory: neither XDG_CACHE_HOME nor HOME is an absolute path; give --cache FILE or --no-cache"
+                    .to_owned(),
+            );
+        }
+    };
+    Ok(dir.join("care").join(CACHE_FILE))
+}
+
+/// Where this run keeps its cache (`None`: no cache), and the line that says so on stderr.
+fn cache_choice(a: &LoopArgs) -> Result<(Option<PathBuf>, String), String> {
+    if a.no_cache {
+        return Ok((None, "care: cache: none (--no-cache)".to_owned()));
+    }
+    if let Some(p) = &a.cache {
+        return Ok((Some(p.clone()), format!("care: cache: {}", p.display())));
+    }
+    if a.scripted {
+        return Ok((
+            None,
+            "care: cache: none (--scripted keeps none unless --cache FILE is given)".to_owned(),
+        ));
+    }
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let path = default_cache_path(var("XDG_CACHE_HOME").as_deref(), var("HOME").as_deref())?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            format!(
+                "cannot create the cache directory {}: {e}; give --cache FILE or --no-cache",
+                dir.display()
+            )
+        })?;
+    }
+    let line = format!(
+        "care: cache: {} (--cache FILE for another, --no-cache for none)",
+        path.display()
+    );
+    Ok((Some(path), line))
+}
+
+/// The command-line flag that sets a configuration field, for errors about that field.
+const FIELD_FLAGS: [(&str, &str); 4] = [
+    ("generator.base_url", "--generator-url"),
+    ("generator.model", "--generator-model"),
+    ("judge.base_url", "--judge-url"),
+    ("judge.model", "--judge-model"),
+];
+
+/// A configuration error in the words of the command line: a field set by a flag is named by
+/// that flag; a field left empty by both the flags and the file says which flags (or
+/// `--config`, or `--scripted`) give it; a field from the file keeps its name and gets the
+/// file's path.
+fn cli_error(msg: String, a: &LoopArgs) -> String {
+    let field = msg.split([' ', ':']).next().unwrap_or_default();
+    let from_flag = |f: &str| match f {
+        "generator.base_url" => a.generator_url.is_some(),
+        "generator.model" => a.generator_model.is_some(),
+        "judge.base_url" => a.judge_url.is_some(),
+        "judge.model" => a.judge_model.is_some(),
+        _ => false,
+    };
+    if let Some(&(f, flag)) = FIELD_FLAGS.iter().find(|(f, _)| *f == field) {
+        if from_flag(f) {
+            return format!("{flag}{}", &msg[f.len()..]);
+        }
+        if msg.contains(" is empty") {
+            let role = f.split('.').next().unwrap_or_default();
+            let from = a
+                .config
+                .as_ref()
+                .map_or(String::new(), |p| format!(" ({} sets no {f})", p.display()));
+            let why = if role == "generator" {
+                " (the care profile writes a rubric per turn; --profile kardia needs no generator)"
+            } else {
+                ""
+            };
+            return if f.ends_with(".model") {
+                format!(
+                    "no {role} model{from}: give --{role}-model NAME (the model name the server \
+                     serves), or set {f} in a --config FILE"
+                )
+            } else {
+                format!(
+                    "no {role} endpoint{from}: give --{role}-url URL and --{role}-model NAME{why}, \
+                     or a --config FILE that sets {role}.base_url and {role}.model, \
+                     or --scripted for the offline demo"
+                )
+            };
+        }
+    }
+    if field == "unknown" && a.profile.is_some() {
+        return format!("--profile: {msg}");
+    }
+    match &a.config {
+        Some(p) => format!("config {}: {msg}", p.display()),
+        None => msg,
+    }
+}
 
 fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
+    let (engine, kind) = build_engine(a)?;
+    Ok((Arc::new(engine), kind))
+}
+
+fn build_engine(a: &LoopArgs) -> Result<(Engine, BackendKind), String> {
     let mut cfg = match &a.config {
         Some(p) => LoopConfig::from_file(p)?,
         None => LoopConfig::default(),
     };
-    let overrides = [
+    let judges = cfg.judge.judges.len();
+    if judges > 1 && (a.judge_url.is_some() || a.judge_model.is_some()) {
+        return Err(format!(
+            "--judge-url and --judge-model set the one judge, but the config has a panel of {judges} judges: set each judge's base_url and model in the config"
+        ));
+    }
+    let mut overrides = vec![
         (&a.generator_url, &mut cfg.generator.base_url),
         (&a.generator_model, &mut cfg.generator.model),
-        (&a.judge_url, &mut cfg.judge.base_url),
-        (&a.judge_model, &mut cfg.judge.model),
     ];
+    if let Some(judge) = cfg.judge.single_mut() {
+        overrides.push((&a.judge_url, &mut judge.base_url));
+        overrides.push((&a.judge_model, &mut judge.model));
+    }
     let mut any = false;
     for (flag, field) in overrides {
         if let Some(v) = flag {
@@ -138,6 +295,10 @@ fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
     if let Some(p) = &a.profile {
         cfg.profile = p.clone();
     }
+    if let Some(t) = &a.chat_template {
+        cfg.chat_template = t.clone();
+    }
+    cfg.end_suffixes.extend(a.end_suffix.iter().cloned());
     let kind = if a.scripted {
         if any {
             return Err(
@@ -150,13 +311,18 @@ fn build(a: &LoopArgs) -> Result<(Arc<Engine>, BackendKind), String> {
     } else {
         BackendKind::Http
     };
-    let cache = if a.no_cache {
-        None
-    } else {
-        Some(Cache::open(&a.cache)?)
+    // The configuration is checked before the cache is created: a mistyped flag leaves no
+    // cache file behind.
+    Engine::new(&cfg, kind, None, Arc::new(Metrics::new())).map_err(|e| cli_error(e, a))?;
+    let (path, line) = cache_choice(a)?;
+    let cache = match &path {
+        Some(p) => Some(Cache::open(p)?),
+        None => None,
     };
-    let engine = Engine::new(&cfg, kind, cache, Arc::new(Metrics::new()))?;
-    Ok((Arc::new(engine), kind))
+    let _ = writeln!(io::stderr(), "{line}");
+    let engine =
+        Engine::new(&cfg, kind, cache, Arc::new(Metrics::new())).map_err(|e| cli_error(e, a))?;
+    Ok((engine, kind))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -175,6 +341,7 @@ pub fn run_reward(a: &RewardArgs) -> Result<u8, String> {
         return Err("--max-line-bytes must be at least 1".to_owned());
     }
     let (engine, _) = build(&a.loop_args)?;
+    let panel = Arc::clone(&engine);
     let rt = runtime()?;
     let summary = rt.block_on(async {
         let stdout = io::stdout();
@@ -194,15 +361,65 @@ pub fn run_reward(a: &RewardArgs) -> Result<u8, String> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(0),
         Err(e) => return Err(format!("I/O error: {e}")),
     };
-    let _ = writeln!(
-        io::stderr(),
-        "care reward: {} lines ({} error lines), {} responses rewarded, {} without a reward (see their status)",
-        s.lines,
-        s.failed_lines,
-        s.responses_rewarded,
-        s.responses_without_reward
-    );
+    let _ = writeln!(io::stderr(), "{}", summary_line(&s));
+    if let Some((reward, score)) = panel.panel_agreement() {
+        let show = |a: &care_loop::panel::Alpha| {
+            a.value()
+                .map_or_else(|| "undefined".to_owned(), |v| format!("{v:.4}"))
+        };
+        let _ = writeln!(
+            io::stderr(),
+            "care reward: judge agreement (Krippendorff's alpha, interval): {} over {} responses, {} over {} criterion scores",
+            show(&reward),
+            reward.units(),
+            show(&score),
+            score.units()
+        );
+    }
     Ok(u8::from(a.strict && s.failed_lines > 0))
+}
+
+/// The closing line of `care reward` on stderr: the responses counted by status, so that a
+/// run whose rewards are all settled zeros (`malformed_output`) or nulls says so:
+/// `care reward: 1 line (0 error lines), 7 responses: 2 ok, 5 malformed_output (reward 0)`.
+pub fn summary_line(s: &care_loop::batch::RunSummary) -> String {
+    let total = s.responses_rewarded + s.responses_without_reward;
+    let mut parts: Vec<String> = Vec::with_capacity(s.by_status.len());
+    // `ok` first, then the others by name.
+    let ok = s.by_status.get(care_loop::engine::response_status::OK);
+    parts.extend(ok.map(|n| format!("{n} ok")));
+    for (st, n) in &s.by_status {
+        if *st == care_loop::engine::response_status::OK {
+            continue;
+        }
+        let what = if *st == care_loop::fixed::MALFORMED_OUTPUT {
+            " (reward 0: the output breaks the profile's format)"
+        } else {
+            " (no reward)"
+        };
+        parts.push(format!("{n} {st}{what}"));
+    }
+    let plural = |n: u64, one: &str, many: &str| {
+        if n == 1 {
+            format!("{n} {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
+    let mut line = format!(
+        "care reward: {} ({}), {}",
+        plural(s.lines, "line", "lines"),
+        plural(s.failed_lines, "error line", "error lines"),
+        plural(total, "response", "responses"),
+    );
+    if !parts.is_empty() {
+        line.push_str(": ");
+        line.push_str(&parts.join(", "));
+    }
+    if total > 0 && ok.is_none() {
+        line.push_str("; no response was judged, see each line's status");
+    }
+    line
 }
 
 /// Runs `care serve` until SIGINT or SIGTERM.
@@ -213,7 +430,21 @@ pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
     if a.max_body_bytes == 0 {
         return Err("--max-body-bytes must be at least 1".to_owned());
     }
-    let (engine, kind) = build(&a.loop_args)?;
+    let (mut engine, kind) = build_engine(&a.loop_args)?;
+    let log = match &a.log {
+        Some(path) => {
+            let log = Arc::new(care_loop::log::ResponseLog::open(
+                path,
+                a.log_max_bytes,
+                a.log_queue,
+                Arc::clone(engine.metrics()),
+            )?);
+            engine.set_response_log(Arc::clone(&log));
+            Some(log)
+        }
+        None => None,
+    };
+    let engine = Arc::new(engine);
     let opts = ServerOptions {
         openrlhf_on_failure: a.on_failure,
         max_body_bytes: a.max_body_bytes,
@@ -236,6 +467,10 @@ pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
         care_loop::server::serve(listener, router, care_loop::server::shutdown_signal())
             .await
             .map_err(|e| format!("server error: {e}"))?;
+        if let Some(log) = &log {
+            // Everything answered is queued: write it out before exiting.
+            log.close();
+        }
         let _ = writeln!(io::stderr(), "care serve: stopped after finishing the requests in flight");
         Ok(0)
     })

@@ -3,7 +3,7 @@
 
 use core::mem::size_of;
 
-use care_core::grpo::{GaeOptions, StdKind, WhitenOptions};
+use care_core::grpo::{GaeOptions, MaskedToken, StdKind, WhitenOptions};
 use care_kernels::Tuning;
 use care_kernels::params::WhitenStatsRaw;
 use cudarc::driver::result as cu;
@@ -11,6 +11,18 @@ use cudarc::driver::result as cu;
 use crate::args::{self, Out};
 use crate::gpu::{backend, care_gpu_launch, dev, driver_code, kernel_code, read_launch};
 use crate::result::{care_result, map_error};
+
+/// What a masked token does to the returns' reverse scan (`care_gae_options.masked_token`).
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum care_masked_token {
+    /// Skipped: the chain carries across it (default; verl since 2026-08).
+    CARE_MASKED_TOKEN_SKIP = 0,
+    /// The return restarts at 0 before it (verl's `reinforce_plus_plus` before 2026-08;
+    /// returns only, `care_gae` refuses it).
+    CARE_MASKED_TOKEN_RESET = 1,
+}
 
 /// Options of `care_discounted_returns` and `care_gae`. Initialize with
 /// `care_gae_options_default` (which sets `struct_size`), then change fields.
@@ -24,6 +36,8 @@ pub struct care_gae_options {
     pub gamma: f64,
     /// GAE `lambda` in `[0, 1]` (default 1; not read by `care_discounted_returns`).
     pub lambda: f64,
+    /// A `care_masked_token`.
+    pub masked_token: u32,
 }
 
 /// Options of `care_whiten`. Initialize with `care_whiten_options_default` (which sets
@@ -38,6 +52,8 @@ pub struct care_whiten_options {
     pub std_kind: u32,
     /// Added to the variance under the square root; finite and `>= 0` (default 1e-8).
     pub eps: f64,
+    /// Added to the count in the means (default 0; verl's `masked_mean`: 1e-8).
+    pub count_eps: f64,
 }
 
 /// The token inputs of `care_discounted_returns` and `care_gae`: `token_rewards[T]` on the
@@ -73,6 +89,7 @@ fn gae_to_c(o: &GaeOptions) -> care_gae_options {
         struct_size: size_of::<care_gae_options>() as u32,
         gamma: o.gamma,
         lambda: o.lambda,
+        masked_token: o.masked_token as u32,
     }
 }
 
@@ -81,6 +98,7 @@ fn whiten_to_c(o: &WhitenOptions) -> care_whiten_options {
         struct_size: size_of::<care_whiten_options>() as u32,
         std_kind: o.std_kind as u32,
         eps: o.eps,
+        count_eps: o.count_eps,
     }
 }
 
@@ -94,6 +112,11 @@ unsafe fn read_gae_options(p: *const care_gae_options) -> Result<GaeOptions, car
     let o = GaeOptions {
         gamma: c.gamma,
         lambda: c.lambda,
+        masked_token: args::enum_arg(
+            "care_gae_options.masked_token",
+            c.masked_token,
+            &MaskedToken::ALL,
+        )?,
     };
     args::option_check("care_gae_options", o.check())?;
     Ok(o)
@@ -109,6 +132,7 @@ unsafe fn read_whiten_options(p: *const care_whiten_options) -> Result<WhitenOpt
     let o = WhitenOptions {
         eps: c.eps,
         std_kind: args::enum_arg("care_whiten_options.std_kind", c.std_kind, &StdKind::ALL)?,
+        count_eps: c.count_eps,
     };
     args::option_check("care_whiten_options", o.check())?;
     Ok(o)
@@ -266,6 +290,104 @@ pub unsafe extern "C" fn care_gae(
             Ok(()) => care_result::CARE_OK,
             Err(e) => explain_tokens(map_error(e), &t, &outs),
         }
+    }
+}
+
+/// Discounted returns and their whitening in one call, every intermediate in double (the
+/// returns are never rounded to float before they are whitened): the returns into
+/// `returns_out[returns_len]`, the whitened returns into `advantages_out[advantages_len]` (both
+/// `T`; masked tokens get 0), their mean and std into `mean_out`, `std_out` (optional). verl's
+/// `reinforce_plus_plus`. `inputs->values` must be `(NULL, 0)`. `gae_options`,
+/// `whiten_options` NULL: the defaults. Errors as `care_discounted_returns`, and
+/// `CARE_ERR_NON_FINITE` (nothing written) when a return is not finite.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub unsafe extern "C" fn care_discounted_returns_whitened(
+    inputs: *const care_token_rewards,
+    gae_options: *const care_gae_options,
+    whiten_options: *const care_whiten_options,
+    advantages_out: *mut f32,
+    advantages_len: usize,
+    returns_out: *mut f32,
+    returns_len: usize,
+    mean_out: *mut f64,
+    std_out: *mut f64,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let t = tri!(unsafe { read_tokens(inputs) });
+        if t.values.is_some() {
+            return crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!(
+                    "care_token_rewards.values is set; care_discounted_returns_whitened reads no \
+                     values (pass (NULL, 0), or call care_gae_whitened)"
+                ),
+            );
+        }
+        let opts = tri!(unsafe { read_gae_options(gae_options) });
+        let w = tri!(unsafe { read_whiten_options(whiten_options) });
+        let mean_out = tri!(Out::optional(mean_out));
+        let std_out = tri!(Out::optional(std_out));
+        let adv = tri!(unsafe { args::slice_mut(advantages_out, advantages_len) });
+        let ret = tri!(unsafe { args::slice_mut(returns_out, returns_len) });
+        let outs = [("advantages_len", advantages_len), ("returns_len", returns_len)];
+        let r = care_core::grpo::discounted_returns_whitened(
+            t.rewards, t.offsets, t.mask, &opts, &w, adv, ret,
+        );
+        let (mean, std) = tri!(r.map_err(|e| explain_tokens(map_error(e), &t, &outs)));
+        if let Some(o) = mean_out {
+            unsafe { o.write(mean) };
+        }
+        if let Some(o) = std_out {
+            unsafe { o.write(std) };
+        }
+        care_result::CARE_OK
+    }
+}
+
+/// GAE with its advantages whitened in one call, every intermediate in double: as `care_gae`,
+/// with `advantages_out` whitened over the counted tokens (verl's `gae`; the returns are not
+/// whitened) and the advantages' mean and std before whitening into `mean_out`, `std_out`
+/// (optional). Errors as `care_gae`, and `CARE_ERR_NON_FINITE` (nothing written).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub unsafe extern "C" fn care_gae_whitened(
+    inputs: *const care_token_rewards,
+    gae_options: *const care_gae_options,
+    whiten_options: *const care_whiten_options,
+    advantages_out: *mut f32,
+    advantages_len: usize,
+    returns_out: *mut f32,
+    returns_len: usize,
+    mean_out: *mut f64,
+    std_out: *mut f64,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let t = tri!(unsafe { read_tokens(inputs) });
+        let values = tri!(t.values.ok_or_else(|| crate::detail::fail(
+            care_result::CARE_ERR_NULL_POINTER,
+            format_args!("care_token_rewards.values is NULL; care_gae_whitened needs the values V_t")
+        )));
+        let opts = tri!(unsafe { read_gae_options(gae_options) });
+        let w = tri!(unsafe { read_whiten_options(whiten_options) });
+        let mean_out = tri!(Out::optional(mean_out));
+        let std_out = tri!(Out::optional(std_out));
+        let adv = tri!(unsafe { args::slice_mut(advantages_out, advantages_len) });
+        let ret = tri!(unsafe { args::slice_mut(returns_out, returns_len) });
+        let outs = [("advantages_len", advantages_len), ("returns_len", returns_len)];
+        let r = care_core::grpo::gae_whitened(
+            t.rewards, values, t.offsets, t.mask, &opts, &w, adv, ret,
+        );
+        let (mean, std) = tri!(r.map_err(|e| explain_tokens(map_error(e), &t, &outs)));
+        if let Some(o) = mean_out {
+            unsafe { o.write(mean) };
+        }
+        if let Some(o) = std_out {
+            unsafe { o.write(std) };
+        }
+        care_result::CARE_OK
     }
 }
 

@@ -4,6 +4,7 @@
 //! judge prompt and judge-output parser.
 
 use core::ffi::c_char;
+use core::fmt::Write as _;
 
 use care_core::ScoreOptions;
 use care_core::profile::{
@@ -550,6 +551,20 @@ fn failed_to_c(
 
 /// The code `care_profile_parse` returns for an invalid profile.
 fn parse_failure(report: &ProfileReport) -> care_result {
+    // The detail names every violation with its path (the first ones, within the detail's
+    // length cap), so the caller need not ask for the report.
+    let n = report.violations().len();
+    let mut text = String::new();
+    for (i, v) in report.violations().iter().enumerate() {
+        if i > 0 {
+            text.push_str("; ");
+        }
+        let _ = write!(text, "{v}");
+    }
+    crate::detail::set_if_empty(format_args!(
+        "the profile is invalid ({n} violation{}): {text}",
+        if n == 1 { "" } else { "s" }
+    ));
     match report.violations().first().map(|v| v.code) {
         Some(ProfileCode::NotJson) => care_result::CARE_ERR_NOT_JSON,
         Some(ProfileCode::TrailingText) => care_result::CARE_ERR_TRAILING_TEXT,

@@ -349,11 +349,13 @@ impl Fx {
                 struct_size: sz::<care_gae_options>(),
                 gamma: 0.9,
                 lambda: 0.8,
+                masked_token: 0,
             },
             wo: care_whiten_options {
                 struct_size: sz::<care_whiten_options>(),
                 std_kind: care_std_kind::CARE_STD_BIASED as u32,
                 eps: 1e-6,
+                count_eps: 0.0,
             },
             logp: vec![-1.0, -1.2, -0.7, -2.0, -0.1],
             logp_old: vec![-1.1, -1.0, -0.7, -1.5, -0.2],
@@ -1087,7 +1089,7 @@ fn advantage_options_rows() -> Vec<Row> {
         "options.struct_size too small": |f| f.ao.struct_size = 8 => CARE_ERR_STRUCT_SIZE,
         "options.scale unknown": |f| f.ao.scale = 3 => CARE_ERR_INVALID_ARGUMENT,
         "options.singleton unknown": |f| f.ao.singleton = 9 => CARE_ERR_INVALID_ARGUMENT,
-        "options.reweight unknown": |f| f.ao.reweight = 2 => CARE_ERR_INVALID_ARGUMENT,
+        "options.reweight unknown": |f| f.ao.reweight = 3 => CARE_ERR_INVALID_ARGUMENT,
         "options.baseline unknown": |f| f.ao.baseline = 6 => CARE_ERR_INVALID_ARGUMENT,
         "options: a length-weighted baseline without lengths": |f| {
             f.ao.baseline = 3
@@ -1113,6 +1115,16 @@ fn gae_options_rows() -> Vec<Row> {
         "options.gamma > 1": |f| f.gae_o.gamma = 1.5 => CARE_ERR_INVALID_ARGUMENT,
         "options.gamma NaN": |f| f.gae_o.gamma = f64::NAN => CARE_ERR_INVALID_ARGUMENT,
         "options.lambda < 0": |f| f.gae_o.lambda = -0.1 => CARE_ERR_INVALID_ARGUMENT,
+        "options.masked_token unknown": |f| f.gae_o.masked_token = 2 => CARE_ERR_INVALID_ARGUMENT,
+    ]
+}
+
+fn whiten_options_rows() -> Vec<Row> {
+    rows![
+        "whiten options.struct_size too small": |f| f.wo.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+        "whiten options.std_kind unknown": |f| f.wo.std_kind = 2 => CARE_ERR_INVALID_ARGUMENT,
+        "whiten options.eps negative": |f| f.wo.eps = -1.0 => CARE_ERR_INVALID_ARGUMENT,
+        "whiten options.count_eps NaN": |f| f.wo.count_eps = f64::NAN => CARE_ERR_INVALID_ARGUMENT,
     ]
 }
 
@@ -1122,8 +1134,10 @@ fn loss_options_rows() -> Vec<Row> {
         "options.kl_estimator unknown": |f| f.lo.kl_estimator = 4 => CARE_ERR_INVALID_ARGUMENT,
         "options.aggregation unknown": |f| f.lo.aggregation = 6 => CARE_ERR_INVALID_ARGUMENT,
         "options.ratio_level unknown": |f| f.lo.ratio_level = 3 => CARE_ERR_INVALID_ARGUMENT,
-        "options.policy_loss unknown": |f| f.lo.policy_loss = 7 => CARE_ERR_INVALID_ARGUMENT,
+        "options.policy_loss unknown": |f| f.lo.policy_loss = 8 => CARE_ERR_INVALID_ARGUMENT,
         "options.sequence_count unknown": |f| f.lo.sequence_count = 2 => CARE_ERR_INVALID_ARGUMENT,
+        "options.bypass unknown": |f| f.lo.bypass = 2 => CARE_ERR_INVALID_ARGUMENT,
+        "options.gmpo_weight_floor negative": |f| f.lo.gmpo_weight_floor = -1.0 => CARE_ERR_INVALID_ARGUMENT,
         "options.sapo_tau_neg 0": |f| f.lo.sapo_tau_neg = 0.0 => CARE_ERR_INVALID_ARGUMENT,
         "options: a sequence ratio with CISPO": |f| {
             f.lo.ratio_level = 1;
@@ -1438,6 +1452,34 @@ fn cpu_cases() -> Vec<Case> {
                 "inputs.mask_len != T": |f| f.tr.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
                 "advantages_len != T": |f| f.gae_adv.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
                 "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_discounted_returns_whitened(
+                p(k, 0, &f.tr_ret), &f.gae_o, &f.wo, m(k, 1, f.gae_adv.as_mut_ptr()), f.gae_adv.len(),
+                m(k, 2, f.gae_ret.as_mut_ptr()), f.gae_ret.len(), &raw mut f.wh_mean, &raw mut f.wh_std), 3,
+            [gae_options_rows(), whiten_options_rows(), rows![
+                "inputs.values given": |f| {
+                    f.tr_ret.values = f.tr_values.as_ptr();
+                    f.tr_ret.values_len = T_TOK
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.token_rewards NULL": |f| f.tr_ret.token_rewards = null() => CARE_ERR_NULL_POINTER,
+                "inputs.seq_offsets end != T": |f| f.seq[2] = 4 => CARE_ERR_INVALID_LAYOUT,
+                "inputs.mask_len != T": |f| f.tr_ret.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "advantages_len != T": |f| f.gae_adv.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "a counted reward is NaN": |f| f.tr_rewards[0] = f32::NAN => CARE_ERR_NON_FINITE,
+            ]].concat()
+        },
+        case! { |f, k| care_gae_whitened(
+                p(k, 0, &f.tr), &f.gae_o, &f.wo, m(k, 1, f.gae_adv.as_mut_ptr()), f.gae_adv.len(),
+                m(k, 2, f.gae_ret.as_mut_ptr()), f.gae_ret.len(), &raw mut f.wh_mean, &raw mut f.wh_std), 3,
+            [gae_options_rows(), whiten_options_rows(), rows![
+                "inputs.values NULL": |f| f.tr.values = null() => CARE_ERR_NULL_POINTER,
+                "inputs.values_len != T": |f| f.tr.values_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.seq_offsets decrease": |f| f.seq[1] = 6 => CARE_ERR_INVALID_LAYOUT,
+                "advantages_len != T": |f| f.gae_adv.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "a counted value is inf": |f| f.tr_values[0] = f32::INFINITY => CARE_ERR_NON_FINITE,
             ]].concat()
         },
         case! { |f, k| care_whiten(

@@ -33,6 +33,7 @@
 
 #define CARE_REWEIGHT_NONE 0u
 #define CARE_REWEIGHT_GPG 1u
+#define CARE_REWEIGHT_NONZERO 2u
 
 #define CARE_SCALE_GROUP_STD 0u
 #define CARE_SCALE_BATCH_STD 1u
@@ -98,7 +99,7 @@ struct CareAdvParams {
     float eps;
     care_u32 mode;               // CARE_ADV_*
     float std_floor;             // the std is raised to at least this before eps is added
-    care_u32 reweight;           // CARE_REWEIGHT_*: 1 multiplies every advantage by *alpha
+    care_u32 reweight;           // CARE_REWEIGHT_*: not NONE multiplies every advantage by *alpha
 };
 
 // The batch std's slots (`care_kernels::params::BatchStdWorkRaw`): the arrival counter of the
@@ -366,7 +367,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAd
         c.best = first;
         c.second = (double)cand;
     }
-    double alpha = p.reweight == CARE_REWEIGHT_GPG ? p.alpha[0] : 1.0;
+    double alpha = p.reweight != CARE_REWEIGHT_NONE ? p.alpha[0] : 1.0;
     double s = std;
     if (p.scale == CARE_SCALE_BATCH_STD) {
         s = (double)p.batch_std[0];
@@ -504,9 +505,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) batch_std_f32(CareBatchStdP
 }
 
 // The GPG factor alpha = N / (N - M) (1 when N = M) into *p.alpha: N valid samples, M of them
-// in groups whose advantages are all 0 (care_group_silent). Geometry: grid (1,1,1), blockDim.x a
-// multiple of 32; each warp takes every nwarps-th group. LOCAL decides "all equal" from the
-// rewards (min == max), FINALIZE from the reduced moments (count, m2 == 0).
+// in groups whose advantages are all 0 (care_group_silent); under CARE_REWEIGHT_NONZERO (verl's
+// gpg, LOCAL only) alpha = N / max(1, K), K the valid samples with a nonzero reward. Geometry:
+// grid (1,1,1), blockDim.x a multiple of 32; each warp takes every nwarps-th group. LOCAL
+// decides "all equal" from the rewards (min == max), FINALIZE from the reduced moments (count,
+// m2 == 0).
 extern "C" __global__ void __launch_bounds__(1024, 1) group_alpha_f32(CareAdvParams p) {
     __shared__ double scratch[CARE_WARP];
     const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
@@ -525,17 +528,19 @@ extern "C" __global__ void __launch_bounds__(1024, 1) group_alpha_f32(CareAdvPar
             end = start + p.group_size;
             end = end < p.n ? end : p.n;
         }
-        double cnt = 0.0;
+        double cnt = 0.0, nonzero = 0.0;
         float mn = __uint_as_float(0x7f800000u), mx = __uint_as_float(0xff800000u);
         for (care_u32 i = start + lane; i < end; i += CARE_WARP) {
             float r = p.rewards[i];
             if (care_adv_valid(p, i, r)) {
                 cnt += 1.0;
+                nonzero += r != 0.0f ? 1.0 : 0.0;
                 mn = r < mn ? r : mn;
                 mx = r > mx ? r : mx;
             }
         }
         cnt = care_warp_sum(cnt);
+        nonzero = care_warp_sum(nonzero);
         mn = care_warp_min(mn);
         mx = care_warp_max(mx);
         bool all_equal = mn == mx;
@@ -545,12 +550,20 @@ extern "C" __global__ void __launch_bounds__(1024, 1) group_alpha_f32(CareAdvPar
         }
         if (lane == 0) {
             n_all += cnt;
-            m_all += (cnt > 0.0 && care_group_silent(p, cnt, all_equal)) ? cnt : 0.0;
+            if (p.reweight == CARE_REWEIGHT_NONZERO) {
+                m_all += nonzero; // here m_all counts the nonzero rewards
+            } else {
+                m_all += (cnt > 0.0 && care_group_silent(p, cnt, all_equal)) ? cnt : 0.0;
+            }
         }
     }
     n_all = care_block_sum(n_all, scratch);
     m_all = care_block_sum(m_all, scratch);
     if (threadIdx.x == 0) {
-        p.alpha[0] = n_all - m_all > 0.0 ? n_all / (n_all - m_all) : 1.0;
+        if (p.reweight == CARE_REWEIGHT_NONZERO) {
+            p.alpha[0] = n_all / (m_all > 1.0 ? m_all : 1.0);
+        } else {
+            p.alpha[0] = n_all - m_all > 0.0 ? n_all / (n_all - m_all) : 1.0;
+        }
     }
 }

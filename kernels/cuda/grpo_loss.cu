@@ -37,6 +37,11 @@
 #define CARE_PL_CLIP_COV 4u
 #define CARE_PL_KL_COV 5u
 #define CARE_PL_GMPO 6u
+#define CARE_PL_VESPO 7u
+
+// VESPO's bounds on the sequence's log importance ratio: [ln 1e-8, 20] (TRL's).
+#define CARE_VESPO_LOG_W_MIN (-18.420680743952367f)
+#define CARE_VESPO_LOG_W_MAX 20.0f
 
 // `care_core::grpo::RatioLevel` values.
 #define CARE_RATIO_TOKEN 0u
@@ -152,7 +157,8 @@ struct CareLossParams {
     care_u32 agg;                 // CARE_AGG_*
     care_u32 kl;                  // CARE_KL_*
     care_u32 seq_level;           // 1: sequence-level ratio (GSPO)
-    care_u32 pad0;
+    care_u32 bypass;              // 1: verl bypass mode (logp_old holds the rollout log-probs,
+                                  // see care_prox_of; the weights are not applied)
     float eps_low;
     float eps_high;
     float dual_clip;              // > 1 enables the dual clip
@@ -164,7 +170,7 @@ struct CareLossParams {
     float n_tok_denom;            // > 0: caller's (global) token count
     float n_seq_denom;            // > 0: caller's (global) sequence count
     float horizon;                // > 0: caller's horizon H
-    float pad1;
+    float gmpo_w_floor;           // GMPO: the geometric mean of the weights is of omega + floor
     // The policy-loss family and the rollout correction.
     const void* logp_rollout;     // T[n_tok] or null (no correction, no diagnostics)
     CareRolloutStats* rollout_stats; // device, or null
@@ -191,6 +197,11 @@ struct CareLossParams {
     care_u32 cov_round;           // grpo_cov_radix: the radix round, 0..CARE_COV_ROUNDS-1
     CareCovWork* cov_work;        // device, or null
     care_u64* cov_keys;           // [n_tok] device: each token's candidate key (0: none)
+    // VESPO: the Gamma weight's power and decay for A >= 0 and A < 0.
+    float vespo_k_pos;
+    float vespo_lambda_pos;
+    float vespo_k_neg;
+    float vespo_lambda_neg;
     // The statistics' slots and arrival counter: required with `stats` or `rollout_stats`,
     // else null (no statistics).
     CareLossWork* work;
@@ -395,7 +406,15 @@ __device__ __forceinline__ CareRollTok care_roll_tok(const CareLossParams& p,
 
 template <typename T>
 __device__ __forceinline__ float care_prox(const CareLossParams& p, care_u32 t) {
-    return p.logp_old != 0 ? care_load((const T*)p.logp_old, t) : care_load((const T*)p.logp, t);
+    return p.logp_old != 0 && p.bypass == 0 ? care_load((const T*)p.logp_old, t)
+                                            : care_load((const T*)p.logp, t);
+}
+
+// The proximal log-prob of the rollout correction from a token's old log-prob `lo` and its
+// log-prob `lp`: `lo`, except in bypass mode, where `lo` is the rollout log-prob and the
+// proximal policy is the current one (as a constant).
+__device__ __forceinline__ float care_prox_of(const CareLossParams& p, float lo, float lp) {
+    return p.bypass != 0 ? lp : lo;
 }
 
 // Reduces N values of every thread over the block, the first S by sum and the rest by max
@@ -580,7 +599,8 @@ __device__ __forceinline__ bool care_token_omega(const CareLossParams& p, const 
     }
     CareRollTok r = care_roll_tok(p, rs, prox, care_load((const T*)p.logp_rollout, t));
     if (r.kept) {
-        *omega = r.w;
+        // Bypass mode: the ratio is the importance weight already; only rejections apply.
+        *omega = p.bypass != 0 ? 1.0f : r.w;
         return true;
     }
     *omega = 0.0f;
@@ -662,7 +682,7 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
     // input is read once. Counts are summed as float, exact below 2^24 tokens per sequence.
     const bool with_roll = p.logp_rollout != 0;
     s.scanned = p.mask == 0 || p.agg == CARE_AGG_SEQ_MEAN_TOKEN_MEAN || p.seq_level != 0 ||
-                p.policy == CARE_PL_GMPO || with_roll;
+                p.policy == CARE_PL_GMPO || p.policy == CARE_PL_VESPO || with_roll;
     s.roll = care_roll_none();
     s.n_pre = 0.0f;
     s.n_kept = 0.0f;
@@ -691,7 +711,7 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
             float lp = care_load((const T*)p.logp, t);
             float lo = care_logp_old<T>(p, t, lp);
             float om;
-            if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
+            if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
                 sd += care_clamp(lp - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
             }
         }
@@ -706,7 +726,7 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
                 float lp = care_load((const T*)p.logp, t);
                 float lo = care_logp_old<T>(p, t, lp);
                 float om;
-                if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
+                if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
                     float at = care_adv_at(p, seq, t);
                     CareSurrogate su = care_surrogate(p, at, s.rho_seq);
                     if (su.unclipped) {
@@ -717,6 +737,24 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
             acc = care_block_sum(acc, scratch);
             s.gspo_coef = s.rho_seq / (float)s.n_counted * (s.w * acc);
         }
+    } else if (p.policy == CARE_PL_VESPO && s.n_counted > 0) {
+        // VESPO: the sequence's clamped log importance ratio, the rollout weights folded in per
+        // token (as TRL folds its vLLM ratio); rho_seq holds w, a_mean holds ln w.
+        float v = 0.0f;
+        for (care_u32 t = s.start + threadIdx.x; t < s.end; t += blockDim.x) {
+            float lp = care_load((const T*)p.logp, t);
+            float lo = care_logp_old<T>(p, t, lp);
+            float om;
+            if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
+                v += care_clamp(lp - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
+                if (p.roll_on != 0) {
+                    v += care_clamp(logf(om), CARE_VESPO_LOG_W_MIN, CARE_VESPO_LOG_W_MAX);
+                }
+            }
+        }
+        v = care_block_sum(v, scratch);
+        s.a_mean = care_clamp(v, CARE_VESPO_LOG_W_MIN, CARE_VESPO_LOG_W_MAX);
+        s.rho_seq = expf(s.a_mean);
     } else if (p.policy == CARE_PL_GMPO && s.n_counted > 0) {
         // GMPO: the mean clipped log ratio, the mean advantage and the mean log weight.
         __shared__ float part[3][CARE_WARP];
@@ -725,13 +763,13 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
             float lp = care_load((const T*)p.logp, t);
             float lo = care_logp_old<T>(p, t, lp);
             float om;
-            if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
+            if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
                 float at = care_adv_at(p, seq, t);
                 float delta = care_clamp(lp - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
                 bool live;
                 v[0] += care_gmpo_log_ratio(p, delta, at, &live);
                 v[1] += at;
-                v[2] += logf(om);
+                v[2] += logf(om + p.gmpo_w_floor); // verl: ln(omega + 1e-10)
             }
         }
         care_block_reduce<3, 3>(v, part);
@@ -1278,15 +1316,15 @@ __device__ __forceinline__ void care_grpo_loss_seq(const CareLossParams& p, care
             bool lr_fin = true;
             if (p.roll_on != 0) {
                 float lrl = care_load((const T*)p.logp_rollout, t);
-                CareRollTok rt = care_roll_tok(p, si.roll, lo, lrl);
+                CareRollTok rt = care_roll_tok(p, si.roll, care_prox_of(p, lo, lp), lrl);
                 lr_fin = care_isfinite(lrl);
-                omega = rt.kept ? rt.w : 0.0f;
+                omega = rt.kept ? (p.bypass != 0 ? 1.0f : rt.w) : 0.0f;
                 in_loss = rt.kept || p.rej_zero != 0;
             }
             if (!in_loss) {
                 // Dropped: it leaves the loss, but a non-finite log-prob the correction read
                 // (its sequence statistics did) counts as a non-finite input.
-                st.non_finite += (care_isfinite(lo) && lr_fin) ? 0u : 1u;
+                st.non_finite += (care_isfinite(care_prox_of(p, lo, lp)) && lr_fin) ? 0u : 1u;
             } else {
                 float a = care_adv_at(p, seq, t);
                 float lr = kl_on ? care_load((const T*)p.logp_ref, t) : 0.0f;
@@ -1310,6 +1348,20 @@ __device__ __forceinline__ void care_grpo_loss_seq(const CareLossParams& p, care
                     low = rho < 1.0f - p.eps_low && a < 0.0f;
                     high = rho > 1.0f + p.eps_high && a > 0.0f;
                     dual = su.dual;
+                } else if (p.policy == CARE_PL_VESPO) {
+                    // -sg(phi) A logp, phi = exp(lam + k ln w - lam w) of the sequence's w
+                    // (normalized so phi(1) = 1; 0 where not finite); no rollout weight: it is
+                    // folded into w.
+                    rho = si.rho_seq;
+                    bool pos = a >= 0.0f;
+                    float k = pos ? p.vespo_k_pos : p.vespo_k_neg;
+                    float lam = pos ? p.vespo_lambda_pos : p.vespo_lambda_neg;
+                    lam = lam < 1e-4f ? 1e-4f : lam;
+                    float phi = expf(lam + k * si.a_mean - lam * rho);
+                    phi = care_isfinite(phi) ? phi : 0.0f;
+                    l = -phi * a * lp;
+                    g = -phi * a * si.w;
+                    clipped = low = high = dual = false;
                 } else if (p.policy == CARE_PL_GMPO) {
                     // Every counted token carries the sequence's loss l_i; with the common weight
                     // w, dL/dlogp_t = w * l_i * [delta_t live] (times the weight's mean).

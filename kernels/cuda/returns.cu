@@ -41,6 +41,8 @@ struct CareReturnsParams {
     care_u32 n_tok;
     double gamma;
     double lambda;
+    care_u32 masked_reset;       // 1: the return restarts at 0 before a masked token (returns)
+    care_u32 pad0;
 };
 
 // The whitening statistics in the workspace (`care_kernels::params::WhitenStatsRaw`): written
@@ -64,6 +66,7 @@ struct CareWhitenParams {
     double eps;
     care_u32 unbiased; // 1: divide by (count - 1), 0: by count
     care_u32 pad0;
+    double count_eps;  // added to the count in both means (verl's masked_mean: 1e-8)
 };
 
 __device__ __forceinline__ bool care_counted(const care_u8* mask, care_u64 t) {
@@ -143,9 +146,11 @@ __device__ __forceinline__ void care_ret_stage(const CareRetLane& x, care_u32 la
 }
 
 // One step of the discounted return at a token, from the later tokens' G. A masked token gets 0
-// and leaves the chain as it was (the line a reset at masked tokens would change).
-__device__ __forceinline__ float care_return_step(double gamma, double& g, float r, bool counted) {
+// and leaves the chain as it was, or with `reset` restarts it at 0 (verl's rule until 2026-08).
+__device__ __forceinline__ float care_return_step(double gamma, double& g, float r, bool counted,
+                                                  bool reset) {
     if (!counted) {
+        g = reset ? 0.0 : g;
         return 0.0f;
     }
     g = care_dadd((double)r, care_dmul(gamma, g));
@@ -177,6 +182,7 @@ __device__ __forceinline__ void care_ret_sequence(const CareReturnsParams& p, bo
                                                   CareRetTile& t) {
     const double gamma = p.gamma;
     const double gl = care_dmul(p.gamma, p.lambda);
+    const bool reset = p.masked_reset != 0; // returns only: the plan refuses it for GAE
     double g = 0.0, next_v = 0.0, last = 0.0; // lane 0's recurrence state
     CareRetLane x;
     care_u32 hi = end;
@@ -198,7 +204,7 @@ __device__ __forceinline__ void care_ret_sequence(const CareReturnsParams& p, bo
                     care_gae_step(gamma, gl, next_v, last, t.r[k], t.v[k], t.m[k] != 0, &t.a[k],
                                   &t.g[k]);
                 } else {
-                    t.g[k] = care_return_step(gamma, g, t.r[k], t.m[k] != 0);
+                    t.g[k] = care_return_step(gamma, g, t.r[k], t.m[k] != 0, reset);
                 }
             }
         }
@@ -239,7 +245,8 @@ __device__ __forceinline__ void care_returns(const CareReturnsParams& p, bool ga
 }
 
 // G_t = r_t + gamma * G_next over the counted tokens of each sequence, from the last; masked
-// tokens get 0 and do not break the chain.
+// tokens get 0 and do not break the chain (with masked_reset, the return restarts at 0 before
+// them).
 extern "C" __global__ void __launch_bounds__(CARE_RET_BLOCK, 16)
     discounted_returns_f32(CareReturnsParams p) {
     care_returns(p, false);
@@ -314,15 +321,30 @@ extern "C" __global__ void __launch_bounds__(256, 4) whiten_stats_f32(CareWhiten
     const CareMoments r = care_moments_merge_slots(w->slots, gridDim.x, tree);
     if (threadIdx.x == 0) {
         const double denom = p.unbiased != 0 ? r.count - 1.0 : r.count;
-        const double var = denom > 0.0 ? r.m2 / denom : 0.0;
+        double mean = r.mean, m2 = r.m2;
+        double var = denom > 0.0 ? m2 / denom : 0.0;
+        if (p.count_eps != 0.0 && r.count > 0.0) {
+            // verl's masked_mean: the mean is sum / (count + count_eps), and the squares are
+            // centered on it (the exact M2 plus count * (exact mean - that mean)^2).
+            mean = care_dmul(r.mean, r.count) / (r.count + p.count_eps);
+            const double d = r.mean - mean;
+            m2 = r.m2 + r.count * (d * d);
+            if (denom > 0.0) {
+                // verl's order: masked_mean of the squares, then the Bessel factor n / (n - 1).
+                var = m2 / (r.count + p.count_eps);
+                var = p.unbiased != 0 ? var * (r.count / (r.count - 1.0)) : var;
+            }
+        }
         CareWhitenStats st;
         st.status = r.bad != 0 ? CARE_WHITEN_STATUS_NON_FINITE : 0u;
         st.pad0 = 0;
         st.count = r.count;
-        st.mean = r.mean;
-        st.m2 = r.m2;
+        st.mean = mean;
+        st.m2 = m2;
         st.scale = 1.0 / sqrt(var + p.eps);
-        st.std = denom > 0.0 ? sqrt(var) : 0.0;
+        // The std of the centered squares over the estimator's denominator, as the CPU's
+        // (without count_eps: sqrt(var)).
+        st.std = denom > 0.0 ? sqrt(m2 / denom) : 0.0;
         w->stats = st;
     }
 }

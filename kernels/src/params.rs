@@ -12,7 +12,7 @@
 use core::mem::offset_of;
 
 use care_core::grpo::{
-    AdvantageOptions, Aggregation, Combine, FieldKind, IsLevel, KlEstimator, LossOptions,
+    AdvantageOptions, Aggregation, Bypass, Combine, FieldKind, IsLevel, KlEstimator, LossOptions,
     LossStats, RatioLevel, Rejection, RejectionMode, RolloutStats, Scale, SingletonPolicy,
     StatsField, StdKind,
 };
@@ -183,6 +183,11 @@ pub struct ReturnsParams {
     pub gamma: f64,
     /// GAE `lambda`.
     pub lambda: f64,
+    /// 1: the return restarts at 0 before a masked token
+    /// ([`MaskedToken::Reset`](care_core::grpo::MaskedToken::Reset); returns only).
+    pub masked_reset: u32,
+    /// Padding.
+    pub pad0: u32,
 }
 
 /// Parameters of `whiten_stats_f32` and `whiten_apply_f32` (C `CareWhitenParams`).
@@ -203,6 +208,8 @@ pub struct WhitenParams {
     pub unbiased: u32,
     /// Padding.
     pub pad0: u32,
+    /// Added to the count in the two means (verl's `masked_mean`: `1e-8`; 0 = exact).
+    pub count_eps: f64,
 }
 
 /// The whitening statistics `whiten_stats_f32` leaves at the start of the workspace (C
@@ -308,8 +315,10 @@ pub struct LossParams {
     pub kl: u32,
     /// 1: sequence-level ratio (GSPO).
     pub seq_level: u32,
-    /// Padding.
-    pub pad0: u32,
+    /// 1: verl's bypass mode ([`Bypass::On`](care_core::grpo::Bypass::On)): `logp_old` holds
+    /// the rollout log-probs (the host passes them there), the rollout correction's proximal
+    /// log-probs are `logp` and its weights are not applied.
+    pub bypass: u32,
     /// Lower clip width.
     pub eps_low: f32,
     /// Upper clip width.
@@ -332,8 +341,8 @@ pub struct LossParams {
     pub n_seq_denom: f32,
     /// Horizon `H`, or `<= 0` to read it from `denoms`.
     pub horizon: f32,
-    /// Padding.
-    pub pad1: f32,
+    /// GMPO: the floor under the rollout weights in their geometric mean.
+    pub gmpo_w_floor: f32,
     /// `T[n_tok]` rollout log-probs, or 0 (no rollout correction, no diagnostics).
     pub logp_rollout: u64,
     /// [`RolloutStatsRaw`] device struct (accumulated into) or 0.
@@ -381,6 +390,14 @@ pub struct LossParams {
     pub cov_work: u64,
     /// `u64[n_tok]` device array of candidate keys (with `cov_work`).
     pub cov_keys: u64,
+    /// VESPO: the Gamma weight's power for `A >= 0`.
+    pub vespo_k_pos: f32,
+    /// VESPO: its decay for `A >= 0`.
+    pub vespo_lambda_pos: f32,
+    /// VESPO: the power for `A < 0`.
+    pub vespo_k_neg: f32,
+    /// VESPO: the decay for `A < 0`.
+    pub vespo_lambda_neg: f32,
     /// [`LossWorkRaw`] in the workspace (the statistics' per-block slots), required with
     /// `stats` or `rollout_stats`; 0 when neither is wanted.
     pub work: u64,
@@ -420,6 +437,12 @@ impl LossParams {
             RatioLevel::SequenceToken => 2,
         };
         self.policy = o.policy_loss as u32;
+        self.bypass = u32::from(o.bypass == Bypass::On);
+        self.gmpo_w_floor = o.gmpo_weight_floor as f32;
+        self.vespo_k_pos = o.vespo_k_pos as f32;
+        self.vespo_lambda_pos = o.vespo_lambda_pos as f32;
+        self.vespo_k_neg = o.vespo_k_neg as f32;
+        self.vespo_lambda_neg = o.vespo_lambda_neg as f32;
         self.cov_ratio = o.cov_ratio;
         self.clip_cov_lb = o.clip_cov_lb;
         self.clip_cov_ub = o.clip_cov_ub;
@@ -833,12 +856,13 @@ pub mod layout {
     /// `CareLossParams`.
     pub fn loss() -> Vec<u32> {
         layout!(LossParams: logp, logp_old, logp_ref, adv, mask, seq_offsets, grad, stats,
-            denoms, n_seq, n_tok, adv_per_token, grad_in_input_dtype, agg, kl, seq_level, pad0,
+            denoms, n_seq, n_tok, adv_per_token, grad_in_input_dtype, agg, kl, seq_level, bypass,
             eps_low, eps_high, dual_clip, log_ratio_clamp, kl_clamp, k3_clamp, seq_log_ratio_max,
-            beta, n_tok_denom, n_seq_denom, horizon, pad1, logp_rollout, rollout_stats, policy,
+            beta, n_tok_denom, n_seq_denom, horizon, gmpo_w_floor, logp_rollout, rollout_stats, policy,
             is_level, rej_zero, roll_on, sapo_tau_pos, sapo_tau_neg, is_threshold,
             is_threshold_low, roll_clamp, rej_on, rej_lower, rej_upper, dtype, pad2, cov_ratio,
-            clip_cov_lb, clip_cov_ub, kl_cov_coef, cov_round, cov_work, cov_keys, work)
+            clip_cov_lb, clip_cov_ub, kl_cov_coef, cov_round, cov_work, cov_keys, vespo_k_pos,
+            vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg, work)
     }
 
     /// `CareBatchStdWork`.
@@ -872,12 +896,12 @@ pub mod layout {
     /// `CareReturnsParams`.
     pub fn returns() -> Vec<u32> {
         layout!(ReturnsParams: rewards, values, seq_offsets, mask, adv, ret, status, n_seq, n_tok,
-            gamma, lambda)
+            gamma, lambda, masked_reset, pad0)
     }
 
     /// `CareWhitenParams`.
     pub fn whiten() -> Vec<u32> {
-        layout!(WhitenParams: x, mask, stats, n, eps, unbiased, pad0)
+        layout!(WhitenParams: x, mask, stats, n, eps, unbiased, pad0, count_eps)
     }
 
     /// `CareWhitenStats`.

@@ -227,8 +227,8 @@ fn planted_missing_or_extra_argument_is_reported() {
     // The kernel lost its second parameter: the launcher still passes two.
     let e = planted(
         Module::GrpoLoss,
-        "grpo_loss_denoms_param_0[360],\n\t.param .u64 grpo_loss_denoms_param_1",
-        "grpo_loss_denoms_param_0[360]",
+        "grpo_loss_denoms_param_0[376],\n\t.param .u64 grpo_loss_denoms_param_1",
+        "grpo_loss_denoms_param_0[376]",
     );
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(
@@ -252,8 +252,8 @@ fn planted_missing_or_extra_argument_is_reported() {
 fn planted_swapped_arguments_are_reported() {
     let e = planted(
         Module::GrpoLoss,
-        ".param .align 8 .b8 grpo_loss_denoms_param_0[360],\n\t.param .u64 grpo_loss_denoms_param_1",
-        ".param .u64 grpo_loss_denoms_param_1,\n\t.param .align 8 .b8 grpo_loss_denoms_param_0[360]",
+        ".param .align 8 .b8 grpo_loss_denoms_param_0[376],\n\t.param .u64 grpo_loss_denoms_param_1",
+        ".param .u64 grpo_loss_denoms_param_1,\n\t.param .align 8 .b8 grpo_loss_denoms_param_0[376]",
     );
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(

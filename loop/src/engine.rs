@@ -15,36 +15,89 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::OnceCell;
 
 use crate::cache::{Cache, call_key};
 use crate::config::LoopConfig;
 use crate::llm::{Backend, CallError, ChatMessage, Completion, HttpEndpoint, Role};
 use crate::metrics::Metrics;
-use crate::profile::{CareProfile, Dialogue, JudgeProblem, Prepared, RubricCheck, RubricProfile};
+use crate::profile::{
+    CareProfile, Dialogue, JudgeProblem, Prepared, RubricCheck, RubricJson, RubricProfile,
+};
 use crate::scripted::Scripted;
+use crate::template::{TemplateOut, Templates};
+
+mod judges;
 
 /// Most responses in one turn (a GRPO group is far smaller; this bounds one request's work).
 pub const MAX_RESPONSES: usize = 4096;
 
+/// Largest `meta` object of a turn, serialized, in bytes (it is copied into the output).
+pub const MAX_META_BYTES: usize = 16 << 10;
+
 /// One turn to reward: a `care reward` input line, an element of the server's `turns`.
 ///
-/// A member other than these four is an error (`bad_input`, naming it and the accepted ones):
-/// a misspelled `responses` or `context` must not be read as absent. The caller's own data goes
-/// in `gold`, which is copied to the output.
-#[derive(Clone, Debug, Deserialize)]
+/// A member other than these is an error (`bad_input`, naming it and the accepted ones): a
+/// misspelled `responses` or `context` must not be read as absent. The caller's own data goes
+/// in `gold` or `meta`, which are copied to the output.
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TurnInput {
     /// Copied to the output.
     #[serde(default)]
     pub id: Option<Value>,
-    /// The dialogue up to the seeker's latest turn, as chat messages.
+    /// The dialogue up to the seeker's latest turn, as chat messages (may be left out when
+    /// `prompt` is given).
+    #[serde(default)]
     pub context: Vec<ChatMessage>,
+    /// The dialogue as a chat-templated prompt ([`crate::template`]): read into the dialogue
+    /// when `context` is empty; its template family names the end tokens the responses lose.
+    #[serde(default)]
+    pub prompt: Option<String>,
     /// The candidate responses of the group.
     pub responses: Vec<String>,
-    /// Gold metadata, copied to the output unread.
+    /// Gold metadata, copied to the output; a fixed profile reads `gold.emotion`.
     #[serde(default)]
     pub gold: Option<Value>,
+    /// The caller's metadata, a JSON object of at most [`MAX_META_BYTES`], copied to the output
+    /// as written (`care analyze` groups by `meta.turn`, `meta.emotion`, `meta.variant`).
+    #[serde(default)]
+    pub meta: Option<Meta>,
+}
+
+/// A turn's `meta` as the caller wrote it: the JSON text, members in the caller's order.
+#[derive(Clone, Debug)]
+pub struct Meta(Box<RawValue>);
+
+impl Meta {
+    /// `text` when it is one JSON value (checked when the turn runs: an object, not too large).
+    pub fn from_json(text: &str) -> Option<Meta> {
+        RawValue::from_string(text.to_owned()).ok().map(Meta)
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for Meta {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Serialize for Meta {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Meta {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(d).map(Meta)
+    }
 }
 
 /// A stable code and a message.
@@ -94,6 +147,8 @@ pub mod response_status {
     pub const JUDGE_ERROR: &str = "judge_error";
     /// The turn has no rubric; not judged.
     pub const NO_RUBRIC: &str = "no_rubric";
+    /// The turn's `gold` lacks what the profile's reward needs (a gold emotion); not judged.
+    pub const MISSING_GOLD: &str = "missing_gold";
 }
 
 /// LLM calls of a turn.
@@ -159,6 +214,14 @@ pub struct ResponseResult {
     /// Why there is no reward.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorOut>,
+    /// The judges of a panel: each one's reward, scores and cost, the spread, the flag (absent
+    /// for a single judge, whose output is what it always was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub panel: Option<crate::panel::PanelResult>,
+    /// The end tokens removed from the end of the response before it was checked and judged,
+    /// verbatim ([`crate::template`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stripped: Option<String>,
 }
 
 /// One turn's result (a `care reward` output line without `line`).
@@ -169,8 +232,8 @@ pub struct TurnResult {
     pub id: Option<Value>,
     /// `ok`, `invalid_rubric` or `generator_error`.
     pub rubric_status: &'static str,
-    /// The rubric (the valid one, or the last invalid answer as text).
-    pub rubric: Option<Value>,
+    /// The rubric (the valid one as the generator wrote it, or the last invalid answer as text).
+    pub rubric: Option<RubricJson>,
     /// Generator answers asked for this turn (1 + repairs).
     pub rubric_attempts: u32,
     /// The validation of the last generator answer (`format_reward`, `violations`).
@@ -184,11 +247,20 @@ pub struct TurnResult {
     pub rewards: Vec<Option<f64>>,
     /// One result per response, in input order.
     pub responses: Vec<ResponseResult>,
+    /// Each response's length in characters (Unicode scalar values), in input order: what
+    /// `care analyze` sets the rewards against to catch length hacking.
+    pub response_chars: Vec<u64>,
     /// LLM calls this turn made or found in the cache.
     pub calls: CallCounts,
     /// The input's `gold`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gold: Option<Value>,
+    /// The input's `meta`, as written (only the whitespace between its JSON tokens removed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Meta>,
+    /// How the input's `prompt` was read (absent without a prompt).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template: Option<TemplateOut>,
 }
 
 /// What a trainer without a validity mask gets for a response without a reward.
@@ -308,6 +380,7 @@ type Flights<T> = Mutex<HashMap<String, Arc<OnceCell<T>>>>;
 #[derive(Debug)]
 pub struct Engine {
     profile: Arc<dyn RubricProfile>,
+    templates: Templates,
     /// `None` for a profile with a fixed rubric: no generator is configured or called.
     generator: Option<Backend>,
     judge: Backend,
@@ -318,6 +391,10 @@ pub struct Engine {
     turn_concurrency: usize,
     rubric_flights: Flights<RubricOutcome>,
     judge_flights: Flights<JudgeOutcome>,
+    /// A panel of judges (`None`: the single judge, exactly as it always worked).
+    panel: Option<judges::Panel>,
+    /// `care serve --log`: one record per response.
+    log: Option<Arc<crate::log::ResponseLog>>,
 }
 
 /// How the engine reaches its LLMs.
@@ -342,7 +419,9 @@ impl Engine {
     ) -> Result<Engine, String> {
         let profile: Arc<dyn RubricProfile> = match cfg.profile.as_str() {
             "care" => Arc::new(CareProfile::new(cfg.lenient_rubric)),
-            other => Arc::new(crate::fixed::FixedProfile::builtin(other)?),
+            other => Arc::new(
+                crate::fixed::FixedProfile::builtin(other)?.with_missing_gold(cfg.missing_gold),
+            ),
         };
         Self::with_profile(cfg, kind, cache, metrics, profile)
     }
@@ -359,6 +438,8 @@ impl Engine {
         profile: Arc<dyn RubricProfile>,
     ) -> Result<Engine, String> {
         cfg.check_bounds()?;
+        let panel = judges::Panel::build(cfg, kind, profile.as_ref())?;
+        let templates = Templates::new(&cfg.chat_template, &cfg.end_suffixes)?;
         let needs_generator = profile.fixed_rubric().is_none();
         let (generator, judge) = match kind {
             BackendKind::Http => (
@@ -368,7 +449,10 @@ impl Engine {
                 } else {
                     None
                 },
-                Backend::Http(Box::new(HttpEndpoint::new(cfg.judge.clone(), Role::Judge)?)),
+                Backend::Http(Box::new(HttpEndpoint::new(
+                    judges::first_endpoint(cfg),
+                    Role::Judge,
+                )?)),
             ),
             BackendKind::Scripted => (
                 needs_generator.then(|| Backend::Scripted(Scripted::generator())),
@@ -377,6 +461,7 @@ impl Engine {
         };
         Ok(Engine {
             profile,
+            templates,
             generator,
             judge,
             cache: cache.map(Arc::new),
@@ -386,7 +471,19 @@ impl Engine {
             turn_concurrency: cfg.turn_concurrency,
             rubric_flights: Mutex::new(HashMap::new()),
             judge_flights: Mutex::new(HashMap::new()),
+            panel,
+            log: None,
         })
+    }
+
+    /// Writes one record per rewarded response to `log` (`care serve --log`).
+    pub fn set_response_log(&mut self, log: Arc<crate::log::ResponseLog>) {
+        self.log = Some(log);
+    }
+
+    /// The response log, when there is one.
+    pub fn response_log(&self) -> Option<&Arc<crate::log::ResponseLog>> {
+        self.log.as_ref()
     }
 
     /// The metrics this engine records into.
@@ -413,7 +510,13 @@ impl Engine {
             code: "bad_input".to_owned(),
             message,
         };
-        let dialogue = Dialogue::new(input.context).map_err(bad)?;
+        let meta = check_meta(input.meta).map_err(bad)?;
+        let text = self
+            .templates
+            .read(input.context, input.prompt.as_deref(), &self.metrics)
+            .map_err(bad)?;
+        let seeker_turns = text.messages.iter().filter(|m| m.role == "user").count();
+        let dialogue = Dialogue::new(text.messages).map_err(bad)?;
         if input.responses.is_empty() {
             return Err(bad(
                 "responses is empty: give the group's candidate responses".to_owned(),
@@ -425,14 +528,43 @@ impl Engine {
                 input.responses.len()
             )));
         }
+        // Each response without its template's end tokens, before the format check and the judge.
+        let (responses, stripped): (Vec<String>, Vec<Option<String>>) = input
+            .responses
+            .iter()
+            .map(|r| {
+                let (kept, removed) = self.templates.strip(r, text.tokens, &self.metrics);
+                (kept.to_owned(), removed.map(str::to_owned))
+            })
+            .unzip();
         let counter = Arc::new(Counter::default());
         let rubric = self.rubric_for(&dialogue, &counter).await;
         self.metrics.rubric(rubric.status);
-        let n = input.responses.len();
+        let n = responses.len();
         let mut results: Vec<ResponseResult> = Vec::with_capacity(n);
         let mut rewards = vec![None; n];
-        match &rubric.text {
-            None => {
+        let gold_problem = rubric
+            .text
+            .as_ref()
+            .and_then(|_| self.profile.check_gold(input.gold.as_ref()).err());
+        match (&rubric.text, gold_problem) {
+            (Some(_), Some(message)) => {
+                for _ in 0..n {
+                    results.push(ResponseResult {
+                        reward: None,
+                        status: response_status::MISSING_GOLD,
+                        scores: None,
+                        judge_attempts: 0,
+                        error: Some(ErrorOut {
+                            code: response_status::MISSING_GOLD.to_owned(),
+                            message: message.clone(),
+                        }),
+                        stripped: None,
+                        panel: None,
+                    });
+                }
+            }
+            (None, _) => {
                 for _ in 0..n {
                     results.push(ResponseResult {
                         reward: None,
@@ -444,15 +576,24 @@ impl Engine {
                             message: "the turn has no valid rubric, so no response was judged"
                                 .to_owned(),
                         }),
+                        panel: None,
+                        stripped: None,
                     });
                 }
             }
-            Some(text) => {
+            (Some(text), None) if self.panel.is_some() => {
+                let (r, w) = self
+                    .panel_turn(text, dialogue, &responses, input.gold.as_ref(), &counter)
+                    .await;
+                results = r;
+                rewards = w;
+            }
+            (Some(text), None) => {
                 let text: Arc<str> = Arc::from(text.as_str());
                 let dialogue = Arc::new(dialogue);
                 let mut set = tokio::task::JoinSet::new();
                 let mut settled: Vec<Option<(f64, &'static str)>> = vec![None; n];
-                for (j, resp) in input.responses.iter().enumerate() {
+                for (j, resp) in responses.iter().enumerate() {
                     match self.profile.prepare_response(resp) {
                         Prepared::Settled { reward, status } => {
                             settled[j] = Some((reward, status));
@@ -484,7 +625,7 @@ impl Engine {
                     .collect();
                 let group =
                     self.profile
-                        .score_group(&text, &input.responses, &scores, input.gold.as_ref());
+                        .score_group(&text, &responses, &scores, input.gold.as_ref());
                 let layout = self.profile.layout(&text);
                 for j in 0..n {
                     let r = match (&settled[j], &outcomes[j]) {
@@ -494,6 +635,8 @@ impl Engine {
                             scores: None,
                             judge_attempts: 0,
                             error: None,
+                            panel: None,
+                            stripped: None,
                         },
                         (None, Some(o)) => match &o.scores {
                             Ok(s) => match group.get(j).copied().flatten() {
@@ -503,6 +646,8 @@ impl Engine {
                                     scores: Some(split(s, &layout)),
                                     judge_attempts: o.attempts,
                                     error: None,
+                                    panel: None,
+                                    stripped: None,
                                 },
                                 None => ResponseResult {
                                     reward: None,
@@ -515,6 +660,8 @@ impl Engine {
                                             "the scores do not give a reward under the score policy"
                                                 .to_owned(),
                                     }),
+                                    panel: None,
+                                    stripped: None,
                                 },
                             },
                             Err((status, e)) => ResponseResult {
@@ -523,6 +670,8 @@ impl Engine {
                                 scores: None,
                                 judge_attempts: o.attempts,
                                 error: Some(e.clone()),
+                                panel: None,
+                                stripped: None,
                             },
                         },
                         (None, None) => ResponseResult {
@@ -534,6 +683,8 @@ impl Engine {
                                 code: "internal".to_owned(),
                                 message: "the judge task ended without a result".to_owned(),
                             }),
+                            panel: None,
+                            stripped: None,
                         },
                     };
                     rewards[j] = r.reward;
@@ -541,15 +692,16 @@ impl Engine {
                 }
             }
         }
-        for r in &results {
+        for (r, s) in results.iter_mut().zip(stripped) {
             self.metrics.response(r.status);
+            r.stripped = s;
         }
         let rubric_json = match (&rubric.text, &rubric.last_answer) {
             (Some(t), _) => Some(self.profile.rubric_json(t)),
-            (None, Some(a)) => Some(Value::String(a.clone())),
+            (None, Some(a)) => Some(RubricJson::string(a)),
             (None, None) => None,
         };
-        Ok(TurnResult {
+        let result = TurnResult {
             id: input.id,
             rubric_status: rubric.status,
             rubric: rubric_json,
@@ -559,9 +711,20 @@ impl Engine {
             rubric_error: rubric.error.clone(),
             rewards,
             responses: results,
+            response_chars: input
+                .responses
+                .iter()
+                .map(|r| r.chars().count() as u64)
+                .collect(),
             calls: counter.snapshot(),
             gold: input.gold,
-        })
+            meta,
+            template: text.template,
+        };
+        if let Some(log) = &self.log {
+            log.record_turn(seeker_turns, &result);
+        }
+        Ok(result)
     }
 
     /// The turn's rubric, shared with concurrent requests for the same turn.
@@ -694,13 +857,17 @@ impl Engine {
         let c = Arc::clone(counter);
         let rubric = rubric.to_owned();
         flight(&self.judge_flights, key, || async move {
-            me.judge_loop(&rubric, first, &c).await
+            me.judge_loop(&me.judge, 0, &rubric, first, &c).await
         })
         .await
     }
 
+    /// The judge loop of one judgment by `backend` (sample `sample`: part of every cache key
+    /// but sample 0's).
     async fn judge_loop(
         &self,
+        backend: &Backend,
+        sample: u32,
         rubric: &str,
         first: Vec<ChatMessage>,
         counter: &Counter,
@@ -708,7 +875,10 @@ impl Engine {
         let mut messages = first.clone();
         let mut problem: Option<JudgeProblem> = None;
         for attempt in 1..=self.judge_attempts {
-            let answer = match self.call(Role::Judge, &messages, attempt, counter).await {
+            let answer = match self
+                .call_on(Role::Judge, backend, sample, &messages, attempt, counter)
+                .await
+            {
                 Ok(c) => c.content,
                 Err(e) => {
                     return JudgeOutcome {
@@ -772,10 +942,25 @@ impl Engine {
             },
             Role::Judge => &self.judge,
         };
+        self.call_on(role, backend, 0, messages, attempt, counter)
+            .await
+    }
+
+    /// One LLM call of `backend` through the cache; `sample` (0 for every call but a panel
+    /// judge's later samples) goes into the key's sampling part.
+    async fn call_on(
+        &self,
+        role: Role,
+        backend: &Backend,
+        sample: u32,
+        messages: &[ChatMessage],
+        attempt: u32,
+        counter: &Counter,
+    ) -> Result<Completion, CallError> {
         let key = call_key(
             role,
             backend.model(),
-            &backend.sampling_key(),
+            &crate::panel::sample_sampling_key(&backend.sampling_key(), sample),
             messages,
             attempt,
         );
@@ -860,6 +1045,31 @@ where
         map.remove(&key);
     }
     out
+}
+
+/// A turn's `meta`: a JSON object of at most [`MAX_META_BYTES`], on one line.
+fn check_meta(meta: Option<Meta>) -> Result<Option<Meta>, String> {
+    let Some(meta) = meta else {
+        return Ok(None);
+    };
+    let text = meta.get();
+    if text == "null" {
+        return Ok(None);
+    }
+    if text.len() > MAX_META_BYTES {
+        return Err(format!(
+            "meta has {} bytes; at most {MAX_META_BYTES}: keep labels there, not data",
+            text.len()
+        ));
+    }
+    if !text.starts_with('{') {
+        return Err(
+            "meta must be a JSON object, e.g. {\"turn\": 3, \"emotion\": \"sadness\"}".to_owned(),
+        );
+    }
+    Ok(crate::profile::minify(text)
+        .and_then(|m| Meta::from_json(&m))
+        .or(Some(meta)))
 }
 
 /// Flat scores as one list per dimension.

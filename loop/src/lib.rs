@@ -23,13 +23,16 @@ pub mod config;
 pub mod engine;
 pub mod fixed;
 pub mod llm;
+pub mod log;
 pub mod metrics;
+pub mod panel;
 pub mod profile;
 pub mod scripted;
 pub mod server;
 pub mod stub;
+pub mod template;
 
 pub use cache::Cache;
-pub use config::{EndpointConfig, LoopConfig};
+pub use config::{EndpointConfig, JudgeConfig, JudgeSpec, LoopConfig, PanelConfig};
 pub use engine::{BackendKind, Engine, OnFailure, TurnInput, TurnResult};
 pub use metrics::Metrics;

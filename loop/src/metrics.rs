@@ -38,6 +38,10 @@ pub struct Metrics {
     violations: Family<Labels, Counter>,
     responses: Family<Labels, Counter>,
     in_flight: Gauge<i64, std::sync::atomic::AtomicI64>,
+    panel: crate::panel::PanelMetrics,
+    prompt_templates: Family<Labels, Counter>,
+    responses_stripped: Family<Labels, Counter>,
+    log_records: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -63,8 +67,13 @@ impl Metrics {
             violations: Family::default(),
             responses: Family::default(),
             in_flight: Gauge::default(),
+            panel: crate::panel::PanelMetrics::default(),
+            prompt_templates: Family::default(),
+            responses_stripped: Family::default(),
+            log_records: Family::default(),
             registry: Registry::default(),
         };
+        m.panel.register(&mut registry);
         registry.register(
             "http_requests",
             "HTTP requests answered, by route and status code",
@@ -125,7 +134,27 @@ impl Metrics {
             "Responses by status (ok, judge_invalid, judge_error, no_rubric, or a profile's settled status such as malformed_output)",
             m.responses.clone(),
         );
+        registry.register(
+            "prompt_templates",
+            "Turn prompts by chat-template family (or none) and status (parsed, plain, unrecognised, off)",
+            m.prompt_templates.clone(),
+        );
+        registry.register(
+            "responses_stripped",
+            "Responses whose trailing end-of-turn tokens were removed, by family (a family's name, any, or none for the extra suffixes only)",
+            m.responses_stripped.clone(),
+        );
+        registry.register(
+            "log_records",
+            "Records of the response log (care serve --log), by result (written, dropped when the writer's queue was full, failed)",
+            m.log_records.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// The series of judge panels.
+    pub fn panel(&self) -> &crate::panel::PanelMetrics {
+        &self.panel
     }
 
     /// The OpenMetrics text of every series.
@@ -221,5 +250,29 @@ impl Metrics {
         self.responses
             .get_or_create(&vec![("status", status.to_owned())])
             .inc();
+    }
+
+    /// A turn's prompt read with a chat template (`family` a name or `none`).
+    pub fn prompt_template(&self, family: &str, status: &'static str) {
+        self.prompt_templates
+            .get_or_create(&vec![
+                ("family", family.to_owned()),
+                ("status", status.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// A response lost its trailing end tokens.
+    pub fn response_stripped(&self, family: &'static str) {
+        self.responses_stripped
+            .get_or_create(&vec![("family", family.to_owned())])
+            .inc();
+    }
+
+    /// `n` records of the response log `written`, `dropped` or `failed`.
+    pub fn log_records(&self, result: &'static str, n: u64) {
+        self.log_records
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc_by(n);
     }
 }

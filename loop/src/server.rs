@@ -233,6 +233,8 @@ async fn reward_groups(State(s): State<Arc<AppState>>, body: Bytes) -> Response 
         };
         let results = run_turns(&st.engine, req.turns).await;
         let mut out = Vec::with_capacity(results.len());
+        // Under `error`, every turn's failures are named, not only the first turn's.
+        let mut no_reward = Vec::new();
         for (i, r) in results.into_iter().enumerate() {
             let mut r = match r {
                 Ok(r) => r,
@@ -246,15 +248,12 @@ async fn reward_groups(State(s): State<Arc<AppState>>, body: Bytes) -> Response 
             };
             match r.trainer_rewards(policy) {
                 Ok(rw) => r.rewards = rw,
-                Err(msg) => {
-                    return error_response(
-                        StatusCode::BAD_GATEWAY,
-                        "no_reward",
-                        format!("turns[{i}]: {msg}"),
-                    );
-                }
+                Err(msg) => no_reward.push(format!("turns[{i}]: {msg}")),
             }
             out.push(r);
+        }
+        if !no_reward.is_empty() {
+            return error_response(StatusCode::BAD_GATEWAY, "no_reward", no_reward.join("; "));
         }
         // A struct, not `json!`: the results keep the field order of `care reward`'s lines.
         #[derive(Serialize)]
@@ -275,26 +274,103 @@ struct OpenRlhfRequest {
     labels: Option<Vec<Value>>,
 }
 
-/// The dialogue of one OpenRLHF sample: its label when the label holds chat messages (a JSON
-/// array, a string holding one, or an object with `context`), else the prompt text as one
-/// user message.
-fn context_of(prompt: &str, label: Option<&Value>) -> Vec<ChatMessage> {
-    let parsed: Option<Value> = match label {
-        Some(Value::String(s)) => serde_json::from_str(s).ok(),
-        Some(v) => Some(v.clone()),
-        None => None,
+/// What an OpenRLHF label (`--label_key`) gives a sample: its dialogue and its gold.
+#[derive(Debug, Default, PartialEq)]
+struct Label {
+    context: Vec<ChatMessage>,
+    gold: Option<Value>,
+}
+
+/// Reads one label: absent, `null` or `""` (OpenRLHF's label without `--label_key`) give
+/// nothing; chat messages (a JSON array) the dialogue; an object `{"context": [...], "gold":
+/// {...}}` (either member may be left out) the dialogue and the gold; a string holding any of
+/// these reads as it. Anything else is refused: a label is never silently ignored.
+fn label_of(label: Option<&Value>) -> Result<Label, String> {
+    const FORMS: &str = "a label is chat messages [{\"role\",\"content\"}, ...], an object \
+         {\"context\": [...], \"gold\": {\"emotion\": ...}}, or a JSON string of either";
+    let parsed: Value = match label {
+        None | Some(Value::Null) => return Ok(Label::default()),
+        Some(Value::String(s)) if s.trim().is_empty() => return Ok(Label::default()),
+        Some(Value::String(s)) => serde_json::from_str(s)
+            .map_err(|e| format!("the label is a string that is not JSON ({e}): {FORMS}"))?,
+        Some(v) => v.clone(),
     };
-    let messages = match parsed {
-        Some(Value::Object(mut o)) => o.remove("context"),
-        other => other,
+    let messages = |v: Value| {
+        serde_json::from_value::<Vec<ChatMessage>>(v)
+            .map_err(|e| format!("the label's dialogue is not chat messages ({e}): {FORMS}"))
     };
-    if let Some(v) = messages
-        && let Ok(m) = serde_json::from_value::<Vec<ChatMessage>>(v)
-        && !m.is_empty()
-    {
-        return m;
+    match parsed {
+        Value::Null => Ok(Label::default()),
+        Value::Array(_) => Ok(Label {
+            context: messages(parsed)?,
+            gold: None,
+        }),
+        Value::Object(mut o) => {
+            if let Some(k) = o.keys().find(|k| !matches!(k.as_str(), "context" | "gold")) {
+                return Err(format!("the label has a member {k:?}: {FORMS}"));
+            }
+            let context = match o.remove("context") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(v) => messages(v)?,
+            };
+            Ok(Label {
+                context,
+                gold: o.remove("gold").filter(|g| !g.is_null()),
+            })
+        }
+        _ => Err(FORMS.to_owned()),
     }
-    vec![ChatMessage::new("user", prompt)]
+}
+
+/// The response of a query: the query without its prompt. A query whose start differs from the
+/// prompt only in whitespace (a tokenizer's decode round trip can move spaces around special
+/// tokens) is cut after the last character of the prompt.
+fn response_of<'q>(query: &'q str, prompt: &str) -> Option<&'q str> {
+    if let Some(r) = query.strip_prefix(prompt) {
+        return Some(r);
+    }
+    let mut q = query.char_indices().peekable();
+    for p in prompt.chars().filter(|c| !c.is_whitespace()) {
+        loop {
+            let (_, c) = q.next()?;
+            if c == p {
+                break;
+            }
+            if !c.is_whitespace() {
+                return None;
+            }
+        }
+    }
+    Some(q.peek().map_or("", |&(i, _)| query.get(i..).unwrap_or("")))
+}
+
+/// Under `--on-failure error`: every query of the batch without a reward, across all groups,
+/// by its index in the request (`query[i]`), with its group (one per distinct dialogue, in
+/// order of first appearance), its place in the group, the group's rubric status and its own
+/// status.
+fn openrlhf_failures(results: &[Result<TurnResult, ErrorOut>], place: &[(usize, usize)]) -> String {
+    let mut failed = Vec::new();
+    let mut groups = std::collections::BTreeSet::new();
+    for (i, &(t, j)) in place.iter().enumerate() {
+        let Some(Ok(r)) = results.get(t) else {
+            continue;
+        };
+        if let Some(resp) = r.responses.get(j).filter(|x| x.reward.is_none()) {
+            groups.insert(t);
+            failed.push(format!(
+                "query[{i}] (group {t}, responses[{j}], rubric {}): {}",
+                r.rubric_status, resp.status
+            ));
+        }
+    }
+    format!(
+        "no reward for {} of {} queries in {} of {} groups (--on-failure error): {}",
+        failed.len(),
+        place.len(),
+        groups.len(),
+        results.len(),
+        failed.join("; ")
+    )
 }
 
 async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
@@ -328,26 +404,36 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
                 format!("{n} queries but {} labels", l.len()),
             );
         }
-        // Group the samples by dialogue: one turn (one rubric) per distinct context.
+        // Group the samples by dialogue: one turn (one rubric) per distinct context (the label's,
+        // else the templated prompt) and gold.
         let mut turns: Vec<TurnInput> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
         let mut place: Vec<(usize, usize)> = Vec::with_capacity(n);
         for (i, (q, p)) in req.query.iter().zip(&prompts).enumerate() {
-            let Some(resp) = q.strip_prefix(p.as_str()) else {
+            let Some(resp) = response_of(q, p) else {
                 return error_response(
                     StatusCode::BAD_REQUEST,
                     "bad_request",
                     format!("query[{i}] does not start with prompts[{i}]"),
                 );
             };
-            let context = context_of(p, req.labels.as_ref().and_then(|l| l.get(i)));
-            let key = serde_json::to_string(&context).unwrap_or_default();
+            let label = match label_of(req.labels.as_ref().and_then(|l| l.get(i))) {
+                Ok(l) => l,
+                Err(e) => {
+                    return error_response(
+                        StatusCode::BAD_REQUEST,
+                        "bad_label",
+                        format!("labels[{i}]: {e}"),
+                    );
+                }
+            };
+            let key = serde_json::to_string(&(&label.context, &label.gold, p)).unwrap_or_default();
             let t = *index.entry(key).or_insert_with(|| {
                 turns.push(TurnInput {
-                    id: None,
-                    context,
-                    responses: Vec::new(),
-                    gold: None,
+                    context: label.context,
+                    prompt: Some(p.clone()),
+                    gold: label.gold,
+                    ..TurnInput::default()
                 });
                 turns.len() - 1
             });
@@ -359,6 +445,7 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
         }
         let results = run_turns(&st.engine, turns).await;
         let mut per_turn: Vec<(Vec<Option<f64>>, &TurnResult)> = Vec::with_capacity(results.len());
+        let mut any_failed = false;
         for (t, r) in results.iter().enumerate() {
             let r = match r {
                 Ok(r) => r,
@@ -373,13 +460,23 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
             };
             match r.trainer_rewards(st.opts.openrlhf_on_failure) {
                 Ok(rw) => per_turn.push((rw, r)),
-                Err(msg) => return error_response(StatusCode::BAD_GATEWAY, "no_reward", msg),
+                Err(_) => {
+                    any_failed = true;
+                    per_turn.push((Vec::new(), r));
+                }
             }
+        }
+        if any_failed {
+            let msg = openrlhf_failures(&results, &place);
+            return error_response(StatusCode::BAD_GATEWAY, "no_reward", msg);
         }
         let mut rewards = Vec::with_capacity(n);
         let mut valid = Vec::with_capacity(n);
         let mut rubric_ok = Vec::with_capacity(n);
         let mut judge_attempts = Vec::with_capacity(n);
+        let mut panel_logs = Vec::with_capacity(n);
+        let mut template_parsed = Vec::with_capacity(n);
+        let mut stripped = Vec::with_capacity(n);
         for &(t, j) in &place {
             let Some((rw, r)) = per_turn.get(t) else {
                 return error_response(
@@ -402,16 +499,35 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
                 0.0
             });
             judge_attempts.push(f64::from(resp.map_or(0, |x| x.judge_attempts)));
+            panel_logs.push(resp.and_then(|x| x.panel.as_ref()));
+            let parsed = r
+                .template
+                .as_ref()
+                .is_some_and(|x| x.status == crate::template::template_status::PARSED);
+            template_parsed.push(if parsed { 1.0 } else { 0.0 });
+            stripped.push(if resp.is_some_and(|x| x.stripped.is_some()) {
+                1.0
+            } else {
+                0.0
+            });
         }
-        json_response(&json!({
+        let mut body = json!({
             "rewards": rewards,
             "scores": rewards,
             "extra_logs": {
                 "care_valid": valid,
                 "care_rubric_ok": rubric_ok,
                 "care_judge_attempts": judge_attempts,
+                "care_template_parsed": template_parsed,
+                "care_stripped": stripped,
             }
-        }))
+        });
+        if st.engine.panel_agreement().is_some()
+            && let Some(logs) = body.get_mut("extra_logs").and_then(Value::as_object_mut)
+        {
+            logs.extend(crate::panel::extra_logs(&panel_logs));
+        }
+        json_response(&body)
     })
     .await
 }

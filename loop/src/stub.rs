@@ -15,7 +15,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::llm::{ChatMessage, Role};
@@ -118,6 +118,7 @@ impl Stub {
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(handle))
+            .route("/stub/calls", get(calls))
             .with_state(Arc::clone(&state));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -143,6 +144,26 @@ impl Stub {
     pub fn count(&self, role: Role) -> usize {
         self.calls().iter().filter(|c| c.role == role).count()
     }
+}
+
+/// `GET /stub/calls`: every request so far, `[{"role": "generator" | "judge", "messages": [...]}]`
+/// (for tests in another process, such as the Python trainer tests).
+async fn calls(State(s): State<Arc<StubState>>) -> Response {
+    let list: Vec<Value> = s
+        .calls
+        .lock()
+        .map(|c| {
+            c.iter()
+                .map(|r| json!({"role": r.role.as_str(), "messages": r.messages}))
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        Value::Array(list).to_string(),
+    )
+        .into_response()
 }
 
 async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {
@@ -243,4 +264,86 @@ pub fn judge_answer(rubric: &str, score: u8) -> String {
         }
     }
     json!({ "criterion_scores": items }).to_string()
+}
+
+/// The `(category, title)` of every criterion, in rubric order, of a rubric
+/// (`{"categories": [...]}`) or of a fixed profile's JSON (`{"dimensions": [...]}`).
+pub fn rubric_criteria(json: &str) -> Vec<(String, String)> {
+    let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+    let (list, name) = match (v.get("categories"), v.get("dimensions")) {
+        (Some(c), _) => (c, "category"),
+        (None, Some(d)) => (d, "name"),
+        (None, None) => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    for c in list.as_array().into_iter().flatten() {
+        let cat = c.get(name).and_then(Value::as_str).unwrap_or("");
+        for k in c
+            .get("criteria")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let title = k.get("title").and_then(Value::as_str).unwrap_or("");
+            out.push((cat.to_owned(), title.to_owned()));
+        }
+    }
+    out
+}
+
+/// The indices of `criteria` (see [`rubric_criteria`]) in the order a judge prompt lists them:
+/// by where each title first occurs in `prompt`, whatever the prompt's layout (criteria whose
+/// title does not occur are left out).
+pub fn criteria_in_prompt(prompt: &str, criteria: &[(String, String)]) -> Vec<usize> {
+    let mut found: Vec<(usize, usize)> = criteria
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, title))| prompt.find(title.as_str()).map(|p| (p, i)))
+        .collect();
+    found.sort_unstable();
+    found.into_iter().map(|(_, i)| i).collect()
+}
+
+/// How one stub judge of a panel answers: judges that disagree in known ways.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PanelJudge {
+    /// Every criterion gets its base score plus this offset, clamped to `0..=5`.
+    Offset(i8),
+    /// A position bias: the criterion the prompt lists first gets this score, every other one
+    /// its base score.
+    FirstListed(u8),
+    /// Answers this HTTP status every time.
+    Failing(u16),
+}
+
+/// The answer of stub judge `judge` to the judge request `req`: the scores of `criteria` (see
+/// [`rubric_criteria`]), `base(i)` being the base score of criterion `i` (rubric order), with
+/// the items in the order the prompt lists the criteria, as a judge reading it would write them.
+pub fn panel_reply(
+    req: &StubRequest,
+    criteria: &[(String, String)],
+    judge: PanelJudge,
+    base: impl Fn(usize) -> u8,
+) -> StubReply {
+    let prompt = req.messages.first().map_or("", |m| m.content.as_str());
+    let shown = criteria_in_prompt(prompt, criteria);
+    let items: Vec<Value> = shown
+        .iter()
+        .enumerate()
+        .filter_map(|(place, &i)| {
+            let (cat, title) = criteria.get(i)?;
+            let b = i16::from(base(i));
+            let score = match judge {
+                PanelJudge::Offset(o) => (b + i16::from(o)).clamp(0, 5),
+                PanelJudge::FirstListed(s) if place == 0 => i16::from(s),
+                PanelJudge::FirstListed(_) => b,
+                PanelJudge::Failing(_) => return None,
+            };
+            Some(json!({"category": cat, "criterion_title": title, "score": score}))
+        })
+        .collect();
+    match judge {
+        PanelJudge::Failing(status) => StubReply::Status(status, None),
+        _ => StubReply::Content(json!({ "criterion_scores": items }).to_string()),
+    }
 }

@@ -54,6 +54,10 @@ class Rubric:
 RubricLike = Union[Rubric, str, bytes]
 
 PROFILE_NAMES: List[str]
+TEMPLATE_FAMILIES: List[str]
+
+def read_prompt(prompt: str, template: str = "auto") -> Tuple[Optional[str], List[Tuple[str, str]]]: ...
+def strip_end_tokens(response: str, template: str = "auto", extra: Sequence[str] = ()) -> Tuple[str, str]: ...
 
 class Profile:
     def __init__(self, name_or_json: Text) -> None: ...
@@ -161,7 +165,18 @@ def policy_loss_workspace_bytes(options: str, n_tokens: int) -> int: ...
 def discounted_returns(
     token_rewards: Array, seq_offsets: Array, returns: Array, gamma: float = 1.0,
     mask: Optional[Array] = None, stream: int = 0, workspace: Optional[Array] = None,
+    masked_token: str = "skip",
 ) -> None: ...
+def discounted_returns_whitened(
+    token_rewards: Array, seq_offsets: Array, advantages: Array, returns: Array,
+    gamma: float = 1.0, mask: Optional[Array] = None, masked_token: str = "skip",
+    eps: float = 1e-8, std_kind: str = "unbiased", count_eps: float = 0.0,
+) -> Tuple[float, float]: ...
+def gae_whitened(
+    token_rewards: Array, values: Array, seq_offsets: Array, advantages: Array, returns: Array,
+    gamma: float = 1.0, lambda_: float = 1.0, mask: Optional[Array] = None, eps: float = 1e-8,
+    std_kind: str = "unbiased", count_eps: float = 0.0,
+) -> Tuple[float, float]: ...
 def gae(
     token_rewards: Array, values: Array, seq_offsets: Array, advantages: Array, returns: Array,
     gamma: float = 1.0, lambda_: float = 1.0, mask: Optional[Array] = None, stream: int = 0,
@@ -169,7 +184,7 @@ def gae(
 ) -> None: ...
 def whiten(
     values: Array, eps: float = 1e-8, std_kind: str = "unbiased", mask: Optional[Array] = None,
-    stream: int = 0, workspace: Optional[Array] = None,
+    stream: int = 0, workspace: Optional[Array] = None, count_eps: float = 0.0,
 ) -> Optional[Tuple[float, float]]: ...
 def rollout_correction(
     logp_old: Array, logp_rollout: Array, seq_offsets: Array, weights: Array, keep: Array,

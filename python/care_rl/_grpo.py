@@ -315,12 +315,19 @@ def _on_cuda(*xs) -> bool:
 
 
 def discounted_returns(
-    token_rewards: Array, seq_offsets: Optional[Array] = None, mask: Optional[Array] = None, *, gamma: float = 1.0
+    token_rewards: Array,
+    seq_offsets: Optional[Array] = None,
+    mask: Optional[Array] = None,
+    *,
+    gamma: float = 1.0,
+    masked_token: str = "skip",
 ) -> np.ndarray:
     """Discounted returns ``G_t = r_t + gamma * G_next`` over each sequence's counted tokens
     (SPEC §18; REINFORCE++ before whitening, ReMax's reward-to-go with ``gamma = 1``).
     ``token_rewards``: ``[T]`` with CSR ``seq_offsets`` or padded ``[B, L]`` (with an optional
-    ``[B, L]`` mask). Returns float32 of the same shape, 0 on masked tokens.
+    ``[B, L]`` mask). Returns float32 of the same shape, 0 on masked tokens. A masked token is
+    skipped (``masked_token="skip"``, verl since 2026-08) or restarts the return before it
+    (``"reset"``, verl before).
 
     CUDA tensors are passed to :func:`care_rl.torch.discounted_returns`, which returns a CUDA
     tensor, bit-identical to the host result, without synchronizing (a malformed layout is
@@ -328,12 +335,41 @@ def discounted_returns(
     if _on_cuda(token_rewards, seq_offsets, mask):
         from . import torch as ct
 
-        return ct.discounted_returns(token_rewards, seq_offsets, mask, gamma=gamma)
+        return ct.discounted_returns(token_rewards, seq_offsets, mask, gamma=gamma, masked_token=masked_token)
     r = _f32(token_rewards, "token_rewards")
     offs = _token_layout(r, seq_offsets, "token_rewards")
     out = np.empty(r.size, dtype=np.float32)
-    _care.discounted_returns(np.ascontiguousarray(r).reshape(-1), offs, out, float(gamma), _mask(mask, "mask"))
+    _care.discounted_returns(
+        np.ascontiguousarray(r).reshape(-1), offs, out, float(gamma), _mask(mask, "mask"), masked_token=masked_token
+    )
     return out.reshape(r.shape)
+
+
+def discounted_returns_whitened(
+    token_rewards: Array,
+    seq_offsets: Optional[Array] = None,
+    mask: Optional[Array] = None,
+    *,
+    gamma: float = 1.0,
+    masked_token: str = "skip",
+    eps: float = 1e-8,
+    std_kind: str = "unbiased",
+    count_eps: float = 0.0,
+):
+    """:func:`discounted_returns` whitened over the counted tokens in one call, every
+    intermediate in float64 (the returns are never rounded before they are whitened; verl's
+    ``reinforce_plus_plus`` with ``count_eps=1e-8``, its ``masked_mean``). Returns
+    ``(advantages, returns, mean, std)``: float32 of ``token_rewards``' shape (0 where masked)
+    and the returns' statistics. Host arrays only."""
+    r = _f32(token_rewards, "token_rewards")
+    offs = _token_layout(r, seq_offsets, "token_rewards")
+    adv = np.empty(r.size, dtype=np.float32)
+    ret = np.empty(r.size, dtype=np.float32)
+    mean, std = _care.discounted_returns_whitened(
+        np.ascontiguousarray(r).reshape(-1), offs, adv, ret, float(gamma), _mask(mask, "mask"), masked_token,
+        float(eps), std_kind, float(count_eps),
+    )  # fmt: skip
+    return adv.reshape(r.shape), ret.reshape(r.shape), mean, std
 
 
 def gae(
@@ -365,9 +401,40 @@ def gae(
     return adv.reshape(r.shape), ret.reshape(r.shape)
 
 
-def whiten(values: Array, mask: Optional[Array] = None, *, eps: float = 1e-8, std_kind: str = "unbiased"):
+def gae_whitened(
+    token_rewards: Array,
+    values: Array,
+    seq_offsets: Optional[Array] = None,
+    mask: Optional[Array] = None,
+    *,
+    gamma: float = 1.0,
+    lambda_: float = 1.0,
+    eps: float = 1e-8,
+    std_kind: str = "unbiased",
+    count_eps: float = 0.0,
+):
+    """:func:`gae` with the advantages whitened over the counted tokens in one call, every
+    intermediate in float64 (verl's ``gae`` with ``count_eps=1e-8``); the returns are not
+    whitened. Returns ``(advantages, returns, mean, std)`` (the statistics of the advantages
+    before whitening). Host arrays only."""
+    r = _f32(token_rewards, "token_rewards")
+    offs = _token_layout(r, seq_offsets, "token_rewards")
+    v = _arr(values, np.float32, "values")
+    adv = np.empty(r.size, dtype=np.float32)
+    ret = np.empty(r.size, dtype=np.float32)
+    mean, std = _care.gae_whitened(
+        np.ascontiguousarray(r).reshape(-1), v, offs, adv, ret, float(gamma), float(lambda_), _mask(mask, "mask"),
+        float(eps), std_kind, float(count_eps),
+    )  # fmt: skip
+    return adv.reshape(r.shape), ret.reshape(r.shape), mean, std
+
+
+def whiten(
+    values: Array, mask: Optional[Array] = None, *, eps: float = 1e-8, std_kind: str = "unbiased", count_eps: float = 0.0
+):
     """``(x - mean) / sqrt(var + eps)`` over the counted values (SPEC §18; verl's
-    ``masked_whiten`` with the defaults, OpenRLHF with ``std_kind="biased"``). Returns
+    ``masked_whiten`` with the defaults and exact means, or with ``count_eps=1e-8`` as its
+    ``masked_mean`` divides; OpenRLHF with ``std_kind="biased"``). Returns
     ``(whitened, mean, std)``: a float32 copy of ``values``' shape (0 where masked) and the
     statistics of the counted values.
 
@@ -377,8 +444,8 @@ def whiten(values: Array, mask: Optional[Array] = None, *, eps: float = 1e-8, st
     if _on_cuda(values, mask):
         from . import torch as ct
 
-        return ct.whiten(values, mask, eps=eps, std_kind=std_kind)
+        return ct.whiten(values, mask, eps=eps, std_kind=std_kind, count_eps=count_eps)
     v = np.array(_f32(values, "values"))  # a copy: whitened in place below
     flat = v.reshape(-1)
-    mean, std = _care.whiten(flat, float(eps), std_kind, _mask(mask, "mask"))
+    mean, std = _care.whiten(flat, float(eps), std_kind, _mask(mask, "mask"), count_eps=float(count_eps))
     return flat.reshape(v.shape), mean, std

@@ -832,19 +832,22 @@ def _not_differentiable(name: str):
 
 
 @torch.library.custom_op("care::discounted_returns", mutates_args=())
-def _returns_op(token_rewards: Tensor, seq_offsets: Tensor, mask: Optional[Tensor], gamma: float) -> Tensor:
+def _returns_op(
+    token_rewards: Tensor, seq_offsets: Tensor, mask: Optional[Tensor], gamma: float, masked_token: str
+) -> Tensor:
     out = torch.empty(token_rewards.shape, dtype=torch.float32, device=token_rewards.device)
     ws = _workspace(token_rewards)
     with _On(token_rewards):
         _care.discounted_returns(
             _dl(token_rewards), _dl(seq_offsets), _dl(out), gamma, _dl(mask), _stream(token_rewards), _dl(ws),
+            masked_token,
         )  # fmt: skip
     _check(ws, _care.check_tokens_status)
     return out
 
 
 @_returns_op.register_fake
-def _(token_rewards, seq_offsets, mask, gamma):
+def _(token_rewards, seq_offsets, mask, gamma, masked_token):
     return torch.empty_like(token_rewards, dtype=torch.float32)
 
 
@@ -876,11 +879,13 @@ _gae_op.register_autograd(_not_differentiable("gae"), setup_context=_no_grad_set
 
 
 @torch.library.custom_op("care::whiten", mutates_args=())
-def _whiten_op(values: Tensor, mask: Optional[Tensor], eps: float, std_kind: str) -> Tuple[Tensor, Tensor]:
+def _whiten_op(
+    values: Tensor, mask: Optional[Tensor], eps: float, std_kind: str, count_eps: float
+) -> Tuple[Tensor, Tensor]:
     out = values.to(torch.float32, copy=True).contiguous()  # whitened in place below
     ws = _workspace(values)
     with _On(values):
-        got = _care.whiten(_dl(out), eps, std_kind, _dl(mask), _stream(values), _dl(ws))
+        got = _care.whiten(_dl(out), eps, std_kind, _dl(mask), _stream(values), _dl(ws), count_eps)
     if ws is None:
         return out, torch.tensor(got, dtype=torch.float64)
     _check(ws, _care.check_whiten_status)
@@ -891,7 +896,7 @@ def _whiten_op(values: Tensor, mask: Optional[Tensor], eps: float, std_kind: str
 
 
 @_whiten_op.register_fake
-def _(values, mask, eps, std_kind):
+def _(values, mask, eps, std_kind, count_eps):
     return torch.empty_like(values, dtype=torch.float32), values.new_empty(2, dtype=torch.float64)
 
 
@@ -907,9 +912,10 @@ def _token_offsets(x: Tensor, seq_offsets, name: str) -> Tensor:
     return torch.arange(b + 1, dtype=torch.int32, device=x.device) * length
 
 
-def discounted_returns(token_rewards, seq_offsets=None, mask=None, *, gamma: float = 1.0) -> Tensor:
+def discounted_returns(token_rewards, seq_offsets=None, mask=None, *, gamma: float = 1.0, masked_token: str = "skip") -> Tensor:
     """Discounted returns ``G_t = r_t + gamma * G_next`` over each sequence's counted tokens
-    (SPEC §18), as :func:`care_rl.discounted_returns`, on ``token_rewards``' device: a float32
+    (SPEC §18), as :func:`care_rl.discounted_returns` (``masked_token`` included), on
+    ``token_rewards``' device: a float32
     tensor of its shape, 0 on masked tokens. Layouts: ``[T]`` with CSR ``seq_offsets``
     ``[B + 1]``, or padded ``[B, L]`` (with an optional ``[B, L]`` mask). CUDA results equal
     the CPU's bit for bit. On CUDA the offsets are not read on the host: a malformed layout
@@ -918,8 +924,9 @@ def discounted_returns(token_rewards, seq_offsets=None, mask=None, *, gamma: flo
     r = torch.as_tensor(token_rewards)
     offs = _token_offsets(r, seq_offsets, "token_rewards")
     out = torch.ops.care.discounted_returns(
-        _flat(r.detach(), torch.float32, r.device, "token_rewards"), offs, _mask(mask, r.device), float(gamma)
-    )
+        _flat(r.detach(), torch.float32, r.device, "token_rewards"), offs, _mask(mask, r.device), float(gamma),
+        str(masked_token),
+    )  # fmt: skip
     return out.reshape(r.shape)
 
 
@@ -938,7 +945,7 @@ def gae(token_rewards, values, seq_offsets=None, mask=None, *, gamma: float = 1.
     return adv.reshape(r.shape), ret.reshape(r.shape)
 
 
-def whiten(values, mask=None, *, eps: float = 1e-8, std_kind: str = "unbiased"):
+def whiten(values, mask=None, *, eps: float = 1e-8, std_kind: str = "unbiased", count_eps: float = 0.0):
     """``(x - mean) / sqrt(var + eps)`` over the counted values (SPEC §18), as
     :func:`care_rl.whiten`, on ``values``' device: ``(whitened, mean, std)``, a float32 copy
     of ``values``' shape (0 where masked) and two 0-d float64 tensors. On CUDA the statistics
@@ -947,5 +954,5 @@ def whiten(values, mask=None, *, eps: float = 1e-8, std_kind: str = "unbiased"):
     under :func:`set_device_checks`."""
     v = torch.as_tensor(values)
     flat = _flat(v.detach(), torch.float32, v.device, "values")
-    out, stats = torch.ops.care.whiten(flat, _mask(mask, v.device), float(eps), str(std_kind))
+    out, stats = torch.ops.care.whiten(flat, _mask(mask, v.device), float(eps), str(std_kind), float(count_eps))
     return out.reshape(v.shape), stats[0], stats[1]

@@ -1139,8 +1139,9 @@ fn cuda_workspace<'a, 'py>(ws: &'a Option<Tensor<'py>>) -> PyResult<&'a Tensor<'
 }
 
 /// `_care.discounted_returns(token_rewards, seq_offsets, returns, gamma=1.0, mask=None,
-/// stream=0, workspace=None)`: `G_t = r_t + gamma G_next` per sequence over the counted tokens
-/// (SPEC §18), float32 `[T]` in and out (masked tokens get 0).
+/// stream=0, workspace=None, masked_token="skip")`: `G_t = r_t + gamma G_next` per sequence
+/// over the counted tokens (SPEC §18), float32 `[T]` in and out (masked tokens get 0;
+/// `masked_token="reset"` restarts the return before them, verl before 2026-08).
 ///
 /// Host arrays: a malformed layout raises `invalid_layout` before anything is written. CUDA
 /// tensors (`workspace` int32 `[WORKSPACE_BYTES / 4]` required): asynchronous on `stream`,
@@ -1148,7 +1149,7 @@ fn cuda_workspace<'a, 'py>(ws: &'a Option<Tensor<'py>>) -> PyResult<&'a Tensor<'
 /// left in the status word `workspace[0]` (`check_tokens_status`; the outputs are then
 /// unspecified).
 #[pyfunction]
-#[pyo3(signature = (token_rewards, seq_offsets, returns, gamma=1.0, mask=None, stream=0, workspace=None))]
+#[pyo3(signature = (token_rewards, seq_offsets, returns, gamma=1.0, mask=None, stream=0, workspace=None, masked_token="skip"))]
 #[allow(clippy::too_many_arguments)] // one argument per buffer
 pub fn discounted_returns(
     py: Python<'_>,
@@ -1159,6 +1160,7 @@ pub fn discounted_returns(
     mask: Option<&Bound<'_, PyAny>>,
     stream: usize,
     workspace: Option<&Bound<'_, PyAny>>,
+    masked_token: &str,
 ) -> PyResult<()> {
     let r = Tensor::take(token_rewards, "token_rewards")?;
     let so = Tensor::take(seq_offsets, "seq_offsets")?;
@@ -1166,7 +1168,11 @@ pub fn discounted_returns(
     let m = Tensor::take_opt(mask, "mask")?;
     let ws = Tensor::take_opt(workspace, "workspace")?;
     check_outputs(&[&out], &[Some(&r), Some(&so), m.as_ref(), ws.as_ref()])?;
-    let opts = GaeOptions { gamma, lambda: 1.0 };
+    let opts = GaeOptions {
+        gamma,
+        masked_token: crate::names::parse("masked_token", masked_token)?,
+        ..GaeOptions::default()
+    };
     if let Device::Cuda(_) = device_of(&r)? {
         let args = cuda::TokenArgs {
             rewards: &r,
@@ -1220,6 +1226,7 @@ pub fn gae(
     let opts = GaeOptions {
         gamma,
         lambda: lambda_,
+        ..GaeOptions::default()
     };
     if let Device::Cuda(_) = device_of(&r)? {
         let args = cuda::TokenArgs {
@@ -1241,9 +1248,9 @@ pub fn gae(
         .or_raise("gae")
 }
 
-/// `_care.whiten(values, eps=1e-8, std_kind="unbiased", mask=None, stream=0, workspace=None)
-/// -> (mean, std) | None`: whitens float32 `values` in place over the counted entries
-/// (SPEC §18; masked become 0).
+/// `_care.whiten(values, eps=1e-8, std_kind="unbiased", mask=None, stream=0, workspace=None,
+/// count_eps=0.0) -> (mean, std) | None`: whitens float32 `values` in place over the counted
+/// entries (SPEC §18; masked become 0; `count_eps=1e-8` is verl's `masked_mean`).
 ///
 /// Host arrays: returns `(mean, std)`; a non-finite counted value raises `non_finite` and
 /// leaves the values as they were. CUDA tensors (`workspace` required): asynchronous on
@@ -1251,7 +1258,8 @@ pub fn gae(
 /// (`workspace[0]`, `check_whiten_status`), mean and std (float64 words
 /// `WHITEN_MEAN_STD_F64`) stay in the workspace.
 #[pyfunction]
-#[pyo3(signature = (values, eps=1e-8, std_kind="unbiased", mask=None, stream=0, workspace=None))]
+#[pyo3(signature = (values, eps=1e-8, std_kind="unbiased", mask=None, stream=0, workspace=None, count_eps=0.0))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer or option
 pub fn whiten(
     py: Python<'_>,
     values: &Bound<'_, PyAny>,
@@ -1260,6 +1268,7 @@ pub fn whiten(
     mask: Option<&Bound<'_, PyAny>>,
     stream: usize,
     workspace: Option<&Bound<'_, PyAny>>,
+    count_eps: f64,
 ) -> PyResult<Option<(f64, f64)>> {
     let mut v = Tensor::take(values, "values")?;
     let m = Tensor::take_opt(mask, "mask")?;
@@ -1268,6 +1277,7 @@ pub fn whiten(
     let opts = WhitenOptions {
         eps,
         std_kind: crate::names::parse("std_kind", std_kind)?,
+        count_eps,
     };
     if let Device::Cuda(_) = device_of(&v)? {
         return cuda::whiten(&v, m.as_ref(), cuda_workspace(&ws)?, &opts, stream).map(|()| None);
@@ -1277,4 +1287,104 @@ pub fn whiten(
     py.detach(|| care_core::grpo::whiten(vv, mk, &opts))
         .or_raise("whiten")
         .map(Some)
+}
+
+/// The host token estimators with their own whitening: `(mean, std)` of the values before it.
+fn host_only(t: &Tensor<'_>, what: &str) -> PyResult<()> {
+    match device_of(t)? {
+        Device::Cuda(_) => Err(crate::error::invalid(format!(
+            "{what}: host arrays only (on CUDA, whiten the estimator's output with whiten)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `_care.discounted_returns_whitened(token_rewards, seq_offsets, advantages, returns,
+/// gamma=1.0, mask=None, masked_token="skip", eps=1e-8, std_kind="unbiased", count_eps=0.0)
+/// -> (mean, std)`: the discounted returns into `returns` and their whitening into
+/// `advantages` (float32 `[T]`), every intermediate in float64 (SPEC §18; verl's
+/// `reinforce_plus_plus`). Host arrays only.
+#[pyfunction]
+#[pyo3(signature = (token_rewards, seq_offsets, advantages, returns, gamma=1.0, mask=None, masked_token="skip", eps=1e-8, std_kind="unbiased", count_eps=0.0))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer or option
+pub fn discounted_returns_whitened(
+    py: Python<'_>,
+    token_rewards: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    advantages: &Bound<'_, PyAny>,
+    returns: &Bound<'_, PyAny>,
+    gamma: f64,
+    mask: Option<&Bound<'_, PyAny>>,
+    masked_token: &str,
+    eps: f64,
+    std_kind: &str,
+    count_eps: f64,
+) -> PyResult<(f64, f64)> {
+    let r = Tensor::take(token_rewards, "token_rewards")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let mut a = Tensor::take(advantages, "advantages")?;
+    let mut ret = Tensor::take(returns, "returns")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    check_outputs(&[&a, &ret], &[Some(&r), Some(&so), m.as_ref()])?;
+    host_only(&r, "discounted_returns_whitened")?;
+    let opts = GaeOptions {
+        gamma,
+        masked_token: crate::names::parse("masked_token", masked_token)?,
+        ..GaeOptions::default()
+    };
+    let w = WhitenOptions {
+        eps,
+        std_kind: crate::names::parse("std_kind", std_kind)?,
+        count_eps,
+    };
+    let (rv, offs, mk) = (r.slice::<f32>()?, so.slice::<u32>()?, opt_slice::<u8>(&m)?);
+    let (ao, ro) = (a.slice_mut::<f32>()?, ret.slice_mut::<f32>()?);
+    py.detach(|| care_core::grpo::discounted_returns_whitened(rv, offs, mk, &opts, &w, ao, ro))
+        .or_raise("discounted_returns_whitened")
+}
+
+/// `_care.gae_whitened(token_rewards, values, seq_offsets, advantages, returns, gamma=1.0,
+/// lambda_=1.0, mask=None, eps=1e-8, std_kind="unbiased", count_eps=0.0) -> (mean, std)`: GAE
+/// with the advantages whitened, every intermediate in float64 (SPEC §18; verl's `gae`); the
+/// returns are not whitened. Host arrays only.
+#[pyfunction]
+#[pyo3(signature = (token_rewards, values, seq_offsets, advantages, returns, gamma=1.0, lambda_=1.0, mask=None, eps=1e-8, std_kind="unbiased", count_eps=0.0))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer or option
+pub fn gae_whitened(
+    py: Python<'_>,
+    token_rewards: &Bound<'_, PyAny>,
+    values: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    advantages: &Bound<'_, PyAny>,
+    returns: &Bound<'_, PyAny>,
+    gamma: f64,
+    lambda_: f64,
+    mask: Option<&Bound<'_, PyAny>>,
+    eps: f64,
+    std_kind: &str,
+    count_eps: f64,
+) -> PyResult<(f64, f64)> {
+    let r = Tensor::take(token_rewards, "token_rewards")?;
+    let v = Tensor::take(values, "values")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let mut a = Tensor::take(advantages, "advantages")?;
+    let mut ret = Tensor::take(returns, "returns")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    check_outputs(&[&a, &ret], &[Some(&r), Some(&v), Some(&so), m.as_ref()])?;
+    host_only(&r, "gae_whitened")?;
+    let opts = GaeOptions {
+        gamma,
+        lambda: lambda_,
+        ..GaeOptions::default()
+    };
+    let w = WhitenOptions {
+        eps,
+        std_kind: crate::names::parse("std_kind", std_kind)?,
+        count_eps,
+    };
+    let (rv, vv, offs) = (r.slice::<f32>()?, v.slice::<f32>()?, so.slice::<u32>()?);
+    let mk = opt_slice::<u8>(&m)?;
+    let (ao, ro) = (a.slice_mut::<f32>()?, ret.slice_mut::<f32>()?);
+    py.detach(|| care_core::grpo::gae_whitened(rv, vv, offs, mk, &opts, &w, ao, ro))
+        .or_raise("gae_whitened")
 }

@@ -85,9 +85,9 @@ def _op_cases(device):
             torch.tensor([0, 4, 10], dtype=torch.int32, device=device), m, 1.0, verl, False,
             0.0, 0.0, 0.0, 0,
         ),
-        "discounted_returns": (torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9),
+        "discounted_returns": (torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9, "reset"),
         "gae": (torch.randn(10, device=device), torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9, 0.8),
-        "whiten": (torch.randn(10, device=device), m, 1e-8, "biased"),
+        "whiten": (torch.randn(10, device=device), m, 1e-8, "biased", 1e-8),
     }  # fmt: skip
 
 

@@ -418,6 +418,16 @@ impl<'a> Profile<'a> {
             .map(|e| EmotionSpec::new(self, e))
     }
 
+    /// This profile without its emotion term: `lambda = 0`, so the reward is the format check,
+    /// the vetoes and the rubric part alone (the output format, emotion span included, is
+    /// unchanged). For callers that score a response whose gold label is unknown by choice; the
+    /// same profile when it has no emotion term.
+    pub fn without_emotion(&self) -> Profile<'a> {
+        let mut p = self.clone();
+        p.layout.emotion = None;
+        p
+    }
+
     /// The vetoes (empty by default).
     pub fn vetoes(&self) -> &[Veto] {
         &self.layout.vetoes

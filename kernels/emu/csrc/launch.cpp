@@ -104,13 +104,13 @@ size_t emu_layout_loss(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossParams, n_tok), EMU_OFF(CareLossParams, adv_per_token),
                     EMU_OFF(CareLossParams, grad_in_input_dtype), EMU_OFF(CareLossParams, agg),
                     EMU_OFF(CareLossParams, kl), EMU_OFF(CareLossParams, seq_level),
-                    EMU_OFF(CareLossParams, pad0), EMU_OFF(CareLossParams, eps_low),
+                    EMU_OFF(CareLossParams, bypass), EMU_OFF(CareLossParams, eps_low),
                     EMU_OFF(CareLossParams, eps_high), EMU_OFF(CareLossParams, dual_clip),
                     EMU_OFF(CareLossParams, log_ratio_clamp), EMU_OFF(CareLossParams, kl_clamp),
                     EMU_OFF(CareLossParams, k3_clamp), EMU_OFF(CareLossParams, seq_log_ratio_max),
                     EMU_OFF(CareLossParams, beta), EMU_OFF(CareLossParams, n_tok_denom),
                     EMU_OFF(CareLossParams, n_seq_denom), EMU_OFF(CareLossParams, horizon),
-                    EMU_OFF(CareLossParams, pad1), EMU_OFF(CareLossParams, logp_rollout),
+                    EMU_OFF(CareLossParams, gmpo_w_floor), EMU_OFF(CareLossParams, logp_rollout),
                     EMU_OFF(CareLossParams, rollout_stats), EMU_OFF(CareLossParams, policy),
                     EMU_OFF(CareLossParams, is_level), EMU_OFF(CareLossParams, rej_zero),
                     EMU_OFF(CareLossParams, roll_on), EMU_OFF(CareLossParams, sapo_tau_pos),
@@ -122,7 +122,10 @@ size_t emu_layout_loss(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossParams, cov_ratio), EMU_OFF(CareLossParams, clip_cov_lb),
                     EMU_OFF(CareLossParams, clip_cov_ub), EMU_OFF(CareLossParams, kl_cov_coef),
                     EMU_OFF(CareLossParams, cov_round), EMU_OFF(CareLossParams, cov_work),
-                    EMU_OFF(CareLossParams, cov_keys), EMU_OFF(CareLossParams, work)};
+                    EMU_OFF(CareLossParams, cov_keys), EMU_OFF(CareLossParams, vespo_k_pos),
+                    EMU_OFF(CareLossParams, vespo_lambda_pos),
+                    EMU_OFF(CareLossParams, vespo_k_neg),
+                    EMU_OFF(CareLossParams, vespo_lambda_neg), EMU_OFF(CareLossParams, work)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;

@@ -34,11 +34,12 @@ EMU_RET_LAYOUT(returns, CareReturnsParams, EMU_O(CareReturnsParams, rewards),
                EMU_O(CareReturnsParams, mask), EMU_O(CareReturnsParams, adv),
                EMU_O(CareReturnsParams, ret), EMU_O(CareReturnsParams, status),
                EMU_O(CareReturnsParams, n_seq), EMU_O(CareReturnsParams, n_tok),
-               EMU_O(CareReturnsParams, gamma), EMU_O(CareReturnsParams, lambda))
+               EMU_O(CareReturnsParams, gamma), EMU_O(CareReturnsParams, lambda),
+               EMU_O(CareReturnsParams, masked_reset), EMU_O(CareReturnsParams, pad0))
 EMU_RET_LAYOUT(whiten, CareWhitenParams, EMU_O(CareWhitenParams, x), EMU_O(CareWhitenParams, mask),
                EMU_O(CareWhitenParams, stats), EMU_O(CareWhitenParams, n),
                EMU_O(CareWhitenParams, eps), EMU_O(CareWhitenParams, unbiased),
-               EMU_O(CareWhitenParams, pad0))
+               EMU_O(CareWhitenParams, pad0), EMU_O(CareWhitenParams, count_eps))
 EMU_RET_LAYOUT(whiten_work, CareWhitenWork, EMU_O(CareWhitenWork, stats),
                EMU_O(CareWhitenWork, arrivals), EMU_O(CareWhitenWork, pad0),
                EMU_O(CareWhitenWork, slots), (uint32_t)sizeof(CareMoments))

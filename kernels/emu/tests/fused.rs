@@ -12,7 +12,7 @@
 //! bit-identical outputs and statistics; (4) the options outside the fused path are refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use care_core::grpo::{Aggregation, KlEstimator, LossOptions, PolicyLoss, RatioLevel};
+use care_core::grpo::{Aggregation, KlEstimator, LossOptions, LossPreset, PolicyLoss, RatioLevel};
 use care_core::logsoftmax::LogSoftmaxOptions;
 use care_kernels::params::LossStatsRaw;
 use care_kernels::{
@@ -476,6 +476,9 @@ fn sequence_level_losses_and_the_rollout_correction_are_refused() {
             policy_loss: PolicyLoss::KlCov,
             ..LossOptions::default()
         },
+        LossOptions::preset(LossPreset::TrlVespo),
+        // verl's bypass mode needs the rollout log-probs, which the fused path does not take.
+        LossOptions::preset(LossPreset::VerlBypass),
     ];
     for opts in refused {
         assert!(!fused_supports(&opts), "{opts:?}");

@@ -10,7 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_core::Error;
-use care_core::grpo::{GaeOptions, StdKind, WhitenOptions};
+use care_core::grpo::{GaeOptions, MaskedToken, StdKind, WhitenOptions};
 use care_kernels::params::WhitenStatsRaw;
 use care_kernels::plan::{TokenBuffers, WhitenBuffers};
 use care_kernels::tolerance::{Quantity, Tolerance, tolerance};
@@ -182,7 +182,11 @@ fn tok_case_strategy() -> impl Strategy<Value = TokCase> {
                     n,
                 ),
                 Just(lens),
-                Just(GaeOptions { gamma, lambda }),
+                Just(GaeOptions {
+                    gamma,
+                    lambda,
+                    ..GaeOptions::default()
+                }),
                 Just(masked),
             )
         })
@@ -207,6 +211,98 @@ proptest! {
     }
 }
 
+/// The returns alone (GAE refuses the reset rule) under `opts`, kernel against reference, bit
+/// for bit.
+fn check_returns_only(c: &TokCase, threads: u32, seed: u64) -> Vec<f32> {
+    let mut dev = EmuDevice::default();
+    let n = c.rewards.len();
+    let buf = TokenBuffers {
+        rewards: dev.upload(&c.rewards),
+        values: 0,
+        seq_offsets: dev.upload(&c.offsets),
+        n_seq: (c.offsets.len() - 1) as u32,
+        n_tok: n as u32,
+        mask: c.mask.as_ref().map_or(0, |m| dev.upload(m)),
+        workspace: dev.upload(&[0u8; WORKSPACE_BYTES]),
+    };
+    let ret = dev.upload(&vec![f32::from_bits(0x7fc0_dead); n]);
+    let tuning = Tuning {
+        threads: Some(threads),
+        ..Tuning::default()
+    };
+    // SAFETY: every buffer holds the documented number of entries.
+    unsafe { discounted_returns(&dev.launcher(seed), &buf, ret, &c.opts, tuning) }.unwrap();
+    let status = dev.download::<u32>(buf.workspace, 1)[0];
+    let got = dev.download::<f32>(ret, n);
+    let mut want = vec![0f32; n];
+    let r = care_core::grpo::discounted_returns(
+        &c.rewards,
+        &c.offsets,
+        c.mask.as_deref(),
+        &c.opts,
+        &mut want,
+    );
+    assert_eq!(tokens_status(status), r.map(|_| ()));
+    assert_exact(&got, &want, "returns");
+    got
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    /// verl's REINFORCE++ before 2026-08 (the peer suite's class 2): the return restarts at 0
+    /// before a masked token; the kernel equals the reference bit for bit.
+    #[test]
+    fn pt_masked_token_reset_equals_the_reference_bit_for_bit(
+        c in tok_case_strategy(),
+        threads in prop_oneof![Just(32u32), Just(64)],
+        seed in any::<u64>(),
+    ) {
+        let c = TokCase { opts: GaeOptions { masked_token: MaskedToken::Reset, ..c.opts }, ..c };
+        check_returns_only(&c, threads, seed);
+    }
+}
+
+/// The issue's case: rewards [0, 0, 1 | 0.5], the middle token of the first sequence masked;
+/// skip gives [1, 0, 1, 0.5] (verl since 2026-08), reset [0, 0, 1, 0.5] (verl before), and GAE
+/// refuses the reset rule before any launch.
+#[test]
+fn masked_token_rules_on_the_issue_case() {
+    for (rule, want) in [
+        (MaskedToken::Skip, [1.0f32, 0.0, 1.0, 0.5]),
+        (MaskedToken::Reset, [0.0, 0.0, 1.0, 0.5]),
+    ] {
+        let c = TokCase {
+            rewards: vec![0.0, 0.0, 1.0, 0.5],
+            values: vec![0.0; 4],
+            offsets: vec![0, 3, 4],
+            mask: Some(vec![1, 0, 1, 1]),
+            opts: GaeOptions {
+                masked_token: rule,
+                ..GaeOptions::default()
+            },
+        };
+        assert_eq!(check_returns_only(&c, 32, 1), want);
+    }
+    let mut dev = EmuDevice::default();
+    let buf = TokenBuffers {
+        rewards: dev.upload(&[0.0f32; 4]),
+        values: dev.upload(&[0.0f32; 4]),
+        seq_offsets: dev.upload(&[0u32, 4]),
+        n_seq: 1,
+        n_tok: 4,
+        mask: 0,
+        workspace: dev.upload(&[0u8; WORKSPACE_BYTES]),
+    };
+    let (a, r) = (dev.upload(&[0.0f32; 4]), dev.upload(&[0.0f32; 4]));
+    let o = GaeOptions {
+        masked_token: MaskedToken::Reset,
+        ..GaeOptions::default()
+    };
+    // SAFETY: every buffer holds 4 entries.
+    let e = unsafe { gae(&dev.launcher(0), &buf, a, r, &o, Tuning::default()) };
+    assert!(matches!(e, Err(KernelError::Core(Error::InvalidArgument))));
+}
+
 fn ramp(n: usize, k: f32) -> Vec<f32> {
     (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) * k).collect()
 }
@@ -216,6 +312,7 @@ fn empty_batch_empty_and_fully_masked_sequences() {
     let opts = GaeOptions {
         gamma: 0.9,
         lambda: 0.95,
+        ..GaeOptions::default()
     };
     // No sequence, no token.
     check_tokens(
@@ -251,7 +348,11 @@ fn empty_batch_empty_and_fully_masked_sequences() {
 #[test]
 fn gamma_and_lambda_edges_and_long_sequences() {
     for (gamma, lambda) in [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0), (0.99, 0.95)] {
-        let opts = GaeOptions { gamma, lambda };
+        let opts = GaeOptions {
+            gamma,
+            lambda,
+            ..GaeOptions::default()
+        };
         // One sequence of 5000 tokens, then 1000 sequences of 3: one thread each.
         let c = TokCase {
             rewards: ramp(5000, 0.01),
@@ -354,11 +455,13 @@ fn missing_buffers_and_bad_options_are_refused_before_any_launch() {
         let bad = GaeOptions {
             gamma: 1.5,
             lambda: 1.0,
+            ..GaeOptions::default()
         };
         assert_eq!(gae(&l, &buf, 16, 16, &bad, t), err(Error::InvalidArgument));
         let bad = GaeOptions {
             gamma: 1.0,
             lambda: f64::NAN,
+            ..GaeOptions::default()
         };
         assert_eq!(
             discounted_returns(&l, &buf, 16, &bad, t),
@@ -497,8 +600,9 @@ fn whiten_strategy() -> impl Strategy<Value = WhitenCase> {
         prop_oneof![Just(0.0f64), Just(1e-8), Just(1.0)],
         prop_oneof![Just(StdKind::Unbiased), Just(StdKind::Biased)],
         any::<u64>(),
+        prop_oneof![3 => Just(0.0f64), 1 => Just(1e-8)],
     )
-        .prop_map(|(values, masked, eps, std_kind, bits)| {
+        .prop_map(|(values, masked, eps, std_kind, bits, count_eps)| {
             // The mask hides most of the non-finite values, so both outcomes are common.
             let mask: Vec<u8> = values
                 .iter()
@@ -515,7 +619,11 @@ fn whiten_strategy() -> impl Strategy<Value = WhitenCase> {
             WhitenCase {
                 values,
                 mask: masked.then_some(mask),
-                opts: WhitenOptions { eps, std_kind },
+                opts: WhitenOptions {
+                    eps,
+                    std_kind,
+                    count_eps,
+                },
             }
         })
 }
@@ -562,6 +670,34 @@ fn whiten_edge_counts_and_equal_values() {
     ];
     for (values, mask, opts) in cases {
         check_whiten(&WhitenCase { values, mask, opts }, 9);
+    }
+}
+
+/// verl's `masked_mean` (`count_eps = 1e-8`, the peer suite's class 6): equal values whiten to
+/// verl's residue instead of 0, near-equal large ones keep their spread; the kernel agrees.
+#[test]
+fn whiten_with_verls_count_eps() {
+    let verl = WhitenOptions {
+        count_eps: 1e-8,
+        ..WhitenOptions::default()
+    };
+    for (values, mask) in [
+        (vec![0.1f32; 16], None),
+        (
+            (0..1000).map(|i| 500.0 + (i % 7) as f32 * 1e-2).collect(),
+            None,
+        ),
+        (vec![3.0, 7.0, 5.0], Some(vec![1, 1, 0])),
+    ] {
+        let c = WhitenCase {
+            values,
+            mask,
+            opts: verl,
+        };
+        let got = check_whiten_on(&mut EmuDevice::default(), &c, Tuning::default(), 5);
+        if c.values[0] == 0.1 {
+            assert!(got.iter().all(|&x| x != 0.0 && x.abs() < 1e-3), "{got:?}");
+        }
     }
 }
 
@@ -615,6 +751,7 @@ fn gpu_returns_gae_and_whiten_match_reference() {
         opts: GaeOptions {
             gamma: 0.99,
             lambda: 0.95,
+            ..GaeOptions::default()
         },
     };
     check_tokens_on(&mut gpu, &c, 64, 0);

@@ -275,6 +275,10 @@ unsafe fn launch_advantages<L: Launcher>(
     if mode != ADV_LOCAL && (sums == 0 || (mode != ADV_PARTIAL_SUMS && m2 == 0)) {
         return Err(Error::InvalidArgument.into());
     }
+    if mode == ADV_FINALIZE && opts.reweight == Reweight::Nonzero {
+        // As the CPU reference: the count of nonzero rewards is not a reduced moment.
+        return Err(Error::InvalidArgument.into());
+    }
     if writes_adv && buf.tok_offsets != 0 && buf.adv_tok == 0 {
         return Err(Error::InvalidArgument.into());
     }
@@ -337,7 +341,7 @@ unsafe fn launch_advantages<L: Launcher>(
     }
     // The GPG factor, an f64 in the workspace after the status word and the batch std.
     let alpha = buf.workspace + 8;
-    let gpg = writes_adv && opts.reweight == Reweight::Gpg;
+    let gpg = writes_adv && opts.reweight != Reweight::None;
     let base = AdvParams {
         rewards: buf.rewards,
         valid: buf.valid,

@@ -5,7 +5,7 @@
 
 use care_core::Dtype;
 use care_core::Error;
-use care_core::grpo::{LossOptions, PolicyLoss, RatioLevel};
+use care_core::grpo::{Bypass, LossOptions, PolicyLoss, RatioLevel};
 use care_core::logsoftmax::LogSoftmaxOptions;
 
 use super::loss::{base_params, prepare_work};
@@ -316,9 +316,11 @@ pub struct FusedLossBuffers {
 
 /// Whether [`logits_loss_fused`] computes these options' loss: a term at token `t` that needs
 /// only token `t` (the token-level ratio with the clipped ratio, the dual clip, CISPO, SAPO or
-/// GPG, any KL estimator; every aggregation) and no rollout correction. GSPO, GMPO, Clip-Cov,
-/// KL-Cov and the rollout correction need whole sequences first: [`logits_loss_forward`] and
-/// [`log_softmax_backward`] compute those.
+/// GPG, any KL estimator; every aggregation) and no rollout correction. GSPO, GMPO, VESPO,
+/// Clip-Cov, KL-Cov and the rollout correction need whole sequences first:
+/// [`logits_loss_forward`] and [`log_softmax_backward`] compute those. Bypass mode is refused
+/// too: it needs the rollout log-probs, which the fused path does not take (with the rollout
+/// correction inactive it is the same loss as passing them as `logp_old` with bypass off).
 pub fn fused_supports(loss: &LossOptions) -> bool {
     loss.ratio_level == RatioLevel::Token
         && matches!(
@@ -326,6 +328,7 @@ pub fn fused_supports(loss: &LossOptions) -> bool {
             PolicyLoss::Clip | PolicyLoss::Cispo | PolicyLoss::Sapo | PolicyLoss::Gpg
         )
         && !loss.rollout.active()
+        && loss.bypass == Bypass::Off
 }
 
 /// The fused one-pass path for token-local losses (see [`fused_supports`]): one launch reads

@@ -3,7 +3,7 @@
 
 use care_core::Dtype;
 use care_core::Error;
-use care_core::grpo::{Aggregation, LossOptions, PolicyLoss, RatioLevel, SequenceCount};
+use care_core::grpo::{Aggregation, Bypass, LossOptions, PolicyLoss, RatioLevel, SequenceCount};
 
 use super::WORKSPACE_BYTES;
 use super::{KernelError, Launcher, launch};
@@ -163,7 +163,17 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
         return Ok(());
     }
     let with_roll = roll.logp_rollout != 0;
+    let bypass = opts.bypass == Bypass::On;
+    if bypass && (buf.logp_old != 0 || !with_roll) {
+        // As the CPU reference: the rollout log-probs are the old ones.
+        return Err(Error::InvalidArgument.into());
+    }
     let mut p = base_params(buf, opts);
+    if bypass {
+        // Bypass mode: the ratio's old log-probs are the rollout's (the kernel takes the
+        // correction's proximal log-probs from `logp`, as `p.bypass` says).
+        p.logp_old = roll.logp_rollout;
+    }
     if with_roll {
         p.logp_rollout = roll.logp_rollout;
         p.rollout_stats = roll.stats;
@@ -189,6 +199,7 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
     // sequence pass and the mask scan of seq_mean_token_mean.
     let rescans = opts.ratio_level != RatioLevel::Token
         || opts.policy_loss == PolicyLoss::Gmpo
+        || opts.policy_loss == PolicyLoss::Vespo
         || with_roll
         || (buf.mask != 0 && opts.aggregation == Aggregation::SeqMeanTokenMean);
     let geometry = loss_geometry(buf.n_seq, buf.n_tok, buf.max_seq_len, rescans, tuning);

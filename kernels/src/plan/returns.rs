@@ -11,7 +11,7 @@
 use core::mem::offset_of;
 
 use care_core::Error;
-use care_core::grpo::{GaeOptions, StdKind, WhitenOptions};
+use care_core::grpo::{GaeOptions, MaskedToken, StdKind, WhitenOptions};
 
 use super::{KernelError, Launcher, launch};
 use crate::geometry::{Tuning, returns_geometry, whiten_apply_geometry, whiten_stats_geometry};
@@ -94,6 +94,11 @@ unsafe fn launch_tokens<L: Launcher>(
     opts.validate()?;
     tuning.check()?;
     let is_gae = advantages.is_some();
+    let reset = opts.masked_token == MaskedToken::Reset;
+    if is_gae && reset {
+        // As care_core::grpo::gae: no version of verl's GAE resets at a masked token.
+        return Err(Error::InvalidArgument.into());
+    }
     // A per-token array may be absent only when there are no tokens.
     let missing =
         buf.rewards == 0 || returns == 0 || (is_gae && (buf.values == 0 || advantages == Some(0)));
@@ -114,6 +119,8 @@ unsafe fn launch_tokens<L: Launcher>(
         n_tok: buf.n_tok,
         gamma: opts.gamma,
         lambda: opts.lambda,
+        masked_reset: u32::from(reset),
+        pad0: 0,
     };
     let e = if is_gae {
         entry::GAE_F32
@@ -189,6 +196,7 @@ pub unsafe fn whiten<L: Launcher>(
         eps: opts.eps,
         unbiased: u32::from(opts.std_kind == StdKind::Unbiased),
         pad0: 0,
+        count_eps: opts.count_eps,
     };
     // SAFETY (both): the values and mask hold `n` entries and the workspace a WhitenWorkRaw
     // (caller contract); the stats kernel uses at most STAT_SLOTS blocks, the apply pass strides.
