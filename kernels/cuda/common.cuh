@@ -125,6 +125,10 @@ __device__ __forceinline__ bool care_isfinite(float x) {
     return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
 }
 
+__device__ __forceinline__ bool care_isfinite_d(double x) {
+    return (__double_as_longlong(x) & 0x7ff0000000000000ll) != 0x7ff0000000000000ll;
+}
+
 __device__ __forceinline__ bool care_isnan(float x) {
     return (__float_as_uint(x) & 0x7fffffffu) > 0x7f800000u;
 }

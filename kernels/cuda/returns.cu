@@ -18,7 +18,9 @@
 // the schedule. It leaves mean, 1/sqrt(var + eps), std and a status word in the
 // caller's workspace; whiten_apply_f32 (a grid-stride pass) then rewrites the values in place, or
 // leaves them untouched when the status reports a non-finite counted value (the CPU reference
-// refuses that call before writing anything).
+// refuses that call before writing anything). The _f64 pair whitens the unrounded double values
+// that a returns or GAE scan left in the workspace (`wide`) into float outputs: the CPU's
+// discounted_returns_whitened and gae_whitened, which never round before whitening.
 #include "common.cuh"
 
 // Status bits of the returns/GAE word (workspace[0]): the sequence offsets are not a CSR layout
@@ -43,6 +45,9 @@ struct CareReturnsParams {
     double lambda;
     care_u32 masked_reset;       // 1: the return restarts at 0 before a masked token (returns)
     care_u32 pad0;
+    // [n_tok] or null: the values to whiten in double (the returns, or the GAE advantages, which
+    // then go only here), so that the whitening reads them unrounded (verl's f64 chain).
+    double* wide;
 };
 
 // The whitening statistics in the workspace (`care_kernels::params::WhitenStatsRaw`): written
@@ -67,6 +72,9 @@ struct CareWhitenParams {
     care_u32 unbiased; // 1: divide by (count - 1), 0: by count
     care_u32 pad0;
     double count_eps;  // added to the count in both means (verl's masked_mean: 1e-8)
+    // [n] or null: the values to whiten in double (whiten_*_f64 read them and write the
+    // whitened floats into x); the plan places &wide[i] 32-byte aligned where &x[i] is 16.
+    const double* wide;
 };
 
 __device__ __forceinline__ bool care_counted(const care_u8* mask, care_u64 t) {
@@ -115,6 +123,7 @@ struct CareRetTile {
     float v[CARE_RET_TILE];  // values (GAE)
     float a[CARE_RET_TILE];  // output: advantages (GAE)
     float g[CARE_RET_TILE];  // output: returns
+    double w[CARE_RET_TILE]; // output: the unrounded value to whiten (with p.wide)
     care_u8 m[CARE_RET_TILE]; // counted
 };
 
@@ -200,18 +209,22 @@ __device__ __forceinline__ void care_ret_sequence(const CareReturnsParams& p, bo
         if (lane == 0) {
             for (care_u32 k = n; k > 0;) {
                 --k;
+                const bool on = t.m[k] != 0;
                 if (gae) {
-                    care_gae_step(gamma, gl, next_v, last, t.r[k], t.v[k], t.m[k] != 0, &t.a[k],
-                                  &t.g[k]);
+                    care_gae_step(gamma, gl, next_v, last, t.r[k], t.v[k], on, &t.a[k], &t.g[k]);
+                    t.w[k] = on ? last : 0.0;
                 } else {
-                    t.g[k] = care_return_step(gamma, g, t.r[k], t.m[k] != 0, reset);
+                    t.g[k] = care_return_step(gamma, g, t.r[k], on, reset);
+                    t.w[k] = on ? g : 0.0;
                 }
             }
         }
         __syncwarp();
         for (care_u32 j = lane; j < n; j += CARE_WARP) {
             p.ret[lo + j] = t.g[j];
-            if (gae) {
+            if (p.wide != 0) {
+                p.wide[lo + j] = t.w[j];
+            } else if (gae) {
                 p.adv[lo + j] = t.a[j];
             }
         }
@@ -276,7 +289,8 @@ struct CareWhitenWork {
 // fixed-order block reductions; the last block to finish merges the slots with Chan's formula
 // along a fixed tree (slot i with slot i + s for s = 1, 2, 4, ...): the same bits on every run,
 // whatever the block schedule.
-extern "C" __global__ void __launch_bounds__(256, 4) whiten_stats_f32(CareWhitenParams p) {
+template <typename T>
+__device__ __forceinline__ void care_whiten_stats(const CareWhitenParams& p, const T* x) {
     __shared__ double scratch[CARE_WARP];
     __shared__ care_u32 uscratch[CARE_WARP];
     __shared__ CareMoments tree[256];
@@ -288,10 +302,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) whiten_stats_f32(CareWhiten
     care_u32 bad = 0;
     for (care_u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         if (care_counted(p.mask, i)) {
-            float v = p.x[i];
-            bad |= care_isfinite(v) ? 0u : 1u;
+            const double v = (double)x[i];
+            bad |= care_isfinite_d(v) ? 0u : 1u;
             cnt += 1.0;
-            sum += (double)v;
+            sum += v;
         }
     }
     cnt = care_block_sum(cnt, scratch);
@@ -301,7 +315,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) whiten_stats_f32(CareWhiten
     double m2 = 0.0;
     for (care_u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         if (care_counted(p.mask, i)) {
-            double d = (double)p.x[i] - mean;
+            double d = (double)x[i] - mean;
             m2 += d * d;
         }
     }
@@ -349,14 +363,24 @@ extern "C" __global__ void __launch_bounds__(256, 4) whiten_stats_f32(CareWhiten
     }
 }
 
+// The statistics of the float values x.
+extern "C" __global__ void __launch_bounds__(256, 4) whiten_stats_f32(CareWhitenParams p) {
+    care_whiten_stats<float>(p, p.x);
+}
+
+// The statistics of the double values wide (the f64 chain after returns or GAE).
+extern "C" __global__ void __launch_bounds__(256, 4) whiten_stats_f64(CareWhitenParams p) {
+    care_whiten_stats<double>(p, p.wide);
+}
+
 // x' = (x - mean) * scale for a counted value (exactly 0 for a value equal to the mean, also
 // when the scale is infinite), 0 for a masked one.
-__device__ __forceinline__ float care_whiten_one(const CareWhitenParams& p, care_u64 i, float x,
+__device__ __forceinline__ float care_whiten_one(const CareWhitenParams& p, care_u64 i, double x,
                                                  double mean, double scale) {
     if (!care_counted(p.mask, i)) {
         return 0.0f;
     }
-    const double d = (double)x - mean;
+    const double d = x - mean;
     return d == 0.0 ? 0.0f : care_narrow(d * scale);
 }
 
@@ -402,5 +426,48 @@ extern "C" __global__ void __launch_bounds__(256, 4) whiten_apply_f32(CareWhiten
     }
     for (care_u64 i = head + 4u * nvec + gid; i < p.n; i += stride) {
         p.x[i] = care_whiten_one(p, i, p.x[i], mean, scale);
+    }
+}
+
+// The double values p.wide whitened into the floats p.x (masked: 0); nothing at all under a
+// non-finite status. Geometry as whiten_apply_f32: each thread takes 4 values at a time, two
+// 16-byte vectors of doubles in and one 16-byte vector of floats out, after a scalar head that
+// brings x to a 16-byte boundary (the plan aligns wide to 32 bytes there; any other alignment
+// runs the scalar loop).
+extern "C" __global__ void __launch_bounds__(256, 4) whiten_apply_f64(CareWhitenParams p) {
+    const CareWhitenStats* s = p.stats;
+    if (s->status != 0) {
+        return;
+    }
+    const double mean = s->mean, scale = s->scale;
+    const care_u64 stride = (care_u64)gridDim.x * blockDim.x;
+    const care_u64 gid = (care_u64)blockIdx.x * blockDim.x + threadIdx.x;
+    care_u64 head = ((16u - (care_u32)((care_u64)p.x & 15u)) & 15u) / 4u;
+    head = head < p.n ? head : p.n;
+    const bool vec = ((care_u64)(p.wide + head) & 31u) == 0u; // uniform
+    const care_u64 nvec = vec ? (p.n - head) / 4u : 0u;
+    for (care_u64 i = gid; i < head; i += stride) {
+        p.x[i] = care_whiten_one(p, i, p.wide[i], mean, scale);
+    }
+    const CareVec16* vw = (const CareVec16*)(p.wide + head);
+    CareVec16* vx = (CareVec16*)(p.x + head);
+    for (care_u64 k = gid; k < nvec; k += stride) {
+        const CareVec16 a = vw[2u * k];
+        const CareVec16 b = vw[2u * k + 1u];
+        const care_u64 i = head + 4u * k;
+        double w[4];
+        w[0] = __longlong_as_double((long long)(((care_u64)a.w[1] << 32) | a.w[0]));
+        w[1] = __longlong_as_double((long long)(((care_u64)a.w[3] << 32) | a.w[2]));
+        w[2] = __longlong_as_double((long long)(((care_u64)b.w[1] << 32) | b.w[0]));
+        w[3] = __longlong_as_double((long long)(((care_u64)b.w[3] << 32) | b.w[2]));
+        CareVec16 o;
+        CARE_UNROLL
+        for (int q = 0; q < 4; ++q) {
+            o.w[q] = __float_as_uint(care_whiten_one(p, i + q, w[q], mean, scale));
+        }
+        vx[k] = o;
+    }
+    for (care_u64 i = head + 4u * nvec + gid; i < p.n; i += stride) {
+        p.x[i] = care_whiten_one(p, i, p.wide[i], mean, scale);
     }
 }

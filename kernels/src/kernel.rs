@@ -326,10 +326,16 @@ registry! {
             [64, 16, Small];
         /// GAE advantages and returns, one warp per sequence (`CareReturnsParams`).
         GaeF32 GAE_F32 "gae_f32" (ReturnsParams) [64, 16, Small];
-        /// Whitening statistics into the workspace, one block (`CareWhitenParams`).
+        /// Whitening statistics into the workspace, per-block slots merged by the last block
+        /// (`CareWhitenParams`).
         WhitenStatsF32 WHITEN_STATS_F32 "whiten_stats_f32" (WhitenParams) [256, 4, Small];
         /// Whitening in place from those statistics (`CareWhitenParams`).
         WhitenApplyF32 WHITEN_APPLY_F32 "whiten_apply_f32" (WhitenParams) [256, 4, Stream];
+        /// Whitening statistics of the double values `wide` (the f64 chain after returns or
+        /// GAE).
+        WhitenStatsF64 WHITEN_STATS_F64 "whiten_stats_f64" (WhitenParams) [256, 4, Small];
+        /// The double values `wide` whitened into the float values `x`.
+        WhitenApplyF64 WHITEN_APPLY_F64 "whiten_apply_f64" (WhitenParams) [256, 4, Stream];
     }
 }
 

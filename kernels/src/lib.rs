@@ -14,7 +14,8 @@
 //!   pass into `dlogits`, in place if wanted).
 //! * `kernels/cuda/returns.cu`: `discounted_returns_f32` and `gae_f32` (SPEC §18: the reverse
 //!   scan per sequence, one warp each, bit-identical to the CPU reference) and
-//!   `whiten_stats_f32` + `whiten_apply_f32` (masked whitening over the batch, deterministic).
+//!   `whiten_stats_{f32,f64}` + `whiten_apply_{f32,f64}` (masked whitening over the batch,
+//!   deterministic; the `f64` pair whitens the scan's unrounded values, verl's f64 chain).
 //!
 //! The sources include no system headers and compile with NVRTC (`scripts/gen-ptx.sh`, pinned
 //! NVRTC 12.2, `compute_80`) and, for the tests, as host C++ under a fiber emulator of the CUDA
@@ -44,10 +45,12 @@ pub use kernel::{Access, Entry, Kernel, KernelArgs, LaunchBounds, Module, Param,
 pub use plan::{
     AdvantageBuffers, AdvantageInputs, DeviceGroups, FusedLossBuffers, KernelError, Launcher,
     LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers,
-    RolloutBuffers, TokenBuffers, WORKSPACE_BYTES, WhitenBuffers, advantage_status,
-    discounted_returns, fused_supports, gae, group_advantages, group_advantages_finalize,
+    RolloutBuffers, TOKENS_WHITENED_STATUS_OFFSET, TokenBuffers, WORKSPACE_BYTES, WhitenBuffers,
+    WhitenedOutputs, advantage_status, discounted_returns, discounted_returns_whitened,
+    fused_supports, gae, gae_whitened, group_advantages, group_advantages_finalize,
     group_advantages_finalize_with, group_advantages_with, group_partial_squares,
     group_partial_sums, grpo_loss, grpo_loss_with, log_softmax_backward, log_softmax_forward,
     log_softmax_status, logits_loss_forward, logits_loss_fused, loss_workspace_bytes,
-    selects_by_covariance, tokens_status, whiten, whiten_result,
+    selects_by_covariance, tokens_status, tokens_whitened_result, tokens_whitened_workspace_bytes,
+    whiten, whiten_result,
 };

@@ -188,9 +188,12 @@ pub struct ReturnsParams {
     pub masked_reset: u32,
     /// Padding.
     pub pad0: u32,
+    /// `f64[n_tok]` or 0: the values to whiten, unrounded (the returns, or the GAE advantages,
+    /// which then are written only here).
+    pub wide: u64,
 }
 
-/// Parameters of `whiten_stats_f32` and `whiten_apply_f32` (C `CareWhitenParams`).
+/// Parameters of `whiten_stats_{f32,f64}` and `whiten_apply_{f32,f64}` (C `CareWhitenParams`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct WhitenParams {
@@ -210,6 +213,9 @@ pub struct WhitenParams {
     pub pad0: u32,
     /// Added to the count in the two means (verl's `masked_mean`: `1e-8`; 0 = exact).
     pub count_eps: f64,
+    /// `f64[n]` or 0: the values the `_f64` entries whiten into `x` (32-byte aligned at every
+    /// index where `x` is 16-byte aligned, for the vector path).
+    pub wide: u64,
 }
 
 /// The whitening statistics `whiten_stats_f32` leaves at the start of the workspace (C
@@ -896,12 +902,12 @@ pub mod layout {
     /// `CareReturnsParams`.
     pub fn returns() -> Vec<u32> {
         layout!(ReturnsParams: rewards, values, seq_offsets, mask, adv, ret, status, n_seq, n_tok,
-            gamma, lambda, masked_reset, pad0)
+            gamma, lambda, masked_reset, pad0, wide)
     }
 
     /// `CareWhitenParams`.
     pub fn whiten() -> Vec<u32> {
-        layout!(WhitenParams: x, mask, stats, n, eps, unbiased, pad0, count_eps)
+        layout!(WhitenParams: x, mask, stats, n, eps, unbiased, pad0, count_eps, wide)
     }
 
     /// `CareWhitenStats`.

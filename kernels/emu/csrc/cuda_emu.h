@@ -351,6 +351,11 @@ inline long long __double_as_longlong(double d) {
     memcpy(&u, &d, 8);
     return u;
 }
+inline double __longlong_as_double(long long u) {
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
 
 // Rounded double arithmetic: the host build has contraction off (build.rs), so plain operators
 // round each operation as the device intrinsics do.

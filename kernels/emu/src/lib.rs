@@ -172,6 +172,8 @@ unsafe extern "C" {
     fn emu_launch_gae_f32(g: Dim3, b: Dim3, p: *const ReturnsParams, seed: u64) -> i32;
     fn emu_launch_whiten_stats_f32(g: Dim3, b: Dim3, p: *const WhitenParams, seed: u64) -> i32;
     fn emu_launch_whiten_apply_f32(g: Dim3, b: Dim3, p: *const WhitenParams, seed: u64) -> i32;
+    fn emu_launch_whiten_stats_f64(g: Dim3, b: Dim3, p: *const WhitenParams, seed: u64) -> i32;
+    fn emu_launch_whiten_apply_f64(g: Dim3, b: Dim3, p: *const WhitenParams, seed: u64) -> i32;
     fn emu_layout_returns(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_whiten(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_whiten_stats(out: *mut u32, cap: usize) -> usize;
@@ -328,6 +330,12 @@ impl Launcher for Emulator {
             },
             (Kernel::WhitenApplyF32, [p]) => unsafe {
                 emu_launch_whiten_apply_f32(grid, block, p.cast(), s)
+            },
+            (Kernel::WhitenStatsF64, [p]) => unsafe {
+                emu_launch_whiten_stats_f64(grid, block, p.cast(), s)
+            },
+            (Kernel::WhitenApplyF64, [p]) => unsafe {
+                emu_launch_whiten_apply_f64(grid, block, p.cast(), s)
             },
             _ => return Err(EmuError::Arguments),
         };

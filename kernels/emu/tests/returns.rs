@@ -6,7 +6,11 @@
 //! `TokenReturn` is 0), whitened values, mean and std within the `Whiten` row, and every error
 //! of the reference (a malformed layout, a non-finite counted value) is the status the kernels
 //! report; (2) schedule and geometry independence: two fiber schedules and two block sizes give
-//! bit-identical outputs; (3) a refused whitening leaves the values untouched, as the reference.
+//! bit-identical outputs; (3) a refused whitening leaves the values untouched, as the reference;
+//! (4) the f64 chains (`discounted_returns_whitened`, `gae_whitened`) against the reference's
+//! (`care_core::grpo::{discounted_returns_whitened, gae_whitened}`): returns bit for bit,
+//! whitened values, mean and std within `Whiten`, at every alignment of the output, where
+//! whitening the f32-rounded returns falls outside that tolerance.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_core::Error;
@@ -15,8 +19,9 @@ use care_kernels::params::WhitenStatsRaw;
 use care_kernels::plan::{TokenBuffers, WhitenBuffers};
 use care_kernels::tolerance::{Quantity, Tolerance, tolerance};
 use care_kernels::{
-    Dtype, KernelError, Tuning, WORKSPACE_BYTES, discounted_returns, gae, tokens_status, whiten,
-    whiten_result,
+    Dtype, KernelError, TOKENS_WHITENED_STATUS_OFFSET, Tuning, WORKSPACE_BYTES, WhitenedOutputs,
+    discounted_returns, discounted_returns_whitened, gae, gae_whitened, tokens_status,
+    tokens_whitened_result, tokens_whitened_workspace_bytes, whiten, whiten_result,
 };
 use care_kernels_emu::Emulator;
 
@@ -761,4 +766,369 @@ fn gpu_returns_gae_and_whiten_match_reference() {
         opts: WhitenOptions::default(),
     };
     check_whiten_on(&mut gpu, &w, Tuning::default(), 0);
+}
+
+// ---- the f64 chains: returns or GAE, then whitening, never rounded in between ---------------
+
+/// What a chained call left: the returns, the whitened values and the two status sources.
+struct Chained {
+    returns: Vec<f32>,
+    advantages: Vec<f32>,
+    stats: WhitenStatsRaw,
+    tokens_status: u32,
+}
+
+/// Runs `discounted_returns_whitened` (or `gae_whitened` with `gae`), the advantages output
+/// `shift` floats past a 16-byte boundary (the plan aligns its f64 scratch to it).
+fn run_whitened<D: Device>(
+    dev: &mut D,
+    c: &TokCase,
+    w: &WhitenOptions,
+    gae: bool,
+    shift: usize,
+    tuning: Tuning,
+    seed: u64,
+) -> Chained {
+    let n = c.rewards.len();
+    let ws_len = tokens_whitened_workspace_bytes(n as u32);
+    let buf = TokenBuffers {
+        rewards: dev.upload(&c.rewards),
+        values: if gae { dev.upload(&c.values) } else { 0 },
+        seq_offsets: dev.upload(&c.offsets),
+        n_seq: (c.offsets.len() - 1) as u32,
+        n_tok: n as u32,
+        mask: c.mask.as_ref().map_or(0, |m| dev.upload(m)),
+        // Garbage in the workspace: the plan must reset what it reads.
+        workspace: dev.upload(&vec![0xffu8; ws_len]),
+    };
+    let poison = vec![f32::from_bits(0x7fc0_dead); n + shift];
+    let adv = dev.upload(&poison) + 4 * shift as u64;
+    let out = WhitenedOutputs {
+        advantages: adv,
+        returns: dev.upload(&poison[..n]),
+        workspace_len: ws_len,
+    };
+    let l = dev.launcher(seed);
+    // SAFETY: every buffer holds the documented number of entries, the workspace ws_len bytes.
+    unsafe {
+        if gae {
+            gae_whitened(&l, &buf, &out, &c.opts, w, tuning)
+        } else {
+            discounted_returns_whitened(&l, &buf, &out, &c.opts, w, tuning)
+        }
+    }
+    .unwrap();
+    let got = Chained {
+        returns: dev.download(out.returns, n),
+        advantages: dev.download(adv, n),
+        stats: dev.download(buf.workspace, 1)[0],
+        tokens_status: dev.download(buf.workspace + TOKENS_WHITENED_STATUS_OFFSET as u64, 1)[0],
+    };
+    dev.reset();
+    got
+}
+
+/// The chain on the device against the reference's: the same error, or the returns bit for
+/// bit and the whitened values, mean and std within `Whiten`; a refused call leaves the
+/// advantages as they were. Returns the device's advantages.
+#[allow(clippy::too_many_arguments)] // the case and how to run it
+fn check_whitened_on<D: Device>(
+    dev: &mut D,
+    c: &TokCase,
+    w: &WhitenOptions,
+    gae: bool,
+    shift: usize,
+    tuning: Tuning,
+    seed: u64,
+) -> Vec<f32> {
+    let k = run_whitened(dev, c, w, gae, shift, tuning, seed);
+    let n = c.rewards.len();
+    let (mut adv, mut ret) = (vec![0f32; n], vec![0f32; n]);
+    let m = c.mask.as_deref();
+    let r = if gae {
+        care_core::grpo::gae_whitened(
+            &c.rewards, &c.values, &c.offsets, m, &c.opts, w, &mut adv, &mut ret,
+        )
+    } else {
+        care_core::grpo::discounted_returns_whitened(
+            &c.rewards, &c.offsets, m, &c.opts, w, &mut adv, &mut ret,
+        )
+    };
+    let got = tokens_whitened_result(&k.stats, k.tokens_status);
+    match r {
+        Err(e) => {
+            assert_eq!(got, Err(e), "{c:?}");
+            if e == Error::NonFinite {
+                // The whitening wrote nothing (the reference writes nothing at all).
+                assert!(k.advantages.iter().all(|v| v.to_bits() == 0x7fc0_dead));
+            }
+        }
+        Ok((mean, std)) => {
+            let (kmean, kstd) = got.unwrap();
+            assert_exact(&k.returns, &ret, "returns");
+            // The scale of the whitened quantity: the largest unrounded value counted.
+            let mut wide = vec![0f64; n];
+            if gae {
+                let mut r2 = vec![0f64; n];
+                care_core::grpo::gae(
+                    &c.rewards, &c.values, &c.offsets, m, &c.opts, &mut wide, &mut r2,
+                )
+                .unwrap();
+            } else {
+                care_core::grpo::discounted_returns(&c.rewards, &c.offsets, m, &c.opts, &mut wide)
+                    .unwrap();
+            }
+            let max = wide.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+            let t = tolerance(Quantity::Whiten, Dtype::F32).unwrap();
+            assert!(t.accepts(kmean, mean, max), "mean {kmean} vs {mean}");
+            assert!(t.accepts(kstd, std, max), "std {kstd} vs {std}");
+            for (i, (&g, &want)) in k.advantages.iter().zip(&adv).enumerate() {
+                let bound = t.bound(max * k.stats.scale, f64::from(want));
+                assert!(
+                    Tolerance::within(f64::from(g), f64::from(want), bound),
+                    "adv[{i}]: kernel {g:e}, reference {want:e}, bound {bound:e}"
+                );
+                if m.is_some_and(|m| m[i] == 0) {
+                    assert_eq!(g.to_bits(), 0, "masked adv[{i}] is +0");
+                }
+            }
+        }
+    }
+    k.advantages
+}
+
+fn whiten_opts_strategy() -> impl Strategy<Value = WhitenOptions> {
+    (
+        prop_oneof![Just(0.0f64), Just(1e-8), Just(1.0)],
+        prop_oneof![Just(StdKind::Unbiased), Just(StdKind::Biased)],
+        prop_oneof![3 => Just(0.0f64), 1 => Just(1e-8)],
+    )
+        .prop_map(|(eps, std_kind, count_eps)| WhitenOptions {
+            eps,
+            std_kind,
+            count_eps,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    /// The f64 chains against the reference's on random ragged batches (the returns with either
+    /// masked-token rule), at every alignment of the output and two schedules.
+    #[test]
+    fn pt_whitened_chains_match_the_reference(
+        c in tok_case_strategy(),
+        w in whiten_opts_strategy(),
+        reset in any::<bool>(),
+        shift in 0usize..4,
+        threads in prop_oneof![Just(None), Just(Some(32u32)), Just(Some(64))],
+        seed in any::<u64>(),
+    ) {
+        let tuning = Tuning { threads, ..Tuning::default() };
+        let mut dev = EmuDevice::default();
+        let a = check_whitened_on(&mut dev, &c, &w, true, shift, tuning, seed);
+        let b = run_whitened(&mut dev, &c, &w, true, shift, tuning, seed ^ 0x51);
+        prop_assert_eq!(
+            a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            b.advantages.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        let rule = if reset { MaskedToken::Reset } else { MaskedToken::Skip };
+        let c = TokCase { opts: GaeOptions { masked_token: rule, ..c.opts }, ..c };
+        check_whitened_on(&mut dev, &c, &w, false, shift, tuning, seed);
+    }
+}
+
+/// Returns around 500 with a spread of 1e-3 (verl's `reinforce_plus_plus` on rewards of 50 and
+/// 500 at gamma 0.9, the peer suite's class 6): the chain matches the f64 reference, while
+/// whitening the returns after rounding them to f32 (the two-call route) does not.
+#[test]
+fn whitened_returns_are_not_rounded_before_whitening() {
+    let b = 64;
+    let mut rewards = Vec::new();
+    for i in 0..b {
+        let d = (i as f32 * 0.37).sin() * 1e-3;
+        rewards.extend([50.0 + d, 500.0 - d]);
+    }
+    let c = TokCase {
+        rewards,
+        values: vec![0.0; 2 * b],
+        offsets: (0..=b as u32).map(|i| 2 * i).collect(),
+        mask: None,
+        opts: GaeOptions {
+            gamma: 0.9,
+            ..GaeOptions::default()
+        },
+    };
+    let w = WhitenOptions {
+        count_eps: 1e-8,
+        ..WhitenOptions::default()
+    };
+    let mut dev = EmuDevice::default();
+    check_whitened_on(&mut dev, &c, &w, false, 1, Tuning::default(), 3);
+    // The two-call route: returns rounded to f32, then whitened.
+    let n = c.rewards.len();
+    let (mut adv, mut ret) = (vec![0f32; n], vec![0f32; n]);
+    care_core::grpo::discounted_returns_whitened(
+        &c.rewards, &c.offsets, None, &c.opts, &w, &mut adv, &mut ret,
+    )
+    .unwrap();
+    let mut rounded = ret.clone();
+    care_core::grpo::whiten(&mut rounded, None, &w).unwrap();
+    let t = tolerance(Quantity::Whiten, Dtype::F32).unwrap();
+    let outside = rounded
+        .iter()
+        .zip(&adv)
+        .filter(|&(&g, &want)| !t.accepts(f64::from(g), f64::from(want), 1.0))
+        .count();
+    assert!(
+        outside > n / 2,
+        "only {outside} of {n} rounded values differ"
+    );
+}
+
+/// A counted non-finite reward (the whitening refuses: the advantages stay as they were), a
+/// malformed layout (reported first), and the refusals before any launch: a workspace one byte
+/// short, GAE with the reset rule, a missing advantages output.
+#[test]
+fn whitened_chains_report_and_refuse_as_the_reference() {
+    let w = WhitenOptions::default();
+    let mut c = TokCase {
+        rewards: vec![1.0, f32::NAN, 2.0, 0.5],
+        values: vec![0.0; 4],
+        offsets: vec![0, 3, 4],
+        mask: None,
+        opts: GaeOptions::default(),
+    };
+    for gae in [false, true] {
+        check_whitened_on(
+            &mut EmuDevice::default(),
+            &c,
+            &w,
+            gae,
+            0,
+            Tuning::default(),
+            1,
+        );
+    }
+    c.rewards[1] = 3.0;
+    c.offsets = vec![0, 5, 4];
+    for gae in [false, true] {
+        let k = run_whitened(
+            &mut EmuDevice::default(),
+            &c,
+            &w,
+            gae,
+            0,
+            Tuning::default(),
+            1,
+        );
+        assert_eq!(
+            tokens_whitened_result(&k.stats, k.tokens_status),
+            Err(Error::InvalidLayout)
+        );
+    }
+    let mut dev = EmuDevice::default();
+    let n = 4;
+    let ws_len = tokens_whitened_workspace_bytes(n);
+    let buf = TokenBuffers {
+        rewards: dev.upload(&[1.0f32; 4]),
+        values: dev.upload(&[0.0f32; 4]),
+        seq_offsets: dev.upload(&[0u32, 4]),
+        n_seq: 1,
+        n_tok: n,
+        mask: 0,
+        workspace: dev.upload(&vec![0u8; ws_len]),
+    };
+    let out = WhitenedOutputs {
+        advantages: dev.upload(&[0.0f32; 4]),
+        returns: dev.upload(&[0.0f32; 4]),
+        workspace_len: ws_len - 1,
+    };
+    let refused = |e: Result<(), KernelError<_>>| {
+        assert!(
+            matches!(e, Err(KernelError::Core(Error::InvalidArgument))),
+            "{e:?}"
+        );
+    };
+    let o = GaeOptions::default();
+    let l = dev.launcher(0);
+    // SAFETY (all): refused before any launch; the buffers hold 4 entries.
+    refused(unsafe { discounted_returns_whitened(&l, &buf, &out, &o, &w, Tuning::default()) });
+    let out = WhitenedOutputs {
+        workspace_len: ws_len,
+        ..out
+    };
+    let reset = GaeOptions {
+        masked_token: MaskedToken::Reset,
+        ..o
+    };
+    refused(unsafe { gae_whitened(&l, &buf, &out, &reset, &w, Tuning::default()) });
+    let none = WhitenedOutputs {
+        advantages: 0,
+        ..out
+    };
+    refused(unsafe { gae_whitened(&l, &buf, &none, &o, &w, Tuning::default()) });
+    let bad_w = WhitenOptions { eps: -1.0, ..w };
+    refused(unsafe { discounted_returns_whitened(&l, &buf, &out, &o, &bad_w, Tuning::default()) });
+}
+
+/// The same random cases and a long batch on the GPU.
+#[test]
+fn gpu_whitened_chains_match_reference() {
+    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
+    let Some(gpu) = common::gpu("gpu_whitened_chains_match_reference") else {
+        return;
+    };
+    let gpu = std::cell::RefCell::new(gpu);
+    let config = ProptestConfig {
+        cases: common::gpu_cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    runner
+        .run(
+            &(
+                tok_case_strategy(),
+                whiten_opts_strategy(),
+                0usize..4,
+                any::<bool>(),
+            ),
+            |(c, w, shift, gae)| {
+                check_whitened_on(
+                    &mut *gpu.borrow_mut(),
+                    &c,
+                    &w,
+                    gae,
+                    shift,
+                    Tuning::default(),
+                    0,
+                );
+                Ok(())
+            },
+        )
+        .unwrap();
+    let mut gpu = gpu.into_inner();
+    let c = TokCase {
+        rewards: ramp(400_000, 0.01),
+        values: ramp(400_000, 0.02),
+        offsets: offsets_of(&[4000; 100]),
+        mask: Some((0..400_000).map(|i| u8::from(i % 9 != 0)).collect()),
+        opts: GaeOptions {
+            gamma: 0.99,
+            lambda: 0.95,
+            ..GaeOptions::default()
+        },
+    };
+    for gae in [false, true] {
+        check_whitened_on(
+            &mut gpu,
+            &c,
+            &WhitenOptions::default(),
+            gae,
+            1,
+            Tuning::default(),
+            0,
+        );
+    }
 }
