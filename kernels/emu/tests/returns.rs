@@ -19,9 +19,9 @@ use care_kernels::params::WhitenStatsRaw;
 use care_kernels::plan::{TokenBuffers, WhitenBuffers};
 use care_kernels::tolerance::{Quantity, Tolerance, tolerance};
 use care_kernels::{
-    Dtype, KernelError, TOKENS_WHITENED_STATUS_OFFSET, Tuning, WORKSPACE_BYTES, WhitenedOutputs,
-    discounted_returns, discounted_returns_whitened, gae, gae_whitened, tokens_status,
-    tokens_whitened_result, tokens_whitened_workspace_bytes, whiten, whiten_result,
+    Dtype, KernelError, Tuning, WHITENED_STATUS_OFFSET, WORKSPACE_BYTES, WhitenedOutputs,
+    discounted_returns, discounted_returns_whitened, gae, gae_whitened, tokens_status, whiten,
+    whiten_result, whitened_result, whitened_workspace_bytes,
 };
 use care_kernels_emu::Emulator;
 
@@ -790,7 +790,7 @@ fn run_whitened<D: Device>(
     seed: u64,
 ) -> Chained {
     let n = c.rewards.len();
-    let ws_len = tokens_whitened_workspace_bytes(n as u32);
+    let ws_len = whitened_workspace_bytes(n as u32);
     let buf = TokenBuffers {
         rewards: dev.upload(&c.rewards),
         values: if gae { dev.upload(&c.values) } else { 0 },
@@ -822,7 +822,7 @@ fn run_whitened<D: Device>(
         returns: dev.download(out.returns, n),
         advantages: dev.download(adv, n),
         stats: dev.download(buf.workspace, 1)[0],
-        tokens_status: dev.download(buf.workspace + TOKENS_WHITENED_STATUS_OFFSET as u64, 1)[0],
+        tokens_status: dev.download(buf.workspace + WHITENED_STATUS_OFFSET as u64, 1)[0],
     };
     dev.reset();
     got
@@ -854,7 +854,7 @@ fn check_whitened_on<D: Device>(
             &c.rewards, &c.offsets, m, &c.opts, w, &mut adv, &mut ret,
         )
     };
-    let got = tokens_whitened_result(&k.stats, k.tokens_status);
+    let got = whitened_result(&k.stats, k.tokens_status);
     match r {
         Err(e) => {
             assert_eq!(got, Err(e), "{c:?}");
@@ -1022,13 +1022,13 @@ fn whitened_chains_report_and_refuse_as_the_reference() {
             1,
         );
         assert_eq!(
-            tokens_whitened_result(&k.stats, k.tokens_status),
+            whitened_result(&k.stats, k.tokens_status),
             Err(Error::InvalidLayout)
         );
     }
     let mut dev = EmuDevice::default();
     let n = 4;
-    let ws_len = tokens_whitened_workspace_bytes(n);
+    let ws_len = whitened_workspace_bytes(n);
     let buf = TokenBuffers {
         rewards: dev.upload(&[1.0f32; 4]),
         values: dev.upload(&[0.0f32; 4]),

@@ -32,9 +32,9 @@ pub use loss::{
     selects_by_covariance,
 };
 pub use returns::{
-    TOKENS_WHITENED_STATUS_OFFSET, TokenBuffers, WhitenBuffers, WhitenedOutputs,
-    discounted_returns, discounted_returns_whitened, gae, gae_whitened, tokens_status,
-    tokens_whitened_result, tokens_whitened_workspace_bytes, whiten, whiten_result,
+    TokenBuffers, WHITENED_STATUS_OFFSET, WhitenBuffers, WhitenedOutputs, discounted_returns,
+    discounted_returns_whitened, gae, gae_whitened, tokens_status, whiten, whiten_result,
+    whitened_result, whitened_workspace_bytes,
 };
 
 /// Bytes of device workspace an operation needs, 16-byte aligned: status words, the batch std,

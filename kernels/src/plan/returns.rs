@@ -274,22 +274,22 @@ pub struct WhitenedOutputs {
     /// `f32[n_tok]`: the returns (discounted, or GAE's `A + V`; masked: 0), not whitened.
     pub returns: u64,
     /// Bytes at the [`TokenBuffers::workspace`]: at least
-    /// [`tokens_whitened_workspace_bytes`].
+    /// [`whitened_workspace_bytes`].
     pub workspace_len: usize,
 }
 
 /// Offset in the workspace of the returns' layout status word of [`discounted_returns_whitened`]
 /// and [`gae_whitened`] (the whitening's [`WhitenWorkRaw`] comes first, at 0).
-pub const TOKENS_WHITENED_STATUS_OFFSET: usize = size_of::<WhitenWorkRaw>().next_multiple_of(16);
+pub const WHITENED_STATUS_OFFSET: usize = size_of::<WhitenWorkRaw>().next_multiple_of(16);
 
 /// Bytes of workspace [`discounted_returns_whitened`] and [`gae_whitened`] need for `n_tok`
 /// tokens: [`WORKSPACE_BYTES`](super::WORKSPACE_BYTES) for the statistics and the status words,
 /// then the unrounded values, 8 bytes a token, with 64 bytes to align them.
-pub fn tokens_whitened_workspace_bytes(n_tok: u32) -> usize {
+pub fn whitened_workspace_bytes(n_tok: u32) -> usize {
     super::WORKSPACE_BYTES + 64 + 8 * n_tok as usize
 }
 
-const _: () = assert!(TOKENS_WHITENED_STATUS_OFFSET + 4 <= super::WORKSPACE_BYTES);
+const _: () = assert!(WHITENED_STATUS_OFFSET + 4 <= super::WORKSPACE_BYTES);
 
 /// Where the `f64` values go: after [`WORKSPACE_BYTES`](super::WORKSPACE_BYTES), shifted so
 /// that `&wide[i]` is 32-byte aligned wherever `&advantages[i]` is 16-byte aligned (the vector
@@ -310,11 +310,11 @@ fn wide_address(workspace: u64, advantages: u64) -> u64 {
 ///
 /// What the reference refuses before writing cannot stop the launches: a malformed layout sets
 /// the returns' status word, a non-finite return the whitening's (the advantages are then left
-/// as they were; the returns are written); [`tokens_whitened_result`] of the two, read back from
+/// as they were; the returns are written); [`whitened_result`] of the two, read back from
 /// the workspace, gives the reference's error or its `(mean, std)`.
 ///
 /// Errors: [`Error::InvalidArgument`] as [`discounted_returns`] and [`whiten`], and for a
-/// workspace shorter than [`tokens_whitened_workspace_bytes`].
+/// workspace shorter than [`whitened_workspace_bytes`].
 ///
 /// # Safety
 /// As [`discounted_returns`]; `out`'s buffers hold `n_tok` entries and the workspace
@@ -360,7 +360,7 @@ unsafe fn tokens_whitened<L: Launcher>(
     tuning: Tuning,
 ) -> Result<(), KernelError<L::Error>> {
     w.validate()?;
-    if buf.workspace == 0 || out.workspace_len < tokens_whitened_workspace_bytes(buf.n_tok) {
+    if buf.workspace == 0 || out.workspace_len < whitened_workspace_bytes(buf.n_tok) {
         return Err(Error::InvalidArgument.into());
     }
     if buf.n_tok > 0 && out.advantages == 0 {
@@ -368,8 +368,8 @@ unsafe fn tokens_whitened<L: Launcher>(
     }
     let ws = buf.workspace;
     let wide = wide_address(ws, out.advantages);
-    // SAFETY: the workspace holds tokens_whitened_workspace_bytes (checked above): the
-    // WhitenWorkRaw at 0, the status word at TOKENS_WHITENED_STATUS_OFFSET and 8 * n_tok bytes
+    // SAFETY: the workspace holds whitened_workspace_bytes (checked above): the
+    // WhitenWorkRaw at 0, the status word at WHITENED_STATUS_OFFSET and 8 * n_tok bytes
     // at `wide` (at most 56 bytes past WORKSPACE_BYTES); the other buffers as documented.
     unsafe {
         launch_tokens(
@@ -378,7 +378,7 @@ unsafe fn tokens_whitened<L: Launcher>(
             is_gae.then_some(0),
             out.returns,
             wide,
-            ws + TOKENS_WHITENED_STATUS_OFFSET as u64,
+            ws + WHITENED_STATUS_OFFSET as u64,
             opts,
             tuning,
         )
@@ -396,10 +396,10 @@ unsafe fn tokens_whitened<L: Launcher>(
 
 /// The `(mean, std)` of a [`discounted_returns_whitened`] or [`gae_whitened`] call from what it
 /// left in the workspace (the [`WhitenStatsRaw`] at 0 and the status word at
-/// [`TOKENS_WHITENED_STATUS_OFFSET`]), as the reference returns them: [`Error::InvalidLayout`]
+/// [`WHITENED_STATUS_OFFSET`]), as the reference returns them: [`Error::InvalidLayout`]
 /// for a malformed layout (the outputs are unspecified), else [`Error::NonFinite`] for a
 /// non-finite counted value (the advantages were not written).
-pub fn tokens_whitened_result(
+pub fn whitened_result(
     stats: &WhitenStatsRaw,
     tokens_status_word: u32,
 ) -> Result<(f64, f64), Error> {
