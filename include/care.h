@@ -2114,6 +2114,53 @@ care_result care_gpu_whiten_status(const struct care_gpu_launch *launch,
                                    double *mean_out,
                                    double *std_out);
 
+// The bytes of workspace `care_gpu_discounted_returns_whitened` and `care_gpu_gae_whitened`
+// need for `n_tokens` tokens, into `*out_bytes`: `CARE_GPU_WORKSPACE_BYTES` plus 8 bytes per
+// token (the unrounded values between the scan and the whitening) and 64. `n_tokens` above
+// `UINT32_MAX` is `CARE_ERR_INVALID_ARGUMENT`.
+care_result care_gpu_whitened_workspace_bytes(size_t n_tokens, size_t *out_bytes);
+
+// `care_discounted_returns_whitened` on the GPU, asynchronously on `launch->stream`: the same
+// structs (the `inputs` pointers and both outputs device memory), every intermediate in double
+// (the scan leaves the unrounded returns in the workspace, which the whitening reads): the
+// returns bit-identical to the CPU's, the whitened returns within the documented tolerance.
+// The workspace is `care_gpu_whitened_workspace_bytes(T)` (shorter:
+// `CARE_ERR_BUFFER_TOO_SMALL`). What the CPU function refuses before writing is found by the
+// kernels: `care_gpu_whitened_status` reports a malformed layout (`CARE_ERR_INVALID_LAYOUT`;
+// outputs unspecified) or a non-finite return (`CARE_ERR_NON_FINITE`; the advantages are left
+// as they were, the returns are written), and otherwise gives the mean and std.
+care_result care_gpu_discounted_returns_whitened(const struct care_token_rewards *inputs,
+                                                 const struct care_gae_options *gae_options,
+                                                 const struct care_whiten_options *whiten_options,
+                                                 float *d_advantages,
+                                                 size_t advantages_len,
+                                                 float *d_returns,
+                                                 size_t returns_len,
+                                                 const struct care_gpu_launch *launch);
+
+// `care_gae_whitened` on the GPU, asynchronously on `launch->stream`: GAE's returns `A + V`
+// into `d_returns` (bit-identical to the CPU's), its advantages whitened in double into
+// `d_advantages` (within the documented tolerance). Workspace and status as
+// `care_gpu_discounted_returns_whitened`.
+care_result care_gpu_gae_whitened(const struct care_token_rewards *inputs,
+                                  const struct care_gae_options *gae_options,
+                                  const struct care_whiten_options *whiten_options,
+                                  float *d_advantages,
+                                  size_t advantages_len,
+                                  float *d_returns,
+                                  size_t returns_len,
+                                  const struct care_gpu_launch *launch);
+
+// Synchronizes `launch->stream` and reads what `care_gpu_discounted_returns_whitened` or
+// `care_gpu_gae_whitened` left in `launch->workspace`: `CARE_OK` with the mean and std of the
+// unrounded values before whitening into `*mean_out` and `*std_out` (each optional; written
+// only on success), `CARE_ERR_INVALID_LAYOUT` when the sequence offsets were not a CSR layout,
+// else `CARE_ERR_NON_FINITE` when a counted value was not finite, as the CPU functions refuse
+// those calls.
+care_result care_gpu_whitened_status(const struct care_gpu_launch *launch,
+                                     double *mean_out,
+                                     double *std_out);
+
 // `CARE_OK` when the CUDA driver library loads and reports at least one device, else
 // `CARE_ERR_CUDA_UNAVAILABLE`. Creates no context.
 care_result care_gpu_available(void);

@@ -461,7 +461,8 @@ unsafe fn device_tokens(
             return Err(crate::detail::fail(
                 care_result::CARE_ERR_NULL_POINTER,
                 format_args!(
-                    "care_token_rewards.values is NULL; care_gpu_gae needs the values V_t"
+                    "care_token_rewards.values is NULL; GAE (care_gpu_gae, \
+                     care_gpu_gae_whitened) needs the values V_t"
                 ),
             ));
         }
@@ -472,8 +473,8 @@ unsafe fn device_tokens(
             return Err(crate::detail::fail(
                 care_result::CARE_ERR_INVALID_ARGUMENT,
                 format_args!(
-                    "care_token_rewards.values is set; care_gpu_discounted_returns reads no \
-                     values (pass (NULL, 0), or call care_gpu_gae)"
+                    "care_token_rewards.values is set; the discounted returns read no values \
+                     (pass (NULL, 0), or call care_gpu_gae or care_gpu_gae_whitened)"
                 ),
             ));
         }
@@ -687,6 +688,209 @@ pub unsafe extern "C" fn care_gpu_whiten_status(
                 map_error(e),
                 format_args!("a counted value passed to care_gpu_whiten is NaN or infinite"),
             )
+        }));
+        if let Some(o) = mean_out {
+            unsafe { o.write(mean) };
+        }
+        if let Some(o) = std_out {
+            unsafe { o.write(std) };
+        }
+        care_result::CARE_OK
+    }
+}
+
+// ---- the f64 chains on the GPU ----------------------------------------------------------------
+
+/// The bytes of workspace `care_gpu_discounted_returns_whitened` and `care_gpu_gae_whitened`
+/// need for `n_tokens` tokens, into `*out_bytes`: `CARE_GPU_WORKSPACE_BYTES` plus 8 bytes per
+/// token (the unrounded values between the scan and the whitening) and 64. `n_tokens` above
+/// `UINT32_MAX` is `CARE_ERR_INVALID_ARGUMENT`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_whitened_workspace_bytes(
+    n_tokens: usize,
+    out_bytes: *mut usize,
+) -> care_result {
+    ffi_panic_boundary! {
+        let out = tri!(Out::new(out_bytes));
+        let Ok(n) = u32::try_from(n_tokens) else {
+            return crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!("n_tokens is {n_tokens}; the kernels index tokens with 32 bits"),
+            );
+        };
+        // SAFETY: `out_bytes` is valid for a write (contract; NULL and alignment checked).
+        unsafe { out.write(care_kernels::whitened_workspace_bytes(n)) };
+        care_result::CARE_OK
+    }
+}
+
+/// The body of the two chained GPU entry points: every argument checked, then the launches.
+///
+/// # Safety
+/// As for [`args::input`] on the structs; the pointers inside and the outputs are device memory
+/// of the lengths they state.
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+unsafe fn whitened_on(
+    inputs: *const care_token_rewards,
+    gae_options: *const care_gae_options,
+    whiten_options: *const care_whiten_options,
+    d_advantages: *mut f32,
+    advantages_len: usize,
+    d_returns: *mut f32,
+    returns_len: usize,
+    launch: *const care_gpu_launch,
+    is_gae: bool,
+) -> care_result {
+    // SAFETY (all blocks): forwarded contract.
+    let (mut buf, n) = tri!(unsafe { device_tokens(inputs, is_gae) });
+    let opts = tri!(unsafe { read_gae_options(gae_options) });
+    let w = tri!(unsafe { read_whiten_options(whiten_options) });
+    let adv = tri!(device_output(
+        d_advantages,
+        advantages_len,
+        "advantages_len",
+        n
+    ));
+    let ret = tri!(device_output(d_returns, returns_len, "returns_len", n));
+    if is_gae && opts.masked_token != MaskedToken::Skip {
+        return crate::detail::fail(
+            care_result::CARE_ERR_INVALID_ARGUMENT,
+            format_args!(
+                "care_gae_options.masked_token is CARE_MASKED_TOKEN_RESET; GAE skips masked \
+                 tokens (no version of verl's GAE resets there)"
+            ),
+        );
+    }
+    let l = tri!(unsafe { read_launch(launch, true) });
+    let need = care_kernels::whitened_workspace_bytes(buf.n_tok);
+    if l.workspace_len < need {
+        return crate::detail::fail(
+            care_result::CARE_ERR_BUFFER_TOO_SMALL,
+            format_args!(
+                "care_gpu_launch.workspace_len is {} but the chain needs {need} bytes for {n} \
+                 tokens (8 per token for the unrounded values); size the workspace with \
+                 care_gpu_whitened_workspace_bytes",
+                l.workspace_len
+            ),
+        );
+    }
+    buf.workspace = l.workspace;
+    let out = care_kernels::WhitenedOutputs {
+        advantages: adv,
+        returns: ret,
+        workspace_len: l.workspace_len,
+    };
+    let b = tri!(unsafe { backend(l.stream, l.workspace) });
+    let t = Tuning::default();
+    // SAFETY: every address is caller device memory of the documented, cross-checked size; the
+    // workspace holds `need` bytes.
+    let run = unsafe {
+        if is_gae {
+            care_kernels::gae_whitened(&b, &buf, &out, &opts, &w, t)
+        } else {
+            care_kernels::discounted_returns_whitened(&b, &buf, &out, &opts, &w, t)
+        }
+    };
+    match run {
+        Ok(()) => care_result::CARE_OK,
+        Err(e) => kernel_code(e),
+    }
+}
+
+/// `care_discounted_returns_whitened` on the GPU, asynchronously on `launch->stream`: the same
+/// structs (the `inputs` pointers and both outputs device memory), every intermediate in double
+/// (the scan leaves the unrounded returns in the workspace, which the whitening reads): the
+/// returns bit-identical to the CPU's, the whitened returns within the documented tolerance.
+/// The workspace is `care_gpu_whitened_workspace_bytes(T)` (shorter:
+/// `CARE_ERR_BUFFER_TOO_SMALL`). What the CPU function refuses before writing is found by the
+/// kernels: `care_gpu_whitened_status` reports a malformed layout (`CARE_ERR_INVALID_LAYOUT`;
+/// outputs unspecified) or a non-finite return (`CARE_ERR_NON_FINITE`; the advantages are left
+/// as they were, the returns are written), and otherwise gives the mean and std.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub unsafe extern "C" fn care_gpu_discounted_returns_whitened(
+    inputs: *const care_token_rewards,
+    gae_options: *const care_gae_options,
+    whiten_options: *const care_whiten_options,
+    d_advantages: *mut f32,
+    advantages_len: usize,
+    d_returns: *mut f32,
+    returns_len: usize,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY: forwarded contract of the entry point.
+        unsafe {
+            whitened_on(inputs, gae_options, whiten_options, d_advantages, advantages_len,
+                        d_returns, returns_len, launch, false)
+        }
+    }
+}
+
+/// `care_gae_whitened` on the GPU, asynchronously on `launch->stream`: GAE's returns `A + V`
+/// into `d_returns` (bit-identical to the CPU's), its advantages whitened in double into
+/// `d_advantages` (within the documented tolerance). Workspace and status as
+/// `care_gpu_discounted_returns_whitened`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub unsafe extern "C" fn care_gpu_gae_whitened(
+    inputs: *const care_token_rewards,
+    gae_options: *const care_gae_options,
+    whiten_options: *const care_whiten_options,
+    d_advantages: *mut f32,
+    advantages_len: usize,
+    d_returns: *mut f32,
+    returns_len: usize,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY: forwarded contract of the entry point.
+        unsafe {
+            whitened_on(inputs, gae_options, whiten_options, d_advantages, advantages_len,
+                        d_returns, returns_len, launch, true)
+        }
+    }
+}
+
+/// Synchronizes `launch->stream` and reads what `care_gpu_discounted_returns_whitened` or
+/// `care_gpu_gae_whitened` left in `launch->workspace`: `CARE_OK` with the mean and std of the
+/// unrounded values before whitening into `*mean_out` and `*std_out` (each optional; written
+/// only on success), `CARE_ERR_INVALID_LAYOUT` when the sequence offsets were not a CSR layout,
+/// else `CARE_ERR_NON_FINITE` when a counted value was not finite, as the CPU functions refuse
+/// those calls.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_whitened_status(
+    launch: *const care_gpu_launch,
+    mean_out: *mut f64,
+    std_out: *mut f64,
+) -> care_result {
+    ffi_panic_boundary! {
+        let mean_out = tri!(Out::optional(mean_out));
+        let std_out = tri!(Out::optional(std_out));
+        // SAFETY (all blocks): forwarded contract.
+        let l = tri!(unsafe { read_launch(launch, true) });
+        if l.workspace_len < care_kernels::WHITENED_STATUS_OFFSET + 4 {
+            return care_result::CARE_ERR_BUFFER_TOO_SMALL; // unreachable: read_launch checks more
+        }
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
+        tri!(b.synchronize().map_err(driver_code));
+        let mut raw = WhitenStatsRaw::default();
+        let mut word = [0u8; 4];
+        // SAFETY: the stream is idle (synchronized); the workspace holds at least
+        // CARE_GPU_WORKSPACE_BYTES, past the WhitenStatsRaw and the status word.
+        tri!(unsafe { cu::memcpy_dtoh_sync(bytemuck::bytes_of_mut(&mut raw), l.workspace) }
+            .map_err(driver_code));
+        let at = l.workspace + care_kernels::WHITENED_STATUS_OFFSET as u64;
+        tri!(unsafe { cu::memcpy_dtoh_sync(&mut word, at) }.map_err(driver_code));
+        let r = care_kernels::whitened_result(&raw, u32::from_ne_bytes(word));
+        let (mean, std) = tri!(r.map_err(|e| {
+            let why = if e == care_core::Error::InvalidLayout {
+                "care_token_rewards.seq_offsets is not a CSR layout of the tokens: it must start \
+                 at 0, never decrease and end at T"
+            } else {
+                "a counted return or advantage is NaN or infinite; the advantages were not written"
+            };
+            crate::detail::fail(map_error(e), format_args!("{why}"))
         }));
         if let Some(o) = mean_out {
             unsafe { o.write(mean) };

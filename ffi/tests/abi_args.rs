@@ -412,7 +412,8 @@ impl Fx {
                 struct_size: sz::<care_gpu_launch>(),
                 stream: null_mut(),
                 workspace: fake(),
-                workspace_len: CARE_GPU_WORKSPACE_BYTES,
+                // Room for the whitened chains' f64 values too (never touched: fake()).
+                workspace_len: CARE_GPU_WORKSPACE_BYTES + 1024,
             },
             d_rw: care_rewards {
                 struct_size: sz::<care_rewards>(),
@@ -1495,6 +1496,12 @@ fn cpu_cases() -> Vec<Case> {
                 "a counted value is inf": |f| f.wh_values[4] = f32::INFINITY => CARE_ERR_NON_FINITE,
             ]
         },
+        // Sizes the device chains' workspace; needs no driver.
+        case! { |f, k| care_gpu_whitened_workspace_bytes(f.ws_n, m(k, 0, &raw mut f.ws_bytes)), 1,
+            rows![
+                "n_tokens above UINT32_MAX": |f| f.ws_n = usize::MAX => CARE_ERR_INVALID_ARGUMENT,
+            ]
+        },
         // ---- loss ------------------------------------------------------------------------
         // Sizes the device loss's workspace; needs no driver.
         case! { |f, k| care_gpu_policy_loss_workspace_bytes(&f.lo, f.ws_n, m(k, 0, &raw mut f.ws_bytes)), 1,
@@ -2207,6 +2214,41 @@ fn gpu_cases() -> Vec<Case> {
             ]].concat()
         },
         case! { |f, k| care_gpu_whiten_status(p(k, 0, &f.launch), &raw mut f.wh_mean, &raw mut f.wh_std), 1,
+            launch_rows(true)
+        },
+        case! { |f, k| care_gpu_discounted_returns_whitened(
+                p(k, 0, &f.tr_ret), &f.gae_o, &f.wo, m(k, 1, f.gae_adv.as_mut_ptr()),
+                f.gae_adv.len(), m(k, 2, f.gae_ret.as_mut_ptr()), f.gae_ret.len(),
+                p(k, 3, &f.launch)), 4,
+            [gae_options_rows(), whiten_options_rows(), launch_rows(true), device_token_rows(), rows![
+                "inputs.values given": |f| {
+                    f.tr_ret.values = f.tr_values.as_ptr();
+                    f.tr_ret.values_len = T_TOK
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "advantages_len != T": |f| f.gae_adv.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "launch.workspace below care_gpu_whitened_workspace_bytes": |f| {
+                    f.launch.workspace_len = CARE_GPU_WORKSPACE_BYTES
+                } => CARE_ERR_BUFFER_TOO_SMALL,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_gae_whitened(
+                p(k, 0, &f.tr), &f.gae_o, &f.wo, m(k, 1, f.gae_adv.as_mut_ptr()), f.gae_adv.len(),
+                m(k, 2, f.gae_ret.as_mut_ptr()), f.gae_ret.len(), p(k, 3, &f.launch)), 4,
+            [gae_options_rows(), whiten_options_rows(), launch_rows(true), device_token_rows(), rows![
+                "inputs.values NULL": |f| f.tr.values = null() => CARE_ERR_NULL_POINTER,
+                "inputs.values_len != T": |f| f.tr.values_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "options.masked_token reset (GAE skips)": |f| {
+                    f.gae_o.masked_token = care_masked_token::CARE_MASKED_TOKEN_RESET as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "advantages_len != T": |f| f.gae_adv.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "launch.workspace below care_gpu_whitened_workspace_bytes": |f| {
+                    f.launch.workspace_len = CARE_GPU_WORKSPACE_BYTES
+                } => CARE_ERR_BUFFER_TOO_SMALL,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_whitened_status(p(k, 0, &f.launch), &raw mut f.wh_mean, &raw mut f.wh_std), 1,
             launch_rows(true)
         },
         case! { |f, k| care_gpu_selective_log_softmax(
