@@ -360,7 +360,15 @@ def discounted_returns_whitened(
     intermediate in float64 (the returns are never rounded before they are whitened; verl's
     ``reinforce_plus_plus`` with ``count_eps=1e-8``, its ``masked_mean``). Returns
     ``(advantages, returns, mean, std)``: float32 of ``token_rewards``' shape (0 where masked)
-    and the returns' statistics. Host arrays only."""
+    and the returns' statistics. CUDA tensors: :func:`care_rl.torch.discounted_returns_whitened`
+    (the same f64 chain on the device; ``mean`` and ``std`` are 0-d device tensors)."""
+    if _on_cuda(token_rewards, seq_offsets, mask):
+        from . import torch as ct
+
+        return ct.discounted_returns_whitened(
+            token_rewards, seq_offsets, mask, gamma=gamma, masked_token=masked_token, eps=eps,
+            std_kind=std_kind, count_eps=count_eps,
+        )  # fmt: skip
     r = _f32(token_rewards, "token_rewards")
     offs = _token_layout(r, seq_offsets, "token_rewards")
     adv = np.empty(r.size, dtype=np.float32)
@@ -416,7 +424,14 @@ def gae_whitened(
     """:func:`gae` with the advantages whitened over the counted tokens in one call, every
     intermediate in float64 (verl's ``gae`` with ``count_eps=1e-8``); the returns are not
     whitened. Returns ``(advantages, returns, mean, std)`` (the statistics of the advantages
-    before whitening). Host arrays only."""
+    before whitening). CUDA tensors: :func:`care_rl.torch.gae_whitened`."""
+    if _on_cuda(token_rewards, values, seq_offsets, mask):
+        from . import torch as ct
+
+        return ct.gae_whitened(
+            token_rewards, values, seq_offsets, mask, gamma=gamma, lambda_=lambda_, eps=eps,
+            std_kind=std_kind, count_eps=count_eps,
+        )  # fmt: skip
     r = _f32(token_rewards, "token_rewards")
     offs = _token_layout(r, seq_offsets, "token_rewards")
     v = _arr(values, np.float32, "values")

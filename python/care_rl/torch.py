@@ -12,7 +12,9 @@ gradient exists, a registered autograd formula):
 * ``care::logits_policy_loss``: the fused path from logits to the loss (log-probs, loss,
   ``dL/dlogp`` and stats in one forward; ``dL/dlogits`` in the backward).
 * ``care::discounted_returns``, ``care::gae``, ``care::whiten``: the token-level estimators
-  (SPEC §18), not differentiable.
+  (SPEC §18), not differentiable; ``care::discounted_returns_whitened`` and
+  ``care::gae_whitened``: an estimator and its whitening in one op, every intermediate in
+  float64 (on CUDA too: the unrounded values wait in the workspace between the kernels).
 
 CPU tensors run the Rust reference (float64 accumulation); CUDA tensors run the ``care``
 kernels on ``torch.cuda.current_stream()`` with outputs allocated by PyTorch, and nothing
@@ -47,6 +49,8 @@ __all__ = [
     "discounted_returns",
     "gae",
     "whiten",
+    "discounted_returns_whitened",
+    "gae_whitened",
     "stats_dict",
     "rollout_stats_dict",
     "set_device_checks",
@@ -903,6 +907,71 @@ def _(values, mask, eps, std_kind, count_eps):
 _whiten_op.register_autograd(_not_differentiable("whiten"), setup_context=_no_grad_setup)
 
 
+def _whitened(token_rewards: Tensor, values: Optional[Tensor], seq_offsets: Tensor, mask: Optional[Tensor],
+              gamma: float, lambda_: float, masked_token: str, eps: float, std_kind: str,
+              count_eps: float) -> Tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    adv = torch.empty(token_rewards.shape, dtype=torch.float32, device=token_rewards.device)
+    ret = torch.empty_like(adv)
+    ws = None
+    if token_rewards.is_cuda:
+        need = _care.whitened_workspace_bytes(token_rewards.numel())
+        ws = _workspace(token_rewards, -(-need // 4))
+    tail = (float(eps), std_kind, float(count_eps), _stream(token_rewards), _dl(ws))
+    with _On(token_rewards):
+        if values is None:
+            got = _care.discounted_returns_whitened(
+                _dl(token_rewards), _dl(seq_offsets), _dl(adv), _dl(ret), gamma, _dl(mask), masked_token, *tail
+            )  # fmt: skip
+        else:
+            got = _care.gae_whitened(
+                _dl(token_rewards), _dl(values), _dl(seq_offsets), _dl(adv), _dl(ret), gamma, lambda_, _dl(mask),
+                *tail,
+            )  # fmt: skip
+    if ws is None:
+        return adv, ret, torch.tensor(got, dtype=torch.float64)
+    if _DEVICE_CHECKS:
+        _care.check_whitened_status(int(ws[_care.WHITENED_STATUS_WORD].item()), int(ws[0].item()))
+    words = ws[: _WS_WORDS].view(torch.float64)
+    i_mean, i_std = _care.WHITEN_MEAN_STD_F64
+    return adv, ret, torch.stack((words[i_mean], words[i_std]))
+
+
+@torch.library.custom_op("care::discounted_returns_whitened", mutates_args=())
+def _returns_whitened_op(
+    token_rewards: Tensor, seq_offsets: Tensor, mask: Optional[Tensor], gamma: float, masked_token: str,
+    eps: float, std_kind: str, count_eps: float,
+) -> Tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    return _whitened(token_rewards, None, seq_offsets, mask, gamma, 1.0, masked_token, eps, std_kind, count_eps)
+
+
+@_returns_whitened_op.register_fake
+def _(token_rewards, seq_offsets, mask, gamma, masked_token, eps, std_kind, count_eps):
+    f = torch.empty_like(token_rewards, dtype=torch.float32)
+    return f, torch.empty_like(f), token_rewards.new_empty(2, dtype=torch.float64)
+
+
+_returns_whitened_op.register_autograd(
+    _not_differentiable("discounted_returns_whitened"), setup_context=_no_grad_setup
+)
+
+
+@torch.library.custom_op("care::gae_whitened", mutates_args=())
+def _gae_whitened_op(
+    token_rewards: Tensor, values: Tensor, seq_offsets: Tensor, mask: Optional[Tensor], gamma: float,
+    lambda_: float, eps: float, std_kind: str, count_eps: float,
+) -> Tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    return _whitened(token_rewards, values, seq_offsets, mask, gamma, lambda_, "skip", eps, std_kind, count_eps)
+
+
+@_gae_whitened_op.register_fake
+def _(token_rewards, values, seq_offsets, mask, gamma, lambda_, eps, std_kind, count_eps):
+    f = torch.empty_like(token_rewards, dtype=torch.float32)
+    return f, torch.empty_like(f), token_rewards.new_empty(2, dtype=torch.float64)
+
+
+_gae_whitened_op.register_autograd(_not_differentiable("gae_whitened"), setup_context=_no_grad_setup)
+
+
 def _token_offsets(x: Tensor, seq_offsets, name: str) -> Tensor:
     if seq_offsets is not None:
         return _offsets(seq_offsets, x.device)
@@ -956,3 +1025,43 @@ def whiten(values, mask=None, *, eps: float = 1e-8, std_kind: str = "unbiased", 
     flat = _flat(v.detach(), torch.float32, v.device, "values")
     out, stats = torch.ops.care.whiten(flat, _mask(mask, v.device), float(eps), str(std_kind), float(count_eps))
     return out.reshape(v.shape), stats[0], stats[1]
+
+
+def discounted_returns_whitened(
+    token_rewards, seq_offsets=None, mask=None, *, gamma: float = 1.0, masked_token: str = "skip",
+    eps: float = 1e-8, std_kind: str = "unbiased", count_eps: float = 0.0,
+):  # fmt: skip
+    """:func:`discounted_returns` and their whitening over the counted tokens in one op, every
+    intermediate in float64, as :func:`care_rl.discounted_returns_whitened` (verl's
+    ``reinforce_plus_plus``; ``count_eps=1e-8`` for its ``masked_mean``), on ``token_rewards``'
+    device: ``(advantages, returns, mean, std)``, two float32 tensors of its shape (0 where
+    masked) and two 0-d float64 tensors (the returns' statistics). On CUDA the unrounded returns
+    wait in the workspace between the scan and the whitening (8 bytes a token); the returns
+    equal the CPU's bit for bit, the advantages agree within the ``Whiten`` tolerance; a
+    malformed layout or a non-finite return is raised only under :func:`set_device_checks`
+    (the advantages are then left unwritten)."""
+    r = torch.as_tensor(token_rewards)
+    offs = _token_offsets(r, seq_offsets, "token_rewards")
+    adv, ret, stats = torch.ops.care.discounted_returns_whitened(
+        _flat(r.detach(), torch.float32, r.device, "token_rewards"), offs, _mask(mask, r.device), float(gamma),
+        str(masked_token), float(eps), str(std_kind), float(count_eps),
+    )  # fmt: skip
+    return adv.reshape(r.shape), ret.reshape(r.shape), stats[0], stats[1]
+
+
+def gae_whitened(
+    token_rewards, values, seq_offsets=None, mask=None, *, gamma: float = 1.0, lambda_: float = 1.0,
+    eps: float = 1e-8, std_kind: str = "unbiased", count_eps: float = 0.0,
+):  # fmt: skip
+    """:func:`gae` with its advantages whitened in one op, every intermediate in float64, as
+    :func:`care_rl.gae_whitened` (verl's ``gae``): ``(advantages, returns, mean, std)``, the
+    returns ``A + V`` not whitened, the statistics those of the advantages before whitening.
+    Layouts and CUDA behaviour as :func:`discounted_returns_whitened`."""
+    r = torch.as_tensor(token_rewards)
+    offs = _token_offsets(r, seq_offsets, "token_rewards")
+    v = _flat(torch.as_tensor(values, device=r.device).detach(), torch.float32, r.device, "values")
+    adv, ret, stats = torch.ops.care.gae_whitened(
+        _flat(r.detach(), torch.float32, r.device, "token_rewards"), v, offs, _mask(mask, r.device),
+        float(gamma), float(lambda_), float(eps), str(std_kind), float(count_eps),
+    )  # fmt: skip
+    return adv.reshape(r.shape), ret.reshape(r.shape), stats[0], stats[1]

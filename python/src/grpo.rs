@@ -1289,23 +1289,20 @@ pub fn whiten(
         .map(Some)
 }
 
-/// The host token estimators with their own whitening: `(mean, std)` of the values before it.
-fn host_only(t: &Tensor<'_>, what: &str) -> PyResult<()> {
-    match device_of(t)? {
-        Device::Cuda(_) => Err(crate::error::invalid(format!(
-            "{what}: host arrays only (on CUDA, whiten the estimator's output with whiten)"
-        ))),
-        _ => Ok(()),
-    }
-}
 
 /// `_care.discounted_returns_whitened(token_rewards, seq_offsets, advantages, returns,
-/// gamma=1.0, mask=None, masked_token="skip", eps=1e-8, std_kind="unbiased", count_eps=0.0)
-/// -> (mean, std)`: the discounted returns into `returns` and their whitening into
-/// `advantages` (float32 `[T]`), every intermediate in float64 (SPEC §18; verl's
-/// `reinforce_plus_plus`). Host arrays only.
+/// gamma=1.0, mask=None, masked_token="skip", eps=1e-8, std_kind="unbiased", count_eps=0.0,
+/// stream=0, workspace=None) -> (mean, std) | None`: the discounted returns into `returns` and
+/// their whitening into `advantages` (float32 `[T]`), every intermediate in float64 (SPEC §18;
+/// verl's `reinforce_plus_plus`).
+///
+/// Host arrays: returns `(mean, std)`. CUDA tensors (`workspace` of
+/// `whitened_workspace_bytes(T)` bytes required): asynchronous on `stream`, the returns equal to
+/// the host's bit for bit and the whitened values within the `Whiten` tolerance; returns
+/// `None`: the two status words (`workspace[0]` and `workspace[WHITENED_STATUS_WORD]`,
+/// `check_whitened_status`), mean and std (`WHITEN_MEAN_STD_F64`) stay in the workspace.
 #[pyfunction]
-#[pyo3(signature = (token_rewards, seq_offsets, advantages, returns, gamma=1.0, mask=None, masked_token="skip", eps=1e-8, std_kind="unbiased", count_eps=0.0))]
+#[pyo3(signature = (token_rewards, seq_offsets, advantages, returns, gamma=1.0, mask=None, masked_token="skip", eps=1e-8, std_kind="unbiased", count_eps=0.0, stream=0, workspace=None))]
 #[allow(clippy::too_many_arguments)] // one argument per buffer or option
 pub fn discounted_returns_whitened(
     py: Python<'_>,
@@ -1319,14 +1316,16 @@ pub fn discounted_returns_whitened(
     eps: f64,
     std_kind: &str,
     count_eps: f64,
-) -> PyResult<(f64, f64)> {
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<(f64, f64)>> {
     let r = Tensor::take(token_rewards, "token_rewards")?;
     let so = Tensor::take(seq_offsets, "seq_offsets")?;
     let mut a = Tensor::take(advantages, "advantages")?;
     let mut ret = Tensor::take(returns, "returns")?;
     let m = Tensor::take_opt(mask, "mask")?;
-    check_outputs(&[&a, &ret], &[Some(&r), Some(&so), m.as_ref()])?;
-    host_only(&r, "discounted_returns_whitened")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    check_outputs(&[&a, &ret], &[Some(&r), Some(&so), m.as_ref(), ws.as_ref()])?;
     let opts = GaeOptions {
         gamma,
         masked_token: crate::names::parse("masked_token", masked_token)?,
@@ -1337,18 +1336,33 @@ pub fn discounted_returns_whitened(
         std_kind: crate::names::parse("std_kind", std_kind)?,
         count_eps,
     };
+    if let Device::Cuda(_) = device_of(&r)? {
+        let args = cuda::TokenArgs {
+            rewards: &r,
+            values: None,
+            offsets: &so,
+            mask: m.as_ref(),
+            advantages: Some(&a),
+            returns: &ret,
+            workspace: cuda_workspace(&ws)?,
+            stream,
+        };
+        return cuda::token_estimator_whitened(args, &opts, &w).map(|()| None);
+    }
     let (rv, offs, mk) = (r.slice::<f32>()?, so.slice::<u32>()?, opt_slice::<u8>(&m)?);
     let (ao, ro) = (a.slice_mut::<f32>()?, ret.slice_mut::<f32>()?);
     py.detach(|| care_core::grpo::discounted_returns_whitened(rv, offs, mk, &opts, &w, ao, ro))
         .or_raise("discounted_returns_whitened")
+        .map(Some)
 }
 
 /// `_care.gae_whitened(token_rewards, values, seq_offsets, advantages, returns, gamma=1.0,
-/// lambda_=1.0, mask=None, eps=1e-8, std_kind="unbiased", count_eps=0.0) -> (mean, std)`: GAE
-/// with the advantages whitened, every intermediate in float64 (SPEC §18; verl's `gae`); the
-/// returns are not whitened. Host arrays only.
+/// lambda_=1.0, mask=None, eps=1e-8, std_kind="unbiased", count_eps=0.0, stream=0,
+/// workspace=None) -> (mean, std) | None`: GAE with the advantages whitened, every intermediate
+/// in float64 (SPEC §18; verl's `gae`); the returns are not whitened. Host and CUDA as
+/// `discounted_returns_whitened`.
 #[pyfunction]
-#[pyo3(signature = (token_rewards, values, seq_offsets, advantages, returns, gamma=1.0, lambda_=1.0, mask=None, eps=1e-8, std_kind="unbiased", count_eps=0.0))]
+#[pyo3(signature = (token_rewards, values, seq_offsets, advantages, returns, gamma=1.0, lambda_=1.0, mask=None, eps=1e-8, std_kind="unbiased", count_eps=0.0, stream=0, workspace=None))]
 #[allow(clippy::too_many_arguments)] // one argument per buffer or option
 pub fn gae_whitened(
     py: Python<'_>,
@@ -1363,15 +1377,20 @@ pub fn gae_whitened(
     eps: f64,
     std_kind: &str,
     count_eps: f64,
-) -> PyResult<(f64, f64)> {
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<(f64, f64)>> {
     let r = Tensor::take(token_rewards, "token_rewards")?;
     let v = Tensor::take(values, "values")?;
     let so = Tensor::take(seq_offsets, "seq_offsets")?;
     let mut a = Tensor::take(advantages, "advantages")?;
     let mut ret = Tensor::take(returns, "returns")?;
     let m = Tensor::take_opt(mask, "mask")?;
-    check_outputs(&[&a, &ret], &[Some(&r), Some(&v), Some(&so), m.as_ref()])?;
-    host_only(&r, "gae_whitened")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    check_outputs(
+        &[&a, &ret],
+        &[Some(&r), Some(&v), Some(&so), m.as_ref(), ws.as_ref()],
+    )?;
     let opts = GaeOptions {
         gamma,
         lambda: lambda_,
@@ -1382,9 +1401,36 @@ pub fn gae_whitened(
         std_kind: crate::names::parse("std_kind", std_kind)?,
         count_eps,
     };
+    if let Device::Cuda(_) = device_of(&r)? {
+        let args = cuda::TokenArgs {
+            rewards: &r,
+            values: Some(&v),
+            offsets: &so,
+            mask: m.as_ref(),
+            advantages: Some(&a),
+            returns: &ret,
+            workspace: cuda_workspace(&ws)?,
+            stream,
+        };
+        return cuda::token_estimator_whitened(args, &opts, &w).map(|()| None);
+    }
     let (rv, vv, offs) = (r.slice::<f32>()?, v.slice::<f32>()?, so.slice::<u32>()?);
     let mk = opt_slice::<u8>(&m)?;
     let (ao, ro) = (a.slice_mut::<f32>()?, ret.slice_mut::<f32>()?);
     py.detach(|| care_core::grpo::gae_whitened(rv, vv, offs, mk, &opts, &w, ao, ro))
         .or_raise("gae_whitened")
+        .map(Some)
+}
+
+/// `_care.whitened_workspace_bytes(n_tokens) -> int`: the bytes of workspace the CUDA
+/// `discounted_returns_whitened` and `gae_whitened` need for `n_tokens` tokens (a fixed part
+/// and 8 bytes per token for the unrounded values).
+#[pyfunction]
+pub fn whitened_workspace_bytes(n_tokens: usize) -> PyResult<usize> {
+    let n = u32::try_from(n_tokens).map_err(|_| {
+        crate::error::invalid(format!(
+            "n_tokens: {n_tokens} is more than the kernels take (2^32 - 1)"
+        ))
+    })?;
+    Ok(care_kernels::whitened_workspace_bytes(n))
 }

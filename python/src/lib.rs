@@ -108,6 +108,9 @@ fn _care(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::check_log_softmax_status, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::check_tokens_status, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::check_whiten_status, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::check_whitened_status, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::whitened_workspace_bytes, m)?)?;
+    m.add("WHITENED_STATUS_WORD", cuda::WHITENED_STATUS_WORD)?;
     m.add("WHITEN_MEAN_STD_F64", cuda::WHITEN_MEAN_STD_F64)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_driver_available, m)?)?;
     Ok(())
