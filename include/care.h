@@ -1461,6 +1461,34 @@ typedef struct care_logits_loss_outputs {
   size_t dlogp_len;
 } care_logits_loss_outputs;
 
+// The device outputs of `care_gpu_logits_policy_loss_fused`: the gradient with respect to the
+// logits (required) and, each optional ((NULL, 0) to skip), the log-probs, the log-sum-exp
+// and the loss-statistics accumulator.
+typedef struct care_gpu_fused_loss_outputs {
+  // `sizeof(care_gpu_fused_loss_outputs)`.
+  uint32_t struct_size;
+  // `dL/dlogits` in the logits' dtype, `rows` rows `dlogits_row_stride` elements apart; may
+  // be `logits->logits` itself (with the same stride) to overwrite the logits in place.
+  void *dlogits;
+  // Elements writable at `dlogits`: at least `(rows - 1) * dlogits_row_stride + vocab`.
+  size_t dlogits_len;
+  // Elements between two gradient rows (`>= vocab`).
+  size_t dlogits_row_stride;
+  // Log-probs of the targets (`float[rows]`), or NULL.
+  float *logp;
+  // 0 or `rows`.
+  size_t logp_len;
+  // Log-sum-exp of each row's scaled logits (`float[rows]`), or NULL.
+  float *lse;
+  // 0 or `rows`.
+  size_t lse_len;
+  // The loss-statistics accumulator (`care_gpu_loss_stats_reset` / `_read`; the loss is
+  // `stats.loss`), or NULL.
+  void *stats;
+  // 0 or `CARE_GPU_LOSS_STATS_BYTES`.
+  size_t stats_len;
+} care_gpu_fused_loss_outputs;
+
 // What a profile holds, in numbers.
 typedef struct care_profile_info {
   // Number of dimensions (1 to `CARE_PROFILE_MAX_DIMENSIONS`).
@@ -2346,6 +2374,32 @@ care_result care_gpu_logits_policy_loss(const struct care_logits *logits,
                                         void *d_stats,
                                         size_t stats_len,
                                         const struct care_gpu_launch *launch);
+
+// Whether `care_gpu_logits_policy_loss_fused` computes the loss of `options`, into
+// `*supported_out` (1 or 0): the token-local losses (the token-level ratio with the clipped
+// ratio, the dual clip, CISPO, SAPO or GPG, any KL estimator and aggregation) without the
+// rollout correction and without bypass mode. Needs no GPU. `options` NULL: the defaults.
+care_result care_logits_policy_loss_fused_supported(const struct care_loss_options *options,
+                                                    uint32_t *supported_out);
+
+// The one-pass path from logits to the policy loss and its gradient on the GPU, asynchronously
+// on `launch->stream`, for the token-local losses (`care_logits_policy_loss_fused_supported`):
+// each row of `logits` is read once for its log-sum-exp, the target's log-prob, the loss term
+// and `dL/dlogp`, and `dL/dlogits` is written at once (`outputs->dlogits`; in place over the
+// logits if wanted): the `logp`, `lse` and `dlogits` of `care_gpu_logits_policy_loss`
+// followed by `care_gpu_selective_log_softmax_backward` (the three-kernel path) for
+// `dL/dloss = 1`, within the documented tolerance (the two reduce a row over different block
+// sizes; at the same block size they are equal bit for bit), and its statistics added into
+// `outputs->stats`. Inputs as `care_gpu_logits_policy_loss`
+// (`inputs->logp`, `mask` and `logp_rollout` are (NULL, 0), `dtype` is `CARE_DTYPE_F32`);
+// options it does not support are `CARE_ERR_INVALID_ARGUMENT` before any launch (call the
+// three-kernel path for them). Bad targets and rows without a softmax are reported by
+// `care_gpu_selective_log_softmax_status`. The workspace is `CARE_GPU_WORKSPACE_BYTES`.
+care_result care_gpu_logits_policy_loss_fused(const struct care_logits *logits,
+                                              const struct care_loss_inputs *inputs,
+                                              const struct care_loss_options *options,
+                                              const struct care_gpu_fused_loss_outputs *outputs,
+                                              const struct care_gpu_launch *launch);
 
 // Writes the SPEC §10 default loss options into `*options_out` (eps 0.2/0.2, no dual clip,
 // clamps 20/10/20/10, beta 0, k3, token ratio, token mean, local denominators).

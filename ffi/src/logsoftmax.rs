@@ -13,9 +13,9 @@ use care_core::logsoftmax::{
     LogSoftmaxOptions, Logits, TokenId, selective_log_softmax, selective_log_softmax_backward,
 };
 use care_kernels::{
-    Dtype, LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, Tuning,
-    WORKSPACE_BYTES, log_softmax_backward, log_softmax_forward, log_softmax_status,
-    logits_loss_forward,
+    Dtype, FusedLossBuffers, LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers,
+    Tuning, WORKSPACE_BYTES, fused_supports, log_softmax_backward, log_softmax_forward,
+    log_softmax_status, logits_loss_forward, logits_loss_fused,
 };
 use half::{bf16, f16};
 
@@ -861,6 +861,145 @@ pub unsafe extern "C" fn care_gpu_logits_policy_loss(
         let b = tri!(unsafe { backend(l.stream, l.workspace) });
         // SAFETY: every address is caller device memory of the documented, cross-checked size.
         match unsafe { logits_loss_forward(&b, &r, &buf, &opts, &loss_opts, Tuning::default()) } {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => kernel_code(e),
+        }
+    }
+}
+
+/// The device outputs of `care_gpu_logits_policy_loss_fused`: the gradient with respect to the
+/// logits (required) and, each optional ((NULL, 0) to skip), the log-probs, the log-sum-exp
+/// and the loss-statistics accumulator.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_gpu_fused_loss_outputs {
+    /// `sizeof(care_gpu_fused_loss_outputs)`.
+    pub struct_size: u32,
+    /// `dL/dlogits` in the logits' dtype, `rows` rows `dlogits_row_stride` elements apart; may
+    /// be `logits->logits` itself (with the same stride) to overwrite the logits in place.
+    pub dlogits: *mut c_void,
+    /// Elements writable at `dlogits`: at least `(rows - 1) * dlogits_row_stride + vocab`.
+    pub dlogits_len: usize,
+    /// Elements between two gradient rows (`>= vocab`).
+    pub dlogits_row_stride: usize,
+    /// Log-probs of the targets (`float[rows]`), or NULL.
+    pub logp: *mut f32,
+    /// 0 or `rows`.
+    pub logp_len: usize,
+    /// Log-sum-exp of each row's scaled logits (`float[rows]`), or NULL.
+    pub lse: *mut f32,
+    /// 0 or `rows`.
+    pub lse_len: usize,
+    /// The loss-statistics accumulator (`care_gpu_loss_stats_reset` / `_read`; the loss is
+    /// `stats.loss`), or NULL.
+    pub stats: *mut c_void,
+    /// 0 or `CARE_GPU_LOSS_STATS_BYTES`.
+    pub stats_len: usize,
+}
+
+/// Whether `care_gpu_logits_policy_loss_fused` computes the loss of `options`, into
+/// `*supported_out` (1 or 0): the token-local losses (the token-level ratio with the clipped
+/// ratio, the dual clip, CISPO, SAPO or GPG, any KL estimator and aggregation) without the
+/// rollout correction and without bypass mode. Needs no GPU. `options` NULL: the defaults.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_logits_policy_loss_fused_supported(
+    options: *const care_loss_options,
+    supported_out: *mut u32,
+) -> care_result {
+    ffi_panic_boundary! {
+        let out = tri!(Out::new(supported_out));
+        // SAFETY: forwarded contract of the entry point.
+        let opts = tri!(unsafe { loss::read_options(options) });
+        // SAFETY: `supported_out` is valid for a write (contract; NULL and alignment checked).
+        unsafe { out.write(u32::from(fused_supports(&opts))) };
+        care_result::CARE_OK
+    }
+}
+
+/// The one-pass path from logits to the policy loss and its gradient on the GPU, asynchronously
+/// on `launch->stream`, for the token-local losses (`care_logits_policy_loss_fused_supported`):
+/// each row of `logits` is read once for its log-sum-exp, the target's log-prob, the loss term
+/// and `dL/dlogp`, and `dL/dlogits` is written at once (`outputs->dlogits`; in place over the
+/// logits if wanted): the `logp`, `lse` and `dlogits` of `care_gpu_logits_policy_loss`
+/// followed by `care_gpu_selective_log_softmax_backward` (the three-kernel path) for
+/// `dL/dloss = 1`, within the documented tolerance (the two reduce a row over different block
+/// sizes; at the same block size they are equal bit for bit), and its statistics added into
+/// `outputs->stats`. Inputs as `care_gpu_logits_policy_loss`
+/// (`inputs->logp`, `mask` and `logp_rollout` are (NULL, 0), `dtype` is `CARE_DTYPE_F32`);
+/// options it does not support are `CARE_ERR_INVALID_ARGUMENT` before any launch (call the
+/// three-kernel path for them). Bad targets and rows without a softmax are reported by
+/// `care_gpu_selective_log_softmax_status`. The workspace is `CARE_GPU_WORKSPACE_BYTES`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_logits_policy_loss_fused(
+    logits: *const care_logits,
+    inputs: *const care_loss_inputs,
+    options: *const care_loss_options,
+    outputs: *const care_gpu_fused_loss_outputs,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let (r, opts) = tri!(unsafe { device_rows(logits) });
+        let n = r.rows as usize;
+        let c = tri!(unsafe { logits_loss_inputs(inputs) });
+        let d = tri!(device_loss(&c, n, false));
+        let o = tri!(unsafe { args::input(outputs) });
+        let dlogits = tri!(device_matrix(o.dlogits.cast_const(), o.dlogits_len, r.dtype, n,
+                                         r.vocab as usize, o.dlogits_row_stride)
+            .map_err(|e| match e {
+                care_result::CARE_ERR_LENGTH_MISMATCH => crate::detail::fail(e, format_args!(
+                    "care_gpu_fused_loss_outputs.dlogits_len is {} but {n} rows of vocab {} at \
+                     dlogits_row_stride {} need at least (rows - 1) * row_stride + vocab",
+                    o.dlogits_len, r.vocab, o.dlogits_row_stride)),
+                e => e,
+            }));
+        if dlogits == r.logits && o.dlogits_row_stride as u64 != r.stride {
+            return crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!(
+                    "care_gpu_fused_loss_outputs.dlogits is the logits but dlogits_row_stride {} \
+                     is not care_logits.row_stride {}; in place, the gradient takes the logits' \
+                     rows",
+                    o.dlogits_row_stride, r.stride
+                ),
+            );
+        }
+        let logp = tri!(dev_row("care_gpu_fused_loss_outputs.logp_len", o.logp.cast_const(), o.logp_len, n, false));
+        let lse = tri!(dev_row("care_gpu_fused_loss_outputs.lse_len", o.lse.cast_const(), o.lse_len, n, false));
+        let stats = tri!(dev(o.stats.cast_const(), o.stats_len, CARE_GPU_LOSS_STATS_BYTES, false));
+        let loss_opts = tri!(unsafe { loss::read_options(options) });
+        if !fused_supports(&loss_opts) {
+            // Before a driver is needed.
+            return crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!(
+                    "the one-pass path computes token-local losses only (ratio_level token, \
+                     policy_loss clip, cispo, sapo or gpg, no rollout correction, bypass off); \
+                     these options ({} at ratio level {}) need whole sequences first: call \
+                     care_gpu_logits_policy_loss, then care_gpu_selective_log_softmax_backward",
+                    loss_opts.policy_loss, loss_opts.ratio_level
+                ),
+            );
+        }
+        let l = tri!(unsafe { read_launch(launch, true) });
+        let buf = FusedLossBuffers {
+            logp,
+            lse,
+            dlogits,
+            dstride: o.dlogits_row_stride as u64,
+            logp_old: d.logp_old,
+            logp_ref: d.logp_ref,
+            adv: d.adv,
+            adv_per_token: d.per_token,
+            seq_offsets: d.seq_offsets,
+            n_seq: d.n_seq,
+            stats,
+            workspace: l.workspace,
+        };
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
+        // SAFETY: every address is caller device memory of the documented, cross-checked size.
+        match unsafe { logits_loss_fused(&b, &r, &buf, &opts, &loss_opts, Tuning::default()) } {
             Ok(()) => care_result::CARE_OK,
             Err(e) => kernel_code(e),
         }

@@ -183,7 +183,9 @@ struct Fx {
     d_dlogits_stride: usize,
     d_lli: care_loss_inputs,
     d_llo: care_logits_loss_outputs,
+    d_flo: care_gpu_fused_loss_outputs,
     // ---- outputs
+    fused_ok: u32,
     adv: Vec<f32>,
     group_stats: Vec<care_group_stats>,
     ado: care_advantage_outputs,
@@ -540,6 +542,20 @@ impl Fx {
                 dlogp: fake(),
                 dlogp_len: 2,
             },
+            // In place over the logits (the same fake address and stride).
+            d_flo: care_gpu_fused_loss_outputs {
+                struct_size: sz::<care_gpu_fused_loss_outputs>(),
+                dlogits: fake(),
+                dlogits_len: 6,
+                dlogits_row_stride: 3,
+                logp: fake(),
+                logp_len: 2,
+                lse: fake(),
+                lse_len: 2,
+                stats: fake(),
+                stats_len: CARE_GPU_LOSS_STATS_BYTES,
+            },
+            fused_ok: 7,
             adv: vec![7.0; 4],
             group_stats: vec![junk(); 2],
             ado: junk(),
@@ -820,6 +836,7 @@ impl Fx {
             ($($field:ident),* $(,)?) => { vec![$((stringify!($field), format!("{:?}", self.$field))),*] };
         }
         snap!(
+            fused_ok,
             adv,
             group_stats,
             ao_out,
@@ -1501,6 +1518,10 @@ fn cpu_cases() -> Vec<Case> {
             rows![
                 "n_tokens above UINT32_MAX": |f| f.ws_n = usize::MAX => CARE_ERR_INVALID_ARGUMENT,
             ]
+        },
+        // Whether the one-pass path takes the options; needs no driver.
+        case! { |f, k| care_logits_policy_loss_fused_supported(&f.lo, m(k, 0, &raw mut f.fused_ok)), 1,
+            loss_options_rows()
         },
         // ---- loss ------------------------------------------------------------------------
         // Sizes the device loss's workspace; needs no driver.
@@ -2313,6 +2334,45 @@ fn gpu_cases() -> Vec<Case> {
                 } => CARE_ERR_NULL_POINTER,
                 "outputs.dlogp_len != rows": |f| f.d_llo.dlogp_len = 1 => CARE_ERR_LENGTH_MISMATCH,
                 "stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| f.d_stats_len = 8 => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_logits_policy_loss_fused(
+                p(k, 0, &f.d_lg), p(k, 1, &f.d_lli), &f.lo, p(k, 2, &f.d_flo), p(k, 3, &f.launch)), 4,
+            [device_logits_rows(), loss_options_rows(), launch_rows(true), rows![
+                "inputs.logp given": |f| {
+                    f.d_lli.logp = fake();
+                    f.d_lli.logp_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.mask given": |f| {
+                    f.d_lli.mask = fake();
+                    f.d_lli.mask_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.dtype not f32": |f| f.d_lli.dtype = 2 => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.logp_rollout given": |f| {
+                    f.d_lli.logp_rollout = fake();
+                    f.d_lli.logp_rollout_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss GMPO (a sequence-level loss)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_GMPO as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss VESPO (a sequence-level loss)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_VESPO as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.ratio_level sequence": |f| f.lo.ratio_level = 1 => CARE_ERR_INVALID_ARGUMENT,
+                "options.bypass on (needs the rollout log-probs)": |f| f.lo.bypass = 1 => CARE_ERR_INVALID_ARGUMENT,
+                "logp_old_len != rows": |f| f.d_lli.logp_old_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.advantages NULL": |f| f.d_lli.advantages = null() => CARE_ERR_NULL_POINTER,
+                "outputs.struct_size short": |f| f.d_flo.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+                "outputs.dlogits NULL": |f| f.d_flo.dlogits = null_mut() => CARE_ERR_NULL_POINTER,
+                "outputs.dlogits_len short": |f| f.d_flo.dlogits_len = 5 => CARE_ERR_LENGTH_MISMATCH,
+                "outputs.dlogits stride < vocab": |f| f.d_flo.dlogits_row_stride = 2 => CARE_ERR_INVALID_ARGUMENT,
+                "outputs in place with another stride": |f| {
+                    f.d_flo.dlogits_row_stride = 4;
+                    f.d_flo.dlogits_len = 7
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "outputs.logp_len != rows": |f| f.d_flo.logp_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+                "outputs.lse_len != rows": |f| f.d_flo.lse_len = 3 => CARE_ERR_LENGTH_MISMATCH,
+                "outputs.stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| f.d_flo.stats_len = 8 => CARE_ERR_LENGTH_MISMATCH,
             ]].concat()
         },
     ];

@@ -463,6 +463,173 @@ fn log_softmax_matches_the_cpu(stream: &std::sync::Arc<cudarc::driver::CudaStrea
         let (a, b) = (f64::from(*a), f64::from(*b));
         assert!(tg.accepts(a, b, f64::from(gmax)), "dlogp {a} vs {b}");
     }
+
+    // The three-kernel path's backward from that dlogp, then the one-pass path, out of place
+    // and in place over a copy of the logits: the same logp, lse, dlogits and statistics
+    // within the tolerances (different block sizes), and in place equal to out of place.
+    let three_lp = stream.clone_dtoh(&d_lp).unwrap();
+    let three_lse = stream.clone_dtoh(&d_lse).unwrap();
+    let mut d_dx3 = stream.alloc_zeros::<u16>(rows * vocab).unwrap();
+    let mut d_dxf = stream.alloc_zeros::<u16>(rows * vocab).unwrap();
+    let mut d_xin = stream.clone_htod(&x).unwrap();
+    let mut fst = [unsafe { std::mem::zeroed::<care_loss_stats>() }; 2];
+    {
+        let (px, _a) = d_x.device_ptr(stream);
+        let (py, _b) = d_y.device_ptr(stream);
+        let (pm, _c) = d_m.device_ptr(stream);
+        let (plp, _d) = d_lp.device_ptr_mut(stream);
+        let (plse, _f) = d_lse.device_ptr_mut(stream);
+        let (pw, _g) = d_ws.device_ptr_mut(stream);
+        let (po, _h) = d_old.device_ptr(stream);
+        let (ps, _i) = d_seq.device_ptr(stream);
+        let (pa, _j) = d_adv.device_ptr(stream);
+        let (pdg, _k) = d_dlogp.device_ptr(stream);
+        let (pst, _l) = d_stats.device_ptr_mut(stream);
+        let (pdx3, _m) = d_dx3.device_ptr_mut(stream);
+        let (pdxf, _n) = d_dxf.device_ptr_mut(stream);
+        let (pxin, _o) = d_xin.device_ptr_mut(stream);
+        let dev = care_logits {
+            logits: px as *const c_void,
+            targets: py as *const c_void,
+            mask: pm as *const u8,
+            ..host
+        };
+        let d_inputs = care_loss_inputs {
+            logp_old: po as *const c_void,
+            seq_offsets: ps as *const u32,
+            advantages: pa as *const f32,
+            ..inputs
+        };
+        let launch = launch(cu_stream, pw as *mut c_void);
+        let grads = care_log_softmax_grads {
+            struct_size: size_of::<care_log_softmax_grads>() as u32,
+            dlogp: pdg as *const f32,
+            dlogp_len: rows,
+            dentropy: null(),
+            dentropy_len: 0,
+            lse: plse as *const f32,
+            lse_len: rows,
+            entropy: null(),
+            entropy_len: 0,
+        };
+        let pst = pst as *mut c_void;
+        let n = CARE_GPU_LOSS_STATS_BYTES;
+        let mut supported = 7u32;
+        // SAFETY (all calls): device buffers of the stated sizes on this stream's context.
+        unsafe {
+            assert_eq!(
+                care_logits_policy_loss_fused_supported(null(), &mut supported),
+                CARE_OK
+            );
+            assert_eq!(supported, 1);
+            let code = care_gpu_selective_log_softmax_backward(
+                &dev,
+                &grads,
+                pdx3 as *mut c_void,
+                rows * vocab,
+                vocab,
+                &launch,
+            );
+            assert_eq!(code, CARE_OK);
+            let out = care_gpu_fused_loss_outputs {
+                struct_size: size_of::<care_gpu_fused_loss_outputs>() as u32,
+                dlogits: pdxf as *mut c_void,
+                dlogits_len: rows * vocab,
+                dlogits_row_stride: vocab,
+                logp: plp as *mut f32,
+                logp_len: rows,
+                lse: plse as *mut f32,
+                lse_len: rows,
+                stats: pst,
+                stats_len: n,
+            };
+            assert_eq!(care_gpu_loss_stats_reset(pst, n, &launch), CARE_OK);
+            let code = care_gpu_logits_policy_loss_fused(&dev, &d_inputs, null(), &out, &launch);
+            assert_eq!(code, CARE_OK);
+            assert_eq!(care_gpu_selective_log_softmax_status(&launch), CARE_OK);
+            assert_eq!(
+                care_gpu_loss_stats_read(pst, n, &launch, &mut fst[0]),
+                CARE_OK
+            );
+            // In place: the gradient over (a copy of) the logits, rows at the logits' stride.
+            let inplace = care_logits {
+                logits: pxin as *const c_void,
+                ..dev
+            };
+            let out = care_gpu_fused_loss_outputs {
+                dlogits: pxin as *mut c_void,
+                dlogits_len: x.len(),
+                dlogits_row_stride: stride,
+                ..out
+            };
+            assert_eq!(care_gpu_loss_stats_reset(pst, n, &launch), CARE_OK);
+            let code =
+                care_gpu_logits_policy_loss_fused(&inplace, &d_inputs, null(), &out, &launch);
+            assert_eq!(code, CARE_OK);
+            assert_eq!(
+                care_gpu_loss_stats_read(pst, n, &launch, &mut fst[1]),
+                CARE_OK
+            );
+            // A sequence-level loss: refused before any launch, with the reason.
+            let mut gmpo = std::mem::zeroed::<care_loss_options>();
+            assert_eq!(care_loss_options_default(&mut gmpo), CARE_OK);
+            gmpo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_GMPO as u32;
+            assert_eq!(
+                care_logits_policy_loss_fused_supported(&gmpo, &mut supported),
+                CARE_OK
+            );
+            assert_eq!(supported, 0);
+            let code = care_gpu_logits_policy_loss_fused(&dev, &d_inputs, &gmpo, &out, &launch);
+            assert_eq!(code, CARE_ERR_INVALID_ARGUMENT);
+        }
+    }
+    for (name, got, want) in [
+        ("fused logp", stream.clone_dtoh(&d_lp).unwrap(), &three_lp),
+        ("fused lse", stream.clone_dtoh(&d_lse).unwrap(), &three_lse),
+    ] {
+        for i in 0..rows {
+            let (a, b) = (f64::from(got[i]), f64::from(want[i]));
+            assert!(
+                fwd.accepts(a, b, row_scale(i)),
+                "{name} row {i}: {a} vs {b}"
+            );
+        }
+    }
+    let (three, one) = (
+        stream.clone_dtoh(&d_dx3).unwrap(),
+        stream.clone_dtoh(&d_dxf).unwrap(),
+    );
+    let g3 = stream.clone_dtoh(&d_dlogp).unwrap();
+    for (k, (a, w)) in one.iter().zip(&three).enumerate() {
+        let i = k / vocab;
+        let (a, w) = (
+            f64::from(half::bf16::from_bits(*a).to_f32()),
+            f64::from(half::bf16::from_bits(*w).to_f32()),
+        );
+        let bound = bwd.bound_through(row_scale(i), f64::from(g3[i]).abs() / temperature, w);
+        assert!(
+            Tolerance::within(a, w, bound),
+            "fused dlogits {k}: {a} vs {w}"
+        );
+    }
+    let inplace = stream.clone_dtoh(&d_xin).unwrap();
+    for i in 0..rows {
+        assert_eq!(
+            inplace[i * stride..i * stride + vocab],
+            one[i * vocab..(i + 1) * vocab],
+            "in place row {i}"
+        );
+    }
+    for s in &fst {
+        assert!(
+            tl.accepts(s.loss, gst.loss, 1.0),
+            "fused loss {} vs {}",
+            s.loss,
+            gst.loss
+        );
+        assert_eq!(s.tokens, gst.tokens);
+        assert_eq!(s.sequences, gst.sequences);
+    }
 }
 
 /// `care_gpu_policy_loss_into` accumulates the rollout diagnostics that

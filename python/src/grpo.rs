@@ -1289,7 +1289,6 @@ pub fn whiten(
         .map(Some)
 }
 
-
 /// `_care.discounted_returns_whitened(token_rewards, seq_offsets, advantages, returns,
 /// gamma=1.0, mask=None, masked_token="skip", eps=1e-8, std_kind="unbiased", count_eps=0.0,
 /// stream=0, workspace=None) -> (mean, std) | None`: the discounted returns into `returns` and
