@@ -11,6 +11,9 @@ gradient exists, a registered autograd formula):
   log-probs, entropy and log-sum-exp straight from logits (SPEC §13), and ``dL/dlogits``.
 * ``care::logits_policy_loss``: the fused path from logits to the loss (log-probs, loss,
   ``dL/dlogp`` and stats in one forward; ``dL/dlogits`` in the backward).
+* ``care::logits_policy_loss_fused``: the one-pass path for the token-local losses: loss,
+  stats, log-probs and ``dL/dlogits`` from one read of the logits (on CUDA, one kernel); not
+  differentiable (its output is the gradient).
 * ``care::discounted_returns``, ``care::gae``, ``care::whiten``: the token-level estimators
   (SPEC §18), not differentiable; ``care::discounted_returns_whitened`` and
   ``care::gae_whitened``: an estimator and its whitening in one op, every intermediate in
@@ -43,6 +46,8 @@ __all__ = [
     "policy_loss",
     "selective_log_softmax",
     "logits_policy_loss",
+    "logits_policy_loss_fused",
+    "fused_supported",
     "group_partial_sums",
     "group_partial_squares",
     "group_advantages_finalize",
@@ -445,6 +450,87 @@ def _logits_loss_backward(ctx, g_loss, g_stats, g_logp, g_lse, g_dlogp):
 _logits_loss_op.register_autograd(_logits_loss_backward, setup_context=_logits_loss_setup)
 
 
+# ---- care::logits_policy_loss_fused ---------------------------------------------------------
+
+
+def _no_grad_setup(ctx, inputs, output):
+    # Returns, GAE and whitened advantages are targets for the loss, not functions to
+    # differentiate (as care::group_advantages).
+    ctx.mark_non_differentiable(*(output if isinstance(output, tuple) else (output,)))
+
+
+def _not_differentiable(name: str):
+    def backward(ctx, *grads):
+        raise RuntimeError(f"care::{name} is not differentiable")
+
+    return backward
+
+
+_FUSED_REFUSED = (
+    "logits_policy_loss_fused: the one-pass path computes token-local losses only (ratio_level token, "
+    "policy_loss clip, cispo, sapo or gpg, no rollout correction, bypass off); use logits_policy_loss"
+)
+
+
+@torch.library.custom_op("care::logits_policy_loss_fused", mutates_args=())
+def _fused_op(
+    logits: Tensor,
+    targets: Tensor,
+    logp_old: Optional[Tensor],
+    logp_ref: Optional[Tensor],
+    advantages: Tensor,
+    seq_offsets: Tensor,
+    mask: Optional[Tensor],
+    temperature: float,
+    options: str,
+    adv_per_token: bool,
+    global_tokens: float,
+    global_sequences: float,
+    horizon: float,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    opts = _with_denominators(options, global_tokens, global_sequences, horizon)
+    if not _care.fused_supported(opts):
+        raise _care.error("invalid_argument", _FUSED_REFUSED)
+    if not logits.is_cuda:
+        # The host has no one-pass kernel: the three-step reference, the same values.
+        loss, stats, logp, lse, dlogp = torch.ops.care.logits_policy_loss(
+            logits, targets, logp_old, logp_ref, advantages, seq_offsets, mask, temperature, opts,
+            adv_per_token, 0.0, 0.0, 0.0, 0,
+        )  # fmt: skip
+        d = torch.ops.care.selective_log_softmax_backward(
+            logits, targets, mask, temperature, lse, None, dlogp.to(lse.dtype).contiguous(), None
+        )
+        return loss, stats, logp, d
+    n = logits.shape[0]
+    logp = torch.empty(n, dtype=torch.float32, device=logits.device)
+    dlogits = torch.empty_like(logits)
+    stats = torch.empty(_N_STATS, dtype=torch.float32, device=logits.device)
+    ws = _workspace(logits)
+    with _On(logits):
+        _care.logits_policy_loss_fused(
+            _dl(logits), _dl(targets), _dl(advantages), _dl(seq_offsets), _dl(stats), opts, adv_per_token,
+            temperature, _dl(logp_old), _dl(logp_ref), _dl(mask), _dl(dlogits), _dl(logp), None,
+            _stream(logits), _dl(ws),
+        )  # fmt: skip
+    _check(ws, _care.check_log_softmax_status)
+    return stats[0].clone(), stats, logp, dlogits
+
+
+@_fused_op.register_fake
+def _(logits, targets, logp_old, logp_ref, advantages, seq_offsets, mask, temperature, options,
+      adv_per_token, global_tokens, global_sequences, horizon):  # fmt: skip
+    n = logits.shape[0]
+    return (
+        logits.new_empty((), dtype=_loss_dtype(logits)),
+        logits.new_empty((_N_STATS,), dtype=_stats_dtype(logits)),
+        logits.new_empty((n,), dtype=_out_dtype(logits)),
+        torch.empty_like(logits),
+    )
+
+
+_fused_op.register_autograd(_not_differentiable("logits_policy_loss_fused"), setup_context=_no_grad_setup)
+
+
 # ---- the plain functions ---------------------------------------------------------------------
 
 
@@ -742,6 +828,94 @@ def logits_policy_loss(
     return out
 
 
+def fused_supported(preset: Optional[str] = None, options: Optional[str] = None, **overrides) -> bool:
+    """Whether :func:`logits_policy_loss_fused` computes this loss: the token-local losses (the
+    token-level ratio with the clipped ratio, the dual clip, CISPO, SAPO or GPG, any KL
+    estimator and aggregation) without the rollout correction or bypass mode."""
+    return _care.fused_supported(options if options is not None else loss_options(preset, **overrides))
+
+
+def logits_policy_loss_fused(
+    logits: Tensor,
+    targets,
+    logp_old,
+    advantages,
+    seq_offsets=None,
+    mask=None,
+    *,
+    temperature: float = 1.0,
+    logp_ref=None,
+    preset: Optional[str] = None,
+    options: Optional[str] = None,
+    per_token: Optional[bool] = None,
+    global_tokens: float = 0.0,
+    global_sequences: float = 0.0,
+    horizon: float = 0.0,
+    in_place: bool = False,
+    return_stats: bool = False,
+    return_logp: bool = False,
+    **overrides,
+):
+    """The loss and ``dL/dlogits`` in one pass over the logits (the token-local losses,
+    :func:`fused_supported`): returns ``(loss, dlogits)`` (``dlogits`` of the logits' shape
+    and dtype, for ``dL/dloss = 1``), then the stats (``return_stats``) and the detached
+    log-probs (``return_logp``). The same values as :func:`logits_policy_loss` and its
+    backward, within the kernels' tolerance (bit for bit at the same block size): on CUDA one
+    kernel reads each row once and writes its gradient at once; on the CPU the three-step
+    reference. Not an autograd function: pass ``dlogits`` on yourself (``logits.backward
+    (dlogits)``, or return it from a ``torch.autograd.Function``). ``in_place=True`` (CUDA)
+    writes the gradient over ``logits`` and returns it as ``dlogits`` (no extra ``N x V``
+    buffer; eager only, not through ``torch.compile``). Arguments otherwise as
+    :func:`logits_policy_loss`; options outside :func:`fused_supported` raise
+    ``invalid_argument``."""
+    lead = tuple(logits.shape[:-1])
+    device = logits.device
+    offs, _ = _loss_layout(lead, seq_offsets, device)
+    x2 = _logits_2d(logits.detach())
+    n = x2.shape[0]
+    y = _targets(targets, n, device)
+    lp_dtype = _out_dtype(logits)
+    old = _flat(logp_old, lp_dtype, device, "logp_old")
+    ref = _flat(logp_ref, lp_dtype, device, "logp_ref")
+    adv_t = torch.as_tensor(advantages, device=device)
+    kind = advantage_kind(tuple(adv_t.shape), lead, n, offs.shape[0] - 1, per_token)
+    adv = _flat(adv_t, torch.float32, device, "advantages")
+    opts = options if options is not None else loss_options(preset, **overrides)
+    m = _mask(mask, device)
+    if in_place:
+        if not logits.is_cuda or x2.data_ptr() != logits.data_ptr():
+            raise _care.error(
+                "invalid_argument",
+                "logits_policy_loss_fused: in_place needs CUDA logits whose rows are evenly spaced "
+                "with contiguous elements (a view as [N, V])",
+            )
+        if not _care.fused_supported(opts):
+            raise _care.error("invalid_argument", _FUSED_REFUSED)
+        full = _with_denominators(opts, float(global_tokens), float(global_sequences), float(horizon))
+        stats = torch.empty(_N_STATS, dtype=torch.float32, device=device)
+        logp = torch.empty(n, dtype=torch.float32, device=device)
+        ws = _workspace(x2)
+        with _On(x2):
+            _care.logits_policy_loss_fused(
+                _dl(x2), _dl(y), _dl(adv), _dl(offs), _dl(stats), full, kind, float(temperature), _dl(old),
+                _dl(ref), _dl(m), None, _dl(logp), None, _stream(x2), _dl(ws),
+            )  # fmt: skip
+        _check(ws, _care.check_log_softmax_status)
+        loss, d = stats[0].clone(), logits
+    else:
+        loss, stats, logp, d2 = torch.ops.care.logits_policy_loss_fused(
+            x2, y, old, ref, adv, offs, m, float(temperature), opts, kind,
+            float(global_tokens), float(global_sequences), float(horizon),
+        )  # fmt: skip
+        d = d2.reshape(logits.shape)
+    out = (loss, d)
+    if return_stats:
+        out += (_host_layout(stats),)
+    if return_logp:
+        out += (logp.reshape(lead),)
+    return out
+
+
 # ---- cross-rank advantages on tensors (SPEC §11) ---------------------------------------------
 
 
@@ -820,19 +994,6 @@ def group_advantages_finalize(
 
 
 # ---- token-level estimators (SPEC §18) -------------------------------------------------------
-
-
-def _no_grad_setup(ctx, inputs, output):
-    # Returns, GAE and whitened advantages are targets for the loss, not functions to
-    # differentiate (as care::group_advantages).
-    ctx.mark_non_differentiable(*(output if isinstance(output, tuple) else (output,)))
-
-
-def _not_differentiable(name: str):
-    def backward(ctx, *grads):
-        raise RuntimeError(f"care::{name} is not differentiable")
-
-    return backward
 
 
 @torch.library.custom_op("care::discounted_returns", mutates_args=())

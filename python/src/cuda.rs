@@ -590,6 +590,87 @@ pub fn logits_policy_loss(a: LogitsLossArgs<'_, '_>) -> PyResult<()> {
         .map_err(|e| kernel_err("logits_policy_loss", e))
 }
 
+/// Arguments of [`logits_policy_loss_fused`].
+pub struct FusedArgs<'a, 'py> {
+    /// Logits `[N, V]`.
+    pub logits: &'a Tensor<'py>,
+    /// Targets `[N]`.
+    pub targets: &'a Tensor<'py>,
+    /// Mask `[N]`.
+    pub mask: Option<&'a Tensor<'py>>,
+    /// `logp_old [N]` float32.
+    pub old: Option<&'a Tensor<'py>>,
+    /// `logp_ref [N]` float32.
+    pub reference: Option<&'a Tensor<'py>>,
+    /// Advantages.
+    pub adv: &'a Tensor<'py>,
+    /// Per token.
+    pub adv_per_token: bool,
+    /// Offsets `[B + 1]`.
+    pub offsets: &'a Tensor<'py>,
+    /// Output `[N, V]` in the logits dtype, or `None`: in place over the logits.
+    pub dlogits: Option<&'a Tensor<'py>>,
+    /// Output `[N]` float32, optional.
+    pub logp: Option<&'a Tensor<'py>>,
+    /// Output `[N]` float32, optional.
+    pub lse: Option<&'a Tensor<'py>>,
+    /// Raw statistics (reset here).
+    pub stats: &'a Tensor<'py>,
+    /// Workspace.
+    pub workspace: &'a Tensor<'py>,
+    /// Log-softmax options.
+    pub lsm: &'a LogSoftmaxOptions,
+    /// Loss options.
+    pub opts: &'a LossOptions,
+    /// Stream handle.
+    pub stream: usize,
+}
+
+/// The one-pass logits-to-loss-to-dlogits path on the device.
+pub fn logits_policy_loss_fused(a: FusedArgs<'_, '_>) -> PyResult<()> {
+    let dev = a.logits.device()?;
+    let (rows, n) = rows_buffers(a.logits, a.targets, a.mask, dev)?;
+    if a.offsets.numel() == 0 {
+        return Err(core_err("seq_offsets", care_core::Error::InvalidLayout));
+    }
+    let n_seq = a.offsets.numel() - 1;
+    let n_adv = if a.adv_per_token { n } else { n_seq };
+    let (dlogits, dstride) = match a.dlogits {
+        Some(d) => {
+            let (dr, dv, ds, _) = logits_layout(d, dev)?;
+            if dr != n || dv as u64 != u64::from(rows.vocab) {
+                return Err(mismatch(format!(
+                    "dlogits: [{dr}, {dv}], expected the logits' [{n}, {}]",
+                    rows.vocab
+                )));
+            }
+            (d.addr(), ds as u64)
+        }
+        None => (rows.logits, rows.stride),
+    };
+    let ws = workspace_ptr(a.workspace, dev)?;
+    let l = launcher(a.stream, ws)?;
+    let stats = reset_stats(&l, a.stats, dev, a.stream)?;
+    let buf = care_kernels::FusedLossBuffers {
+        logp: opt_ptr::<f32>(a.logp, dev, n, "one per row")?,
+        lse: opt_ptr::<f32>(a.lse, dev, n, "one per row")?,
+        dlogits,
+        dstride,
+        logp_old: opt_ptr::<f32>(a.old, dev, n, "one per row")?,
+        logp_ref: opt_ptr::<f32>(a.reference, dev, n, "one per row")?,
+        adv: opt_ptr::<f32>(Some(a.adv), dev, n_adv, "one per sequence or token")?,
+        adv_per_token: a.adv_per_token,
+        seq_offsets: a.offsets.device_ptr::<u32>(dev)?,
+        n_seq: to_u32(n_seq, "sequences")?,
+        stats,
+        workspace: ws,
+    };
+    // SAFETY: as `logits_policy_loss`; `dlogits` is a `[rows, V]` matrix with row stride
+    // `dstride` in the logits dtype (checked by `logits_layout`), or the logits themselves.
+    unsafe { plan::logits_loss_fused(&l, &rows, &buf, a.lsm, a.opts, Tuning::default()) }
+        .map_err(|e| kernel_err("logits_policy_loss_fused", e))
+}
+
 /// Maps an advantage status word read back from `workspace[0]` to an error.
 #[pyfunction]
 pub fn check_advantage_status(status: u32) -> PyResult<()> {

@@ -1138,6 +1138,127 @@ fn cuda_workspace<'a, 'py>(ws: &'a Option<Tensor<'py>>) -> PyResult<&'a Tensor<'
         .ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))
 }
 
+/// `_care.fused_supported(options) -> bool`: whether `logits_policy_loss_fused` computes the
+/// loss of these options (the token-local losses without the rollout correction or bypass
+/// mode; `care_kernels::fused_supports`).
+#[pyfunction]
+pub fn fused_supported(options: &str) -> PyResult<bool> {
+    let opts: LossOptions = from_spec(options)?;
+    Ok(care_kernels::fused_supports(&opts))
+}
+
+/// `_care.logits_policy_loss_fused(logits, targets, advantages, seq_offsets, stats, options,
+/// adv_per_token, temperature=1.0, logp_old=None, logp_ref=None, mask=None, dlogits=None,
+/// logp=None, lse=None, stream=0, workspace=None)`: the one-pass path on CUDA tensors: each row
+/// of logits read once for its log-sum-exp, log-prob, loss term and `dL/dlogp`, and
+/// `dL/dlogits` (for `dL/dloss = 1`) written at once into `dlogits` (the logits' shape and
+/// dtype), or over the logits themselves when `dlogits` is None. The statistics go to the raw
+/// `stats` (reset here; the loss is its first word); `logp` and `lse` are optional outputs.
+/// Asynchronous on `stream`; the log-softmax status in `workspace[0]`. Options outside
+/// `fused_supported` are refused; host arrays are refused (the host has the three-step path:
+/// `logits_policy_loss`, then `selective_log_softmax_backward`).
+#[pyfunction]
+#[pyo3(signature = (logits, targets, advantages, seq_offsets, stats, options, adv_per_token, temperature=1.0, logp_old=None, logp_ref=None, mask=None, dlogits=None, logp=None, lse=None, stream=0, workspace=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn logits_policy_loss_fused(
+    logits: &Bound<'_, PyAny>,
+    targets: &Bound<'_, PyAny>,
+    advantages: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    stats: &Bound<'_, PyAny>,
+    options: &str,
+    adv_per_token: bool,
+    temperature: f64,
+    logp_old: Option<&Bound<'_, PyAny>>,
+    logp_ref: Option<&Bound<'_, PyAny>>,
+    mask: Option<&Bound<'_, PyAny>>,
+    dlogits: Option<&Bound<'_, PyAny>>,
+    logp: Option<&Bound<'_, PyAny>>,
+    lse: Option<&Bound<'_, PyAny>>,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let opts: LossOptions = from_spec(options)?;
+    if !care_kernels::fused_supports(&opts) {
+        return Err(invalid(format!(
+            "logits_policy_loss_fused: the one-pass path computes token-local losses only \
+             (ratio_level token, policy_loss clip, cispo, sapo or gpg, no rollout correction, \
+             bypass off); {} at ratio level {} needs whole sequences first: use \
+             logits_policy_loss",
+            opts.policy_loss, opts.ratio_level
+        )));
+    }
+    let lsm_opts = temperature_options(temperature)?;
+    let x = Tensor::take(logits, "logits")?;
+    let y = Tensor::take(targets, "targets")?;
+    let a = Tensor::take(advantages, "advantages")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let st = Tensor::take(stats, "stats")?;
+    let old = Tensor::take_opt(logp_old, "logp_old")?;
+    let rf = Tensor::take_opt(logp_ref, "logp_ref")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    let d = Tensor::take_opt(dlogits, "dlogits")?;
+    let lp = Tensor::take_opt(logp, "logp")?;
+    let ls = Tensor::take_opt(lse, "lse")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    let ins = [
+        Some(&y),
+        Some(&a),
+        Some(&so),
+        old.as_ref(),
+        rf.as_ref(),
+        m.as_ref(),
+    ];
+    let mut outs: Vec<&Tensor<'_>> = vec![&st];
+    outs.extend(lp.iter().chain(ls.iter()));
+    match &d {
+        Some(d) => {
+            outs.push(d);
+            let mut all = ins.to_vec();
+            all.push(Some(&x));
+            check_outputs(&outs, &all)?;
+            if d.dtype() != x.dtype() {
+                return Err(invalid(format!(
+                    "dlogits: {}, expected the logits dtype {}",
+                    d.dtype().name(),
+                    x.dtype().name()
+                )));
+            }
+        }
+        None => {
+            // In place: the logits are an output too.
+            outs.push(&x);
+            check_outputs(&outs, &ins)?;
+        }
+    }
+    let Device::Cuda(_) = device_of(&x)? else {
+        return Err(invalid(
+            "logits_policy_loss_fused: CUDA tensors only (on the host, logits_policy_loss then \
+             selective_log_softmax_backward)"
+                .into(),
+        ));
+    };
+    let ws = ws.ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))?;
+    cuda::logits_policy_loss_fused(cuda::FusedArgs {
+        logits: &x,
+        targets: &y,
+        mask: m.as_ref(),
+        old: old.as_ref(),
+        reference: rf.as_ref(),
+        adv: &a,
+        adv_per_token,
+        offsets: &so,
+        dlogits: d.as_ref(),
+        logp: lp.as_ref(),
+        lse: ls.as_ref(),
+        stats: &st,
+        workspace: &ws,
+        lsm: &lsm_opts,
+        opts: &opts,
+        stream,
+    })
+}
+
 /// `_care.discounted_returns(token_rewards, seq_offsets, returns, gamma=1.0, mask=None,
 /// stream=0, workspace=None, masked_token="skip")`: `G_t = r_t + gamma G_next` per sequence
 /// over the counted tokens (SPEC §18), float32 `[T]` in and out (masked tokens get 0;

@@ -109,6 +109,8 @@ fn _care(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::check_tokens_status, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::check_whiten_status, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::check_whitened_status, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::logits_policy_loss_fused, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::fused_supported, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::whitened_workspace_bytes, m)?)?;
     m.add("WHITENED_STATUS_WORD", cuda::WHITENED_STATUS_WORD)?;
     m.add("WHITEN_MEAN_STD_F64", cuda::WHITEN_MEAN_STD_F64)?;

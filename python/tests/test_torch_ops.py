@@ -29,6 +29,7 @@ OPS = [
     "whiten",
     "discounted_returns_whitened",
     "gae_whitened",
+    "logits_policy_loss_fused",
 ]
 
 
@@ -90,6 +91,11 @@ def _op_cases(device):
         "discounted_returns": (torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9, "reset"),
         "gae": (torch.randn(10, device=device), torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9, 0.8),
         "whiten": (torch.randn(10, device=device), m, 1e-8, "biased", 1e-8),
+        "logits_policy_loss_fused": (
+            x.detach(), y, -torch.rand(10, device=device), None, torch.randn(2, device=device),
+            torch.tensor([0, 4, 10], dtype=torch.int32, device=device), m, 1.0, verl, False,
+            0.0, 0.0, 0.0,
+        ),
         "discounted_returns_whitened": (
             torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9, "reset", 1e-8, "unbiased", 1e-8,
         ),
@@ -239,6 +245,77 @@ def test_logits_policy_loss_is_the_composition():
     torch.testing.assert_close(logp, lp.detach(), rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-7)
     assert ct.stats_dict(stats)["tokens"] == mask.sum().item()
+
+
+def _fused_case(device="cpu", seed=8):
+    g = torch.Generator().manual_seed(seed)
+    b, length, v = 3, 5, 17
+    x = torch.randn(b, length, v, generator=g)
+    y = torch.randint(0, v, (b, length), generator=g)
+    mask = torch.rand(b, length, generator=g) > 0.2
+    old = -torch.rand(b, length, generator=g) * 3
+    adv = torch.randn(b, generator=g)
+    return tuple(t.to(device) for t in (x, y, mask, old, adv))
+
+
+@pytest.mark.parametrize("preset", ["trl", "verl", "verl_cispo", "verl_gpg"])
+def test_logits_policy_loss_fused_is_the_three_step_path(preset):
+    """On CPU tensors the one-pass function returns the loss, stats, log-probs and the
+    gradient that logits_policy_loss and its backward give, bit for bit (the same reference
+    underneath), for the token-local presets; it is not differentiable itself."""
+    x, y, mask, old, adv = _fused_case()
+    x1 = x.clone().requires_grad_()
+    loss, stats, logp = ct.logits_policy_loss(
+        x1, y, old, adv, mask=mask, temperature=0.9, preset=preset, return_stats=True, return_logp=True
+    )
+    loss.backward()
+    floss, d, fstats, flogp = ct.logits_policy_loss_fused(
+        x, y, old, adv, mask=mask, temperature=0.9, preset=preset, return_stats=True, return_logp=True
+    )
+    assert floss.item() == loss.item()
+    assert torch.equal(d, x1.grad) and d.shape == x.shape
+    assert torch.equal(flogp, logp)
+    assert ct.stats_dict(fstats) == ct.stats_dict(stats)
+    assert not d.requires_grad
+
+
+def test_logits_policy_loss_fused_refuses_what_it_cannot_compute():
+    """Sequence-level losses, the rollout correction and bypass mode need whole sequences (or
+    the rollout log-probs) first: fused_supported says so and the call raises
+    invalid_argument, on any device."""
+    x, y, mask, old, adv = _fused_case()
+    assert ct.fused_supported("trl") and ct.fused_supported("verl", kl_estimator="k3", beta=0.1)
+    for preset, extra in [("verl_geo_mean", {}), ("verl_gspo", {}), ("trl_vespo", {}), ("verl_bypass", {}),
+                          ("verl", {"rollout_is": "token", "rollout_is_threshold": 2.0})]:  # fmt: skip
+        assert not ct.fused_supported(preset, **extra), preset
+        with pytest.raises(CareError) as e:
+            ct.logits_policy_loss_fused(x, y, old, adv, mask=mask, preset=preset, **extra)
+        assert e.value.code == "invalid_argument", preset
+    with pytest.raises(CareError) as e:
+        ct.logits_policy_loss_fused(x, y, old, adv, mask=mask, in_place=True)
+    assert e.value.code == "invalid_argument"
+
+
+def test_cuda_logits_policy_loss_fused_matches_the_three_kernel_path():
+    """On CUDA one kernel gives the loss, log-probs and dL/dlogits of the three-kernel path
+    within the kernels' tolerance (different block sizes), out of place and in place (equal
+    to each other bit for bit), bf16 logits included."""
+    need_gpu()
+    for dt in (torch.float32, torch.bfloat16):
+        x, y, mask, old, adv = _fused_case("cuda", seed=9)
+        x = (x * 3).to(dt)
+        x1 = x.clone().requires_grad_()
+        loss, logp = ct.logits_policy_loss(x1, y, old, adv, mask=mask, preset="verl", return_logp=True)
+        loss.backward()
+        floss, d, flogp = ct.logits_policy_loss_fused(x, y, old, adv, mask=mask, preset="verl", return_logp=True)
+        assert d.dtype == dt and d.is_cuda
+        assert abs(floss.item() - loss.item()) <= 1e-5 * max(1.0, abs(loss.item()))
+        torch.testing.assert_close(flogp, logp, rtol=1e-5, atol=1e-5)
+        tol = 1e-5 if dt == torch.float32 else 2e-2
+        torch.testing.assert_close(d.float(), x1.grad.float(), rtol=tol, atol=tol)
+        xi = x.clone()
+        iloss, di = ct.logits_policy_loss_fused(xi, y, old, adv, mask=mask, preset="verl", in_place=True)
+        assert di is xi and torch.equal(di, d) and iloss.item() == floss.item()
 
 
 def test_care_torch_is_an_alias():
