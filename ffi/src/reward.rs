@@ -776,16 +776,25 @@ pub unsafe extern "C" fn care_judge_output_parse(
         let r = tri!(handle::get(rubric));
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let report = tri!(Out::optional(report_out));
-        let out = tri!(unsafe { args::slice_mut(scores_out, scores_len) });
-        // Parse into a local buffer: the core fills its output with NaN even when it then
-        // fails, and outputs are only written on success.
-        let mut scores = vec![f64::NAN; scores_len];
         let view = r.buf.rubric();
-        let rep = match care_core::parse_judge_output(text, &view, &mut scores) {
+        // The length is checked before anything is sized by it: a wrong `scores_len` (however
+        // large) is `CARE_ERR_SCORE_SHAPE` without an allocation.
+        if scores_len != view.total_criteria() {
+            return care_result::CARE_ERR_SCORE_SHAPE;
+        }
+        let out = tri!(unsafe { args::slice_mut(scores_out, scores_len) });
+        // Parse into a local buffer (on the stack: a rubric has at most MAX_TOTAL_CRITERIA
+        // criteria): the core fills its output with NaN even when it then fails, and outputs
+        // are only written on success.
+        let mut local = [f64::NAN; care_core::rubric::MAX_TOTAL_CRITERIA];
+        let Some(scores) = local.get_mut(..scores_len) else {
+            return care_result::CARE_ERR_SCORE_SHAPE;
+        };
+        let rep = match care_core::parse_judge_output(text, &view, scores) {
             Ok(rep) => rep,
             Err(e) => return map_error(e),
         };
-        out.copy_from_slice(&scores);
+        out.copy_from_slice(scores);
         if let Some(o) = report {
             unsafe { o.write(judge_report_to_c(&rep)) };
         }
