@@ -318,6 +318,11 @@ pub struct Engine {
     turn_concurrency: usize,
     rubric_flights: Flights<RubricOutcome>,
     judge_flights: Flights<JudgeOutcome>,
+    /// Generator and judge loops holding their prompts at once (each endpoint's
+    /// `max_concurrency`): a request of many turns or responses builds its prompts as slots
+    /// free up, so the prompts in memory are bounded whatever the request holds.
+    generator_slots: tokio::sync::Semaphore,
+    judge_slots: tokio::sync::Semaphore,
 }
 
 /// How the engine reaches its LLMs.
@@ -384,6 +389,8 @@ impl Engine {
             rubric_attempts: cfg.rubric_attempts,
             judge_attempts: cfg.judge_attempts,
             turn_concurrency: cfg.turn_concurrency,
+            generator_slots: tokio::sync::Semaphore::new(cfg.generator.max_concurrency.max(1)),
+            judge_slots: tokio::sync::Semaphore::new(cfg.judge.max_concurrency.max(1)),
             rubric_flights: Mutex::new(HashMap::new()),
             judge_flights: Mutex::new(HashMap::new()),
         })
@@ -581,6 +588,8 @@ impl Engine {
                 error: None,
             };
         }
+        // Closed only if the engine is dropped, which cannot happen while `self` is borrowed.
+        let _slot = self.generator_slots.acquire().await.ok();
         let first = self.profile.generator_messages(dialogue);
         let (model, sampling) = self
             .generator
@@ -682,6 +691,7 @@ impl Engine {
         span: &str,
         counter: &Arc<Counter>,
     ) -> JudgeOutcome {
+        let _slot = self.judge_slots.acquire().await.ok();
         let first = self.profile.judge_messages(rubric, dialogue, span);
         let key = call_key(
             Role::Judge,
@@ -851,15 +861,50 @@ where
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(map.entry(key.clone()).or_default())
     };
-    let out = cell.get_or_init(make).await.clone();
-    let mut map = flights
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-        // Done: later requests find the answers in the cache (or compute afresh without one).
-        map.remove(&key);
+    // Removes the entry when this caller is done, also when it is dropped unfinished (its
+    // client went away): the map never keeps entries nobody waits on.
+    let _leave = Leave {
+        flights,
+        key: &key,
+        cell: &cell,
+    };
+    cell.get_or_init(make).await.clone()
+}
+
+struct Leave<'a, T> {
+    flights: &'a Flights<T>,
+    key: &'a str,
+    cell: &'a Arc<OnceCell<T>>,
+}
+
+impl<T> Drop for Leave<'_, T> {
+    fn drop(&mut self) {
+        let mut map = self
+            .flights
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Done (later requests find the answers in the cache, or compute afresh without
+        // one), or abandoned with nobody else waiting (the map and this caller hold the only
+        // references; the count is read under the lock that every new waiter takes).
+        let done = self.cell.initialized();
+        let alone = Arc::strong_count(self.cell) <= 2;
+        if (done || alone) && map.get(self.key).is_some_and(|c| Arc::ptr_eq(c, self.cell)) {
+            map.remove(self.key);
+        }
     }
-    out
+}
+
+impl Engine {
+    /// Computations shared between concurrent requests now (rubrics, judgments): 0 when no
+    /// request is running, also after clients went away mid-request.
+    pub fn flights_in_progress(&self) -> usize {
+        fn n<T>(m: &Flights<T>) -> usize {
+            m.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .len()
+        }
+        n(&self.rubric_flights) + n(&self.judge_flights)
+    }
 }
 
 /// Flat scores as one list per dimension.
