@@ -18,10 +18,15 @@ pub const MAX_BOUND: u32 = 20;
 /// of seconds that is negative, NaN or 2^64 and more.
 pub const MAX_SECS: f64 = 86_400.0;
 
-/// Largest LLM answer read by default (bytes of the HTTP body, an SSE stream included): far
-/// beyond any answer a judge or generator writes (about a million tokens), small enough that
-/// the answers in flight stay a bounded amount of memory.
-pub const DEFAULT_MAX_ANSWER_BYTES: usize = 4 << 20;
+/// Largest judge answer read by default (bytes of the HTTP body, an SSE stream included):
+/// far beyond any answer a judge writes (about a million tokens), small enough that the
+/// answers in flight stay a bounded amount of memory.
+pub const DEFAULT_JUDGE_ANSWER_BYTES: usize = 4 << 20;
+
+/// Largest generator answer read by default. Smaller than the judge's: a turn keeps its
+/// rubric until its request is answered, so this times the turns in flight is memory (a
+/// rubric is a few KB; 256 KiB leaves room for a long think block).
+pub const DEFAULT_GENERATOR_ANSWER_BYTES: usize = 256 << 10;
 
 /// Largest `max_answer_bytes` accepted.
 pub const MAX_ANSWER_BYTES: usize = 1 << 30;
@@ -89,8 +94,9 @@ pub struct EndpointConfig {
     /// Longest backoff.
     pub backoff_max_secs: f64,
     /// Largest answer read (bytes of the HTTP body, an SSE stream included); a longer one is
-    /// the call's error `answer_too_long`, never read further.
-    pub max_answer_bytes: usize,
+    /// the call's error `answer_too_long`, never read further. `null`: the role's default
+    /// ([`DEFAULT_GENERATOR_ANSWER_BYTES`], [`DEFAULT_JUDGE_ANSWER_BYTES`]).
+    pub max_answer_bytes: Option<usize>,
 }
 
 impl Default for EndpointConfig {
@@ -109,7 +115,7 @@ impl Default for EndpointConfig {
             max_attempts: 4,
             backoff_initial_secs: 0.5,
             backoff_max_secs: 16.0,
-            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            max_answer_bytes: None,
         }
     }
 }
@@ -181,10 +187,11 @@ impl EndpointConfig {
                 "{role}.backoff_max_secs must be at least backoff_initial_secs"
             ));
         }
-        if !(1024..=MAX_ANSWER_BYTES).contains(&self.max_answer_bytes) {
+        if let Some(n) = self.max_answer_bytes
+            && !(1024..=MAX_ANSWER_BYTES).contains(&n)
+        {
             return Err(format!(
-                "{role}.max_answer_bytes {} must be in 1024..={MAX_ANSWER_BYTES}",
-                self.max_answer_bytes
+                "{role}.max_answer_bytes {n} must be in 1024..={MAX_ANSWER_BYTES}"
             ));
         }
         if self.max_concurrency == 0 || self.max_concurrency > 4096 {
@@ -312,8 +319,13 @@ mod tests {
             "backoff_initial_secs`, `backoff_max_secs",
             format!("{}, {}", e.backoff_initial_secs, e.backoff_max_secs),
         );
-        assert_eq!(e.max_answer_bytes, 4 << 20);
-        row("max_answer_bytes", "4194304 (4 MiB)".to_owned());
+        assert_eq!(e.max_answer_bytes, None);
+        row(
+            "max_answer_bytes",
+            format!(
+                "`null`: {DEFAULT_GENERATOR_ANSWER_BYTES} (256 KiB) for the generator, {DEFAULT_JUDGE_ANSWER_BYTES} (4 MiB) for the judge"
+            ),
+        );
         let c = LoopConfig::default();
         for (text, v) in [
             ("`rubric_attempts` (", c.rubric_attempts),
@@ -393,7 +405,7 @@ mod tests {
             Ok(Duration::from_millis(1500))
         );
         let e = EndpointConfig {
-            max_answer_bytes: 10,
+            max_answer_bytes: Some(10),
             ..EndpointConfig::new("http://h/v1", "m")
         };
         assert!(

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
-use crate::config::{EndpointConfig, saturating_secs};
+use crate::config::{
+    DEFAULT_GENERATOR_ANSWER_BYTES, DEFAULT_JUDGE_ANSWER_BYTES, EndpointConfig, saturating_secs,
+};
 use crate::metrics::Metrics;
 use crate::scripted::Scripted;
 
@@ -154,6 +156,8 @@ pub struct HttpEndpoint {
     api_key: Option<String>,
     client: reqwest::Client,
     permits: Arc<Semaphore>,
+    /// `max_answer_bytes`, or the role's default.
+    answer_cap: usize,
 }
 
 #[derive(Serialize)]
@@ -233,7 +237,12 @@ impl HttpEndpoint {
             "{}/chat/completions",
             cfg.base_url.trim().trim_end_matches('/')
         );
+        let answer_cap = cfg.max_answer_bytes.unwrap_or(match role {
+            Role::Generator => DEFAULT_GENERATOR_ANSWER_BYTES,
+            Role::Judge => DEFAULT_JUDGE_ANSWER_BYTES,
+        });
         Ok(HttpEndpoint {
+            answer_cap,
             permits: Arc::new(Semaphore::new(cfg.max_concurrency)),
             cfg,
             role,
@@ -347,7 +356,7 @@ impl HttpEndpoint {
                 retry_after,
             });
         }
-        let cap = self.cfg.max_answer_bytes;
+        let cap = self.answer_cap;
         let content_type = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)

@@ -98,11 +98,11 @@ impl Default for ServerOptions {
         ServerOptions {
             openrlhf_on_failure: OnFailure::GroupMean,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            max_turns: 4096,
+            max_turns: 2048,
             max_responses: 16384,
             max_text_bytes: 1 << 20,
             max_inflight_bytes: 256 << 20,
-            max_inflight_turns: 8192,
+            max_inflight_turns: 4096,
             max_inflight_responses: 65536,
             max_connections: 1024,
             header_timeout: Duration::from_secs(30),
