@@ -384,6 +384,9 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: BudgetedBody) -> Respo
             Err(e) => return error_response(StatusCode::BAD_REQUEST, "bad_request", e.to_string()),
         };
         let n = req.query.len();
+        if let Err(r) = limits::check_responses(&st.opts, n) {
+            return r;
+        }
         let Some(prompts) = req.prompts else {
             return error_response(
                 StatusCode::BAD_REQUEST,

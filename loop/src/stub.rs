@@ -95,6 +95,8 @@ type Script = dyn Fn(&StubRequest, usize) -> StubReply + Send + Sync;
 struct StubState {
     script: Box<Script>,
     calls: Mutex<Vec<StubRequest>>,
+    /// Bytes of the made-on-the-fly bodies handed to the connection so far.
+    streamed: std::sync::atomic::AtomicU64,
 }
 
 /// A running stub; stops when dropped.
@@ -130,6 +132,7 @@ impl Stub {
         let state = Arc::new(StubState {
             script: Box::new(script),
             calls: Mutex::new(Vec::new()),
+            streamed: std::sync::atomic::AtomicU64::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(handle))
@@ -157,6 +160,15 @@ impl Stub {
     /// Requests of `role` so far.
     pub fn count(&self, role: Role) -> usize {
         self.calls().iter().filter(|c| c.role == role).count()
+    }
+
+    /// Bytes of the [`StubReply::Huge`] and [`StubReply::EndlessSse`] bodies produced so far:
+    /// each piece is produced only when the connection takes it, so this is what the client
+    /// read plus what the sockets buffer.
+    pub fn streamed_bytes(&self) -> u64 {
+        self.state
+            .streamed
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -229,6 +241,7 @@ async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {
         StubReply::Huge { bytes, declared } => {
             // A JSON string that never ends within the body: only a cap stops a reader.
             let mut r = Response::new(axum::body::Body::new(Repeat {
+                state: Arc::clone(&s),
                 head: Some(Bytes::from_static(
                     b"{\"choices\":[{\"message\":{\"content\":\"",
                 )),
@@ -265,6 +278,7 @@ async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {
                 json!({"choices": [{"index": 0, "delta": {"content": "a".repeat(8000)}}]})
             );
             let mut r = Response::new(axum::body::Body::new(Repeat {
+                state: Arc::clone(&s),
                 head: None,
                 chunk: Bytes::from(event.repeat(8)),
                 left: None,
@@ -282,6 +296,7 @@ async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {
 /// without end). Each piece is produced when the connection can take it, so a huge or endless
 /// answer costs the stub one chunk of memory.
 struct Repeat {
+    state: Arc<StubState>,
     head: Option<Bytes>,
     chunk: Bytes,
     left: Option<u64>,
@@ -305,6 +320,9 @@ impl axum::body::HttpBody for Repeat {
                 next.slice(..k)
             }
         };
+        self.state
+            .streamed
+            .fetch_add(piece.len() as u64, std::sync::atomic::Ordering::SeqCst);
         std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
     }
 }

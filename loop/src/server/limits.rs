@@ -481,6 +481,22 @@ pub fn json_values_bound(b: &[u8]) -> usize {
     n
 }
 
+/// 413 when one request holds more than `max_responses` responses (checked as soon as the
+/// count is known, before any work per response).
+pub(crate) fn check_responses(opts: &ServerOptions, responses: usize) -> Result<(), Response> {
+    if responses > opts.max_responses {
+        return Err(error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_responses",
+            format!(
+                "{responses} responses in one request; at most {} (--max-responses): send smaller batches",
+                opts.max_responses
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A decoded request taken into the budget of turns and responses; released when dropped.
 #[derive(Debug)]
 pub struct Admission {
@@ -509,15 +525,7 @@ pub(crate) fn admit(
         ));
     }
     let responses: usize = turns.iter().map(|t| t.responses.len()).sum();
-    if responses > opts.max_responses {
-        return Err(too_large(
-            "too_many_responses",
-            format!(
-                "{responses} responses in one request; at most {} (--max-responses): send smaller batches",
-                opts.max_responses
-            ),
-        ));
-    }
+    check_responses(opts, responses)?;
     let x = opts.max_text_bytes;
     for (t, turn) in turns.iter().enumerate() {
         let dialogue: usize = turn.context.iter().map(|m| m.content.len()).sum();
