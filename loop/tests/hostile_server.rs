@@ -226,8 +226,8 @@ async fn a_body_of_tiny_values_is_charged_for_what_it_decodes_into() {
         ..ServerOptions::default()
     };
     let s = Running::start(opts, Some(Duration::ZERO)).await;
-    // 2M zeros: 4 MB of text that serde_json would make into 64+ MB of values.
-    let mut body = String::from("{\"query\":[");
+    // 2M zero labels: 4 MB of text that serde_json would make into 64+ MB of values.
+    let mut body = String::from("{\"query\":[],\"prompts\":[],\"labels\":[");
     body.push_str(&"0,".repeat(2_000_000));
     body.push_str("0]}");
     let r = reqwest::Client::new()

@@ -200,6 +200,9 @@ pub(crate) struct Budget {
     responses: Arc<Semaphore>,
     limits: (usize, usize, usize),
     in_flight: [AtomicUsize; ROUTES.len()],
+    /// Set when the server stops: a body still arriving is then cut (its request has done
+    /// nothing yet, so there is nothing to finish).
+    pub(crate) stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// The routes with their own metrics label; anything else is `other`.
@@ -227,6 +230,7 @@ impl Budget {
             responses: Arc::new(Semaphore::new(r)),
             limits: (b, t, r),
             in_flight: Default::default(),
+            stopping: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -397,8 +401,20 @@ async fn read_body(
     let mut charged = declared.unwrap_or(0);
     let mut buf: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0));
     let deadline = tokio::time::Instant::now() + opts.body_timeout;
+    let mut stopping = budget.stopping.subscribe();
     loop {
-        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+        if *stopping.borrow_and_update() {
+            return Err(error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                "the server is stopping; the body had not arrived: send the request to another server or later",
+            ));
+        }
+        let next = tokio::select! {
+            f = tokio::time::timeout_at(deadline, body.frame()) => f,
+            _ = stopping.changed() => continue,
+        };
+        let frame = match next {
             Err(_) => {
                 return Err(error_response(
                     StatusCode::REQUEST_TIMEOUT,

@@ -11,8 +11,9 @@
 //!   at once), so a flood of connections costs a bounded amount of memory and the server
 //!   keeps answering the ones it holds.
 //! * **Shutdown deadline.** On the shutdown signal nothing more is accepted, connections
-//!   without a request in progress are closed at once, and requests in progress get
-//!   `shutdown_timeout` to finish; then they are cut, and [`Stopped`] says what was cut.
+//!   without a request in progress are closed at once, a request whose body is still arriving
+//!   is answered 503 `shutting_down`, and requests in progress get `shutdown_timeout` to
+//!   finish; then they are cut, and [`Stopped`] says what was cut.
 
 use std::future::Future;
 use std::io;
@@ -138,6 +139,7 @@ pub(crate) async fn run(
     }
     drop(listener);
     aside.abort_all();
+    budget.stopping.send_replace(true);
     let _ = close_tx.send(true);
     let drained = tokio::time::timeout(limits.shutdown_timeout, async {
         while conns.join_next().await.is_some() {}
