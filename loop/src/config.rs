@@ -19,14 +19,15 @@ pub const MAX_BOUND: u32 = 20;
 pub const MAX_SECS: f64 = 86_400.0;
 
 /// Largest judge answer read by default (bytes of the HTTP body, an SSE stream included):
-/// far beyond any answer a judge writes (about a million tokens), small enough that the
-/// answers in flight stay a bounded amount of memory.
-pub const DEFAULT_JUDGE_ANSWER_BYTES: usize = 4 << 20;
+/// far beyond what a judge writes (scores for at most 48 criteria, perhaps after a think
+/// block: 1 MiB is about 250k tokens), small enough that the answers in flight stay a bounded
+/// amount of memory.
+pub const DEFAULT_JUDGE_ANSWER_BYTES: usize = 1 << 20;
 
 /// Largest generator answer read by default. Smaller than the judge's: a turn keeps its
 /// rubric until its request is answered, so this times the turns in flight is memory (a
-/// rubric is a few KB; 256 KiB leaves room for a long think block).
-pub const DEFAULT_GENERATOR_ANSWER_BYTES: usize = 256 << 10;
+/// rubric is a few KB; 64 KiB, about 16k tokens, leaves room for a think block).
+pub const DEFAULT_GENERATOR_ANSWER_BYTES: usize = 64 << 10;
 
 /// Largest `max_answer_bytes` accepted.
 pub const MAX_ANSWER_BYTES: usize = 1 << 30;
@@ -323,7 +324,7 @@ mod tests {
         row(
             "max_answer_bytes",
             format!(
-                "`null`: {DEFAULT_GENERATOR_ANSWER_BYTES} (256 KiB) for the generator, {DEFAULT_JUDGE_ANSWER_BYTES} (4 MiB) for the judge"
+                "`null`: {DEFAULT_GENERATOR_ANSWER_BYTES} (64 KiB) for the generator, {DEFAULT_JUDGE_ANSWER_BYTES} (1 MiB) for the judge"
             ),
         );
         let c = LoopConfig::default();

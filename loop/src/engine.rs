@@ -56,11 +56,32 @@ pub struct ErrorOut {
     pub message: String,
 }
 
+/// Longest message an [`ErrorOut`] built from an LLM's answer keeps, in bytes. A message can
+/// quote the answer or the rubric (the missing criteria by title), both written by an LLM;
+/// every response of a request keeps its error until the request is answered, so each is cut
+/// to this length (at a character boundary, ending in `...`).
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 1024;
+
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_ERROR_MESSAGE_BYTES {
+        let mut end = MAX_ERROR_MESSAGE_BYTES - 3;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("...");
+    }
+    message
+}
+
 impl From<&CallError> for ErrorOut {
     fn from(e: &CallError) -> Self {
         ErrorOut {
             code: e.code.clone(),
-            message: format!("{} (after {} HTTP attempts)", e.message, e.attempts),
+            message: bounded(format!(
+                "{} (after {} HTTP attempts)",
+                e.message, e.attempts
+            )),
         }
     }
 }
@@ -69,7 +90,7 @@ impl From<&JudgeProblem> for ErrorOut {
     fn from(p: &JudgeProblem) -> Self {
         ErrorOut {
             code: p.code.to_owned(),
-            message: p.message.clone(),
+            message: bounded(p.message.clone()),
         }
     }
 }
@@ -752,7 +773,10 @@ impl Engine {
             },
             |p| ErrorOut {
                 code: p.code.to_owned(),
-                message: format!("after {} judge answers: {}", self.judge_attempts, p.message),
+                message: bounded(format!(
+                    "after {} judge answers: {}",
+                    self.judge_attempts, p.message
+                )),
             },
         );
         JudgeOutcome {

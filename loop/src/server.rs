@@ -86,6 +86,12 @@ impl Server {
         self.router.clone()
     }
 
+    /// The server-wide budget in use now: (bytes, turns, responses). All 0 when no request
+    /// is being read or rewarded, however the earlier ones ended.
+    pub fn budget_in_use(&self) -> (usize, usize, usize) {
+        self.state.budget.in_use()
+    }
+
     /// Serves on `listener` until `shutdown` completes, then stops within the shutdown
     /// deadline: connections without a request in progress close at once, requests in
     /// progress get `shutdown_timeout` and are then cut. Header-read and idle timeout and the

@@ -133,12 +133,12 @@ async fn a_huge_answer_is_answer_too_long_and_read_no_further_than_the_cap() {
         let e = resp.error.as_ref().unwrap();
         assert_eq!(e.code, "answer_too_long", "{e:?}");
         assert!(
-            e.message.contains("max_answer_bytes (4194304 bytes)"),
+            e.message.contains("max_answer_bytes (1048576 bytes)"),
             "{e:?}"
         );
         assert_eq!(stub.count(Role::Judge), 1, "not retried");
         // Give the stub a moment to notice the closed connection, then count what it made:
-        // the 4 MiB cap plus what the sockets buffer, far from the 256 MiB it would send.
+        // the 1 MiB cap plus what the sockets buffer, far from the 256 MiB it would send.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let made = stub.streamed_bytes();
         assert!(
@@ -162,7 +162,7 @@ async fn an_endless_event_stream_ends_at_the_cap() {
     let e = r.rubric_error.as_ref().unwrap();
     assert_eq!(e.code, "answer_too_long");
     assert!(
-        e.message.contains("262144 bytes"),
+        e.message.contains("65536 bytes"),
         "the generator's cap: {e:?}"
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -236,4 +236,38 @@ async fn an_event_stream_answer_is_read_from_its_deltas() {
     assert!(decode_answer(Some("text/event-stream"), b"data: {not json}\n\n").is_err());
     assert!(decode_answer(Some("text/event-stream"), b"").is_err());
     assert!(decode_answer(None, b"{\"choices\":[]}").is_err());
+}
+
+/// A response's error can quote what an LLM wrote (the missing criteria by title, from the
+/// generator's rubric): it is cut to `MAX_ERROR_MESSAGE_BYTES`, since every response keeps its
+/// error until its request is answered.
+#[tokio::test]
+async fn an_error_quoting_llm_text_is_cut_to_a_bounded_length() {
+    // Every title made 5,000 characters long (in place: the key order must stay valid).
+    let mut rubric = String::new();
+    for (i, line) in PAPER_RUBRIC.lines().enumerate() {
+        match line.split_once("\"title\": \"") {
+            Some((head, _)) => {
+                rubric.push_str(&format!("{head}\"title\": \"{i}{}\",", "t".repeat(5000)));
+            }
+            None => rubric.push_str(line),
+        }
+        rubric.push('\n');
+    }
+    let stub = Stub::start(move |req, _| match req.role {
+        Role::Generator => StubReply::Content(rubric.clone()),
+        Role::Judge => StubReply::Content("{\"criterion_scores\":[]}".into()),
+    })
+    .await
+    .unwrap();
+    let r = engine(&stub).run_turn(turn()).await.unwrap();
+    assert_eq!(r.rubric_status, rubric_status::OK, "{r:?}");
+    let e = r.responses[0].error.as_ref().unwrap();
+    assert_eq!(e.code, "missing_score");
+    assert!(
+        e.message.len() <= care_loop::engine::MAX_ERROR_MESSAGE_BYTES,
+        "{}",
+        e.message.len()
+    );
+    assert!(e.message.ends_with("..."));
 }

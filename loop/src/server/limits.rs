@@ -102,7 +102,7 @@ impl Default for ServerOptions {
             max_responses: 16384,
             max_text_bytes: 1 << 20,
             max_inflight_bytes: 256 << 20,
-            max_inflight_turns: 4096,
+            max_inflight_turns: 2048,
             max_inflight_responses: 65536,
             max_connections: 1024,
             header_timeout: Duration::from_secs(30),

@@ -76,6 +76,9 @@ pub(crate) struct ConnLimits {
     pub shutdown_timeout: Duration,
 }
 
+/// A connection's read buffer (hyper's `max_buf_size`): the longest request head.
+pub(crate) const MAX_BUF_BYTES: usize = 64 << 10;
+
 /// Connections over the cap being answered 503 at once (beyond these they are just closed).
 const REFUSERS: usize = 32;
 
@@ -180,6 +183,9 @@ async fn serve_one(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
+        // Headers (and what is read at once) up to 64 KiB a connection instead of hyper's
+        // 400 KiB: a connection flood holds at most that much each (431 beyond it).
+        .max_buf_size(MAX_BUF_BYTES)
         .keep_alive(true);
     let conn = builder.serve_connection(TokioIo::new(stream), svc);
     tokio::pin!(conn);
