@@ -597,10 +597,12 @@ async fn a_stop_closes_idle_connections_at_once_and_cuts_requests_at_the_deadlin
 
 /// Issue case 3's other half: `/healthz` keeps answering while a large request runs. The
 /// request has 4,096 responses in 256 turns and a judge that takes 20 ms per call, so the
-/// loop is busy for seconds (32 judge calls at a time) while /healthz is asked every 20 ms.
-/// The stated bound is 100 ms (docs/RELIABILITY.md, with the command that measures it on a
-/// quiet machine); this test asserts 2 s, which only a real stall (the old behaviour: a
-/// timeout) breaks on a shared, loaded machine, and prints what it saw.
+/// loop is busy for seconds (32 judge calls at a time) while a thread of its own asks
+/// /healthz every 20 ms over a fresh raw connection (so the probe does not queue behind the
+/// test's own client and stub, which share the server's runtime here). The stated bound is
+/// 100 ms (docs/RELIABILITY.md, with the command that measures it on a quiet machine); this
+/// test asserts 5 s, which only a real stall (the old behaviour: a timeout) breaks on a
+/// shared, loaded machine, and prints what it saw.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_keeps_answering_while_a_large_request_runs() {
     let s = Running::start(ServerOptions::default(), Some(Duration::from_millis(20))).await;
@@ -614,23 +616,29 @@ async fn healthz_keeps_answering_while_a_large_request_runs() {
     let url = s.url("/get_reward");
     let started = Instant::now();
     let big = tokio::spawn(async move { post(&url, &body).await });
-    let client = reqwest::Client::new();
-    let (mut worst, mut n) = (Duration::ZERO, 0u32);
-    while !big.is_finished() {
-        let t = Instant::now();
-        let r = tokio::time::timeout(
-            Duration::from_secs(30),
-            client.get(s.url("/healthz")).send(),
-        )
-        .await
-        .expect("/healthz stalled for 30 s")
-        .unwrap();
-        assert_eq!(r.status(), 200);
-        worst = worst.max(t.elapsed());
-        n += 1;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (addr, stop) = (s.addr, Arc::clone(&done));
+    let probe = std::thread::spawn(move || {
+        let (mut worst, mut n) = (Duration::ZERO, 0u32);
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let t = Instant::now();
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                .unwrap();
+            let answer =
+                closed_within(&mut c, Duration::from_secs(30)).expect("/healthz stalled for 30 s");
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            worst = worst.max(t.elapsed());
+            n += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (worst, n)
+    });
     let (status, v) = big.await.unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (worst, n) = tokio::task::spawn_blocking(move || probe.join().unwrap())
+        .await
+        .unwrap();
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["rewards"].as_array().unwrap().len(), 4096);
     eprintln!(
@@ -639,6 +647,6 @@ async fn healthz_keeps_answering_while_a_large_request_runs() {
         worst.as_secs_f64() * 1e3
     );
     assert!(n > 3, "the large request ran too briefly to test anything");
-    assert!(worst < Duration::from_secs(2), "/healthz took {worst:?}");
+    assert!(worst < Duration::from_secs(5), "/healthz took {worst:?}");
     s.stop().await;
 }
