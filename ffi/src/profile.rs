@@ -667,7 +667,7 @@ pub unsafe extern "C" fn care_profile_validate(
         // Decoding never makes a string longer, so the text's length is enough scratch; a text
         // refused for its length needs none.
         let need = if text.len() > profile::MAX_PROFILE_TEXT_BYTES { 0 } else { text.len() };
-        let mut scratch = vec![0u8; need];
+        let mut scratch = tri!(args::working("the profile text's scratch", need, 0u8));
         let report = profile::parse_profile(text, &mut scratch).report;
         let h = tri!(handle::insert::<care_profile_report>(report));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
@@ -989,7 +989,7 @@ pub unsafe extern "C" fn care_profile_reward_group(
             );
         }
         // Into a local buffer: the outputs are written only when the whole call succeeds.
-        let mut local = vec![0.0; m];
+        let mut local = tri!(args::working("the rewards", m, 0.0));
         let rep = tri!(
             profile::profile_reward_group(&view, rubric.as_ref(), &texts, scores, gold, &opts, &mut local)
                 .map_err(map_error)

@@ -694,7 +694,7 @@ pub unsafe extern "C" fn care_generator_reward(
             labels: tri!(args::enum_arg("care_generator_options.unknown_labels", g.unknown_labels, &UnknownLabelPolicy::ALL)),
         };
         tri!(args::option_check("care_generator_options", opts.check()));
-        let mut scratch = vec![0u8; text.len()];
+        let mut scratch = tri!(args::working("the rubric text's scratch", text.len(), 0u8));
         let r = match care_core::generator_reward(
             text, &mut scratch, chosen, rejected, &labels, &opts,
         ) {

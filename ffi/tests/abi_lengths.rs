@@ -214,3 +214,36 @@ fn a_profile_text_over_4_gib_is_refused_without_a_scratch_copy() {
     assert_ne!(code, CARE_OK);
     assert!(bytes < SMALL, "{bytes} bytes allocated");
 }
+
+/// Working memory sized by a real (reserved) buffer that the process cannot have is
+/// `CARE_ERR_CAPACITY`, not an aborted host: a rubric text of 2 TiB of reserved address space
+/// needs a scratch of the same size. Under Linux's heuristic overcommit (mode 0, the default)
+/// and strict accounting (2) the allocator refuses it; with overcommit always on (1) it is
+/// granted lazily and the call succeeds. Either way the process survives (it used to abort).
+#[test]
+fn working_memory_that_cannot_be_had_is_care_err_capacity_not_an_abort() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let len = 2usize << 40;
+    let text = Reserved::new(len);
+    let mut rep = null_mut();
+    // SAFETY: `text` holds `len` readable bytes.
+    let code = unsafe { care_rubric_validate(text.ptr.cast(), len, null(), &mut rep) };
+    let mode = std::fs::read_to_string("/proc/sys/vm/overcommit_memory").unwrap_or_default();
+    if mode.trim() == "1" {
+        assert!(code == CARE_OK || code == CARE_ERR_CAPACITY, "{code:?}");
+    } else {
+        assert_eq!(code, CARE_ERR_CAPACITY);
+        assert!(rep.is_null(), "nothing written on error");
+        let detail = common::last_error_detail();
+        assert!(
+            detail.contains("cannot allocate 2199023255552 bytes"),
+            "{detail}"
+        );
+    }
+    if !rep.is_null() {
+        // SAFETY: the report just made.
+        unsafe { care_validation_report_free(rep) };
+    }
+}
