@@ -127,7 +127,9 @@ pub fn router(engine: Arc<Engine>, opts: ServerOptions, backend: &'static str) -
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, then finishes the requests in
-/// flight, with the connection limits of [`ServerOptions::default`] (see [`Server::serve`]).
+/// flight, with the connection limits of [`ServerOptions::default`]. [`Server::serve`] is the
+/// whole of it: with a bare `Router` the stop cannot reach the routes' state, so a body still
+/// arriving is not cut at once and the cut requests are not named.
 ///
 /// # Errors
 /// An I/O error of the listener.
