@@ -147,8 +147,7 @@ impl Backend {
 }
 
 /// The chat-completions client of one endpoint: its own connection pool, concurrency limit,
-/// timeouts and retry policy.
-#[derive(Debug)]
+/// timeouts and retry policy. Its `Debug` shows whether there is an API key, never the key.
 pub struct HttpEndpoint {
     cfg: EndpointConfig,
     role: Role,
@@ -158,6 +157,18 @@ pub struct HttpEndpoint {
     permits: Arc<Semaphore>,
     /// `max_answer_bytes`, or the role's default.
     answer_cap: usize,
+}
+
+impl fmt::Debug for HttpEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpEndpoint")
+            .field("role", &self.role)
+            .field("url", &self.url)
+            .field("cfg", &self.cfg)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("answer_cap", &self.answer_cap)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Serialize)]

@@ -466,6 +466,10 @@ async fn the_key_is_required_everywhere_but_healthz() {
         api_key: Some("s3cret-token".into()),
         ..ServerOptions::default()
     };
+    assert!(
+        !format!("{opts:?}").contains("s3cret"),
+        "the key stays out of logs"
+    );
     let s = Running::start(opts, Some(Duration::ZERO)).await;
     let c = reqwest::Client::new();
     let body = json!({"turns": [{"context": dialogue("k"), "responses": ["score:5"]}]});

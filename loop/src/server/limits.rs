@@ -53,8 +53,9 @@ pub const MAX_COUNT_LIMIT: usize = 1 << 24;
 pub const BYTES_PER_JSON_VALUE: usize = 160;
 
 /// Everything `care serve` needs besides the engine. [`ServerOptions::check`] checks every
-/// field (the command line calls it; [`super::router`] uses the fields as given).
-#[derive(Debug, Clone)]
+/// field (the command line calls it; [`super::router`] uses the fields as given). Its `Debug`
+/// shows whether there is an API key, never the key.
+#[derive(Clone)]
 pub struct ServerOptions {
     /// What `/get_reward` answers for a response without a reward (OpenRLHF has no validity
     /// mask and cannot read `null`): [`OnFailure::GroupMean`] or [`OnFailure::Error`].
@@ -111,6 +112,27 @@ impl Default for ServerOptions {
             api_key: None,
             warning: None,
         }
+    }
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("openrlhf_on_failure", &self.openrlhf_on_failure)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_turns", &self.max_turns)
+            .field("max_responses", &self.max_responses)
+            .field("max_text_bytes", &self.max_text_bytes)
+            .field("max_inflight_bytes", &self.max_inflight_bytes)
+            .field("max_inflight_turns", &self.max_inflight_turns)
+            .field("max_inflight_responses", &self.max_inflight_responses)
+            .field("max_connections", &self.max_connections)
+            .field("header_timeout", &self.header_timeout)
+            .field("body_timeout", &self.body_timeout)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("warning", &self.warning)
+            .finish()
     }
 }
 
