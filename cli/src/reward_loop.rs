@@ -8,8 +8,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use care_loop::config::{MAX_SECS, checked_secs};
 use care_loop::engine::OnFailure;
-use care_loop::server::{DEFAULT_MAX_BODY_BYTES, ServerOptions};
+use care_loop::server::{DEFAULT_MAX_BODY_BYTES, Server, ServerOptions, exposure_warning};
 use care_loop::{BackendKind, Cache, Engine, LoopConfig, Metrics};
 use clap::Args;
 
@@ -113,6 +114,94 @@ pub struct ServeArgs {
     /// Turns the log's writer queue holds before records are dropped.
     #[arg(long, default_value_t = care_loop::log::DEFAULT_QUEUE, value_name = "N")]
     pub log_queue: usize,
+    /// Server limits and authentication (docs/REWARD_LOOP.md, "Limits").
+    #[command(flatten)]
+    pub limits: ServeLimits,
+}
+
+/// `care serve`'s limits: every size, count and duration a client controls is capped.
+#[derive(Debug, Args, Clone)]
+pub struct ServeLimits {
+    /// Name of the environment variable holding the bearer token that every route except
+    /// /healthz then requires (Authorization: Bearer <token>).
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// Most turns (distinct dialogues) in one request (413 above).
+    #[arg(long, default_value_t = ServerOptions::default().max_turns, value_name = "N")]
+    pub max_turns: usize,
+    /// Most responses in one request (413 above).
+    #[arg(long, default_value_t = ServerOptions::default().max_responses, value_name = "N")]
+    pub max_responses: usize,
+    /// Largest dialogue of a turn, and largest response, in bytes (413 above).
+    #[arg(long, default_value_t = ServerOptions::default().max_text_bytes, value_name = "N")]
+    pub max_text_bytes: usize,
+    /// Bytes of request bodies held at once with their decoded form (429 when in use).
+    #[arg(long, default_value_t = ServerOptions::default().max_inflight_bytes, value_name = "N")]
+    pub max_inflight_bytes: usize,
+    /// Turns being rewarded at once, server-wide (429 when in use).
+    #[arg(long, default_value_t = ServerOptions::default().max_inflight_turns, value_name = "N")]
+    pub max_inflight_turns: usize,
+    /// Responses being rewarded at once, server-wide (429 when in use).
+    #[arg(long, default_value_t = ServerOptions::default().max_inflight_responses, value_name = "N")]
+    pub max_inflight_responses: usize,
+    /// Open connections at once; one more is answered 503 and closed.
+    #[arg(long, default_value_t = ServerOptions::default().max_connections, value_name = "N")]
+    pub max_connections: usize,
+    /// Seconds a connection may take to send a request's headers, counted from the accept or
+    /// from the last response (so also the idle keep-alive timeout).
+    #[arg(long, default_value_t = ServerOptions::default().header_timeout.as_secs_f64(), value_name = "SECS")]
+    pub header_timeout_secs: f64,
+    /// Seconds a request may take to send its body (408 after).
+    #[arg(long, default_value_t = ServerOptions::default().body_timeout.as_secs_f64(), value_name = "SECS")]
+    pub body_timeout_secs: f64,
+    /// Seconds the requests in flight get after SIGINT/SIGTERM; then they are cut and the
+    /// server exits 0, saying what it cut.
+    #[arg(long, default_value_t = ServerOptions::default().shutdown_timeout.as_secs_f64(), value_name = "SECS")]
+    pub shutdown_timeout_secs: f64,
+}
+
+impl ServeLimits {
+    /// The server options these flags give (checked), with the policy and body cap.
+    ///
+    /// # Errors
+    /// A flag outside its range, or an API key variable that is unset or empty.
+    pub fn options(
+        &self,
+        on_failure: OnFailure,
+        max_body_bytes: usize,
+    ) -> Result<ServerOptions, String> {
+        let secs = |flag: &str, v: f64| checked_secs(flag, v, 0.0, MAX_SECS);
+        let api_key = match &self.api_key_env {
+            None => None,
+            Some(var) => match std::env::var(var) {
+                Ok(k) if !k.trim().is_empty() => Some(k),
+                Ok(_) => return Err(format!("--api-key-env {var}: the variable is empty")),
+                Err(_) => {
+                    return Err(format!(
+                        "--api-key-env {var}: the variable is not set in the environment"
+                    ));
+                }
+            },
+        };
+        let o = ServerOptions {
+            openrlhf_on_failure: on_failure,
+            max_body_bytes,
+            max_turns: self.max_turns,
+            max_responses: self.max_responses,
+            max_text_bytes: self.max_text_bytes,
+            max_inflight_bytes: self.max_inflight_bytes,
+            max_inflight_turns: self.max_inflight_turns,
+            max_inflight_responses: self.max_inflight_responses,
+            max_connections: self.max_connections,
+            header_timeout: secs("--header-timeout-secs", self.header_timeout_secs)?,
+            body_timeout: secs("--body-timeout-secs", self.body_timeout_secs)?,
+            shutdown_timeout: secs("--shutdown-timeout-secs", self.shutdown_timeout_secs)?,
+            api_key,
+            warning: None,
+        };
+        o.check()?;
+        Ok(o)
+    }
 }
 
 /// Help text of `care reward`.
@@ -136,13 +225,16 @@ Examples:
 /// Help text of `care serve`.
 pub const SERVE_AFTER: &str = "\
 Routes: POST /get_reward (OpenRLHF --remote_rm_url), POST /v1/reward ({\"turns\": [..]}),
-GET /healthz, GET /metrics (Prometheus). SIGINT/SIGTERM finish the requests in flight, then exit.
+GET /healthz, GET /metrics (Prometheus). SIGINT/SIGTERM finish the requests in flight (at most
+--shutdown-timeout-secs), then exit 0. Without --api-key-env anyone who reaches the port can
+spend the LLM endpoints: listen beyond 127.0.0.1 only with a key.
 
 --log FILE writes one JSON line per rewarded response (the reward-health input of care analyze).
 
 Examples:
   care serve --scripted
-  care serve --config loop.json --listen 0.0.0.0:8000 --log serve.jsonl";
+  care serve --config loop.json --log serve.jsonl
+  CARE_SERVE_KEY=... care serve --config loop.json --listen 0.0.0.0:8000 --api-key-env CARE_SERVE_KEY";
 
 /// The cache file name inside the cache directory.
 const CACHE_FILE: &str = "care-cache.sqlite";
@@ -430,6 +522,7 @@ pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
     if a.max_body_bytes == 0 {
         return Err("--max-body-bytes must be at least 1".to_owned());
     }
+    let mut opts = a.limits.options(a.on_failure, a.max_body_bytes)?;
     let (mut engine, kind) = build_engine(&a.loop_args)?;
     let log = match &a.log {
         Some(path) => {
@@ -445,33 +538,39 @@ pub fn run_serve(a: &ServeArgs) -> Result<u8, String> {
         None => None,
     };
     let engine = Arc::new(engine);
-    let opts = ServerOptions {
-        openrlhf_on_failure: a.on_failure,
-        max_body_bytes: a.max_body_bytes,
-    };
     let backend = match kind {
         BackendKind::Http => "http",
         BackendKind::Scripted => "scripted",
     };
     let rt = runtime()?;
-    rt.block_on(async {
+    let deadline = opts.shutdown_timeout;
+    let result = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(a.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let _ = writeln!(
             io::stderr(),
-            "care serve: listening on http://{addr} (POST /get_reward, POST /v1/reward, GET /healthz, GET /metrics)"
+            "care serve: listening on http://{addr} (POST /get_reward, POST /v1/reward, GET /healthz, GET /metrics){}",
+            if opts.api_key.is_some() { "; bearer token required except on /healthz" } else { "" }
         );
-        let router = care_loop::server::router(engine, opts, backend);
-        care_loop::server::serve(listener, router, care_loop::server::shutdown_signal())
+        opts.warning = exposure_warning(&addr, opts.api_key.is_some());
+        if let Some(w) = &opts.warning {
+            let _ = writeln!(io::stderr(), "care serve: WARNING: {w}");
+        }
+        let server = Server::new(engine, opts, backend);
+        let stopped = server
+            .serve(listener, care_loop::server::shutdown_signal())
             .await
             .map_err(|e| format!("server error: {e}"))?;
         if let Some(log) = &log {
             // Everything answered is queued: write it out before exiting.
             log.close();
         }
-        let _ = writeln!(io::stderr(), "care serve: stopped after finishing the requests in flight");
+        let _ = writeln!(io::stderr(), "care serve: {}", stopped.summary(deadline));
         Ok(0)
-    })
+    });
+    // Whatever still runs (a cache write on a blocking thread) gets a moment, not forever.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }

@@ -342,7 +342,11 @@ impl WithRows for Forward<'_> {
         let entropy = per_row("care_log_softmax_outputs.entropy_len", self.entropy, n)?;
         let lse = per_row("care_log_softmax_outputs.lse_len", self.lse, n)?;
         // The core writes its f64 outputs; ours are written only once it has succeeded.
-        let (mut lp, mut h, mut ls) = (vec![0.0f64; n], vec![0.0f64; n], vec![0.0f64; n]);
+        let (mut lp, mut h, mut ls) = (
+            args::working("log-probs", n, 0.0f64)?,
+            args::working("entropies", n, 0.0f64)?,
+            args::working("log-sum-exps", n, 0.0f64)?,
+        );
         selective_log_softmax(
             &r.logits,
             r.targets,
@@ -431,12 +435,22 @@ impl WithRows for Backward<'_> {
                 ),
             ));
         }
-        let g64: Vec<f64> = match g {
-            Some(g) => g.iter().map(|&v| f64::from(v)).collect(),
-            None => vec![0.0; n],
+        let widen = |what: &str, v: &[f32]| -> Result<Vec<f64>, care_result> {
+            let mut w = args::working(what, v.len(), 0.0f64)?;
+            for (a, &b) in w.iter_mut().zip(v) {
+                *a = f64::from(b);
+            }
+            Ok(w)
         };
-        let e64: Option<Vec<f64>> = e.map(|e| e.iter().map(|&v| f64::from(v)).collect());
-        let mut d = vec![0.0f64; self.dlogits.len()];
+        let g64: Vec<f64> = match g {
+            Some(g) => widen("the log-prob gradient", g)?,
+            None => args::working("the log-prob gradient", n, 0.0)?,
+        };
+        let e64: Option<Vec<f64>> = match e {
+            Some(e) => Some(widen("the entropy gradient", e)?),
+            None => None,
+        };
+        let mut d = args::working("the logits gradient", self.dlogits.len(), 0.0f64)?;
         selective_log_softmax_backward(
             &r.logits,
             r.targets,
@@ -559,7 +573,10 @@ impl WithRows for LogitsLoss<'_> {
         let lse = per_row("care_logits_loss_outputs.lse_len", self.lse, n)?;
         // As care_core::logsoftmax::logits_policy_loss up to dL/dlogp: the backward pass is a
         // separate call, as on the GPU.
-        let (mut lp, mut ls) = (vec![0.0f64; n], vec![0.0f64; n]);
+        let (mut lp, mut ls) = (
+            args::working("log-probs", n, 0.0f64)?,
+            args::working("log-sum-exps", n, 0.0f64)?,
+        );
         selective_log_softmax(
             &r.logits,
             r.targets,
@@ -580,7 +597,7 @@ impl WithRows for LogitsLoss<'_> {
             // Refused by logits_loss_inputs (the fused paths have no rollout correction yet).
             logp_rollout: None,
         };
-        let mut g = vec![0.0f32; n];
+        let mut g = args::working("the log-prob gradient", n, 0.0f32)?;
         let out = care_core::grpo::policy_loss(&inputs, &self.opts, &mut g).map_err(|e| {
             let offs = Some(self.seq_offsets);
             loss::explain(map_error(e), &self.inputs, n, "care_logits.rows", &[], offs)
@@ -614,7 +631,14 @@ pub unsafe extern "C" fn care_logits_policy_loss(
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
         let c = tri!(unsafe { logits_loss_inputs(inputs) });
-        let widen = |v: Option<&[f32]>| v.map(|v| v.iter().map(|&x| f64::from(x)).collect());
+        let widen = |what: &str, v: Option<&[f32]>| -> Result<Option<Vec<f64>>, care_result> {
+            let Some(v) = v else { return Ok(None) };
+            let mut w = args::working(what, v.len(), 0.0f64)?;
+            for (a, &b) in w.iter_mut().zip(v) {
+                *a = f64::from(b);
+            }
+            Ok(Some(w))
+        };
         let logp_old = tri!(unsafe { args::opt_slice(c.logp_old.cast::<f32>(), c.logp_old_len) });
         let logp_ref = tri!(unsafe { args::opt_slice(c.logp_ref.cast::<f32>(), c.logp_ref_len) });
         let adv = tri!(unsafe { args::slice(c.advantages, c.advantages_len) });
@@ -624,8 +648,8 @@ pub unsafe extern "C" fn care_logits_policy_loss(
         let stats_out = tri!(Out::optional(stats_out));
         let f = LogitsLoss {
             inputs: c,
-            logp_old: widen(logp_old),
-            logp_ref: widen(logp_ref),
+            logp_old: tri!(widen("logp_old", logp_old)),
+            logp_ref: tri!(widen("logp_ref", logp_ref)),
             seq_offsets: tri!(unsafe { args::slice(c.seq_offsets, c.seq_offsets_len) }),
             advantages: tri!(loss::advantages(c.advantages_kind, adv)),
             opts,

@@ -610,20 +610,24 @@ fn first_score_fault(e: care_core::Error, scores: &[f64]) -> Option<(usize, f64)
     scores.iter().copied().enumerate().find(|&(_, x)| bad(x))
 }
 
+/// The detail of `CARE_ERR_SCORE_SHAPE`: both sizes, from the length alone (a wrong length is
+/// refused before anything is sized by it).
+fn shape_detail(what: &str, len: usize, [c, a, p]: [usize; 3]) {
+    crate::detail::set_if_empty(format_args!(
+        "{what}_len is {len} but the rubric has {} criteria ({c} Cognitive, {a} Affective, \
+         {p} Proactive); pass one raw score per criterion, in the order of \
+         care_rubric_criterion",
+        c.saturating_add(a).saturating_add(p)
+    ));
+}
+
 /// The code of a scoring error of the core, with a detail that names the array (`what`) and
 /// says what to fix: both sizes when the scores do not fit the rubric, the first missing or
 /// out-of-range score and the policy that refused it.
 fn score_error(e: care_core::Error, what: &str, scores: &[f64], counts: [usize; 3]) -> care_result {
     use care_core::Error;
-    let [c, a, p] = counts;
     match e {
-        Error::ScoreShape => crate::detail::set_if_empty(format_args!(
-            "{what}_len is {} but the rubric has {} criteria ({c} Cognitive, {a} Affective, \
-             {p} Proactive); pass one raw score per criterion, in the order of \
-             care_rubric_criterion",
-            scores.len(),
-            c.saturating_add(a).saturating_add(p)
-        )),
+        Error::ScoreShape => shape_detail(what, scores.len(), counts),
         Error::MissingScore => {
             if let Some((i, _)) = first_score_fault(e, scores) {
                 crate::detail::set_if_empty(format_args!(
@@ -755,7 +759,7 @@ pub unsafe extern "C" fn care_generator_reward(
             labels: tri!(args::enum_arg("care_generator_options.unknown_labels", g.unknown_labels, &UnknownLabelPolicy::ALL)),
         };
         tri!(args::option_check("care_generator_options", opts.check()));
-        let mut scratch = vec![0u8; text.len()];
+        let mut scratch = tri!(args::working("the rubric text's scratch", text.len(), 0u8));
         let r = match care_core::generator_reward(
             text, &mut scratch, chosen, rejected, &labels, &opts,
         ) {
@@ -837,12 +841,22 @@ pub unsafe extern "C" fn care_judge_output_parse(
         let r = tri!(handle::get(rubric));
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let report = tri!(Out::optional(report_out));
-        let out = tri!(unsafe { args::slice_mut(scores_out, scores_len) });
-        // Parse into a local buffer: the core fills its output with NaN even when it then
-        // fails, and outputs are only written on success.
-        let mut scores = vec![f64::NAN; scores_len];
         let view = r.buf.rubric();
-        let rep = match care_core::parse_judge_output(text, &view, &mut scores) {
+        // The length is checked before anything is sized by it: a wrong `scores_len` (however
+        // large) is `CARE_ERR_SCORE_SHAPE` without an allocation.
+        if scores_len != view.total_criteria() {
+            shape_detail("scores", scores_len, r.counts);
+            return care_result::CARE_ERR_SCORE_SHAPE;
+        }
+        let out = tri!(unsafe { args::slice_mut(scores_out, scores_len) });
+        // Parse into a local buffer (on the stack: a rubric has at most MAX_TOTAL_CRITERIA
+        // criteria): the core fills its output with NaN even when it then fails, and outputs
+        // are only written on success.
+        let mut local = [f64::NAN; care_core::rubric::MAX_TOTAL_CRITERIA];
+        let Some(scores) = local.get_mut(..scores_len) else {
+            return care_result::CARE_ERR_SCORE_SHAPE;
+        };
+        let rep = match care_core::parse_judge_output(text, &view, scores) {
             Ok(rep) => rep,
             Err(e) => {
                 if e == care_core::Error::NoJudgeJson {
@@ -856,7 +870,7 @@ pub unsafe extern "C" fn care_judge_output_parse(
                 return score_error(e, "scores", &scores, r.counts);
             }
         };
-        out.copy_from_slice(&scores);
+        out.copy_from_slice(scores);
         if let Some(o) = report {
             unsafe { o.write(judge_report_to_c(&rep)) };
         }

@@ -241,7 +241,7 @@ fn validate_owned(
     text: &[u8],
     policy: &FormatPolicy,
 ) -> Result<(Option<RubricBuf>, Report), care_result> {
-    let mut scratch = vec![0u8; text.len()];
+    let mut scratch = args::working("the rubric text's scratch", text.len(), 0u8)?;
     let v = care_core::validate(text, policy, &mut scratch).map_err(map_error)?;
     let ok = v.is_valid();
     Ok((v.rubric.filter(|_| ok).map(RubricBuf::from), v.report))
@@ -479,7 +479,7 @@ pub unsafe extern "C" fn care_rubric_validate(
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let policy = tri!(unsafe { read_policy(policy) });
         let out = tri!(Out::new(report_out));
-        let mut scratch = vec![0u8; text.len()];
+        let mut scratch = tri!(args::working("the rubric text's scratch", text.len(), 0u8));
         let v = tri!(care_core::validate(text, &policy, &mut scratch).map_err(map_error));
         let parsed = v.rubric.is_some();
         let rep = ReportHandle { report: v.report, parsed };
@@ -503,7 +503,7 @@ pub unsafe extern "C" fn care_format_reward(
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let policy = tri!(unsafe { read_policy(policy) });
         let out = tri!(Out::new(reward_out));
-        let mut scratch = vec![0u8; text.len()];
+        let mut scratch = tri!(args::working("the rubric text's scratch", text.len(), 0u8));
         let r = tri!(care_core::format_reward(text, &policy, &mut scratch).map_err(map_error));
         unsafe { out.write(r) };
         care_result::CARE_OK

@@ -122,28 +122,29 @@ where
         line_no += 1;
         let n = line_no;
         let eng = Arc::clone(&engine);
-        pending.0.push_back(tokio::spawn(async move {
-            process(&eng, n, read, max_line_bytes).await
-        }));
+        pending.0.push_back((
+            n,
+            tokio::spawn(async move { process(&eng, n, read, max_line_bytes).await }),
+        ));
         while pending.0.len() >= width {
-            if let Some(h) = pending.0.pop_front() {
-                write_one(h, out, &mut summary).await?;
+            if let Some((n, h)) = pending.0.pop_front() {
+                write_one(n, h, out, &mut summary).await?;
             }
         }
     }
-    while let Some(h) = pending.0.pop_front() {
-        write_one(h, out, &mut summary).await?;
+    while let Some((n, h)) = pending.0.pop_front() {
+        write_one(n, h, out, &mut summary).await?;
     }
     out.flush()?;
     Ok(summary)
 }
 
-/// The turns in flight; dropped (the run stopped), they stop too.
-struct Pending(VecDeque<tokio::task::JoinHandle<(String, Outcome)>>);
+/// The turns in flight, with their line numbers; dropped (the run stopped), they stop too.
+struct Pending(VecDeque<(u64, tokio::task::JoinHandle<(String, Outcome)>)>);
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        for h in &self.0 {
+        for (_, h) in &self.0 {
             h.abort();
         }
     }
@@ -159,13 +160,20 @@ enum Outcome {
 }
 
 async fn write_one<W: Write>(
+    line: u64,
     h: tokio::task::JoinHandle<(String, Outcome)>,
     out: &mut W,
     summary: &mut RunSummary,
 ) -> io::Result<()> {
-    let (text, outcome) = h
-        .await
-        .map_err(|e| io::Error::other(format!("a turn task failed: {e}")))?;
+    // A turn whose task ended without a result (a bug: a panic) is that line's error line; the
+    // run goes on, so no later line is lost.
+    let (text, outcome) = h.await.unwrap_or_else(|e| {
+        let e = ErrorOut {
+            code: "internal".to_owned(),
+            message: format!("the turn's task stopped without a result: {e}"),
+        };
+        (to_json(&ErrLine { line, error: &e }), Outcome::Failed)
+    });
     summary.lines += 1;
     match outcome {
         Outcome::Turn {

@@ -12,6 +12,53 @@ use serde::{Deserialize, Serialize};
 /// Most attempts any bound accepts (a larger number is a configuration mistake, not a policy).
 pub const MAX_BOUND: u32 = 20;
 
+/// Longest duration any setting accepts, in seconds (a day). Every duration from outside (a
+/// configuration field, a command-line flag, an LLM's `Retry-After`) is checked or capped
+/// against a bound like this one before it becomes a [`Duration`], which panics on a number
+/// of seconds that is negative, NaN or 2^64 and more.
+pub const MAX_SECS: f64 = 86_400.0;
+
+/// Largest judge answer read by default (bytes of the HTTP body, an SSE stream included):
+/// far beyond what a judge writes (scores for at most 48 criteria, perhaps after a think
+/// block: 1 MiB is about 250k tokens), small enough that the answers in flight stay a bounded
+/// amount of memory.
+pub const DEFAULT_JUDGE_ANSWER_BYTES: usize = 1 << 20;
+
+/// Largest generator answer read by default. Smaller than the judge's: a turn keeps its
+/// rubric until its request is answered, so this times the turns in flight is memory (a
+/// rubric is a few KB; 64 KiB, about 16k tokens, leaves room for a think block).
+pub const DEFAULT_GENERATOR_ANSWER_BYTES: usize = 64 << 10;
+
+/// Largest `max_answer_bytes` accepted.
+pub const MAX_ANSWER_BYTES: usize = 1 << 30;
+
+/// `v` seconds as a [`Duration`] when `v` is finite and within `[min, max]`; otherwise a
+/// message naming `name` with the accepted range.
+///
+/// # Errors
+/// The message, when `v` is outside the range (NaN and infinities included).
+pub fn checked_secs(name: &str, v: f64, min: f64, max: f64) -> Result<Duration, String> {
+    if v.is_finite() && v >= min && v <= max {
+        Ok(saturating_secs(v, max))
+    } else {
+        Err(format!(
+            "{name} {v} must be a number of seconds in [{min}, {max}]"
+        ))
+    }
+}
+
+/// `v` seconds as a [`Duration`], never panicking: NaN and negative numbers are 0, anything
+/// above `cap` (infinity included) is `cap` (itself at most [`MAX_SECS`]).
+pub fn saturating_secs(v: f64, cap: f64) -> Duration {
+    let cap = if cap.is_finite() {
+        cap.clamp(0.0, MAX_SECS)
+    } else {
+        MAX_SECS
+    };
+    let v = if v.is_nan() { 0.0 } else { v.clamp(0.0, cap) };
+    Duration::try_from_secs_f64(v).unwrap_or(Duration::ZERO)
+}
+
 /// One OpenAI-compatible chat-completions endpoint (vLLM, SGLang, a hosted API).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -47,6 +94,10 @@ pub struct EndpointConfig {
     pub backoff_initial_secs: f64,
     /// Longest backoff.
     pub backoff_max_secs: f64,
+    /// Largest answer read (bytes of the HTTP body, an SSE stream included); a longer one is
+    /// the call's error `answer_too_long`, never read further. `null`: the role's default
+    /// ([`DEFAULT_GENERATOR_ANSWER_BYTES`], [`DEFAULT_JUDGE_ANSWER_BYTES`]).
+    pub max_answer_bytes: Option<usize>,
 }
 
 impl Default for EndpointConfig {
@@ -65,6 +116,7 @@ impl Default for EndpointConfig {
             max_attempts: 4,
             backoff_initial_secs: 0.5,
             backoff_max_secs: 16.0,
+            max_answer_bytes: None,
         }
     }
 }
@@ -115,7 +167,7 @@ impl EndpointConfig {
             ("timeout_secs", self.timeout_secs),
             ("connect_timeout_secs", self.connect_timeout_secs),
         ] {
-            if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+            if !(v.is_finite() && v > 0.0 && v <= MAX_SECS) {
                 return Err(format!(
                     "{role}.{name} {v} must be a number of seconds in (0, 86400]"
                 ));
@@ -136,6 +188,13 @@ impl EndpointConfig {
                 "{role}.backoff_max_secs must be at least backoff_initial_secs"
             ));
         }
+        if let Some(n) = self.max_answer_bytes
+            && !(1024..=MAX_ANSWER_BYTES).contains(&n)
+        {
+            return Err(format!(
+                "{role}.max_answer_bytes {n} must be in 1024..={MAX_ANSWER_BYTES}"
+            ));
+        }
         if self.max_concurrency == 0 || self.max_concurrency > 4096 {
             return Err(format!("{role}.max_concurrency must be in 1..=4096"));
         }
@@ -150,14 +209,15 @@ impl EndpointConfig {
         Ok(())
     }
 
-    /// The per-attempt timeout.
+    /// The per-attempt timeout (capped at [`MAX_SECS`] even on a configuration that was
+    /// never checked).
     pub fn timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.timeout_secs)
+        saturating_secs(self.timeout_secs, MAX_SECS)
     }
 
-    /// The connect timeout.
+    /// The connect timeout (capped as [`EndpointConfig::timeout`]).
     pub fn connect_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.connect_timeout_secs)
+        saturating_secs(self.connect_timeout_secs, MAX_SECS)
     }
 }
 
@@ -657,6 +717,13 @@ mod tests {
             "backoff_initial_secs`, `backoff_max_secs",
             format!("{}, {}", e.backoff_initial_secs, e.backoff_max_secs),
         );
+        assert_eq!(e.max_answer_bytes, None);
+        row(
+            "max_answer_bytes",
+            format!(
+                "`null`: {DEFAULT_GENERATOR_ANSWER_BYTES} (64 KiB) for the generator, {DEFAULT_JUDGE_ANSWER_BYTES} (1 MiB) for the judge"
+            ),
+        );
         let c = LoopConfig::default();
         for (text, v) in [
             ("`rubric_attempts` (", c.rubric_attempts),
@@ -883,5 +950,55 @@ mod tests {
             .collect();
         let err = panel_err(&format!(r#"{{"judge":[{}]}}"#, many.join(",")));
         assert!(err.contains("33 samples per response; at most 32"), "{err}");
+    }
+
+    /// Durations from a file are checked before they become a `Duration` (which panics on
+    /// 2^64 s and more, on NaN and on negatives), and the accessors never panic even on a
+    /// configuration that skipped the check.
+    #[test]
+    fn durations_are_checked_and_capped_before_becoming_a_duration() {
+        for (field, v) in [
+            ("timeout_secs", 1e20),
+            ("timeout_secs", -1.0),
+            ("connect_timeout_secs", 0.0),
+            ("connect_timeout_secs", 86_401.0),
+            ("backoff_initial_secs", 1e300),
+            ("backoff_max_secs", -0.5),
+        ] {
+            let text = format!(r#"{{"base_url":"http://h/v1","model":"m","{field}":{v}}}"#);
+            let e: EndpointConfig = serde_json::from_str(&text).unwrap();
+            let err = e.check("judge").unwrap_err();
+            assert!(err.contains(&format!("judge.{field}")), "{err}");
+        }
+        let e = EndpointConfig {
+            timeout_secs: 1e20,
+            connect_timeout_secs: f64::NAN,
+            ..EndpointConfig::new("http://h/v1", "m")
+        };
+        assert_eq!(e.timeout(), Duration::from_secs(86_400));
+        assert_eq!(e.connect_timeout(), Duration::ZERO);
+        assert_eq!(
+            saturating_secs(f64::INFINITY, 16.0),
+            Duration::from_secs(16)
+        );
+        assert_eq!(saturating_secs(-3.0, 16.0), Duration::ZERO);
+        assert_eq!(saturating_secs(2.5, f64::NAN), Duration::from_millis(2500));
+        assert_eq!(
+            checked_secs("--x", 1e20, 0.0, 60.0).unwrap_err(),
+            "--x 100000000000000000000 must be a number of seconds in [0, 60]"
+        );
+        assert_eq!(
+            checked_secs("--x", 1.5, 0.0, 60.0),
+            Ok(Duration::from_millis(1500))
+        );
+        let e = EndpointConfig {
+            max_answer_bytes: Some(10),
+            ..EndpointConfig::new("http://h/v1", "m")
+        };
+        assert!(
+            e.check("judge")
+                .unwrap_err()
+                .contains("judge.max_answer_bytes")
+        );
     }
 }

@@ -109,11 +109,32 @@ pub struct ErrorOut {
     pub message: String,
 }
 
+/// Longest message an [`ErrorOut`] built from an LLM's answer keeps, in bytes. A message can
+/// quote the answer or the rubric (the missing criteria by title), both written by an LLM;
+/// every response of a request keeps its error until the request is answered, so each is cut
+/// to this length (at a character boundary, ending in `...`).
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 1024;
+
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_ERROR_MESSAGE_BYTES {
+        let mut end = MAX_ERROR_MESSAGE_BYTES - 3;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("...");
+    }
+    message
+}
+
 impl From<&CallError> for ErrorOut {
     fn from(e: &CallError) -> Self {
         ErrorOut {
             code: e.code.clone(),
-            message: format!("{} (after {} HTTP attempts)", e.message, e.attempts),
+            message: bounded(format!(
+                "{} (after {} HTTP attempts)",
+                e.message, e.attempts
+            )),
         }
     }
 }
@@ -122,7 +143,7 @@ impl From<&JudgeProblem> for ErrorOut {
     fn from(p: &JudgeProblem) -> Self {
         ErrorOut {
             code: p.code.to_owned(),
-            message: p.message.clone(),
+            message: bounded(p.message.clone()),
         }
     }
 }
@@ -395,6 +416,11 @@ pub struct Engine {
     panel: Option<judges::Panel>,
     /// `care serve --log`: one record per response.
     log: Option<Arc<crate::log::ResponseLog>>,
+    /// Generator and judge loops holding their prompts at once (each endpoint's
+    /// `max_concurrency`): a request of many turns or responses builds its prompts as slots
+    /// free up, so the prompts in memory are bounded whatever the request holds.
+    generator_slots: tokio::sync::Semaphore,
+    judge_slots: tokio::sync::Semaphore,
 }
 
 /// How the engine reaches its LLMs.
@@ -469,6 +495,16 @@ impl Engine {
             rubric_attempts: cfg.rubric_attempts,
             judge_attempts: cfg.judge_attempts,
             turn_concurrency: cfg.turn_concurrency,
+            generator_slots: tokio::sync::Semaphore::new(cfg.generator.max_concurrency.max(1)),
+            // A panel's judges each have their own limit: their judge loops hold at most the sum.
+            judge_slots: tokio::sync::Semaphore::new(
+                cfg.judge
+                    .judges
+                    .iter()
+                    .map(|j| j.endpoint.max_concurrency)
+                    .sum::<usize>()
+                    .max(1),
+            ),
             rubric_flights: Mutex::new(HashMap::new()),
             judge_flights: Mutex::new(HashMap::new()),
             panel,
@@ -744,6 +780,8 @@ impl Engine {
                 error: None,
             };
         }
+        // Closed only if the engine is dropped, which cannot happen while `self` is borrowed.
+        let _slot = self.generator_slots.acquire().await.ok();
         let first = self.profile.generator_messages(dialogue);
         let (model, sampling) = self
             .generator
@@ -845,6 +883,7 @@ impl Engine {
         span: &str,
         counter: &Arc<Counter>,
     ) -> JudgeOutcome {
+        let _slot = self.judge_slots.acquire().await.ok();
         let first = self.profile.judge_messages(rubric, dialogue, span);
         let key = call_key(
             Role::Judge,
@@ -912,7 +951,10 @@ impl Engine {
             },
             |p| ErrorOut {
                 code: p.code.to_owned(),
-                message: format!("after {} judge answers: {}", self.judge_attempts, p.message),
+                message: bounded(format!(
+                    "after {} judge answers: {}",
+                    self.judge_attempts, p.message
+                )),
             },
         );
         JudgeOutcome {
@@ -1036,15 +1078,50 @@ where
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(map.entry(key.clone()).or_default())
     };
-    let out = cell.get_or_init(make).await.clone();
-    let mut map = flights
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-        // Done: later requests find the answers in the cache (or compute afresh without one).
-        map.remove(&key);
+    // Removes the entry when this caller is done, also when it is dropped unfinished (its
+    // client went away): the map never keeps entries nobody waits on.
+    let _leave = Leave {
+        flights,
+        key: &key,
+        cell: &cell,
+    };
+    cell.get_or_init(make).await.clone()
+}
+
+struct Leave<'a, T> {
+    flights: &'a Flights<T>,
+    key: &'a str,
+    cell: &'a Arc<OnceCell<T>>,
+}
+
+impl<T> Drop for Leave<'_, T> {
+    fn drop(&mut self) {
+        let mut map = self
+            .flights
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Done (later requests find the answers in the cache, or compute afresh without
+        // one), or abandoned with nobody else waiting (the map and this caller hold the only
+        // references; the count is read under the lock that every new waiter takes).
+        let done = self.cell.initialized();
+        let alone = Arc::strong_count(self.cell) <= 2;
+        if (done || alone) && map.get(self.key).is_some_and(|c| Arc::ptr_eq(c, self.cell)) {
+            map.remove(self.key);
+        }
     }
-    out
+}
+
+impl Engine {
+    /// Computations shared between concurrent requests now (rubrics, judgments): 0 when no
+    /// request is running, also after clients went away mid-request.
+    pub fn flights_in_progress(&self) -> usize {
+        fn n<T>(m: &Flights<T>) -> usize {
+            m.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .len()
+        }
+        n(&self.rubric_flights) + n(&self.judge_flights)
+    }
 }
 
 /// A turn's `meta`: a JSON object of at most [`MAX_META_BYTES`], on one line.

@@ -42,6 +42,9 @@ pub struct Metrics {
     prompt_templates: Family<Labels, Counter>,
     responses_stripped: Family<Labels, Counter>,
     log_records: Family<Labels, Counter>,
+    connections: Gauge<i64, std::sync::atomic::AtomicI64>,
+    connections_refused: Counter,
+    budget: Family<Labels, Gauge<i64, std::sync::atomic::AtomicI64>>,
 }
 
 impl Default for Metrics {
@@ -71,6 +74,9 @@ impl Metrics {
             prompt_templates: Family::default(),
             responses_stripped: Family::default(),
             log_records: Family::default(),
+            connections: Gauge::default(),
+            connections_refused: Counter::default(),
+            budget: Family::default(),
             registry: Registry::default(),
         };
         m.panel.register(&mut registry);
@@ -88,6 +94,21 @@ impl Metrics {
             "http_requests_in_flight",
             "HTTP requests being processed",
             m.in_flight.clone(),
+        );
+        registry.register(
+            "http_connections",
+            "Open HTTP connections",
+            m.connections.clone(),
+        );
+        registry.register(
+            "http_connections_refused",
+            "Connections answered 503 and closed because --max-connections were open",
+            m.connections_refused.clone(),
+        );
+        registry.register(
+            "http_budget_in_use",
+            "The server-wide budget in use, by kind: bytes (request bodies with their decoded form), turns, responses",
+            m.budget.clone(),
         );
         registry.register(
             "llm_calls",
@@ -181,6 +202,25 @@ impl Metrics {
     /// A request started (`+1`) or ended (`-1`).
     pub fn in_flight(&self, delta: i64) {
         self.in_flight.inc_by(delta);
+    }
+
+    /// A connection opened (`+1`) or closed (`-1`).
+    pub fn connection(&self, delta: i64) {
+        self.connections.inc_by(delta);
+    }
+
+    /// A connection over the cap was refused.
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
+    }
+
+    /// The server-wide budget in use now (set when the metrics are rendered).
+    pub fn budget_in_use(&self, bytes: usize, turns: usize, responses: usize) {
+        for (kind, v) in [("bytes", bytes), ("turns", turns), ("responses", responses)] {
+            self.budget
+                .get_or_create(&vec![("kind", kind.to_owned())])
+                .set(i64::try_from(v).unwrap_or(i64::MAX));
+        }
     }
 
     /// One LLM HTTP attempt ended with `code` (`ok` or an error code).

@@ -8,17 +8,18 @@
 //! * `GET /healthz`, `GET /metrics` (OpenMetrics text).
 //!
 //! A graceful shutdown (SIGINT, SIGTERM) stops accepting connections and finishes the
-//! requests in flight.
+//! requests in flight within a deadline. Every size, count and duration a client controls is
+//! capped ([`ServerOptions`]); the connection handling is in `server/net.rs`, the limits,
+//! the memory budget and the bearer-token check in `server/limits.rs`.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
@@ -27,53 +28,108 @@ use serde_json::{Value, json};
 use crate::engine::{Engine, ErrorOut, OnFailure, TurnInput, TurnResult};
 use crate::llm::ChatMessage;
 
-/// Largest request body by default (a rollout batch of a few thousand responses).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
+mod limits;
+mod net;
 
-/// What the server needs besides the engine.
-#[derive(Debug, Clone, Copy)]
-pub struct ServerOptions {
-    /// What `/get_reward` answers for a response without a reward (OpenRLHF has no validity
-    /// mask and cannot read `null`): [`OnFailure::GroupMean`] or [`OnFailure::Error`].
-    pub openrlhf_on_failure: OnFailure,
-    /// Largest request body.
-    pub max_body_bytes: usize,
-}
+pub use limits::{
+    Admission, BYTES_PER_JSON_VALUE, BudgetedBody, CLIENT_CLOSED, DEFAULT_MAX_BODY_BYTES,
+    MAX_BYTES_LIMIT, MAX_COUNT_LIMIT, ServerOptions, exposure_warning, json_values_bound,
+};
+pub use net::Stopped;
 
-impl Default for ServerOptions {
-    fn default() -> Self {
-        ServerOptions {
-            openrlhf_on_failure: OnFailure::GroupMean,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-        }
-    }
-}
+use limits::{Budget, RequestGuard, admit, error_response};
 
 #[derive(Debug)]
 struct AppState {
     engine: Arc<Engine>,
     opts: ServerOptions,
     backend: &'static str,
+    budget: Arc<Budget>,
 }
 
-/// The router (routes, body limit, shared state).
+/// The reward server: its routes with their shared state, and the connection limits of
+/// [`Server::serve`].
+#[derive(Debug, Clone)]
+pub struct Server {
+    state: Arc<AppState>,
+    router: Router,
+}
+
+impl Server {
+    /// The server of `engine` under `opts` (used as given: [`ServerOptions::check`] them
+    /// first). `backend` is what `/healthz` reports (`http` or `scripted`).
+    pub fn new(engine: Arc<Engine>, opts: ServerOptions, backend: &'static str) -> Server {
+        let budget = Arc::new(Budget::new(&opts));
+        let state = Arc::new(AppState {
+            engine,
+            opts,
+            backend,
+            budget,
+        });
+        let router = Router::new()
+            .route("/get_reward", post(get_reward))
+            .route("/v1/reward", post(reward_groups))
+            .route("/metrics", get(metrics))
+            // Every route above needs the key (when one is set); /healthz never does.
+            .route_layer(middleware::from_fn_with_state(
+                Arc::clone(&state),
+                limits::require_key,
+            ))
+            .route("/healthz", get(healthz))
+            .layer(DefaultBodyLimit::max(state.opts.max_body_bytes))
+            .with_state(Arc::clone(&state));
+        Server { state, router }
+    }
+
+    /// The routes (for a test, or another way to serve them).
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    /// The server-wide budget in use now: (bytes, turns, responses). All 0 when no request
+    /// is being read or rewarded, however the earlier ones ended.
+    pub fn budget_in_use(&self) -> (usize, usize, usize) {
+        self.state.budget.in_use()
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then stops within the shutdown
+    /// deadline: connections without a request in progress close at once, requests in
+    /// progress get `shutdown_timeout` and are then cut. Header-read and idle timeout and the
+    /// connection cap as in [`ServerOptions`].
+    ///
+    /// # Errors
+    /// An I/O error of the listener.
+    pub async fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<Stopped> {
+        let o = &self.state.opts;
+        net::run(
+            listener,
+            self.router(),
+            net::ConnLimits {
+                max_connections: o.max_connections,
+                header_timeout: o.header_timeout,
+                shutdown_timeout: o.shutdown_timeout,
+            },
+            Arc::clone(&self.state.budget),
+            Arc::clone(self.state.engine.metrics()),
+            shutdown,
+        )
+        .await
+    }
+}
+
+/// The router (routes, limits, shared state) of [`Server::new`].
 pub fn router(engine: Arc<Engine>, opts: ServerOptions, backend: &'static str) -> Router {
-    let state = Arc::new(AppState {
-        engine,
-        opts,
-        backend,
-    });
-    Router::new()
-        .route("/get_reward", post(get_reward))
-        .route("/v1/reward", post(reward_groups))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(opts.max_body_bytes))
-        .with_state(state)
+    Server::new(engine, opts, backend).router()
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, then finishes the requests in
-/// flight.
+/// flight, with the connection limits of [`ServerOptions::default`]. [`Server::serve`] is the
+/// whole of it: with a bare `Router` the stop cannot reach the routes' state, so a body still
+/// arriving is not cut at once and the cut requests are not named.
 ///
 /// # Errors
 /// An I/O error of the listener.
@@ -82,9 +138,22 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    let o = ServerOptions::default();
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    net::run(
+        listener,
+        router,
+        net::ConnLimits {
+            max_connections: o.max_connections,
+            header_timeout: o.header_timeout,
+            shutdown_timeout: o.shutdown_timeout,
+        },
+        Arc::new(Budget::new(&o)),
+        metrics,
+        shutdown,
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.
@@ -109,18 +178,29 @@ pub async fn shutdown_signal() {
     }
 }
 
-fn error_response(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    let body = json!({"error": {"code": code, "message": message.into()}});
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+/// Runs `f` where it cannot stall the server: CPU work on a large request (decoding a body,
+/// writing an answer) would otherwise hold a runtime worker, and with it the tasks queued
+/// there (`/healthz` among them). On a multi-threaded runtime the worker hands its queue to
+/// another thread first; on a current-thread runtime (tests) it just runs.
+fn cpu<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+/// The status of a turn that the engine refused: the client's input (`bad_input`: 400), or a
+/// fault of the server (`internal`, anything else: 500).
+fn turn_error_status(e: &ErrorOut) -> StatusCode {
+    if e.code == "bad_input" {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    }
 }
 
 fn json_response(v: &impl Serialize) -> Response {
-    match serde_json::to_string(v) {
+    match cpu(|| serde_json::to_string(v)) {
         Ok(s) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
@@ -131,37 +211,40 @@ fn json_response(v: &impl Serialize) -> Response {
     }
 }
 
-/// Counts the request in the metrics whatever the handler answers.
+/// Counts the request in the metrics whatever the handler answers, and also when it is
+/// dropped unanswered (its client went away): see [`limits::RequestGuard`].
 async fn timed<F: Future<Output = Response>>(
     state: &AppState,
     route: &'static str,
     f: F,
 ) -> Response {
-    let started = Instant::now();
-    state.engine.metrics().in_flight(1);
+    let mut guard = RequestGuard::new(state.engine.metrics(), &state.budget, route);
     let resp = f.await;
-    state.engine.metrics().in_flight(-1);
-    state
-        .engine
-        .metrics()
-        .http_request(route, resp.status().as_u16(), started.elapsed());
+    guard.status = Some(resp.status().as_u16());
     resp
 }
 
 async fn healthz(State(s): State<Arc<AppState>>) -> Response {
     let st = Arc::clone(&s);
     timed(&s, "/healthz", async move {
-        json_response(&json!({
+        let mut v = json!({
             "status": "ok",
             "backend": st.backend,
             "cache": st.engine.cache().is_some(),
-        }))
+            "auth": st.opts.api_key.is_some(),
+        });
+        if let (Some(w), Some(o)) = (&st.opts.warning, v.as_object_mut()) {
+            o.insert("warning".to_owned(), Value::String(w.clone()));
+        }
+        json_response(&v)
     })
     .await
 }
 
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {
     // Rendered before this request is counted: a scrape does not see itself.
+    let (b, t, r) = s.budget.in_use();
+    s.engine.metrics().budget_in_use(b, t, r);
     let text = s.engine.metrics().render();
     timed(&s, "/metrics", async move {
         (
@@ -216,12 +299,16 @@ struct GroupsRequest {
     on_failure: Option<String>,
 }
 
-async fn reward_groups(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+async fn reward_groups(State(s): State<Arc<AppState>>, body: BudgetedBody) -> Response {
     let st = Arc::clone(&s);
     timed(&s, "/v1/reward", async move {
-        let req: GroupsRequest = match serde_json::from_slice(&body) {
+        let req: GroupsRequest = match cpu(|| serde_json::from_slice(&body)) {
             Ok(r) => r,
             Err(e) => return error_response(StatusCode::BAD_REQUEST, "bad_request", e.to_string()),
+        };
+        let _admitted = match admit(&st.opts, &st.budget, &req.turns, |t| format!("turns[{t}]")) {
+            Ok(a) => a,
+            Err(r) => return r,
         };
         let policy = match req
             .on_failure
@@ -240,7 +327,7 @@ async fn reward_groups(State(s): State<Arc<AppState>>, body: Bytes) -> Response 
                 Ok(r) => r,
                 Err(e) => {
                     return error_response(
-                        StatusCode::BAD_REQUEST,
+                        turn_error_status(&e),
                         &e.code,
                         format!("turns[{i}]: {}", e.message),
                     );
@@ -373,14 +460,17 @@ fn openrlhf_failures(results: &[Result<TurnResult, ErrorOut>], place: &[(usize, 
     )
 }
 
-async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+async fn get_reward(State(s): State<Arc<AppState>>, body: BudgetedBody) -> Response {
     let st = Arc::clone(&s);
     timed(&s, "/get_reward", async move {
-        let req: OpenRlhfRequest = match serde_json::from_slice(&body) {
+        let req: OpenRlhfRequest = match cpu(|| serde_json::from_slice(&body)) {
             Ok(r) => r,
             Err(e) => return error_response(StatusCode::BAD_REQUEST, "bad_request", e.to_string()),
         };
         let n = req.query.len();
+        if let Err(r) = limits::check_responses(&st.opts, n) {
+            return r;
+        }
         let Some(prompts) = req.prompts else {
             return error_response(
                 StatusCode::BAD_REQUEST,
@@ -443,6 +533,14 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
             place.push((t, turn.responses.len()));
             turn.responses.push(resp.trim().to_owned());
         }
+        let first_query = |t: usize| {
+            let q = place.iter().position(|&(tt, _)| tt == t).unwrap_or(0);
+            format!("the dialogue of query[{q}]")
+        };
+        let _admitted = match admit(&st.opts, &st.budget, &turns, first_query) {
+            Ok(a) => a,
+            Err(r) => return r,
+        };
         let results = run_turns(&st.engine, turns).await;
         let mut per_turn: Vec<(Vec<Option<f64>>, &TurnResult)> = Vec::with_capacity(results.len());
         let mut any_failed = false;
@@ -452,7 +550,7 @@ async fn get_reward(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
                 Err(e) => {
                     let first = place.iter().position(|&(tt, _)| tt == t).unwrap_or(0);
                     return error_response(
-                        StatusCode::BAD_REQUEST,
+                        turn_error_status(e),
                         &e.code,
                         format!("query[{first}]: {}", e.message),
                     );

@@ -73,6 +73,21 @@ pub enum StubReply {
     Stall,
     /// A 200 answer whose body is this text (not a chat completion).
     Raw(String),
+    /// An HTTP error status with this `Retry-After` text as sent (`1e20`, `inf`, a date).
+    StatusRetryAfter(u16, String),
+    /// A 200 JSON answer of `bytes` bytes, sent in pieces as the client reads them (never held
+    /// whole by the stub); with `declared`, a `Content-Length` announces the size first.
+    Huge {
+        /// Body size.
+        bytes: u64,
+        /// Send a `Content-Length`.
+        declared: bool,
+    },
+    /// A 200 `text/event-stream` of these `data:` events (chat completion chunks, or
+    /// anything), then `data: [DONE]`.
+    Sse(Vec<String>),
+    /// A 200 `text/event-stream` of chunks that never ends.
+    EndlessSse,
 }
 
 type Script = dyn Fn(&StubRequest, usize) -> StubReply + Send + Sync;
@@ -80,6 +95,8 @@ type Script = dyn Fn(&StubRequest, usize) -> StubReply + Send + Sync;
 struct StubState {
     script: Box<Script>,
     calls: Mutex<Vec<StubRequest>>,
+    /// Bytes of the made-on-the-fly bodies handed to the connection so far.
+    streamed: std::sync::atomic::AtomicU64,
 }
 
 /// A running stub; stops when dropped.
@@ -115,6 +132,7 @@ impl Stub {
         let state = Arc::new(StubState {
             script: Box::new(script),
             calls: Mutex::new(Vec::new()),
+            streamed: std::sync::atomic::AtomicU64::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(handle))
@@ -143,6 +161,15 @@ impl Stub {
     /// Requests of `role` so far.
     pub fn count(&self, role: Role) -> usize {
         self.calls().iter().filter(|c| c.role == role).count()
+    }
+
+    /// Bytes of the [`StubReply::Huge`] and [`StubReply::EndlessSse`] bodies produced so far:
+    /// each piece is produced only when the connection takes it, so this is what the client
+    /// read plus what the sockets buffer.
+    pub fn streamed_bytes(&self) -> u64 {
+        self.state
+            .streamed
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -224,6 +251,100 @@ async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {
             text,
         )
             .into_response(),
+        StubReply::StatusRetryAfter(code, value) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut r = (status, "{\"error\":{\"message\":\"stub error\"}}").into_response();
+            if let Ok(h) = value.parse() {
+                r.headers_mut().insert(header::RETRY_AFTER, h);
+            }
+            r
+        }
+        StubReply::Huge { bytes, declared } => {
+            // A JSON string that never ends within the body: only a cap stops a reader.
+            let mut r = Response::new(axum::body::Body::new(Repeat {
+                state: Arc::clone(&s),
+                head: Some(Bytes::from_static(
+                    b"{\"choices\":[{\"message\":{\"content\":\"",
+                )),
+                chunk: Bytes::from(vec![b'a'; 64 << 10]),
+                left: Some(bytes),
+            }));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            if declared {
+                r.headers_mut()
+                    .insert(header::CONTENT_LENGTH, header::HeaderValue::from(bytes));
+            }
+            r
+        }
+        StubReply::Sse(events) => {
+            let mut body = String::new();
+            for e in events.iter().map(String::as_str).chain(["[DONE]"]) {
+                body.push_str("data: ");
+                body.push_str(e);
+                body.push_str("\n\n");
+            }
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                body,
+            )
+                .into_response()
+        }
+        StubReply::EndlessSse => {
+            let event = format!(
+                "data: {}\n\n",
+                json!({"choices": [{"index": 0, "delta": {"content": "a".repeat(8000)}}]})
+            );
+            let mut r = Response::new(axum::body::Body::new(Repeat {
+                state: Arc::clone(&s),
+                head: None,
+                chunk: Bytes::from(event.repeat(8)),
+                left: None,
+            }));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/event-stream"),
+            );
+            r
+        }
+    }
+}
+
+/// A body made on the fly: `head`, then `chunk` over and over, `left` bytes in all (`None`:
+/// without end). Each piece is produced when the connection can take it, so a huge or endless
+/// answer costs the stub one chunk of memory.
+struct Repeat {
+    state: Arc<StubState>,
+    head: Option<Bytes>,
+    chunk: Bytes,
+    left: Option<u64>,
+}
+
+impl axum::body::HttpBody for Repeat {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let next = self.head.take().unwrap_or_else(|| self.chunk.clone());
+        let piece = match self.left {
+            None => next,
+            Some(0) => return std::task::Poll::Ready(None),
+            Some(n) => {
+                let k = usize::try_from(n).unwrap_or(usize::MAX).min(next.len());
+                self.left = Some(n - k as u64);
+                next.slice(..k)
+            }
+        };
+        self.state
+            .streamed
+            .fetch_add(piece.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
     }
 }
 

@@ -38,7 +38,10 @@ from torch.utils.dlpack import to_dlpack
 
 from . import _care
 from ._care import CareError
-from ._grpo import advantage_kind
+from ._grpo import _count, _option, advantage_kind
+from ._grpo import _finite_where as _np_finite
+from ._grpo import _mask as _np_mask
+from ._grpo import _offsets as _np_offsets
 
 __all__ = [
     "CareError",
@@ -546,16 +549,49 @@ def _flat(t, dtype: Optional[torch.dtype], device, name: str) -> Optional[Tensor
     return t.contiguous()
 
 
-def _offsets(t, device) -> Tensor:
-    # care reads uint32 offsets; int32 has the same bits for every valid offset (< 2**31).
-    return torch.as_tensor(t, device=device).reshape(-1).to(torch.int32).contiguous()
+def _host_checks() -> bool:
+    """Whether values may be read on the host: not while ``torch.compile`` traces (a read
+    would break the graph; the compiled step runs the same ops, checked when run eagerly)."""
+    return not torch.compiler.is_compiling()
 
 
-def _mask(t, device) -> Optional[Tensor]:
+def _offsets(t, device, name: str = "seq_offsets") -> Tensor:
+    """A layout as int32 (care reads uint32; int32 has the same bits for every offset below
+    2**32). On the CPU every value must be an integer in ``0..=4294967295`` (``schema``
+    otherwise, naming the index, as :func:`care_rl.policy_loss`); on CUDA, where reading values
+    would synchronize, a floating-point layout is refused by its dtype and the kernels check
+    the rest."""
+    t = torch.as_tensor(t, device=device).reshape(-1)
+    if t.is_cuda:
+        if t.is_floating_point() or t.is_complex():
+            raise _care.error("schema", f"{name} is a {t.dtype} tensor; give integer offsets")
+    elif t.dtype != torch.bool and _host_checks():
+        wide = t.detach().to(torch.float64) if t.is_floating_point() else t.detach()
+        _np_offsets(wide.numpy(), name)
+    return t.to(torch.int32).contiguous()
+
+
+def _mask(t, device, name: str = "mask") -> Optional[Tensor]:
+    """A mask: bool or uint8 as given; other dtypes must hold 0 or 1 (checked on the CPU, as
+    :func:`care_rl.policy_loss` does; on CUDA every non-zero value counts)."""
     if t is None:
         return None
     t = torch.as_tensor(t, device=device).reshape(-1)
-    return (t if t.dtype in (torch.bool, torch.uint8) else t != 0).contiguous()
+    if t.dtype in (torch.bool, torch.uint8):
+        return t.contiguous()
+    if not t.is_cuda and _host_checks():
+        _np_mask(t.detach().to(torch.float64).numpy(), name)
+    return (t != 0).contiguous()
+
+
+def _host_finite(t: Optional[Tensor], name: str, mask: Optional[Tensor] = None) -> None:
+    """On the CPU, a value that a result reads (an unmasked one) must be finite: ``None``-like
+    NaN or an infinity is ``non_finite`` naming the index, as :func:`care_rl.policy_loss`. CUDA
+    tensors are not read back (see :func:`set_device_checks`)."""
+    if t is None or t.is_cuda or not _host_checks():
+        return
+    counted = None if mask is None or mask.is_cuda else mask.detach().to(torch.uint8).numpy()
+    _np_finite(t.detach().to(torch.float64).numpy(), name, counted)
 
 
 def _padded_offsets(b: int, length: int, device) -> Tensor:
@@ -588,11 +624,11 @@ def advantages(
         if r.dim() != 2:
             raise _care.error("invalid_argument", "give group_size or group_offsets, or [B, G] rewards")
         group_size = r.shape[1]
-    offs = None if group_offsets is None else _offsets(group_offsets, device)
+    offs = None if group_offsets is None else _offsets(group_offsets, device, "group_offsets")
     opts = options if options is not None else advantage_options(preset, **overrides)
     out = torch.ops.care.group_advantages(
-        _flat(r, torch.float32, device, "rewards"), _mask(valid, device), offs,
-        0 if offs is not None else int(group_size), opts,
+        _flat(r, torch.float32, device, "rewards"), _mask(valid, device, "valid"), offs,
+        0 if offs is not None else _count(group_size, "group_size"), opts,
     )  # fmt: skip
     return out.reshape(shape)
 
@@ -666,8 +702,16 @@ def policy_loss(
     kind = advantage_kind(tuple(adv_t.shape), lead, math.prod(lead), offs.shape[0] - 1, per_token)
     adv = _flat(adv_t, torch.float32, device, "advantages")
     opts = options if options is not None else loss_options(preset, **overrides)
+    m = _mask(mask, device)
+    # As care_rl.policy_loss (checked on the CPU only: CUDA values are not read back).
+    _host_finite(flat, "logp", m)
+    _host_finite(old, "logp_old", m)
+    _host_finite(roll, "logp_rollout", m)
+    if ref is not None and _option(opts, "beta") > 0:
+        _host_finite(ref, "logp_ref", m)
+    _host_finite(adv, "advantages")
     loss, _, stats, rstats = torch.ops.care.policy_loss(
-        flat, old, ref, adv, offs, _mask(mask, device), opts, kind,
+        flat, old, ref, adv, offs, m, opts, kind,
         float(global_tokens), float(global_sequences), float(horizon), max_len, roll,
     )  # fmt: skip
     out = (loss,)
@@ -735,6 +779,12 @@ def _logits_2d(logits: Tensor) -> Tensor:
 def _targets(targets, rows: int, device) -> Tensor:
     t = torch.as_tensor(targets, device=device).reshape(-1)
     if t.dtype not in (torch.int64, torch.int32):
+        # Token ids are integers: a floating-point id is never truncated (refused by dtype on
+        # CUDA, by value on the CPU).
+        if t.is_floating_point() or t.is_complex():
+            bad = t.is_cuda or t.is_complex() or (_host_checks() and not bool(torch.all(t == torch.trunc(t))))
+            if bad:
+                raise _care.error("schema", f"targets is a {t.dtype} tensor with non-integer ids; give integer token ids")
         t = t.to(torch.int64)
     return t.contiguous()
 
@@ -921,13 +971,13 @@ def logits_policy_loss_fused(
 
 def _groups(rewards: Tensor, group_size, group_offsets):
     if group_offsets is not None:
-        offs = _offsets(group_offsets, rewards.device)
+        offs = _offsets(group_offsets, rewards.device, "group_offsets")
         return 0, offs, offs.shape[0] - 1
     if group_size is None:
         if rewards.dim() != 2:
             raise _care.error("invalid_argument", "give group_size or group_offsets, or [B, G] rewards")
         group_size = rewards.shape[1]
-    gs = int(group_size)
+    gs = _count(group_size, "group_size")
     return gs, None, (rewards.numel() // gs if gs else 0)
 
 
@@ -1153,10 +1203,9 @@ def discounted_returns(token_rewards, seq_offsets=None, mask=None, *, gamma: flo
     :func:`set_device_checks`."""
     r = torch.as_tensor(token_rewards)
     offs = _token_offsets(r, seq_offsets, "token_rewards")
-    out = torch.ops.care.discounted_returns(
-        _flat(r.detach(), torch.float32, r.device, "token_rewards"), offs, _mask(mask, r.device), float(gamma),
-        str(masked_token),
-    )  # fmt: skip
+    flat, m = _flat(r.detach(), torch.float32, r.device, "token_rewards"), _mask(mask, r.device)
+    _host_finite(flat, "token_rewards", m)
+    out = torch.ops.care.discounted_returns(flat, offs, m, float(gamma), str(masked_token))
     return out.reshape(r.shape)
 
 
@@ -1168,10 +1217,10 @@ def gae(token_rewards, values, seq_offsets=None, mask=None, *, gamma: float = 1.
     r = torch.as_tensor(token_rewards)
     offs = _token_offsets(r, seq_offsets, "token_rewards")
     v = _flat(torch.as_tensor(values, device=r.device).detach(), torch.float32, r.device, "values")
-    adv, ret = torch.ops.care.gae(
-        _flat(r.detach(), torch.float32, r.device, "token_rewards"), v, offs, _mask(mask, r.device),
-        float(gamma), float(lambda_),
-    )  # fmt: skip
+    flat, m = _flat(r.detach(), torch.float32, r.device, "token_rewards"), _mask(mask, r.device)
+    _host_finite(flat, "token_rewards", m)
+    _host_finite(v, "values", m)
+    adv, ret = torch.ops.care.gae(flat, v, offs, m, float(gamma), float(lambda_))
     return adv.reshape(r.shape), ret.reshape(r.shape)
 
 

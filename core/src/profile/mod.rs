@@ -58,8 +58,8 @@ pub use emotion::{EmotionSpec, normalize_label};
 pub use judge::{parse_profile_judge_output, render_profile_judge_prompt};
 pub use output::{MAX_OUTPUT_VIOLATIONS, OutputCheck, OutputCode, OutputReport, OutputViolation};
 pub use parse::{
-    MAX_CRITERION_WEIGHT, MAX_PROFILE_VIOLATIONS, PROFILE_WEIGHT_TOLERANCE, ProfileCode,
-    ProfilePath, ProfileReport, ProfileValidation, ProfileViolation, parse_profile,
+    MAX_CRITERION_WEIGHT, MAX_PROFILE_TEXT_BYTES, MAX_PROFILE_VIOLATIONS, PROFILE_WEIGHT_TOLERANCE,
+    ProfileCode, ProfilePath, ProfileReport, ProfileValidation, ProfileViolation, parse_profile,
 };
 pub use score::{ProfileGroupReport, ProfileReward, profile_reward, profile_reward_group};
 
@@ -487,7 +487,13 @@ mod owned {
         /// # Errors
         /// The full report when the profile is invalid.
         pub fn parse(text: &[u8]) -> core::result::Result<ProfileBuf, Box<ProfileReport>> {
-            let mut scratch = alloc::vec![0u8; text.len()];
+            // No scratch for a text that is refused for its length anyway.
+            let need = if text.len() > MAX_PROFILE_TEXT_BYTES {
+                0
+            } else {
+                text.len()
+            };
+            let mut scratch = alloc::vec![0u8; need];
             let v = parse_profile(text, &mut scratch);
             match v.profile {
                 Some(p) => Ok(ProfileBuf::from(&p)),
