@@ -13,7 +13,7 @@
 #include <stdbool.h>
 
 // Bytes of device workspace every GPU call needs (16-byte aligned, caller-allocated).
-#define CARE_GPU_WORKSPACE_BYTES 64
+#define CARE_GPU_WORKSPACE_BYTES 131072
 
 // Bytes of the device-side loss statistics accumulator of `care_gpu_policy_loss`.
 #define CARE_GPU_LOSS_STATS_BYTES 56
@@ -254,6 +254,8 @@ enum care_advantage_preset
   CARE_ADVANTAGE_PRESET_GPG = 9,
   // verl `reinforce_plus_plus_baseline`, group part: mean baseline, no scale.
   CARE_ADVANTAGE_PRESET_REINFORCE_PP_BASELINE = 10,
+  // verl `gpg`: mean baseline, no scale, `alpha = N / count_nonzero(r)`, singleton raw.
+  CARE_ADVANTAGE_PRESET_VERL_GPG = 11,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -273,6 +275,9 @@ enum care_reweight
   CARE_REWEIGHT_NONE = 0,
   // GPG: `alpha = N / (N - M)`, `M` the valid samples of groups without signal.
   CARE_REWEIGHT_GPG = 1,
+  // verl `gpg`: `alpha = N / max(1, K)`, `K` the valid samples with a nonzero reward (not in
+  // the cross-rank form: `care_group_advantages_finalize` refuses it).
+  CARE_REWEIGHT_NONZERO = 2,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -376,6 +381,9 @@ enum care_policy_loss_kind
   CARE_POLICY_LOSS_KL_COV = 5,
   // GMPO: the geometric mean of the token ratios, clipped in log space.
   CARE_POLICY_LOSS_GMPO = 6,
+  // VESPO (TRL `vespo`): a detached Gamma weight of the sequence ratio on `A * logp`
+  // (`vespo_k_pos` ... `vespo_lambda_neg`).
+  CARE_POLICY_LOSS_VESPO = 7,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -482,6 +490,46 @@ typedef uint32_t care_rejection;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// Where the ratio's old log-probs come from (`care_loss_options.bypass`).
+enum care_bypass
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // `logp_old` as given (NULL: on-policy); importance weights applied (default).
+  CARE_BYPASS_OFF = 0,
+  // verl's bypass mode (`loss_type = ppo_clip`): `logp_old` must be NULL and
+  // `logp_rollout` stands in for it; the importance weights are reported, not applied.
+  CARE_BYPASS_ON = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_bypass care_bypass;
+#else
+typedef uint32_t care_bypass;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// What a masked token does to the returns' reverse scan (`care_gae_options.masked_token`).
+enum care_masked_token
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Skipped: the chain carries across it (default; verl since 2026-08).
+  CARE_MASKED_TOKEN_SKIP = 0,
+  // The return restarts at 0 before it (verl's `reinforce_plus_plus` before 2026-08;
+  // returns only, `care_gae` refuses it).
+  CARE_MASKED_TOKEN_RESET = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum care_masked_token care_masked_token;
+#else
+typedef uint32_t care_masked_token;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // Named loss option sets (also by name: the constant's suffix in lower case, `"verl"`,
 // `"trl"`, `"verl_seq_mean_token_mean"`, ..., `"openrlhf_gspo"`).
 enum care_loss_preset
@@ -531,6 +579,12 @@ enum care_loss_preset
   CARE_LOSS_PRESET_OPENRLHF_SEQ = 19,
   // OpenRLHF `gspo`: the sequence ratio through the mean.
   CARE_LOSS_PRESET_OPENRLHF_GSPO = 20,
+  // verl `bypass_mode` (`loss_type = ppo_clip`): verl vanilla with `CARE_BYPASS_ON`.
+  CARE_LOSS_PRESET_VERL_BYPASS = 21,
+  // TRL `luspo`: the sequence ratio, each sequence's loss times its length, over every row.
+  CARE_LOSS_PRESET_TRL_LUSPO = 22,
+  // TRL `vespo`: `CARE_POLICY_LOSS_VESPO`, global token mean.
+  CARE_LOSS_PRESET_TRL_VESPO = 23,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -1004,6 +1058,8 @@ typedef struct care_gae_options {
   double gamma;
   // GAE `lambda` in `[0, 1]` (default 1; not read by `care_discounted_returns`).
   double lambda;
+  // A `care_masked_token`.
+  uint32_t masked_token;
 } care_gae_options;
 
 // Options of `care_whiten`. Initialize with `care_whiten_options_default` (which sets
@@ -1015,6 +1071,8 @@ typedef struct care_whiten_options {
   uint32_t std_kind;
   // Added to the variance under the square root; finite and `>= 0` (default 1e-8).
   double eps;
+  // Added to the count in the means (default 0; verl's `masked_mean`: 1e-8).
+  double count_eps;
 } care_whiten_options;
 
 // The token inputs of `care_discounted_returns` and `care_gae`: `token_rewards[T]` on the
@@ -1254,10 +1312,23 @@ typedef struct care_loss_options {
   double clip_cov_lb;
   // Clip-Cov: the covariance window's upper end (5).
   double clip_cov_ub;
-  // KL-Cov: the coefficient of `|log ratio|` (1).
+  // KL-Cov: the coefficient of `|log ratio|` (1; verl preset 0.1).
   double kl_cov_coef;
   // The rollout correction (applies with `care_loss_inputs.logp_rollout`).
   struct care_rollout_options rollout;
+  // A `care_bypass`.
+  uint32_t bypass;
+  // GMPO: the sequence's rollout weight is `exp(mean ln(w + gmpo_weight_floor))` (0 = the
+  // exact geometric mean; verl preset 1e-10).
+  double gmpo_weight_floor;
+  // VESPO: the Gamma weight's power for `A >= 0` (2).
+  double vespo_k_pos;
+  // VESPO: its decay for `A >= 0` (3).
+  double vespo_lambda_pos;
+  // VESPO: the power for `A < 0` (3).
+  double vespo_k_neg;
+  // VESPO: the decay for `A < 0` (2).
+  double vespo_lambda_neg;
 } care_loss_options;
 
 // The device outputs of `care_gpu_policy_loss_into`. Every buffer is optional ((NULL, 0) to
@@ -1389,6 +1460,34 @@ typedef struct care_logits_loss_outputs {
   // `rows`.
   size_t dlogp_len;
 } care_logits_loss_outputs;
+
+// The device outputs of `care_gpu_logits_policy_loss_fused`: the gradient with respect to the
+// logits (required) and, each optional ((NULL, 0) to skip), the log-probs, the log-sum-exp
+// and the loss-statistics accumulator.
+typedef struct care_gpu_fused_loss_outputs {
+  // `sizeof(care_gpu_fused_loss_outputs)`.
+  uint32_t struct_size;
+  // `dL/dlogits` in the logits' dtype, `rows` rows `dlogits_row_stride` elements apart; may
+  // be `logits->logits` itself (with the same stride) to overwrite the logits in place.
+  void *dlogits;
+  // Elements writable at `dlogits`: at least `(rows - 1) * dlogits_row_stride + vocab`.
+  size_t dlogits_len;
+  // Elements between two gradient rows (`>= vocab`).
+  size_t dlogits_row_stride;
+  // Log-probs of the targets (`float[rows]`), or NULL.
+  float *logp;
+  // 0 or `rows`.
+  size_t logp_len;
+  // Log-sum-exp of each row's scaled logits (`float[rows]`), or NULL.
+  float *lse;
+  // 0 or `rows`.
+  size_t lse_len;
+  // The loss-statistics accumulator (`care_gpu_loss_stats_reset` / `_read`; the loss is
+  // `stats.loss`), or NULL.
+  void *stats;
+  // 0 or `CARE_GPU_LOSS_STATS_BYTES`.
+  size_t stats_len;
+} care_gpu_fused_loss_outputs;
 
 // What a profile holds, in numbers.
 typedef struct care_profile_info {
@@ -1950,6 +2049,37 @@ care_result care_gae(const struct care_token_rewards *inputs,
                      float *returns_out,
                      size_t returns_len);
 
+// Discounted returns and their whitening in one call, every intermediate in double (the
+// returns are never rounded to float before they are whitened): the returns into
+// `returns_out[returns_len]`, the whitened returns into `advantages_out[advantages_len]` (both
+// `T`; masked tokens get 0), their mean and std into `mean_out`, `std_out` (optional). verl's
+// `reinforce_plus_plus`. `inputs->values` must be `(NULL, 0)`. `gae_options`,
+// `whiten_options` NULL: the defaults. Errors as `care_discounted_returns`, and
+// `CARE_ERR_NON_FINITE` (nothing written) when a return is not finite.
+care_result care_discounted_returns_whitened(const struct care_token_rewards *inputs,
+                                             const struct care_gae_options *gae_options,
+                                             const struct care_whiten_options *whiten_options,
+                                             float *advantages_out,
+                                             size_t advantages_len,
+                                             float *returns_out,
+                                             size_t returns_len,
+                                             double *mean_out,
+                                             double *std_out);
+
+// GAE with its advantages whitened in one call, every intermediate in double: as `care_gae`,
+// with `advantages_out` whitened over the counted tokens (verl's `gae`; the returns are not
+// whitened) and the advantages' mean and std before whitening into `mean_out`, `std_out`
+// (optional). Errors as `care_gae`, and `CARE_ERR_NON_FINITE` (nothing written).
+care_result care_gae_whitened(const struct care_token_rewards *inputs,
+                              const struct care_gae_options *gae_options,
+                              const struct care_whiten_options *whiten_options,
+                              float *advantages_out,
+                              size_t advantages_len,
+                              float *returns_out,
+                              size_t returns_len,
+                              double *mean_out,
+                              double *std_out);
+
 // Whitens `values[values_len]` in place over the counted tokens: `(x - mean) / sqrt(var +
 // eps)`, two-pass centered variance in double; masked values become 0. `mask` optional
 // (`(NULL, 0)`: all count; else `mask_len == values_len`). `mean_out`, `std_out` optional
@@ -2011,6 +2141,53 @@ care_result care_gpu_whiten(float *d_values,
 care_result care_gpu_whiten_status(const struct care_gpu_launch *launch,
                                    double *mean_out,
                                    double *std_out);
+
+// The bytes of workspace `care_gpu_discounted_returns_whitened` and `care_gpu_gae_whitened`
+// need for `n_tokens` tokens, into `*out_bytes`: `CARE_GPU_WORKSPACE_BYTES` plus 8 bytes per
+// token (the unrounded values between the scan and the whitening) and 64. `n_tokens` above
+// `UINT32_MAX` is `CARE_ERR_INVALID_ARGUMENT`.
+care_result care_gpu_whitened_workspace_bytes(size_t n_tokens, size_t *out_bytes);
+
+// `care_discounted_returns_whitened` on the GPU, asynchronously on `launch->stream`: the same
+// structs (the `inputs` pointers and both outputs device memory), every intermediate in double
+// (the scan leaves the unrounded returns in the workspace, which the whitening reads): the
+// returns bit-identical to the CPU's, the whitened returns within the documented tolerance.
+// The workspace is `care_gpu_whitened_workspace_bytes(T)` (shorter:
+// `CARE_ERR_BUFFER_TOO_SMALL`). What the CPU function refuses before writing is found by the
+// kernels: `care_gpu_whitened_status` reports a malformed layout (`CARE_ERR_INVALID_LAYOUT`;
+// outputs unspecified) or a non-finite return (`CARE_ERR_NON_FINITE`; the advantages are left
+// as they were, the returns are written), and otherwise gives the mean and std.
+care_result care_gpu_discounted_returns_whitened(const struct care_token_rewards *inputs,
+                                                 const struct care_gae_options *gae_options,
+                                                 const struct care_whiten_options *whiten_options,
+                                                 float *d_advantages,
+                                                 size_t advantages_len,
+                                                 float *d_returns,
+                                                 size_t returns_len,
+                                                 const struct care_gpu_launch *launch);
+
+// `care_gae_whitened` on the GPU, asynchronously on `launch->stream`: GAE's returns `A + V`
+// into `d_returns` (bit-identical to the CPU's), its advantages whitened in double into
+// `d_advantages` (within the documented tolerance). Workspace and status as
+// `care_gpu_discounted_returns_whitened`.
+care_result care_gpu_gae_whitened(const struct care_token_rewards *inputs,
+                                  const struct care_gae_options *gae_options,
+                                  const struct care_whiten_options *whiten_options,
+                                  float *d_advantages,
+                                  size_t advantages_len,
+                                  float *d_returns,
+                                  size_t returns_len,
+                                  const struct care_gpu_launch *launch);
+
+// Synchronizes `launch->stream` and reads what `care_gpu_discounted_returns_whitened` or
+// `care_gpu_gae_whitened` left in `launch->workspace`: `CARE_OK` with the mean and std of the
+// unrounded values before whitening into `*mean_out` and `*std_out` (each optional; written
+// only on success), `CARE_ERR_INVALID_LAYOUT` when the sequence offsets were not a CSR layout,
+// else `CARE_ERR_NON_FINITE` when a counted value was not finite, as the CPU functions refuse
+// those calls.
+care_result care_gpu_whitened_status(const struct care_gpu_launch *launch,
+                                     double *mean_out,
+                                     double *std_out);
 
 // `CARE_OK` when the CUDA driver library loads and reports at least one device, else
 // `CARE_ERR_CUDA_UNAVAILABLE`. Creates no context.
@@ -2197,6 +2374,32 @@ care_result care_gpu_logits_policy_loss(const struct care_logits *logits,
                                         void *d_stats,
                                         size_t stats_len,
                                         const struct care_gpu_launch *launch);
+
+// Whether `care_gpu_logits_policy_loss_fused` computes the loss of `options`, into
+// `*supported_out` (1 or 0): the token-local losses (the token-level ratio with the clipped
+// ratio, the dual clip, CISPO, SAPO or GPG, any KL estimator and aggregation) without the
+// rollout correction and without bypass mode. Needs no GPU. `options` NULL: the defaults.
+care_result care_logits_policy_loss_fused_supported(const struct care_loss_options *options,
+                                                    uint32_t *supported_out);
+
+// The one-pass path from logits to the policy loss and its gradient on the GPU, asynchronously
+// on `launch->stream`, for the token-local losses (`care_logits_policy_loss_fused_supported`):
+// each row of `logits` is read once for its log-sum-exp, the target's log-prob, the loss term
+// and `dL/dlogp`, and `dL/dlogits` is written at once (`outputs->dlogits`; in place over the
+// logits if wanted): the `logp`, `lse` and `dlogits` of `care_gpu_logits_policy_loss`
+// followed by `care_gpu_selective_log_softmax_backward` (the three-kernel path) for
+// `dL/dloss = 1`, within the documented tolerance (the two reduce a row over different block
+// sizes; at the same block size they are equal bit for bit), and its statistics added into
+// `outputs->stats`. Inputs as `care_gpu_logits_policy_loss`
+// (`inputs->logp`, `mask` and `logp_rollout` are (NULL, 0), `dtype` is `CARE_DTYPE_F32`);
+// options it does not support are `CARE_ERR_INVALID_ARGUMENT` before any launch (call the
+// three-kernel path for them). Bad targets and rows without a softmax are reported by
+// `care_gpu_selective_log_softmax_status`. The workspace is `CARE_GPU_WORKSPACE_BYTES`.
+care_result care_gpu_logits_policy_loss_fused(const struct care_logits *logits,
+                                              const struct care_loss_inputs *inputs,
+                                              const struct care_loss_options *options,
+                                              const struct care_gpu_fused_loss_outputs *outputs,
+                                              const struct care_gpu_launch *launch);
 
 // Writes the SPEC §10 default loss options into `*options_out` (eps 0.2/0.2, no dual clip,
 // clamps 20/10/20/10, beta 0, k3, token ratio, token mean, local denominators).

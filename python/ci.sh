@@ -19,4 +19,8 @@ t1=$(date +%s)
 PATH="$venv/bin:$PATH" "$venv/bin/python" -m pip install --quiet --no-build-isolation --no-deps --force-reinstall ./python
 t2=$(date +%s)
 echo "python/ci.sh: venv ready in $((t1 - t0)) s, care-rl built and installed in $((t2 - t1)) s"
+# The reward-function and trainer tests (TRL's GRPOTrainer, OpenRLHF's and verl's calling
+# conventions) run `care serve` and the stub LLM (the test double, `stub_llm`) as processes.
+cargo build -p care-cli --bin care
+cargo build -p care-loop --example stub_llm
 CARE_REQUIRE_TORCH=1 "$venv/bin/python" -m pytest python/tests -rs -p no:cacheprovider

@@ -6,9 +6,9 @@ nvidia-cuda-nvcc-cu12 12.2.140) into the gitignored .venv-ptx and runs this file
 
     gen-ptx.py            write kernels/ptx/<name>.ptx for every kernels/cuda/<name>.cu
     gen-ptx.py --check    regenerate into memory and fail on any difference with the files
-    gen-ptx.py --ptxas    assemble every checked-in .ptx for sm_90 with ptxas -v, print registers
-                          and spills per kernel, fail on any spill; also assemble for sm_80
-                          (spills there are reported, not failed)
+    gen-ptx.py --ptxas    assemble every checked-in .ptx for sm_90 and sm_80 with ptxas -v, print
+                          registers per kernel, fail on any spill, on an entry without launch
+                          bounds and on registers beyond the bounds' budget
 
 Why NVRTC 12.2: it emits PTX ISA 8.2, which the CUDA 12.2+ drivers (and the CUDA 13.0 driver of
 the H200 machine) load; PTX from CUDA 13.1+ would not load there. compute_80 keeps the PTX valid
@@ -111,13 +111,25 @@ def generate(check_only: bool) -> int:
     return 1 if stale else 0
 
 
+def launch_bounds(ptx_text: str) -> dict:
+    """{entry: (maxntid, minnctapersm)} from the PTX directives after each .entry."""
+    out = {}
+    for m in re.finditer(r"\.entry (\w+)\((.*?)\)\s*\n((?:\.\w+[^\n]*\n)*)", ptx_text, re.S):
+        nt = re.search(r"\.maxntid (\d+), 1, 1", m.group(3))
+        mb = re.search(r"\.minnctapersm (\d+)", m.group(3))
+        out[m.group(1)] = (int(nt.group(1)) if nt else None, int(mb.group(1)) if mb else None)
+    return out
+
+
 def ptxas() -> int:
-    """Assembles every checked-in PTX for sm_90 (the tuned target: registers printed, spills
-    fail) and for sm_80 (the oldest supported: must assemble; spills are reported only)."""
+    """Assembles every checked-in PTX for sm_90 and sm_80 with ptxas -v: a spill on either, an
+    entry without launch bounds, or registers beyond the bounds' budget
+    (65536 / (threads * min_blocks), in multiples of 8) fail. Prints registers per entry."""
     exe = nvidia_dir() / "cuda_nvcc" / "bin" / "ptxas"
-    failed = warned = 0
+    failed = 0
     for arch in ("sm_90", "sm_80"):
         for ptx in sorted(PTX_DIR.glob("*.ptx")):
+            bounds = launch_bounds(ptx.read_text())
             with tempfile.TemporaryDirectory() as tmp:
                 proc = subprocess.run([str(exe), f"-arch={arch}", "-v", "-O3", str(ptx),
                                        "-o", os.path.join(tmp, "out.cubin")],
@@ -135,21 +147,33 @@ def ptxas() -> int:
                 m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
                 if m:
                     spills = int(m.group(1)) + int(m.group(2))
-                    if spills and arch == "sm_90":
+                    if spills:
                         failed += 1
                         print(f"ptxas {arch}: {ptx.name} {kernel}: SPILLS {line.strip()}")
-                    elif spills:
-                        warned += 1
-                        print(f"ptxas {arch}: warning: {ptx.name} {kernel} spills: {line.strip()}")
                 m = re.search(r"Used (\d+) registers", line)
-                if m and arch == "sm_90":
+                if m:
+                    regs = int(m.group(1))
+                    threads, blocks = bounds.get(kernel, (None, None))
+                    if threads is None or blocks is None:
+                        failed += 1
+                        print(f"ptxas {arch}: {ptx.name} {kernel}: no __launch_bounds__(threads, "
+                              "min_blocks)")
+                        continue
+                    budget = min(255, 65536 // (threads * blocks)) // 8 * 8
+                    if regs > budget:
+                        failed += 1
+                        print(f"ptxas {arch}: {ptx.name} {kernel}: {regs} registers over the "
+                              f"budget {budget}")
                     rest = line.split(",", 1)[1].strip() if "," in line else ""
-                    print(f"ptxas {arch}: {ptx.name:16} {kernel:24} {m.group(1):>3} registers, "
+                    print(f"ptxas {arch}: {ptx.name:16} {kernel:24} {regs:>3} registers "
+                          f"(budget {budget:>3}: {threads} threads x {blocks} blocks/SM), "
                           f"{spills} bytes spilled, {rest}")
-        if arch == "sm_80" and not failed:
-            print(f"ptxas sm_80: every kernel assembles ({warned} with spills)")
     if failed:
-        print(f"ptxas: {failed} failure(s) (spills or assembly errors)")
+        print(f"ptxas: {failed} failure(s) (spills, registers over budget, missing launch "
+              "bounds or assembly errors)")
+    else:
+        print("ptxas: every entry assembles for sm_90 and sm_80 without spills, within its "
+              "register budget")
     return 1 if failed else 0
 
 

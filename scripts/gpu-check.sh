@@ -23,8 +23,11 @@
 #                                        C and C++ examples against libcare.so (their GPU step
 #                                        checks itself against the CPU), and
 #                                        benches/gpu/compare_torch.py (JSON rows in
-#                                        OUTDIR/compare_torch.json); one log per step and
-#                                        summary.txt in OUTDIR. Exit 0 only if every step passed.
+#                                        OUTDIR/compare_torch.json), and, when Nsight Compute's
+#                                        ncu is installed, its DRAM bytes, throughput and
+#                                        registers per launch of the care kernels
+#                                        (OUTDIR/ncu.csv); one log per step and summary.txt in
+#                                        OUTDIR. Exit 0 only if every step passed.
 #
 # CARE_GPU_CASES (default 256 for the plain run, 16 under the sanitizers, which are slow) sets
 # how many random cases each GPU property test runs. PYTHON (default python3) is the
@@ -55,7 +58,7 @@ prepare)
     mkdir -p "$dir/lib" "$dir/include" "$dir/examples" "$dir/python/tests" "$dir/benches/gpu" \
         "$dir/wheels"
     cp "$root/target/release/libcare.so" "$dir/lib/" && strip "$dir/lib/libcare.so"
-    cp "$root/include/care.h" "$dir/include/"
+    cp "$root/include/care.h" "$root/include/care.hpp" "$dir/include/"
     cp -r "$root/examples/c" "$root/examples/cpp" "$dir/examples/"
     cp "$root/cli/data/rubric_sft_1.json" "$dir/"
     # care_rl: the abi3 wheel (one wheel for every CPython >= 3.9), built by the pinned maturin
@@ -175,6 +178,20 @@ run)
     step "compare_torch.py (care vs torch)" "compare_torch.log" \
         timeout "${CARE_COMPARE_TIMEOUT:-900}" "$py" "$here/benches/gpu/compare_torch.py" \
         --out "$out/compare_torch.json"
+    # Counters per launch of the care kernels (Nsight Compute, when installed): DRAM bytes read
+    # and written, DRAM throughput, time and registers per thread, for the bytes model of
+    # docs/KERNELS.md and the launch bounds' register budgets. The log-softmax benchmark at its
+    # full sizes, two timed runs; the Rust gpu tests print what the driver's JIT made of every
+    # entry (care_kernels::cuda::kernel_info) in their own logs.
+    if command -v ncu > /dev/null 2>&1; then
+        step "ncu: DRAM bytes and registers per launch" "ncu.log" \
+            ncu --csv --log-file "$out/ncu.csv" --launch-count 80 \
+            --kernel-name 'regex:^(logsoftmax_|logits_loss_|grpo_loss_|group_advantages|whiten_|batch_std)' \
+            --metrics dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum,launch__registers_per_thread,launch__block_size,launch__grid_size,sm__warps_active.avg.pct_of_peak_sustained_active \
+            "$py" "$here/benches/gpu/compare_torch.py" --only logsoftmax --iters 2 --no-compile
+    else
+        echo "ncu: not found on PATH; no DRAM counters recorded" >> "$summary"
+    fi
     if [ $failed -eq 0 ]; then echo "result: PASS" >> "$summary"; else echo "result: FAIL" >> "$summary"; fi
     cat "$summary"
     exit $failed

@@ -181,7 +181,7 @@ def bench_advantages(args, device, timer, copy_bw, rows):
                 base = base or t
                 rows.append(
                     dict(op="advantages", size=f"N={n} G={g}", dtype="f32", impl=name, secs=t,
-                         bytes=nbytes, gbps=nbytes / t / 1e9, pct_copy=100 * nbytes / t / copy_bw,
+                         bytes=nbytes, model=nbytes if name.startswith("care_rl") else None, gbps=nbytes / t / 1e9, pct_copy=100 * nbytes / t / copy_bw,
                          vs_eager=base / t, peak_extra=peak_extra(device, fn))
                 )  # fmt: skip
 
@@ -257,7 +257,8 @@ def bench_loss(args, device, timer, copy_bw, rows):
                 rows.append(
                     dict(op="loss fwd+bwd", size=f"T={t >> 20 or t}{'M' if t >= 1 << 20 else ''}",
                          dtype=str(dtype).replace("torch.", ""), impl=name, secs=sec,
-                         bytes=nbytes, gbps=nbytes / sec / 1e9,
+                         bytes=nbytes, model=nbytes if name.startswith("care_rl") else None,
+                         gbps=nbytes / sec / 1e9,
                          pct_copy=100 * nbytes / sec / copy_bw, vs_eager=base / sec,
                          peak_extra=peak_extra(device, fn))
                 )  # fmt: skip
@@ -327,8 +328,13 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
     """`[8192, 151936]` and `[32768, 151936]` bf16 logits at temperature 0.6: the forward
     (logp of the targets) and forward + backward (dlogits in bf16), care against torch eager,
     row-chunked torch, torch.compile and Liger's Triton kernels (forward; and logits -> GRPO loss
-    fwd+bwd against care's fused `logits_policy_loss`). Minimal traffic: the forward reads the
-    logits once; forward + backward reads them twice and writes dlogits once."""
+    fwd+bwd), and logits -> GRPO loss -> dlogits by torch eager, care's three-kernel path and
+    care's one-pass path (`logits_policy_loss_fused`, out of place and in place). `bytes` is the
+    true minimum traffic of the op, whatever the implementation: the forward reads the logits
+    once; forward + backward (and logits -> loss) reads them once and writes dlogits once (the
+    one-pass kernel does; a separate backward reads them twice). `model` is what care's kernels
+    move by the bytes model of docs/KERNELS.md (three kernels: 3 V per row for fwd + bwd; the
+    one-pass path: 2 V), printed as a multiple of the minimum next to each time."""
     t_temp = 0.6
     v = 151936
     sizes = [(64, 1000), (256, 4099)] if args.smoke else [(8192, v), (32768, v)]
@@ -374,7 +380,7 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
         impls.append(("care_rl._care direct", launch))
         impls.append(("care_rl.torch", lambda: ct.selective_log_softmax(x, y, temperature=t_temp)))
         nbytes = n * vocab * el + 12 * n
-        _lsm_rows(rows, impls, timer, device, copy_bw, "logsoftmax fwd", size, nbytes)
+        _lsm_rows(rows, impls, timer, device, copy_bw, "logsoftmax fwd", size, nbytes, nbytes)
 
         # ---- forward + backward (gradient w.r.t. the bf16 logits)
         xr = x.detach().clone().requires_grad_(True)
@@ -415,60 +421,97 @@ def bench_logsoftmax(args, device, timer, copy_bw, rows):
         impls.append(("care_rl.torch", care_fb))
         xr.grad = None
         _lsm_rows(rows, impls, timer, device, copy_bw, "logsoftmax fwd+bwd", size,
-                  3 * n * vocab * el + 16 * n)  # fmt: skip
+                  2 * n * vocab * el + 16 * n, 3 * n * vocab * el + 16 * n)  # fmt: skip
 
-        # ---- logits -> GRPO loss, forward + backward (Liger's fused loss vs care's), as
-        # sequences of 1024 tokens; Liger writes dlogits in place over its own copy of the
-        # logits, care_rl into a fresh tensor (its ops never alias an input).
+        # ---- logits -> GRPO loss, forward + backward, as sequences of up to 1024 tokens:
+        # torch eager, care's three-kernel path (ct.logits_policy_loss and its backward), care's
+        # one-pass path (ct.logits_policy_loss_fused: one kernel reads each row once and writes
+        # dlogits; out of place, in place, and the bare extension call), and Liger's fused loss
+        # when installed (in place over its own copy of the logits).
+        length = min(1024, n)
+        b = n // length
+        noise = 0.1 * torch.randn(b, length, generator=gen).to(device)
+        old = (want.detach().view(b, length) + noise).float()
+        adv = torch.randn(b, generator=gen).to(device)
+        maskb = torch.ones(b, length, dtype=torch.bool, device=device)
+        ids = y.view(b, length)
+        xs = x.detach().view(b, length, vocab)
+
+        def eager_loss_fb(xe):
+            xe.grad = None
+            lp = torch.log_softmax(xe.float() / t_temp, dim=-1).gather(-1, ids[..., None])[..., 0]
+            loss_torch(lp, old, adv, maskb).backward()
+
+        xe = xs.clone().requires_grad_(True)
+        xc = xs.clone().requires_grad_(True)
+
+        def care_three_fb():
+            xc.grad = None
+            ct.logits_policy_loss(xc, ids, old, adv, mask=maskb, temperature=t_temp).backward()
+
+        def care_one_pass():
+            return ct.logits_policy_loss_fused(xs, ids, old, adv, mask=maskb, temperature=t_temp)
+
+        eager_loss_fb(xe)
+        care_three_fb()
+        ref = xe.grad.float()
+        tol = dict(atol=2e-2 * ref.abs().max().item(), rtol=2e-2)
+        torch.testing.assert_close(xc.grad.float(), ref, **tol)
+        _, d1 = care_one_pass()
+        torch.testing.assert_close(d1.float(), ref, **tol)
+        impls = [("torch eager", lambda: eager_loss_fb(xe)),
+                 ("care_rl.torch logits_policy_loss (3 kernels)", care_three_fb),
+                 ("care_rl.torch logits_policy_loss_fused", care_one_pass)]  # fmt: skip
+        if device.type == "cuda":
+            xi = xs.clone()
+            ct.logits_policy_loss_fused(xi, ids, old, adv, mask=maskb, temperature=t_temp, in_place=True)
+            torch.testing.assert_close(xi, d1, atol=0, rtol=0)  # in place == out of place
+
+            def care_in_place():
+                # Each call overwrites the previous gradient: the same traffic, finite values.
+                ct.logits_policy_loss_fused(xi, ids, old, adv, mask=maskb, temperature=t_temp, in_place=True)
+
+            impls.append(("care_rl.torch logits_policy_loss_fused (in place)", care_in_place))
+            impls.append(("care_rl._care direct (one pass)", fused_care_launch(xs, ids, old, adv, t_temp)))
         if liger_loss is not None:
-            length = min(1024, n)
-            b = n // length
-            noise = 0.1 * torch.randn(b, length, device=device)
-            old = (want.detach().view(b, length) + noise).float()
-            adv = torch.randn(b, device=device)
-            mask = torch.ones(b, length, dtype=torch.int32, device=device)
-            # Liger takes [B, L + 1, V] logits (the last position of each sequence is dropped).
             xl = torch.empty(b, length + 1, vocab, dtype=dtype, device=device)
-            xl[:, :length] = x.view(b, length, vocab)
+            xl[:, :length] = xs
             xl[:, length] = 0
-            ids = y.view(b, length)
+            lmask = maskb.to(torch.int32)
 
             def liger_fb():
                 xl.grad = None
-                out = liger_loss(xl.requires_grad_(True), old, None, ids, adv, mask,
+                out = liger_loss(xl.requires_grad_(True), old, None, ids, adv, lmask,
                                  temperature=t_temp, beta=0.0, eps_low=0.2, eps_high=0.2,
                                  inplace=True)  # fmt: skip
                 (out[0] if isinstance(out, tuple) else out).backward()
 
-            xc = x.detach().clone().view(b, length, vocab).requires_grad_(True)
-
-            def care_loss_fb():
-                xc.grad = None
-                ct.logits_policy_loss(
-                    xc, ids, old, adv, mask=mask, temperature=t_temp,
-                    aggregation="seq_mean_token_mean",
-                ).backward()  # fmt: skip
-
-            impls = [("liger triton_grpo_loss (in place)", liger_fb),
-                     ("care_rl.torch logits_policy_loss", care_loss_fb)]  # fmt: skip
-            try:
-                _lsm_rows(rows, impls, timer, device, copy_bw, "logits->loss fwd+bwd", size,
-                          3 * n * vocab * el + 20 * n)  # fmt: skip
-            except Exception as e:  # noqa: BLE001
-                print(f"# logits->loss comparison failed: {e}", file=sys.stderr)
-            xl = xc = None
+            impls.insert(1, ("liger triton_grpo_loss (in place)", liger_fb))
+        try:
+            _lsm_rows(rows, impls, timer, device, copy_bw, "logits->loss fwd+bwd", size,
+                      2 * n * vocab * el + 20 * n, 3 * n * vocab * el + 20 * n,
+                      one_pass=2 * n * vocab * el + 20 * n)  # fmt: skip
+        except Exception as e:  # noqa: BLE001
+            print(f"# logits->loss comparison failed: {e}", file=sys.stderr)
+        xe = xc = xi = xl = xs = None
         impls = []
         full = x = xr = None
 
 
-def _lsm_rows(rows, impls, timer, device, copy_bw, op, size, nbytes):
+def _lsm_rows(rows, impls, timer, device, copy_bw, op, size, nbytes, care_model, one_pass=None):
+    """`nbytes`: the op's minimum traffic; `care_model`: the bytes care's kernels move by the
+    model of docs/KERNELS.md (set on the care rows only); `one_pass`: that of the one-pass
+    path, for the rows whose name says so."""
     base = None
     for name, fn in impls:
         sec = timer.median(fn)
         base = base or sec
+        model = care_model if name.startswith("care_rl") else None
+        if one_pass is not None and ("fused" in name or "one pass" in name):
+            model = one_pass
         rows.append(
             dict(op=op, size=size, dtype="bfloat16", impl=name, secs=sec, bytes=nbytes,
-                 gbps=nbytes / sec / 1e9, pct_copy=100 * nbytes / sec / copy_bw,
+                 model=model, gbps=nbytes / sec / 1e9, pct_copy=100 * nbytes / sec / copy_bw,
                  vs_eager=base / sec, peak_extra=peak_extra(device, fn))
         )  # fmt: skip
 
@@ -498,6 +541,31 @@ def lsm_care_launch(x, y, t, g=None):
     return run, logp, dlogits
 
 
+def fused_care_launch(x, ids, old, adv, t):
+    """The extension call under `ct.logits_policy_loss_fused` on preallocated buffers (no op
+    dispatch, no allocation, no status read): logits `[B, L, V]` to the statistics and dlogits
+    in one kernel. Returns the call."""
+    device = x.device
+    b, length, vocab = x.shape
+    x2 = x.reshape(-1, vocab)
+    y = ids.reshape(-1)
+    o = old.reshape(-1)
+    offs = (torch.arange(b + 1, device=device) * length).to(torch.int32)
+    dlogits = torch.empty_like(x2)
+    stats = torch.empty(len(_care.LOSS_STATS_FIELDS), dtype=torch.float32, device=device)
+    ws = _workspace(device)
+    opts = care_rl.loss_options()
+    stream = _stream(device)
+
+    def run():
+        _care.logits_policy_loss_fused(
+            _dl(x2), _dl(y), _dl(adv), _dl(offs), _dl(stats), opts, False, t, _dl(o), None, None,
+            _dl(dlogits), None, None, stream, _dl(ws),
+        )  # fmt: skip
+
+    return run
+
+
 def print_rows(rows, device, copy_bw):
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke check)"
     print(
@@ -505,13 +573,19 @@ def print_rows(rows, device, copy_bw):
         f"torch {torch.__version__}, care_rl {care_rl.__version__}, "
         f"copy bandwidth {copy_bw / 1e9:.1f} GB/s (read + write, measured in this run)\n"
     )
-    print("| op | size | dtype | impl | median | GB/s | % copy BW | vs eager | extra peak MiB |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    print("GB/s and % copy BW count the op's minimum bytes; model / min is the traffic of care's")
+    print("kernels by the bytes model of docs/KERNELS.md, as a multiple of that minimum.\n")
+    print("| op | size | dtype | impl | median | min bytes | model / min | GB/s | % copy BW "
+          "| vs eager | extra peak MiB |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         pk = "" if r["peak_extra"] is None else f"{r['peak_extra'] / 2**20:.1f}"
+        model = r.get("model")
+        mm = "" if model is None else f"{model / r['bytes']:.2f}x"
         print(
             f"| {r['op']} | {r['size']} | {r['dtype']} | {r['impl']} | {r['secs'] * 1e3:.3f} ms "
-            f"| {r['gbps']:.1f} | {r['pct_copy']:.0f}% | {r['vs_eager']:.2f}x | {pk} |"
+            f"| {r['bytes'] / 1e6:.1f} MB | {mm} | {r['gbps']:.1f} | {r['pct_copy']:.0f}% "
+            f"| {r['vs_eager']:.2f}x | {pk} |"
         )
 
 

@@ -5,7 +5,10 @@ use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 
-use care_core::grpo::{AdvantageOptions, GaeOptions, LossOptions, Rejection, WhitenOptions};
+use care_core::grpo::{
+    AdvantageEstimator, AdvantageOptions, GaeOptions, LossOptions, MaskedToken, Rejection,
+    WhitenOptions,
+};
 use care_core::{FormatPolicy, GeneratorOptions, InvalidOption, PreferenceOptions, ScoreOptions};
 
 use crate::args::{
@@ -169,6 +172,10 @@ pub fn advantage_options(a: &AdvArgs) -> Result<crate::cmd::advantages::Options,
     let mut gae = GaeOptions::default();
     set(&mut gae.gamma, a.gamma);
     set(&mut gae.lambda, a.lambda);
+    set(&mut gae.masked_token, a.masked_token);
+    if gae.masked_token == MaskedToken::Reset && a.estimator != AdvantageEstimator::ReinforcePp {
+        return Err("--masked-token reset applies to --estimator reinforce_pp only".to_owned());
+    }
     if gae.validate().is_err() {
         return Err("--gamma and --lambda must be in [0, 1]".to_owned());
     }
@@ -178,10 +185,11 @@ pub fn advantage_options(a: &AdvArgs) -> Result<crate::cmd::advantages::Options,
             ..WhitenOptions::default()
         };
         set(&mut w.eps, a.whiten_eps);
+        set(&mut w.count_eps, a.whiten_count_eps);
         w
     });
     if whiten.is_some_and(|w| w.validate().is_err()) {
-        return Err("--whiten-eps must be finite and >= 0".to_owned());
+        return Err("--whiten-eps and --whiten-count-eps must be finite and >= 0".to_owned());
     }
     Ok(crate::cmd::advantages::Options {
         estimator: a.estimator,
@@ -225,6 +233,12 @@ pub fn loss_options(a: &LossArgs) -> Result<LossOptions, String> {
     set(&mut o.clip_cov_lb, a.clip_cov_lb);
     set(&mut o.clip_cov_ub, a.clip_cov_ub);
     set(&mut o.kl_cov_coef, a.kl_cov_coef);
+    set(&mut o.gmpo_weight_floor, a.gmpo_weight_floor);
+    set(&mut o.bypass, a.bypass);
+    set(&mut o.vespo_k_pos, a.vespo_k_pos);
+    set(&mut o.vespo_lambda_pos, a.vespo_lambda_pos);
+    set(&mut o.vespo_k_neg, a.vespo_k_neg);
+    set(&mut o.vespo_lambda_neg, a.vespo_lambda_neg);
     set(&mut o.rollout.is_level, a.rollout_is);
     set(&mut o.rollout.is_threshold, a.rollout_is_threshold);
     set(&mut o.rollout.is_threshold_low, a.rollout_is_threshold_low);

@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 
 use care_core::grpo::{
-    AdvantageEstimator, Aggregation, Baseline, IsLevel, KlEstimator, LossPreset, PolicyLoss,
-    Preset, RatioLevel, RejectionMode, Reweight, Scale, SequenceCount, SingletonPolicy, StdKind,
+    AdvantageEstimator, Aggregation, Baseline, Bypass, IsLevel, KlEstimator, LossPreset,
+    MaskedToken, PolicyLoss, Preset, RatioLevel, RejectionMode, Reweight, Scale, SequenceCount,
+    SingletonPolicy, StdKind,
 };
 use care_core::{
     GeneratorOptions, MissingPolicy, Named, PreferenceOptions, RangePolicy, ScoreScale,
@@ -49,6 +50,7 @@ pub fn flag_of(field: &str) -> String {
         "global_sequences" => "--global-seqs".to_owned(),
         "ratio_level" => "--ratio".to_owned(),
         "rollout.reject" => "--rollout-rs-threshold".to_owned(),
+        "rollout.is_level" => "--rollout-is".to_owned(),
         f => format!("--{}", f.replace(['_', '.'], "-")),
     }
 }
@@ -339,7 +341,8 @@ pub struct AdvArgs {
     /// A floor under the std before eps is added: max(std, X) (default 0 = off).
     #[arg(long, value_name = "X")]
     pub std_floor: Option<f64>,
-    /// A factor on every advantage (default none; gpg: N / (N - M)).
+    /// A factor on every advantage (default none; gpg: N / (N - M); nonzero: verl's
+    /// N / count_nonzero(rewards)).
     #[arg(long, value_parser = named::<Reweight>())]
     pub reweight: Option<Reweight>,
     /// The estimator (default group; gae and reinforce_pp read token rewards).
@@ -351,6 +354,10 @@ pub struct AdvArgs {
     /// GAE lambda, in [0, 1] (default 1).
     #[arg(long, value_name = "X")]
     pub lambda: Option<f64>,
+    /// reinforce_pp: what a masked token does to the returns (default skip, verl since
+    /// 2026-08; reset: the return restarts at 0 before it, verl before).
+    #[arg(long, value_parser = named::<MaskedToken>())]
+    pub masked_token: Option<MaskedToken>,
     /// Whiten the token advantages over the line's counted tokens (verl's gae, REINFORCE++ and
     /// REINFORCE++-baseline do): (x - mean) / sqrt(var + eps), var by --std.
     #[arg(long)]
@@ -358,6 +365,9 @@ pub struct AdvArgs {
     /// The eps of --whiten (default 1e-8).
     #[arg(long, value_name = "X", requires = "whiten")]
     pub whiten_eps: Option<f64>,
+    /// Added to the count in --whiten's means (default 0; verl's masked_mean: 1e-8).
+    #[arg(long, value_name = "X", requires = "whiten")]
+    pub whiten_count_eps: Option<f64>,
 }
 
 /// `--kl`: a KL estimator of the core, or `none` (no KL term, whatever `--beta` says).
@@ -452,9 +462,29 @@ pub struct LossArgs {
     /// Clip-Cov: upper end of the covariance window (default 5).
     #[arg(long, value_name = "X")]
     pub clip_cov_ub: Option<f64>,
-    /// KL-Cov: coefficient of |log ratio| on selected tokens (default 1).
+    /// KL-Cov: coefficient of |log ratio| on selected tokens (default 1; verl_kl_cov: 0.1).
     #[arg(long, value_name = "X")]
     pub kl_cov_coef: Option<f64>,
+    /// GMPO: the floor under the rollout weights in their geometric mean, ln(w + X) (default
+    /// 0; verl_geo_mean: 1e-10).
+    #[arg(long, value_name = "X")]
+    pub gmpo_weight_floor: Option<f64>,
+    /// VESPO: the Gamma weight's power k for A >= 0 (default 2).
+    #[arg(long, value_name = "X")]
+    pub vespo_k_pos: Option<f64>,
+    /// VESPO: its decay lambda for A >= 0 (default 3).
+    #[arg(long, value_name = "X")]
+    pub vespo_lambda_pos: Option<f64>,
+    /// VESPO: k for A < 0 (default 3).
+    #[arg(long, value_name = "X")]
+    pub vespo_k_neg: Option<f64>,
+    /// VESPO: lambda for A < 0 (default 2).
+    #[arg(long, value_name = "X")]
+    pub vespo_lambda_neg: Option<f64>,
+    /// verl's bypass mode: "logp_rollout" stands in for the missing "logp_old" and the
+    /// importance weights are reported, not applied (on, or off; verl_bypass: on).
+    #[arg(long, value_parser = named::<Bypass>())]
+    pub bypass: Option<Bypass>,
     /// Rollout correction (with "logp_rollout" in the input): importance weights (default off).
     #[arg(long, value_parser = named::<IsLevel>())]
     pub rollout_is: Option<IsLevel>,

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use care_cli::analyze::charts::{self, DIM_COLORS, OUTCOME_COLORS, TIE_COLOR, hex, variant_color};
 use care_cli::analyze::report::{self, Meta};
-use care_cli::analyze::{Acc, Options, analyze};
+use care_cli::analyze::{Acc, Options, Settings, analyze, analyze_with};
 use care_cli::engine::EngineOptions;
 
 // ---------------------------------------------------------------------------------------------
@@ -249,20 +249,66 @@ fn run(lines: &[String], opts: &Options, threads: usize, dir: &Path) -> (Acc, St
     (acc, String::from_utf8(errors).unwrap())
 }
 
-/// A CSV of the report as rows of `column -> value` (our golden data has no quoted fields).
+fn run_with(lines: &[String], opts: &Options, settings: Settings, dir: &Path) -> (Acc, String) {
+    let input = lines.join("\n") + "\n";
+    let mut errors = Vec::new();
+    let eopts = EngineOptions {
+        threads: 2,
+        chunk_lines: 7,
+        ..EngineOptions::default()
+    };
+    let acc = analyze_with(opts, settings, input.as_bytes(), &eopts, &mut errors).unwrap();
+    report::write(dir, &acc, &Meta::default()).unwrap();
+    (acc, String::from_utf8(errors).unwrap())
+}
+
+fn compare(pairs: &[(&str, &str)]) -> Settings {
+    Settings {
+        compare: pairs
+            .iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect(),
+        ..Settings::default()
+    }
+}
+
+/// The fields of CSV text (RFC 4180: quoted fields may hold commas, quotes and line breaks).
+fn csv_records(text: &str) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    let mut row = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut field)),
+            (false, '\r') => {}
+            (false, '\n') => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => field.push(c),
+        }
+    }
+    rows
+}
+
+/// A CSV of the report as rows of `column -> value`.
 fn csv(dir: &Path, name: &str) -> Vec<BTreeMap<String, String>> {
     let text = std::fs::read_to_string(dir.join(format!("{name}.csv"))).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    lines
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            assert_eq!(f.len(), header.len(), "{name}: {l}");
-            header
-                .iter()
-                .zip(f)
-                .map(|(h, v)| ((*h).to_owned(), v.to_owned()))
-                .collect()
+    let mut records = csv_records(&text).into_iter();
+    let header = records.next().unwrap();
+    records
+        .map(|f| {
+            assert_eq!(f.len(), header.len(), "{name}: {f:?}");
+            header.iter().cloned().zip(f).collect()
         })
         .collect()
 }
@@ -548,6 +594,773 @@ fn the_report_does_not_depend_on_the_thread_count() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Comparisons, trends, valence, verdicts, label sets, reward health: planted answers.
+
+fn close(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol
+}
+
+/// Independent samples: the win, tie and loss rates of sft (5, 3, 4 of 12) and rl (9, 2, 1
+/// of 12) by Newcombe's hybrid score interval (the values computed apart from this code, from
+/// the formula of Newcombe 1998, method 10), and Welch's interval for r_pref.
+#[test]
+fn golden_comparison_of_independent_variants() {
+    let dir = scratch_dir("compare_independent");
+    let (_, errors) = run_with(
+        &golden_lines(),
+        &Options::default(),
+        compare(&[("sft", "rl"), ("sft", "nope")]),
+        &dir,
+    );
+    assert_eq!(errors, "");
+    let rows = csv(&dir, "comparison");
+    let expected = [
+        (
+            "win",
+            5.0 / 12.0,
+            9.0 / 12.0,
+            (-0.6087424558111219, 0.05305812721204661),
+        ),
+        (
+            "tie",
+            3.0 / 12.0,
+            2.0 / 12.0,
+            (-0.24086659994491413, 0.3899678993813608),
+        ),
+        (
+            "loss",
+            4.0 / 12.0,
+            1.0 / 12.0,
+            (-0.08362203271094643, 0.5344090516691637),
+        ),
+    ];
+    for (m, a, b, (lo, hi)) in expected {
+        let r = find(&rows, &[("view", "preference"), ("measure", m)]);
+        assert_eq!((f(r, "value_a"), f(r, "value_b")), (a, b), "{m}");
+        assert!(close(f(r, "difference"), a - b, 1e-15));
+        assert!(
+            close(f(r, "difference_lo"), lo, 1e-12) && close(f(r, "difference_hi"), hi, 1e-12),
+            "{m}: {r:?}"
+        );
+        assert_eq!(r["method"], "newcombe");
+        assert_eq!(r["pairs"], "");
+    }
+    // Weights by turn: sft and rl share turns 1 and 2; one row per dimension.
+    let t1 = find(
+        &rows,
+        &[
+            ("view", "weights_by_turn"),
+            ("group", "1"),
+            ("measure", "Affective"),
+        ],
+    );
+    // sft turn 1: 3 x 0.25 + 0.5 over 4 = 0.3125; rl turn 1: 0.5625.
+    assert_eq!((f(t1, "value_a"), f(t1, "value_b")), (0.3125, 0.5625));
+    assert_eq!(t1["method"], "welch");
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r["view"] == "weights_by_turn" && r["group"] == "3")
+    );
+    // Valence: sft is all joy (positive), rl all negative: nothing to compare by valence.
+    assert!(!rows.iter().any(|r| r["view"] == "weights_by_valence"));
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("![sft - rl: preference](compare_1_preference.svg)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("--compare sft,nope: no line names the variant \"nope\""),
+        "{md}"
+    );
+}
+
+/// Lines of variant `v`: one pair per id with the outcome planted by `win`, optionally with
+/// `r_pref`, optionally without ids (then nothing pairs).
+fn reward_pairs(v: &str, outcomes: &[bool], r_pref: Option<&[f64]>, ids: bool) -> Vec<String> {
+    outcomes
+        .iter()
+        .enumerate()
+        .map(|(i, &win)| {
+            let (c, r) = if win { (1, 0) } else { (0, 1) };
+            let id = if ids {
+                format!("\"id\":\"p{i}\",")
+            } else {
+                String::new()
+            };
+            let p = r_pref.map_or(String::new(), |x| format!(",\"r_pref\":{}", x[i]));
+            format!("{{{id}\"variant\":\"{v}\",\"chosen_reward\":{c},\"rejected_reward\":{r}{p}}}")
+        })
+        .collect()
+}
+
+/// Paired data give the paired intervals: win rates on the 2x2 table of Fagerland, Lydersen
+/// and Laake's Cavo et al. example (59 both, 6 first only, 16 second only, 80 neither:
+/// -0.1186 to -0.0046), and r_pref on R's sleep data scaled by 1/10 (paired t: -0.24598858 to
+/// -0.07001142; Welch when the ids are dropped: -0.33654832 to 0.02054832).
+#[test]
+fn golden_comparison_of_paired_variants() {
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for (n, (x, y)) in [
+        (59, (true, true)),
+        (6, (true, false)),
+        (16, (false, true)),
+        (80, (false, false)),
+    ] {
+        for _ in 0..n {
+            a.push(x);
+            b.push(y);
+        }
+    }
+    let g1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0].map(|x| x / 10.0);
+    let g2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4].map(|x| x / 10.0);
+    let ten = [true; 10];
+    let lines = |ids: bool| {
+        let mut l = reward_pairs("A", &a, None, ids);
+        l.extend(reward_pairs("B", &b, None, ids));
+        l.extend(reward_pairs("S1", &ten, Some(&g1), ids));
+        l.extend(reward_pairs("S2", &ten, Some(&g2), ids));
+        l
+    };
+    let dir = scratch_dir("compare_paired");
+    let (_, errors) = run_with(
+        &lines(true),
+        &Options::default(),
+        compare(&[("A", "B"), ("S1", "S2")]),
+        &dir,
+    );
+    assert_eq!(errors, "");
+    let rows = csv(&dir, "comparison");
+    let win = find(
+        &rows,
+        &[("a", "A"), ("view", "preference"), ("measure", "win")],
+    );
+    assert_eq!(win["method"], "newcombe_paired");
+    assert_eq!(u(win, "pairs"), 161);
+    assert!(close(f(win, "difference"), -10.0 / 161.0, 1e-15));
+    assert!(
+        close(f(win, "difference_lo"), -0.1186, 5e-5)
+            && close(f(win, "difference_hi"), -0.0046, 5e-5),
+        "{win:?}"
+    );
+    let r = find(&rows, &[("a", "S1"), ("measure", "mean_r_pref")]);
+    assert_eq!((r["method"].as_str(), u(r, "pairs")), ("paired_t", 10));
+    assert!(
+        close(f(r, "difference_lo"), -0.24598858, 5e-8)
+            && close(f(r, "difference_hi"), -0.07001142, 5e-8)
+    );
+
+    let dir = scratch_dir("compare_unpaired");
+    run_with(
+        &lines(false),
+        &Options::default(),
+        compare(&[("S1", "S2")]),
+        &dir,
+    );
+    let rows = csv(&dir, "comparison");
+    let r = find(&rows, &[("measure", "mean_r_pref")]);
+    assert_eq!(r["method"], "welch");
+    assert!(
+        close(f(r, "difference_lo"), -0.33654832, 5e-8)
+            && close(f(r, "difference_hi"), 0.02054832, 5e-8)
+    );
+}
+
+/// Paired rubrics and responses: the same ids under two variants give the paired t for the
+/// weights (R's sleep data scaled by 1/100 on Cognitive: -0.024598858 to -0.007001142) and
+/// Newcombe's paired interval for a tactic's share (the Cavo et al. table again).
+#[test]
+fn golden_paired_weights_and_tactics() {
+    let g1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0];
+    let g2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4];
+    let mut lines = Vec::new();
+    for (v, g) in [("X", g1), ("Y", g2)] {
+        for (i, x) in g.iter().enumerate() {
+            lines.push(weights_line(
+                v,
+                1,
+                [0.3 + x / 100.0, 0.4 - x / 100.0, 0.3],
+                Some(i),
+            ));
+        }
+    }
+    let mut k = 0;
+    for (n, (x, y)) in [
+        (59, (true, true)),
+        (6, (true, false)),
+        (16, (false, true)),
+        (80, (false, false)),
+    ] {
+        for _ in 0..n {
+            for (v, uses) in [("X", x), ("Y", y)] {
+                let t = if uses {
+                    "[\"advice\"]"
+                } else {
+                    "[\"validation\"]"
+                };
+                lines.push(format!(
+                    "{{\"id\":\"r{k}\",\"variant\":\"{v}\",\"tactics\":{t}}}"
+                ));
+            }
+            k += 1;
+        }
+    }
+    let dir = scratch_dir("compare_paired_weights");
+    let (_, errors) = run_with(&lines, &Options::default(), compare(&[("X", "Y")]), &dir);
+    assert_eq!(errors, "");
+    let rows = csv(&dir, "comparison");
+    for view in ["weights", "weights_by_turn"] {
+        let r = find(&rows, &[("view", view), ("measure", "Cognitive")]);
+        assert_eq!(
+            (r["method"].as_str(), u(r, "pairs")),
+            ("paired_t", 10),
+            "{view}"
+        );
+        assert!(
+            close(f(r, "difference_lo"), -0.024598858, 5e-9)
+                && close(f(r, "difference_hi"), -0.007001142, 5e-9),
+            "{view}: {r:?}"
+        );
+    }
+    let a = find(&rows, &[("view", "strategy"), ("measure", "advice")]);
+    assert_eq!(
+        (a["method"].as_str(), u(a, "pairs")),
+        ("newcombe_paired", 161)
+    );
+    assert!(
+        close(f(a, "difference_lo"), -0.1186, 5e-5) && close(f(a, "difference_hi"), -0.0046, 5e-5)
+    );
+    // One id used twice by X: that group is no longer paired.
+    let mut dup = lines.clone();
+    dup.push(weights_line("X", 1, [0.3, 0.4, 0.3], Some(0)));
+    let dir = scratch_dir("compare_dup");
+    run_with(&dup, &Options::default(), compare(&[("X", "Y")]), &dir);
+    let rows = csv(&dir, "comparison");
+    let r = find(
+        &rows,
+        &[("view", "weights_by_turn"), ("measure", "Cognitive")],
+    );
+    assert_eq!(r["method"], "welch");
+}
+
+/// One rubric line as care validate reports it.
+fn weights_line(variant: &str, turn: u32, w: [f64; 3], id: Option<usize>) -> String {
+    let id = id.map_or(String::new(), |i| format!("\"id\":{i},"));
+    format!(
+        "{{{id}\"variant\":\"{variant}\",\"turn\":{turn},\"format_reward\":1,\"violations\":[],\
+         \"weights\":[{},{},{}],\"criteria\":[2,2,2]}}",
+        w[0], w[1], w[2]
+    )
+}
+
+/// Trends: Cognitive rises by exactly 1/32 a turn and Affective falls by as much (weights on a
+/// dyadic grid, so every mean is exact): they are equal at turn 7 and Cognitive overtakes
+/// Affective at turn 8, Proactive (5/16) at turn 7, and Proactive overtakes Affective at 9. A
+/// noisy copy (balanced noise: the same per-turn means) crosses at 8 too, and its bootstrap
+/// interval is [7, 8]: at turn 7 the two are equal, so a resample may already cross there.
+#[test]
+fn golden_trend_and_crossing() {
+    let mut lines = Vec::new();
+    let w = |t: u32| {
+        let t = f64::from(t) / 32.0;
+        [0.125 + t, 0.5625 - t, 0.3125]
+    };
+    for t in 1..=10 {
+        for _ in 0..3 {
+            lines.push(weights_line("exact", t, w(t), None));
+        }
+        for (k, e) in [-1.0, 0.0, 1.0, 0.5, -0.5].iter().enumerate() {
+            let mut x = w(t);
+            x[0] += e / 64.0;
+            x[1] -= e / 64.0;
+            lines.push(weights_line("noisy", t, x, Some(k)));
+        }
+    }
+    let dir = scratch_dir("trend");
+    let (_, errors) = run_with(&lines, &Options::default(), Settings::default(), &dir);
+    assert_eq!(errors, "");
+    let trend = csv(&dir, "trend");
+    let cog = find(&trend, &[("variant", "exact"), ("dimension", "Cognitive")]);
+    assert!(close(f(cog, "slope"), 1.0 / 32.0, 1e-14), "{cog:?}");
+    assert!(
+        close(f(cog, "slope_lo"), 1.0 / 32.0, 1e-9) && close(f(cog, "slope_hi"), 1.0 / 32.0, 1e-9)
+    );
+    let aff = find(&trend, &[("variant", "exact"), ("dimension", "Affective")]);
+    assert!(close(f(aff, "slope"), -1.0 / 32.0, 1e-14));
+    let pro = find(&trend, &[("variant", "exact"), ("dimension", "Proactive")]);
+    assert!(close(f(pro, "slope"), 0.0, 1e-14));
+    let noisy = find(&trend, &[("variant", "noisy"), ("dimension", "Cognitive")]);
+    assert!(close(f(noisy, "slope"), 1.0 / 32.0, 1e-14));
+    assert!(f(noisy, "slope_lo") < 1.0 / 32.0 && 1.0 / 32.0 < f(noisy, "slope_hi"));
+    assert_eq!(u(noisy, "rubrics"), 50);
+
+    let cross = csv(&dir, "crossing");
+    let row = |v: &str, a: &str, b: &str| {
+        let r = find(
+            &cross,
+            &[("variant", v), ("overtaking", a), ("overtaken", b)],
+        );
+        (
+            u(r, "turn"),
+            r["turn_lo"].parse::<u64>().ok(),
+            r["turn_hi"].parse::<u64>().ok(),
+            u(r, "replicates"),
+        )
+    };
+    assert_eq!(
+        row("exact", "Cognitive", "Affective"),
+        (8, Some(8), Some(8), 1000)
+    );
+    assert_eq!(
+        row("exact", "Cognitive", "Proactive"),
+        (7, Some(7), Some(7), 1000)
+    );
+    assert_eq!(
+        row("exact", "Proactive", "Affective"),
+        (9, Some(9), Some(9), 1000)
+    );
+    assert_eq!(cross.iter().filter(|r| r["variant"] == "exact").count(), 3);
+    let (t, lo, hi, reps) = row("noisy", "Cognitive", "Affective");
+    assert_eq!((t, lo, hi, reps), (8, Some(7), Some(8), 1000));
+}
+
+/// Valence: the default map merges sadness and anger into negative and joy into positive; an
+/// override moves an emotion.
+#[test]
+fn golden_weights_by_valence() {
+    let dir = scratch_dir("valence");
+    let (acc, _) = run_with(
+        &golden_lines(),
+        &Options::default(),
+        Settings::default(),
+        &dir,
+    );
+    let rows = csv(&dir, "weights_by_valence");
+    // rl: sadness 2 x W_AFF2 + 2 x W_AFF, anger W_COG, W_AFF, W_TIE, W_PRO.
+    let planted = [W_AFF2, W_AFF2, W_AFF, W_AFF, W_COG, W_AFF, W_TIE, W_PRO];
+    let neg = find(&rows, &[("variant", "rl"), ("valence", "negative")]);
+    assert_eq!(u(neg, "n"), 8);
+    for (d, name) in ["cognitive", "affective", "proactive"].iter().enumerate() {
+        let exact: f64 = planted.iter().map(|w| w[d]).sum::<f64>() / 8.0;
+        assert_eq!(f(neg, name), exact, "{name}");
+    }
+    assert_eq!(f(neg, "affective"), 0.4375);
+    let pos = find(&rows, &[("variant", "sft"), ("valence", "positive")]);
+    assert_eq!(u(pos, "n"), 13);
+    assert!(
+        !rows.iter().any(|r| r["valence"] == "neutral"),
+        "no surprise rubric"
+    );
+    let dom = csv(&dir, "dominant_by_valence");
+    let d = find(&dom, &[("variant", "rl"), ("valence", "negative")]);
+    assert_eq!(
+        (
+            u(d, "cognitive"),
+            u(d, "affective"),
+            u(d, "proactive"),
+            u(d, "tie")
+        ),
+        (1, 5, 1, 1)
+    );
+    assert!(acc.valence.names.len() == 3);
+
+    let dir = scratch_dir("valence_override");
+    let settings = Settings {
+        valence: Some(
+            care_cli::analyze::vocab::Valence::new(
+                &care_cli::analyze::Emotions::default(),
+                "anger=hostile",
+            )
+            .unwrap(),
+        ),
+        ..Settings::default()
+    };
+    run_with(&golden_lines(), &Options::default(), settings, &dir);
+    let rows = csv(&dir, "weights_by_valence");
+    assert_eq!(
+        u(
+            find(&rows, &[("variant", "rl"), ("valence", "negative")]),
+            "n"
+        ),
+        4
+    );
+    assert_eq!(
+        u(
+            find(&rows, &[("variant", "rl"), ("valence", "hostile")]),
+            "n"
+        ),
+        4
+    );
+
+    // Another vocabulary: the default map has no entry for it, so no valence view.
+    let opts = Options {
+        emotions: care_cli::analyze::Emotions::parse_list("calm,tense").unwrap(),
+        ..Options::default()
+    };
+    let lines =
+        vec![weights_line("v", 1, W_AFF, None).replace("\"turn\":1", "\"emotion\":\"tense\"")];
+    let dir = scratch_dir("valence_vocab");
+    let (acc, errors) = run_with(&lines, &opts, Settings::default(), &dir);
+    assert_eq!(errors, "");
+    assert!(acc.valence.names.is_empty());
+    assert!(csv(&dir, "weights_by_valence").is_empty());
+}
+
+/// The settings from the command line and from `--config`: the file's values, replaced by
+/// the flags given; bad values are usage errors (status 2) that name the flag.
+#[test]
+fn the_binary_reads_settings_from_flags_and_config() {
+    let dir = scratch_dir("bin_settings");
+    let input = dir.join("in.jsonl");
+    let mut lines = reward_pairs("A", &[true, false, true], None, true);
+    lines.extend(reward_pairs("B", &[false, false, true], None, true));
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let cfg = dir.join("cfg.json");
+    std::fs::write(
+        &cfg,
+        r#"{"compare": [["B", "A"]], "valence": {"surprise": "positive"}, "seed": 3, "health": {"length_rho": 0.2}}"#,
+    )
+    .unwrap();
+    let out = dir.join("r");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "analyze",
+            input.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        care(&args)
+    };
+    let o = run(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows = csv(&out, "comparison");
+    assert!(rows.iter().all(|r| r["a"] == "B" && r["b"] == "A"));
+    assert_eq!(
+        find(&rows, &[("measure", "win")])["method"],
+        "newcombe_paired"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("surprise: positive"), "{md}");
+    assert!(
+        md.contains("length_rho 0.2") && md.contains("seed 3"),
+        "{md}"
+    );
+    let o = run(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--compare",
+        "A,B",
+        "--seed",
+        "9",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(csv(&out, "comparison").iter().all(|r| r["a"] == "A"));
+    assert!(
+        std::fs::read_to_string(out.join("report.md"))
+            .unwrap()
+            .contains("seed 9")
+    );
+    for (bad, needle) in [
+        (vec!["--compare", "A"], "--compare"),
+        (vec!["--compare", "A,A"], "--compare"),
+        (vec!["--valence", "boredom=negative"], "--valence"),
+        (vec!["--labels", "paper"], "--labels"),
+        (vec!["--health", "lenght_rho=1"], "--health"),
+        (vec!["--turn-buckets", "5-1"], "--turn-buckets"),
+        (vec!["--bootstrap", "0"], "--bootstrap"),
+    ] {
+        let o = run(&bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(needle),
+            "{bad:?}"
+        );
+    }
+    std::fs::write(&cfg, r#"{"compare": [["A", "B"]], "colour": "red"}"#).unwrap();
+    let o = run(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown field `colour`"));
+}
+
+/// The paper's human evaluation (Appendix G): 224, 104 and 107 selections of CARE(R), MICA and
+/// RLVER are 51.5%, 23.9% and 24.6%; a pairwise judge's win - loss with its paired interval.
+#[test]
+fn golden_verdicts() {
+    let mut lines = Vec::new();
+    for (system, n) in [("CARE(R)", 224), ("MICA", 104), ("RLVER", 107)] {
+        for _ in 0..n {
+            lines.push(format!(
+                "{{\"verdict\":{{\"judge\":\"human\",\"systems\":[\"MICA\",\"RLVER\",\"CARE(R)\"],\"choice\":\"{system}\"}}}}"
+            ));
+        }
+    }
+    for (result, mirror, n) in [("win", "loss", 10), ("tie", "tie", 3), ("loss", "win", 7)] {
+        for i in 0..n {
+            // Written from MICA's side every other time: the same verdicts.
+            let (a, b, r) = if i % 2 == 0 {
+                ("CARE", "MICA", result)
+            } else {
+                ("MICA", "CARE", mirror)
+            };
+            lines.push(format!(
+                "{{\"verdict\":{{\"judge\":\"gpt\",\"a\":\"{a}\",\"b\":\"{b}\",\"result\":\"{r}\"}}}}"
+            ));
+        }
+    }
+    let dir = scratch_dir("verdicts");
+    let (_, errors) = run_with(
+        &lines,
+        &Options::default(),
+        compare(&[("CARE(R)", "MICA")]),
+        &dir,
+    );
+    assert_eq!(errors, "");
+    let rows = csv(&dir, "verdicts");
+    for (system, k, paper) in [
+        ("CARE(R)", 224, 51.5),
+        ("MICA", 104, 23.9),
+        ("RLVER", 107, 24.6),
+    ] {
+        let r = find(&rows, &[("judge", "human"), ("measure", system)]);
+        assert_eq!((u(r, "count"), u(r, "verdicts")), (k, 435));
+        let share = f(r, "share");
+        assert_eq!(share, k as f64 / 435.0);
+        assert_eq!(
+            format!("{:.1}", share * 100.0),
+            format!("{paper:.1}"),
+            "{system}"
+        );
+        let ci = care_cli::analyze::stats::wilson95(k, 435).unwrap();
+        assert_eq!((f(r, "share_lo"), f(r, "share_hi")), (ci.lo, ci.hi));
+    }
+    let d = find(&rows, &[("judge", "human"), ("measure", "CARE(R) - MICA")]);
+    assert!(close(f(d, "share"), 120.0 / 435.0, 1e-15));
+    assert_eq!(d["method"], "newcombe_paired");
+    let ci = care_cli::analyze::stats::newcombe_paired(0, 224, 104, 107).unwrap();
+    assert_eq!((f(d, "share_lo"), f(d, "share_hi")), (ci.lo, ci.hi));
+    let w = find(&rows, &[("judge", "gpt"), ("measure", "CARE: win")]);
+    assert_eq!((u(w, "count"), u(w, "verdicts")), (10, 20));
+    let net = find(&rows, &[("judge", "gpt"), ("measure", "CARE: win - loss")]);
+    assert!(close(f(net, "share"), 3.0 / 20.0, 1e-15));
+}
+
+/// Appendix E's labels: `appraisal` is read, `other` is its own label with no dimension, and
+/// ESConv's `Others` is unknown there (listed by name under --unknown-label ignore).
+#[test]
+fn golden_appendix_e_labels() {
+    let opts = Options {
+        label_set: care_cli::analyze::vocab::LabelSet::appendix_e(),
+        labels: care_core::UnknownLabelPolicy::Ignore,
+        ..Options::default()
+    };
+    let lines: Vec<String> = [
+        r#"{"variant":"CARE(R)","tactics":["appraisal","other"]}"#,
+        r#"{"variant":"CARE(R)","tactics":["reappraisal","Others","hug"]}"#,
+        r#"{"variant":"CARE(R)","tactics":["emotional expression","hug"]}"#,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let dir = scratch_dir("appendix_e");
+    let (acc, errors) = run_with(&lines, &opts, Settings::default(), &dir);
+    assert_eq!(errors, "");
+    assert_eq!(acc.label_set.name, "appendix-e");
+    let rows = csv(&dir, "strategy_by_variant");
+    let appraisal = find(&rows, &[("label", "appraisal")]);
+    assert_eq!(
+        (u(appraisal, "uses"), appraisal["dimension"].as_str()),
+        (2, "Cognitive")
+    );
+    let other = find(&rows, &[("label", "other")]);
+    assert_eq!((u(other, "uses"), other["dimension"].as_str()), (1, "–"));
+    let chart = report::all_charts(&acc)
+        .unwrap()
+        .into_iter()
+        .find(|c| c.file == "unknown_labels.svg")
+        .unwrap();
+    let png = dir.join("png");
+    std::fs::create_dir_all(&png).unwrap();
+    check_chart(&dir, &chart, &[TIE_COLOR], &png);
+    let unknown = csv(&dir, "unknown_labels");
+    assert_eq!(unknown.len(), 2);
+    assert_eq!(
+        (unknown[0]["label"].as_str(), u(&unknown[0], "occurrences")),
+        ("hug", 2)
+    );
+    assert_eq!(
+        (unknown[1]["label"].as_str(), u(&unknown[1], "occurrences")),
+        ("Others", 1)
+    );
+    // Under the default policy the line is skipped, naming the label and the set.
+    let strict = Options {
+        labels: care_core::UnknownLabelPolicy::Error,
+        ..opts
+    };
+    let (_, errors) = run_with(
+        &lines[1..2],
+        &strict,
+        Settings::default(),
+        &scratch_dir("appendix_e_strict"),
+    );
+    assert!(
+        errors.contains("unknown_label")
+            && errors.contains("Others")
+            && errors.contains("appendix-e"),
+        "{errors}"
+    );
+}
+
+/// One care reward output line: a group with its rubric status, responses (reward, status,
+/// judge answers, scores) and lengths.
+fn reward_line(
+    turn: u32,
+    status: &str,
+    attempts: u32,
+    responses: &[(Option<f64>, u32, [u8; 2], u64)],
+) -> String {
+    let rubric = if status == "ok" {
+        format!(
+            "\"rubric\":{},",
+            rubric([0.5, 0.25, 0.25], [2, 2, 2], &format!("h{turn}"))
+        )
+    } else {
+        String::new()
+    };
+    let repairs: Vec<String> = (1..attempts)
+        .map(|a| format!("{{\"attempt\":{a},\"codes\":[\"weight_sum\"]}}"))
+        .collect();
+    let resp: Vec<String> = responses
+        .iter()
+        .map(|(r, j, s, _)| {
+            let reward = r.map_or("null".to_owned(), |x| x.to_string());
+            let st = if r.is_some() { "ok" } else { "judge_invalid" };
+            format!(
+                "{{\"reward\":{reward},\"status\":\"{st}\",\"scores\":[[{},{}],[{},{}],[{},{}]],\"judge_attempts\":{j}}}",
+                s[0], s[1], s[0], s[1], s[0], s[1]
+            )
+        })
+        .collect();
+    let chars: Vec<String> = responses.iter().map(|x| x.3.to_string()).collect();
+    format!(
+        "{{\"variant\":\"run\",\"turn\":{turn},\"rubric_status\":\"{status}\",{rubric}\"rubric_attempts\":{attempts},\
+         \"repairs\":[{}],\"responses\":[{}],\"response_chars\":[{}]}}",
+        repairs.join(","),
+        resp.join(","),
+        chars.join(",")
+    )
+}
+
+/// Reward health from care reward lines, every count planted: 4 groups, one without a rubric,
+/// one repaired; one flat group; scores at 5 and 0 in known numbers; one retried judge; one
+/// null reward.
+#[test]
+fn golden_health_from_care_reward_lines() {
+    let lines = vec![
+        // Turn 1: rewards 0.5, 0.5 (flat); scores (5,5) and (5,0); 100 and 200 characters.
+        reward_line(
+            1,
+            "ok",
+            1,
+            &[(Some(0.5), 1, [5, 5], 100), (Some(0.5), 1, [5, 0], 200)],
+        ),
+        // Turn 5: 0.2, 0.8, one null after 3 judge answers; repaired once.
+        reward_line(
+            5,
+            "ok",
+            2,
+            &[
+                (Some(0.2), 1, [1, 2], 50),
+                (Some(0.8), 2, [4, 4], 400),
+                (None, 3, [0, 0], 10),
+            ],
+        ),
+        // Turn 9: 0.1, 0.9.
+        reward_line(
+            9,
+            "ok",
+            1,
+            &[(Some(0.1), 1, [2, 2], 30), (Some(0.9), 1, [3, 3], 300)],
+        ),
+        // Turn 9 again: no valid rubric.
+        reward_line(9, "invalid_rubric", 3, &[]),
+    ];
+    let dir = scratch_dir("health_reward_lines");
+    let (_, errors) = run_with(&lines, &Options::default(), Settings::default(), &dir);
+    assert_eq!(errors, "");
+    let l = csv(&dir, "health_loop");
+    let run = &l[0];
+    assert_eq!(
+        (
+            u(run, "responses"),
+            u(run, "groups"),
+            u(run, "invalid_rubric")
+        ),
+        (7, 4, 1)
+    );
+    assert_eq!(f(run, "null_reward"), 1.0 / 7.0);
+    assert_eq!(f(run, "judge_retried"), 2.0 / 7.0);
+    assert_eq!(f(run, "rubric_failure"), 0.25);
+    assert_eq!(
+        f(run, "rubric_repaired"),
+        2.0 / 4.0,
+        "turn 5 repaired once, turn 9's two repairs"
+    );
+    assert_eq!(run["statuses"], "judge_invalid: 1, ok: 6");
+    let g = csv(&dir, "health_groups");
+    let all = find(&g, &[("turns", "all")]);
+    assert_eq!((u(all, "groups"), u(all, "zero_spread")), (3, 1));
+    let b0 = find(&g, &[("turns", "0-3")]);
+    assert_eq!((u(b0, "groups"), u(b0, "zero_spread")), (1, 1));
+    let s = csv(&dir, "health_scores");
+    let cog = find(&s, &[("dimension", "Cognitive"), ("criterion", "all")]);
+    // 14 scores: 5s at (5,5), (5,_): 3; 0s at (_,0), (0,0): 3.
+    assert_eq!(u(cog, "scores"), 14);
+    assert_eq!(
+        (f(cog, "ceiling"), f(cog, "floor")),
+        (3.0 / 14.0, 3.0 / 14.0)
+    );
+    let first = find(&s, &[("dimension", "Cognitive"), ("criterion", "1")]);
+    assert_eq!(f(first, "ceiling"), 2.0 / 7.0);
+    let e = csv(&dir, "health_entropy");
+    let h = -(0.5f64 * 0.5f64.ln() + 2.0 * 0.25 * 0.25f64.ln());
+    let all = find(&e, &[("turn", "all")]);
+    assert_eq!(u(all, "rubrics"), 3);
+    assert!(close(f(all, "entropy"), h, 1e-15));
+    let len = csv(&dir, "health_length");
+    let all = find(&len, &[("turns", "all")]);
+    assert_eq!(u(all, "responses"), 6, "the null reward has no point");
+    // Ranks of length 100, 200, 50, 400, 30, 300 against rewards 0.5, 0.5, 0.2, 0.8, 0.1, 0.9.
+    let rho = care_cli::analyze::stats::spearman(&[
+        (100.0, 0.5),
+        (200.0, 0.5),
+        (50.0, 0.2),
+        (400.0, 0.8),
+        (30.0, 0.1),
+        (300.0, 0.9),
+    ])
+    .unwrap();
+    assert_eq!(f(all, "spearman_rho"), rho);
+    // Length ranks 3, 4, 2, 6, 1, 5 against reward ranks 3.5, 3.5, 2, 5, 1, 6 (a tie shares
+    // its ranks): Sxy = 16, Sxx = 17.5, Syy = 17.
+    assert!(close(rho, 16.0 / (17.5f64 * 17.0).sqrt(), 1e-12), "{rho}");
+    let flags = csv(&dir, "health_flags");
+    let st = |c: &str| find(&flags, &[("check", c)])["status"].clone();
+    assert_eq!(st("zero_spread"), "FLAGGED", "1 of 3 groups > 0.25");
+    assert_eq!(st("null_reward"), "FLAGGED");
+    assert_eq!(st("rubric_failure"), "FLAGGED");
+    assert_eq!(st("ceiling"), "ok");
+    // rho = 0.928 on 6 points: the lower limit tanh(atanh(0.928) - 1.96 sqrt(1.06/3)) = 0.44.
+    assert_eq!(st("length_rho"), "FLAGGED");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Charts.
 
 fn rasterize(svg: &str) -> resvg::tiny_skia::Pixmap {
@@ -619,48 +1432,224 @@ fn every_chart_renders_with_its_series() {
     std::fs::create_dir_all(&png_dir).unwrap();
     for (file, colors) in expected {
         let chart = charts.iter().find(|c| c.file == file).unwrap();
-        // The file on disk is the chart.
-        assert_eq!(std::fs::read_to_string(dir.join(file)).unwrap(), chart.svg);
-        let p = rasterize(&chart.svg);
+        check_chart(&dir, chart, &colors, &png_dir);
+    }
+}
+
+/// A chart drawn as its file says: on disk, big enough, inked, each expected colour present,
+/// the legend named after its series, the title in the text; saved as PNG for a look.
+fn check_chart(
+    dir: &Path,
+    chart: &charts::Chart,
+    colors: &[plotters::style::RGBColor],
+    png_dir: &Path,
+) {
+    let file = chart.file.as_str();
+    assert_eq!(std::fs::read_to_string(dir.join(file)).unwrap(), chart.svg);
+    let p = rasterize(&chart.svg);
+    assert!(
+        p.width() >= 500 && p.height() >= 300,
+        "{file}: {}x{}",
+        p.width(),
+        p.height()
+    );
+    let white = p
+        .pixels()
+        .iter()
+        .filter(|px| (px.red(), px.green(), px.blue(), px.alpha()) == (255, 255, 255, 255))
+        .count();
+    let ink = p.pixels().len() - white;
+    assert!(
+        ink > p.pixels().len() / 50,
+        "{file}: only {ink} non-white pixels"
+    );
+    for &c in colors {
+        let k = pixels_of(&p, c);
+        assert!(k >= 30, "{file}: {} pixels of {}", k, hex(c));
         assert!(
-            p.width() >= 500 && p.height() >= 300,
-            "{file}: {}x{}",
-            p.width(),
-            p.height()
+            chart.svg.contains(&hex(c)),
+            "{file}: no element filled with {}",
+            hex(c)
         );
-        let white = p
-            .pixels()
+    }
+    // Legends are text in the SVG, named after their series.
+    for (name, c) in &chart.series {
+        assert!(
+            chart.svg.contains(&format!(">\n{name}\n</text>")),
+            "{file}: legend {name:?}"
+        );
+        assert!(pixels_of(&p, *c) > 0, "{file}: legend swatch {name}");
+    }
+    assert!(
+        chart
+            .svg
+            .contains(&chart.title.replace('&', "&amp;").replace('\'', "&apos;")),
+        "{file}: title"
+    );
+    p.save_png(png_dir.join(file.replace(".svg", ".png")))
+        .unwrap();
+}
+
+/// Every line kind at once: the golden set, trends, verdicts, paired pairs, health lines.
+fn all_kinds() -> Vec<String> {
+    let mut lines = golden_lines();
+    for t in 1..=6 {
+        for k in 0..3 {
+            let c = 0.25 + f64::from(t) / 32.0 + f64::from(k) / 128.0;
+            lines.push(weights_line(
+                "sft",
+                t,
+                [c, 0.5 - f64::from(t) / 32.0, 0.25 - f64::from(k) / 128.0],
+                Some(k as usize),
+            ));
+        }
+    }
+    for (system, n) in [("CARE(R)", 5), ("MICA", 3), ("RLVER", 2)] {
+        for _ in 0..n {
+            lines.push(format!(
+                "{{\"verdict\":{{\"judge\":\"human\",\"systems\":[\"MICA\",\"RLVER\",\"CARE(R)\"],\"choice\":\"{system}\"}}}}"
+            ));
+        }
+    }
+    let wins = [true, false, true, true, false, true];
+    lines.extend(reward_pairs(
+        "sft",
+        &wins,
+        Some(&[0.1, -0.2, 0.3, 0.2, -0.1, 0.4]),
+        true,
+    ));
+    lines.extend(reward_pairs(
+        "rl",
+        &[true; 6],
+        Some(&[0.2, 0.1, 0.3, 0.5, 0.1, 0.4]),
+        true,
+    ));
+    lines.push(reward_line(
+        1,
+        "ok",
+        1,
+        &[
+            (Some(0.5), 1, [5, 5], 100),
+            (Some(0.7), 1, [5, 0], 200),
+            (Some(0.2), 1, [1, 0], 40),
+        ],
+    ));
+    lines.push(reward_line(
+        5,
+        "ok",
+        2,
+        &[
+            (Some(0.2), 1, [1, 2], 50),
+            (Some(0.8), 2, [4, 4], 400),
+            (None, 3, [0, 0], 10),
+        ],
+    ));
+    lines.push(reward_line(
+        9,
+        "ok",
+        1,
+        &[
+            (Some(0.1), 1, [2, 2], 30),
+            (Some(0.9), 1, [3, 3], 300),
+            (Some(0.6), 1, [3, 5], 250),
+        ],
+    ));
+    lines
+}
+
+#[test]
+fn every_chart_of_the_new_views_renders_with_its_series() {
+    let dir = scratch_dir("charts_new");
+    let (acc, errors) = run_with(
+        &all_kinds(),
+        &Options::default(),
+        compare(&[("rl", "sft")]),
+        &dir,
+    );
+    assert_eq!(errors, "");
+    let charts = report::all_charts(&acc).unwrap();
+    let variant = |name: &str| {
+        let i = acc
+            .variants
             .iter()
-            .filter(|px| (px.red(), px.green(), px.blue(), px.alpha()) == (255, 255, 255, 255))
-            .count();
-        let ink = p.pixels().len() - white;
-        assert!(
-            ink > p.pixels().len() / 50,
-            "{file}: only {ink} non-white pixels"
-        );
-        for c in colors {
-            let k = pixels_of(&p, c);
-            assert!(k >= 30, "{file}: {} pixels of {}", k, hex(c));
-            assert!(
-                chart.svg.contains(&hex(c)),
-                "{file}: no element filled with {}",
-                hex(c)
-            );
-        }
-        // Legends are text in the SVG, named after their series.
-        for (name, c) in &chart.series {
-            assert!(
-                chart.svg.contains(&format!(">\n{name}\n</text>")),
-                "{file}: legend {name:?}"
-            );
-            assert!(pixels_of(&p, *c) > 0, "{file}: legend swatch {name}");
-        }
-        assert!(
-            chart.svg.contains(&chart.title.replace('&', "&amp;")),
-            "{file}: title"
-        );
-        p.save_png(png_dir.join(file.replace(".svg", ".png")))
+            .position(|(v, _)| v.as_deref() == Some(name))
             .unwrap();
+        variant_color(i)
+    };
+    let [cog, aff, pro] = DIM_COLORS;
+    let expected: Vec<(&str, Vec<plotters::style::RGBColor>)> = vec![
+        ("weights_by_valence.svg", vec![cog, aff, pro]),
+        ("dominant_by_valence.svg", vec![cog, aff, pro, TIE_COLOR]),
+        ("trend.svg", vec![cog, aff, pro]),
+        ("crossing.svg", vec![cog]),
+        ("verdicts.svg", vec![OUTCOME_COLORS[0]]),
+        ("compare_1_preference.svg", vec![variant("rl")]),
+        ("compare_1_weights.svg", vec![cog, aff, pro]),
+        ("compare_1_weights_by_turn.svg", vec![cog, aff, pro]),
+        ("compare_1_trend.svg", vec![variant("rl")]),
+        ("health_flags.svg", vec![variant("run")]),
+        ("health_length.svg", vec![variant("run")]),
+        ("health_groups.svg", vec![variant("run")]),
+        ("health_scores.svg", vec![variant("run")]),
+        ("health_loop.svg", vec![variant("run")]),
+        ("health_entropy.svg", vec![variant("run")]),
+    ];
+    let png_dir = dir.join("png");
+    std::fs::create_dir_all(&png_dir).unwrap();
+    for (file, colors) in &expected {
+        let chart = charts
+            .iter()
+            .find(|c| c.file == *file)
+            .unwrap_or_else(|| panic!("no chart {file}"));
+        check_chart(&dir, chart, colors, &png_dir);
+    }
+    // Every chart is in the report, inline in the page and linked from the Markdown.
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    for c in &charts {
+        assert!(html.contains(&c.svg), "{} not inline", c.file);
+        assert!(
+            md.contains(&format!("]({})", c.file)),
+            "{} not linked",
+            c.file
+        );
+    }
+}
+
+#[test]
+fn every_view_is_byte_identical_for_any_thread_count() {
+    let mut outs = Vec::new();
+    for threads in [1, 2] {
+        let dir = scratch_dir(&format!("threads_all_{threads}"));
+        let input = all_kinds().join("\n") + "\n";
+        let eopts = EngineOptions {
+            threads,
+            chunk_lines: 5,
+            ..EngineOptions::default()
+        };
+        let acc = analyze_with(
+            &Options::default(),
+            compare(&[("rl", "sft"), ("sft", "rl")]),
+            input.as_bytes(),
+            &eopts,
+            &mut Vec::new(),
+        )
+        .unwrap();
+        report::write(&dir, &acc, &Meta::default()).unwrap();
+        outs.push(dir);
+    }
+    let mut files: Vec<_> = std::fs::read_dir(&outs[0])
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    files.sort();
+    assert!(files.len() > 50, "{}", files.len());
+    for name in files {
+        assert_eq!(
+            std::fs::read(outs[0].join(&name)).unwrap(),
+            std::fs::read(outs[1].join(&name)).unwrap(),
+            "{name:?}"
+        );
     }
 }
 
@@ -685,6 +1674,36 @@ fn a_view_without_data_has_no_chart_and_says_what_it_needs() {
         "{t}"
     );
     assert_eq!(t.lines().count(), 1);
+}
+
+#[test]
+fn csv_lines_end_in_crlf_and_notes_agree_in_number() {
+    let dir = scratch_dir("crlf");
+    let lines = vec![
+        // One valid rubric without a turn, and one pair without a rubric that parsed.
+        "{\"variant\":\"a,b\",\"format_reward\":1,\"violations\":[],\"weights\":[0.5,0.25,0.25],\"criteria\":[2,2,2]}".to_owned(),
+        "{\"variant\":\"a,b\",\"rubric\":null,\"chosen_scores\":[[1],[1],[1]],\"rejected_scores\":[[1],[1],[1]]}".to_owned(),
+    ];
+    run(&lines, &Options::default(), 1, &dir);
+    let t = std::fs::read_to_string(dir.join("format_health.csv")).unwrap();
+    assert_eq!(
+        t,
+        "variant,rubrics,missing,unparsed,parsed,valid,valid_share,valid_share_lo,valid_share_hi\r\n\
+         \"a,b\",2,1,0,1,1,0.5,0.09453120573423074,0.9054687942657693\r\n"
+    );
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("a,b: 1 valid rubric has no \"turn\" and is not in the turn views."),
+        "{md}"
+    );
+    assert!(
+        md.contains("a,b: 1 of 2 rubrics is not valid (r_fmt = 0)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("a,b: 1 pair has no rubric that parsed and is not in the win/tie/loss rates."),
+        "{md}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -937,7 +1956,29 @@ mod hostile {
     use super::*;
     use proptest::prelude::*;
 
-    const KEYS: [&str; 18] = [
+    const KEYS: [&str; 40] = [
+        "id",
+        "verdict",
+        "judge",
+        "a",
+        "b",
+        "result",
+        "systems",
+        "choice",
+        "care_log",
+        "group",
+        "index",
+        "group_size",
+        "status",
+        "reward",
+        "scores",
+        "judge_attempts",
+        "rubric_status",
+        "rubric_attempts",
+        "repairs",
+        "rubric_weights",
+        "responses",
+        "response_chars",
         "variant",
         "model",
         "turn",
@@ -978,6 +2019,8 @@ mod hostile {
                 .prop_map(|x| json!(x)),
             prop_oneof![
                 Just("joy"),
+                Just("ok"),
+                Just("win"),
                 Just(""),
                 Just(" "),
                 Just("advice"),
@@ -1012,7 +2055,7 @@ mod hostile {
             let text: Vec<String> = lines.iter().map(|v| v.to_string()).collect();
             let input = text.join("\n") + "\n";
             let mut errors = Vec::new();
-            let acc = analyze(&Options::default(), input.as_bytes(), &EngineOptions::default(), &mut errors).unwrap();
+            let acc = analyze_with(&Options::default(), compare(&[("joy", "ok")]), input.as_bytes(), &EngineOptions::default(), &mut errors).unwrap();
             prop_assert_eq!(acc.lines, lines.len() as u64);
             let errors = String::from_utf8(errors).unwrap();
             prop_assert!(!errors.contains("internal_error"), "{}", errors);

@@ -859,7 +859,7 @@ fn usage_errors_name_the_accepted_values_on_one_line() {
     assert!(
         err.contains(
             "[possible values: verl, trl, trl_batch, openrlhf, dr_grpo, rloo, opo, remax, \
-             grpo_passk, gpg, reinforce_pp_baseline]"
+             grpo_passk, gpg, reinforce_pp_baseline, verl_gpg]"
         ),
         "{err}"
     );
@@ -1169,4 +1169,51 @@ fn new_option_errors_name_the_flag() {
     );
     let out = String::from_utf8(o.stdout).unwrap();
     assert!(out.contains(r#""code":"invalid_argument""#), "{out}");
+}
+
+/// The issue lines of the six verl classes (tests/tests/peers.rs pins each against verl's
+/// formulas): the verl presets and switches give verl's numbers, the defaults `care`'s own.
+#[test]
+fn verl_classes_on_the_command_line() {
+    let run = |args: &[&str], line: &str| {
+        let o = care(args, Some(line.as_bytes()));
+        assert_eq!(o.status.code(), Some(0));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let line = r#"{"logp":[-1],"logp_rollout":[-1.5],"seq_offsets":[0,1],"advantages":[1]}"#;
+    let out = run(&["loss", "--preset", "verl_bypass"], line);
+    assert!(
+        out.starts_with(r#"{"line":1,"loss":-1.2,"grad":[0],"#),
+        "{out}"
+    );
+    let out = run(&["loss", "--preset", "verl"], line);
+    assert!(
+        out.starts_with(r#"{"line":1,"loss":-1,"grad":[-1],"#),
+        "{out}"
+    );
+    let out = run(
+        &["loss", "--preset", "verl_gpg", "--rollout-is", "token"],
+        line,
+    );
+    assert!(
+        out.starts_with(r#"{"line":1,"loss":1.6487212707001282,"#),
+        "{out}"
+    );
+    let tok = r#"{"token_rewards":[0,0,1,0.5],"seq_offsets":[0,3,4],"mask":[1,0,1,1]}"#;
+    let args = ["advantages", "--estimator", "reinforce_pp", "--gamma", "1"];
+    assert!(run(&args, tok).contains(r#""returns":[1,0,1,0.5]"#));
+    let reset = [&args[..], &["--masked-token", "reset"]].concat();
+    assert!(run(&reset, tok).contains(r#""returns":[0,0,1,0.5]"#));
+    let g = r#"{"rewards":[1,0,2],"group_offsets":[0,2,3]}"#;
+    let out = run(&["advantages", "--preset", "verl_gpg"], g);
+    assert!(out.contains(r#""advantages":[0.75,-0.75,3]"#), "{out}");
+    let out = run(&["advantages", "--preset", "gpg"], g);
+    assert!(out.contains(r#""advantages":[0.75,-0.75,0]"#), "{out}");
+    // --bypass on with logp_old is an error line naming the conflict.
+    let both = r#"{"logp":[-1],"logp_old":[-1],"logp_rollout":[-1.5],"seq_offsets":[0,1],"advantages":[1]}"#;
+    let out = run(&["loss", "--preset", "verl_bypass"], both);
+    assert!(
+        out.contains("invalid_argument") && out.contains("logp_old"),
+        "{out}"
+    );
 }

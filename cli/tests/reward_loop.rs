@@ -146,8 +146,269 @@ fn usage_and_config_errors_are_one_line_and_status_2() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("generator.base_url is empty"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no generator endpoint (")
+            && err.contains(
+                "sets no generator.base_url): give --generator-url URL and --generator-model NAME"
+            ),
+        "{err}"
+    );
+    std::fs::write(
+        &cfg,
+        r#"{"judge": {"base_url": "http://127.0.0.1:9/v1", "model": "j", "timeout_secs": 0}}"#,
+    )
+    .unwrap();
+    let out = care()
+        .args(["reward", "--no-cache", "--profile", "kardia", "--config"])
+        .arg(&cfg)
+        .arg(DEMO)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "config {}: judge.timeout_secs 0 must be",
+            cfg.display()
+        )),
+        "a field only the file sets keeps its name and gets the file: {err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The stderr of a `care reward` run that must fail with status 2.
+fn usage_error(args: &[&str]) -> String {
+    let out = care().args(args).stdin(Stdio::null()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn configuration_errors_name_the_flags_a_user_typed() {
+    // Nothing given: the flags that give an endpoint, --config and --scripted.
+    let err = usage_error(&["reward", DEMO]);
+    for want in [
+        "--generator-url",
+        "--generator-model",
+        "--config",
+        "--scripted",
+    ] {
+        assert!(err.contains(want), "{want} not in {err}");
+    }
+    assert!(!err.contains("generator.base_url is empty"), "{err}");
+    // A judge is still missing under kardia (which needs no generator).
+    let err = usage_error(&["reward", "--profile", "kardia", DEMO]);
+    assert!(
+        err.contains("no judge endpoint: give --judge-url URL and --judge-model NAME"),
+        "{err}"
+    );
+    // A value typed on the command line is named by its flag.
+    let err = usage_error(&[
+        "reward",
+        "--profile",
+        "kardia",
+        "--judge-url",
+        "127.0.0.1:8001",
+        "--judge-model",
+        "j",
+        DEMO,
+    ]);
+    assert!(
+        err.contains("--judge-url \"127.0.0.1:8001\" must start with http:// or https://"),
+        "{err}"
+    );
+    let err = usage_error(&[
+        "reward",
+        "--profile",
+        "kardia",
+        "--judge-url",
+        "http://127.0.0.1:8001/v1",
+        DEMO,
+    ]);
+    assert!(
+        err.contains("no judge model: give --judge-model NAME"),
+        "{err}"
+    );
+    let err = usage_error(&["reward", "--scripted", "--profile", "kardai", DEMO]);
+    assert!(
+        err.contains("--profile: unknown profile \"kardai\""),
+        "{err}"
+    );
+}
+
+/// A scratch directory as the working directory and cache home of one `care` run.
+fn in_scratch(name: &str) -> (PathBuf, Command) {
+    let dir = tempdir(name);
+    let mut c = care();
+    c.current_dir(&dir)
+        .env_remove("XDG_CACHE_HOME")
+        .env("HOME", dir.join("home"))
+        .stdin(Stdio::null());
+    (dir, c)
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_cache_lives_in_the_xdg_cache_dir_is_printed_and_scripted_keeps_none() {
+    // --scripted: no cache file anywhere, and the run says so.
+    let (dir, mut c) = in_scratch("cache-scripted");
+    c.env("XDG_CACHE_HOME", dir.join("xdg"));
+    let out = c.args(["reward", "--scripted", DEMO]).output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("care: cache: none (--scripted"), "{err}");
+    assert_eq!(files_under(&dir), Vec::<PathBuf>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A real endpoint: $XDG_CACHE_HOME/care/care-cache.sqlite, printed; nothing in the cwd.
+    // (The judge is never called: the input is empty.)
+    let endpoint = [
+        "reward",
+        "--profile",
+        "kardia",
+        "--judge-url",
+        "http://127.0.0.1:9/v1",
+        "--judge-model",
+        "j",
+    ];
+    let (dir, mut c) = in_scratch("cache-xdg");
+    let xdg = dir.join("xdg");
+    c.env("XDG_CACHE_HOME", &xdg);
+    let out = c.args(endpoint).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = xdg.join("care").join("care-cache.sqlite");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("care: cache: {}", want.display())),
+        "{err}"
+    );
+    assert_eq!(files_under(&dir), vec![want]);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // No XDG_CACHE_HOME (or a relative one, which the XDG rule ignores): ~/.cache/care/.
+    let (dir, mut c) = in_scratch("cache-home");
+    c.env("XDG_CACHE_HOME", "relative/cache");
+    let out = c.args(endpoint).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = dir.join("home/.cache/care/care-cache.sqlite");
+    assert_eq!(files_under(&dir), vec![want]);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A configuration error leaves no cache file behind.
+    let (dir, mut c) = in_scratch("cache-bad-flag");
+    c.env("XDG_CACHE_HOME", dir.join("xdg"));
+    let out = c
+        .args(["reward", "--profile", "kardia", "--judge-url", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(files_under(&dir), Vec::<PathBuf>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const KARDIA_DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/reward_demo_kardia.jsonl");
+
+#[test]
+fn the_summary_counts_responses_by_status() {
+    // The CARE demo under the kardia profile: the turn has no gold emotion, so every response
+    // is refused before any judge call, and the summary says so instead of "7 responses
+    // rewarded".
+    let out = care()
+        .args(["reward", "--scripted", "--profile", "kardia", DEMO])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "care reward: 1 line (0 error lines), 7 responses: 7 missing_gold (no reward)"
+        ) && err.contains("no response was judged"),
+        "{err}"
+    );
+    assert!(!err.contains("rewarded"), "{err}");
+    // The bundled Kardia-format input: the scripted judge scores its three well-formed outputs.
+    let out = care()
+        .args(["reward", "--scripted", "--profile", "kardia", KARDIA_DEMO])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("5 responses: 3 ok, 2 malformed_output (reward 0"),
+        "{err}"
+    );
+    let l = &lines(&out.stdout)[0];
+    let status: Vec<&str> = l["responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        status,
+        ["ok", "ok", "malformed_output", "ok", "malformed_output"]
+    );
+    let r: Vec<f64> = serde_json::from_value(l["rewards"].clone()).unwrap();
+    assert!(
+        r[0] > r[1] && r[1] > 0.0 && r[2] == 0.0 && r[4] == 0.0,
+        "{r:?}"
+    );
+}
+
+#[test]
+fn the_kardia_demo_input_is_the_kardia_demo_group() {
+    let group: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/data/demo_kardia.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let demo: Value =
+        serde_json::from_str(std::fs::read_to_string(KARDIA_DEMO).unwrap().trim()).unwrap();
+    let outputs: Vec<&Value> = group["responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["output"])
+        .collect();
+    assert_eq!(
+        demo["responses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .collect::<Vec<_>>(),
+        outputs
+    );
+    assert_eq!(demo["gold"]["emotion"], group["gold_emotion"]);
+    let ctx = demo["context"].as_array().unwrap();
+    assert_eq!(ctx.last().unwrap()["content"], group["seeker"]);
+    assert_eq!(
+        ctx[0]["content"],
+        format!("Persona: {}", group["persona"].as_str().unwrap())
+    );
 }
 
 fn config_file(dir: &Path, stub: &Stub) -> PathBuf {
@@ -174,6 +435,72 @@ fn judge(req: &StubRequest) -> StubReply {
         .parse()
         .unwrap();
     StubReply::Content(judge_answer(PAPER_RUBRIC, n))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reward_with_a_panel_of_judges_in_the_config() {
+    use care_loop::stub::{PanelJudge, panel_reply, rubric_criteria};
+    let criteria = rubric_criteria(PAPER_RUBRIC);
+    let stub = Stub::start(move |req, _| match req.role {
+        Role::Generator => StubReply::Content(PAPER_RUBRIC.into()),
+        Role::Judge => {
+            let n: u8 = req.judged_response().unwrap()[6..].parse().unwrap();
+            let offset = if req.model == "up" { 1 } else { 0 };
+            panel_reply(req, &criteria, PanelJudge::Offset(offset), |_| n)
+        }
+    })
+    .await
+    .unwrap();
+    let dir = tempdir("panel");
+    let ep = |model: &str| json!({"base_url": stub.base_url(), "model": model, "backoff_initial_secs": 0.001});
+    let config = dir.join("panel.json");
+    let cfg = json!({"generator": ep("g"), "judge": [ep("plain"), ep("up")],
+                     "panel": {"shuffle_criteria": true}});
+    std::fs::write(&config, cfg.to_string()).unwrap();
+    let input = dir.join("in.jsonl");
+    std::fs::write(&input, turn("p1", &["score:1", "score:3"])).unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        care()
+            .args(["reward", "--no-cache", "--config"])
+            .arg(&config)
+            .arg(&input)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let l = &lines(&out.stdout)[0];
+    // The mean of the two judges: n and n + 1 on every criterion, so (2n + 1) / 10.
+    let near = |v: &Value, x: f64| (v.as_f64().unwrap() - x).abs() < 1e-9;
+    assert!(
+        near(&l["rewards"][0], 0.3) && near(&l["rewards"][1], 0.7),
+        "{l}"
+    );
+    let p = &l["responses"][1]["panel"];
+    assert_eq!(p["judges"][0]["judge"], "plain");
+    assert!(near(&p["judges"][1]["reward"], 0.8));
+    assert_eq!(l["calls"]["judge"], 4);
+    assert!(
+        stderr
+            .contains("judge agreement (Krippendorff's alpha, interval): 0.7000 over 2 responses"),
+        "{stderr}"
+    );
+    // The judge flags set one judge: with a panel they are refused, naming what to do.
+    let config = dir.join("panel.json");
+    let out = care()
+        .args(["reward", "--judge-model", "x", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a panel of 2 judges"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -362,6 +689,44 @@ async fn serve_scripted_answers_openrlhf_and_stops_on_sigterm() {
         assert!(Instant::now() < deadline, "care serve did not stop");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The README's ready `/get_reward` request: an OpenRLHF batch of the demo turn.
+const GET_REWARD_DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/get_reward_demo.json");
+
+#[tokio::test]
+async fn the_bundled_openrlhf_batch_is_the_demo_turn_and_gets_its_rewards() {
+    let demo: Value = serde_json::from_str(std::fs::read_to_string(DEMO).unwrap().trim()).unwrap();
+    let text = std::fs::read_to_string(GET_REWARD_DEMO).unwrap();
+    let batch: Value = serde_json::from_str(&text).unwrap();
+    let responses = demo["responses"].as_array().unwrap();
+    let n = responses.len();
+    for i in 0..n {
+        let prompt = batch["prompts"][i].as_str().unwrap();
+        let query = batch["query"][i].as_str().unwrap();
+        assert_eq!(
+            query.strip_prefix(prompt),
+            responses[i].as_str(),
+            "query[{i}]"
+        );
+        let label: Value = serde_json::from_str(batch["labels"][i].as_str().unwrap()).unwrap();
+        assert_eq!(label, demo["context"], "labels[{i}]");
+    }
+    let (mut child, url) = start_server(&["--scripted"]);
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/get_reward"))
+        .body(text)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["rewards"][0], 0.925);
+    let mut valid = vec![1.0; n - 1];
+    valid.push(0.0);
+    assert_eq!(v["extra_logs"]["care_valid"], json!(valid));
+    child.kill().unwrap();
+    let _ = child.wait();
 }
 
 #[test]

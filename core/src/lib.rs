@@ -81,6 +81,7 @@ mod json;
 pub mod judge;
 pub mod logsoftmax;
 pub mod names;
+pub mod outcome;
 pub mod profile;
 pub mod reward;
 pub mod rubric;
@@ -88,6 +89,7 @@ pub mod rubric;
 mod serde_impls;
 pub mod simplex;
 pub mod strategy;
+pub mod template;
 pub use dtype::Dtype;
 pub use error::{Error, InvalidOption, Result};
 pub use names::{Named, UnknownName};
@@ -102,6 +104,7 @@ pub use judge::{
     JudgePromptLayout, JudgeReport, parse_judge_output, render_judge_prompt,
     render_judge_prompt_with,
 };
+pub use outcome::{PreferenceOutcome, preference_outcome};
 pub use reward::{
     GeneratorOptions, GeneratorReward, MissingPolicy, PolicyReward, PreferenceOptions,
     PreferenceReward, RangePolicy, ScoreOptions, ScoreScale, generator_reward, policy_reward,

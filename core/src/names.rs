@@ -208,9 +208,9 @@ mod tests {
     use super::*;
     use crate::format::ViolationCode;
     use crate::grpo::{
-        AdvantageEstimator, Aggregation, Baseline, IsLevel, KlEstimator, LossPreset, PolicyLoss,
-        Preset, RatioLevel, Rejection, RejectionMode, Reweight, Scale, SequenceCount,
-        SingletonPolicy, StdKind,
+        AdvantageEstimator, Aggregation, Baseline, Bypass, IsLevel, KlEstimator, LossPreset,
+        MaskedToken, PolicyLoss, Preset, RatioLevel, Rejection, RejectionMode, Reweight, Scale,
+        SequenceCount, SingletonPolicy, StdKind,
     };
     use crate::reward::{MissingPolicy, RangePolicy, ScoreScale};
     use crate::rubric::Dimension;
@@ -281,6 +281,8 @@ mod tests {
         check::<RejectionMode>();
         check::<PolicyLoss>();
         check::<SequenceCount>();
+        check::<Bypass>();
+        check::<MaskedToken>();
         check::<AdvantageEstimator>();
         check::<crate::Dtype>();
         check::<crate::profile::RubricSource>();
@@ -314,7 +316,9 @@ mod tests {
             Rejection,
             RejectionMode,
             PolicyLoss,
-            SequenceCount
+            SequenceCount,
+            Bypass,
+            MaskedToken
         );
     }
 
@@ -334,7 +338,8 @@ mod tests {
                 "remax",
                 "grpo_passk",
                 "gpg",
-                "reinforce_pp_baseline"
+                "reinforce_pp_baseline",
+                "verl_gpg"
             ]
         );
         assert_eq!(LossPreset::NAMES[..2], ["verl", "trl"]);

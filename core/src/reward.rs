@@ -178,7 +178,7 @@ pub(crate) fn effective_weights(
     w
 }
 
-fn check_counts(counts: [usize; 3], len: usize) -> Result<()> {
+pub(crate) fn check_counts(counts: [usize; 3], len: usize) -> Result<()> {
     let total = counts
         .iter()
         .try_fold(0usize, |a, &c| a.checked_add(c))

@@ -117,13 +117,20 @@ pub struct Criterion<'a> {
 }
 
 /// One dimension of a rubric: its weight, rationale and criteria.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Equality compares what the rubric means (presence, the parsed weight, rationale and
+/// criteria), not [`Category::weight_text`], the spelling the weight was read from.
+#[derive(Clone, Debug)]
 pub struct Category<'a> {
     /// Whether the rubric defines this dimension at all (a missing dimension has weight 0 and
     /// no criteria).
     pub present: bool,
     /// The `category_weight` as parsed (not normalized; 0 when missing or not a number).
     pub weight: f64,
+    /// The `category_weight` exactly as written in the rubric JSON (a JSON number), or `""`
+    /// when the weight did not come from JSON text. The exact comparisons of
+    /// [`crate::outcome`] read this text, never the rounded `weight`.
+    pub weight_text: &'a str,
     /// The `weight_rationale` text (empty when missing).
     pub rationale: &'a str,
     criteria: Vec<Criterion<'a>, MAX_CRITERIA>,
@@ -133,6 +140,7 @@ impl<'a> Category<'a> {
     const EMPTY: Category<'static> = Category {
         present: false,
         weight: 0.0,
+        weight_text: "",
         rationale: "",
         criteria: Vec::new(),
     };
@@ -140,6 +148,15 @@ impl<'a> Category<'a> {
     /// The criteria of this dimension, in rubric order.
     pub fn criteria(&self) -> &[Criterion<'a>] {
         &self.criteria
+    }
+}
+
+impl PartialEq for Category<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.present == other.present
+            && self.weight == other.weight
+            && self.rationale == other.rationale
+            && self.criteria == other.criteria
     }
 }
 
@@ -167,12 +184,29 @@ impl<'a> Rubric<'a> {
     }
 
     /// Marks dimension `d` present with weight `weight` and rationale `rationale` (criteria are
-    /// kept). The weight is stored as given; validation is the format checker's job.
+    /// kept). The weight is stored as given; validation is the format checker's job. Its text
+    /// is cleared: [`Rubric::set_weight_text`] gives it when the weight was read from JSON.
     pub fn set_category(&mut self, d: Dimension, weight: f64, rationale: &'a str) {
         let c = self.category_mut(d);
         c.present = true;
         c.weight = weight;
+        c.weight_text = "";
         c.rationale = rationale;
+    }
+
+    /// Records the JSON number text that dimension `d`'s weight was parsed from (the
+    /// validator does; see [`Category::weight_text`]).
+    pub fn set_weight_text(&mut self, d: Dimension, text: &'a str) {
+        self.category_mut(d).weight_text = text;
+    }
+
+    /// The weights' texts as written, canonical order (`""` where there is none).
+    pub fn weight_texts(&self) -> [&'a str; 3] {
+        [
+            self.categories[0].weight_text,
+            self.categories[1].weight_text,
+            self.categories[2].weight_text,
+        ]
     }
 
     /// Appends a criterion to dimension `d` (marking it present).
@@ -270,17 +304,21 @@ mod owned {
 
     /// An owned rubric (feature `alloc`): all text in one `String`, criteria as byte ranges into
     /// it. [`RubricBuf::rubric`] gives the borrowed view without re-parsing.
-    #[derive(Clone, Debug, PartialEq)]
+    ///
+    /// Equality is that of the borrowed views ([`Rubric`]'s), so the spelling of a weight
+    /// does not count.
+    #[derive(Clone, Debug)]
     pub struct RubricBuf {
         text: String,
         // Per dimension: present, weight, rationale range, criteria (title range, description range).
         cats: [OwnedCat; 3],
     }
 
-    #[derive(Clone, Debug, PartialEq, Default)]
+    #[derive(Clone, Debug, Default)]
     struct OwnedCat {
         present: bool,
         weight: f64,
+        weight_text: (usize, usize),
         rationale: (usize, usize),
         criteria: AVec<((usize, usize), (usize, usize))>,
     }
@@ -293,6 +331,7 @@ mod owned {
                 let c = r.category_mut(d);
                 c.present = oc.present;
                 c.weight = oc.weight;
+                c.weight_text = self.slice(oc.weight_text);
                 c.rationale = self.slice(oc.rationale);
                 for &(t, de) in &oc.criteria {
                     // Capacity cannot be exceeded: a RubricBuf is only built from a Rubric,
@@ -316,6 +355,12 @@ mod owned {
         }
     }
 
+    impl PartialEq for RubricBuf {
+        fn eq(&self, other: &Self) -> bool {
+            self.rubric() == other.rubric()
+        }
+    }
+
     impl From<&Rubric<'_>> for RubricBuf {
         fn from(r: &Rubric<'_>) -> Self {
             let mut text = String::new();
@@ -329,6 +374,7 @@ mod owned {
                 let c = r.category(d);
                 oc.present = c.present;
                 oc.weight = c.weight;
+                oc.weight_text = push(c.weight_text);
                 oc.rationale = push(c.rationale);
                 for cr in c.criteria() {
                     let t = push(cr.title);
@@ -396,6 +442,7 @@ mod tests {
         r.push_criterion(Dimension::Cognitive, &text, "desc")
             .unwrap();
         r.set_category(Dimension::Affective, 0.3, "because");
+        r.set_weight_text(Dimension::Affective, "0.30");
         let owned = RubricBuf::from(&r);
         drop(r); // the owned form must not borrow the original text
         drop(text);
@@ -406,6 +453,7 @@ mod tests {
             "title with \"quote\""
         );
         assert_eq!(back.category(Dimension::Affective).rationale, "because");
+        assert_eq!(back.weight_texts(), ["", "0.30", ""]);
         assert!(!back.category(Dimension::Proactive).present);
         assert_eq!(RubricBuf::from(back.clone()).rubric(), back);
     }

@@ -449,4 +449,43 @@ fn finalize_rejects_the_baselines_that_need_a_whole_group() {
         assert_eq!(e, Err(Error::InvalidArgument));
         assert_eq!(out, [9.0; 2]);
     }
+    // verl's nonzero factor counts rewards, which the reduced moments do not carry.
+    let o = AdvantageOptions::preset(Preset::VerlGpg);
+    assert_eq!(o.reweight, Reweight::Nonzero);
+    let inputs = GroupInputs::new(&r, None, GroupLayout::Fixed { group_size: 2 });
+    let mut out = [9.0f64; 2];
+    let e = group_advantages_finalize_with(&inputs, &sums, &[0.5], &o, &mut out, None);
+    assert_eq!((e, out), (Err(Error::InvalidArgument), [9.0; 2]));
+}
+
+/// verl's `gpg`: `alpha = N / max(1, K)` over the nonzero valid rewards (a NaN reward is
+/// invalid and counts in neither), a singleton keeps `alpha * r`; all-zero rewards give
+/// `alpha = N` and advantages 0.
+#[test]
+fn nonzero_factor_golden() {
+    let r = [1.0f32, 0.0, f32::NAN, 2.0];
+    let o = AdvantageOptions::preset(Preset::VerlGpg);
+    let mut out = [9.0f64; 4];
+    group_advantages(
+        &r,
+        None,
+        GroupLayout::Offsets(&[0, 3, 4]),
+        &o,
+        &mut out,
+        None,
+    )
+    .unwrap();
+    // N = 3 valid, K = 2 nonzero: alpha 1.5; group [1, 0] mean 0.5; singleton 2.
+    assert_eq!(out, [0.75, -0.75, 0.0, 3.0]);
+    let z = [0.0f32; 4];
+    group_advantages(
+        &z,
+        None,
+        GroupLayout::Fixed { group_size: 2 },
+        &o,
+        &mut out,
+        None,
+    )
+    .unwrap();
+    assert_eq!(out, [0.0; 4]);
 }

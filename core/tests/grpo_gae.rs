@@ -6,8 +6,9 @@
 
 use care_core::Error;
 use care_core::grpo::{
-    GaeOptions, GroupSums, StdKind, WhitenOptions, discounted_returns, gae, whiten,
-    whiten_finalize, whiten_partial_squares, whiten_partial_sums,
+    GaeOptions, GroupSums, MaskedToken, StdKind, WhitenOptions, discounted_returns,
+    discounted_returns_whitened, gae, gae_whitened, whiten, whiten_finalize,
+    whiten_partial_squares, whiten_partial_sums,
 };
 use proptest::prelude::*;
 
@@ -26,6 +27,7 @@ fn discounted_returns_golden() {
     let o = GaeOptions {
         gamma: 0.5,
         lambda: 1.0,
+        ..GaeOptions::default()
     };
     discounted_returns(&r, &[0, 3, 6], Some(&mask), &o, &mut g).unwrap();
     assert_eq!(g, [1.5, 1.0, 2.0, 3.0, 0.0, 4.0]);
@@ -44,6 +46,7 @@ fn gae_golden() {
     let o = GaeOptions {
         gamma: 0.5,
         lambda: 0.5,
+        ..GaeOptions::default()
     };
     gae(&r, &v, &[0, 3], None, &o, &mut a, &mut ret).unwrap();
     assert_eq!(a, [-0.328125, 0.1875, 0.25]);
@@ -79,6 +82,7 @@ fn whiten_golden() {
     let o = WhitenOptions {
         eps: 1e-8,
         std_kind: StdKind::Biased,
+        ..WhitenOptions::default()
     };
     whiten(&mut y, Some(&mask), &o).unwrap();
     assert_eq!(y[4], (3.0 / (3.5f64 + 1e-8).sqrt()) as f32);
@@ -100,12 +104,14 @@ fn errors_before_writes() {
     let bad = GaeOptions {
         gamma: 1.5,
         lambda: 1.0,
+        ..GaeOptions::default()
     };
     let e = discounted_returns(&[1.0; 3], &[0, 3], None, &bad, &mut out);
     assert_eq!(e, Err(Error::InvalidArgument));
     let nan = GaeOptions {
         gamma: 1.0,
         lambda: f64::NAN,
+        ..GaeOptions::default()
     };
     let mut out2 = [7.0f32; 3];
     let e = gae(
@@ -138,6 +144,79 @@ fn errors_before_writes() {
     let e = whiten_finalize(&mut out, None, sums, 0.0, &WhitenOptions::default());
     assert_eq!(e, Err(Error::InvalidArgument));
     assert_eq!(out, [7.0; 3]);
+}
+
+/// `count_eps` is verl's `masked_mean`: `mean = sum / (n + e)`, `var = m2 / (n + e) * n / (n -
+/// 1)`; equal values whiten to a residue (about -5e-5 for 16 values of 0.1... here 3 of 1.0).
+#[test]
+fn count_eps_golden() {
+    let w = WhitenOptions {
+        count_eps: 0.5,
+        ..WhitenOptions::default()
+    };
+    let mut x = [1.0f64, 2.0, 3.0];
+    let (mean, _) = whiten(&mut x, None, &w).unwrap();
+    let m = 6.0 / 3.5;
+    assert_eq!(mean, m);
+    let m2: f64 = [1.0f64, 2.0, 3.0].iter().map(|v| (v - m) * (v - m)).sum();
+    let var = m2 / 3.5 * (3.0 / 2.0);
+    for (i, v) in [1.0f64, 2.0, 3.0].iter().enumerate() {
+        close(x[i], (v - m) / (var + 1e-8).sqrt(), 1e-15);
+    }
+    // Equal values: exactly 0 without, verl's residue with 1e-8.
+    let mut eq = [1.0f32; 3];
+    whiten(&mut eq, None, &WhitenOptions::default()).unwrap();
+    assert_eq!(eq, [0.0; 3]);
+    let mut eq = [1.0f32; 3];
+    whiten(
+        &mut eq,
+        None,
+        &WhitenOptions {
+            count_eps: 1e-8,
+            ..WhitenOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(eq.iter().all(|&v| v > 0.0 && v < 1e-3), "{eq:?}");
+    let bad = WhitenOptions {
+        count_eps: -1.0,
+        ..WhitenOptions::default()
+    };
+    assert_eq!(whiten(&mut eq, None, &bad), Err(Error::InvalidArgument));
+}
+
+/// The reset rule restarts the return before a masked token (verl before 2026-08); GAE refuses
+/// it; a non-finite return makes the fused call write nothing.
+#[test]
+fn reset_rule_and_fused_errors() {
+    let r = [1.0f32, 5.0, 2.0, 1.0];
+    let o = GaeOptions {
+        gamma: 0.5,
+        masked_token: MaskedToken::Reset,
+        ..GaeOptions::default()
+    };
+    let mut g = [0.0f32; 4];
+    discounted_returns(&r, &[0, 4], Some(&[1, 1, 0, 1]), &o, &mut g).unwrap();
+    // Token 3: 1; token 2 masked: 0 and the chain restarts; token 1: 5; token 0: 1 + 2.5.
+    assert_eq!(g, [3.5, 5.0, 0.0, 1.0]);
+    let (mut a, mut ret) = ([0.0f32; 4], [0.0f32; 4]);
+    assert_eq!(
+        gae(&r, &r, &[0, 4], None, &o, &mut a, &mut ret),
+        Err(Error::InvalidArgument)
+    );
+    let bad = [1.0f32, f32::INFINITY, 0.0, 0.0];
+    let (mut a, mut ret) = ([7.0f32; 4], [7.0f32; 4]);
+    let e = discounted_returns_whitened(
+        &bad,
+        &[0, 4],
+        None,
+        &GaeOptions::default(),
+        &WhitenOptions::default(),
+        &mut a,
+        &mut ret,
+    );
+    assert_eq!(e, Err(Error::NonFinite));
+    assert_eq!((a, ret), ([7.0; 4], [7.0; 4]));
 }
 
 #[derive(Debug, Clone)]
@@ -198,7 +277,7 @@ proptest! {
     #[test]
     fn masked_tokens_are_skipped_not_chain_breakers(tk in tokens(), gamma in 0.0f64..=1.0, lambda in 0.0f64..=1.0) {
         let n = tk.r.len();
-        let o = GaeOptions { gamma, lambda };
+        let o = GaeOptions { gamma, lambda, ..GaeOptions::default() };
         let (mut a, mut ret) = (vec![0.0f32; n], vec![0.0f32; n]);
         gae(&tk.r, &tk.v, &tk.offsets, Some(&tk.mask), &o, &mut a, &mut ret).unwrap();
         let keep: Vec<usize> = (0..n).filter(|&t| tk.mask[t] != 0).collect();
@@ -214,6 +293,39 @@ proptest! {
         for (j, &t) in keep.iter().enumerate() {
             prop_assert_eq!(a[t], a2[j]);
             prop_assert_eq!(ret[t], ret2[j]);
+        }
+    }
+
+    /// Relation: the fused estimators equal the estimator into `f64` storage, then `whiten` of
+    /// the `f64` values, then one rounding (to `1e-12`: the fused form sums in scan order), for
+    /// every masked-token rule, estimator and `count_eps`; masked tokens are 0 in both outputs.
+    #[test]
+    fn fused_whitening_is_the_f64_composition(tk in tokens(), gamma in 0.0f64..=1.0, lambda in 0.0f64..=1.0, reset: bool, verl: bool) {
+        let n = tk.r.len();
+        prop_assume!(tk.mask.iter().filter(|&&m| m != 0).count() >= 2);
+        let w = WhitenOptions { count_eps: if verl { 1e-8 } else { 0.0 }, ..WhitenOptions::default() };
+        let rule = if reset { MaskedToken::Reset } else { MaskedToken::Skip };
+        let o = GaeOptions { gamma, lambda, masked_token: rule };
+        let m = Some(&tk.mask[..]);
+        let mut g64 = vec![0.0f64; n];
+        discounted_returns(&tk.r, &tk.offsets, m, &o, &mut g64).unwrap();
+        let mut adv64 = g64.clone();
+        let (mean, std) = whiten(&mut adv64, m, &w).unwrap();
+        let (mut adv, mut ret) = (vec![7.0f32; n], vec![7.0f32; n]);
+        let (fm, fs) = discounted_returns_whitened(&tk.r, &tk.offsets, m, &o, &w, &mut adv, &mut ret).unwrap();
+        prop_assert!((fm - mean).abs() <= 1e-12 * (1.0 + mean.abs()) && (fs - std).abs() <= 1e-12 * (1.0 + std));
+        for t in 0..n {
+            prop_assert_eq!(ret[t], g64[t] as f32);
+            prop_assert!((f64::from(adv[t]) - adv64[t]).abs() <= 1e-6 * (1.0 + adv64[t].abs()));
+        }
+        let o = GaeOptions { masked_token: MaskedToken::Skip, ..o };
+        let (mut a64, mut r64) = (vec![0.0f64; n], vec![0.0f64; n]);
+        gae(&tk.r, &tk.v, &tk.offsets, m, &o, &mut a64, &mut r64).unwrap();
+        whiten(&mut a64, m, &w).unwrap();
+        gae_whitened(&tk.r, &tk.v, &tk.offsets, m, &o, &w, &mut adv, &mut ret).unwrap();
+        for t in 0..n {
+            prop_assert_eq!(ret[t], r64[t] as f32);
+            prop_assert!((f64::from(adv[t]) - a64[t]).abs() <= 1e-6 * (1.0 + a64[t].abs()));
         }
     }
 

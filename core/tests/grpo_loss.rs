@@ -837,7 +837,7 @@ proptest! {
 #[test]
 fn c_layouts_are_as_documented() {
     use core::mem::{offset_of, size_of};
-    assert_eq!(size_of::<LossOptions>(), 368);
+    assert_eq!(size_of::<LossOptions>(), 408);
     assert_eq!(offset_of!(LossOptions, horizon), 80);
     assert_eq!(offset_of!(LossOptions, aggregation), 88);
     assert_eq!(offset_of!(LossOptions, kl_estimator), 96);
@@ -845,6 +845,9 @@ fn c_layouts_are_as_documented() {
     assert_eq!(offset_of!(LossOptions, sapo_tau_pos), 104);
     assert_eq!(offset_of!(LossOptions, rollout), 152);
     assert_eq!(offset_of!(LossOptions, sequence_count), 360);
+    assert_eq!(offset_of!(LossOptions, bypass), 364);
+    assert_eq!(offset_of!(LossOptions, gmpo_weight_floor), 368);
+    assert_eq!(offset_of!(LossOptions, vespo_lambda_neg), 400);
     assert_eq!(size_of::<LossStats>(), 14 * 8);
     assert_eq!(offset_of!(LossStats, non_finite), 11 * 8);
     assert_eq!(offset_of!(LossStats, ratio_min), 12 * 8);

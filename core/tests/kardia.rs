@@ -618,3 +618,31 @@ fn the_shared_prefix_layout_puts_the_response_span_last() {
     };
     assert_eq!(lines(&shared), lines(&paper));
 }
+
+#[test]
+fn without_the_emotion_term_the_reward_is_the_rubric_part_and_needs_no_gold() {
+    let k = kardia();
+    let plain = k.without_emotion();
+    assert!(k.emotion().is_some() && plain.emotion().is_none());
+    assert_eq!(plain.without_emotion(), plain);
+    let out = good();
+    let check = k.check_output(out.as_bytes());
+    let scores = [5.0, 4.0, 5.0, 5.0, 5.0];
+    let opts = ScoreOptions::default();
+    // The full profile needs a gold label; without the term none is asked for.
+    assert_eq!(
+        profile_reward(&k, None, &check, &scores, None, &opts).unwrap_err(),
+        Error::InvalidArgument
+    );
+    let r = profile_reward(&plain, None, &check, &scores, None, &opts).unwrap();
+    assert!((r.reward - 0.96).abs() < 1e-12, "{}", r.reward);
+    assert_eq!(r.emotion_correct, None);
+    // The output format is the profile's: a malformed output still gets 0.
+    let bad = plain.check_output(b"I am sure you will be fine!");
+    assert_eq!(
+        profile_reward(&plain, None, &bad, &[], None, &opts)
+            .unwrap()
+            .reward,
+        0.0
+    );
+}

@@ -688,6 +688,32 @@ fn profile_validation_reports_every_violation() {
     assert_eq!(got, want);
 }
 
+/// A fault of one class never hides another: the tag containment check runs although the
+/// judge span is unknown, an emotion span that the output section defines is not called unknown
+/// because that section has another fault, and out-of-range weights are summed as well.
+#[test]
+fn profile_faults_of_every_class_are_reported_in_one_pass() {
+    let dims =
+        r#""dimensions":[{"name":"d","weight":1,"criteria":[{"title":"t","description":"x"}]}]"#;
+    let json = format!(
+        r#"{{"name":"p",{dims},"output":{{"format":"spans","spans":["a","ab"],"open":"<{{name}}","close":"</{{name}}>","judge":"zz"}},"emotion":{{"span":"a","weight":0.2,"labels":{{"joy":[]}}}}}}"#
+    );
+    assert_eq!(
+        codes(&json),
+        [ProfileCode::UnknownName, ProfileCode::Template],
+        "{json}"
+    );
+    let json = r#"{"name":"p","dimensions":[{"name":"d","weight":1.5,"criteria":[{"title":"t","description":"x"}]},{"name":"e","weight":-0.2,"criteria":[{"title":"t","description":"x"}]}]}"#;
+    assert_eq!(
+        codes(json),
+        [
+            ProfileCode::WeightRange,
+            ProfileCode::WeightRange,
+            ProfileCode::WeightSum
+        ]
+    );
+}
+
 /// One small invalid profile per code (and more for the codes with several rules).
 #[test]
 fn every_profile_code_has_a_case() {
@@ -723,7 +749,7 @@ fn every_profile_code_has_a_case() {
         (r#"{"name":"p","dimensions":[{"name":"d","weight":1,"criteria":[{"title":"","description":" "}]}]}"#.into(), vec![ProfileCode::EmptyText, ProfileCode::EmptyText]),
         (r#"{"name":"p","dimensions":[{"name":"d","weight":1,"criteria":[{"title":"T","description":"x"},{"title":" t ","description":"x"}]}]}"#.into(), vec![ProfileCode::DuplicateName]),
         (spans("").replace(r#"["a","b"]"#, r#"["a","b","B"]"#), vec![ProfileCode::DuplicateName]),
-        (r#"{"name":"p","dimensions":[{"name":"d","weight":1.5,"criteria":[{"title":"t","description":"x"}]}]}"#.into(), vec![ProfileCode::WeightRange]),
+        (r#"{"name":"p","dimensions":[{"name":"d","weight":1.5,"criteria":[{"title":"t","description":"x"}]}]}"#.into(), vec![ProfileCode::WeightRange, ProfileCode::WeightSum]),
         (r#"{"name":"p","dimensions":[{"name":"d","weight":0.5,"criteria":[{"title":"t","description":"x"}]}]}"#.into(), vec![ProfileCode::WeightSum]),
         (r#"{"name":"p","dimensions":[{"name":"d","weight":1,"criteria":[{"title":"t","description":"x","weight":0}]}]}"#.into(), vec![ProfileCode::CriterionWeight, ProfileCode::CriterionWeight]),
         (r#"{"name":"p","dimensions":[{"name":"d","weight":1,"criteria":[{"title":"t","description":"x","weight":2e6}]}]}"#.into(), vec![ProfileCode::CriterionWeight]),

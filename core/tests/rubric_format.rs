@@ -74,6 +74,11 @@ fn paper_fixtures_are_valid() {
         .unwrap();
     assert_eq!(r.weights(), [0.4, 0.25, 0.35]);
     assert_eq!(r.counts(), [3, 2, 3]);
+    // The weights' text as written, for exact comparisons (SPEC §7, preference outcome).
+    let spelled = rubric_json(["4E-1", "0.350", "0.25"], 2);
+    let mut scratch2 = [0u8; 4096];
+    let v = validate(spelled.as_bytes(), &FormatPolicy::PAPER, &mut scratch2).unwrap();
+    assert_eq!(v.rubric.unwrap().weight_texts(), ["4E-1", "0.350", "0.25"]);
     assert_eq!(
         r.criteria(Dimension::Affective)[0].title,
         "Validate the Feeling of Awkwardness"

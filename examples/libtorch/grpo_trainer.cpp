@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "../cpp/care.hpp"
+#include "care.hpp"
 
 namespace {
 

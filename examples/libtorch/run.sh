@@ -34,7 +34,7 @@ out="$target/debug/examples/libtorch"
 mkdir -p "$out"
 exe="$out/grpo_trainer"
 # Rebuild only when an input changed (a libtorch translation unit takes a while to compile).
-if [ ! -x "$exe" ] || [ -n "$(find examples/libtorch/grpo_trainer.cpp examples/cpp/care.hpp \
+if [ ! -x "$exe" ] || [ -n "$(find examples/libtorch/grpo_trainer.cpp include/care.hpp \
         include/care.h "$target/debug/libcare.a" -newer "$exe" 2>/dev/null)" ] \
         || ! grep -qx "$torch_version $cxx11_abi" "$exe.torch" 2>/dev/null; then
     echo "libtorch: building grpo_trainer against torch $torch_version (CXX11 ABI $cxx11_abi)"

@@ -40,6 +40,9 @@ pub enum care_reweight {
     CARE_REWEIGHT_NONE = 0,
     /// GPG: `alpha = N / (N - M)`, `M` the valid samples of groups without signal.
     CARE_REWEIGHT_GPG = 1,
+    /// verl `gpg`: `alpha = N / max(1, K)`, `K` the valid samples with a nonzero reward (not in
+    /// the cross-rank form: `care_group_advantages_finalize` refuses it).
+    CARE_REWEIGHT_NONZERO = 2,
 }
 
 /// What the centered reward is divided by (`care_advantage_options.scale`).
@@ -109,6 +112,8 @@ pub enum care_advantage_preset {
     CARE_ADVANTAGE_PRESET_GPG = 9,
     /// verl `reinforce_plus_plus_baseline`, group part: mean baseline, no scale.
     CARE_ADVANTAGE_PRESET_REINFORCE_PP_BASELINE = 10,
+    /// verl `gpg`: mean baseline, no scale, `alpha = N / count_nonzero(r)`, singleton raw.
+    CARE_ADVANTAGE_PRESET_VERL_GPG = 11,
 }
 
 /// Options of the advantage functions. Initialize with `care_advantage_options_default` or
@@ -729,11 +734,11 @@ mod tests {
         );
         assert_eq!(
             Preset::ALL[Preset::ALL.len() - 1] as u32,
-            care_advantage_preset::CARE_ADVANTAGE_PRESET_REINFORCE_PP_BASELINE as u32
+            care_advantage_preset::CARE_ADVANTAGE_PRESET_VERL_GPG as u32
         );
         assert_eq!(
             Reweight::ALL[Reweight::ALL.len() - 1] as u32,
-            care_reweight::CARE_REWEIGHT_GPG as u32
+            care_reweight::CARE_REWEIGHT_NONZERO as u32
         );
     }
 

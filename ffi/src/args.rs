@@ -333,3 +333,38 @@ pub(crate) fn mismatch(what: &str, len: usize, base: &str, want: usize) -> care_
         format_args!("{what} is {len} but {base} is {want}; they must be equal"),
     )
 }
+
+/// Zeroed working memory of `n` elements (`f64`, `f32`, `u8`: all-zero bytes are `0`), or
+/// `CARE_ERR_CAPACITY` (with a detail saying how much) when the memory cannot be had: working
+/// memory sized by the caller's buffers is never an allocation failure that aborts the host
+/// process. Zeroed by the allocator (`calloc`), so pages never written cost nothing.
+pub(crate) fn working<T: Zeroed>(what: &str, n: usize, _zero: T) -> Result<Vec<T>, care_result> {
+    let fail = || {
+        detail::fail(
+            care_result::CARE_ERR_CAPACITY,
+            format_args!(
+                "cannot allocate {} bytes of working memory for {what} ({n} elements)",
+                n.saturating_mul(size_of::<T>())
+            ),
+        )
+    };
+    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| fail())?;
+    if layout.size() == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: a non-zero-sized layout; the pointer is checked; `T: Zeroed` is valid as all-zero
+    // bytes; the vector takes the allocation with the same layout (capacity `n`).
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<T>();
+        if p.is_null() {
+            return Err(fail());
+        }
+        Ok(Vec::from_raw_parts(p, n, n))
+    }
+}
+
+/// Types whose all-zero bytes are a valid value (zero).
+pub(crate) trait Zeroed: Copy {}
+impl Zeroed for u8 {}
+impl Zeroed for f32 {}
+impl Zeroed for f64 {}

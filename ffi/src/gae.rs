@@ -3,7 +3,7 @@
 
 use core::mem::size_of;
 
-use care_core::grpo::{GaeOptions, StdKind, WhitenOptions};
+use care_core::grpo::{GaeOptions, MaskedToken, StdKind, WhitenOptions};
 use care_kernels::Tuning;
 use care_kernels::params::WhitenStatsRaw;
 use cudarc::driver::result as cu;
@@ -11,6 +11,18 @@ use cudarc::driver::result as cu;
 use crate::args::{self, Out};
 use crate::gpu::{backend, care_gpu_launch, dev, driver_code, kernel_code, read_launch};
 use crate::result::{care_result, map_error};
+
+/// What a masked token does to the returns' reverse scan (`care_gae_options.masked_token`).
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum care_masked_token {
+    /// Skipped: the chain carries across it (default; verl since 2026-08).
+    CARE_MASKED_TOKEN_SKIP = 0,
+    /// The return restarts at 0 before it (verl's `reinforce_plus_plus` before 2026-08;
+    /// returns only, `care_gae` refuses it).
+    CARE_MASKED_TOKEN_RESET = 1,
+}
 
 /// Options of `care_discounted_returns` and `care_gae`. Initialize with
 /// `care_gae_options_default` (which sets `struct_size`), then change fields.
@@ -24,6 +36,8 @@ pub struct care_gae_options {
     pub gamma: f64,
     /// GAE `lambda` in `[0, 1]` (default 1; not read by `care_discounted_returns`).
     pub lambda: f64,
+    /// A `care_masked_token`.
+    pub masked_token: u32,
 }
 
 /// Options of `care_whiten`. Initialize with `care_whiten_options_default` (which sets
@@ -38,6 +52,8 @@ pub struct care_whiten_options {
     pub std_kind: u32,
     /// Added to the variance under the square root; finite and `>= 0` (default 1e-8).
     pub eps: f64,
+    /// Added to the count in the means (default 0; verl's `masked_mean`: 1e-8).
+    pub count_eps: f64,
 }
 
 /// The token inputs of `care_discounted_returns` and `care_gae`: `token_rewards[T]` on the
@@ -73,6 +89,7 @@ fn gae_to_c(o: &GaeOptions) -> care_gae_options {
         struct_size: size_of::<care_gae_options>() as u32,
         gamma: o.gamma,
         lambda: o.lambda,
+        masked_token: o.masked_token as u32,
     }
 }
 
@@ -81,6 +98,7 @@ fn whiten_to_c(o: &WhitenOptions) -> care_whiten_options {
         struct_size: size_of::<care_whiten_options>() as u32,
         std_kind: o.std_kind as u32,
         eps: o.eps,
+        count_eps: o.count_eps,
     }
 }
 
@@ -94,6 +112,11 @@ unsafe fn read_gae_options(p: *const care_gae_options) -> Result<GaeOptions, car
     let o = GaeOptions {
         gamma: c.gamma,
         lambda: c.lambda,
+        masked_token: args::enum_arg(
+            "care_gae_options.masked_token",
+            c.masked_token,
+            &MaskedToken::ALL,
+        )?,
     };
     args::option_check("care_gae_options", o.check())?;
     Ok(o)
@@ -109,6 +132,7 @@ unsafe fn read_whiten_options(p: *const care_whiten_options) -> Result<WhitenOpt
     let o = WhitenOptions {
         eps: c.eps,
         std_kind: args::enum_arg("care_whiten_options.std_kind", c.std_kind, &StdKind::ALL)?,
+        count_eps: c.count_eps,
     };
     args::option_check("care_whiten_options", o.check())?;
     Ok(o)
@@ -269,6 +293,104 @@ pub unsafe extern "C" fn care_gae(
     }
 }
 
+/// Discounted returns and their whitening in one call, every intermediate in double (the
+/// returns are never rounded to float before they are whitened): the returns into
+/// `returns_out[returns_len]`, the whitened returns into `advantages_out[advantages_len]` (both
+/// `T`; masked tokens get 0), their mean and std into `mean_out`, `std_out` (optional). verl's
+/// `reinforce_plus_plus`. `inputs->values` must be `(NULL, 0)`. `gae_options`,
+/// `whiten_options` NULL: the defaults. Errors as `care_discounted_returns`, and
+/// `CARE_ERR_NON_FINITE` (nothing written) when a return is not finite.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub unsafe extern "C" fn care_discounted_returns_whitened(
+    inputs: *const care_token_rewards,
+    gae_options: *const care_gae_options,
+    whiten_options: *const care_whiten_options,
+    advantages_out: *mut f32,
+    advantages_len: usize,
+    returns_out: *mut f32,
+    returns_len: usize,
+    mean_out: *mut f64,
+    std_out: *mut f64,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let t = tri!(unsafe { read_tokens(inputs) });
+        if t.values.is_some() {
+            return crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!(
+                    "care_token_rewards.values is set; care_discounted_returns_whitened reads no \
+                     values (pass (NULL, 0), or call care_gae_whitened)"
+                ),
+            );
+        }
+        let opts = tri!(unsafe { read_gae_options(gae_options) });
+        let w = tri!(unsafe { read_whiten_options(whiten_options) });
+        let mean_out = tri!(Out::optional(mean_out));
+        let std_out = tri!(Out::optional(std_out));
+        let adv = tri!(unsafe { args::slice_mut(advantages_out, advantages_len) });
+        let ret = tri!(unsafe { args::slice_mut(returns_out, returns_len) });
+        let outs = [("advantages_len", advantages_len), ("returns_len", returns_len)];
+        let r = care_core::grpo::discounted_returns_whitened(
+            t.rewards, t.offsets, t.mask, &opts, &w, adv, ret,
+        );
+        let (mean, std) = tri!(r.map_err(|e| explain_tokens(map_error(e), &t, &outs)));
+        if let Some(o) = mean_out {
+            unsafe { o.write(mean) };
+        }
+        if let Some(o) = std_out {
+            unsafe { o.write(std) };
+        }
+        care_result::CARE_OK
+    }
+}
+
+/// GAE with its advantages whitened in one call, every intermediate in double: as `care_gae`,
+/// with `advantages_out` whitened over the counted tokens (verl's `gae`; the returns are not
+/// whitened) and the advantages' mean and std before whitening into `mean_out`, `std_out`
+/// (optional). Errors as `care_gae`, and `CARE_ERR_NON_FINITE` (nothing written).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub unsafe extern "C" fn care_gae_whitened(
+    inputs: *const care_token_rewards,
+    gae_options: *const care_gae_options,
+    whiten_options: *const care_whiten_options,
+    advantages_out: *mut f32,
+    advantages_len: usize,
+    returns_out: *mut f32,
+    returns_len: usize,
+    mean_out: *mut f64,
+    std_out: *mut f64,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let t = tri!(unsafe { read_tokens(inputs) });
+        let values = tri!(t.values.ok_or_else(|| crate::detail::fail(
+            care_result::CARE_ERR_NULL_POINTER,
+            format_args!("care_token_rewards.values is NULL; care_gae_whitened needs the values V_t")
+        )));
+        let opts = tri!(unsafe { read_gae_options(gae_options) });
+        let w = tri!(unsafe { read_whiten_options(whiten_options) });
+        let mean_out = tri!(Out::optional(mean_out));
+        let std_out = tri!(Out::optional(std_out));
+        let adv = tri!(unsafe { args::slice_mut(advantages_out, advantages_len) });
+        let ret = tri!(unsafe { args::slice_mut(returns_out, returns_len) });
+        let outs = [("advantages_len", advantages_len), ("returns_len", returns_len)];
+        let r = care_core::grpo::gae_whitened(
+            t.rewards, values, t.offsets, t.mask, &opts, &w, adv, ret,
+        );
+        let (mean, std) = tri!(r.map_err(|e| explain_tokens(map_error(e), &t, &outs)));
+        if let Some(o) = mean_out {
+            unsafe { o.write(mean) };
+        }
+        if let Some(o) = std_out {
+            unsafe { o.write(std) };
+        }
+        care_result::CARE_OK
+    }
+}
+
 /// Whitens `values[values_len]` in place over the counted tokens: `(x - mean) / sqrt(var +
 /// eps)`, two-pass centered variance in double; masked values become 0. `mask` optional
 /// (`(NULL, 0)`: all count; else `mask_len == values_len`). `mean_out`, `std_out` optional
@@ -339,7 +461,8 @@ unsafe fn device_tokens(
             return Err(crate::detail::fail(
                 care_result::CARE_ERR_NULL_POINTER,
                 format_args!(
-                    "care_token_rewards.values is NULL; care_gpu_gae needs the values V_t"
+                    "care_token_rewards.values is NULL; GAE (care_gpu_gae, \
+                     care_gpu_gae_whitened) needs the values V_t"
                 ),
             ));
         }
@@ -350,8 +473,8 @@ unsafe fn device_tokens(
             return Err(crate::detail::fail(
                 care_result::CARE_ERR_INVALID_ARGUMENT,
                 format_args!(
-                    "care_token_rewards.values is set; care_gpu_discounted_returns reads no \
-                     values (pass (NULL, 0), or call care_gpu_gae)"
+                    "care_token_rewards.values is set; the discounted returns read no values \
+                     (pass (NULL, 0), or call care_gpu_gae or care_gpu_gae_whitened)"
                 ),
             ));
         }
@@ -565,6 +688,209 @@ pub unsafe extern "C" fn care_gpu_whiten_status(
                 map_error(e),
                 format_args!("a counted value passed to care_gpu_whiten is NaN or infinite"),
             )
+        }));
+        if let Some(o) = mean_out {
+            unsafe { o.write(mean) };
+        }
+        if let Some(o) = std_out {
+            unsafe { o.write(std) };
+        }
+        care_result::CARE_OK
+    }
+}
+
+// ---- the f64 chains on the GPU ----------------------------------------------------------------
+
+/// The bytes of workspace `care_gpu_discounted_returns_whitened` and `care_gpu_gae_whitened`
+/// need for `n_tokens` tokens, into `*out_bytes`: `CARE_GPU_WORKSPACE_BYTES` plus 8 bytes per
+/// token (the unrounded values between the scan and the whitening) and 64. `n_tokens` above
+/// `UINT32_MAX` is `CARE_ERR_INVALID_ARGUMENT`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_whitened_workspace_bytes(
+    n_tokens: usize,
+    out_bytes: *mut usize,
+) -> care_result {
+    ffi_panic_boundary! {
+        let out = tri!(Out::new(out_bytes));
+        let Ok(n) = u32::try_from(n_tokens) else {
+            return crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!("n_tokens is {n_tokens}; the kernels index tokens with 32 bits"),
+            );
+        };
+        // SAFETY: `out_bytes` is valid for a write (contract; NULL and alignment checked).
+        unsafe { out.write(care_kernels::whitened_workspace_bytes(n)) };
+        care_result::CARE_OK
+    }
+}
+
+/// The body of the two chained GPU entry points: every argument checked, then the launches.
+///
+/// # Safety
+/// As for [`args::input`] on the structs; the pointers inside and the outputs are device memory
+/// of the lengths they state.
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+unsafe fn whitened_on(
+    inputs: *const care_token_rewards,
+    gae_options: *const care_gae_options,
+    whiten_options: *const care_whiten_options,
+    d_advantages: *mut f32,
+    advantages_len: usize,
+    d_returns: *mut f32,
+    returns_len: usize,
+    launch: *const care_gpu_launch,
+    is_gae: bool,
+) -> care_result {
+    // SAFETY (all blocks): forwarded contract.
+    let (mut buf, n) = tri!(unsafe { device_tokens(inputs, is_gae) });
+    let opts = tri!(unsafe { read_gae_options(gae_options) });
+    let w = tri!(unsafe { read_whiten_options(whiten_options) });
+    let adv = tri!(device_output(
+        d_advantages,
+        advantages_len,
+        "advantages_len",
+        n
+    ));
+    let ret = tri!(device_output(d_returns, returns_len, "returns_len", n));
+    if is_gae && opts.masked_token != MaskedToken::Skip {
+        return crate::detail::fail(
+            care_result::CARE_ERR_INVALID_ARGUMENT,
+            format_args!(
+                "care_gae_options.masked_token is CARE_MASKED_TOKEN_RESET; GAE skips masked \
+                 tokens (no version of verl's GAE resets there)"
+            ),
+        );
+    }
+    let l = tri!(unsafe { read_launch(launch, true) });
+    let need = care_kernels::whitened_workspace_bytes(buf.n_tok);
+    if l.workspace_len < need {
+        return crate::detail::fail(
+            care_result::CARE_ERR_BUFFER_TOO_SMALL,
+            format_args!(
+                "care_gpu_launch.workspace_len is {} but the chain needs {need} bytes for {n} \
+                 tokens (8 per token for the unrounded values); size the workspace with \
+                 care_gpu_whitened_workspace_bytes",
+                l.workspace_len
+            ),
+        );
+    }
+    buf.workspace = l.workspace;
+    let out = care_kernels::WhitenedOutputs {
+        advantages: adv,
+        returns: ret,
+        workspace_len: l.workspace_len,
+    };
+    let b = tri!(unsafe { backend(l.stream, l.workspace) });
+    let t = Tuning::default();
+    // SAFETY: every address is caller device memory of the documented, cross-checked size; the
+    // workspace holds `need` bytes.
+    let run = unsafe {
+        if is_gae {
+            care_kernels::gae_whitened(&b, &buf, &out, &opts, &w, t)
+        } else {
+            care_kernels::discounted_returns_whitened(&b, &buf, &out, &opts, &w, t)
+        }
+    };
+    match run {
+        Ok(()) => care_result::CARE_OK,
+        Err(e) => kernel_code(e),
+    }
+}
+
+/// `care_discounted_returns_whitened` on the GPU, asynchronously on `launch->stream`: the same
+/// structs (the `inputs` pointers and both outputs device memory), every intermediate in double
+/// (the scan leaves the unrounded returns in the workspace, which the whitening reads): the
+/// returns bit-identical to the CPU's, the whitened returns within the documented tolerance.
+/// The workspace is `care_gpu_whitened_workspace_bytes(T)` (shorter:
+/// `CARE_ERR_BUFFER_TOO_SMALL`). What the CPU function refuses before writing is found by the
+/// kernels: `care_gpu_whitened_status` reports a malformed layout (`CARE_ERR_INVALID_LAYOUT`;
+/// outputs unspecified) or a non-finite return (`CARE_ERR_NON_FINITE`; the advantages are left
+/// as they were, the returns are written), and otherwise gives the mean and std.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub unsafe extern "C" fn care_gpu_discounted_returns_whitened(
+    inputs: *const care_token_rewards,
+    gae_options: *const care_gae_options,
+    whiten_options: *const care_whiten_options,
+    d_advantages: *mut f32,
+    advantages_len: usize,
+    d_returns: *mut f32,
+    returns_len: usize,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY: forwarded contract of the entry point.
+        unsafe {
+            whitened_on(inputs, gae_options, whiten_options, d_advantages, advantages_len,
+                        d_returns, returns_len, launch, false)
+        }
+    }
+}
+
+/// `care_gae_whitened` on the GPU, asynchronously on `launch->stream`: GAE's returns `A + V`
+/// into `d_returns` (bit-identical to the CPU's), its advantages whitened in double into
+/// `d_advantages` (within the documented tolerance). Workspace and status as
+/// `care_gpu_discounted_returns_whitened`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub unsafe extern "C" fn care_gpu_gae_whitened(
+    inputs: *const care_token_rewards,
+    gae_options: *const care_gae_options,
+    whiten_options: *const care_whiten_options,
+    d_advantages: *mut f32,
+    advantages_len: usize,
+    d_returns: *mut f32,
+    returns_len: usize,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY: forwarded contract of the entry point.
+        unsafe {
+            whitened_on(inputs, gae_options, whiten_options, d_advantages, advantages_len,
+                        d_returns, returns_len, launch, true)
+        }
+    }
+}
+
+/// Synchronizes `launch->stream` and reads what `care_gpu_discounted_returns_whitened` or
+/// `care_gpu_gae_whitened` left in `launch->workspace`: `CARE_OK` with the mean and std of the
+/// unrounded values before whitening into `*mean_out` and `*std_out` (each optional; written
+/// only on success), `CARE_ERR_INVALID_LAYOUT` when the sequence offsets were not a CSR layout,
+/// else `CARE_ERR_NON_FINITE` when a counted value was not finite, as the CPU functions refuse
+/// those calls.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_whitened_status(
+    launch: *const care_gpu_launch,
+    mean_out: *mut f64,
+    std_out: *mut f64,
+) -> care_result {
+    ffi_panic_boundary! {
+        let mean_out = tri!(Out::optional(mean_out));
+        let std_out = tri!(Out::optional(std_out));
+        // SAFETY (all blocks): forwarded contract.
+        let l = tri!(unsafe { read_launch(launch, true) });
+        if l.workspace_len < care_kernels::WHITENED_STATUS_OFFSET + 4 {
+            return care_result::CARE_ERR_BUFFER_TOO_SMALL; // unreachable: read_launch checks more
+        }
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
+        tri!(b.synchronize().map_err(driver_code));
+        let mut raw = WhitenStatsRaw::default();
+        let mut word = [0u8; 4];
+        // SAFETY: the stream is idle (synchronized); the workspace holds at least
+        // CARE_GPU_WORKSPACE_BYTES, past the WhitenStatsRaw and the status word.
+        tri!(unsafe { cu::memcpy_dtoh_sync(bytemuck::bytes_of_mut(&mut raw), l.workspace) }
+            .map_err(driver_code));
+        let at = l.workspace + care_kernels::WHITENED_STATUS_OFFSET as u64;
+        tri!(unsafe { cu::memcpy_dtoh_sync(&mut word, at) }.map_err(driver_code));
+        let r = care_kernels::whitened_result(&raw, u32::from_ne_bytes(word));
+        let (mean, std) = tri!(r.map_err(|e| {
+            let why = if e == care_core::Error::InvalidLayout {
+                "care_token_rewards.seq_offsets is not a CSR layout of the tokens: it must start \
+                 at 0, never decrease and end at T"
+            } else {
+                "a counted return or advantage is NaN or infinite; the advantages were not written"
+            };
+            crate::detail::fail(map_error(e), format_args!("{why}"))
         }));
         if let Some(o) = mean_out {
             unsafe { o.write(mean) };

@@ -27,7 +27,7 @@ use crate::loss::{self, care_loss_inputs, care_loss_options, care_loss_stats, ca
 use crate::result::{care_result, map_error};
 
 /// Bytes of device workspace every GPU call needs (16-byte aligned, caller-allocated).
-pub const CARE_GPU_WORKSPACE_BYTES: usize = 64;
+pub const CARE_GPU_WORKSPACE_BYTES: usize = 131072;
 /// Bytes of the device-side loss statistics accumulator of `care_gpu_policy_loss`.
 pub const CARE_GPU_LOSS_STATS_BYTES: usize = 56;
 /// Bytes of the device-side rollout-diagnostics accumulator of `care_gpu_policy_loss_into`

@@ -13,9 +13,9 @@ use care_core::logsoftmax::{
     LogSoftmaxOptions, Logits, TokenId, selective_log_softmax, selective_log_softmax_backward,
 };
 use care_kernels::{
-    Dtype, LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, Tuning,
-    WORKSPACE_BYTES, log_softmax_backward, log_softmax_forward, log_softmax_status,
-    logits_loss_forward,
+    Dtype, FusedLossBuffers, LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers,
+    Tuning, WORKSPACE_BYTES, fused_supports, log_softmax_backward, log_softmax_forward,
+    log_softmax_status, logits_loss_forward, logits_loss_fused,
 };
 use half::{bf16, f16};
 
@@ -342,7 +342,11 @@ impl WithRows for Forward<'_> {
         let entropy = per_row("care_log_softmax_outputs.entropy_len", self.entropy, n)?;
         let lse = per_row("care_log_softmax_outputs.lse_len", self.lse, n)?;
         // The core writes its f64 outputs; ours are written only once it has succeeded.
-        let (mut lp, mut h, mut ls) = (vec![0.0f64; n], vec![0.0f64; n], vec![0.0f64; n]);
+        let (mut lp, mut h, mut ls) = (
+            args::working("log-probs", n, 0.0f64)?,
+            args::working("entropies", n, 0.0f64)?,
+            args::working("log-sum-exps", n, 0.0f64)?,
+        );
         selective_log_softmax(
             &r.logits,
             r.targets,
@@ -431,12 +435,22 @@ impl WithRows for Backward<'_> {
                 ),
             ));
         }
-        let g64: Vec<f64> = match g {
-            Some(g) => g.iter().map(|&v| f64::from(v)).collect(),
-            None => vec![0.0; n],
+        let widen = |what: &str, v: &[f32]| -> Result<Vec<f64>, care_result> {
+            let mut w = args::working(what, v.len(), 0.0f64)?;
+            for (a, &b) in w.iter_mut().zip(v) {
+                *a = f64::from(b);
+            }
+            Ok(w)
         };
-        let e64: Option<Vec<f64>> = e.map(|e| e.iter().map(|&v| f64::from(v)).collect());
-        let mut d = vec![0.0f64; self.dlogits.len()];
+        let g64: Vec<f64> = match g {
+            Some(g) => widen("the log-prob gradient", g)?,
+            None => args::working("the log-prob gradient", n, 0.0)?,
+        };
+        let e64: Option<Vec<f64>> = match e {
+            Some(e) => Some(widen("the entropy gradient", e)?),
+            None => None,
+        };
+        let mut d = args::working("the logits gradient", self.dlogits.len(), 0.0f64)?;
         selective_log_softmax_backward(
             &r.logits,
             r.targets,
@@ -559,7 +573,10 @@ impl WithRows for LogitsLoss<'_> {
         let lse = per_row("care_logits_loss_outputs.lse_len", self.lse, n)?;
         // As care_core::logsoftmax::logits_policy_loss up to dL/dlogp: the backward pass is a
         // separate call, as on the GPU.
-        let (mut lp, mut ls) = (vec![0.0f64; n], vec![0.0f64; n]);
+        let (mut lp, mut ls) = (
+            args::working("log-probs", n, 0.0f64)?,
+            args::working("log-sum-exps", n, 0.0f64)?,
+        );
         selective_log_softmax(
             &r.logits,
             r.targets,
@@ -580,7 +597,7 @@ impl WithRows for LogitsLoss<'_> {
             // Refused by logits_loss_inputs (the fused paths have no rollout correction yet).
             logp_rollout: None,
         };
-        let mut g = vec![0.0f32; n];
+        let mut g = args::working("the log-prob gradient", n, 0.0f32)?;
         let out = care_core::grpo::policy_loss(&inputs, &self.opts, &mut g).map_err(|e| {
             let offs = Some(self.seq_offsets);
             loss::explain(map_error(e), &self.inputs, n, "care_logits.rows", &[], offs)
@@ -614,7 +631,14 @@ pub unsafe extern "C" fn care_logits_policy_loss(
     ffi_panic_boundary! {
         // SAFETY (all blocks below): forwarded contract of the entry point.
         let c = tri!(unsafe { logits_loss_inputs(inputs) });
-        let widen = |v: Option<&[f32]>| v.map(|v| v.iter().map(|&x| f64::from(x)).collect());
+        let widen = |what: &str, v: Option<&[f32]>| -> Result<Option<Vec<f64>>, care_result> {
+            let Some(v) = v else { return Ok(None) };
+            let mut w = args::working(what, v.len(), 0.0f64)?;
+            for (a, &b) in w.iter_mut().zip(v) {
+                *a = f64::from(b);
+            }
+            Ok(Some(w))
+        };
         let logp_old = tri!(unsafe { args::opt_slice(c.logp_old.cast::<f32>(), c.logp_old_len) });
         let logp_ref = tri!(unsafe { args::opt_slice(c.logp_ref.cast::<f32>(), c.logp_ref_len) });
         let adv = tri!(unsafe { args::slice(c.advantages, c.advantages_len) });
@@ -624,8 +648,8 @@ pub unsafe extern "C" fn care_logits_policy_loss(
         let stats_out = tri!(Out::optional(stats_out));
         let f = LogitsLoss {
             inputs: c,
-            logp_old: widen(logp_old),
-            logp_ref: widen(logp_ref),
+            logp_old: tri!(widen("logp_old", logp_old)),
+            logp_ref: tri!(widen("logp_ref", logp_ref)),
             seq_offsets: tri!(unsafe { args::slice(c.seq_offsets, c.seq_offsets_len) }),
             advantages: tri!(loss::advantages(c.advantages_kind, adv)),
             opts,
@@ -867,6 +891,145 @@ pub unsafe extern "C" fn care_gpu_logits_policy_loss(
     }
 }
 
+/// The device outputs of `care_gpu_logits_policy_loss_fused`: the gradient with respect to the
+/// logits (required) and, each optional ((NULL, 0) to skip), the log-probs, the log-sum-exp
+/// and the loss-statistics accumulator.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct care_gpu_fused_loss_outputs {
+    /// `sizeof(care_gpu_fused_loss_outputs)`.
+    pub struct_size: u32,
+    /// `dL/dlogits` in the logits' dtype, `rows` rows `dlogits_row_stride` elements apart; may
+    /// be `logits->logits` itself (with the same stride) to overwrite the logits in place.
+    pub dlogits: *mut c_void,
+    /// Elements writable at `dlogits`: at least `(rows - 1) * dlogits_row_stride + vocab`.
+    pub dlogits_len: usize,
+    /// Elements between two gradient rows (`>= vocab`).
+    pub dlogits_row_stride: usize,
+    /// Log-probs of the targets (`float[rows]`), or NULL.
+    pub logp: *mut f32,
+    /// 0 or `rows`.
+    pub logp_len: usize,
+    /// Log-sum-exp of each row's scaled logits (`float[rows]`), or NULL.
+    pub lse: *mut f32,
+    /// 0 or `rows`.
+    pub lse_len: usize,
+    /// The loss-statistics accumulator (`care_gpu_loss_stats_reset` / `_read`; the loss is
+    /// `stats.loss`), or NULL.
+    pub stats: *mut c_void,
+    /// 0 or `CARE_GPU_LOSS_STATS_BYTES`.
+    pub stats_len: usize,
+}
+
+/// Whether `care_gpu_logits_policy_loss_fused` computes the loss of `options`, into
+/// `*supported_out` (1 or 0): the token-local losses (the token-level ratio with the clipped
+/// ratio, the dual clip, CISPO, SAPO or GPG, any KL estimator and aggregation) without the
+/// rollout correction and without bypass mode. Needs no GPU. `options` NULL: the defaults.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_logits_policy_loss_fused_supported(
+    options: *const care_loss_options,
+    supported_out: *mut u32,
+) -> care_result {
+    ffi_panic_boundary! {
+        let out = tri!(Out::new(supported_out));
+        // SAFETY: forwarded contract of the entry point.
+        let opts = tri!(unsafe { loss::read_options(options) });
+        // SAFETY: `supported_out` is valid for a write (contract; NULL and alignment checked).
+        unsafe { out.write(u32::from(fused_supports(&opts))) };
+        care_result::CARE_OK
+    }
+}
+
+/// The one-pass path from logits to the policy loss and its gradient on the GPU, asynchronously
+/// on `launch->stream`, for the token-local losses (`care_logits_policy_loss_fused_supported`):
+/// each row of `logits` is read once for its log-sum-exp, the target's log-prob, the loss term
+/// and `dL/dlogp`, and `dL/dlogits` is written at once (`outputs->dlogits`; in place over the
+/// logits if wanted): the `logp`, `lse` and `dlogits` of `care_gpu_logits_policy_loss`
+/// followed by `care_gpu_selective_log_softmax_backward` (the three-kernel path) for
+/// `dL/dloss = 1`, within the documented tolerance (the two reduce a row over different block
+/// sizes; at the same block size they are equal bit for bit), and its statistics added into
+/// `outputs->stats`. Inputs as `care_gpu_logits_policy_loss`
+/// (`inputs->logp`, `mask` and `logp_rollout` are (NULL, 0), `dtype` is `CARE_DTYPE_F32`);
+/// options it does not support are `CARE_ERR_INVALID_ARGUMENT` before any launch (call the
+/// three-kernel path for them). Bad targets and rows without a softmax are reported by
+/// `care_gpu_selective_log_softmax_status`. The workspace is `CARE_GPU_WORKSPACE_BYTES`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn care_gpu_logits_policy_loss_fused(
+    logits: *const care_logits,
+    inputs: *const care_loss_inputs,
+    options: *const care_loss_options,
+    outputs: *const care_gpu_fused_loss_outputs,
+    launch: *const care_gpu_launch,
+) -> care_result {
+    ffi_panic_boundary! {
+        // SAFETY (all blocks below): forwarded contract of the entry point.
+        let (r, opts) = tri!(unsafe { device_rows(logits) });
+        let n = r.rows as usize;
+        let c = tri!(unsafe { logits_loss_inputs(inputs) });
+        let d = tri!(device_loss(&c, n, false));
+        let o = tri!(unsafe { args::input(outputs) });
+        let dlogits = tri!(device_matrix(o.dlogits.cast_const(), o.dlogits_len, r.dtype, n,
+                                         r.vocab as usize, o.dlogits_row_stride)
+            .map_err(|e| match e {
+                care_result::CARE_ERR_LENGTH_MISMATCH => crate::detail::fail(e, format_args!(
+                    "care_gpu_fused_loss_outputs.dlogits_len is {} but {n} rows of vocab {} at \
+                     dlogits_row_stride {} need at least (rows - 1) * row_stride + vocab",
+                    o.dlogits_len, r.vocab, o.dlogits_row_stride)),
+                e => e,
+            }));
+        if dlogits == r.logits && o.dlogits_row_stride as u64 != r.stride {
+            return crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!(
+                    "care_gpu_fused_loss_outputs.dlogits is the logits but dlogits_row_stride {} \
+                     is not care_logits.row_stride {}; in place, the gradient takes the logits' \
+                     rows",
+                    o.dlogits_row_stride, r.stride
+                ),
+            );
+        }
+        let logp = tri!(dev_row("care_gpu_fused_loss_outputs.logp_len", o.logp.cast_const(), o.logp_len, n, false));
+        let lse = tri!(dev_row("care_gpu_fused_loss_outputs.lse_len", o.lse.cast_const(), o.lse_len, n, false));
+        let stats = tri!(dev(o.stats.cast_const(), o.stats_len, CARE_GPU_LOSS_STATS_BYTES, false));
+        let loss_opts = tri!(unsafe { loss::read_options(options) });
+        if !fused_supports(&loss_opts) {
+            // Before a driver is needed.
+            return crate::detail::fail(
+                care_result::CARE_ERR_INVALID_ARGUMENT,
+                format_args!(
+                    "the one-pass path computes token-local losses only (ratio_level token, \
+                     policy_loss clip, cispo, sapo or gpg, no rollout correction, bypass off); \
+                     these options ({} at ratio level {}) need whole sequences first: call \
+                     care_gpu_logits_policy_loss, then care_gpu_selective_log_softmax_backward",
+                    loss_opts.policy_loss, loss_opts.ratio_level
+                ),
+            );
+        }
+        let l = tri!(unsafe { read_launch(launch, true) });
+        let buf = FusedLossBuffers {
+            logp,
+            lse,
+            dlogits,
+            dstride: o.dlogits_row_stride as u64,
+            logp_old: d.logp_old,
+            logp_ref: d.logp_ref,
+            adv: d.adv,
+            adv_per_token: d.per_token,
+            seq_offsets: d.seq_offsets,
+            n_seq: d.n_seq,
+            stats,
+            workspace: l.workspace,
+        };
+        let b = tri!(unsafe { backend(l.stream, l.workspace) });
+        // SAFETY: every address is caller device memory of the documented, cross-checked size.
+        match unsafe { logits_loss_fused(&b, &r, &buf, &opts, &loss_opts, Tuning::default()) } {
+            Ok(()) => care_result::CARE_OK,
+            Err(e) => kernel_code(e),
+        }
+    }
+}
+
 const _: () = assert!(CARE_GPU_WORKSPACE_BYTES == WORKSPACE_BYTES);
 
 #[cfg(test)]
@@ -1002,9 +1165,8 @@ mod tests {
 
     #[test]
     fn gpu_without_a_driver_is_unavailable_after_the_argument_checks() {
-        #[repr(align(16))]
-        struct Ws([u8; 64]);
-        let ws = Ws([0; 64]);
+        // 16-byte aligned, CARE_GPU_WORKSPACE_BYTES long.
+        let ws = vec![0u128; CARE_GPU_WORKSPACE_BYTES / 16];
         // Fake (aligned, non-NULL) device addresses: the call must stop before touching them.
         let p = 0x1000usize as *mut f32;
         let mut c = rows(&[], &[]);
@@ -1024,17 +1186,17 @@ mod tests {
         let mut launch = care_gpu_launch {
             struct_size: size_of::<care_gpu_launch>() as u32,
             stream: null_mut(),
-            workspace: ws.0.as_ptr().cast_mut().cast(),
-            workspace_len: 64,
+            workspace: ws.as_ptr().cast_mut().cast(),
+            workspace_len: CARE_GPU_WORKSPACE_BYTES,
         };
         // SAFETY: nothing is dereferenced before the driver check, which fails here.
         unsafe {
-            launch.workspace_len = 32;
+            launch.workspace_len = CARE_GPU_WORKSPACE_BYTES - 16;
             assert_eq!(
                 care_gpu_selective_log_softmax(&c, &out, &launch),
                 care_result::CARE_ERR_BUFFER_TOO_SMALL
             );
-            launch.workspace_len = 64;
+            launch.workspace_len = CARE_GPU_WORKSPACE_BYTES;
             c.row_stride = 2;
             assert_eq!(
                 care_gpu_selective_log_softmax(&c, &out, &launch),

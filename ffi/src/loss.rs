@@ -6,9 +6,9 @@ use core::mem::{align_of, size_of};
 
 use care_core::Dtype;
 use care_core::grpo::{
-    Advantages, Aggregation, IsLevel, KlEstimator, LogProb, LossInputs, LossOptions, LossOutput,
-    LossPreset, LossStats, PolicyLoss, RatioLevel, RejectBound, Rejection, RejectionMode,
-    RolloutInputs, RolloutOptions, RolloutStats, SequenceCount,
+    Advantages, Aggregation, Bypass, IsLevel, KlEstimator, LogProb, LossInputs, LossOptions,
+    LossOutput, LossPreset, LossStats, PolicyLoss, RatioLevel, RejectBound, Rejection,
+    RejectionMode, RolloutInputs, RolloutOptions, RolloutStats, SequenceCount,
 };
 use half::{bf16, f16};
 
@@ -84,6 +84,9 @@ pub enum care_policy_loss_kind {
     CARE_POLICY_LOSS_KL_COV = 5,
     /// GMPO: the geometric mean of the token ratios, clipped in log space.
     CARE_POLICY_LOSS_GMPO = 6,
+    /// VESPO (TRL `vespo`): a detached Gamma weight of the sequence ratio on `A * logp`
+    /// (`vespo_k_pos` ... `vespo_lambda_neg`).
+    CARE_POLICY_LOSS_VESPO = 7,
 }
 
 /// Which sequences the sequence count of the aggregation counts
@@ -96,6 +99,18 @@ pub enum care_sequence_count {
     CARE_SEQUENCE_COUNT_NON_EMPTY = 0,
     /// Every sequence of the call (TRL `grpo`, `dr_grpo`, `sapo`; verl `geo_mean`).
     CARE_SEQUENCE_COUNT_ALL = 1,
+}
+
+/// Where the ratio's old log-probs come from (`care_loss_options.bypass`).
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum care_bypass {
+    /// `logp_old` as given (NULL: on-policy); importance weights applied (default).
+    CARE_BYPASS_OFF = 0,
+    /// verl's bypass mode (`loss_type = ppo_clip`): `logp_old` must be NULL and
+    /// `logp_rollout` stands in for it; the importance weights are reported, not applied.
+    CARE_BYPASS_ON = 1,
 }
 
 /// How the rollout correction forms importance weights (`care_rollout_options.is_level`).
@@ -282,6 +297,12 @@ pub enum care_loss_preset {
     CARE_LOSS_PRESET_OPENRLHF_SEQ = 19,
     /// OpenRLHF `gspo`: the sequence ratio through the mean.
     CARE_LOSS_PRESET_OPENRLHF_GSPO = 20,
+    /// verl `bypass_mode` (`loss_type = ppo_clip`): verl vanilla with `CARE_BYPASS_ON`.
+    CARE_LOSS_PRESET_VERL_BYPASS = 21,
+    /// TRL `luspo`: the sequence ratio, each sequence's loss times its length, over every row.
+    CARE_LOSS_PRESET_TRL_LUSPO = 22,
+    /// TRL `vespo`: `CARE_POLICY_LOSS_VESPO`, global token mean.
+    CARE_LOSS_PRESET_TRL_VESPO = 23,
 }
 
 /// Whether `advantages` holds one value per sequence or one per token.
@@ -573,10 +594,23 @@ pub struct care_loss_options {
     pub clip_cov_lb: f64,
     /// Clip-Cov: the covariance window's upper end (5).
     pub clip_cov_ub: f64,
-    /// KL-Cov: the coefficient of `|log ratio|` (1).
+    /// KL-Cov: the coefficient of `|log ratio|` (1; verl preset 0.1).
     pub kl_cov_coef: f64,
     /// The rollout correction (applies with `care_loss_inputs.logp_rollout`).
     pub rollout: care_rollout_options,
+    /// A `care_bypass`.
+    pub bypass: u32,
+    /// GMPO: the sequence's rollout weight is `exp(mean ln(w + gmpo_weight_floor))` (0 = the
+    /// exact geometric mean; verl preset 1e-10).
+    pub gmpo_weight_floor: f64,
+    /// VESPO: the Gamma weight's power for `A >= 0` (2).
+    pub vespo_k_pos: f64,
+    /// VESPO: its decay for `A >= 0` (3).
+    pub vespo_lambda_pos: f64,
+    /// VESPO: the power for `A < 0` (3).
+    pub vespo_k_neg: f64,
+    /// VESPO: the decay for `A < 0` (2).
+    pub vespo_lambda_neg: f64,
 }
 
 /// Loss statistics as sums that add across micro-batches and ranks (all-reduce the first
@@ -648,6 +682,12 @@ fn to_c(o: &LossOptions) -> care_loss_options {
         clip_cov_ub: o.clip_cov_ub,
         kl_cov_coef: o.kl_cov_coef,
         rollout: rollout_to_c(&o.rollout),
+        bypass: o.bypass as u32,
+        gmpo_weight_floor: o.gmpo_weight_floor,
+        vespo_k_pos: o.vespo_k_pos,
+        vespo_lambda_pos: o.vespo_lambda_pos,
+        vespo_k_neg: o.vespo_k_neg,
+        vespo_lambda_neg: o.vespo_lambda_neg,
     }
 }
 
@@ -776,6 +816,12 @@ pub(crate) unsafe fn read_options(p: *const care_loss_options) -> Result<LossOpt
         clip_cov_ub: c.clip_cov_ub,
         kl_cov_coef: c.kl_cov_coef,
         rollout: rollout_from_c(&c.rollout)?,
+        bypass: args::enum_arg("care_loss_options.bypass", c.bypass, &Bypass::ALL)?,
+        gmpo_weight_floor: c.gmpo_weight_floor,
+        vespo_k_pos: c.vespo_k_pos,
+        vespo_lambda_pos: c.vespo_lambda_pos,
+        vespo_k_neg: c.vespo_k_neg,
+        vespo_lambda_neg: c.vespo_lambda_neg,
     };
     // The core's own rules, checked here too so that a GPU call reports them before it needs
     // a driver, exactly as the CPU does.

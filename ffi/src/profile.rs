@@ -4,6 +4,7 @@
 //! judge prompt and judge-output parser.
 
 use core::ffi::c_char;
+use core::fmt::Write as _;
 
 use care_core::ScoreOptions;
 use care_core::profile::{
@@ -550,6 +551,20 @@ fn failed_to_c(
 
 /// The code `care_profile_parse` returns for an invalid profile.
 fn parse_failure(report: &ProfileReport) -> care_result {
+    // The detail names every violation with its path (the first ones, within the detail's
+    // length cap), so the caller need not ask for the report.
+    let n = report.violations().len();
+    let mut text = String::new();
+    for (i, v) in report.violations().iter().enumerate() {
+        if i > 0 {
+            text.push_str("; ");
+        }
+        let _ = write!(text, "{v}");
+    }
+    crate::detail::set_if_empty(format_args!(
+        "the profile is invalid ({n} violation{}): {text}",
+        if n == 1 { "" } else { "s" }
+    ));
     match report.violations().first().map(|v| v.code) {
         Some(ProfileCode::NotJson) => care_result::CARE_ERR_NOT_JSON,
         Some(ProfileCode::TrailingText) => care_result::CARE_ERR_TRAILING_TEXT,
@@ -664,8 +679,10 @@ pub unsafe extern "C" fn care_profile_validate(
         // SAFETY: forwarded contract.
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let out = tri!(Out::new(report_out));
-        // Decoding never makes a string longer, so the text's length is enough scratch.
-        let mut scratch = vec![0u8; text.len()];
+        // Decoding never makes a string longer, so the text's length is enough scratch; a text
+        // refused for its length needs none.
+        let need = if text.len() > profile::MAX_PROFILE_TEXT_BYTES { 0 } else { text.len() };
+        let mut scratch = tri!(args::working("the profile text's scratch", need, 0u8));
         let report = profile::parse_profile(text, &mut scratch).report;
         let h = tri!(handle::insert::<care_profile_report>(report));
         // SAFETY: checked non-NULL and aligned; valid for a write (contract).
@@ -987,7 +1004,7 @@ pub unsafe extern "C" fn care_profile_reward_group(
             );
         }
         // Into a local buffer: the outputs are written only when the whole call succeeds.
-        let mut local = vec![0.0; m];
+        let mut local = tri!(args::working("the rewards", m, 0.0));
         let rep = tri!(
             profile::profile_reward_group(&view, rubric.as_ref(), &texts, scores, gold, &opts, &mut local)
                 .map_err(map_error)
@@ -1104,16 +1121,30 @@ pub unsafe extern "C" fn care_profile_judge_output_parse(
         // SAFETY (all blocks below): forwarded contract of the entry point.
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let report = tri!(Out::optional(report_out));
-        let out = tri!(unsafe { args::slice_mut(scores_out, scores_len) });
         let view = p.profile();
         let rubric = r.as_ref().map(|r| r.buf.rubric());
-        // Into a local buffer: outputs are written only on success.
-        let mut scores = vec![f64::NAN; scores_len];
+        // The length is checked before anything is sized by it: a wrong `scores_len` (however
+        // large) is `CARE_ERR_SCORE_SHAPE` without an allocation.
+        let total = tri!(view.total_criteria(rubric.as_ref()).map_err(map_error));
+        if scores_len != total {
+            crate::detail::set_if_empty(format_args!(
+                "scores_len is {scores_len} but the profile judges {total} criteria; pass one \
+                 raw score per criterion (care_profile_total_criteria)"
+            ));
+            return care_result::CARE_ERR_SCORE_SHAPE;
+        }
+        let out = tri!(unsafe { args::slice_mut(scores_out, scores_len) });
+        // Into a local buffer on the stack (a profile or rubric has at most
+        // MAX_PROFILE_CRITERIA criteria): outputs are written only on success.
+        let mut local = [f64::NAN; care_core::profile::MAX_PROFILE_CRITERIA];
+        let Some(scores) = local.get_mut(..scores_len) else {
+            return care_result::CARE_ERR_SCORE_SHAPE;
+        };
         let rep = tri!(
-            profile::parse_profile_judge_output(text, &view, rubric.as_ref(), &mut scores)
+            profile::parse_profile_judge_output(text, &view, rubric.as_ref(), scores)
                 .map_err(map_error)
         );
-        out.copy_from_slice(&scores);
+        out.copy_from_slice(scores);
         if let Some(o) = report {
             unsafe { o.write(reward::judge_report_to_c(&rep)) };
         }

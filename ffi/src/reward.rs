@@ -461,7 +461,7 @@ pub unsafe extern "C" fn care_policy_reward(
         let detail = tri!(Out::optional(detail_out));
         let p = match care_core::reward::policy_reward_fixed(r.weights, r.counts, scores, &opts) {
             Ok(p) => p,
-            Err(e) => return map_error(e),
+            Err(e) => return score_error(e, "scores", scores, r.counts),
         };
         unsafe { out.write(p.reward) };
         if let Some(d) = detail {
@@ -576,7 +576,17 @@ pub unsafe extern "C" fn care_preference_reward(
             r.weights, r.counts, chosen, rejected, &score, &pref,
         ) {
             Ok(p) => p,
-            Err(e) => return map_error(e),
+            Err(e) => {
+                // The two arrays have one length (checked above): name the one at fault.
+                let (what, scores) = if first_score_fault(e, chosen).is_none()
+                    && first_score_fault(e, rejected).is_some()
+                {
+                    ("care_preference_pair.rejected", rejected)
+                } else {
+                    ("care_preference_pair.chosen", chosen)
+                };
+                return score_error(e, what, scores, r.counts);
+            }
         };
         unsafe { out.write(p.reward) };
         if let Some(d) = detail {
@@ -584,6 +594,61 @@ pub unsafe extern "C" fn care_preference_reward(
         }
         care_result::CARE_OK
     }
+}
+
+/// The index and value of the first score in `scores` that raises `e` under the `error`
+/// policies (`MissingScore`: a NaN; `ScoreOutOfRange`: not an integer in `0..=5`).
+fn first_score_fault(e: care_core::Error, scores: &[f64]) -> Option<(usize, f64)> {
+    let bad = |x: f64| match e {
+        care_core::Error::MissingScore => x.is_nan(),
+        care_core::Error::ScoreOutOfRange => {
+            let integer_in_range = (0.0..=5.0).contains(&x) && x.round() == x;
+            !x.is_nan() && !integer_in_range
+        }
+        _ => false,
+    };
+    scores.iter().copied().enumerate().find(|&(_, x)| bad(x))
+}
+
+/// The detail of `CARE_ERR_SCORE_SHAPE`: both sizes, from the length alone (a wrong length is
+/// refused before anything is sized by it).
+fn shape_detail(what: &str, len: usize, [c, a, p]: [usize; 3]) {
+    crate::detail::set_if_empty(format_args!(
+        "{what}_len is {len} but the rubric has {} criteria ({c} Cognitive, {a} Affective, \
+         {p} Proactive); pass one raw score per criterion, in the order of \
+         care_rubric_criterion",
+        c.saturating_add(a).saturating_add(p)
+    ));
+}
+
+/// The code of a scoring error of the core, with a detail that names the array (`what`) and
+/// says what to fix: both sizes when the scores do not fit the rubric, the first missing or
+/// out-of-range score and the policy that refused it.
+fn score_error(e: care_core::Error, what: &str, scores: &[f64], counts: [usize; 3]) -> care_result {
+    use care_core::Error;
+    match e {
+        Error::ScoreShape => shape_detail(what, scores.len(), counts),
+        Error::MissingScore => {
+            if let Some((i, _)) = first_score_fault(e, scores) {
+                crate::detail::set_if_empty(format_args!(
+                    "{what}[{i}] is NaN (no score) and care_score_options.missing is \
+                     CARE_MISSING_ERROR; give a score, or choose CARE_MISSING_ZERO or \
+                     CARE_MISSING_SKIP"
+                ));
+            }
+        }
+        Error::ScoreOutOfRange => {
+            if let Some((i, x)) = first_score_fault(e, scores) {
+                crate::detail::set_if_empty(format_args!(
+                    "{what}[{i}] is {x}, not an integer in 0..=5, and \
+                     care_score_options.out_of_range is CARE_RANGE_ERROR; pass raw 0..5 judge \
+                     scores, or choose CARE_RANGE_CLAMP"
+                ));
+            }
+        }
+        _ => {}
+    }
+    map_error(e)
 }
 
 /// Counts strategy labels per dimension (paper Eq. 2; ESConv and MINT labels, trimmed and
@@ -694,7 +759,7 @@ pub unsafe extern "C" fn care_generator_reward(
             labels: tri!(args::enum_arg("care_generator_options.unknown_labels", g.unknown_labels, &UnknownLabelPolicy::ALL)),
         };
         tri!(args::option_check("care_generator_options", opts.check()));
-        let mut scratch = vec![0u8; text.len()];
+        let mut scratch = tri!(args::working("the rubric text's scratch", text.len(), 0u8));
         let r = match care_core::generator_reward(
             text, &mut scratch, chosen, rejected, &labels, &opts,
         ) {
@@ -776,16 +841,36 @@ pub unsafe extern "C" fn care_judge_output_parse(
         let r = tri!(handle::get(rubric));
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let report = tri!(Out::optional(report_out));
-        let out = tri!(unsafe { args::slice_mut(scores_out, scores_len) });
-        // Parse into a local buffer: the core fills its output with NaN even when it then
-        // fails, and outputs are only written on success.
-        let mut scores = vec![f64::NAN; scores_len];
         let view = r.buf.rubric();
-        let rep = match care_core::parse_judge_output(text, &view, &mut scores) {
-            Ok(rep) => rep,
-            Err(e) => return map_error(e),
+        // The length is checked before anything is sized by it: a wrong `scores_len` (however
+        // large) is `CARE_ERR_SCORE_SHAPE` without an allocation.
+        if scores_len != view.total_criteria() {
+            shape_detail("scores", scores_len, r.counts);
+            return care_result::CARE_ERR_SCORE_SHAPE;
+        }
+        let out = tri!(unsafe { args::slice_mut(scores_out, scores_len) });
+        // Parse into a local buffer (on the stack: a rubric has at most MAX_TOTAL_CRITERIA
+        // criteria): the core fills its output with NaN even when it then fails, and outputs
+        // are only written on success.
+        let mut local = [f64::NAN; care_core::rubric::MAX_TOTAL_CRITERIA];
+        let Some(scores) = local.get_mut(..scores_len) else {
+            return care_result::CARE_ERR_SCORE_SHAPE;
         };
-        out.copy_from_slice(&scores);
+        let rep = match care_core::parse_judge_output(text, &view, scores) {
+            Ok(rep) => rep,
+            Err(e) => {
+                if e == care_core::Error::NoJudgeJson {
+                    crate::detail::set_if_empty(format_args!(
+                        "the judge answer ({text_len} bytes) holds no JSON object with \
+                         \"criterion_scores\" (think blocks, code fences and prose around it are \
+                         skipped); ask the judge again, quoting the expected format"
+                    ));
+                    return map_error(e);
+                }
+                return score_error(e, "scores", scores, r.counts);
+            }
+        };
+        out.copy_from_slice(scores);
         if let Some(o) = report {
             unsafe { o.write(judge_report_to_c(&rep)) };
         }

@@ -201,6 +201,30 @@ pub(crate) unsafe fn read_policy(
 /// The code `care_rubric_parse` returns for a text with violations: the parse-level code when
 /// the text could not be read as a rubric, else `CARE_ERR_FORMAT_VIOLATION`.
 fn parse_failure(report: &Report) -> care_result {
+    // The detail: every violation with its location, as the validator words it (the key that
+    // is missing, the weight that is off), so the caller need not ask for the report.
+    struct Feedback<'a>(&'a Report);
+    impl core::fmt::Display for Feedback<'_> {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            let n = self.0.violations().len();
+            write!(
+                f,
+                "the rubric breaks the format contract ({n} violation{}): ",
+                if n == 1 { "" } else { "s" }
+            )?;
+            for (i, v) in self.0.violations().iter().enumerate() {
+                if i > 0 {
+                    f.write_str("; ")?;
+                }
+                v.write_message(f)?;
+            }
+            if self.0.overflowed() {
+                f.write_str("; more were found than reported")?;
+            }
+            Ok(())
+        }
+    }
+    crate::detail::set_if_empty(format_args!("{}", Feedback(report)));
     let first = report.violations().first().map(|v| v.code);
     match first {
         Some(ViolationCode::NotJson) => care_result::CARE_ERR_NOT_JSON,
@@ -217,7 +241,7 @@ fn validate_owned(
     text: &[u8],
     policy: &FormatPolicy,
 ) -> Result<(Option<RubricBuf>, Report), care_result> {
-    let mut scratch = vec![0u8; text.len()];
+    let mut scratch = args::working("the rubric text's scratch", text.len(), 0u8)?;
     let v = care_core::validate(text, policy, &mut scratch).map_err(map_error)?;
     let ok = v.is_valid();
     Ok((v.rubric.filter(|_| ok).map(RubricBuf::from), v.report))
@@ -455,7 +479,7 @@ pub unsafe extern "C" fn care_rubric_validate(
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let policy = tri!(unsafe { read_policy(policy) });
         let out = tri!(Out::new(report_out));
-        let mut scratch = vec![0u8; text.len()];
+        let mut scratch = tri!(args::working("the rubric text's scratch", text.len(), 0u8));
         let v = tri!(care_core::validate(text, &policy, &mut scratch).map_err(map_error));
         let parsed = v.rubric.is_some();
         let rep = ReportHandle { report: v.report, parsed };
@@ -479,7 +503,7 @@ pub unsafe extern "C" fn care_format_reward(
         let text = tri!(unsafe { args::slice(text.cast::<u8>(), text_len) });
         let policy = tri!(unsafe { read_policy(policy) });
         let out = tri!(Out::new(reward_out));
-        let mut scratch = vec![0u8; text.len()];
+        let mut scratch = tri!(args::working("the rubric text's scratch", text.len(), 0u8));
         let r = tri!(care_core::format_reward(text, &policy, &mut scratch).map_err(map_error));
         unsafe { out.write(r) };
         care_result::CARE_OK

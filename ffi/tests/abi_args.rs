@@ -183,7 +183,9 @@ struct Fx {
     d_dlogits_stride: usize,
     d_lli: care_loss_inputs,
     d_llo: care_logits_loss_outputs,
+    d_flo: care_gpu_fused_loss_outputs,
     // ---- outputs
+    fused_ok: u32,
     adv: Vec<f32>,
     group_stats: Vec<care_group_stats>,
     ado: care_advantage_outputs,
@@ -349,11 +351,13 @@ impl Fx {
                 struct_size: sz::<care_gae_options>(),
                 gamma: 0.9,
                 lambda: 0.8,
+                masked_token: 0,
             },
             wo: care_whiten_options {
                 struct_size: sz::<care_whiten_options>(),
                 std_kind: care_std_kind::CARE_STD_BIASED as u32,
                 eps: 1e-6,
+                count_eps: 0.0,
             },
             logp: vec![-1.0, -1.2, -0.7, -2.0, -0.1],
             logp_old: vec![-1.1, -1.0, -0.7, -1.5, -0.2],
@@ -410,7 +414,8 @@ impl Fx {
                 struct_size: sz::<care_gpu_launch>(),
                 stream: null_mut(),
                 workspace: fake(),
-                workspace_len: CARE_GPU_WORKSPACE_BYTES,
+                // Room for the whitened chains' f64 values too (never touched: fake()).
+                workspace_len: CARE_GPU_WORKSPACE_BYTES + 1024,
             },
             d_rw: care_rewards {
                 struct_size: sz::<care_rewards>(),
@@ -537,6 +542,20 @@ impl Fx {
                 dlogp: fake(),
                 dlogp_len: 2,
             },
+            // In place over the logits (the same fake address and stride).
+            d_flo: care_gpu_fused_loss_outputs {
+                struct_size: sz::<care_gpu_fused_loss_outputs>(),
+                dlogits: fake(),
+                dlogits_len: 6,
+                dlogits_row_stride: 3,
+                logp: fake(),
+                logp_len: 2,
+                lse: fake(),
+                lse_len: 2,
+                stats: fake(),
+                stats_len: CARE_GPU_LOSS_STATS_BYTES,
+            },
+            fused_ok: 7,
             adv: vec![7.0; 4],
             group_stats: vec![junk(); 2],
             ado: junk(),
@@ -817,6 +836,7 @@ impl Fx {
             ($($field:ident),* $(,)?) => { vec![$((stringify!($field), format!("{:?}", self.$field))),*] };
         }
         snap!(
+            fused_ok,
             adv,
             group_stats,
             ao_out,
@@ -1087,7 +1107,7 @@ fn advantage_options_rows() -> Vec<Row> {
         "options.struct_size too small": |f| f.ao.struct_size = 8 => CARE_ERR_STRUCT_SIZE,
         "options.scale unknown": |f| f.ao.scale = 3 => CARE_ERR_INVALID_ARGUMENT,
         "options.singleton unknown": |f| f.ao.singleton = 9 => CARE_ERR_INVALID_ARGUMENT,
-        "options.reweight unknown": |f| f.ao.reweight = 2 => CARE_ERR_INVALID_ARGUMENT,
+        "options.reweight unknown": |f| f.ao.reweight = 3 => CARE_ERR_INVALID_ARGUMENT,
         "options.baseline unknown": |f| f.ao.baseline = 6 => CARE_ERR_INVALID_ARGUMENT,
         "options: a length-weighted baseline without lengths": |f| {
             f.ao.baseline = 3
@@ -1113,6 +1133,16 @@ fn gae_options_rows() -> Vec<Row> {
         "options.gamma > 1": |f| f.gae_o.gamma = 1.5 => CARE_ERR_INVALID_ARGUMENT,
         "options.gamma NaN": |f| f.gae_o.gamma = f64::NAN => CARE_ERR_INVALID_ARGUMENT,
         "options.lambda < 0": |f| f.gae_o.lambda = -0.1 => CARE_ERR_INVALID_ARGUMENT,
+        "options.masked_token unknown": |f| f.gae_o.masked_token = 2 => CARE_ERR_INVALID_ARGUMENT,
+    ]
+}
+
+fn whiten_options_rows() -> Vec<Row> {
+    rows![
+        "whiten options.struct_size too small": |f| f.wo.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+        "whiten options.std_kind unknown": |f| f.wo.std_kind = 2 => CARE_ERR_INVALID_ARGUMENT,
+        "whiten options.eps negative": |f| f.wo.eps = -1.0 => CARE_ERR_INVALID_ARGUMENT,
+        "whiten options.count_eps NaN": |f| f.wo.count_eps = f64::NAN => CARE_ERR_INVALID_ARGUMENT,
     ]
 }
 
@@ -1122,8 +1152,10 @@ fn loss_options_rows() -> Vec<Row> {
         "options.kl_estimator unknown": |f| f.lo.kl_estimator = 4 => CARE_ERR_INVALID_ARGUMENT,
         "options.aggregation unknown": |f| f.lo.aggregation = 6 => CARE_ERR_INVALID_ARGUMENT,
         "options.ratio_level unknown": |f| f.lo.ratio_level = 3 => CARE_ERR_INVALID_ARGUMENT,
-        "options.policy_loss unknown": |f| f.lo.policy_loss = 7 => CARE_ERR_INVALID_ARGUMENT,
+        "options.policy_loss unknown": |f| f.lo.policy_loss = 8 => CARE_ERR_INVALID_ARGUMENT,
         "options.sequence_count unknown": |f| f.lo.sequence_count = 2 => CARE_ERR_INVALID_ARGUMENT,
+        "options.bypass unknown": |f| f.lo.bypass = 2 => CARE_ERR_INVALID_ARGUMENT,
+        "options.gmpo_weight_floor negative": |f| f.lo.gmpo_weight_floor = -1.0 => CARE_ERR_INVALID_ARGUMENT,
         "options.sapo_tau_neg 0": |f| f.lo.sapo_tau_neg = 0.0 => CARE_ERR_INVALID_ARGUMENT,
         "options: a sequence ratio with CISPO": |f| {
             f.lo.ratio_level = 1;
@@ -1440,6 +1472,34 @@ fn cpu_cases() -> Vec<Case> {
                 "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
             ]].concat()
         },
+        case! { |f, k| care_discounted_returns_whitened(
+                p(k, 0, &f.tr_ret), &f.gae_o, &f.wo, m(k, 1, f.gae_adv.as_mut_ptr()), f.gae_adv.len(),
+                m(k, 2, f.gae_ret.as_mut_ptr()), f.gae_ret.len(), &raw mut f.wh_mean, &raw mut f.wh_std), 3,
+            [gae_options_rows(), whiten_options_rows(), rows![
+                "inputs.values given": |f| {
+                    f.tr_ret.values = f.tr_values.as_ptr();
+                    f.tr_ret.values_len = T_TOK
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.token_rewards NULL": |f| f.tr_ret.token_rewards = null() => CARE_ERR_NULL_POINTER,
+                "inputs.seq_offsets end != T": |f| f.seq[2] = 4 => CARE_ERR_INVALID_LAYOUT,
+                "inputs.mask_len != T": |f| f.tr_ret.mask_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "advantages_len != T": |f| f.gae_adv.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "a counted reward is NaN": |f| f.tr_rewards[0] = f32::NAN => CARE_ERR_NON_FINITE,
+            ]].concat()
+        },
+        case! { |f, k| care_gae_whitened(
+                p(k, 0, &f.tr), &f.gae_o, &f.wo, m(k, 1, f.gae_adv.as_mut_ptr()), f.gae_adv.len(),
+                m(k, 2, f.gae_ret.as_mut_ptr()), f.gae_ret.len(), &raw mut f.wh_mean, &raw mut f.wh_std), 3,
+            [gae_options_rows(), whiten_options_rows(), rows![
+                "inputs.values NULL": |f| f.tr.values = null() => CARE_ERR_NULL_POINTER,
+                "inputs.values_len != T": |f| f.tr.values_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.seq_offsets decrease": |f| f.seq[1] = 6 => CARE_ERR_INVALID_LAYOUT,
+                "advantages_len != T": |f| f.gae_adv.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "a counted value is inf": |f| f.tr_values[0] = f32::INFINITY => CARE_ERR_NON_FINITE,
+            ]].concat()
+        },
         case! { |f, k| care_whiten(
                 m(k, 0, f.wh_values.as_mut_ptr()), f.wh_values.len(), f.tok_mask.as_ptr(),
                 f.tok_mask.len(), &f.wo, &raw mut f.wh_mean, &raw mut f.wh_std), 1,
@@ -1452,6 +1512,16 @@ fn cpu_cases() -> Vec<Case> {
                 "a counted value is NaN": |f| f.wh_values[0] = f32::NAN => CARE_ERR_NON_FINITE,
                 "a counted value is inf": |f| f.wh_values[4] = f32::INFINITY => CARE_ERR_NON_FINITE,
             ]
+        },
+        // Sizes the device chains' workspace; needs no driver.
+        case! { |f, k| care_gpu_whitened_workspace_bytes(f.ws_n, m(k, 0, &raw mut f.ws_bytes)), 1,
+            rows![
+                "n_tokens above UINT32_MAX": |f| f.ws_n = usize::MAX => CARE_ERR_INVALID_ARGUMENT,
+            ]
+        },
+        // Whether the one-pass path takes the options; needs no driver.
+        case! { |f, k| care_logits_policy_loss_fused_supported(&f.lo, m(k, 0, &raw mut f.fused_ok)), 1,
+            loss_options_rows()
         },
         // ---- loss ------------------------------------------------------------------------
         // Sizes the device loss's workspace; needs no driver.
@@ -2167,6 +2237,41 @@ fn gpu_cases() -> Vec<Case> {
         case! { |f, k| care_gpu_whiten_status(p(k, 0, &f.launch), &raw mut f.wh_mean, &raw mut f.wh_std), 1,
             launch_rows(true)
         },
+        case! { |f, k| care_gpu_discounted_returns_whitened(
+                p(k, 0, &f.tr_ret), &f.gae_o, &f.wo, m(k, 1, f.gae_adv.as_mut_ptr()),
+                f.gae_adv.len(), m(k, 2, f.gae_ret.as_mut_ptr()), f.gae_ret.len(),
+                p(k, 3, &f.launch)), 4,
+            [gae_options_rows(), whiten_options_rows(), launch_rows(true), device_token_rows(), rows![
+                "inputs.values given": |f| {
+                    f.tr_ret.values = f.tr_values.as_ptr();
+                    f.tr_ret.values_len = T_TOK
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "advantages_len != T": |f| f.gae_adv.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "launch.workspace below care_gpu_whitened_workspace_bytes": |f| {
+                    f.launch.workspace_len = CARE_GPU_WORKSPACE_BYTES
+                } => CARE_ERR_BUFFER_TOO_SMALL,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_gae_whitened(
+                p(k, 0, &f.tr), &f.gae_o, &f.wo, m(k, 1, f.gae_adv.as_mut_ptr()), f.gae_adv.len(),
+                m(k, 2, f.gae_ret.as_mut_ptr()), f.gae_ret.len(), p(k, 3, &f.launch)), 4,
+            [gae_options_rows(), whiten_options_rows(), launch_rows(true), device_token_rows(), rows![
+                "inputs.values NULL": |f| f.tr.values = null() => CARE_ERR_NULL_POINTER,
+                "inputs.values_len != T": |f| f.tr.values_len = 4 => CARE_ERR_LENGTH_MISMATCH,
+                "options.masked_token reset (GAE skips)": |f| {
+                    f.gae_o.masked_token = care_masked_token::CARE_MASKED_TOKEN_RESET as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "advantages_len != T": |f| f.gae_adv.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "returns_len != T": |f| f.gae_ret.truncate(4) => CARE_ERR_LENGTH_MISMATCH,
+                "launch.workspace below care_gpu_whitened_workspace_bytes": |f| {
+                    f.launch.workspace_len = CARE_GPU_WORKSPACE_BYTES
+                } => CARE_ERR_BUFFER_TOO_SMALL,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_whitened_status(p(k, 0, &f.launch), &raw mut f.wh_mean, &raw mut f.wh_std), 1,
+            launch_rows(true)
+        },
         case! { |f, k| care_gpu_selective_log_softmax(
                 p(k, 0, &f.d_lg), p(k, 1, &f.d_lsm_out), p(k, 2, &f.launch)), 3,
             [device_logits_rows(), launch_rows(true), rows![
@@ -2229,6 +2334,45 @@ fn gpu_cases() -> Vec<Case> {
                 } => CARE_ERR_NULL_POINTER,
                 "outputs.dlogp_len != rows": |f| f.d_llo.dlogp_len = 1 => CARE_ERR_LENGTH_MISMATCH,
                 "stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| f.d_stats_len = 8 => CARE_ERR_LENGTH_MISMATCH,
+            ]].concat()
+        },
+        case! { |f, k| care_gpu_logits_policy_loss_fused(
+                p(k, 0, &f.d_lg), p(k, 1, &f.d_lli), &f.lo, p(k, 2, &f.d_flo), p(k, 3, &f.launch)), 4,
+            [device_logits_rows(), loss_options_rows(), launch_rows(true), rows![
+                "inputs.logp given": |f| {
+                    f.d_lli.logp = fake();
+                    f.d_lli.logp_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.mask given": |f| {
+                    f.d_lli.mask = fake();
+                    f.d_lli.mask_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.dtype not f32": |f| f.d_lli.dtype = 2 => CARE_ERR_INVALID_ARGUMENT,
+                "inputs.logp_rollout given": |f| {
+                    f.d_lli.logp_rollout = fake();
+                    f.d_lli.logp_rollout_len = 2
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss GMPO (a sequence-level loss)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_GMPO as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.policy_loss VESPO (a sequence-level loss)": |f| {
+                    f.lo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_VESPO as u32
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "options.ratio_level sequence": |f| f.lo.ratio_level = 1 => CARE_ERR_INVALID_ARGUMENT,
+                "options.bypass on (needs the rollout log-probs)": |f| f.lo.bypass = 1 => CARE_ERR_INVALID_ARGUMENT,
+                "logp_old_len != rows": |f| f.d_lli.logp_old_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+                "inputs.advantages NULL": |f| f.d_lli.advantages = null() => CARE_ERR_NULL_POINTER,
+                "outputs.struct_size short": |f| f.d_flo.struct_size = 4 => CARE_ERR_STRUCT_SIZE,
+                "outputs.dlogits NULL": |f| f.d_flo.dlogits = null_mut() => CARE_ERR_NULL_POINTER,
+                "outputs.dlogits_len short": |f| f.d_flo.dlogits_len = 5 => CARE_ERR_LENGTH_MISMATCH,
+                "outputs.dlogits stride < vocab": |f| f.d_flo.dlogits_row_stride = 2 => CARE_ERR_INVALID_ARGUMENT,
+                "outputs in place with another stride": |f| {
+                    f.d_flo.dlogits_row_stride = 4;
+                    f.d_flo.dlogits_len = 7
+                } => CARE_ERR_INVALID_ARGUMENT,
+                "outputs.logp_len != rows": |f| f.d_flo.logp_len = 1 => CARE_ERR_LENGTH_MISMATCH,
+                "outputs.lse_len != rows": |f| f.d_flo.lse_len = 3 => CARE_ERR_LENGTH_MISMATCH,
+                "outputs.stats_len != CARE_GPU_LOSS_STATS_BYTES": |f| f.d_flo.stats_len = 8 => CARE_ERR_LENGTH_MISMATCH,
             ]].concat()
         },
     ];

@@ -211,6 +211,12 @@ fn sapo_base(o: &mut LossOptions, c: &mut care_loss_options) {
     c.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_SAPO as u32;
 }
 
+fn gmpo_is_base(o: &mut LossOptions, c: &mut care_loss_options) {
+    o.policy_loss = PolicyLoss::Gmpo;
+    c.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_GMPO as u32;
+    token_is_base(o, c);
+}
+
 fn token_is_base(o: &mut LossOptions, c: &mut care_loss_options) {
     o.rollout.is_level = IsLevel::Token;
     c.rollout.is_level = care_is_level::CARE_IS_TOKEN as u32;
@@ -304,6 +310,10 @@ fn loss_cases() -> Vec<LossCase> {
         }),
         case!("kl_cov_coef", kl_cov_base, |o, c| {
             (o.kl_cov_coef, c.kl_cov_coef) = (3.0, 3.0)
+        }),
+        // (`bypass` needs a line without logp_old: abi_results' verl_classes_through_the_c_abi.)
+        case!("gmpo_weight_floor", gmpo_is_base, |o, c| {
+            (o.gmpo_weight_floor, c.gmpo_weight_floor) = (1e-3, 1e-3)
         }),
         case!("rollout.is_level token", nothing, |o, c| token_is_base(
             o, c

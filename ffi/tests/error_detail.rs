@@ -387,3 +387,166 @@ fn the_covariance_losses_ask_for_a_workspace_that_grows_with_the_tokens() {
         assert!(detail().contains("32 bits"), "{}", detail());
     }
 }
+
+/// The paper's rubric `rubric_sft_1` (3 + 2 + 3 = 8 criteria).
+fn paper_rubric() -> *const care_rubric {
+    let text = common::fixture("rubric_sft_1.json");
+    let mut rubric: *const care_rubric = null();
+    let r = unsafe { care_rubric_parse(text.as_ptr().cast(), text.len(), null(), &mut rubric) };
+    assert_eq!(r, CARE_OK);
+    rubric
+}
+
+#[test]
+fn scores_that_do_not_fit_the_rubric_name_both_sizes() {
+    let rubric = paper_rubric();
+    let scores = [5.0f64; 6];
+    let mut reward = -1.0;
+    let r = unsafe {
+        care_ffi::reward::care_policy_reward(
+            rubric,
+            scores.as_ptr(),
+            6,
+            null(),
+            &mut reward,
+            null_mut(),
+        )
+    };
+    assert_eq!(r, CARE_ERR_SCORE_SHAPE);
+    assert_eq!(reward, -1.0, "the output is untouched");
+    let d = detail();
+    assert!(
+        d.contains(
+            "scores_len is 6 but the rubric has 8 criteria (3 Cognitive, 2 Affective, 3 Proactive)"
+        ),
+        "{d}"
+    );
+    unsafe { care_rubric_free(rubric) };
+}
+
+#[test]
+fn a_missing_or_out_of_range_score_is_named_by_its_index_and_policy() {
+    let rubric = paper_rubric();
+    let mut reward = -1.0;
+    let mut scores = [5.0f64; 8];
+    scores[3] = f64::NAN;
+    let r = unsafe {
+        care_ffi::reward::care_policy_reward(
+            rubric,
+            scores.as_ptr(),
+            8,
+            null(),
+            &mut reward,
+            null_mut(),
+        )
+    };
+    assert_eq!(r, CARE_ERR_MISSING_SCORE);
+    let d = detail();
+    assert!(
+        d.contains("scores[3] is NaN") && d.contains("CARE_MISSING_SKIP"),
+        "{d}"
+    );
+    // The preference pair names the array at fault: here the rejected one.
+    let chosen = [5.0f64; 8];
+    let mut rejected = [4.0f64; 8];
+    rejected[6] = 7.0;
+    let pair = care_ffi::reward::care_preference_pair {
+        struct_size: sz::<care_ffi::reward::care_preference_pair>(),
+        chosen: chosen.as_ptr(),
+        chosen_len: 8,
+        rejected: rejected.as_ptr(),
+        rejected_len: 8,
+    };
+    let r = unsafe {
+        care_ffi::reward::care_preference_reward(
+            rubric,
+            &pair,
+            null(),
+            null(),
+            &mut reward,
+            null_mut(),
+        )
+    };
+    assert_eq!(r, CARE_ERR_SCORE_OUT_OF_RANGE);
+    let d = detail();
+    assert!(
+        d.contains("care_preference_pair.rejected[6] is 7, not an integer in 0..=5")
+            && d.contains("CARE_RANGE_CLAMP"),
+        "{d}"
+    );
+    unsafe { care_rubric_free(rubric) };
+}
+
+#[test]
+fn a_rubric_that_fails_to_parse_names_what_is_missing() {
+    let mut rubric: *const care_rubric = null();
+    let r = unsafe { care_rubric_parse(c"{}".as_ptr(), 2, null(), &mut rubric) };
+    assert_ne!(r, CARE_OK);
+    assert!(rubric.is_null());
+    let d = detail();
+    assert!(d.contains("categories"), "the missing key is named: {d}");
+    assert!(
+        d.starts_with("the rubric breaks the format contract (1 violation"),
+        "{d}"
+    );
+    // A broken weight: the validator's own sentence.
+    let text = String::from_utf8(common::fixture("rubric_sft_1.json"))
+        .unwrap()
+        .replacen("\"category_weight\": 0.4", "\"category_weight\": 0.5", 1);
+    let r = unsafe { care_rubric_parse(text.as_ptr().cast(), text.len(), null(), &mut rubric) };
+    assert_eq!(r, CARE_ERR_FORMAT_VIOLATION);
+    let d = detail();
+    assert!(d.contains("weight_sum"), "{d}");
+}
+
+#[test]
+fn a_judge_answer_without_json_says_what_was_expected() {
+    let rubric = paper_rubric();
+    let text = "I would rate this response highly.";
+    let mut scores = [0.0f64; 8];
+    let r = unsafe {
+        care_ffi::reward::care_judge_output_parse(
+            rubric,
+            text.as_ptr().cast(),
+            text.len(),
+            scores.as_mut_ptr(),
+            8,
+            null_mut(),
+        )
+    };
+    assert_eq!(r, CARE_ERR_NO_JUDGE_JSON);
+    let d = detail();
+    assert!(
+        d.contains("criterion_scores") && d.contains("34 bytes"),
+        "{d}"
+    );
+    let r = unsafe {
+        care_ffi::reward::care_judge_output_parse(
+            rubric,
+            text.as_ptr().cast(),
+            text.len(),
+            scores.as_mut_ptr(),
+            7,
+            null_mut(),
+        )
+    };
+    assert_eq!(r, CARE_ERR_SCORE_SHAPE);
+    let d = detail();
+    assert!(
+        d.contains("scores_len is 7 but the rubric has 8 criteria"),
+        "{d}"
+    );
+    unsafe { care_rubric_free(rubric) };
+}
+
+#[test]
+fn an_invalid_profile_names_its_violations() {
+    let text = "{\"name\": \"x\"}";
+    let mut p: *const care_ffi::profile::care_profile = null();
+    let r =
+        unsafe { care_ffi::profile::care_profile_parse(text.as_ptr().cast(), text.len(), &mut p) };
+    assert_eq!(r, CARE_ERR_INVALID_PROFILE);
+    let d = detail();
+    assert!(d.starts_with("the profile is invalid ("), "{d}");
+    assert!(d.contains("dimensions"), "the missing member is named: {d}");
+}

@@ -463,6 +463,173 @@ fn log_softmax_matches_the_cpu(stream: &std::sync::Arc<cudarc::driver::CudaStrea
         let (a, b) = (f64::from(*a), f64::from(*b));
         assert!(tg.accepts(a, b, f64::from(gmax)), "dlogp {a} vs {b}");
     }
+
+    // The three-kernel path's backward from that dlogp, then the one-pass path, out of place
+    // and in place over a copy of the logits: the same logp, lse, dlogits and statistics
+    // within the tolerances (different block sizes), and in place equal to out of place.
+    let three_lp = stream.clone_dtoh(&d_lp).unwrap();
+    let three_lse = stream.clone_dtoh(&d_lse).unwrap();
+    let mut d_dx3 = stream.alloc_zeros::<u16>(rows * vocab).unwrap();
+    let mut d_dxf = stream.alloc_zeros::<u16>(rows * vocab).unwrap();
+    let mut d_xin = stream.clone_htod(&x).unwrap();
+    let mut fst = [unsafe { std::mem::zeroed::<care_loss_stats>() }; 2];
+    {
+        let (px, _a) = d_x.device_ptr(stream);
+        let (py, _b) = d_y.device_ptr(stream);
+        let (pm, _c) = d_m.device_ptr(stream);
+        let (plp, _d) = d_lp.device_ptr_mut(stream);
+        let (plse, _f) = d_lse.device_ptr_mut(stream);
+        let (pw, _g) = d_ws.device_ptr_mut(stream);
+        let (po, _h) = d_old.device_ptr(stream);
+        let (ps, _i) = d_seq.device_ptr(stream);
+        let (pa, _j) = d_adv.device_ptr(stream);
+        let (pdg, _k) = d_dlogp.device_ptr(stream);
+        let (pst, _l) = d_stats.device_ptr_mut(stream);
+        let (pdx3, _m) = d_dx3.device_ptr_mut(stream);
+        let (pdxf, _n) = d_dxf.device_ptr_mut(stream);
+        let (pxin, _o) = d_xin.device_ptr_mut(stream);
+        let dev = care_logits {
+            logits: px as *const c_void,
+            targets: py as *const c_void,
+            mask: pm as *const u8,
+            ..host
+        };
+        let d_inputs = care_loss_inputs {
+            logp_old: po as *const c_void,
+            seq_offsets: ps as *const u32,
+            advantages: pa as *const f32,
+            ..inputs
+        };
+        let launch = launch(cu_stream, pw as *mut c_void);
+        let grads = care_log_softmax_grads {
+            struct_size: size_of::<care_log_softmax_grads>() as u32,
+            dlogp: pdg as *const f32,
+            dlogp_len: rows,
+            dentropy: null(),
+            dentropy_len: 0,
+            lse: plse as *const f32,
+            lse_len: rows,
+            entropy: null(),
+            entropy_len: 0,
+        };
+        let pst = pst as *mut c_void;
+        let n = CARE_GPU_LOSS_STATS_BYTES;
+        let mut supported = 7u32;
+        // SAFETY (all calls): device buffers of the stated sizes on this stream's context.
+        unsafe {
+            assert_eq!(
+                care_logits_policy_loss_fused_supported(null(), &mut supported),
+                CARE_OK
+            );
+            assert_eq!(supported, 1);
+            let code = care_gpu_selective_log_softmax_backward(
+                &dev,
+                &grads,
+                pdx3 as *mut c_void,
+                rows * vocab,
+                vocab,
+                &launch,
+            );
+            assert_eq!(code, CARE_OK);
+            let out = care_gpu_fused_loss_outputs {
+                struct_size: size_of::<care_gpu_fused_loss_outputs>() as u32,
+                dlogits: pdxf as *mut c_void,
+                dlogits_len: rows * vocab,
+                dlogits_row_stride: vocab,
+                logp: plp as *mut f32,
+                logp_len: rows,
+                lse: plse as *mut f32,
+                lse_len: rows,
+                stats: pst,
+                stats_len: n,
+            };
+            assert_eq!(care_gpu_loss_stats_reset(pst, n, &launch), CARE_OK);
+            let code = care_gpu_logits_policy_loss_fused(&dev, &d_inputs, null(), &out, &launch);
+            assert_eq!(code, CARE_OK);
+            assert_eq!(care_gpu_selective_log_softmax_status(&launch), CARE_OK);
+            assert_eq!(
+                care_gpu_loss_stats_read(pst, n, &launch, &mut fst[0]),
+                CARE_OK
+            );
+            // In place: the gradient over (a copy of) the logits, rows at the logits' stride.
+            let inplace = care_logits {
+                logits: pxin as *const c_void,
+                ..dev
+            };
+            let out = care_gpu_fused_loss_outputs {
+                dlogits: pxin as *mut c_void,
+                dlogits_len: x.len(),
+                dlogits_row_stride: stride,
+                ..out
+            };
+            assert_eq!(care_gpu_loss_stats_reset(pst, n, &launch), CARE_OK);
+            let code =
+                care_gpu_logits_policy_loss_fused(&inplace, &d_inputs, null(), &out, &launch);
+            assert_eq!(code, CARE_OK);
+            assert_eq!(
+                care_gpu_loss_stats_read(pst, n, &launch, &mut fst[1]),
+                CARE_OK
+            );
+            // A sequence-level loss: refused before any launch, with the reason.
+            let mut gmpo = std::mem::zeroed::<care_loss_options>();
+            assert_eq!(care_loss_options_default(&mut gmpo), CARE_OK);
+            gmpo.policy_loss = care_policy_loss_kind::CARE_POLICY_LOSS_GMPO as u32;
+            assert_eq!(
+                care_logits_policy_loss_fused_supported(&gmpo, &mut supported),
+                CARE_OK
+            );
+            assert_eq!(supported, 0);
+            let code = care_gpu_logits_policy_loss_fused(&dev, &d_inputs, &gmpo, &out, &launch);
+            assert_eq!(code, CARE_ERR_INVALID_ARGUMENT);
+        }
+    }
+    for (name, got, want) in [
+        ("fused logp", stream.clone_dtoh(&d_lp).unwrap(), &three_lp),
+        ("fused lse", stream.clone_dtoh(&d_lse).unwrap(), &three_lse),
+    ] {
+        for i in 0..rows {
+            let (a, b) = (f64::from(got[i]), f64::from(want[i]));
+            assert!(
+                fwd.accepts(a, b, row_scale(i)),
+                "{name} row {i}: {a} vs {b}"
+            );
+        }
+    }
+    let (three, one) = (
+        stream.clone_dtoh(&d_dx3).unwrap(),
+        stream.clone_dtoh(&d_dxf).unwrap(),
+    );
+    let g3 = stream.clone_dtoh(&d_dlogp).unwrap();
+    for (k, (a, w)) in one.iter().zip(&three).enumerate() {
+        let i = k / vocab;
+        let (a, w) = (
+            f64::from(half::bf16::from_bits(*a).to_f32()),
+            f64::from(half::bf16::from_bits(*w).to_f32()),
+        );
+        let bound = bwd.bound_through(row_scale(i), f64::from(g3[i]).abs() / temperature, w);
+        assert!(
+            Tolerance::within(a, w, bound),
+            "fused dlogits {k}: {a} vs {w}"
+        );
+    }
+    let inplace = stream.clone_dtoh(&d_xin).unwrap();
+    for i in 0..rows {
+        assert_eq!(
+            inplace[i * stride..i * stride + vocab],
+            one[i * vocab..(i + 1) * vocab],
+            "in place row {i}"
+        );
+    }
+    for s in &fst {
+        assert!(
+            tl.accepts(s.loss, gst.loss, 1.0),
+            "fused loss {} vs {}",
+            s.loss,
+            gst.loss
+        );
+        assert_eq!(s.tokens, gst.tokens);
+        assert_eq!(s.sequences, gst.sequences);
+    }
 }
 
 /// `care_gpu_policy_loss_into` accumulates the rollout diagnostics that
@@ -984,6 +1151,214 @@ fn gpu_returns_gae_and_whiten_match_the_cpu_entry_points() {
         }
     }
     assert_eq!(bits(&stream.clone_dtoh(&d_p).unwrap()), bits(&poisoned));
+}
+
+/// The f64 chains (`care_gpu_discounted_returns_whitened`, `care_gpu_gae_whitened`) against
+/// the CPU's: the returns bit for bit, the whitened values, mean and std within `Whiten`, on
+/// returns around 500 with a small spread (where rounding before whitening shows), a counted
+/// NaN reported by the status with the advantages untouched, and a short workspace refused.
+#[test]
+fn gpu_whitened_chains_match_the_cpu_entry_points() {
+    let seq: Vec<u32> = (0..=32u32).map(|i| 3 * i).collect();
+    let t = 96;
+    let rewards: Vec<f32> = (0..t)
+        .map(|i| {
+            if i % 3 == 2 {
+                500.0
+            } else {
+                50.0 + (i as f32 * 0.37).sin() * 1e-3
+            }
+        })
+        .collect();
+    let values: Vec<f32> = (0..t).map(|i| ((i * 5) % 9) as f32 * 0.2 - 0.5).collect();
+    let mask: Vec<u8> = (0..t).map(|i| u8::from(i % 7 != 3)).collect();
+    let mut go = unsafe { std::mem::zeroed::<care_gae_options>() };
+    let mut wo = unsafe { std::mem::zeroed::<care_whiten_options>() };
+    // SAFETY: valid outputs.
+    unsafe {
+        assert_eq!(care_gae_options_default(&mut go), CARE_OK);
+        assert_eq!(care_whiten_options_default(&mut wo), CARE_OK);
+    }
+    go.gamma = 0.9;
+    go.lambda = 0.95;
+    wo.count_eps = 1e-8;
+    let host = |values: Option<&[f32]>| care_token_rewards {
+        struct_size: size_of::<care_token_rewards>() as u32,
+        token_rewards: rewards.as_ptr(),
+        token_rewards_len: t,
+        values: values.map_or(null(), <[f32]>::as_ptr),
+        values_len: values.map_or(0, <[f32]>::len),
+        seq_offsets: seq.as_ptr(),
+        seq_offsets_len: seq.len(),
+        mask: mask.as_ptr(),
+        mask_len: t,
+    };
+    // (advantages, returns, mean, std) of the CPU entry point.
+    let cpu = |gae: bool| {
+        let (mut adv, mut ret) = (vec![0f32; t], vec![0f32; t]);
+        let (mut mean, mut std) = (0.0, 0.0);
+        // SAFETY: host buffers of the stated lengths.
+        let code = unsafe {
+            if gae {
+                let tr = host(Some(&values));
+                care_gae_whitened(
+                    &tr,
+                    &go,
+                    &wo,
+                    adv.as_mut_ptr(),
+                    t,
+                    ret.as_mut_ptr(),
+                    t,
+                    &mut mean,
+                    &mut std,
+                )
+            } else {
+                let tr = host(None);
+                care_discounted_returns_whitened(
+                    &tr,
+                    &go,
+                    &wo,
+                    adv.as_mut_ptr(),
+                    t,
+                    ret.as_mut_ptr(),
+                    t,
+                    &mut mean,
+                    &mut std,
+                )
+            }
+        };
+        assert_eq!(code, CARE_OK);
+        (adv, ret, mean, std)
+    };
+    let want = [cpu(false), cpu(true)];
+    if !gpu_present("gpu_whitened_chains_match_the_cpu_entry_points") {
+        return;
+    }
+    let mut ws_len = 0usize;
+    // SAFETY: valid output.
+    assert_eq!(
+        unsafe { care_gpu_whitened_workspace_bytes(t, &mut ws_len) },
+        CARE_OK
+    );
+    let ctx = CudaContext::new(0).unwrap();
+    let stream = ctx.new_stream().unwrap();
+    let mut poisoned = rewards.clone();
+    poisoned[4] = f32::NAN; // counted (4 % 7 != 3)
+    let d_r = stream.clone_htod(&rewards).unwrap();
+    let d_nan = stream.clone_htod(&poisoned).unwrap();
+    let d_v = stream.clone_htod(&values).unwrap();
+    let d_seq = stream.clone_htod(&seq).unwrap();
+    let d_mask = stream.clone_htod(&mask).unwrap();
+    let mut d_ws = stream.alloc_zeros::<u8>(ws_len).unwrap();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let tol = tolerance(Quantity::Whiten, Dtype::F32).unwrap();
+    for (gae, (w_adv, w_ret, w_mean, w_std)) in [false, true].into_iter().zip(&want) {
+        let mut d_adv = stream.alloc_zeros::<f32>(t).unwrap();
+        let mut d_ret = stream.alloc_zeros::<f32>(t).unwrap();
+        let dev = ChainBuffers {
+            values: &d_v,
+            seq: &d_seq,
+            mask: &d_mask,
+            seq_len: seq.len(),
+        };
+        let mut run = |rewards: &CudaSlice<f32>, len: usize, out: &mut (f64, f64)| {
+            let ws = (&mut d_ws, len);
+            chained(
+                &stream, &dev, rewards, &mut d_adv, &mut d_ret, ws, gae, &go, &wo, out,
+            )
+        };
+        let mut got = (f64::NAN, f64::NAN);
+        // A workspace without room for the f64 values: refused before any launch.
+        assert_eq!(run(&d_r, ws_len - 1, &mut got), CARE_ERR_BUFFER_TOO_SMALL);
+        assert_eq!(run(&d_r, ws_len, &mut got), CARE_OK);
+        let (mean, std) = got;
+        // A counted NaN reward: the status says so, nothing is written to the statistics'
+        // outputs and the advantages stay as they were.
+        let kept = stream.clone_dtoh(&d_adv).unwrap();
+        let mut run = |rewards: &CudaSlice<f32>, out: &mut (f64, f64)| {
+            let ws = (&mut d_ws, ws_len);
+            chained(
+                &stream, &dev, rewards, &mut d_adv, &mut d_ret, ws, gae, &go, &wo, out,
+            )
+        };
+        let mut untouched = (7.0, 7.0);
+        assert_eq!(run(&d_nan, &mut untouched), CARE_ERR_NON_FINITE);
+        assert_eq!(untouched, (7.0, 7.0));
+        assert_eq!(bits(&stream.clone_dtoh(&d_adv).unwrap()), bits(&kept));
+        assert_eq!(bits(&stream.clone_dtoh(&d_ret).unwrap()), bits(w_ret));
+        let max = 600.0;
+        assert!(tol.accepts(mean, *w_mean, max), "mean {mean} vs {w_mean}");
+        assert!(tol.accepts(std, *w_std, max), "std {std} vs {w_std}");
+        let scale = max / (w_std * w_std + wo.eps).sqrt();
+        let got = stream.clone_dtoh(&d_adv).unwrap();
+        for (i, (a, b)) in got.iter().zip(w_adv).enumerate() {
+            let bound = tol.bound(scale, f64::from(*b));
+            assert!(
+                Tolerance::within(f64::from(*a), f64::from(*b), bound),
+                "gae {gae} adv[{i}]: {a} vs {b}"
+            );
+        }
+    }
+}
+
+/// The device inputs of [`chained`] besides the rewards.
+struct ChainBuffers<'a> {
+    values: &'a CudaSlice<f32>,
+    seq: &'a CudaSlice<u32>,
+    mask: &'a CudaSlice<u8>,
+    seq_len: usize,
+}
+
+/// One chained call (`care_gpu_gae_whitened` with `gae`, else
+/// `care_gpu_discounted_returns_whitened`) with a workspace of `ws.1` bytes, then its status
+/// with the mean and std into `out`.
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+fn chained(
+    stream: &Arc<CudaStream>,
+    dev: &ChainBuffers<'_>,
+    rewards: &CudaSlice<f32>,
+    adv: &mut CudaSlice<f32>,
+    ret: &mut CudaSlice<f32>,
+    ws: (&mut CudaSlice<u8>, usize),
+    gae: bool,
+    go: &care_gae_options,
+    wo: &care_whiten_options,
+    out: &mut (f64, f64),
+) -> care_ffi::care_result {
+    let t = rewards.len();
+    let (pr, _a) = rewards.device_ptr(stream);
+    let (pv, _b) = dev.values.device_ptr(stream);
+    let (ps, _c) = dev.seq.device_ptr(stream);
+    let (pm, _d) = dev.mask.device_ptr(stream);
+    let (padv, _e) = adv.device_ptr_mut(stream);
+    let (pret, _f) = ret.device_ptr_mut(stream);
+    let (pw, _g) = ws.0.device_ptr_mut(stream);
+    let mut l = launch(stream.cu_stream() as *mut c_void, pw as *mut c_void);
+    l.workspace_len = ws.1;
+    let tr = care_token_rewards {
+        struct_size: size_of::<care_token_rewards>() as u32,
+        token_rewards: pr as *const f32,
+        token_rewards_len: t,
+        values: if gae { pv as *const f32 } else { null() },
+        values_len: if gae { t } else { 0 },
+        seq_offsets: ps as *const u32,
+        seq_offsets_len: dev.seq_len,
+        mask: pm as *const u8,
+        mask_len: t,
+    };
+    let (a, r) = (padv as *mut f32, pret as *mut f32);
+    // SAFETY (both): device buffers of the stated sizes on this stream's context.
+    let code = unsafe {
+        if gae {
+            care_gpu_gae_whitened(&tr, go, wo, a, t, r, t, &l)
+        } else {
+            care_gpu_discounted_returns_whitened(&tr, go, wo, a, t, r, t, &l)
+        }
+    };
+    if code != CARE_OK {
+        return code;
+    }
+    unsafe { care_gpu_whitened_status(&l, &mut out.0, &mut out.1) }
 }
 
 fn launch(stream: *mut c_void, ws: *mut c_void) -> care_gpu_launch {

@@ -171,10 +171,11 @@ fn header_result_codes_match_the_rust_enum() {
 #[test]
 fn header_has_the_option_enums_with_the_core_numbers() {
     use care_core::grpo::{
-        Aggregation, Baseline, IsLevel, PolicyLoss, RatioLevel, Rejection, RejectionMode, Reweight,
-        SequenceCount,
+        Aggregation, Baseline, Bypass, IsLevel, MaskedToken, PolicyLoss, RatioLevel, Rejection,
+        RejectionMode, Reweight, SequenceCount,
     };
     use care_ffi::advantage::*;
+    use care_ffi::gae::*;
     use care_ffi::loss::*;
     macro_rules! pairs {
         ($($c:ident::$v:ident => $core:expr),* $(,)?) => {
@@ -184,6 +185,11 @@ fn header_has_the_option_enums_with_the_core_numbers() {
     let pairs = pairs![
         care_reweight::CARE_REWEIGHT_NONE => Reweight::None,
         care_reweight::CARE_REWEIGHT_GPG => Reweight::Gpg,
+        care_reweight::CARE_REWEIGHT_NONZERO => Reweight::Nonzero,
+        care_bypass::CARE_BYPASS_OFF => Bypass::Off,
+        care_bypass::CARE_BYPASS_ON => Bypass::On,
+        care_masked_token::CARE_MASKED_TOKEN_SKIP => MaskedToken::Skip,
+        care_masked_token::CARE_MASKED_TOKEN_RESET => MaskedToken::Reset,
         care_baseline::CARE_BASELINE_LENGTH_WEIGHTED => Baseline::LengthWeighted,
         care_baseline::CARE_BASELINE_EXTERNAL => Baseline::External,
         care_baseline::CARE_BASELINE_PASS_K => Baseline::PassK,
@@ -196,6 +202,7 @@ fn header_has_the_option_enums_with_the_core_numbers() {
         care_policy_loss_kind::CARE_POLICY_LOSS_CLIP_COV => PolicyLoss::ClipCov,
         care_policy_loss_kind::CARE_POLICY_LOSS_KL_COV => PolicyLoss::KlCov,
         care_policy_loss_kind::CARE_POLICY_LOSS_GMPO => PolicyLoss::Gmpo,
+        care_policy_loss_kind::CARE_POLICY_LOSS_VESPO => PolicyLoss::Vespo,
         care_sequence_count::CARE_SEQUENCE_COUNT_NON_EMPTY => SequenceCount::NonEmpty,
         care_sequence_count::CARE_SEQUENCE_COUNT_ALL => SequenceCount::All,
         care_is_level::CARE_IS_OFF => IsLevel::Off,
@@ -222,10 +229,12 @@ fn header_has_the_option_enums_with_the_core_numbers() {
         assert!(header.contains(&want), "care.h lacks `{}`", want.trim());
     }
     // Every table the decoder indexes has exactly the C enum's values.
-    assert_eq!(PolicyLoss::ALL.len(), 7);
+    assert_eq!(PolicyLoss::ALL.len(), 8);
     assert_eq!(Rejection::ALL.len(), CARE_REJECTION_COUNT);
     assert_eq!(IsLevel::ALL.len(), 3);
-    assert_eq!(Reweight::ALL.len(), 2);
+    assert_eq!(Reweight::ALL.len(), 3);
+    assert_eq!(Bypass::ALL.len(), 2);
+    assert_eq!(MaskedToken::ALL.len(), 2);
     assert!(header.contains(&format!(
         "#define CARE_REJECTION_COUNT {CARE_REJECTION_COUNT}"
     )));

@@ -186,6 +186,7 @@ fn token_estimators(inp: &Input, o: &[u32], mask: &[u8]) {
     let g = GaeOptions {
         gamma: inp.gamma,
         lambda: inp.lambda,
+        ..GaeOptions::default()
     };
     let (mut a, mut ret) = (vec![7.0f32; t], vec![7.0f32; t]);
     match gae(&r, &v, o, Some(mask), &g, &mut a, &mut ret) {
@@ -209,6 +210,7 @@ fn token_estimators(inp: &Input, o: &[u32], mask: &[u8]) {
                 } else {
                     StdKind::Unbiased
                 },
+                ..WhitenOptions::default()
             };
             let before = a.clone();
             match whiten(&mut a, Some(mask), &w) {

@@ -161,6 +161,7 @@ fn options(o: &Opts) -> LossOptions {
         aggregation,
         ratio_level,
         kl_estimator,
+        ..d
     }
 }
 

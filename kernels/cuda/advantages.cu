@@ -7,8 +7,9 @@
 // the forward pass, and double keeps near-equal rewards (1.0 vs 1.00001) as exact as the f64 CPU
 // reference. "All valid rewards equal" is detected exactly (min == max), never through std > 0.
 //
-// Entry points: group_advantages_f32 (one launch), batch_std_f32 (one single-block launch that
-// precedes it only when scale == batch_std; a multi-rank caller may instead write the global std)
+// Entry points: group_advantages_f32 (one launch), batch_std_f32 (a launch over the rewards that
+// precedes it only when scale == batch_std, its blocks' moments merged in a fixed order; a
+// multi-rank caller may instead write the global std)
 // and group_alpha_f32 (one single-block launch that precedes it only under the GPG factor: the
 // factor needs every group's zero-variance verdict before any advantage is written).
 //
@@ -32,6 +33,7 @@
 
 #define CARE_REWEIGHT_NONE 0u
 #define CARE_REWEIGHT_GPG 1u
+#define CARE_REWEIGHT_NONZERO 2u
 
 #define CARE_SCALE_GROUP_STD 0u
 #define CARE_SCALE_BATCH_STD 1u
@@ -93,11 +95,19 @@ struct CareAdvParams {
     care_u32 scale;              // CARE_SCALE_*
     care_u32 unbiased;           // 1: divide by (count - 1), 0: by count
     care_u32 singleton;          // CARE_SINGLETON_*
-    care_u32 warp_per_group;     // 1: one warp per group; 0: one block per group
+    care_u32 warp_per_group;     // lanes per group (8, 16, 32: warp segments); 0: a block per group
     float eps;
     care_u32 mode;               // CARE_ADV_*
     float std_floor;             // the std is raised to at least this before eps is added
-    care_u32 reweight;           // CARE_REWEIGHT_*: 1 multiplies every advantage by *alpha
+    care_u32 reweight;           // CARE_REWEIGHT_*: not NONE multiplies every advantage by *alpha
+};
+
+// The batch std's slots (`care_kernels::params::BatchStdWorkRaw`): the arrival counter of the
+// slot merge (zeroed by the plan) and one slot per block.
+struct CareBatchStdWork {
+    care_u32 arrivals;
+    care_u32 pad0[3];
+    CareMoments slots[CARE_STAT_SLOTS];
 };
 
 // Mirrored by `care_kernels::params::BatchStdParams`.
@@ -111,22 +121,27 @@ struct CareBatchStdParams {
     care_u32 unbiased;
     care_u32 num_groups;
     care_u32 pad0;
+    CareBatchStdWork* work;      // the slot merge of the rewards (rewards mode); in the workspace
 };
 
 __device__ __forceinline__ bool care_adv_valid(const CareAdvParams& p, care_u32 i, float r) {
     return !care_isnan(r) && (p.valid == 0 || p.valid[i] != 0);
 }
 
-// Sums over a team: a warp (shuffles) or the whole block (shared memory). `warp_mode` is uniform
-// over the block, so the barriers inside the block variants are reached by every thread.
-__device__ __forceinline__ double care_team_sum(double v, bool warp_mode, double* scratch) {
-    return warp_mode ? care_warp_sum(v) : care_block_sum(v, scratch);
+// Sums over a team: a segment of `width` lanes of a warp (shuffles; width 8, 16 or 32) or, with
+// width 0, the whole block (shared memory). `width` is uniform over the block, so the barriers
+// inside the block variants are reached by every thread, and every lane of a warp reaches the
+// segments' shuffles.
+__device__ __forceinline__ double care_team_sum(double v, care_u32 width, double* scratch) {
+    return width != 0u ? care_seg_sum(v, width) : care_block_sum(v, scratch);
 }
-__device__ __forceinline__ float care_team_min(float v, bool warp_mode, float* scratch) {
-    return warp_mode ? care_warp_min(v) : care_block_min(v, scratch, __uint_as_float(0x7f800000u));
+__device__ __forceinline__ float care_team_min(float v, care_u32 width, float* scratch) {
+    return width != 0u ? care_seg_min(v, width)
+                       : care_block_min(v, scratch, __uint_as_float(0x7f800000u));
 }
-__device__ __forceinline__ float care_team_max(float v, bool warp_mode, float* scratch) {
-    return warp_mode ? care_warp_max(v) : care_block_max(v, scratch, __uint_as_float(0xff800000u));
+__device__ __forceinline__ float care_team_max(float v, care_u32 width, float* scratch) {
+    return width != 0u ? care_seg_max(v, width)
+                       : care_block_max(v, scratch, __uint_as_float(0xff800000u));
 }
 
 // Everything needed to turn a reward of the group into its advantage.
@@ -178,20 +193,26 @@ __device__ __forceinline__ bool care_group_silent(const CareAdvParams& p, double
     return all_equal;
 }
 
-// Launch geometry (see `care_kernels::geometry::advantages_geometry`): warp mode: grid.x =
-// ceil(num_groups / (blockDim.x / 32)); block mode: grid.x = num_groups. blockDim.x is a multiple
-// of 32 (at most 1024).
-extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvParams p) {
+// Launch geometry (see `care_kernels::geometry::advantages_geometry`): team mode (width =
+// p.warp_per_group lanes, 8, 16 or 32): 32 / width groups per warp, grid.x =
+// ceil(num_groups / (blockDim.x / width)); block mode (width 0): grid.x = num_groups. blockDim.x
+// is a multiple of 32. Small groups take narrow teams, so that a warp keeps 4 groups of 8 in
+// flight instead of one group and 24 idle lanes.
+extern "C" __global__ void __launch_bounds__(256, 4) group_advantages_f32(CareAdvParams p) {
     __shared__ double dscratch[CARE_WARP];
     __shared__ float fscratch[CARE_WARP];
-    const bool warp_mode = p.warp_per_group != 0;
+    const care_u32 width = p.warp_per_group;
+    const bool warp_mode = width != 0u;
     care_u32 g, lane, team;
     if (warp_mode) {
-        g = blockIdx.x * (blockDim.x / CARE_WARP) + threadIdx.x / CARE_WARP;
-        lane = threadIdx.x & (CARE_WARP - 1);
-        team = CARE_WARP;
-        if (g >= p.num_groups) {
-            return; // a whole warp leaves together; warp mode has no block barrier
+        const care_u32 per_warp = CARE_WARP / width;
+        const care_u32 first = (blockIdx.x * (blockDim.x / CARE_WARP) + threadIdx.x / CARE_WARP) *
+                               per_warp;
+        g = first + (threadIdx.x & (CARE_WARP - 1)) / width;
+        lane = threadIdx.x & (width - 1u);
+        team = width;
+        if (first >= p.num_groups) {
+            return; // a whole warp leaves together; team mode has no block barrier
         }
     } else {
         g = blockIdx.x;
@@ -201,10 +222,16 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
             return; // uniform over the block
         }
     }
+    // A segment past the last group (in the last warp) takes an empty range and writes nothing,
+    // but stays for its warp's shuffles.
+    const bool active = g < p.num_groups;
+    const bool lead = lane == 0 && active; // the lane that writes the group's results
 
     // Group bounds, clamped so that malformed offsets can never index out of bounds.
-    care_u32 start, end;
-    if (p.offsets != 0) {
+    care_u32 start = 0, end = 0;
+    if (!active) {
+        // empty
+    } else if (p.offsets != 0) {
         start = p.offsets[g];
         end = p.offsets[g + 1];
         start = start < p.n ? start : p.n;
@@ -232,15 +259,15 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
             mx = r > mx ? r : mx;
         }
     }
-    cnt = care_team_sum(cnt, warp_mode, dscratch);
-    sum = care_team_sum(sum, warp_mode, dscratch);
-    mn = care_team_min(mn, warp_mode, fscratch);
-    mx = care_team_max(mx, warp_mode, fscratch);
+    cnt = care_team_sum(cnt, width, dscratch);
+    sum = care_team_sum(sum, width, dscratch);
+    mn = care_team_min(mn, width, fscratch);
+    mx = care_team_max(mx, width, fscratch);
     if (inf_seen && p.status != 0) {
         atomicOr(p.status, CARE_STATUS_NON_FINITE);
     }
     if (p.mode == CARE_ADV_PARTIAL_SUMS) {
-        if (lane == 0) {
+        if (lead) {
             CareGroupSums gs;
             gs.count = cnt;
             gs.sum = sum;
@@ -251,7 +278,12 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
     bool all_equal = mn == mx; // exact, from this call's rewards (LOCAL)
     if (p.mode != CARE_ADV_LOCAL) {
         // The global moments replace the local count and sum.
-        CareGroupSums gs = p.sums[g];
+        CareGroupSums gs;
+        gs.count = 0.0;
+        gs.sum = 0.0;
+        if (active) {
+            gs = p.sums[g];
+        }
         cnt = gs.count;
         sum = gs.sum;
     }
@@ -260,13 +292,13 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
     // Pass 2: centered sum of squares (never E[x^2] - E[x]^2).
     double ss = 0.0;
     if (p.mode == CARE_ADV_FINALIZE) {
-        ss = p.m2[g];
+        ss = active ? p.m2[g] : 0.0;
         // Two-pass centering makes the reduced m2 exactly 0 iff all valid rewards are equal.
         all_equal = ss == 0.0;
         // x - x == 0 exactly for finite x, and is NaN for infinities and NaN.
         bool ok = cnt - cnt == 0.0 && cnt >= 0.0 && sum - sum == 0.0 && ss - ss == 0.0 &&
                   ss >= 0.0;
-        if (!ok && lane == 0 && p.status != 0) {
+        if (!ok && lead && p.status != 0) {
             atomicOr(p.status, CARE_STATUS_INVALID_MOMENTS);
         }
     } else {
@@ -277,10 +309,10 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
                 ss += d * d;
             }
         }
-        ss = care_team_sum(ss, warp_mode, dscratch);
+        ss = care_team_sum(ss, width, dscratch);
     }
     if (p.mode == CARE_ADV_PARTIAL_SQUARES) {
-        if (lane == 0) {
+        if (lead) {
             p.m2[g] = ss;
         }
         return; // uniform over the team
@@ -310,8 +342,8 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
                 l += len;
             }
         }
-        lr = care_team_sum(lr, warp_mode, dscratch);
-        l = care_team_sum(l, warp_mode, dscratch);
+        lr = care_team_sum(lr, width, dscratch);
+        l = care_team_sum(l, width, dscratch);
         c.mean = l > 0.0 ? lr / l : mean;
     } else if (p.baseline == CARE_BASELINE_PASSK) {
         // The first sample holding the maximum, then the largest reward of the others.
@@ -323,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
                 first = i;
             }
         }
-        first = warp_mode ? care_warp_min(first)
+        first = warp_mode ? care_seg_min(first, width)
                           : care_block_min(first, (care_u32*)fscratch, 0xffffffffu);
         for (care_u32 i = start + lane; i < end; i += team) {
             float r = p.rewards[i];
@@ -331,11 +363,11 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
                 cand = r > cand ? r : cand;
             }
         }
-        cand = care_team_max(cand, warp_mode, fscratch);
+        cand = care_team_max(cand, width, fscratch);
         c.best = first;
         c.second = (double)cand;
     }
-    double alpha = p.reweight == CARE_REWEIGHT_GPG ? p.alpha[0] : 1.0;
+    double alpha = p.reweight != CARE_REWEIGHT_NONE ? p.alpha[0] : 1.0;
     double s = std;
     if (p.scale == CARE_SCALE_BATCH_STD) {
         s = (double)p.batch_std[0];
@@ -356,7 +388,7 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
             c.inv_scale = p.scale == CARE_SCALE_NONE ? alpha : alpha / (1.0 + (double)p.eps);
         } else {
             c.kind = 0;
-            if (p.singleton == CARE_SINGLETON_ERROR && lane == 0 && p.status != 0) {
+            if (p.singleton == CARE_SINGLETON_ERROR && lead && p.status != 0) {
                 atomicOr(p.status, CARE_STATUS_SINGLETON);
             }
         }
@@ -367,7 +399,7 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
     for (care_u32 i = start + lane; i < end; i += team) {
         p.adv[i] = care_adv_of(p, c, i);
     }
-    if (lane == 0 && p.group_stats != 0) {
+    if (lead && p.group_stats != 0) {
         CareGroupStats gs;
         gs.count = (care_u32)cnt;
         gs.mean = care_narrow(mean);
@@ -391,11 +423,14 @@ extern "C" __global__ void __launch_bounds__(1024) group_advantages_f32(CareAdvP
     }
 }
 
-// The std of all valid rewards of the batch (scale == batch_std). Geometry: grid (1,1,1), block
-// 1024 (any multiple of 32): one block walks the whole batch twice (sum, then centered squares);
-// rewards are one float per sample, so this stays small next to the trainer's other work.
-extern "C" __global__ void __launch_bounds__(1024) batch_std_f32(CareBatchStdParams p) {
+// The std of all valid rewards of the batch (scale == batch_std). Geometry, from rewards: at
+// most CARE_STAT_SLOTS blocks of blockDim.x <= 256 threads, block b owning the contiguous samples
+// [b * per, (b + 1) * per); each block's (count, mean, M2) two-pass in double, merged by the last
+// block with Chan's formula along a fixed tree (bit-identical whatever the block schedule). From
+// reduced group moments (p.sums): one block.
+extern "C" __global__ void __launch_bounds__(256, 4) batch_std_f32(CareBatchStdParams p) {
     __shared__ double scratch[CARE_WARP];
+    __shared__ CareMoments tree[256];
     if (p.sums != 0) {
         // From reduced group moments (Chan): M2 = sum_g m2_g + sum_g n_g (mean_g - mean)^2.
         double n = 0.0, s = 0.0;
@@ -421,8 +456,11 @@ extern "C" __global__ void __launch_bounds__(1024) batch_std_f32(CareBatchStdPar
         }
         return; // uniform over the block
     }
+    const care_u64 per = ((care_u64)p.n + gridDim.x - 1u) / gridDim.x;
+    const care_u64 lo = (care_u64)blockIdx.x * per < p.n ? (care_u64)blockIdx.x * per : p.n;
+    const care_u64 hi = lo + per < p.n ? lo + per : p.n;
     double cnt = 0.0, sum = 0.0;
-    for (care_u32 i = threadIdx.x; i < p.n; i += blockDim.x) {
+    for (care_u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         float r = p.rewards[i];
         if (!care_isnan(r) && (p.valid == 0 || p.valid[i] != 0)) {
             cnt += 1.0;
@@ -431,9 +469,9 @@ extern "C" __global__ void __launch_bounds__(1024) batch_std_f32(CareBatchStdPar
     }
     cnt = care_block_sum(cnt, scratch);
     sum = care_block_sum(sum, scratch);
-    double mean = cnt > 0.0 ? sum / cnt : 0.0;
+    const double mean = cnt > 0.0 ? sum / cnt : 0.0;
     double ss = 0.0;
-    for (care_u32 i = threadIdx.x; i < p.n; i += blockDim.x) {
+    for (care_u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         float r = p.rewards[i];
         if (!care_isnan(r) && (p.valid == 0 || p.valid[i] != 0)) {
             double d = (double)r - mean;
@@ -441,22 +479,38 @@ extern "C" __global__ void __launch_bounds__(1024) batch_std_f32(CareBatchStdPar
         }
     }
     ss = care_block_sum(ss, scratch);
+    CareBatchStdWork* w = p.work;
+    if (threadIdx.x == 0) {
+        CareMoments mine;
+        mine.count = cnt;
+        mine.mean = mean;
+        mine.m2 = ss;
+        mine.bad = 0;
+        mine.pad0 = 0;
+        w->slots[blockIdx.x] = mine;
+    }
+    if (!care_last_block(&w->arrivals)) {
+        return;
+    }
+    const CareMoments m = care_moments_merge_slots(w->slots, gridDim.x, tree);
     if (threadIdx.x == 0) {
         double var = 0.0;
         if (p.unbiased != 0) {
-            var = cnt > 1.0 ? ss / (cnt - 1.0) : 0.0;
+            var = m.count > 1.0 ? m.m2 / (m.count - 1.0) : 0.0;
         } else {
-            var = cnt > 0.0 ? ss / cnt : 0.0;
+            var = m.count > 0.0 ? m.m2 / m.count : 0.0;
         }
         p.out_std[0] = care_narrow(sqrt(var));
     }
 }
 
 // The GPG factor alpha = N / (N - M) (1 when N = M) into *p.alpha: N valid samples, M of them
-// in groups whose advantages are all 0 (care_group_silent). Geometry: grid (1,1,1), blockDim.x a
-// multiple of 32; each warp takes every nwarps-th group. LOCAL decides "all equal" from the
-// rewards (min == max), FINALIZE from the reduced moments (count, m2 == 0).
-extern "C" __global__ void __launch_bounds__(1024) group_alpha_f32(CareAdvParams p) {
+// in groups whose advantages are all 0 (care_group_silent); under CARE_REWEIGHT_NONZERO (verl's
+// gpg, LOCAL only) alpha = N / max(1, K), K the valid samples with a nonzero reward. Geometry:
+// grid (1,1,1), blockDim.x a multiple of 32; each warp takes every nwarps-th group. LOCAL
+// decides "all equal" from the rewards (min == max), FINALIZE from the reduced moments (count,
+// m2 == 0).
+extern "C" __global__ void __launch_bounds__(1024, 1) group_alpha_f32(CareAdvParams p) {
     __shared__ double scratch[CARE_WARP];
     const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
     const care_u32 warp = threadIdx.x / CARE_WARP;
@@ -474,17 +528,19 @@ extern "C" __global__ void __launch_bounds__(1024) group_alpha_f32(CareAdvParams
             end = start + p.group_size;
             end = end < p.n ? end : p.n;
         }
-        double cnt = 0.0;
+        double cnt = 0.0, nonzero = 0.0;
         float mn = __uint_as_float(0x7f800000u), mx = __uint_as_float(0xff800000u);
         for (care_u32 i = start + lane; i < end; i += CARE_WARP) {
             float r = p.rewards[i];
             if (care_adv_valid(p, i, r)) {
                 cnt += 1.0;
+                nonzero += r != 0.0f ? 1.0 : 0.0;
                 mn = r < mn ? r : mn;
                 mx = r > mx ? r : mx;
             }
         }
         cnt = care_warp_sum(cnt);
+        nonzero = care_warp_sum(nonzero);
         mn = care_warp_min(mn);
         mx = care_warp_max(mx);
         bool all_equal = mn == mx;
@@ -494,12 +550,20 @@ extern "C" __global__ void __launch_bounds__(1024) group_alpha_f32(CareAdvParams
         }
         if (lane == 0) {
             n_all += cnt;
-            m_all += (cnt > 0.0 && care_group_silent(p, cnt, all_equal)) ? cnt : 0.0;
+            if (p.reweight == CARE_REWEIGHT_NONZERO) {
+                m_all += nonzero; // here m_all counts the nonzero rewards
+            } else {
+                m_all += (cnt > 0.0 && care_group_silent(p, cnt, all_equal)) ? cnt : 0.0;
+            }
         }
     }
     n_all = care_block_sum(n_all, scratch);
     m_all = care_block_sum(m_all, scratch);
     if (threadIdx.x == 0) {
-        p.alpha[0] = n_all - m_all > 0.0 ? n_all / (n_all - m_all) : 1.0;
+        if (p.reweight == CARE_REWEIGHT_NONZERO) {
+            p.alpha[0] = n_all / (m_all > 1.0 ? m_all : 1.0);
+        } else {
+            p.alpha[0] = n_all - m_all > 0.0 ? n_all / (n_all - m_all) : 1.0;
+        }
     }
 }

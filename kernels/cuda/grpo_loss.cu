@@ -15,10 +15,11 @@
 // ratio, and the rollout correction's sequence statistics (sum of log ratios, sums and maxima
 // of k1/k2/k3), whose verdict and sequence weight every token of the sequence needs.
 //
-// Stats are reduced per block and added to the caller's device struct with atomics; the caller
-// initializes it (sums 0, ratio_min +inf, ratio_max 0), so micro-batches accumulate.
-// Float atomics make the last bits of the sums depend on the block schedule; the gradient does
-// not depend on any atomic.
+// Stats are reduced per block into the block's slot of the workspace (CareLossWork); the last
+// block to finish merges the slots in slot order and adds the result to the caller's device
+// structs, which the caller initializes (sums 0, ratio_min +inf, ratio_max 0), so micro-batches
+// accumulate. No float atomics: the statistics are the same bit for bit on every run, whatever
+// the block schedule.
 #include "common.cuh"
 
 #define CARE_AGG_TOKEN_MEAN 0u
@@ -36,6 +37,11 @@
 #define CARE_PL_CLIP_COV 4u
 #define CARE_PL_KL_COV 5u
 #define CARE_PL_GMPO 6u
+#define CARE_PL_VESPO 7u
+
+// VESPO's bounds on the sequence's log importance ratio: [ln 1e-8, 20] (TRL's).
+#define CARE_VESPO_LOG_W_MIN (-18.420680743952367f)
+#define CARE_VESPO_LOG_W_MAX 20.0f
 
 // `care_core::grpo::RatioLevel` values.
 #define CARE_RATIO_TOKEN 0u
@@ -115,6 +121,22 @@ struct CareLossDenoms {
     care_u32 pad0;
 };
 
+// One block's partial statistics (CARE_STAT_SLOTS of them in the workspace).
+struct CareLossSlot {
+    CareLossStats loss;
+    CareRolloutStats roll;
+    care_u32 pad0;
+};
+
+// The loss pass's workspace (`care_kernels::params::LossWorkRaw`): the default denominators,
+// the arrival counter of the slot merge (zeroed by the plan) and one slot per block.
+struct CareLossWork {
+    CareLossDenoms denoms;
+    care_u32 arrivals;
+    care_u32 pad0[3];
+    CareLossSlot slots[CARE_STAT_SLOTS];
+};
+
 struct CareCovWork;
 
 // Mirrored by `care_kernels::params::LossParams`.
@@ -135,7 +157,8 @@ struct CareLossParams {
     care_u32 agg;                 // CARE_AGG_*
     care_u32 kl;                  // CARE_KL_*
     care_u32 seq_level;           // 1: sequence-level ratio (GSPO)
-    care_u32 pad0;
+    care_u32 bypass;              // 1: verl bypass mode (logp_old holds the rollout log-probs,
+                                  // see care_prox_of; the weights are not applied)
     float eps_low;
     float eps_high;
     float dual_clip;              // > 1 enables the dual clip
@@ -147,7 +170,7 @@ struct CareLossParams {
     float n_tok_denom;            // > 0: caller's (global) token count
     float n_seq_denom;            // > 0: caller's (global) sequence count
     float horizon;                // > 0: caller's horizon H
-    float pad1;
+    float gmpo_w_floor;           // GMPO: the geometric mean of the weights is of omega + floor
     // The policy-loss family and the rollout correction.
     const void* logp_rollout;     // T[n_tok] or null (no correction, no diagnostics)
     CareRolloutStats* rollout_stats; // device, or null
@@ -174,6 +197,14 @@ struct CareLossParams {
     care_u32 cov_round;           // grpo_cov_radix: the radix round, 0..CARE_COV_ROUNDS-1
     CareCovWork* cov_work;        // device, or null
     care_u64* cov_keys;           // [n_tok] device: each token's candidate key (0: none)
+    // VESPO: the Gamma weight's power and decay for A >= 0 and A < 0.
+    float vespo_k_pos;
+    float vespo_lambda_pos;
+    float vespo_k_neg;
+    float vespo_lambda_neg;
+    // The statistics' slots and arrival counter: required with `stats` or `rollout_stats`,
+    // else null (no statistics).
+    CareLossWork* work;
 };
 
 // ---- covariance selection (Clip-Cov, KL-Cov) ---------------------------------------------------
@@ -375,7 +406,15 @@ __device__ __forceinline__ CareRollTok care_roll_tok(const CareLossParams& p,
 
 template <typename T>
 __device__ __forceinline__ float care_prox(const CareLossParams& p, care_u32 t) {
-    return p.logp_old != 0 ? care_load((const T*)p.logp_old, t) : care_load((const T*)p.logp, t);
+    return p.logp_old != 0 && p.bypass == 0 ? care_load((const T*)p.logp_old, t)
+                                            : care_load((const T*)p.logp, t);
+}
+
+// The proximal log-prob of the rollout correction from a token's old log-prob `lo` and its
+// log-prob `lp`: `lo`, except in bypass mode, where `lo` is the rollout log-prob and the
+// proximal policy is the current one (as a constant).
+__device__ __forceinline__ float care_prox_of(const CareLossParams& p, float lo, float lp) {
+    return p.bypass != 0 ? lp : lo;
 }
 
 // Reduces N values of every thread over the block, the first S by sum and the rest by max
@@ -560,7 +599,8 @@ __device__ __forceinline__ bool care_token_omega(const CareLossParams& p, const 
     }
     CareRollTok r = care_roll_tok(p, rs, prox, care_load((const T*)p.logp_rollout, t));
     if (r.kept) {
-        *omega = r.w;
+        // Bypass mode: the ratio is the importance weight already; only rejections apply.
+        *omega = p.bypass != 0 ? 1.0f : r.w;
         return true;
     }
     *omega = 0.0f;
@@ -592,6 +632,39 @@ __device__ __forceinline__ float care_sigmoid(float x) {
     return e / (1.0f + e);
 }
 
+// The aggregation weight of every counted token of a sequence with n_i = `n_counted` counted
+// tokens, from the caller's denominators or the device pre-pass's.
+__device__ __forceinline__ float care_agg_weight(const CareLossParams& p, care_u32 n_counted) {
+    float n_tok = p.n_tok_denom > 0.0f ? p.n_tok_denom
+                                       : (p.denoms != 0 ? (float)p.denoms->n_tok : 0.0f);
+    float n_seq = p.n_seq_denom > 0.0f ? p.n_seq_denom
+                                       : (p.denoms != 0 ? (float)p.denoms->n_seq : 0.0f);
+    float h = p.horizon > 0.0f ? p.horizon : (p.denoms != 0 ? (float)p.denoms->horizon : 0.0f);
+    // A zero denominator gives weight 0 (nothing counted), as in the CPU reference.
+    float d = 1.0f;
+    switch (p.agg) {
+    case CARE_AGG_TOKEN_MEAN:
+        d = n_tok;
+        break;
+    case CARE_AGG_SEQ_MEAN_TOKEN_MEAN:
+        d = (float)n_counted * n_seq;
+        break;
+    case CARE_AGG_SEQ_MEAN_TOKEN_SUM:
+        d = n_seq;
+        break;
+    case CARE_AGG_SEQ_MEAN_TOKEN_SUM_NORM:
+        d = n_seq * h;
+        break;
+    case CARE_AGG_TOKEN_SUM_NORM:
+        d = h;
+        break;
+    default:
+        d = 1.0f;
+        break;
+    }
+    return d > 0.0f ? 1.0f / d : 0.0f;
+}
+
 // Per-sequence quantities; every thread of the block gets them (block reductions).
 template <typename T>
 __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, float* scratch) {
@@ -609,7 +682,7 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
     // input is read once. Counts are summed as float, exact below 2^24 tokens per sequence.
     const bool with_roll = p.logp_rollout != 0;
     s.scanned = p.mask == 0 || p.agg == CARE_AGG_SEQ_MEAN_TOKEN_MEAN || p.seq_level != 0 ||
-                p.policy == CARE_PL_GMPO || with_roll;
+                p.policy == CARE_PL_GMPO || p.policy == CARE_PL_VESPO || with_roll;
     s.roll = care_roll_none();
     s.n_pre = 0.0f;
     s.n_kept = 0.0f;
@@ -625,34 +698,7 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
         s.n_counted = (care_u32)(care_roll_drops(p) ? c.n_kept : c.n_pre);
     }
 
-    float n_tok = p.n_tok_denom > 0.0f ? p.n_tok_denom
-                                       : (p.denoms != 0 ? (float)p.denoms->n_tok : 0.0f);
-    float n_seq = p.n_seq_denom > 0.0f ? p.n_seq_denom
-                                       : (p.denoms != 0 ? (float)p.denoms->n_seq : 0.0f);
-    float h = p.horizon > 0.0f ? p.horizon : (p.denoms != 0 ? (float)p.denoms->horizon : 0.0f);
-    // A zero denominator gives weight 0 (nothing counted), as in the CPU reference.
-    float d = 1.0f;
-    switch (p.agg) {
-    case CARE_AGG_TOKEN_MEAN:
-        d = n_tok;
-        break;
-    case CARE_AGG_SEQ_MEAN_TOKEN_MEAN:
-        d = (float)s.n_counted * n_seq;
-        break;
-    case CARE_AGG_SEQ_MEAN_TOKEN_SUM:
-        d = n_seq;
-        break;
-    case CARE_AGG_SEQ_MEAN_TOKEN_SUM_NORM:
-        d = n_seq * h;
-        break;
-    case CARE_AGG_TOKEN_SUM_NORM:
-        d = h;
-        break;
-    default:
-        d = 1.0f;
-        break;
-    }
-    s.w = d > 0.0f ? 1.0f / d : 0.0f;
+    s.w = care_agg_weight(p, s.n_counted);
 
     s.rho_seq = 1.0f;
     s.seq_hit = false;
@@ -665,7 +711,7 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
             float lp = care_load((const T*)p.logp, t);
             float lo = care_logp_old<T>(p, t, lp);
             float om;
-            if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
+            if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
                 sd += care_clamp(lp - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
             }
         }
@@ -680,7 +726,7 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
                 float lp = care_load((const T*)p.logp, t);
                 float lo = care_logp_old<T>(p, t, lp);
                 float om;
-                if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
+                if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
                     float at = care_adv_at(p, seq, t);
                     CareSurrogate su = care_surrogate(p, at, s.rho_seq);
                     if (su.unclipped) {
@@ -691,6 +737,24 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
             acc = care_block_sum(acc, scratch);
             s.gspo_coef = s.rho_seq / (float)s.n_counted * (s.w * acc);
         }
+    } else if (p.policy == CARE_PL_VESPO && s.n_counted > 0) {
+        // VESPO: the sequence's clamped log importance ratio, the rollout weights folded in per
+        // token (as TRL folds its vLLM ratio); rho_seq holds w, a_mean holds ln w.
+        float v = 0.0f;
+        for (care_u32 t = s.start + threadIdx.x; t < s.end; t += blockDim.x) {
+            float lp = care_load((const T*)p.logp, t);
+            float lo = care_logp_old<T>(p, t, lp);
+            float om;
+            if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
+                v += care_clamp(lp - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
+                if (p.roll_on != 0) {
+                    v += care_clamp(logf(om), CARE_VESPO_LOG_W_MIN, CARE_VESPO_LOG_W_MAX);
+                }
+            }
+        }
+        v = care_block_sum(v, scratch);
+        s.a_mean = care_clamp(v, CARE_VESPO_LOG_W_MIN, CARE_VESPO_LOG_W_MAX);
+        s.rho_seq = expf(s.a_mean);
     } else if (p.policy == CARE_PL_GMPO && s.n_counted > 0) {
         // GMPO: the mean clipped log ratio, the mean advantage and the mean log weight.
         __shared__ float part[3][CARE_WARP];
@@ -699,13 +763,13 @@ __device__ CareSeqInfo care_seq_info(const CareLossParams& p, care_u32 seq, floa
             float lp = care_load((const T*)p.logp, t);
             float lo = care_logp_old<T>(p, t, lp);
             float om;
-            if (care_token_omega<T>(p, s.roll, t, lo, &om)) {
+            if (care_token_omega<T>(p, s.roll, t, care_prox_of(p, lo, lp), &om)) {
                 float at = care_adv_at(p, seq, t);
                 float delta = care_clamp(lp - lo, -p.log_ratio_clamp, p.log_ratio_clamp);
                 bool live;
                 v[0] += care_gmpo_log_ratio(p, delta, at, &live);
                 v[1] += at;
-                v[2] += logf(om);
+                v[2] += logf(om + p.gmpo_w_floor); // verl: ln(omega + 1e-10)
             }
         }
         care_block_reduce<3, 3>(v, part);
@@ -721,6 +785,117 @@ struct CareStatAcc {
     float loss, ppo_kl, kl, ratio_sum, ratio_min, ratio_max;
     care_u32 tokens, clipped, clipped_low, clipped_high, dual, clamped, non_finite;
 };
+
+__device__ __forceinline__ void care_loss_slot_clear(CareLossSlot* z) {
+    care_u32* w = (care_u32*)z;
+    for (unsigned k = 0; k < sizeof(CareLossSlot) / 4u; ++k) {
+        w[k] = 0u;
+    }
+    z->loss.ratio_min = __uint_as_float(0x7f800000u);
+}
+
+// Words of a slot: CareLossStats (sums 0-3, ratio_min 4, ratio_max 5, counts 6-13), then
+// CareRolloutStats (sums 14-20, counts 21-26).
+#define CARE_SLOT_WORDS 27
+__device__ __forceinline__ bool care_slot_is_sum(care_u32 k) { return k < 4u || (k >= 14u && k < 21u); }
+
+// `mine` (thread 0's) goes into the block's slot; the last block to arrive merges every slot
+// and adds the result to p.stats and p.rollout_stats. Every thread of the block calls it.
+// The merge: thread (group g, lane k) folds word k of slots g, g + groups, g + 2 groups, ... in
+// that order (sums in double), then thread k folds the groups in order: a fixed order for a
+// given block size, and lane k of a warp reads word k of a slot, so each warp's loads coalesce.
+__device__ void care_loss_commit(const CareLossParams& p, const CareLossSlot* mine, bool kl_on) {
+    __shared__ double part[CARE_WARP][CARE_WARP];
+    __shared__ double res[CARE_WARP];
+    CareLossWork* w = p.work;
+    if (threadIdx.x == 0) {
+        w->slots[blockIdx.y * gridDim.x + blockIdx.x] = *mine;
+    }
+    if (!care_last_block(&w->arrivals)) {
+        return;
+    }
+    const care_u32 nslots = gridDim.x * gridDim.y;
+    const care_u32 k = threadIdx.x & (CARE_WARP - 1), g = threadIdx.x / CARE_WARP;
+    const care_u32 groups = blockDim.x / CARE_WARP;
+    double acc = k == 4u ? (double)__uint_as_float(0x7f800000u) : 0.0;
+    if (k < CARE_SLOT_WORDS) {
+        for (care_u32 i = g; i < nslots; i += groups) {
+            // volatile: written by other blocks during this launch, never from a cached line.
+            const care_u32 v = ((const volatile care_u32*)&w->slots[i])[k];
+            if (care_slot_is_sum(k)) {
+                acc += (double)__uint_as_float(v);
+            } else if (k == 4u) {
+                const double x = (double)__uint_as_float(v);
+                acc = x < acc ? x : acc;
+            } else if (k == 5u) {
+                const double x = (double)__uint_as_float(v);
+                acc = x > acc ? x : acc;
+            } else {
+                acc += (double)v;
+            }
+        }
+    }
+    part[g][k] = acc;
+    __syncthreads();
+    if (threadIdx.x < CARE_SLOT_WORDS) {
+        double r = part[0][k];
+        for (care_u32 j = 1; j < groups; ++j) {
+            const double x = part[j][k];
+            r = k == 4u ? (x < r ? x : r) : (k == 5u ? (x > r ? x : r) : r + x);
+        }
+        res[k] = r;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) {
+        return;
+    }
+    const double* sum = res;
+    care_u32 cnt[14];
+    for (int j = 0; j < 8; ++j) {
+        cnt[j] = (care_u32)(care_u64)res[6 + j];
+    }
+    for (int j = 0; j < 6; ++j) {
+        cnt[8 + j] = (care_u32)(care_u64)res[21 + j];
+    }
+    const float rmin = (float)res[4], rmax = (float)res[5];
+    if (p.stats != 0) {
+        CareLossStats* s = p.stats;
+        s->loss = (float)((double)s->loss + sum[0]);
+        s->ppo_kl_sum = (float)((double)s->ppo_kl_sum + sum[1]);
+        if (kl_on) {
+            s->kl_sum = (float)((double)s->kl_sum + sum[2]);
+        }
+        s->ratio_sum = (float)((double)s->ratio_sum + sum[3]);
+        // No finite ratio leaves +inf and 0, which change neither bound.
+        s->ratio_min = rmin < s->ratio_min ? rmin : s->ratio_min;
+        s->ratio_max = rmax > s->ratio_max ? rmax : s->ratio_max;
+        s->tokens += cnt[0];
+        s->sequences += cnt[1];
+        s->clipped += cnt[2];
+        s->clipped_low += cnt[3];
+        s->clipped_high += cnt[4];
+        s->dual_clipped += cnt[5];
+        s->log_ratio_clamped += cnt[6];
+        s->non_finite += cnt[7];
+    }
+    if (p.rollout_stats != 0) {
+        CareRolloutStats* r = p.rollout_stats;
+        const double* d = sum + 14;
+        r->weight_sum = (float)((double)r->weight_sum + d[0]);
+        r->kl_sum = (float)((double)r->kl_sum + d[1]);
+        r->k3_sum = (float)((double)r->k3_sum + d[2]);
+        r->log_ppl_diff_sum = (float)((double)r->log_ppl_diff_sum + d[3]);
+        r->log_ppl_abs_diff_sum = (float)((double)r->log_ppl_abs_diff_sum + d[4]);
+        r->chi2_token_sum = (float)((double)r->chi2_token_sum + d[5]);
+        r->chi2_seq_sum = (float)((double)r->chi2_seq_sum + d[6]);
+        r->tokens += cnt[8];
+        r->sequences += cnt[9];
+        r->rejected_tokens += cnt[10];
+        r->rejected_sequences += cnt[11];
+        r->truncated += cnt[12];
+        r->non_finite += cnt[13];
+    }
+}
 
 // One counted token's policy-gradient term at the token ratio level: its loss l (before the
 // aggregation weight w) and w * dl/dlogp, with the clip flags. `rho = exp(delta)`.
@@ -1095,74 +1270,61 @@ __device__ __forceinline__ bool care_cov_selected(const CareLossParams& p, care_
     return key != 0ull && (key > cut || (key == cut && t < tie_end));
 }
 
+// Chunk blockIdx.y of sequence `seq`: its tokens' gradient, their statistics into `st` (every
+// thread) and the sequence's own additions into `seq_acc` (thread 0). Every thread of the block
+// calls it (block reductions inside).
 template <typename T>
-__device__ void care_grpo_loss(const CareLossParams& p) {
-    __shared__ float scratch[CARE_WARP];
-    const care_u32 seq = blockIdx.x;
-    if (seq >= p.n_seq) {
-        return; // uniform over the block
-    }
+__device__ __forceinline__ void care_grpo_loss_seq(const CareLossParams& p, care_u32 seq,
+                                                   CareStatAcc& st, CareLossSlot& seq_acc,
+                                                   float* scratch) {
     CareSeqInfo si = care_seq_info<T>(p, seq, scratch);
     const bool kl_on = p.beta > 0.0f && p.logp_ref != 0;
     const care_u64 cov_cut = p.cov_work != 0 ? p.cov_work->cut_key : 0ull;
     const care_u32 cov_tie_end = p.cov_work != 0 ? p.cov_work->tie_end : 0u;
     const bool with_roll = p.logp_rollout != 0;
 
-    CareStatAcc st;
-    st.loss = 0.0f;
-    st.ppo_kl = 0.0f;
-    st.kl = 0.0f;
-    st.ratio_sum = 0.0f;
-    st.ratio_min = __uint_as_float(0x7f800000u);
-    st.ratio_max = 0.0f;
-    st.tokens = 0;
-    st.clipped = 0;
-    st.clipped_low = 0;
-    st.clipped_high = 0;
-    st.dual = 0;
-    st.clamped = 0;
-    st.non_finite = 0;
-
     // The rollout diagnostics of the sequence, once (chunk 0), from its sequence pass.
     if (with_roll && p.rollout_stats != 0 && blockIdx.y == 0 && threadIdx.x == 0 &&
         si.n_pre > 0.0f) {
-        CareRolloutStats* r = p.rollout_stats;
+        CareRolloutStats* r = &seq_acc.roll;
         float d = -si.roll.sum_x / si.n_pre;
-        atomicAdd(&r->tokens, (care_u32)si.n_pre);
-        atomicAdd(&r->sequences, 1u);
-        atomicAdd(&r->rejected_tokens, (care_u32)(si.n_pre - si.n_kept));
-        atomicAdd(&r->rejected_sequences, si.n_kept < si.n_pre ? 1u : 0u);
-        atomicAdd(&r->truncated, (care_u32)si.roll.n_trunc);
-        atomicAdd(&r->non_finite, (care_u32)si.roll.n_non_finite);
-        atomicAdd(&r->weight_sum, si.roll.w_sum);
-        atomicAdd(&r->kl_sum, -si.roll.sum_x);
-        atomicAdd(&r->k3_sum, si.roll.k3_raw);
-        atomicAdd(&r->log_ppl_diff_sum, d);
-        atomicAdd(&r->log_ppl_abs_diff_sum, d < 0.0f ? -d : d);
-        atomicAdd(&r->chi2_token_sum, si.roll.chi2);
-        atomicAdd(&r->chi2_seq_sum, expf(2.0f * care_roll_clamp(si.roll.sum_x, p.roll_clamp)));
+        r->tokens += (care_u32)si.n_pre;
+        r->sequences += 1u;
+        r->rejected_tokens += (care_u32)(si.n_pre - si.n_kept);
+        r->rejected_sequences += si.n_kept < si.n_pre ? 1u : 0u;
+        r->truncated += (care_u32)si.roll.n_trunc;
+        r->non_finite += (care_u32)si.roll.n_non_finite;
+        r->weight_sum += si.roll.w_sum;
+        r->kl_sum += -si.roll.sum_x;
+        r->k3_sum += si.roll.k3_raw;
+        r->log_ppl_diff_sum += d;
+        r->log_ppl_abs_diff_sum += d < 0.0f ? -d : d;
+        r->chi2_token_sum += si.roll.chi2;
+        r->chi2_seq_sum += expf(2.0f * care_roll_clamp(si.roll.sum_x, p.roll_clamp));
     }
 
     const care_u32 stride = gridDim.y * blockDim.x;
     for (care_u32 t = si.start + blockIdx.y * blockDim.x + threadIdx.x; t < si.end; t += stride) {
         float g = 0.0f;
+        // The token's log-probs are loaded before the mask decides (t is in bounds either way),
+        // so the mask and log-prob loads are one round trip, not two.
+        const float lp = care_load((const T*)p.logp, t);
+        const float lo = care_logp_old<T>(p, t, lp);
         if (care_counted(p, t)) {
-            float lp = care_load((const T*)p.logp, t);
-            float lo = care_logp_old<T>(p, t, lp);
             float omega = 1.0f;
             bool in_loss = true;
             bool lr_fin = true;
             if (p.roll_on != 0) {
                 float lrl = care_load((const T*)p.logp_rollout, t);
-                CareRollTok rt = care_roll_tok(p, si.roll, lo, lrl);
+                CareRollTok rt = care_roll_tok(p, si.roll, care_prox_of(p, lo, lp), lrl);
                 lr_fin = care_isfinite(lrl);
-                omega = rt.kept ? rt.w : 0.0f;
+                omega = rt.kept ? (p.bypass != 0 ? 1.0f : rt.w) : 0.0f;
                 in_loss = rt.kept || p.rej_zero != 0;
             }
             if (!in_loss) {
                 // Dropped: it leaves the loss, but a non-finite log-prob the correction read
                 // (its sequence statistics did) counts as a non-finite input.
-                st.non_finite += (care_isfinite(lo) && lr_fin) ? 0u : 1u;
+                st.non_finite += (care_isfinite(care_prox_of(p, lo, lp)) && lr_fin) ? 0u : 1u;
             } else {
                 float a = care_adv_at(p, seq, t);
                 float lr = kl_on ? care_load((const T*)p.logp_ref, t) : 0.0f;
@@ -1186,6 +1348,20 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
                     low = rho < 1.0f - p.eps_low && a < 0.0f;
                     high = rho > 1.0f + p.eps_high && a > 0.0f;
                     dual = su.dual;
+                } else if (p.policy == CARE_PL_VESPO) {
+                    // -sg(phi) A logp, phi = exp(lam + k ln w - lam w) of the sequence's w
+                    // (normalized so phi(1) = 1; 0 where not finite); no rollout weight: it is
+                    // folded into w.
+                    rho = si.rho_seq;
+                    bool pos = a >= 0.0f;
+                    float k = pos ? p.vespo_k_pos : p.vespo_k_neg;
+                    float lam = pos ? p.vespo_lambda_pos : p.vespo_lambda_neg;
+                    lam = lam < 1e-4f ? 1e-4f : lam;
+                    float phi = expf(lam + k * si.a_mean - lam * rho);
+                    phi = care_isfinite(phi) ? phi : 0.0f;
+                    l = -phi * a * lp;
+                    g = -phi * a * si.w;
+                    clipped = low = high = dual = false;
                 } else if (p.policy == CARE_PL_GMPO) {
                     // Every counted token carries the sequence's loss l_i; with the common weight
                     // w, dL/dlogp_t = w * l_i * [delta_t live] (times the weight's mean).
@@ -1253,12 +1429,66 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
         }
     }
 
+    // `sequences`: counted once per sequence with a counted token, by chunk 0. Without n_i, chunk
+    // 0 searches for a counted token from the start of the sequence, block-wide: a few mask
+    // bytes in the usual case, the whole mask only for a fully masked sequence.
     if (p.stats == 0) {
-        return; // uniform over the block: no barrier follows
+        return; // uniform over the block
     }
-    // Stats: reduced over the warp with shuffles, then over the block through shared memory, then
-    // one atomic per field per block (every block adds into the same 14 addresses, so fewer
-    // atomics means less serialization in L2).
+    bool add = false;
+    if (si.scanned) {
+        add = blockIdx.y == 0 && si.n_counted > 0;
+    } else if (blockIdx.y == 0) { // uniform over the block
+        __shared__ care_u32 uscratch[CARE_WARP];
+        const care_u32 none = 0xffffffffu;
+        care_u32 first = none; // the smallest counted token index (any would do)
+        for (care_u32 base = si.start; base < si.end && first == none; base += blockDim.x) {
+            care_u32 t = base + threadIdx.x;
+            care_u32 mine = (t < si.end && p.mask[t] != 0) ? t : none;
+            first = care_block_min(mine, uscratch, none); // uniform: every thread sees it
+        }
+        add = first != none;
+    }
+    if (threadIdx.x == 0 && add) {
+        seq_acc.loss.sequences += 1u;
+    }
+}
+
+// The loss pass. Geometry: grid = (blocks striding over the sequences, chunks), at most
+// CARE_STAT_SLOTS blocks in all (one statistics slot each), blockDim.x a multiple of 32.
+template <typename T>
+__device__ void care_grpo_loss(const CareLossParams& p) {
+    __shared__ float scratch[CARE_WARP];
+    const bool kl_on = p.beta > 0.0f && p.logp_ref != 0;
+    CareStatAcc st;
+    st.loss = 0.0f;
+    st.ppo_kl = 0.0f;
+    st.kl = 0.0f;
+    st.ratio_sum = 0.0f;
+    st.ratio_min = __uint_as_float(0x7f800000u);
+    st.ratio_max = 0.0f;
+    st.tokens = 0;
+    st.clipped = 0;
+    st.clipped_low = 0;
+    st.clipped_high = 0;
+    st.dual = 0;
+    st.clamped = 0;
+    st.non_finite = 0;
+    // The per-sequence additions (the `sequences` count and the rollout diagnostics), made by
+    // thread 0: in shared memory, so that no thread carries 27 more registers through the loop.
+    __shared__ CareLossSlot seq_acc;
+    if (threadIdx.x == 0) {
+        care_loss_slot_clear(&seq_acc);
+    }
+    for (care_u32 seq = blockIdx.x; seq < p.n_seq; seq += gridDim.x) {
+        care_grpo_loss_seq<T>(p, seq, st, seq_acc, scratch);
+    }
+
+    if (p.work == 0) {
+        return; // no statistics wanted (uniform over the grid): no barrier follows
+    }
+    // Stats: reduced over the warp with shuffles, then over the block through shared memory, into
+    // the block's slot; the last block merges the slots in slot order (care_loss_commit).
     __shared__ float fpart[6][CARE_WARP];
     __shared__ care_u32 upart[7][CARE_WARP];
     const care_u32 lane = threadIdx.x & (CARE_WARP - 1);
@@ -1294,52 +1524,201 @@ __device__ void care_grpo_loss(const CareLossParams& p) {
         for (int k = 0; k < 7; ++k) {
             u[k] = care_warp_sum(in ? upart[k][lane] : 0u);
         }
-        if (lane == 0 && u[0] > 0) {
-            CareLossStats* s = p.stats;
-            atomicAdd(&s->loss, f[0]);
-            atomicAdd(&s->ppo_kl_sum, f[1]);
-            if (kl_on) {
-                atomicAdd(&s->kl_sum, f[2]);
-            }
-            atomicAdd(&s->ratio_sum, f[3]);
-            if (f[5] >= f[4]) { // at least one finite ratio
-                care_atomic_min_nonneg(&s->ratio_min, f[4]);
-                care_atomic_max_nonneg(&s->ratio_max, f[5]);
-            }
-            atomicAdd(&s->tokens, u[0]);
-            atomicAdd(&s->clipped, u[1]);
-            atomicAdd(&s->clipped_low, u[2]);
-            atomicAdd(&s->clipped_high, u[3]);
-            atomicAdd(&s->dual_clipped, u[4]);
-            atomicAdd(&s->log_ratio_clamped, u[5]);
-        }
-        // Tokens the rollout correction drops count as non-finite inputs too, even in a block
-        // where no token counts.
-        if (lane == 0 && u[6] > 0) {
-            atomicAdd(&p.stats->non_finite, u[6]);
+        if (lane == 0) {
+            CareLossStats* s = &seq_acc.loss;
+            s->loss = f[0];
+            s->ppo_kl_sum = f[1];
+            s->kl_sum = kl_on ? f[2] : 0.0f;
+            s->ratio_sum = f[3];
+            s->ratio_min = f[4];
+            s->ratio_max = f[5];
+            s->tokens = u[0];
+            s->clipped = u[1];
+            s->clipped_low = u[2];
+            s->clipped_high = u[3];
+            s->dual_clipped = u[4];
+            s->log_ratio_clamped = u[5];
+            // Tokens the rollout correction drops count as non-finite inputs too.
+            s->non_finite = u[6];
         }
     }
+    // Thread 0 (lane 0 of warp 0) holds the block's whole slot.
+    care_loss_commit(p, &seq_acc, kl_on);
+}
 
+// ---- fused logits -> token-local loss -> dlogits ------------------------------------------------
+// For the losses whose term at token t needs only token t (the clipped ratio with or without the
+// dual clip, CISPO, SAPO, GPG, the KL term; every aggregation, seq_mean_token_mean through its
+// per-sequence count), one pass per row of logits: the row's online (max, sum-exp), the token's
+// log-prob from the target logit fetched at the row's start, the loss term and dL/dlogp (thread
+// 0), then dlogits = (g / T) (onehot - p) written at once, walking the row backwards so that the
+// second touch of each logit finds it in L2 (docs/KERNELS.md has the traffic arithmetic). Every
+// value is computed with the same operations, in the same order, as the three-kernel path
+// (logsoftmax_fwd, grpo_loss, logsoftmax_bwd) with the same block size, so logp and dlogits
+// equal it bit for bit; the statistics go through the slots (care_loss_commit).
+//
+// Geometry: grid.x blocks of blockDim.x threads (1024 and one block per SM by default), block b
+// owning the contiguous rows [b * per, (b + 1) * per) with per = ceil(n / grid.x), at most
+// CARE_STAT_SLOTS blocks. Consecutive rows mostly share a sequence, whose count n_i (and first
+// counted token, for the `sequences` statistic) a block scans from the mask once.
 
-    // `sequences`: counted once per sequence with a counted token, by chunk 0. Without n_i, chunk
-    // 0 searches for a counted token from the start of the sequence, block-wide: a few mask
-    // bytes in the usual case, the whole mask only for a fully masked sequence.
-    bool add = false;
-    if (si.scanned) {
-        add = blockIdx.y == 0 && si.n_counted > 0;
-    } else if (blockIdx.y == 0) { // uniform over the block
-        __shared__ care_u32 uscratch[CARE_WARP];
-        const care_u32 none = 0xffffffffu;
-        care_u32 first = none; // the smallest counted token index (any would do)
-        for (care_u32 base = si.start; base < si.end && first == none; base += blockDim.x) {
-            care_u32 t = base + threadIdx.x;
-            care_u32 mine = (t < si.end && p.mask[t] != 0) ? t : none;
-            first = care_block_min(mine, uscratch, none); // uniform: every thread sees it
+// The sequence holding token t: the last one whose (clamped) start is <= t. Any offsets give an
+// index in 0..n_seq (n_seq >= 1).
+__device__ __forceinline__ care_u32 care_seq_of(const CareLossParams& p, care_u32 t) {
+    care_u32 lo = 0, hi = p.n_seq;
+    while (hi - lo > 1u) {
+        const care_u32 mid = lo + (hi - lo) / 2u;
+        const care_u32 a = p.seq_offsets[mid];
+        if ((a < p.n_tok ? a : p.n_tok) <= t) {
+            lo = mid;
+        } else {
+            hi = mid;
         }
-        add = first != none;
     }
-    if (threadIdx.x == 0 && add) {
-        atomicAdd(&p.stats->sequences, 1u);
+    return lo;
+}
+
+template <typename T>
+__device__ void care_logits_loss(const CareLossParams& p, const CareLsmParams& x) {
+    __shared__ float sm[3][CARE_WARP];
+    __shared__ float s_cg, s_lse2;
+    __shared__ care_u32 uscratch[CARE_WARP];
+    __shared__ float fscratch[CARE_WARP];
+    __shared__ CareLossSlot acc; // thread 0's statistics of the block's tokens
+    const bool kl_on = p.beta > 0.0f && p.logp_ref != 0;
+    const float scale = x.inv_temp * CARE_LOG2E;
+    const care_u64 per = (x.n + gridDim.x - 1u) / gridDim.x;
+    const care_u64 r0 = (care_u64)blockIdx.x * per;
+    const care_u64 r1 = r0 + per < x.n ? r0 + per : x.n;
+    if (threadIdx.x == 0) {
+        care_loss_slot_clear(&acc);
+    }
+    // The cached sequence (uniform over the block): [start, end), its weight.
+    care_u32 seq = 0, start = 0, end = 0;
+    float w = 0.0f;
+    bool have_seq = false;
+    for (care_u64 row = r0; row < r1; ++row) {
+        const care_u32 t = (care_u32)row;
+        if (!have_seq || t >= end || t < start) {
+            seq = care_seq_of(p, t);
+            care_seq_bounds(p, seq, &start, &end);
+            have_seq = true;
+            care_u32 n_counted = end - start, first = start < end ? start : 0xffffffffu;
+            const bool scan = p.mask != 0 && (p.agg == CARE_AGG_SEQ_MEAN_TOKEN_MEAN || p.work != 0);
+            if (scan) { // uniform over the block
+                float c = 0.0f;
+                care_u32 f = 0xffffffffu;
+                for (care_u32 i = start + threadIdx.x; i < end; i += blockDim.x) {
+                    const bool on = p.mask[i] != 0;
+                    c += on ? 1.0f : 0.0f;
+                    f = (on && i < f) ? i : f;
+                }
+                n_counted = (care_u32)care_block_sum(c, fscratch);
+                first = care_block_min(f, uscratch, 0xffffffffu);
+            }
+            w = care_agg_weight(p, n_counted);
+            // `sequences`: counted by the block that holds the sequence's first counted token.
+            if (threadIdx.x == 0 && p.stats != 0 && first != 0xffffffffu && first >= r0 &&
+                first < r1) {
+                acc.loss.sequences += 1u;
+            }
+        }
+        T* drow = (T*)x.dlogits + row * x.dstride;
+        if (!care_lsm_counted(x, row)) {
+            if (threadIdx.x == 0 && x.logp != 0) {
+                x.logp[row] = 0.0f;
+            }
+            if (threadIdx.x == 0 && x.lse != 0) {
+                x.lse[row] = 0.0f;
+            }
+            care_lsm_zero_row<T>(drow, x.vocab, threadIdx.x, blockDim.x);
+            continue; // uniform over the block
+        }
+        const bool in_seq = t >= start && t < end;
+        const T* xrow = (const T*)x.logits + row * x.stride;
+        const CareLsmTarget tg = care_lsm_fetch_target<T>(x, row, xrow);
+        const CareLsmState st = care_lsm_block_state<T, false, CARE_L2_LAST>(x, xrow, sm);
+        if (threadIdx.x == 0) {
+            const float lse2 = st.m + log2f(st.s);
+            if (!care_isfinite(lse2) && x.status != 0) {
+                atomicOr(x.status, CARE_LSM_STATUS_NON_FINITE);
+            }
+            float lp = __uint_as_float(0x7fc00000u); // NaN: the reference rejects such a target
+            if (tg.y < 0) {
+                if (x.status != 0) {
+                    atomicOr(x.status, CARE_LSM_STATUS_BAD_TARGET);
+                }
+            } else {
+                lp = (CARE_MUL_RN(tg.x, scale) - lse2) * CARE_LN2;
+            }
+            if (x.logp != 0) {
+                x.logp[row] = lp;
+            }
+            const float lse = lse2 * CARE_LN2;
+            if (x.lse != 0) {
+                x.lse[row] = lse;
+            }
+            // The token's term, as care_grpo_loss_seq at the token ratio level without the
+            // rollout correction (log-probs in f32).
+            float g = 0.0f;
+            if (in_seq) {
+                const float lo = p.logp_old != 0 ? ((const float*)p.logp_old)[t] : lp;
+                const float a = care_adv_at(p, seq, t);
+                const float lr = kl_on ? ((const float*)p.logp_ref)[t] : 0.0f;
+                const float raw = lp - lo;
+                const float delta = care_clamp(raw, -p.log_ratio_clamp, p.log_ratio_clamp);
+                const bool clamped = raw < -p.log_ratio_clamp || raw > p.log_ratio_clamp;
+                const float rho = expf(delta);
+                const CareTerm tt = care_token_term(p, lp, a, rho, delta, clamped, w, false);
+                float l = tt.l;
+                g = tt.g;
+                CareLossStats* s = &acc.loss;
+                if (kl_on) {
+                    float k, dk;
+                    care_kl(p, lp, lr, &k, &dk);
+                    l += p.beta * k;
+                    g += p.beta * w * dk;
+                    s->kl_sum += k;
+                }
+                s->loss += w * l;
+                s->ppo_kl_sum -= delta;
+                s->ratio_sum += rho;
+                if (care_isfinite(rho)) {
+                    s->ratio_min = rho < s->ratio_min ? rho : s->ratio_min;
+                    s->ratio_max = rho > s->ratio_max ? rho : s->ratio_max;
+                }
+                s->tokens += 1u;
+                s->clipped += tt.clipped ? 1u : 0u;
+                s->clipped_low += tt.low ? 1u : 0u;
+                s->clipped_high += tt.high ? 1u : 0u;
+                s->dual_clipped += tt.dual ? 1u : 0u;
+                s->log_ratio_clamped += clamped ? 1u : 0u;
+                const bool fin = care_isfinite(lp) && care_isfinite(lo) && care_isfinite(a) &&
+                                 (!kl_on || care_isfinite(lr));
+                s->non_finite += fin ? 0u : 1u;
+                if (fin) {
+                    g = care_saturate(g);
+                }
+            }
+            // dL/dlogp goes through f32 as the three-kernel path's dlogp buffer does, and lse
+            // through its f32 natural-log value.
+            s_cg = g * x.inv_temp;
+            s_lse2 = lse * CARE_LOG2E;
+        }
+        __syncthreads(); // s_cg and s_lse2; the next row's thread 0 writes them only after
+                         // care_lsm_block_state's barriers, which every thread passes after this
+                         // row's gradient
+        CareLsmRowGrad r;
+        r.scale = scale;
+        r.lse2 = s_lse2;
+        r.cg = s_cg;
+        r.ce = 0.0f;
+        r.h = 0.0f;
+        r.y = tg.y < 0 ? 0xffffffffu : (care_u32)tg.y;
+        care_lsm_grad_row_reverse<T>(r, xrow, drow, x.vocab, threadIdx.x, blockDim.x);
+    }
+    if (p.work != 0) { // uniform over the grid
+        care_loss_commit(p, &acc, kl_on);
     }
 }
 
@@ -1365,7 +1744,7 @@ __device__ void care_loss_denoms(const CareLossParams& p, CareLossDenoms* out) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) grpo_loss_denoms(CareLossParams p,
+extern "C" __global__ void __launch_bounds__(256, 4) grpo_loss_denoms(CareLossParams p,
                                                                    CareLossDenoms* out) {
     switch (p.dtype) { // uniform over the grid
     case 1u:
@@ -1381,7 +1760,7 @@ extern "C" __global__ void __launch_bounds__(1024) grpo_loss_denoms(CareLossPara
 }
 
 #define CARE_LOSS_ENTRY(NAME, T)                                                               \
-    extern "C" __global__ void __launch_bounds__(1024) NAME(CareLossParams p) {               \
+    extern "C" __global__ void __launch_bounds__(256, 4) NAME(CareLossParams p) {             \
         care_grpo_loss<T>(p);                                                                  \
     }
 
@@ -1391,7 +1770,7 @@ CARE_LOSS_ENTRY(grpo_loss_f16, care_f16)
 
 // The covariance selection's pre-passes (Clip-Cov, KL-Cov), in launch order.
 #define CARE_COV_DTYPE_ENTRY(NAME, FN)                                                         \
-    extern "C" __global__ void __launch_bounds__(1024) NAME(CareLossParams p) {               \
+    extern "C" __global__ void __launch_bounds__(256, 4) NAME(CareLossParams p) {             \
         switch (p.dtype) { /* uniform over the grid */                                         \
         case 1u:                                                                               \
             FN<care_bf16>(p);                                                                  \
@@ -1408,10 +1787,21 @@ CARE_LOSS_ENTRY(grpo_loss_f16, care_f16)
 CARE_COV_DTYPE_ENTRY(grpo_cov_means, care_cov_means)
 CARE_COV_DTYPE_ENTRY(grpo_cov_keys, care_cov_keys)
 
-extern "C" __global__ void __launch_bounds__(1024) grpo_cov_radix(CareLossParams p) {
+extern "C" __global__ void __launch_bounds__(256, 4) grpo_cov_radix(CareLossParams p) {
     care_cov_radix(p);
 }
 
-extern "C" __global__ void __launch_bounds__(1024) grpo_cov_cut(CareLossParams p) {
+extern "C" __global__ void __launch_bounds__(1024, 1) grpo_cov_cut(CareLossParams p) {
     care_cov_cut(p);
 }
+
+// The fused logits-to-loss pass: (CareLossParams, CareLsmParams), log-probs of the loss in f32.
+#define CARE_LOGITS_LOSS_ENTRY(NAME, T)                                                        \
+    extern "C" __global__ void __launch_bounds__(1024, 1) NAME(CareLossParams p,              \
+                                                              CareLsmParams x) {             \
+        care_logits_loss<T>(p, x);                                                             \
+    }
+
+CARE_LOGITS_LOSS_ENTRY(logits_loss_f32, float)
+CARE_LOGITS_LOSS_ENTRY(logits_loss_bf16, care_bf16)
+CARE_LOGITS_LOSS_ENTRY(logits_loss_f16, care_f16)

@@ -31,7 +31,7 @@ pub struct Tuning {
     pub threads: Option<u32>,
     /// Advantages: one warp per group (`true`) or one block per group (`false`).
     pub warp_per_group: Option<bool>,
-    /// Loss: blocks per sequence (`grid.y`, `1..=65535`).
+    /// Loss: blocks per sequence (`grid.y`, `1..=65535`; the launch uses at most 1024).
     pub loss_chunks: Option<u32>,
     /// Log-softmax: one block per row (`true`) or one warp per row (`false`).
     pub block_team: Option<bool>,
@@ -57,26 +57,33 @@ impl Tuning {
     }
 }
 
-/// Geometry of `group_advantages_f32` and whether it runs one warp per group.
+/// Geometry of `group_advantages_f32` and its team width: 8, 16 or 32 lanes of a warp per group
+/// (mean group size up to 8, 16, 128), 0 for one block per group.
 ///
-/// Warp mode: 8 groups per 256-thread block, `grid.x = ceil(groups / 8)`. Block mode: one
-/// 256-thread block per group (1024 for groups above 4096 samples), `grid.x = groups`. Token
+/// Team mode: `256 / width` groups per 256-thread block, `grid.x = ceil(groups * width / 256)`. Block mode: one
+/// 256-thread block per group, `grid.x = groups`. Token
 /// broadcast walks all tokens of a group, so by default it takes block mode.
 pub fn advantages_geometry(
     n: u32,
     num_groups: u32,
     broadcast: bool,
     tuning: Tuning,
-) -> (Geometry, bool) {
+) -> (Geometry, u32) {
     let mean_size = n.checked_div(num_groups).unwrap_or(0);
     let warp = tuning
         .warp_per_group
         .unwrap_or(!broadcast && mean_size <= WARP_GROUP_MAX);
-    let block = tuning
-        .threads
-        .unwrap_or(if mean_size > 4096 { 1024 } else { BLOCK });
+    // Team width: the narrowest segment of a warp (8, 16 or 32 lanes) that still gives each
+    // lane at most one reward of a mean-sized group; 0 is one block per group.
+    let width = match (warp, mean_size) {
+        (false, _) => 0,
+        (true, 0..=8) => 8,
+        (true, 9..=16) => 16,
+        (true, _) => 32,
+    };
+    let block = tuning.threads.unwrap_or(BLOCK);
     let grid = if warp {
-        num_groups.div_ceil(block / 32)
+        num_groups.div_ceil(block / width)
     } else {
         num_groups
     };
@@ -85,30 +92,61 @@ pub fn advantages_geometry(
             grid: (grid.max(1), 1, 1),
             block: (block, 1, 1),
         },
-        warp,
+        width,
     )
 }
 
-/// Geometry of `batch_std_f32`: one block of 1024 threads walks the whole batch.
-pub fn batch_std_geometry(tuning: Tuning) -> Geometry {
+/// Geometry of `batch_std_f32`: from `n` rewards that of [`whiten_stats_geometry`] (per-block
+/// moments merged through the slots); from group moments one block.
+pub fn batch_std_geometry(n: u32, from_moments: bool, tuning: Tuning) -> Geometry {
+    if from_moments {
+        return Geometry {
+            grid: (1, 1, 1),
+            block: (tuning.threads.unwrap_or(BLOCK), 1, 1),
+        };
+    }
+    whiten_stats_geometry(u64::from(n), tuning)
+}
+
+/// Geometry of `group_alpha_f32`: one block of 1024 threads walks every group.
+pub fn group_alpha_geometry(tuning: Tuning) -> Geometry {
     Geometry {
         grid: (1, 1, 1),
         block: (tuning.threads.unwrap_or(1024), 1, 1),
     }
 }
 
-/// Threads per block of `discounted_returns_f32` and `gae_f32` (one thread per sequence): small
-/// blocks spread a batch of a few hundred sequences over as many SMs as possible, since each
-/// thread's scan is a chain of dependent loads and adds that one SM runs no faster in bulk.
+/// Threads per block of `discounted_returns_f32` and `gae_f32` (one warp per sequence): two
+/// sequences per block, so a batch of a few hundred sequences spreads over as many SMs as
+/// possible, since each sequence's scan is a chain of dependent `f64` operations that one SM
+/// runs no faster in bulk.
 pub const RETURNS_BLOCK: u32 = 64;
 
-/// Geometry of `discounted_returns_f32` and `gae_f32`: one thread per sequence,
-/// `grid.x = max(1, ceil(n_seq / block))` (one thread runs even with no sequence: it checks the
-/// offsets' ends).
+/// Geometry of `discounted_returns_f32` and `gae_f32`: one warp per sequence,
+/// `grid.x = max(1, ceil(n_seq / (block / 32)))` (one thread runs even with no sequence: it
+/// checks the offsets' ends).
 pub fn returns_geometry(n_seq: u32, tuning: Tuning) -> Geometry {
     let block = tuning.threads.unwrap_or(RETURNS_BLOCK);
     Geometry {
-        grid: (n_seq.div_ceil(block).max(1), 1, 1),
+        grid: (n_seq.div_ceil((block / 32).max(1)).max(1), 1, 1),
+        block: (block, 1, 1),
+    }
+}
+
+/// Geometry of `whiten_stats_f32`: blocks of 256 threads (or `Tuning::threads`) over
+/// contiguous ranges of at least 8 values per thread, at most
+/// [`STAT_SLOTS`](crate::params::STAT_SLOTS) (or `Tuning::max_blocks`) blocks.
+pub fn whiten_stats_geometry(n: u64, tuning: Tuning) -> Geometry {
+    let block = tuning.threads.unwrap_or(BLOCK);
+    let cap = tuning
+        .max_blocks
+        .unwrap_or(crate::params::STAT_SLOTS as u32)
+        .min(crate::params::STAT_SLOTS as u32);
+    let blocks = n
+        .div_ceil(u64::from(block) * 8)
+        .clamp(1, u64::from(cap.max(1)));
+    Geometry {
+        grid: (u32::try_from(blocks).unwrap_or(1), 1, 1),
         block: (block, 1, 1),
     }
 }
@@ -136,11 +174,12 @@ pub fn whiten_apply_geometry(n: u64, tuning: Tuning) -> Geometry {
 /// SMs), so a micro-batch of a handful of long sequences still spreads over the whole GPU.
 pub const LOSS_TARGET_BLOCKS: u32 = 264;
 
-/// Geometry of `grpo_loss_*`: `grid = (n_seq, chunks)`, so a long sequence spreads over several
-/// blocks. `max_len` is the caller's hint of the longest sequence (0: the mean length
+/// Geometry of `grpo_loss_*`: `grid = (min(n_seq, 1024 / chunks), chunks)`, so a long sequence
+/// spreads over several blocks, and the blocks of each chunk row stride over the sequences; at
+/// most [`STAT_SLOTS`](crate::params::STAT_SLOTS) blocks in all. `max_len` is the caller's hint of the longest sequence (0: the mean length
 /// `n_tok / n_seq`).
 ///
-/// `chunks` is at least `ceil(len / 2048)` (8 tokens per thread) and at most 65535. When no
+/// `chunks` is at least `ceil(len / 2048)` (8 tokens per thread) and at most 1024. When no
 /// block re-reads its whole sequence (`rescans` false: token-level ratio, and no mask scan for
 /// `seq_mean_token_mean`), it grows toward [`LOSS_TARGET_BLOCKS`] blocks in all, down to one
 /// token per thread; with `rescans` every extra chunk would read the sequence again, so it stays
@@ -165,9 +204,12 @@ pub fn loss_geometry(
         let spread = LOSS_TARGET_BLOCKS.div_ceil(n_seq.max(1));
         min_chunks.max(spread.min(len.div_ceil(block)))
     };
-    let chunks = tuning.loss_chunks.unwrap_or(auto).clamp(1, 65535);
+    // At most STAT_SLOTS blocks in all (one statistics slot each): the blocks of a chunk row
+    // stride over the sequences.
+    let slots = crate::params::STAT_SLOTS as u32;
+    let chunks = tuning.loss_chunks.unwrap_or(auto).clamp(1, slots);
     Geometry {
-        grid: (n_seq.max(1), chunks, 1),
+        grid: (n_seq.clamp(1, slots / chunks), chunks, 1),
         block: (block, 1, 1),
     }
 }
@@ -233,24 +275,71 @@ pub fn log_softmax_geometry(rows: u64, vocab: u32, tuning: Tuning) -> (Geometry,
     )
 }
 
+/// Blocks of the fused logits-to-loss pass by default: one per SM of an H100/H200 (132 SMs), so
+/// that the rows in flight (one per block) keep the second touch of each logit within L2 (the
+/// arithmetic is in docs/KERNELS.md).
+pub const FUSED_BLOCKS: u32 = 132;
+
+/// Geometry of `logits_loss_*`: `min(rows, FUSED_BLOCKS)` blocks (or `Tuning::max_blocks`, at
+/// most [`STAT_SLOTS`](crate::params::STAT_SLOTS)) of 1024 threads (or `Tuning::threads`), each
+/// owning a contiguous range of rows.
+pub fn logits_loss_geometry(rows: u64, tuning: Tuning) -> Geometry {
+    let threads = tuning.threads.unwrap_or(1024);
+    let cap = tuning
+        .max_blocks
+        .unwrap_or(FUSED_BLOCKS)
+        .min(crate::params::STAT_SLOTS as u32);
+    let blocks = rows.clamp(1, u64::from(cap.max(1)));
+    Geometry {
+        grid: (u32::try_from(blocks).unwrap_or(1), 1, 1),
+        block: (threads, 1, 1),
+    }
+}
+
+/// Blocks the log-softmax backward aims for when rows are few: four per SM of an H100/H200 (the
+/// launch bounds' minimum), so that 64 rows do not leave half of the SMs idle.
+pub const LSM_BWD_TARGET_BLOCKS: u32 = 528;
+
+/// Geometry of the log-softmax backward: that of [`log_softmax_geometry`], and in block-team
+/// mode with fewer row blocks than [`LSM_BWD_TARGET_BLOCKS`], each row split over `grid.y`
+/// blocks (every gradient element is independent), as long as each thread keeps two 16-byte
+/// vectors of the row.
+pub fn log_softmax_backward_geometry(rows: u64, vocab: u32, tuning: Tuning) -> (Geometry, bool) {
+    let (mut g, block_team) = log_softmax_geometry(rows, vocab, tuning);
+    if block_team {
+        let per_thread = u64::from(g.block.0) * 2 * 8; // two vectors of 8 16-bit elements
+        let most = u64::from(vocab).div_ceil(per_thread).max(1);
+        let want = u64::from(LSM_BWD_TARGET_BLOCKS).div_ceil(u64::from(g.grid.0).max(1));
+        g.grid.1 = u32::try_from(want.min(most).clamp(1, 65535)).unwrap_or(1);
+    }
+    (g, block_team)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn geometry_covers_every_group_and_sequence() {
-        // Warp mode: 8 groups per 256-thread block.
-        let (g, warp) = advantages_geometry(8 * 1001, 1001, false, Tuning::default());
-        assert!(warp);
+        // Team mode: groups of 8 in segments of 8 lanes, 32 groups per 256-thread block.
+        let (g, width) = advantages_geometry(8 * 1001, 1001, false, Tuning::default());
+        assert_eq!(width, 8);
+        assert_eq!(g.grid.0 * (g.block.0 / 8), 1024);
+        let (g, width) = advantages_geometry(64 * 1001, 1001, false, Tuning::default());
+        assert_eq!(width, 32);
         assert_eq!(g.grid.0 * (g.block.0 / 32), 1008);
+        assert_eq!(
+            advantages_geometry(16 * 5, 5, false, Tuning::default()).1,
+            16
+        );
         // Block mode for large groups and for the token broadcast.
-        let (g, warp) = advantages_geometry(1000 * 200, 1000, false, Tuning::default());
-        assert!(!warp);
+        let (g, width) = advantages_geometry(1000 * 200, 1000, false, Tuning::default());
+        assert_eq!(width, 0);
         assert_eq!((g.grid.0, g.block.0), (1000, 256));
-        let (_, warp) = advantages_geometry(16, 2, true, Tuning::default());
-        assert!(!warp);
+        let (_, width) = advantages_geometry(16, 2, true, Tuning::default());
+        assert_eq!(width, 0);
         let (g, _) = advantages_geometry(5000, 1, false, Tuning::default());
-        assert_eq!(g.block.0, 1024);
+        assert_eq!(g.block.0, BLOCK);
         // Loss: one block row per sequence; chunks of at most 2048 tokens, more (down to 256
         // tokens) while the grid is small, unless every chunk re-reads its sequence.
         let g = loss_geometry(3, 0, 4097, true, Tuning::default());
@@ -260,7 +349,11 @@ mod tests {
         let g = loss_geometry(8, 0, 32768, false, Tuning::default());
         assert_eq!((g.grid.0, g.grid.1), (8, 33));
         let g = loss_geometry(1024, 0, 4096, false, Tuning::default());
-        assert_eq!((g.grid.0, g.grid.1), (1024, 2));
+        assert_eq!((g.grid.0, g.grid.1), (512, 2));
+        let g = loss_geometry(100_000, 0, 0, false, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (1024, 1));
+        let g = loss_geometry(1, 0, u32::MAX, true, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (1, 1024));
         let g = loss_geometry(4, 400, 0, false, Tuning::default());
         assert_eq!((g.grid.0, g.grid.1), (4, 1));
         assert_eq!(
@@ -268,9 +361,9 @@ mod tests {
             (1, 1, 1)
         );
         assert_eq!(denoms_geometry(5000, Tuning::default()).grid.0, 1024);
-        // Returns and GAE: one thread per sequence, at least one block.
+        // Returns and GAE: one warp per sequence, at least one block.
         let g = returns_geometry(1000, Tuning::default());
-        assert_eq!((g.grid.0, g.block.0), (16, RETURNS_BLOCK));
+        assert_eq!((g.grid.0, g.block.0), (500, RETURNS_BLOCK));
         assert_eq!(returns_geometry(0, Tuning::default()).grid.0, 1);
         // Whitening: capped grid-stride pass.
         let g = whiten_apply_geometry(10_000_000_000, Tuning::default());
@@ -302,6 +395,13 @@ mod tests {
         assert_eq!((g.grid.0, g.block.0), (3, 64));
         // No rows still gives a valid (never launched) geometry.
         assert_eq!(log_softmax_geometry(0, 10, Tuning::default()).0.grid.0, 1);
+        // The backward splits the rows of a small batch: 64 rows of 151,936 over 9 blocks each.
+        let (g, _) = log_softmax_backward_geometry(64, 151_936, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (64, 9));
+        let (g, _) = log_softmax_backward_geometry(8192, 151_936, Tuning::default());
+        assert_eq!((g.grid.0, g.grid.1), (8192, 1));
+        let (g, _) = log_softmax_backward_geometry(4, 1000, Tuning::default());
+        assert_eq!(g.grid.1, 1, "a short row is not split");
     }
 
     #[test]

@@ -37,6 +37,44 @@ impl ParamLayout {
     }
 }
 
+/// An entry's `__launch_bounds__(threads, min_blocks)`: the block size of its launch plan (no
+/// launch uses more threads per block) and the blocks per SM its registers must allow, so that
+/// `ptxas` (or the driver's JIT of the `compute_80` PTX) caps each thread at
+/// `65536 / (threads * min_blocks)` registers instead of silently dropping occupancy.
+/// `kernels/tests/registry.rs` checks both against the PTX's `.maxntid` and `.minnctapersm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LaunchBounds {
+    /// Threads per block of the plan's launches, at most.
+    pub threads: u32,
+    /// Blocks per SM the register budget allows.
+    pub min_blocks: u32,
+}
+
+impl LaunchBounds {
+    /// Registers per thread the bounds allow on an SM of 65,536 registers (allocated in
+    /// multiples of 8).
+    pub const fn register_budget(self) -> u32 {
+        let r = 65536 / (self.threads * self.min_blocks);
+        let r = if r > 255 { 255 } else { r };
+        r / 8 * 8
+    }
+}
+
+/// How an entry touches memory, which decides the static checks its PTX must pass
+/// (`kernels/tests/registry.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Streams rows of logits or a long array: 128-bit global loads (`ld.global.v4`) on the hot
+    /// path, the hardware `cvt.f32.f16` (never the software widening), no global atomics but
+    /// the status word's `or` and the slot merge's ticket.
+    Stream,
+    /// Walks token or sample arrays element by element (coalesced scalar loads): no float
+    /// atomics.
+    Elementwise,
+    /// A small pre-pass or one block: no checks beyond the launch bounds.
+    Small,
+}
+
 /// A type the launchers pass by value as one kernel parameter.
 ///
 /// # Safety
@@ -111,14 +149,15 @@ impl<A: KernelArgs> Entry<A> {
 }
 
 /// Declares the registry. One block per module (`Variant "file stem"`), one line per entry
-/// point: `Variant CONSTANT "symbol" (argument types...)`.
+/// point: `Variant CONSTANT "symbol" (argument types...) [threads, min_blocks, Access]`.
 macro_rules! registry {
     ($(
         $(#[$mdoc:meta])*
         $module:ident $stem:literal {
             $(
                 $(#[$kdoc:meta])*
-                $kernel:ident $constant:ident $symbol:literal ($($arg:ty),+);
+                $kernel:ident $constant:ident $symbol:literal ($($arg:ty),+)
+                    [$threads:literal, $min_blocks:literal, $access:ident];
             )+
         }
     )+) => {
@@ -177,6 +216,23 @@ macro_rules! registry {
                 }
             }
 
+            /// Its `__launch_bounds__`, as in the `.cu` source.
+            pub const fn bounds(self) -> LaunchBounds {
+                match self {
+                    $($(Kernel::$kernel => LaunchBounds {
+                        threads: $threads,
+                        min_blocks: $min_blocks,
+                    },)+)+
+                }
+            }
+
+            /// How it touches memory (which static checks its PTX must pass).
+            pub const fn access(self) -> Access {
+                match self {
+                    $($(Kernel::$kernel => Access::$access,)+)+
+                }
+            }
+
             /// Size and alignment of each by-value parameter its launcher passes, in order: the
             /// [`KernelArgs::LAYOUT`] of its [`Entry`]'s argument tuple.
             pub const fn params(self) -> &'static [ParamLayout] {
@@ -204,57 +260,82 @@ registry! {
     /// `advantages.cu`: group advantages and the batch std.
     Advantages "advantages" {
         /// Group advantages, rewards in `f32` (`CareAdvParams`).
-        GroupAdvantagesF32 GROUP_ADVANTAGES_F32 "group_advantages_f32" (AdvParams);
+        GroupAdvantagesF32 GROUP_ADVANTAGES_F32 "group_advantages_f32" (AdvParams)
+            [256, 4, Elementwise];
         /// Batch std of the valid rewards, one block (`CareBatchStdParams`).
-        BatchStdF32 BATCH_STD_F32 "batch_std_f32" (BatchStdParams);
+        BatchStdF32 BATCH_STD_F32 "batch_std_f32" (BatchStdParams) [256, 4, Small];
         /// The GPG factor `N / (N - M)`, one block (`CareAdvParams`).
-        GroupAlphaF32 GROUP_ALPHA_F32 "group_alpha_f32" (AdvParams);
+        GroupAlphaF32 GROUP_ALPHA_F32 "group_alpha_f32" (AdvParams) [1024, 1, Small];
     }
     /// `grpo_loss.cu`: the fused policy loss, its default denominators and the covariance
     /// selection of Clip-Cov and KL-Cov.
     GrpoLoss "grpo_loss" {
         /// Fused loss, `f32` log-probs (`CareLossParams`).
-        GrpoLossF32 GRPO_LOSS_F32 "grpo_loss_f32" (LossParams);
+        GrpoLossF32 GRPO_LOSS_F32 "grpo_loss_f32" (LossParams) [256, 4, Elementwise];
         /// Fused loss, `bf16` log-probs.
-        GrpoLossBf16 GRPO_LOSS_BF16 "grpo_loss_bf16" (LossParams);
+        GrpoLossBf16 GRPO_LOSS_BF16 "grpo_loss_bf16" (LossParams) [256, 4, Elementwise];
         /// Fused loss, `f16` log-probs.
-        GrpoLossF16 GRPO_LOSS_F16 "grpo_loss_f16" (LossParams);
+        GrpoLossF16 GRPO_LOSS_F16 "grpo_loss_f16" (LossParams) [256, 4, Elementwise];
         /// Default denominators of the loss (`CareLossParams`, `CareLossDenoms*` output).
-        GrpoLossDenoms GRPO_LOSS_DENOMS "grpo_loss_denoms" (LossParams, u64);
+        GrpoLossDenoms GRPO_LOSS_DENOMS "grpo_loss_denoms" (LossParams, u64)
+            [256, 4, Small];
         /// Clip-Cov / KL-Cov: sums of `A` and `logp` over the counted tokens, per block.
-        GrpoCovMeans GRPO_COV_MEANS "grpo_cov_means" (LossParams);
+        GrpoCovMeans GRPO_COV_MEANS "grpo_cov_means" (LossParams) [256, 4, Small];
         /// Clip-Cov / KL-Cov: each token's covariance candidate key.
-        GrpoCovKeys GRPO_COV_KEYS "grpo_cov_keys" (LossParams);
+        GrpoCovKeys GRPO_COV_KEYS "grpo_cov_keys" (LossParams) [256, 4, Small];
         /// Clip-Cov / KL-Cov: one round of the radix select (`cov_round`).
-        GrpoCovRadix GRPO_COV_RADIX "grpo_cov_radix" (LossParams);
+        GrpoCovRadix GRPO_COV_RADIX "grpo_cov_radix" (LossParams) [256, 4, Small];
         /// Clip-Cov / KL-Cov: the cut of the top-k selection, one block.
-        GrpoCovCut GRPO_COV_CUT "grpo_cov_cut" (LossParams);
+        GrpoCovCut GRPO_COV_CUT "grpo_cov_cut" (LossParams) [1024, 1, Small];
+        /// Fused logits to token-local loss to dlogits, `f32` logits (`CareLossParams`,
+        /// `CareLsmParams`).
+        LogitsLossF32 LOGITS_LOSS_F32 "logits_loss_f32" (LossParams, LogSoftmaxParams)
+            [1024, 1, Stream];
+        /// Fused logits to loss to dlogits, `bf16` logits.
+        LogitsLossBf16 LOGITS_LOSS_BF16 "logits_loss_bf16" (LossParams, LogSoftmaxParams)
+            [1024, 1, Stream];
+        /// Fused logits to loss to dlogits, `f16` logits.
+        LogitsLossF16 LOGITS_LOSS_F16 "logits_loss_f16" (LossParams, LogSoftmaxParams)
+            [1024, 1, Stream];
     }
     /// `logsoftmax.cu`: the selective log-softmax, forward and backward.
     LogSoftmax "logsoftmax" {
         /// Forward, `f32` logits (`CareLsmParams`).
-        LogSoftmaxFwdF32 LOG_SOFTMAX_FWD_F32 "logsoftmax_fwd_f32" (LogSoftmaxParams);
+        LogSoftmaxFwdF32 LOG_SOFTMAX_FWD_F32 "logsoftmax_fwd_f32" (LogSoftmaxParams)
+            [256, 6, Stream];
         /// Backward, `f32` logits.
-        LogSoftmaxBwdF32 LOG_SOFTMAX_BWD_F32 "logsoftmax_bwd_f32" (LogSoftmaxParams);
+        LogSoftmaxBwdF32 LOG_SOFTMAX_BWD_F32 "logsoftmax_bwd_f32" (LogSoftmaxParams)
+            [256, 4, Stream];
         /// Forward, `bf16` logits.
-        LogSoftmaxFwdBf16 LOG_SOFTMAX_FWD_BF16 "logsoftmax_fwd_bf16" (LogSoftmaxParams);
+        LogSoftmaxFwdBf16 LOG_SOFTMAX_FWD_BF16 "logsoftmax_fwd_bf16" (LogSoftmaxParams)
+            [256, 6, Stream];
         /// Backward, `bf16` logits.
-        LogSoftmaxBwdBf16 LOG_SOFTMAX_BWD_BF16 "logsoftmax_bwd_bf16" (LogSoftmaxParams);
+        LogSoftmaxBwdBf16 LOG_SOFTMAX_BWD_BF16 "logsoftmax_bwd_bf16" (LogSoftmaxParams)
+            [256, 4, Stream];
         /// Forward, `f16` logits.
-        LogSoftmaxFwdF16 LOG_SOFTMAX_FWD_F16 "logsoftmax_fwd_f16" (LogSoftmaxParams);
+        LogSoftmaxFwdF16 LOG_SOFTMAX_FWD_F16 "logsoftmax_fwd_f16" (LogSoftmaxParams)
+            [256, 6, Stream];
         /// Backward, `f16` logits.
-        LogSoftmaxBwdF16 LOG_SOFTMAX_BWD_F16 "logsoftmax_bwd_f16" (LogSoftmaxParams);
+        LogSoftmaxBwdF16 LOG_SOFTMAX_BWD_F16 "logsoftmax_bwd_f16" (LogSoftmaxParams)
+            [256, 4, Stream];
     }
     /// `returns.cu`: the token-level estimators (discounted returns, GAE, whitening).
     Returns "returns" {
-        /// Discounted returns, one thread per sequence (`CareReturnsParams`).
-        DiscountedReturnsF32 DISCOUNTED_RETURNS_F32 "discounted_returns_f32" (ReturnsParams);
-        /// GAE advantages and returns, one thread per sequence (`CareReturnsParams`).
-        GaeF32 GAE_F32 "gae_f32" (ReturnsParams);
-        /// Whitening statistics into the workspace, one block (`CareWhitenParams`).
-        WhitenStatsF32 WHITEN_STATS_F32 "whiten_stats_f32" (WhitenParams);
+        /// Discounted returns, one warp per sequence (`CareReturnsParams`).
+        DiscountedReturnsF32 DISCOUNTED_RETURNS_F32 "discounted_returns_f32" (ReturnsParams)
+            [64, 16, Small];
+        /// GAE advantages and returns, one warp per sequence (`CareReturnsParams`).
+        GaeF32 GAE_F32 "gae_f32" (ReturnsParams) [64, 16, Small];
+        /// Whitening statistics into the workspace, per-block slots merged by the last block
+        /// (`CareWhitenParams`).
+        WhitenStatsF32 WHITEN_STATS_F32 "whiten_stats_f32" (WhitenParams) [256, 4, Small];
         /// Whitening in place from those statistics (`CareWhitenParams`).
-        WhitenApplyF32 WHITEN_APPLY_F32 "whiten_apply_f32" (WhitenParams);
+        WhitenApplyF32 WHITEN_APPLY_F32 "whiten_apply_f32" (WhitenParams) [256, 4, Stream];
+        /// Whitening statistics of the double values `wide` (the f64 chain after returns or
+        /// GAE).
+        WhitenStatsF64 WHITEN_STATS_F64 "whiten_stats_f64" (WhitenParams) [256, 4, Small];
+        /// The double values `wide` whitened into the float values `x`.
+        WhitenApplyF64 WHITEN_APPLY_F64 "whiten_apply_f64" (WhitenParams) [256, 4, Stream];
     }
 }
 
@@ -265,6 +346,15 @@ impl Kernel {
             Dtype::F32 => entry::GRPO_LOSS_F32,
             Dtype::Bf16 => entry::GRPO_LOSS_BF16,
             Dtype::F16 => entry::GRPO_LOSS_F16,
+        }
+    }
+
+    /// The fused logits-to-loss kernel for logits of `dtype`.
+    pub const fn logits_loss(dtype: Dtype) -> Entry<(LossParams, LogSoftmaxParams)> {
+        match dtype {
+            Dtype::F32 => entry::LOGITS_LOSS_F32,
+            Dtype::Bf16 => entry::LOGITS_LOSS_BF16,
+            Dtype::F16 => entry::LOGITS_LOSS_F16,
         }
     }
 
@@ -310,6 +400,8 @@ mod tests {
             assert_eq!(f, format!("logsoftmax_fwd{suffix}"));
             let b = Kernel::log_softmax_backward(d).kernel().name();
             assert_eq!(b, format!("logsoftmax_bwd{suffix}"));
+            let f = Kernel::logits_loss(d).kernel().name();
+            assert_eq!(f, format!("logits_loss{suffix}"));
         }
     }
 

@@ -2,17 +2,20 @@
 //!
 //! * `kernels/cuda/advantages.cu`: `group_advantages_f32` (one launch: fixed `G` or CSR groups,
 //!   every baseline/scale/std/singleton option, optional per-group stats and fused token
-//!   broadcast; one warp per small group, one block per large one) and `batch_std_f32`.
+//!   broadcast; a segment of a warp per small group, one block per large one) and `batch_std_f32`.
 //! * `kernels/cuda/grpo_loss.cu`: `grpo_loss_{f32,bf16,f16}` (ratio, clip, dual clip, KL,
 //!   aggregation weights, analytic gradient and stats in one pass; token-, sequence- or
 //!   sequence-token-level ratio; CISPO, SAPO, GPG and GMPO; the rollout correction's weights,
-//!   rejections and diagnostics; global denominators as inputs) and `grpo_loss_denoms`.
+//!   rejections and diagnostics; global denominators as inputs), `grpo_loss_denoms`, and
+//!   `logits_loss_{f32,bf16,f16}` (the one-pass path from logits to `dlogits` for the
+//!   token-local losses).
 //! * `kernels/cuda/logsoftmax.cu`: `logsoftmax_{fwd,bwd}_{f32,bf16,f16}` (selective
 //!   log-softmax straight from logits: log-probs, entropy and log-sum-exp, and the backward
 //!   pass into `dlogits`, in place if wanted).
 //! * `kernels/cuda/returns.cu`: `discounted_returns_f32` and `gae_f32` (SPEC §18: the reverse
-//!   scan per sequence, one thread each, bit-identical to the CPU reference) and
-//!   `whiten_stats_f32` + `whiten_apply_f32` (masked whitening over the batch, deterministic).
+//!   scan per sequence, one warp each, bit-identical to the CPU reference) and
+//!   `whiten_stats_{f32,f64}` + `whiten_apply_{f32,f64}` (masked whitening over the batch,
+//!   deterministic; the `f64` pair whitens the scan's unrounded values, verl's f64 chain).
 //!
 //! The sources include no system headers and compile with NVRTC (`scripts/gen-ptx.sh`, pinned
 //! NVRTC 12.2, `compute_80`) and, for the tests, as host C++ under a fiber emulator of the CUDA
@@ -38,13 +41,16 @@ pub mod tolerance;
 /// The dtype table of every layer (defined in `care-core`).
 pub use care_core::Dtype;
 pub use geometry::{Geometry, Tuning};
-pub use kernel::{Entry, Kernel, KernelArgs, Module, Param, ParamLayout};
+pub use kernel::{Access, Entry, Kernel, KernelArgs, LaunchBounds, Module, Param, ParamLayout};
 pub use plan::{
-    AdvantageBuffers, AdvantageInputs, DeviceGroups, KernelError, Launcher, LogSoftmaxGrads,
-    LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers, RolloutBuffers, TokenBuffers,
-    WORKSPACE_BYTES, WhitenBuffers, advantage_status, discounted_returns, gae, group_advantages,
-    group_advantages_finalize, group_advantages_finalize_with, group_advantages_with,
-    group_partial_squares, group_partial_sums, grpo_loss, grpo_loss_with, log_softmax_backward,
-    log_softmax_forward, log_softmax_status, logits_loss_forward, loss_workspace_bytes,
-    selects_by_covariance, tokens_status, whiten, whiten_result,
+    AdvantageBuffers, AdvantageInputs, DeviceGroups, FusedLossBuffers, KernelError, Launcher,
+    LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, LossBuffers,
+    RolloutBuffers, TokenBuffers, WHITENED_STATUS_OFFSET, WORKSPACE_BYTES, WhitenBuffers,
+    WhitenedOutputs, advantage_status, discounted_returns, discounted_returns_whitened,
+    fused_supports, gae, gae_whitened, group_advantages, group_advantages_finalize,
+    group_advantages_finalize_with, group_advantages_with, group_partial_squares,
+    group_partial_sums, grpo_loss, grpo_loss_with, log_softmax_backward, log_softmax_forward,
+    log_softmax_status, logits_loss_forward, logits_loss_fused, loss_workspace_bytes,
+    selects_by_covariance, tokens_status, whiten, whiten_result, whitened_result,
+    whitened_workspace_bytes,
 };

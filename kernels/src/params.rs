@@ -12,7 +12,7 @@
 use core::mem::offset_of;
 
 use care_core::grpo::{
-    AdvantageOptions, Aggregation, Combine, FieldKind, IsLevel, KlEstimator, LossOptions,
+    AdvantageOptions, Aggregation, Bypass, Combine, FieldKind, IsLevel, KlEstimator, LossOptions,
     LossStats, RatioLevel, Rejection, RejectionMode, RolloutStats, Scale, SingletonPolicy,
     StatsField, StdKind,
 };
@@ -89,7 +89,7 @@ pub struct AdvParams {
     pub unbiased: u32,
     /// [`SingletonPolicy`] as its `u32` value.
     pub singleton: u32,
-    /// 1: one warp per group, 0: one block per group.
+    /// Lanes per group (8, 16 or 32: segments of a warp), or 0: one block per group.
     pub warp_per_group: u32,
     /// Added to the std before dividing.
     pub eps: f32,
@@ -145,6 +145,9 @@ pub struct BatchStdParams {
     pub num_groups: u32,
     /// Padding.
     pub pad0: u32,
+    /// [`BatchStdWorkRaw`] in the workspace (the rewards' per-block slots), or 0 from group
+    /// moments.
+    pub work: u64,
 }
 
 /// Status bit of `discounted_returns_f32` and `gae_f32` (their word at `workspace[0]`): the
@@ -180,9 +183,17 @@ pub struct ReturnsParams {
     pub gamma: f64,
     /// GAE `lambda`.
     pub lambda: f64,
+    /// 1: the return restarts at 0 before a masked token
+    /// ([`MaskedToken::Reset`](care_core::grpo::MaskedToken::Reset); returns only).
+    pub masked_reset: u32,
+    /// Padding.
+    pub pad0: u32,
+    /// `f64[n_tok]` or 0: the values to whiten, unrounded (the returns, or the GAE advantages,
+    /// which then are written only here).
+    pub wide: u64,
 }
 
-/// Parameters of `whiten_stats_f32` and `whiten_apply_f32` (C `CareWhitenParams`).
+/// Parameters of `whiten_stats_{f32,f64}` and `whiten_apply_{f32,f64}` (C `CareWhitenParams`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct WhitenParams {
@@ -200,6 +211,11 @@ pub struct WhitenParams {
     pub unbiased: u32,
     /// Padding.
     pub pad0: u32,
+    /// Added to the count in the two means (verl's `masked_mean`: `1e-8`; 0 = exact).
+    pub count_eps: f64,
+    /// `f64[n]` or 0: the values the `_f64` entries whiten into `x` (32-byte aligned at every
+    /// index where `x` is 16-byte aligned, for the vector path).
+    pub wide: u64,
 }
 
 /// The whitening statistics `whiten_stats_f32` leaves at the start of the workspace (C
@@ -222,6 +238,51 @@ pub struct WhitenStatsRaw {
     /// The std under the chosen estimator (0 where undefined), as `care_core::grpo::whiten`
     /// returns it.
     pub std: f64,
+}
+
+/// One block's partial moments of the whitening and the batch std (C `CareMoments`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct MomentsRaw {
+    /// Counted values of the block.
+    pub count: f64,
+    /// Their mean.
+    pub mean: f64,
+    /// Their centered sum of squares.
+    pub m2: f64,
+    /// 1: a counted value is not finite.
+    pub bad: u32,
+    /// Padding.
+    pub pad0: u32,
+}
+
+/// The batch std's slots (C `CareBatchStdWork`): the arrival counter of the slot merge (zeroed
+/// by the plan) and one slot per block of `batch_std_f32`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BatchStdWorkRaw {
+    /// Blocks that have published their slot.
+    pub arrivals: u32,
+    /// Padding.
+    pub pad0: [u32; 3],
+    /// One per block.
+    pub slots: [MomentsRaw; STAT_SLOTS],
+}
+
+/// The whitening's workspace (C `CareWhitenWork`): the [`WhitenStatsRaw`] first, then the
+/// arrival counter of the slot merge (zeroed by the plan) and one slot per block of
+/// `whiten_stats_f32`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct WhitenWorkRaw {
+    /// The merged statistics.
+    pub stats: WhitenStatsRaw,
+    /// Blocks that have published their slot.
+    pub arrivals: u32,
+    /// Padding.
+    pub pad0: [u32; 3],
+    /// One per block.
+    pub slots: [MomentsRaw; STAT_SLOTS],
 }
 
 /// Parameters of `grpo_loss_{f32,bf16,f16}` and `grpo_loss_denoms` (C `CareLossParams`).
@@ -260,8 +321,10 @@ pub struct LossParams {
     pub kl: u32,
     /// 1: sequence-level ratio (GSPO).
     pub seq_level: u32,
-    /// Padding.
-    pub pad0: u32,
+    /// 1: verl's bypass mode ([`Bypass::On`](care_core::grpo::Bypass::On)): `logp_old` holds
+    /// the rollout log-probs (the host passes them there), the rollout correction's proximal
+    /// log-probs are `logp` and its weights are not applied.
+    pub bypass: u32,
     /// Lower clip width.
     pub eps_low: f32,
     /// Upper clip width.
@@ -284,8 +347,8 @@ pub struct LossParams {
     pub n_seq_denom: f32,
     /// Horizon `H`, or `<= 0` to read it from `denoms`.
     pub horizon: f32,
-    /// Padding.
-    pub pad1: f32,
+    /// GMPO: the floor under the rollout weights in their geometric mean.
+    pub gmpo_w_floor: f32,
     /// `T[n_tok]` rollout log-probs, or 0 (no rollout correction, no diagnostics).
     pub logp_rollout: u64,
     /// [`RolloutStatsRaw`] device struct (accumulated into) or 0.
@@ -333,6 +396,17 @@ pub struct LossParams {
     pub cov_work: u64,
     /// `u64[n_tok]` device array of candidate keys (with `cov_work`).
     pub cov_keys: u64,
+    /// VESPO: the Gamma weight's power for `A >= 0`.
+    pub vespo_k_pos: f32,
+    /// VESPO: its decay for `A >= 0`.
+    pub vespo_lambda_pos: f32,
+    /// VESPO: the power for `A < 0`.
+    pub vespo_k_neg: f32,
+    /// VESPO: the decay for `A < 0`.
+    pub vespo_lambda_neg: f32,
+    /// [`LossWorkRaw`] in the workspace (the statistics' per-block slots), required with
+    /// `stats` or `rollout_stats`; 0 when neither is wanted.
+    pub work: u64,
 }
 
 impl LossParams {
@@ -369,6 +443,12 @@ impl LossParams {
             RatioLevel::SequenceToken => 2,
         };
         self.policy = o.policy_loss as u32;
+        self.bypass = u32::from(o.bypass == Bypass::On);
+        self.gmpo_w_floor = o.gmpo_weight_floor as f32;
+        self.vespo_k_pos = o.vespo_k_pos as f32;
+        self.vespo_lambda_pos = o.vespo_lambda_pos as f32;
+        self.vespo_k_neg = o.vespo_k_neg as f32;
+        self.vespo_lambda_neg = o.vespo_lambda_neg as f32;
         self.cov_ratio = o.cov_ratio;
         self.clip_cov_lb = o.clip_cov_lb;
         self.clip_cov_ub = o.clip_cov_ub;
@@ -451,7 +531,7 @@ pub struct LogSoftmaxParams {
 }
 
 /// Loss statistics as the kernel accumulates them (C `CareLossStats`): `f32` sums and `u32`
-/// counts, added with atomics. Convert with [`LossStatsRaw::to_core`].
+/// counts, added once per launch by the slot merge (see [`LossWorkRaw`]). Convert with [`LossStatsRaw::to_core`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct LossStatsRaw {
@@ -587,7 +667,8 @@ pub const LOSS_STATS_DEVICE_LAYOUT: [StatsField; 14] = device_fields![LossStatsR
 dense_table!(LOSS_STATS_DEVICE_LAYOUT, LossStatsRaw);
 
 /// The rollout correction's diagnostics as the loss kernel accumulates them (C
-/// `CareRolloutStats`): `f32` sums, then `u32` counts, added with atomics; initialize to zero.
+/// `CareRolloutStats`): `f32` sums, then `u32` counts, added once per launch by the slot
+/// merge (see [`LossWorkRaw`]); initialize to zero.
 /// Convert with [`RolloutStatsRaw::to_core`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
@@ -675,6 +756,39 @@ pub struct LossDenomsRaw {
     pub pad0: u32,
 }
 
+/// Per-block slots of the statistics that span blocks (C `CARE_STAT_SLOTS`): the loss pass,
+/// the whitening statistics and the batch std launch at most this many blocks, each writes its
+/// partial result into its own slot, and the last block to finish merges the slots in slot
+/// order, so the result does not depend on the block schedule.
+pub const STAT_SLOTS: usize = 1024;
+
+/// One block's partial statistics of the loss pass (C `CareLossSlot`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct LossSlotRaw {
+    /// The block's loss statistics.
+    pub loss: LossStatsRaw,
+    /// The block's rollout diagnostics.
+    pub roll: RolloutStatsRaw,
+    /// Padding.
+    pub pad0: u32,
+}
+
+/// The loss pass's workspace (C `CareLossWork`): the default denominators, the arrival counter
+/// of the slot merge (zeroed by the plan before each launch) and one slot per block.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct LossWorkRaw {
+    /// Written by `grpo_loss_denoms`.
+    pub denoms: LossDenomsRaw,
+    /// Blocks that have published their slot.
+    pub arrivals: u32,
+    /// Padding.
+    pub pad0: [u32; 3],
+    /// One per block of the loss pass.
+    pub slots: [LossSlotRaw; STAT_SLOTS],
+}
+
 /// Slots of the per-block sums of the covariance means: the largest grid of `grpo_cov_means`
 /// and `grpo_cov_keys` (C `CARE_COV_PARTS`).
 pub const COV_PARTS: usize = 1024;
@@ -741,18 +855,39 @@ pub mod layout {
 
     /// `CareBatchStdParams`.
     pub fn batch_std() -> Vec<u32> {
-        layout!(BatchStdParams: rewards, valid, out_std, sums, m2, n, unbiased, num_groups, pad0)
+        layout!(BatchStdParams: rewards, valid, out_std, sums, m2, n, unbiased, num_groups, pad0,
+            work)
     }
 
     /// `CareLossParams`.
     pub fn loss() -> Vec<u32> {
         layout!(LossParams: logp, logp_old, logp_ref, adv, mask, seq_offsets, grad, stats,
-            denoms, n_seq, n_tok, adv_per_token, grad_in_input_dtype, agg, kl, seq_level, pad0,
+            denoms, n_seq, n_tok, adv_per_token, grad_in_input_dtype, agg, kl, seq_level, bypass,
             eps_low, eps_high, dual_clip, log_ratio_clamp, kl_clamp, k3_clamp, seq_log_ratio_max,
-            beta, n_tok_denom, n_seq_denom, horizon, pad1, logp_rollout, rollout_stats, policy,
+            beta, n_tok_denom, n_seq_denom, horizon, gmpo_w_floor, logp_rollout, rollout_stats, policy,
             is_level, rej_zero, roll_on, sapo_tau_pos, sapo_tau_neg, is_threshold,
             is_threshold_low, roll_clamp, rej_on, rej_lower, rej_upper, dtype, pad2, cov_ratio,
-            clip_cov_lb, clip_cov_ub, kl_cov_coef, cov_round, cov_work, cov_keys)
+            clip_cov_lb, clip_cov_ub, kl_cov_coef, cov_round, cov_work, cov_keys, vespo_k_pos,
+            vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg, work)
+    }
+
+    /// `CareBatchStdWork`.
+    pub fn batch_std_work() -> Vec<u32> {
+        layout!(BatchStdWorkRaw: arrivals, pad0, slots)
+    }
+
+    /// `CareWhitenWork` (then `sizeof(CareMoments)`).
+    pub fn whiten_work() -> Vec<u32> {
+        let mut v: Vec<u32> = layout!(WhitenWorkRaw: stats, arrivals, pad0, slots);
+        v.push(size_of::<MomentsRaw>() as u32);
+        v
+    }
+
+    /// `CareLossWork` (its slot type's size first).
+    pub fn loss_work() -> Vec<u32> {
+        let mut v: Vec<u32> = layout!(LossWorkRaw: denoms, arrivals, pad0, slots);
+        v.push(size_of::<LossSlotRaw>() as u32);
+        v
     }
 
     /// `CareRolloutStats`, from [`ROLLOUT_STATS_DEVICE_LAYOUT`].
@@ -767,12 +902,12 @@ pub mod layout {
     /// `CareReturnsParams`.
     pub fn returns() -> Vec<u32> {
         layout!(ReturnsParams: rewards, values, seq_offsets, mask, adv, ret, status, n_seq, n_tok,
-            gamma, lambda)
+            gamma, lambda, masked_reset, pad0, wide)
     }
 
     /// `CareWhitenParams`.
     pub fn whiten() -> Vec<u32> {
-        layout!(WhitenParams: x, mask, stats, n, eps, unbiased, pad0)
+        layout!(WhitenParams: x, mask, stats, n, eps, unbiased, pad0, count_eps, wide)
     }
 
     /// `CareWhitenStats`.

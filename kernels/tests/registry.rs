@@ -22,7 +22,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use care_kernels::{Kernel, Module, ParamLayout};
+use care_kernels::geometry::{self, Tuning};
+use care_kernels::{Access, Kernel, Module, ParamLayout};
 
 /// One `.entry` of a PTX module: its name and parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,8 +227,8 @@ fn planted_missing_or_extra_argument_is_reported() {
     // The kernel lost its second parameter: the launcher still passes two.
     let e = planted(
         Module::GrpoLoss,
-        "grpo_loss_denoms_param_0[352],\n\t.param .u64 grpo_loss_denoms_param_1",
-        "grpo_loss_denoms_param_0[352]",
+        "grpo_loss_denoms_param_0[376],\n\t.param .u64 grpo_loss_denoms_param_1",
+        "grpo_loss_denoms_param_0[376]",
     );
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(
@@ -237,8 +238,8 @@ fn planted_missing_or_extra_argument_is_reported() {
     // A kernel gained a parameter.
     let e = planted(
         Module::Advantages,
-        "batch_std_f32_param_0[56]",
-        "batch_std_f32_param_0[56],\n\t.param .u32 batch_std_f32_param_1",
+        "batch_std_f32_param_0[64]",
+        "batch_std_f32_param_0[64],\n\t.param .u32 batch_std_f32_param_1",
     );
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(
@@ -251,8 +252,8 @@ fn planted_missing_or_extra_argument_is_reported() {
 fn planted_swapped_arguments_are_reported() {
     let e = planted(
         Module::GrpoLoss,
-        ".param .align 8 .b8 grpo_loss_denoms_param_0[352],\n\t.param .u64 grpo_loss_denoms_param_1",
-        ".param .u64 grpo_loss_denoms_param_1,\n\t.param .align 8 .b8 grpo_loss_denoms_param_0[352]",
+        ".param .align 8 .b8 grpo_loss_denoms_param_0[376],\n\t.param .u64 grpo_loss_denoms_param_1",
+        ".param .u64 grpo_loss_denoms_param_1,\n\t.param .align 8 .b8 grpo_loss_denoms_param_0[376]",
     );
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(
@@ -304,4 +305,187 @@ fn parser_reads_every_param_form() {
     );
     assert!(parse_param(".param .q64 x").is_err());
     assert!(parse_param(".param .align 8 .b8 x[1").is_err());
+}
+
+/// The text of `.entry name` in `ptx`, up to the next `.entry` (or the end).
+fn entry_text<'a>(ptx: &'a str, name: &str) -> &'a str {
+    let head = format!(".entry {name}(");
+    let at = ptx
+        .find(&head)
+        .unwrap_or_else(|| panic!("no .entry {name}"));
+    let rest = &ptx[at + head.len()..];
+    &rest[..rest.find(".entry ").unwrap_or(rest.len())]
+}
+
+/// Every breach of the static performance rules by one kernel's PTX, as messages: launch
+/// bounds equal to the registry's (`.maxntid threads, 1, 1` and `.minnctapersm min_blocks`);
+/// for [`Access::Stream`], 128-bit global loads (and stores, but in the forward), the hardware
+/// `cvt.f32.f16` in the
+/// f16 entries and never the software widening (its subnormal scale `2^-24`, `0f33800000`), and
+/// no global atomics but the status `or` and the slot merge's ticket (`atom.global.add.u32`);
+/// for [`Access::Elementwise`], no float atomics (the statistics go through slots).
+fn static_breaches(k: Kernel, body: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = k.bounds();
+    if !body.contains(&format!("\n.maxntid {}, 1, 1\n", b.threads)) {
+        out.push(format!("{}: .maxntid is not {}, 1, 1", k.name(), b.threads));
+    }
+    if !body.contains(&format!("\n.minnctapersm {}\n", b.min_blocks)) {
+        out.push(format!(
+            "{}: .minnctapersm is not {}",
+            k.name(),
+            b.min_blocks
+        ));
+    }
+    let atomics: Vec<&str> = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("atom.global") || l.starts_with("red.global"))
+        .collect();
+    match k.access() {
+        Access::Stream => {
+            let v4 = [
+                "ld.global.v4.",
+                "ld.global.nc.v4.",
+                "ld.global.L2::cache_hint.v4.",
+            ];
+            if !v4.iter().any(|l| body.contains(l)) {
+                out.push(format!("{}: no 128-bit global load", k.name()));
+            }
+            let st4 = ["st.global.v4.", "st.global.L2::cache_hint.v4."];
+            if !st4.iter().any(|l| body.contains(l)) && !k.name().contains("fwd") {
+                out.push(format!("{}: no 128-bit global store", k.name()));
+            }
+            if k.name().ends_with("_f16") && !body.contains("cvt.f32.f16") {
+                out.push(format!("{}: no hardware cvt.f32.f16", k.name()));
+            }
+            if body.contains("0f33800000") {
+                out.push(format!("{}: the software f16 widening", k.name()));
+            }
+            for a in atomics {
+                let status =
+                    a.starts_with("atom.global.or.b32") || a.starts_with("red.global.or.b32");
+                if !(status || a.starts_with("atom.global.add.u32")) {
+                    out.push(format!("{}: global atomic on the hot path: {a}", k.name()));
+                }
+            }
+        }
+        Access::Elementwise => {
+            for a in atomics {
+                if a.contains(".f32") || a.contains(".f64") {
+                    out.push(format!("{}: float atomic {a}", k.name()));
+                }
+            }
+        }
+        Access::Small => {}
+    }
+    out
+}
+
+#[test]
+fn every_entry_meets_the_static_performance_rules() {
+    let mut errors = Vec::new();
+    for &k in Kernel::ALL {
+        errors.extend(static_breaches(k, entry_text(k.module().ptx(), k.name())));
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn planted_performance_breaches_are_reported() {
+    let k = Kernel::LogSoftmaxFwdF16;
+    let body = entry_text(k.module().ptx(), k.name()).to_owned();
+    let cases = [
+        (".maxntid 256, 1, 1", ".maxntid 1024, 1, 1", ".maxntid"),
+        (".minnctapersm 6", ".minnctapersm 1", ".minnctapersm"),
+        ("ld.global.v4.", "ld.global.v2.", "128-bit global load"),
+        ("cvt.f32.f16", "cvt.f32.s16", "cvt.f32.f16"),
+    ];
+    for (from, to, what) in cases {
+        assert!(body.contains(from), "plant site {from:?}");
+        let errs = static_breaches(k, &body.replace(from, to));
+        assert!(errs.iter().any(|e| e.contains(what)), "{what}: {errs:?}");
+    }
+    let errs = static_breaches(k, &format!("{body}\n\tmov.f32 %f1, 0f33800000;\n"));
+    assert!(errs.iter().any(|e| e.contains("software")), "{errs:?}");
+    let errs = static_breaches(
+        k,
+        &format!("{body}\n\tatom.global.add.f32 %f1, [%rd1], %f2;\n"),
+    );
+    assert!(errs.iter().any(|e| e.contains("atomic")), "{errs:?}");
+    let g = Kernel::GrpoLossF32;
+    let body = entry_text(g.module().ptx(), g.name());
+    let errs = static_breaches(g, &format!("{body}\n\tred.global.add.f32 [%rd1], %f2;\n"));
+    assert!(errs.iter().any(|e| e.contains("float atomic")), "{errs:?}");
+}
+
+/// The plans' default block sizes are the launch bounds' (an override beyond them is refused
+/// by the plan, tested in the emulator's tests).
+#[test]
+fn default_geometry_uses_the_launch_bounds() {
+    let t = Tuning::default();
+    let threads = |k: Kernel| k.bounds().threads;
+    let (g, _) = geometry::advantages_geometry(64, 8, false, t);
+    assert_eq!(g.block.0, threads(Kernel::GroupAdvantagesF32));
+    let (g, _) = geometry::advantages_geometry(1 << 20, 1, true, t);
+    assert_eq!(g.block.0, threads(Kernel::GroupAdvantagesF32));
+    assert_eq!(
+        geometry::batch_std_geometry(1 << 20, false, t).block.0,
+        threads(Kernel::BatchStdF32)
+    );
+    assert_eq!(
+        geometry::group_alpha_geometry(t).block.0,
+        threads(Kernel::GroupAlphaF32)
+    );
+    let g = geometry::loss_geometry(8, 8000, 0, false, t);
+    for d in care_kernels::Dtype::ALL {
+        assert_eq!(g.block.0, threads(Kernel::grpo_loss(d).kernel()));
+        let (g, _) = geometry::log_softmax_geometry(8, 151_936, t);
+        assert_eq!(g.block.0, threads(Kernel::log_softmax_forward(d).kernel()));
+        assert_eq!(g.block.0, threads(Kernel::log_softmax_backward(d).kernel()));
+    }
+    assert_eq!(
+        geometry::denoms_geometry(9, t).block.0,
+        threads(Kernel::GrpoLossDenoms)
+    );
+    assert_eq!(
+        geometry::cov_geometry(9, t).block.0,
+        threads(Kernel::GrpoCovMeans)
+    );
+    assert_eq!(
+        geometry::cov_geometry(9, t).block.0,
+        threads(Kernel::GrpoCovKeys)
+    );
+    assert_eq!(
+        geometry::cov_radix_geometry(9, t).block.0,
+        threads(Kernel::GrpoCovRadix)
+    );
+    assert_eq!(
+        geometry::cov_cut_geometry().block.0,
+        threads(Kernel::GrpoCovCut)
+    );
+    let g = geometry::returns_geometry(9, t);
+    assert_eq!(g.block.0, threads(Kernel::DiscountedReturnsF32));
+    assert_eq!(g.block.0, threads(Kernel::GaeF32));
+    assert_eq!(
+        geometry::whiten_apply_geometry(9, t).block.0,
+        threads(Kernel::WhitenApplyF32)
+    );
+    let g = geometry::whiten_stats_geometry(1 << 20, t);
+    assert_eq!(g.block.0, threads(Kernel::WhitenStatsF32));
+    for d in care_kernels::Dtype::ALL {
+        let g = geometry::logits_loss_geometry(9000, t);
+        assert_eq!(g.block.0, threads(Kernel::logits_loss(d).kernel()));
+    }
+    for &k in Kernel::ALL {
+        let b = k.bounds();
+        assert!(
+            b.threads % 32 == 0 && b.threads <= 1024 && b.min_blocks >= 1,
+            "{k:?}"
+        );
+        assert!(
+            b.threads * b.min_blocks <= 2048,
+            "{k:?}: more threads than an SM holds"
+        );
+    }
 }

@@ -176,7 +176,7 @@ async fn main() {
     };
     let cfg = LoopConfig {
         generator: ep("g"),
-        judge: ep("j"),
+        judge: ep("j").into(),
         ..LoopConfig::default()
     };
     let dir = std::env::temp_dir().join(format!("care-loadtest-{}", std::process::id()));

@@ -5,7 +5,7 @@
 //! that completed before a stop is in the cache, so the rerun asks the LLM only for the rest
 //! and writes the same lines.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Write};
 use std::sync::Arc;
 
@@ -18,7 +18,7 @@ use crate::engine::{Engine, ErrorOut, TurnInput, TurnResult};
 pub const DEFAULT_MAX_LINE_BYTES: usize = 16 << 20;
 
 /// What a run did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunSummary {
     /// Input lines read (= output lines written).
     pub lines: u64,
@@ -26,8 +26,11 @@ pub struct RunSummary {
     pub failed_lines: u64,
     /// Responses without a reward (a status other than `ok`), over all turns.
     pub responses_without_reward: u64,
-    /// Responses with a reward.
+    /// Responses with a reward (a settled status such as `malformed_output` has one: 0).
     pub responses_rewarded: u64,
+    /// Responses by status (`ok`, `malformed_output`, `judge_invalid`, ...), over all turns:
+    /// a run whose rewards are all settled zeros says so instead of "rewarded".
+    pub by_status: BTreeMap<&'static str, u64>,
 }
 
 #[derive(Serialize)]
@@ -119,51 +122,70 @@ where
         line_no += 1;
         let n = line_no;
         let eng = Arc::clone(&engine);
-        pending.0.push_back(tokio::spawn(async move {
-            process(&eng, n, read, max_line_bytes).await
-        }));
+        pending.0.push_back((
+            n,
+            tokio::spawn(async move { process(&eng, n, read, max_line_bytes).await }),
+        ));
         while pending.0.len() >= width {
-            if let Some(h) = pending.0.pop_front() {
-                write_one(h, out, &mut summary).await?;
+            if let Some((n, h)) = pending.0.pop_front() {
+                write_one(n, h, out, &mut summary).await?;
             }
         }
     }
-    while let Some(h) = pending.0.pop_front() {
-        write_one(h, out, &mut summary).await?;
+    while let Some((n, h)) = pending.0.pop_front() {
+        write_one(n, h, out, &mut summary).await?;
     }
     out.flush()?;
     Ok(summary)
 }
 
-/// The turns in flight; dropped (the run stopped), they stop too.
-struct Pending(VecDeque<tokio::task::JoinHandle<(String, Outcome)>>);
+/// The turns in flight, with their line numbers; dropped (the run stopped), they stop too.
+struct Pending(VecDeque<(u64, tokio::task::JoinHandle<(String, Outcome)>)>);
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        for h in &self.0 {
+        for (_, h) in &self.0 {
             h.abort();
         }
     }
 }
 
 enum Outcome {
-    Turn { rewarded: u64, without: u64 },
+    Turn {
+        rewarded: u64,
+        without: u64,
+        statuses: Vec<&'static str>,
+    },
     Failed,
 }
 
 async fn write_one<W: Write>(
+    line: u64,
     h: tokio::task::JoinHandle<(String, Outcome)>,
     out: &mut W,
     summary: &mut RunSummary,
 ) -> io::Result<()> {
-    let (text, outcome) = h
-        .await
-        .map_err(|e| io::Error::other(format!("a turn task failed: {e}")))?;
+    // A turn whose task ended without a result (a bug: a panic) is that line's error line; the
+    // run goes on, so no later line is lost.
+    let (text, outcome) = h.await.unwrap_or_else(|e| {
+        let e = ErrorOut {
+            code: "internal".to_owned(),
+            message: format!("the turn's task stopped without a result: {e}"),
+        };
+        (to_json(&ErrLine { line, error: &e }), Outcome::Failed)
+    });
     summary.lines += 1;
     match outcome {
-        Outcome::Turn { rewarded, without } => {
+        Outcome::Turn {
+            rewarded,
+            without,
+            statuses,
+        } => {
             summary.responses_rewarded += rewarded;
             summary.responses_without_reward += without;
+            for st in statuses {
+                *summary.by_status.entry(st).or_default() += 1;
+            }
         }
         Outcome::Failed => summary.failed_lines += 1,
     }
@@ -204,9 +226,14 @@ async fn process(engine: &Arc<Engine>, line: u64, read: Read, max: usize) -> (St
         Ok(r) => {
             let rewarded = r.rewards.iter().flatten().count() as u64;
             let without = r.rewards.len() as u64 - rewarded;
+            let statuses = r.responses.iter().map(|x| x.status).collect();
             (
                 to_json(&Line { line, result: &r }),
-                Outcome::Turn { rewarded, without },
+                Outcome::Turn {
+                    rewarded,
+                    without,
+                    statuses,
+                },
             )
         }
         Err(e) => (to_json(&ErrLine { line, error: &e }), Outcome::Failed),

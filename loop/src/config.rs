@@ -81,6 +81,53 @@ impl<'de> Deserialize<'de> for BaseUrls {
     }
 }
 
+/// Longest duration any setting accepts, in seconds (a day). Every duration from outside (a
+/// configuration field, a command-line flag, an LLM's `Retry-After`) is checked or capped
+/// against a bound like this one before it becomes a [`Duration`], which panics on a number
+/// of seconds that is negative, NaN or 2^64 and more.
+pub const MAX_SECS: f64 = 86_400.0;
+
+/// Largest judge answer read by default (bytes of the HTTP body, an SSE stream included):
+/// far beyond what a judge writes (scores for at most 48 criteria, perhaps after a think
+/// block: 1 MiB is about 250k tokens), small enough that the answers in flight stay a bounded
+/// amount of memory.
+pub const DEFAULT_JUDGE_ANSWER_BYTES: usize = 1 << 20;
+
+/// Largest generator answer read by default. Smaller than the judge's: a turn keeps its
+/// rubric until its request is answered, so this times the turns in flight is memory (a
+/// rubric is a few KB; 64 KiB, about 16k tokens, leaves room for a think block).
+pub const DEFAULT_GENERATOR_ANSWER_BYTES: usize = 64 << 10;
+
+/// Largest `max_answer_bytes` accepted.
+pub const MAX_ANSWER_BYTES: usize = 1 << 30;
+
+/// `v` seconds as a [`Duration`] when `v` is finite and within `[min, max]`; otherwise a
+/// message naming `name` with the accepted range.
+///
+/// # Errors
+/// The message, when `v` is outside the range (NaN and infinities included).
+pub fn checked_secs(name: &str, v: f64, min: f64, max: f64) -> Result<Duration, String> {
+    if v.is_finite() && v >= min && v <= max {
+        Ok(saturating_secs(v, max))
+    } else {
+        Err(format!(
+            "{name} {v} must be a number of seconds in [{min}, {max}]"
+        ))
+    }
+}
+
+/// `v` seconds as a [`Duration`], never panicking: NaN and negative numbers are 0, anything
+/// above `cap` (infinity included) is `cap` (itself at most [`MAX_SECS`]).
+pub fn saturating_secs(v: f64, cap: f64) -> Duration {
+    let cap = if cap.is_finite() {
+        cap.clamp(0.0, MAX_SECS)
+    } else {
+        MAX_SECS
+    };
+    let v = if v.is_nan() { 0.0 } else { v.clamp(0.0, cap) };
+    Duration::try_from_secs_f64(v).unwrap_or(Duration::ZERO)
+}
+
 /// One OpenAI-compatible chat-completions endpoint (vLLM, SGLang, a hosted API).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -126,6 +173,10 @@ pub struct EndpointConfig {
     pub eject_secs: f64,
     /// Longest ejection.
     pub eject_max_secs: f64,
+    /// Largest answer read (bytes of the HTTP body, an SSE stream included); a longer one is
+    /// the call's error `answer_too_long`, never read further. `null`: the role's default
+    /// ([`DEFAULT_GENERATOR_ANSWER_BYTES`], [`DEFAULT_JUDGE_ANSWER_BYTES`]).
+    pub max_answer_bytes: Option<usize>,
 }
 
 impl Default for EndpointConfig {
@@ -146,6 +197,7 @@ impl Default for EndpointConfig {
             backoff_max_secs: 16.0,
             eject_secs: 1.0,
             eject_max_secs: 30.0,
+            max_answer_bytes: None,
         }
     }
 }
@@ -168,7 +220,7 @@ impl EndpointConfig {
     pub fn check(&self, role: &str) -> Result<(), String> {
         if self.base_url.is_empty() {
             return Err(format!(
-                "{role}.base_url is empty: give the OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1"
+                "{role}.base_url is empty: give the OpenAI-compatible base URL, e.g. http://127.0.0.1:8001/v1"
             ));
         }
         let urls = self.base_url.urls();
@@ -215,7 +267,7 @@ impl EndpointConfig {
             ("timeout_secs", self.timeout_secs),
             ("connect_timeout_secs", self.connect_timeout_secs),
         ] {
-            if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+            if !(v.is_finite() && v > 0.0 && v <= MAX_SECS) {
                 return Err(format!(
                     "{role}.{name} {v} must be a number of seconds in (0, 86400]"
                 ));
@@ -249,6 +301,13 @@ impl EndpointConfig {
         if self.eject_max_secs < self.eject_secs {
             return Err(format!("{role}.eject_max_secs must be at least eject_secs"));
         }
+        if let Some(n) = self.max_answer_bytes
+            && !(1024..=MAX_ANSWER_BYTES).contains(&n)
+        {
+            return Err(format!(
+                "{role}.max_answer_bytes {n} must be in 1024..={MAX_ANSWER_BYTES}"
+            ));
+        }
         if self.max_concurrency == 0 || self.max_concurrency > 4096 {
             return Err(format!("{role}.max_concurrency must be in 1..=4096"));
         }
@@ -263,14 +322,15 @@ impl EndpointConfig {
         Ok(())
     }
 
-    /// The per-attempt timeout.
+    /// The per-attempt timeout (capped at [`MAX_SECS`] even on a configuration that was
+    /// never checked).
     pub fn timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.timeout_secs)
+        saturating_secs(self.timeout_secs, MAX_SECS)
     }
 
-    /// The connect timeout.
+    /// The connect timeout (capped as [`EndpointConfig::timeout`]).
     pub fn connect_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.connect_timeout_secs)
+        saturating_secs(self.connect_timeout_secs, MAX_SECS)
     }
 }
 
@@ -376,8 +436,9 @@ impl CacheConfig {
 pub struct LoopConfig {
     /// The rubric generator.
     pub generator: EndpointConfig,
-    /// The rubric-conditioned judge.
-    pub judge: EndpointConfig,
+    /// The rubric-conditioned judge: one endpoint (`"judge": {...}`) or a panel of judges
+    /// (`"judge": [{...}, ...]`), each with a weight and a number of samples.
+    pub judge: JudgeConfig,
     /// Generator answers per turn: the first, then repairs with the validator's messages
     /// (3 = one answer and at most two repairs). After the last, the turn is `invalid_rubric`.
     pub rubric_attempts: u32,
@@ -400,13 +461,25 @@ pub struct LoopConfig {
     pub judge_prompt_layout: String,
     /// The shared cache's settings (leases, TTL, connections); see [`CacheConfig`].
     pub cache: CacheConfig,
+    /// How a panel of judges is aggregated (quorum, criterion shuffling, the spread threshold).
+    pub panel: PanelConfig,
+    /// Chat templates ([`crate::template`]): `auto` (the family whose turn marker a turn's
+    /// prompt shows), `none` (a prompt is one user message and responses keep their tokens), or
+    /// one family (`chatml`, `llama3`, `mistral`, `gemma`, `deepseek`, `phi3`).
+    pub chat_template: String,
+    /// More texts removed from the end of every response like end-of-turn tokens (at most 16,
+    /// of 1 to 64 bytes).
+    pub end_suffixes: Vec<String>,
+    /// A fixed profile with an emotion term, for a turn without a gold emotion: `refuse` (every
+    /// response `missing_gold`, no judge call) or `without_emotion` (scored without the term).
+    pub missing_gold: crate::fixed::MissingGold,
 }
 
 impl Default for LoopConfig {
     fn default() -> Self {
         LoopConfig {
             generator: EndpointConfig::default(),
-            judge: EndpointConfig::default(),
+            judge: JudgeConfig::default(),
             rubric_attempts: 3,
             judge_attempts: 3,
             lenient_rubric: false,
@@ -414,6 +487,10 @@ impl Default for LoopConfig {
             profile: "care".to_owned(),
             judge_prompt_layout: "shared_prefix".to_owned(),
             cache: CacheConfig::default(),
+            panel: PanelConfig::default(),
+            chat_template: "auto".to_owned(),
+            end_suffixes: Vec::new(),
+            missing_gold: crate::fixed::MissingGold::Refuse,
         }
     }
 }
@@ -441,7 +518,8 @@ impl LoopConfig {
             return Err("turn_concurrency must be in 1..=4096".to_owned());
         }
         self.layout()?;
-        self.cache.check()
+        self.cache.check()?;
+        self.panel.check(&self.judge)
     }
 
     /// The judge prompt layout named by `judge_prompt_layout`.
@@ -456,6 +534,386 @@ impl LoopConfig {
                 care_core::JudgePromptLayout::NAMES.join(", ")
             )
         })
+    }
+}
+
+/// Most judges in a panel.
+pub const MAX_PANEL_JUDGES: usize = 8;
+/// Most samples one judge takes of each response.
+pub const MAX_JUDGE_SAMPLES: u32 = 16;
+/// Most judge calls per response over the whole panel (the sum of the samples; the retries of
+/// an unusable answer come on top, each bounded by `judge_attempts`).
+pub const MAX_PANEL_CALLS: u32 = 32;
+/// Longest judge name (it is a label value of the metrics).
+pub const MAX_JUDGE_NAME: usize = 64;
+/// The trimmed fraction of `trimmed_mean` when `panel.trim` is not given: the interquartile mean.
+pub const DEFAULT_TRIM: f64 = 0.25;
+
+/// The members of a judge object that are not endpoint fields.
+const JUDGE_KEYS: [&str; 3] = ["name", "weight", "samples"];
+
+/// One judge: an endpoint, its weight in the panel and the answers it gives per response.
+///
+/// In JSON one object: every field of [`EndpointConfig`] plus `name`, `weight` and `samples`
+/// (unknown members are errors, as everywhere in the configuration).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JudgeSpec {
+    /// The endpoint.
+    pub endpoint: EndpointConfig,
+    /// The name in the output lines and the metrics; `None`: the model name.
+    pub name: Option<String>,
+    /// Weight in the panel's aggregate: finite and above 0 (default 1).
+    pub weight: f64,
+    /// Answers asked of this judge per response (self-consistency, default 1); more than one
+    /// needs a temperature above 0 and no `seed`, or every sample would be the same answer.
+    pub samples: u32,
+}
+
+impl JudgeSpec {
+    /// A judge at `endpoint` with weight 1 and one sample.
+    pub fn new(endpoint: EndpointConfig) -> Self {
+        JudgeSpec {
+            endpoint,
+            name: None,
+            weight: 1.0,
+            samples: 1,
+        }
+    }
+
+    /// The name in the output and the metrics.
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.endpoint.model)
+    }
+
+    fn from_value(v: serde_json::Value) -> Result<JudgeSpec, String> {
+        use serde_json::Value;
+        let Value::Object(mut m) = v else {
+            return Err(
+                "a judge is a JSON object: the endpoint fields (base_url, model, ...) and optionally name, weight, samples"
+                    .to_owned(),
+            );
+        };
+        let name = match m.remove("name") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s),
+            Some(_) => return Err("name must be a string".to_owned()),
+        };
+        let weight = match m.remove("weight") {
+            None => 1.0,
+            Some(v) => v
+                .as_f64()
+                .ok_or_else(|| format!("weight {v} must be a number"))?,
+        };
+        let samples = match m.remove("samples") {
+            None => 1,
+            Some(v) => v
+                .as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .ok_or_else(|| format!("samples {v} must be a whole number"))?,
+        };
+        let endpoint: EndpointConfig = serde_json::from_value(Value::Object(m)).map_err(|e| {
+            let s = e.to_string();
+            if s.starts_with("unknown field") {
+                format!("{s}, or one of {}", JUDGE_KEYS.join(", "))
+            } else {
+                s
+            }
+        })?;
+        Ok(JudgeSpec {
+            endpoint,
+            name,
+            weight,
+            samples,
+        })
+    }
+
+    fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        let mut v = serde_json::to_value(&self.endpoint)?;
+        if let serde_json::Value::Object(m) = &mut v {
+            if let Some(n) = &self.name {
+                m.insert("name".to_owned(), n.clone().into());
+            }
+            m.insert("weight".to_owned(), self.weight.into());
+            m.insert("samples".to_owned(), self.samples.into());
+        }
+        Ok(v)
+    }
+}
+
+impl Serialize for JudgeSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_value()
+            .map_err(serde::ser::Error::custom)?
+            .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for JudgeSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        JudgeSpec::from_value(v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The judge of the loop: one endpoint (`"judge": {...}`, as always) or a panel
+/// (`"judge": [{...}, {...}]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JudgeConfig {
+    /// The judges in configuration order (checked to be 1..=[`MAX_PANEL_JUDGES`]).
+    pub judges: Vec<JudgeSpec>,
+}
+
+impl Default for JudgeConfig {
+    fn default() -> Self {
+        JudgeConfig::from(EndpointConfig::default())
+    }
+}
+
+impl From<EndpointConfig> for JudgeConfig {
+    fn from(endpoint: EndpointConfig) -> Self {
+        JudgeConfig {
+            judges: vec![JudgeSpec::new(endpoint)],
+        }
+    }
+}
+
+impl JudgeConfig {
+    /// A panel of `judges`.
+    pub fn panel(judges: Vec<JudgeSpec>) -> Self {
+        JudgeConfig { judges }
+    }
+
+    /// The endpoint of the only judge (`None` for a panel of several: a command-line flag that
+    /// sets "the judge" would be ambiguous there).
+    pub fn single_mut(&mut self) -> Option<&mut EndpointConfig> {
+        match self.judges.as_mut_slice() {
+            [one] => Some(&mut one.endpoint),
+            _ => None,
+        }
+    }
+
+    /// How judge `k` is named in error messages: `judge` alone, `judge[k]` in a panel.
+    pub fn field(&self, k: usize) -> String {
+        if self.judges.len() == 1 {
+            "judge".to_owned()
+        } else {
+            format!("judge[{k}]")
+        }
+    }
+}
+
+impl Serialize for JudgeConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.judges.as_slice() {
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for JudgeConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Array(items) => {
+                if items.is_empty() {
+                    return Err(D::Error::custom(
+                        "judge is an empty list: give one judge object, or a list of them for a panel",
+                    ));
+                }
+                let judges = items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, v)| JudgeSpec::from_value(v).map_err(|e| format!("judge[{k}]: {e}")))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(D::Error::custom)?;
+                Ok(JudgeConfig { judges })
+            }
+            v @ serde_json::Value::Object(_) => JudgeSpec::from_value(v)
+                .map(|j| JudgeConfig { judges: vec![j] })
+                .map_err(|e| D::Error::custom(format!("judge: {e}"))),
+            _ => Err(D::Error::custom(
+                "judge must be an object (one endpoint) or a list of objects (a panel)",
+            )),
+        }
+    }
+}
+
+/// How the judges' rewards (and each criterion's scores) are combined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregate {
+    /// The weighted mean.
+    #[default]
+    Mean,
+    /// The weighted median (the mean of the two middle values when the weights split evenly).
+    Median,
+    /// The weighted mean of what is left after trimming `panel.trim` of the total weight from
+    /// each end (fractionally: a value straddling the cut counts with the part inside).
+    TrimmedMean,
+}
+
+/// What happens to a response whose judges disagree by more than `panel.max_spread`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpreadAction {
+    /// Rewarded as usual, and flagged (`panel.flagged`, a metric).
+    #[default]
+    Flag,
+    /// Flagged, and no reward: `null` with status `judges_disagree`.
+    Null,
+}
+
+/// How a panel of judges becomes one reward per response.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PanelConfig {
+    /// `mean` (default), `median` or `trimmed_mean`, over the judges, with their weights.
+    pub aggregate: Aggregate,
+    /// The fraction of the total weight trimmed from each end by `trimmed_mean`, in `[0, 0.5)`
+    /// (`null`: [`DEFAULT_TRIM`]); only with `trimmed_mean`.
+    pub trim: Option<f64>,
+    /// Judges that must give valid scores for a response to be rewarded (`null`: every judge).
+    pub quorum: Option<usize>,
+    /// Shuffle the criteria within each dimension of every judge prompt, in an order seeded by
+    /// the prompt, the judge and the sample (the same call always gets the same order).
+    pub shuffle_criteria: bool,
+    /// Flag a response whose judges' rewards spread (max - min) by more than this, in `[0, 1]`
+    /// (`null`: never flagged); needs two judges.
+    pub max_spread: Option<f64>,
+    /// What a flagged response gets: `flag` (its reward) or `null`.
+    pub on_spread: SpreadAction,
+}
+
+impl PanelConfig {
+    /// Whether the judging goes through the panel (several judges, several samples, or
+    /// shuffling); otherwise the single judge works exactly as it always has.
+    pub fn is_active(&self, judge: &JudgeConfig) -> bool {
+        judge.judges.len() > 1
+            || judge.judges.iter().any(|j| j.samples > 1)
+            || self.shuffle_criteria
+    }
+
+    /// The quorum for `n` judges.
+    pub fn quorum_of(&self, n: usize) -> usize {
+        self.quorum.unwrap_or(n)
+    }
+
+    /// The trimmed fraction of [`Aggregate::TrimmedMean`].
+    pub fn trim_fraction(&self) -> f64 {
+        self.trim.unwrap_or(DEFAULT_TRIM)
+    }
+
+    /// Checks the panel and its judges' own fields (the endpoints are checked where they are
+    /// built).
+    ///
+    /// # Errors
+    /// A message that names the field.
+    pub fn check(&self, judge: &JudgeConfig) -> Result<(), String> {
+        let n = judge.judges.len();
+        if n == 0 {
+            return Err("judge is an empty list: give at least one judge".to_owned());
+        }
+        if n > MAX_PANEL_JUDGES {
+            return Err(format!(
+                "judge lists {n} judges; a panel has at most {MAX_PANEL_JUDGES}"
+            ));
+        }
+        let mut calls = 0u32;
+        for (k, j) in judge.judges.iter().enumerate() {
+            let f = judge.field(k);
+            if !(j.weight.is_finite() && j.weight > 0.0) {
+                return Err(format!(
+                    "{f}.weight {} must be a finite number above 0",
+                    j.weight
+                ));
+            }
+            if j.samples == 0 || j.samples > MAX_JUDGE_SAMPLES {
+                return Err(format!(
+                    "{f}.samples {} must be in 1..={MAX_JUDGE_SAMPLES}",
+                    j.samples
+                ));
+            }
+            if j.samples > 1 {
+                if !j.endpoint.temperature.is_some_and(|t| t > 0.0) {
+                    return Err(format!(
+                        "{f}.samples {} needs a temperature above 0: at temperature 0 (or the server's default) the samples may all be the same answer",
+                        j.samples
+                    ));
+                }
+                if j.endpoint.seed.is_some() {
+                    return Err(format!(
+                        "{f}.samples {} needs seed null: with a fixed seed every sample is the same answer",
+                        j.samples
+                    ));
+                }
+            }
+            calls += j.samples;
+            if let Some(name) = &j.name
+                && (name.trim().is_empty()
+                    || name.chars().count() > MAX_JUDGE_NAME
+                    || name.chars().any(char::is_control))
+            {
+                return Err(format!(
+                    "{f}.name {name:?} must be 1 to {MAX_JUDGE_NAME} printable characters"
+                ));
+            }
+            let name = j.name();
+            for (i, other) in judge.judges.iter().enumerate().take(k) {
+                if other.name() == name {
+                    return Err(format!(
+                        "{f} and {} are both named {name:?}: give each judge its own name",
+                        judge.field(i)
+                    ));
+                }
+                let e = (&j.endpoint, &other.endpoint);
+                if e.0.model == e.1.model
+                    && e.0.temperature == e.1.temperature
+                    && e.0.top_p == e.1.top_p
+                    && e.0.max_tokens == e.1.max_tokens
+                    && e.0.seed == e.1.seed
+                {
+                    return Err(format!(
+                        "{f} asks the same model with the same sampling parameters as {}: it would get the same cached answers; use samples on one judge instead",
+                        judge.field(i)
+                    ));
+                }
+            }
+        }
+        if calls > MAX_PANEL_CALLS {
+            return Err(format!(
+                "the judges take {calls} samples per response; at most {MAX_PANEL_CALLS}"
+            ));
+        }
+        if let Some(q) = self.quorum
+            && (q == 0 || q > n)
+        {
+            return Err(format!(
+                "panel.quorum {q} must be in 1..={n} (the number of judges)"
+            ));
+        }
+        if let Some(t) = self.trim {
+            if self.aggregate != Aggregate::TrimmedMean {
+                return Err("panel.trim applies to aggregate trimmed_mean only".to_owned());
+            }
+            if !(t.is_finite() && (0.0..0.5).contains(&t)) {
+                return Err(format!("panel.trim {t} must be in [0, 0.5)"));
+            }
+        }
+        if let Some(x) = self.max_spread {
+            if !(x.is_finite() && (0.0..=1.0).contains(&x)) {
+                return Err(format!("panel.max_spread {x} must be in [0, 1]"));
+            }
+            if n < 2 {
+                return Err(
+                    "panel.max_spread needs at least two judges (one judge has no spread)"
+                        .to_owned(),
+                );
+            }
+        } else if self.on_spread == SpreadAction::Null {
+            return Err("panel.on_spread null needs panel.max_spread".to_owned());
+        }
+        Ok(())
     }
 }
 
@@ -490,6 +948,13 @@ mod tests {
             "eject_secs`, `eject_max_secs",
             format!("{}, {}", e.eject_secs, e.eject_max_secs),
         );
+        assert_eq!(e.max_answer_bytes, None);
+        row(
+            "max_answer_bytes",
+            format!(
+                "`null`: {DEFAULT_GENERATOR_ANSWER_BYTES} (64 KiB) for the generator, {DEFAULT_JUDGE_ANSWER_BYTES} (1 MiB) for the judge"
+            ),
+        );
         let c = LoopConfig::default();
         for (text, v) in [
             ("`rubric_attempts` (", c.rubric_attempts),
@@ -506,6 +971,29 @@ mod tests {
         row("probe_secs", format!("{}", k.probe_secs));
         row("key_prefix", format!("`{:?}`", k.key_prefix));
         row("when_down", format!("`{}`", k.when_down));
+        let j = JudgeSpec::new(EndpointConfig::default());
+        row("weight", format!("{}", j.weight));
+        row("samples", format!("{}", j.samples));
+        let p = PanelConfig::default();
+        assert_eq!(
+            (p.aggregate, p.on_spread, p.quorum, p.max_spread),
+            (Aggregate::Mean, SpreadAction::Flag, None, None)
+        );
+        row("aggregate", "`mean`".to_owned());
+        row("trim", format!("{DEFAULT_TRIM}"));
+        row("quorum", "every judge".to_owned());
+        row("shuffle_criteria", format!("{}", p.shuffle_criteria));
+        row("max_spread", "`null`".to_owned());
+        row("on_spread", "`flag`".to_owned());
+        for bound in [
+            format!(
+                "at most {MAX_PANEL_JUDGES} judges and at most {MAX_PANEL_CALLS} samples per response"
+            ),
+            format!("1..={MAX_JUDGE_SAMPLES}"),
+            format!("at most {MAX_JUDGE_NAME} printable characters"),
+        ] {
+            assert!(doc.contains(&bound), "docs/REWARD_LOOP.md lacks {bound:?}");
+        }
     }
 
     #[test]
@@ -531,20 +1019,41 @@ mod tests {
             r#"{"judge":{"base_url":["http://a/v1","http://b/v1"],"model":"m"}}"#,
         )
         .unwrap();
-        assert_eq!(c.judge.base_url.urls(), ["http://a/v1", "http://b/v1"]);
-        assert_eq!(c.judge.check("judge"), Ok(()));
+        assert_eq!(
+            c.judge.judges[0].endpoint.base_url.urls(),
+            ["http://a/v1", "http://b/v1"]
+        );
+        assert_eq!(c.judge.judges[0].endpoint.check("judge"), Ok(()));
         let c: LoopConfig =
             serde_json::from_str(r#"{"judge":{"base_url":["http://a/v1","ftp://b"],"model":"m"}}"#)
                 .unwrap();
-        assert!(c.judge.check("judge").unwrap_err().contains("\"ftp://b\""));
+        assert!(
+            c.judge.judges[0]
+                .endpoint
+                .check("judge")
+                .unwrap_err()
+                .contains("\"ftp://b\"")
+        );
         let c: LoopConfig = serde_json::from_str(
             r#"{"judge":{"base_url":["http://a/v1","http://a/v1/"],"model":"m"}}"#,
         )
         .unwrap();
-        assert!(c.judge.check("judge").unwrap_err().contains("twice"));
+        assert!(
+            c.judge.judges[0]
+                .endpoint
+                .check("judge")
+                .unwrap_err()
+                .contains("twice")
+        );
         let c: LoopConfig =
             serde_json::from_str(r#"{"judge":{"base_url":[],"model":"m"}}"#).unwrap();
-        assert!(c.judge.check("judge").unwrap_err().contains("is empty"));
+        assert!(
+            c.judge.judges[0]
+                .endpoint
+                .check("judge")
+                .unwrap_err()
+                .contains("is empty")
+        );
         assert!(serde_json::from_str::<LoopConfig>(r#"{"judge":{"base_url":3}}"#).is_err());
         let c: LoopConfig = serde_json::from_str(r#"{"judge_attempts":2}"#).unwrap();
         assert_eq!(c.judge_attempts, 2);
@@ -555,5 +1064,221 @@ mod tests {
             ..LoopConfig::default()
         };
         assert!(c.check_bounds().unwrap_err().contains("rubric_attempts"));
+    }
+
+    fn panel_err(json: &str) -> String {
+        match serde_json::from_str::<LoopConfig>(json) {
+            Err(e) => e.to_string(),
+            Ok(c) => c.check_bounds().unwrap_err(),
+        }
+    }
+
+    #[test]
+    fn judge_is_one_object_or_a_list_with_weights_and_samples() {
+        let one: LoopConfig =
+            serde_json::from_str(r#"{"judge":{"base_url":"http://h/v1","model":"m"}}"#).unwrap();
+        assert_eq!(one.judge.judges.len(), 1);
+        assert_eq!(one.judge.judges[0].weight, 1.0);
+        assert_eq!(one.judge.judges[0].samples, 1);
+        assert_eq!(one.judge.judges[0].name(), "m");
+        assert!(
+            !one.panel.is_active(&one.judge),
+            "one judge: the single-judge path"
+        );
+        assert_eq!(one.check_bounds(), Ok(()));
+        let text = r#"{"judge":[
+            {"base_url":"http://a/v1","model":"a","weight":2,"name":"judge-a"},
+            {"base_url":"http://b/v1","model":"b","temperature":0.7,"samples":3}],
+            "panel":{"aggregate":"trimmed_mean","trim":0.2,"quorum":1,"shuffle_criteria":true,
+                     "max_spread":0.3,"on_spread":"null"}}"#;
+        let c: LoopConfig = serde_json::from_str(text).unwrap();
+        assert_eq!(c.check_bounds(), Ok(()));
+        assert!(c.panel.is_active(&c.judge));
+        let j = &c.judge.judges;
+        assert_eq!(
+            (j[0].name(), j[0].weight, j[0].samples),
+            ("judge-a", 2.0, 1)
+        );
+        assert_eq!((j[1].name(), j[1].weight, j[1].samples), ("b", 1.0, 3));
+        assert_eq!(c.panel.aggregate, Aggregate::TrimmedMean);
+        assert_eq!(c.panel.on_spread, SpreadAction::Null);
+        // Serialized and read back: the same configuration (a panel stays a list).
+        let back: LoopConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        let back: LoopConfig = serde_json::from_str(&serde_json::to_string(&one).unwrap()).unwrap();
+        assert_eq!(back, one);
+        // The command line's judge flags have one judge to set, or none.
+        let mut one = one;
+        assert!(one.judge.single_mut().is_some());
+        let mut c = c;
+        assert!(c.judge.single_mut().is_none());
+    }
+
+    #[test]
+    fn every_panel_field_is_checked_and_named() {
+        let ab = |extra_a: &str, extra_b: &str, panel: &str| {
+            format!(
+                r#"{{"judge":[{{"base_url":"http://a/v1","model":"a"{extra_a}}},{{"base_url":"http://b/v1","model":"b"{extra_b}}}],"panel":{{{panel}}}}}"#
+            )
+        };
+        for (json, want) in [
+            (
+                ab(r#","modle":"x""#, "", ""),
+                "judge[0]: unknown field `modle`",
+            ),
+            (
+                ab(r#","modle":"x""#, "", ""),
+                "or one of name, weight, samples",
+            ),
+            (ab("", "", r#""quorom":2"#), "unknown field `quorom`"),
+            (ab("", "", r#""aggregate":"avg""#), "unknown variant `avg`"),
+            (
+                ab(r#","weight":0"#, "", ""),
+                "judge[0].weight 0 must be a finite number above 0",
+            ),
+            (ab("", r#","weight":-1.5"#, ""), "judge[1].weight -1.5"),
+            (
+                ab(r#","weight":"2""#, "", ""),
+                "weight \"2\" must be a number",
+            ),
+            (
+                ab(r#","samples":0"#, "", ""),
+                "judge[0].samples 0 must be in 1..=16",
+            ),
+            (
+                ab(r#","samples":17,"temperature":1"#, "", ""),
+                "judge[0].samples 17",
+            ),
+            (
+                ab(r#","samples":2.5"#, "", ""),
+                "samples 2.5 must be a whole number",
+            ),
+            (ab(r#","samples":2"#, "", ""), "needs a temperature above 0"),
+            (
+                ab(r#","samples":2,"temperature":0"#, "", ""),
+                "needs a temperature above 0",
+            ),
+            (
+                ab(r#","samples":2,"temperature":1,"seed":7"#, "", ""),
+                "needs seed null",
+            ),
+            (
+                ab(r#","name":"x""#, r#","name":"x""#, ""),
+                "both named \"x\"",
+            ),
+            (ab(r#","name":"  ""#, "", ""), "judge[0].name"),
+            (ab(r#","name":7"#, "", ""), "name must be a string"),
+            (
+                ab("", "", r#""quorum":0"#),
+                "panel.quorum 0 must be in 1..=2",
+            ),
+            (
+                ab("", "", r#""quorum":3"#),
+                "panel.quorum 3 must be in 1..=2",
+            ),
+            (
+                ab("", "", r#""trim":0.2"#),
+                "panel.trim applies to aggregate trimmed_mean only",
+            ),
+            (
+                ab("", "", r#""aggregate":"trimmed_mean","trim":0.5"#),
+                "panel.trim 0.5 must be in [0, 0.5)",
+            ),
+            (
+                ab("", "", r#""max_spread":1.5"#),
+                "panel.max_spread 1.5 must be in [0, 1]",
+            ),
+            (
+                ab("", "", r#""on_spread":"null""#),
+                "panel.on_spread null needs panel.max_spread",
+            ),
+            (
+                r#"{"judge":{"base_url":"http://a/v1","model":"a"},"panel":{"max_spread":0.2}}"#
+                    .to_owned(),
+                "panel.max_spread needs at least two judges",
+            ),
+            (r#"{"judge":[]}"#.to_owned(), "judge is an empty list"),
+            (
+                r#"{"judge":"http://a/v1"}"#.to_owned(),
+                "judge must be an object",
+            ),
+            (
+                r#"{"judge":{"base_url":"http://a/v1","model":"a","weigth":2}}"#.to_owned(),
+                "judge: unknown field `weigth`",
+            ),
+        ] {
+            let err = panel_err(&json);
+            assert!(err.contains(want), "{json}\n  gave: {err}\n  want: {want}");
+        }
+        // The same model at the same sampling parameters twice would share its cache keys.
+        let twice = r#"{"judge":[{"base_url":"http://a/v1","model":"m","name":"x"},{"base_url":"http://b/v1","model":"m","name":"y"}]}"#;
+        assert!(panel_err(twice).contains("same model with the same sampling parameters"));
+        let nine: Vec<String> = (0..9)
+            .map(|k| format!(r#"{{"base_url":"http://a/v1","model":"m{k}"}}"#))
+            .collect();
+        let err = panel_err(&format!(r#"{{"judge":[{}]}}"#, nine.join(",")));
+        assert!(
+            err.contains("judge lists 9 judges; a panel has at most 8"),
+            "{err}"
+        );
+        let many: Vec<String> = (0..3)
+            .map(|k| {
+                format!(
+                    r#"{{"base_url":"http://a/v1","model":"m{k}","temperature":1,"samples":11}}"#
+                )
+            })
+            .collect();
+        let err = panel_err(&format!(r#"{{"judge":[{}]}}"#, many.join(",")));
+        assert!(err.contains("33 samples per response; at most 32"), "{err}");
+    }
+
+    /// Durations from a file are checked before they become a `Duration` (which panics on
+    /// 2^64 s and more, on NaN and on negatives), and the accessors never panic even on a
+    /// configuration that skipped the check.
+    #[test]
+    fn durations_are_checked_and_capped_before_becoming_a_duration() {
+        for (field, v) in [
+            ("timeout_secs", 1e20),
+            ("timeout_secs", -1.0),
+            ("connect_timeout_secs", 0.0),
+            ("connect_timeout_secs", 86_401.0),
+            ("backoff_initial_secs", 1e300),
+            ("backoff_max_secs", -0.5),
+        ] {
+            let text = format!(r#"{{"base_url":"http://h/v1","model":"m","{field}":{v}}}"#);
+            let e: EndpointConfig = serde_json::from_str(&text).unwrap();
+            let err = e.check("judge").unwrap_err();
+            assert!(err.contains(&format!("judge.{field}")), "{err}");
+        }
+        let e = EndpointConfig {
+            timeout_secs: 1e20,
+            connect_timeout_secs: f64::NAN,
+            ..EndpointConfig::new("http://h/v1", "m")
+        };
+        assert_eq!(e.timeout(), Duration::from_secs(86_400));
+        assert_eq!(e.connect_timeout(), Duration::ZERO);
+        assert_eq!(
+            saturating_secs(f64::INFINITY, 16.0),
+            Duration::from_secs(16)
+        );
+        assert_eq!(saturating_secs(-3.0, 16.0), Duration::ZERO);
+        assert_eq!(saturating_secs(2.5, f64::NAN), Duration::from_millis(2500));
+        assert_eq!(
+            checked_secs("--x", 1e20, 0.0, 60.0).unwrap_err(),
+            "--x 100000000000000000000 must be a number of seconds in [0, 60]"
+        );
+        assert_eq!(
+            checked_secs("--x", 1.5, 0.0, 60.0),
+            Ok(Duration::from_millis(1500))
+        );
+        let e = EndpointConfig {
+            max_answer_bytes: Some(10),
+            ..EndpointConfig::new("http://h/v1", "m")
+        };
+        assert!(
+            e.check("judge")
+                .unwrap_err()
+                .contains("judge.max_answer_bytes")
+        );
     }
 }

@@ -15,36 +15,89 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::OnceCell;
 
 use crate::cache::{CACHE_UNAVAILABLE, Cache, CallMeta, call_key, group_keys};
 use crate::config::LoopConfig;
 use crate::llm::{Backend, CallError, ChatMessage, Completion, HttpEndpoint, Role};
 use crate::metrics::Metrics;
-use crate::profile::{CareProfile, Dialogue, JudgeProblem, Prepared, RubricCheck, RubricProfile};
+use crate::profile::{
+    CareProfile, Dialogue, JudgeProblem, Prepared, RubricCheck, RubricJson, RubricProfile,
+};
 use crate::scripted::Scripted;
+use crate::template::{TemplateOut, Templates};
+
+mod judges;
 
 /// Most responses in one turn (a GRPO group is far smaller; this bounds one request's work).
 pub const MAX_RESPONSES: usize = 4096;
 
+/// Largest `meta` object of a turn, serialized, in bytes (it is copied into the output).
+pub const MAX_META_BYTES: usize = 16 << 10;
+
 /// One turn to reward: a `care reward` input line, an element of the server's `turns`.
 ///
-/// A member other than these four is an error (`bad_input`, naming it and the accepted ones):
-/// a misspelled `responses` or `context` must not be read as absent. The caller's own data goes
-/// in `gold`, which is copied to the output.
-#[derive(Clone, Debug, Deserialize)]
+/// A member other than these is an error (`bad_input`, naming it and the accepted ones): a
+/// misspelled `responses` or `context` must not be read as absent. The caller's own data goes
+/// in `gold` or `meta`, which are copied to the output.
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TurnInput {
     /// Copied to the output.
     #[serde(default)]
     pub id: Option<Value>,
-    /// The dialogue up to the seeker's latest turn, as chat messages.
+    /// The dialogue up to the seeker's latest turn, as chat messages (may be left out when
+    /// `prompt` is given).
+    #[serde(default)]
     pub context: Vec<ChatMessage>,
+    /// The dialogue as a chat-templated prompt ([`crate::template`]): read into the dialogue
+    /// when `context` is empty; its template family names the end tokens the responses lose.
+    #[serde(default)]
+    pub prompt: Option<String>,
     /// The candidate responses of the group.
     pub responses: Vec<String>,
-    /// Gold metadata, copied to the output unread.
+    /// Gold metadata, copied to the output; a fixed profile reads `gold.emotion`.
     #[serde(default)]
     pub gold: Option<Value>,
+    /// The caller's metadata, a JSON object of at most [`MAX_META_BYTES`], copied to the output
+    /// as written (`care analyze` groups by `meta.turn`, `meta.emotion`, `meta.variant`).
+    #[serde(default)]
+    pub meta: Option<Meta>,
+}
+
+/// A turn's `meta` as the caller wrote it: the JSON text, members in the caller's order.
+#[derive(Clone, Debug)]
+pub struct Meta(Box<RawValue>);
+
+impl Meta {
+    /// `text` when it is one JSON value (checked when the turn runs: an object, not too large).
+    pub fn from_json(text: &str) -> Option<Meta> {
+        RawValue::from_string(text.to_owned()).ok().map(Meta)
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for Meta {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Serialize for Meta {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Meta {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(d).map(Meta)
+    }
 }
 
 /// A stable code and a message.
@@ -56,11 +109,32 @@ pub struct ErrorOut {
     pub message: String,
 }
 
+/// Longest message an [`ErrorOut`] built from an LLM's answer keeps, in bytes. A message can
+/// quote the answer or the rubric (the missing criteria by title), both written by an LLM;
+/// every response of a request keeps its error until the request is answered, so each is cut
+/// to this length (at a character boundary, ending in `...`).
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 1024;
+
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_ERROR_MESSAGE_BYTES {
+        let mut end = MAX_ERROR_MESSAGE_BYTES - 3;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("...");
+    }
+    message
+}
+
 impl From<&CallError> for ErrorOut {
     fn from(e: &CallError) -> Self {
         ErrorOut {
             code: e.code.clone(),
-            message: format!("{} (after {} HTTP attempts)", e.message, e.attempts),
+            message: bounded(format!(
+                "{} (after {} HTTP attempts)",
+                e.message, e.attempts
+            )),
         }
     }
 }
@@ -69,7 +143,7 @@ impl From<&JudgeProblem> for ErrorOut {
     fn from(p: &JudgeProblem) -> Self {
         ErrorOut {
             code: p.code.to_owned(),
-            message: p.message.clone(),
+            message: bounded(p.message.clone()),
         }
     }
 }
@@ -94,6 +168,8 @@ pub mod response_status {
     pub const JUDGE_ERROR: &str = "judge_error";
     /// The turn has no rubric; not judged.
     pub const NO_RUBRIC: &str = "no_rubric";
+    /// The turn's `gold` lacks what the profile's reward needs (a gold emotion); not judged.
+    pub const MISSING_GOLD: &str = "missing_gold";
 }
 
 /// LLM calls of a turn.
@@ -159,6 +235,14 @@ pub struct ResponseResult {
     /// Why there is no reward.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorOut>,
+    /// The judges of a panel: each one's reward, scores and cost, the spread, the flag (absent
+    /// for a single judge, whose output is what it always was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub panel: Option<crate::panel::PanelResult>,
+    /// The end tokens removed from the end of the response before it was checked and judged,
+    /// verbatim ([`crate::template`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stripped: Option<String>,
 }
 
 /// One turn's result (a `care reward` output line without `line`).
@@ -169,8 +253,8 @@ pub struct TurnResult {
     pub id: Option<Value>,
     /// `ok`, `invalid_rubric` or `generator_error`.
     pub rubric_status: &'static str,
-    /// The rubric (the valid one, or the last invalid answer as text).
-    pub rubric: Option<Value>,
+    /// The rubric (the valid one as the generator wrote it, or the last invalid answer as text).
+    pub rubric: Option<RubricJson>,
     /// Generator answers asked for this turn (1 + repairs).
     pub rubric_attempts: u32,
     /// The validation of the last generator answer (`format_reward`, `violations`).
@@ -184,11 +268,20 @@ pub struct TurnResult {
     pub rewards: Vec<Option<f64>>,
     /// One result per response, in input order.
     pub responses: Vec<ResponseResult>,
+    /// Each response's length in characters (Unicode scalar values), in input order: what
+    /// `care analyze` sets the rewards against to catch length hacking.
+    pub response_chars: Vec<u64>,
     /// LLM calls this turn made or found in the cache.
     pub calls: CallCounts,
     /// The input's `gold`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gold: Option<Value>,
+    /// The input's `meta`, as written (only the whitespace between its JSON tokens removed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Meta>,
+    /// How the input's `prompt` was read (absent without a prompt).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template: Option<TemplateOut>,
 }
 
 /// What a trainer without a validity mask gets for a response without a reward.
@@ -308,6 +401,7 @@ type Flights<T> = Mutex<HashMap<String, Arc<OnceCell<T>>>>;
 #[derive(Debug)]
 pub struct Engine {
     profile: Arc<dyn RubricProfile>,
+    templates: Templates,
     /// `None` for a profile with a fixed rubric: no generator is configured or called.
     generator: Option<Backend>,
     judge: Backend,
@@ -318,6 +412,15 @@ pub struct Engine {
     turn_concurrency: usize,
     rubric_flights: Flights<RubricOutcome>,
     judge_flights: Flights<JudgeOutcome>,
+    /// A panel of judges (`None`: the single judge, exactly as it always worked).
+    panel: Option<judges::Panel>,
+    /// `care serve --log`: one record per response.
+    log: Option<Arc<crate::log::ResponseLog>>,
+    /// Generator and judge loops holding their prompts at once (each endpoint's
+    /// `max_concurrency`): a request of many turns or responses builds its prompts as slots
+    /// free up, so the prompts in memory are bounded whatever the request holds.
+    generator_slots: tokio::sync::Semaphore,
+    judge_slots: tokio::sync::Semaphore,
 }
 
 /// How the engine reaches its LLMs.
@@ -343,7 +446,11 @@ impl Engine {
         let layout = cfg.layout()?;
         let profile: Arc<dyn RubricProfile> = match cfg.profile.as_str() {
             "care" => Arc::new(CareProfile::new(cfg.lenient_rubric).with_layout(layout)),
-            other => Arc::new(crate::fixed::FixedProfile::builtin(other)?.with_layout(layout)),
+            other => Arc::new(
+                crate::fixed::FixedProfile::builtin(other)?
+                    .with_layout(layout)
+                    .with_missing_gold(cfg.missing_gold),
+            ),
         };
         Self::with_profile(cfg, kind, cache, metrics, profile)
     }
@@ -360,6 +467,8 @@ impl Engine {
         profile: Arc<dyn RubricProfile>,
     ) -> Result<Engine, String> {
         cfg.check_bounds()?;
+        let panel = judges::Panel::build(cfg, kind, profile.as_ref())?;
+        let templates = Templates::new(&cfg.chat_template, &cfg.end_suffixes)?;
         let needs_generator = profile.fixed_rubric().is_none();
         let (generator, judge) = match kind {
             BackendKind::Http => (
@@ -369,7 +478,10 @@ impl Engine {
                 } else {
                     None
                 },
-                Backend::Http(Box::new(HttpEndpoint::new(cfg.judge.clone(), Role::Judge)?)),
+                Backend::Http(Box::new(HttpEndpoint::new(
+                    judges::first_endpoint(cfg),
+                    Role::Judge,
+                )?)),
             ),
             BackendKind::Scripted => (
                 needs_generator.then(|| Backend::Scripted(Scripted::generator())),
@@ -381,6 +493,7 @@ impl Engine {
         }
         Ok(Engine {
             profile,
+            templates,
             generator,
             judge,
             cache: cache.map(Arc::new),
@@ -388,9 +501,31 @@ impl Engine {
             rubric_attempts: cfg.rubric_attempts,
             judge_attempts: cfg.judge_attempts,
             turn_concurrency: cfg.turn_concurrency,
+            generator_slots: tokio::sync::Semaphore::new(cfg.generator.max_concurrency.max(1)),
+            // A panel's judges each have their own limit: their judge loops hold at most the sum.
+            judge_slots: tokio::sync::Semaphore::new(
+                cfg.judge
+                    .judges
+                    .iter()
+                    .map(|j| j.endpoint.max_concurrency)
+                    .sum::<usize>()
+                    .max(1),
+            ),
             rubric_flights: Mutex::new(HashMap::new()),
             judge_flights: Mutex::new(HashMap::new()),
+            panel,
+            log: None,
         })
+    }
+
+    /// Writes one record per rewarded response to `log` (`care serve --log`).
+    pub fn set_response_log(&mut self, log: Arc<crate::log::ResponseLog>) {
+        self.log = Some(log);
+    }
+
+    /// The response log, when there is one.
+    pub fn response_log(&self) -> Option<&Arc<crate::log::ResponseLog>> {
+        self.log.as_ref()
     }
 
     /// The metrics this engine records into.
@@ -419,7 +554,13 @@ impl Engine {
             code: "bad_input".to_owned(),
             message,
         };
-        let dialogue = Dialogue::new(input.context).map_err(bad)?;
+        let meta = check_meta(input.meta).map_err(bad)?;
+        let text = self
+            .templates
+            .read(input.context, input.prompt.as_deref(), &self.metrics)
+            .map_err(bad)?;
+        let seeker_turns = text.messages.iter().filter(|m| m.role == "user").count();
+        let dialogue = Dialogue::new(text.messages).map_err(bad)?;
         if input.responses.is_empty() {
             return Err(bad(
                 "responses is empty: give the group's candidate responses".to_owned(),
@@ -431,14 +572,43 @@ impl Engine {
                 input.responses.len()
             )));
         }
+        // Each response without its template's end tokens, before the format check and the judge.
+        let (responses, stripped): (Vec<String>, Vec<Option<String>>) = input
+            .responses
+            .iter()
+            .map(|r| {
+                let (kept, removed) = self.templates.strip(r, text.tokens, &self.metrics);
+                (kept.to_owned(), removed.map(str::to_owned))
+            })
+            .unzip();
         let counter = Arc::new(Counter::default());
         let rubric = self.rubric_for(&dialogue, &counter).await;
         self.metrics.rubric(rubric.status);
-        let n = input.responses.len();
+        let n = responses.len();
         let mut results: Vec<ResponseResult> = Vec::with_capacity(n);
         let mut rewards = vec![None; n];
-        match &rubric.text {
-            None => {
+        let gold_problem = rubric
+            .text
+            .as_ref()
+            .and_then(|_| self.profile.check_gold(input.gold.as_ref()).err());
+        match (&rubric.text, gold_problem) {
+            (Some(_), Some(message)) => {
+                for _ in 0..n {
+                    results.push(ResponseResult {
+                        reward: None,
+                        status: response_status::MISSING_GOLD,
+                        scores: None,
+                        judge_attempts: 0,
+                        error: Some(ErrorOut {
+                            code: response_status::MISSING_GOLD.to_owned(),
+                            message: message.clone(),
+                        }),
+                        stripped: None,
+                        panel: None,
+                    });
+                }
+            }
+            (None, _) => {
                 for _ in 0..n {
                     results.push(ResponseResult {
                         reward: None,
@@ -450,10 +620,19 @@ impl Engine {
                             message: "the turn has no valid rubric, so no response was judged"
                                 .to_owned(),
                         }),
+                        panel: None,
+                        stripped: None,
                     });
                 }
             }
-            Some(text) => {
+            (Some(text), None) if self.panel.is_some() => {
+                let (r, w) = self
+                    .panel_turn(text, dialogue, &responses, input.gold.as_ref(), &counter)
+                    .await;
+                results = r;
+                rewards = w;
+            }
+            (Some(text), None) => {
                 let text: Arc<str> = Arc::from(text.as_str());
                 let dialogue = Arc::new(dialogue);
                 let mut set = tokio::task::JoinSet::new();
@@ -461,7 +640,7 @@ impl Engine {
                 // The judge's first request for each response to judge; their keys together
                 // (the prompts of a group share all but their end: hashed once).
                 let mut judged: Vec<(usize, Vec<ChatMessage>)> = Vec::with_capacity(n);
-                for (j, resp) in input.responses.iter().enumerate() {
+                for (j, resp) in responses.iter().enumerate() {
                     match self.profile.prepare_response(resp) {
                         Prepared::Settled { reward, status } => {
                             settled[j] = Some((reward, status));
@@ -500,7 +679,7 @@ impl Engine {
                     .collect();
                 let group =
                     self.profile
-                        .score_group(&text, &input.responses, &scores, input.gold.as_ref());
+                        .score_group(&text, &responses, &scores, input.gold.as_ref());
                 let layout = self.profile.layout(&text);
                 for j in 0..n {
                     let r = match (&settled[j], &outcomes[j]) {
@@ -510,6 +689,8 @@ impl Engine {
                             scores: None,
                             judge_attempts: 0,
                             error: None,
+                            panel: None,
+                            stripped: None,
                         },
                         (None, Some(o)) => match &o.scores {
                             Ok(s) => match group.get(j).copied().flatten() {
@@ -519,6 +700,8 @@ impl Engine {
                                     scores: Some(split(s, &layout)),
                                     judge_attempts: o.attempts,
                                     error: None,
+                                    panel: None,
+                                    stripped: None,
                                 },
                                 None => ResponseResult {
                                     reward: None,
@@ -531,6 +714,8 @@ impl Engine {
                                             "the scores do not give a reward under the score policy"
                                                 .to_owned(),
                                     }),
+                                    panel: None,
+                                    stripped: None,
                                 },
                             },
                             Err((status, e)) => ResponseResult {
@@ -539,6 +724,8 @@ impl Engine {
                                 scores: None,
                                 judge_attempts: o.attempts,
                                 error: Some(e.clone()),
+                                panel: None,
+                                stripped: None,
                             },
                         },
                         (None, None) => ResponseResult {
@@ -550,6 +737,8 @@ impl Engine {
                                 code: "internal".to_owned(),
                                 message: "the judge task ended without a result".to_owned(),
                             }),
+                            panel: None,
+                            stripped: None,
                         },
                     };
                     rewards[j] = r.reward;
@@ -568,15 +757,16 @@ impl Engine {
         if let Some(e) = refused {
             return Err(e.clone());
         }
-        for r in &results {
+        for (r, s) in results.iter_mut().zip(stripped) {
             self.metrics.response(r.status);
+            r.stripped = s;
         }
         let rubric_json = match (&rubric.text, &rubric.last_answer) {
             (Some(t), _) => Some(self.profile.rubric_json(t)),
-            (None, Some(a)) => Some(Value::String(a.clone())),
+            (None, Some(a)) => Some(RubricJson::string(a)),
             (None, None) => None,
         };
-        Ok(TurnResult {
+        let result = TurnResult {
             id: input.id,
             rubric_status: rubric.status,
             rubric: rubric_json,
@@ -586,9 +776,20 @@ impl Engine {
             rubric_error: rubric.error.clone(),
             rewards,
             responses: results,
+            response_chars: input
+                .responses
+                .iter()
+                .map(|r| r.chars().count() as u64)
+                .collect(),
             calls: counter.snapshot(),
             gold: input.gold,
-        })
+            meta,
+            template: text.template,
+        };
+        if let Some(log) = &self.log {
+            log.record_turn(seeker_turns, &result);
+        }
+        Ok(result)
     }
 
     /// The turn's rubric, shared with concurrent requests for the same turn.
@@ -608,6 +809,8 @@ impl Engine {
                 error: None,
             };
         }
+        // Closed only if the engine is dropped, which cannot happen while `self` is borrowed.
+        let _slot = self.generator_slots.acquire().await.ok();
         let first = self.profile.generator_messages(dialogue);
         let (model, sampling) = self
             .generator
@@ -724,29 +927,42 @@ impl Engine {
         key: String,
         counter: &Arc<Counter>,
     ) -> JudgeOutcome {
+        let _slot = self.judge_slots.acquire().await.ok();
         let me = Arc::clone(self);
         let c = Arc::clone(counter);
         let rubric = rubric.to_owned();
         let first_key = key.clone();
         flight(&self.judge_flights, key, || async move {
-            me.judge_loop(&rubric, first, first_key, &c).await
+            me.judge_loop(&me.judge, 0, &rubric, first, Some(first_key), &c)
+                .await
         })
         .await
     }
 
+    /// The judge loop of one judgment by `backend` (sample `sample`: part of every cache key
+    /// but sample 0's).
     async fn judge_loop(
         &self,
+        backend: &Backend,
+        sample: u32,
         rubric: &str,
         first: Vec<ChatMessage>,
-        first_key: String,
+        mut first_key: Option<String>,
         counter: &Counter,
     ) -> JudgeOutcome {
-        let mut first_key = Some(first_key);
         let mut messages = first.clone();
         let mut problem: Option<JudgeProblem> = None;
         for attempt in 1..=self.judge_attempts {
             let answer = match self
-                .call(Role::Judge, &messages, attempt, first_key.take(), counter)
+                .call_on(
+                    Role::Judge,
+                    backend,
+                    sample,
+                    &messages,
+                    attempt,
+                    first_key.take(),
+                    counter,
+                )
                 .await
             {
                 Ok(c) => c.content,
@@ -782,7 +998,10 @@ impl Engine {
             },
             |p| ErrorOut {
                 code: p.code.to_owned(),
-                message: format!("after {} judge answers: {}", self.judge_attempts, p.message),
+                message: bounded(format!(
+                    "after {} judge answers: {}",
+                    self.judge_attempts, p.message
+                )),
             },
         );
         JudgeOutcome {
@@ -813,11 +1032,29 @@ impl Engine {
             },
             Role::Judge => &self.judge,
         };
+        self.call_on(role, backend, 0, messages, attempt, key, counter)
+            .await
+    }
+
+    /// One LLM call of `backend` through the cache; `sample` (0 for every call but a panel
+    /// judge's later samples) goes into the key's sampling part; `key`: the call's key when
+    /// the caller has it already.
+    #[allow(clippy::too_many_arguments)]
+    async fn call_on(
+        &self,
+        role: Role,
+        backend: &Backend,
+        sample: u32,
+        messages: &[ChatMessage],
+        attempt: u32,
+        key: Option<String>,
+        counter: &Counter,
+    ) -> Result<Completion, CallError> {
         let key = key.unwrap_or_else(|| {
             call_key(
                 role,
                 backend.model(),
-                &backend.sampling_key(),
+                &crate::panel::sample_sampling_key(&backend.sampling_key(), sample),
                 messages,
                 attempt,
             )
@@ -882,15 +1119,75 @@ where
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(map.entry(key.clone()).or_default())
     };
-    let out = cell.get_or_init(make).await.clone();
-    let mut map = flights
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-        // Done: later requests find the answers in the cache (or compute afresh without one).
-        map.remove(&key);
+    // Removes the entry when this caller is done, also when it is dropped unfinished (its
+    // client went away): the map never keeps entries nobody waits on.
+    let _leave = Leave {
+        flights,
+        key: &key,
+        cell: &cell,
+    };
+    cell.get_or_init(make).await.clone()
+}
+
+struct Leave<'a, T> {
+    flights: &'a Flights<T>,
+    key: &'a str,
+    cell: &'a Arc<OnceCell<T>>,
+}
+
+impl<T> Drop for Leave<'_, T> {
+    fn drop(&mut self) {
+        let mut map = self
+            .flights
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Done (later requests find the answers in the cache, or compute afresh without
+        // one), or abandoned with nobody else waiting (the map and this caller hold the only
+        // references; the count is read under the lock that every new waiter takes).
+        let done = self.cell.initialized();
+        let alone = Arc::strong_count(self.cell) <= 2;
+        if (done || alone) && map.get(self.key).is_some_and(|c| Arc::ptr_eq(c, self.cell)) {
+            map.remove(self.key);
+        }
     }
-    out
+}
+
+impl Engine {
+    /// Computations shared between concurrent requests now (rubrics, judgments): 0 when no
+    /// request is running, also after clients went away mid-request.
+    pub fn flights_in_progress(&self) -> usize {
+        fn n<T>(m: &Flights<T>) -> usize {
+            m.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .len()
+        }
+        n(&self.rubric_flights) + n(&self.judge_flights)
+    }
+}
+
+/// A turn's `meta`: a JSON object of at most [`MAX_META_BYTES`], on one line.
+fn check_meta(meta: Option<Meta>) -> Result<Option<Meta>, String> {
+    let Some(meta) = meta else {
+        return Ok(None);
+    };
+    let text = meta.get();
+    if text == "null" {
+        return Ok(None);
+    }
+    if text.len() > MAX_META_BYTES {
+        return Err(format!(
+            "meta has {} bytes; at most {MAX_META_BYTES}: keep labels there, not data",
+            text.len()
+        ));
+    }
+    if !text.starts_with('{') {
+        return Err(
+            "meta must be a JSON object, e.g. {\"turn\": 3, \"emotion\": \"sadness\"}".to_owned(),
+        );
+    }
+    Ok(crate::profile::minify(text)
+        .and_then(|m| Meta::from_json(&m))
+        .or(Some(meta)))
 }
 
 /// Flat scores as one list per dimension.

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::EndpointConfig;
+use crate::config::{
+    DEFAULT_GENERATOR_ANSWER_BYTES, DEFAULT_JUDGE_ANSWER_BYTES, EndpointConfig, saturating_secs,
+};
 use crate::metrics::Metrics;
 use crate::pool::{Pool, Verdict};
 use crate::scripted::Scripted;
@@ -73,7 +75,8 @@ pub struct Completion {
 /// Why a call failed after its retries. `code` is stable (docs, metrics, output lines).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallError {
-    /// `timeout`, `connect`, `transport`, `http_<status>` or `bad_response`.
+    /// `timeout`, `connect`, `transport`, `http_<status>`, `bad_response` or
+    /// `answer_too_long`.
     pub code: String,
     /// What happened, with the last attempt's detail.
     pub message: String,
@@ -157,14 +160,28 @@ impl Backend {
 }
 
 /// The chat-completions client of one endpoint: its own connection pool, concurrency limit,
-/// timeouts and retry policy, and its replicas (one base URL or several: the pool chooses each attempt's).
-#[derive(Debug)]
+/// timeouts and retry policy, and its replicas (one base URL or several: the pool chooses each
+/// attempt's). Its `Debug` shows whether there is an API key, never the key.
 pub struct HttpEndpoint {
     cfg: EndpointConfig,
     role: Role,
     pool: Pool,
     api_key: Option<String>,
     client: reqwest::Client,
+    /// `max_answer_bytes`, or the role's default.
+    answer_cap: usize,
+}
+
+impl fmt::Debug for HttpEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpEndpoint")
+            .field("role", &self.role)
+            .field("pool", &self.pool)
+            .field("cfg", &self.cfg)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("answer_cap", &self.answer_cap)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Serialize)]
@@ -260,7 +277,8 @@ struct AttemptError {
     code: String,
     message: String,
     retryable: bool,
-    retry_after: Option<Duration>,
+    /// The server's `Retry-After`, in seconds, unchecked (capped by [`HttpEndpoint::backoff`]).
+    retry_after: Option<f64>,
 }
 
 impl HttpEndpoint {
@@ -284,8 +302,13 @@ impl HttpEndpoint {
             .pool_max_idle_per_host(cfg.max_concurrency)
             .build()
             .map_err(|e| format!("{}: cannot build the HTTP client: {e}", role.as_str()))?;
+        let answer_cap = cfg.max_answer_bytes.unwrap_or(match role {
+            Role::Generator => DEFAULT_GENERATOR_ANSWER_BYTES,
+            Role::Judge => DEFAULT_JUDGE_ANSWER_BYTES,
+        });
         Ok(HttpEndpoint {
             pool: Pool::new(&cfg),
+            answer_cap,
             cfg,
             role,
             api_key,
@@ -342,7 +365,10 @@ impl HttpEndpoint {
             metrics.endpoint_attempt(endpoint, &member.label, code);
             let verdict = match &result {
                 Ok(_) => Verdict::Healthy,
-                Err(e) if e.retryable => Verdict::Failed(e.retry_after),
+                Err(e) if e.retryable => Verdict::Failed(
+                    e.retry_after
+                        .map(|s| saturating_secs(s, self.cfg.eject_max_secs)),
+                ),
                 Err(_) => Verdict::Neutral,
             };
             if self.pool.record(&mut chosen, verdict) {
@@ -377,11 +403,12 @@ impl HttpEndpoint {
         }
     }
 
-    /// The wait before attempt `attempt + 1`.
-    fn backoff(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+    /// The wait before attempt `attempt + 1`: the server's `Retry-After` or the exponential
+    /// backoff, either capped at `backoff_max_secs` before it becomes a `Duration`.
+    fn backoff(&self, attempt: u32, retry_after: Option<f64>) -> Duration {
         let cap = self.cfg.backoff_max_secs;
         let secs = match retry_after {
-            Some(d) => d.as_secs_f64().min(cap),
+            Some(s) => s,
             None => {
                 let exp =
                     self.cfg.backoff_initial_secs * 2f64.powi(attempt.saturating_sub(1) as i32);
@@ -389,7 +416,7 @@ impl HttpEndpoint {
                 exp.min(cap) * (0.5 + 0.5 * jitter())
             }
         };
-        Duration::from_secs_f64(secs.max(0.0))
+        saturating_secs(secs, cap)
     }
 
     async fn attempt(&self, url: &str, body: Vec<u8>) -> Result<Completion, AttemptError> {
@@ -402,18 +429,20 @@ impl HttpEndpoint {
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
-        let resp = req.send().await.map_err(transport_error)?;
+        let mut resp = req.send().await.map_err(transport_error)?;
         let status = resp.status();
         if !status.is_success() {
             let retry_after = resp
                 .headers()
                 .get("retry-after")
                 .and_then(|v| v.to_str().ok())
-                .and_then(|s| s.trim().parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(Duration::from_secs_f64);
-            // The body says why (bad model name, bad key): keep a short prefix of it.
-            let text = resp.text().await.unwrap_or_default();
+                .and_then(parse_retry_after);
+            // The body says why (bad model name, bad key): keep a short prefix of it, and read
+            // no more than that prefix needs.
+            let text = match read_capped(&mut resp, ERROR_BODY_BYTES).await {
+                Ok(b) | Err(ReadError::TooLong(b)) => String::from_utf8_lossy(&b).into_owned(),
+                Err(ReadError::Transport(_)) => String::new(),
+            };
             let code = status.as_u16();
             return Err(AttemptError {
                 code: format!("http_{code}"),
@@ -422,38 +451,185 @@ impl HttpEndpoint {
                 retry_after,
             });
         }
-        let bytes = resp.bytes().await.map_err(transport_error)?;
-        let parsed: ResponseBody = serde_json::from_slice(&bytes).map_err(|e| AttemptError {
-            code: "bad_response".to_owned(),
-            message: format!(
-                "the answer is not a chat completion ({e}): {}",
-                truncate(&String::from_utf8_lossy(&bytes), 200)
-            ),
-            retryable: true,
-            retry_after: None,
-        })?;
-        let Some(choice) = parsed.choices.into_iter().next() else {
-            return Err(AttemptError {
+        let cap = self.answer_cap;
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = match read_capped(&mut resp, cap).await {
+            Ok(b) => b,
+            Err(ReadError::Transport(e)) => return Err(transport_error(e)),
+            Err(ReadError::TooLong(_)) => {
+                return Err(AttemptError {
+                    code: ANSWER_TOO_LONG.to_owned(),
+                    message: format!(
+                        "the answer is longer than max_answer_bytes ({cap} bytes); it was not read further"
+                    ),
+                    // The same prompt would be answered at that length again: no retry.
+                    retryable: false,
+                    retry_after: None,
+                });
+            }
+        };
+        let (content, usage) =
+            decode_answer(content_type.as_deref(), &bytes).map_err(|message| AttemptError {
                 code: "bad_response".to_owned(),
-                message: "the answer has no choices".to_owned(),
+                message,
                 retryable: true,
                 retry_after: None,
-            });
-        };
-        let content = match choice.message.content {
-            Some(c) if !c.trim().is_empty() => c,
-            _ => choice.message.reasoning_content.unwrap_or_default(),
-        };
-        let usage = parsed.usage.map_or(Usage::default(), |u| Usage {
-            prompt_tokens: u.prompt_tokens.unwrap_or(0),
-            completion_tokens: u.completion_tokens.unwrap_or(0),
-        });
+            })?;
         Ok(Completion {
             content,
             usage,
             attempts: 1,
         })
     }
+}
+
+/// The error code of an answer longer than `max_answer_bytes`.
+pub const ANSWER_TOO_LONG: &str = "answer_too_long";
+
+/// Bytes of an error answer's body that are read (its message is cut to 300 characters).
+const ERROR_BODY_BYTES: usize = 4096;
+
+enum ReadError {
+    /// The body is longer than the cap; the bytes read so far (at most the cap).
+    TooLong(Vec<u8>),
+    Transport(reqwest::Error),
+}
+
+/// Reads the body as it arrives, never holding more than `cap` bytes: a `Content-Length` above
+/// the cap is refused before reading, and a body without one stops at the cap.
+async fn read_capped(resp: &mut reqwest::Response, cap: usize) -> Result<Vec<u8>, ReadError> {
+    let announced = resp.content_length().and_then(|n| usize::try_from(n).ok());
+    if announced.is_some_and(|n| n > cap) {
+        return Err(ReadError::TooLong(Vec::new()));
+    }
+    let mut out = Vec::with_capacity(announced.unwrap_or(0).min(cap).min(1 << 20));
+    while let Some(chunk) = resp.chunk().await.map_err(ReadError::Transport)? {
+        let room = cap - out.len();
+        if chunk.len() > room {
+            out.extend_from_slice(chunk.get(..room).unwrap_or(&[]));
+            return Err(ReadError::TooLong(out));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// A `Retry-After` value in seconds, as sent: a non-negative number (`Retry-After: 1e20` is
+/// 1e20, infinity included); `None` for anything else (an HTTP date, garbage, NaN, a negative
+/// number), which leaves the exponential backoff in charge. The caller caps it before it
+/// becomes a `Duration`.
+pub fn parse_retry_after(value: &str) -> Option<f64> {
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| !s.is_nan() && *s >= 0.0)
+}
+
+/// The answer text and usage of a 2xx body: a chat completion (JSON), or, when the server
+/// streams (`Content-Type: text/event-stream`) although the request asked it not to, the
+/// concatenated `delta`s of the stream's chunks.
+///
+/// # Errors
+/// A message saying why the body is not a chat completion (it quotes the body's start).
+pub fn decode_answer(content_type: Option<&str>, body: &[u8]) -> Result<(String, Usage), String> {
+    let sse = content_type.is_some_and(|t| {
+        t.trim_start()
+            .to_ascii_lowercase()
+            .starts_with("text/event-stream")
+    });
+    if sse {
+        return decode_sse(body);
+    }
+    let parsed: ResponseBody = serde_json::from_slice(body).map_err(|e| {
+        format!(
+            "the answer is not a chat completion ({e}): {}",
+            truncate(&String::from_utf8_lossy(body), 200)
+        )
+    })?;
+    let Some(choice) = parsed.choices.into_iter().next() else {
+        return Err("the answer has no choices".to_owned());
+    };
+    let content = match choice.message.content {
+        Some(c) if !c.trim().is_empty() => c,
+        _ => choice.message.reasoning_content.unwrap_or_default(),
+    };
+    Ok((content, usage_of(parsed.usage)))
+}
+
+fn usage_of(u: Option<UsageBody>) -> Usage {
+    u.map_or(Usage::default(), |u| Usage {
+        prompt_tokens: u.prompt_tokens.unwrap_or(0),
+        completion_tokens: u.completion_tokens.unwrap_or(0),
+    })
+}
+
+#[derive(Deserialize)]
+struct StreamChunk {
+    #[serde(default)]
+    choices: Vec<StreamChoice>,
+    #[serde(default)]
+    usage: Option<UsageBody>,
+}
+
+#[derive(Deserialize)]
+struct StreamChoice {
+    #[serde(default)]
+    index: u32,
+    #[serde(default)]
+    delta: Option<MessageBody>,
+}
+
+/// An OpenAI-style event stream: `data: {chunk}` lines (other fields and comments ignored),
+/// ended by `data: [DONE]` or by the end of the body. Choice 0's `delta.content` pieces are
+/// the answer (`delta.reasoning_content` when there is no content), the last `usage` counts.
+fn decode_sse(body: &[u8]) -> Result<(String, Usage), String> {
+    let text =
+        std::str::from_utf8(body).map_err(|e| format!("the event stream is not UTF-8 ({e})"))?;
+    let (mut content, mut reasoning) = (String::new(), String::new());
+    let mut usage = None;
+    let mut chunks = 0usize;
+    for line in text.lines() {
+        let Some(data) = line.strip_prefix("data:") else {
+            continue;
+        };
+        let data = data.trim();
+        if data == "[DONE]" {
+            break;
+        }
+        if data.is_empty() {
+            continue;
+        }
+        let chunk: StreamChunk = serde_json::from_str(data).map_err(|e| {
+            format!(
+                "an event of the stream is not a chat completion chunk ({e}): {}",
+                truncate(data, 200)
+            )
+        })?;
+        chunks += 1;
+        if chunk.usage.is_some() {
+            usage = chunk.usage;
+        }
+        for c in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(d) = c.delta {
+                content.push_str(d.content.as_deref().unwrap_or(""));
+                reasoning.push_str(d.reasoning_content.as_deref().unwrap_or(""));
+            }
+        }
+    }
+    if chunks == 0 {
+        return Err("the event stream holds no chat completion chunk".to_owned());
+    }
+    let answer = if content.trim().is_empty() {
+        reasoning
+    } else {
+        content
+    };
+    Ok((answer, usage_of(usage)))
 }
 
 fn transport_error(e: reqwest::Error) -> AttemptError {

@@ -45,6 +45,13 @@ pub struct Metrics {
     cache_degraded: Gauge<i64, std::sync::atomic::AtomicI64>,
     cache_waits: Family<Labels, Counter>,
     cache_conflicts: Family<Labels, Counter>,
+    panel: crate::panel::PanelMetrics,
+    prompt_templates: Family<Labels, Counter>,
+    responses_stripped: Family<Labels, Counter>,
+    log_records: Family<Labels, Counter>,
+    connections: Gauge<i64, std::sync::atomic::AtomicI64>,
+    connections_refused: Counter,
+    budget: Family<Labels, Gauge<i64, std::sync::atomic::AtomicI64>>,
 }
 
 impl Default for Metrics {
@@ -77,8 +84,16 @@ impl Metrics {
             cache_degraded: Gauge::default(),
             cache_waits: Family::default(),
             cache_conflicts: Family::default(),
+            panel: crate::panel::PanelMetrics::default(),
+            prompt_templates: Family::default(),
+            responses_stripped: Family::default(),
+            log_records: Family::default(),
+            connections: Gauge::default(),
+            connections_refused: Counter::default(),
+            budget: Family::default(),
             registry: Registry::default(),
         };
+        m.panel.register(&mut registry);
         registry.register(
             "http_requests",
             "HTTP requests answered, by route and status code",
@@ -93,6 +108,21 @@ impl Metrics {
             "http_requests_in_flight",
             "HTTP requests being processed",
             m.in_flight.clone(),
+        );
+        registry.register(
+            "http_connections",
+            "Open HTTP connections",
+            m.connections.clone(),
+        );
+        registry.register(
+            "http_connections_refused",
+            "Connections answered 503 and closed because --max-connections were open",
+            m.connections_refused.clone(),
+        );
+        registry.register(
+            "http_budget_in_use",
+            "The server-wide budget in use, by kind: bytes (request bodies with their decoded form), turns, responses",
+            m.budget.clone(),
         );
         registry.register(
             "llm_calls",
@@ -174,7 +204,27 @@ impl Metrics {
             "Calls made twice (a lease that ran out, an outage) where the store kept the other answer and this replica used it, by endpoint",
             m.cache_conflicts.clone(),
         );
+        registry.register(
+            "prompt_templates",
+            "Turn prompts by chat-template family (or none) and status (parsed, plain, unrecognised, off)",
+            m.prompt_templates.clone(),
+        );
+        registry.register(
+            "responses_stripped",
+            "Responses whose trailing end-of-turn tokens were removed, by family (a family's name, any, or none for the extra suffixes only)",
+            m.responses_stripped.clone(),
+        );
+        registry.register(
+            "log_records",
+            "Records of the response log (care serve --log), by result (written, dropped when the writer's queue was full, failed)",
+            m.log_records.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// The series of judge panels.
+    pub fn panel(&self) -> &crate::panel::PanelMetrics {
+        &self.panel
     }
 
     /// The OpenMetrics text of every series.
@@ -201,6 +251,25 @@ impl Metrics {
     /// A request started (`+1`) or ended (`-1`).
     pub fn in_flight(&self, delta: i64) {
         self.in_flight.inc_by(delta);
+    }
+
+    /// A connection opened (`+1`) or closed (`-1`).
+    pub fn connection(&self, delta: i64) {
+        self.connections.inc_by(delta);
+    }
+
+    /// A connection over the cap was refused.
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
+    }
+
+    /// The server-wide budget in use now (set when the metrics are rendered).
+    pub fn budget_in_use(&self, bytes: usize, turns: usize, responses: usize) {
+        for (kind, v) in [("bytes", bytes), ("turns", turns), ("responses", responses)] {
+            self.budget
+                .get_or_create(&vec![("kind", kind.to_owned())])
+                .set(i64::try_from(v).unwrap_or(i64::MAX));
+        }
     }
 
     /// One LLM HTTP attempt ended with `code` (`ok` or an error code).
@@ -333,5 +402,29 @@ impl Metrics {
         self.responses
             .get_or_create(&vec![("status", status.to_owned())])
             .inc();
+    }
+
+    /// A turn's prompt read with a chat template (`family` a name or `none`).
+    pub fn prompt_template(&self, family: &str, status: &'static str) {
+        self.prompt_templates
+            .get_or_create(&vec![
+                ("family", family.to_owned()),
+                ("status", status.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// A response lost its trailing end tokens.
+    pub fn response_stripped(&self, family: &'static str) {
+        self.responses_stripped
+            .get_or_create(&vec![("family", family.to_owned())])
+            .inc();
+    }
+
+    /// `n` records of the response log `written`, `dropped` or `failed`.
+    pub fn log_records(&self, result: &'static str, n: u64) {
+        self.log_records
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc_by(n);
     }
 }

@@ -12,10 +12,11 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use care_core::{
-    FormatPolicy, JudgePromptLayout, JudgeReport, RubricBuf, ScoreOptions, parse_judge_output,
-    policy_reward_group, render_judge_prompt_with, validate_str,
+    Dimension, FormatPolicy, JudgePromptLayout, JudgeReport, Rubric, RubricBuf, ScoreOptions,
+    parse_judge_output, policy_reward_group, render_judge_prompt_with, validate_str,
 };
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use crate::llm::ChatMessage;
 
@@ -173,9 +174,10 @@ pub trait RubricProfile: Send + Sync + std::fmt::Debug {
     /// The user message appended after an invalid answer (the repair request).
     fn repair_message(&self, check: &RubricCheck) -> String;
 
-    /// The rubric as JSON for the output line (`text` passed [`RubricProfile::check_rubric`]).
-    fn rubric_json(&self, text: &str) -> serde_json::Value {
-        serde_json::from_str(text).unwrap_or(serde_json::Value::String(text.to_owned()))
+    /// The rubric for the output line (`text` passed [`RubricProfile::check_rubric`]): the JSON
+    /// as written ([`RubricJson::verbatim`]).
+    fn rubric_json(&self, text: &str) -> RubricJson {
+        RubricJson::verbatim(text)
     }
 
     /// Criteria per dimension of a valid rubric (the layout of a response's scores).
@@ -184,8 +186,46 @@ pub trait RubricProfile: Send + Sync + std::fmt::Debug {
     /// Whether and what to judge of `response`.
     fn prepare_response(&self, response: &str) -> Prepared;
 
+    /// Whether a turn's `gold` holds what the reward needs; a message saying what is missing
+    /// refuses the turn before any judge call (every response `missing_gold`).
+    ///
+    /// # Errors
+    /// What to add to `gold`.
+    fn check_gold(&self, _gold: Option<&serde_json::Value>) -> Result<(), String> {
+        Ok(())
+    }
+
     /// The judge's first request.
     fn judge_messages(&self, rubric: &str, dialogue: &Dialogue, span: &str) -> Vec<ChatMessage>;
+
+    /// Whether [`RubricProfile::judge_messages_ordered`] can reorder this profile's criteria
+    /// (a panel with `shuffle_criteria` refuses a profile that cannot).
+    fn can_reorder(&self) -> bool {
+        false
+    }
+
+    /// The judge's first request with the criteria shown in `order`: `order[i]` is the flat
+    /// index ([`RubricProfile::layout`] order) of the criterion shown `i`-th, each dimension's
+    /// criteria together ([`crate::panel::criterion_order`]). A profile whose prompt lists its
+    /// dimensions in a fixed order keeps it and follows `order` within each dimension. With
+    /// `order` the identity it must equal [`RubricProfile::judge_messages`]. The answer is read by
+    /// [`RubricProfile::parse_answer`] as always, which matches scores by title, so they land in
+    /// rubric order whatever order the judge saw.
+    ///
+    /// # Errors
+    /// The profile cannot reorder its criteria (the default), or `order` does not fit.
+    fn judge_messages_ordered(
+        &self,
+        _rubric: &str,
+        _dialogue: &Dialogue,
+        _span: &str,
+        _order: &[usize],
+    ) -> Result<Vec<ChatMessage>, String> {
+        Err(format!(
+            "profile {} cannot reorder its criteria",
+            self.name()
+        ))
+    }
 
     /// Reads a judge answer into raw scores, flat in [`RubricProfile::layout`] order.
     ///
@@ -385,14 +425,15 @@ impl RubricProfile for CareProfile {
         )
     }
 
-    fn rubric_json(&self, text: &str) -> serde_json::Value {
-        // Under the lenient policy the text may hold a think block or a fence: output the
-        // rubric itself, re-serialized from the parsed form.
-        match serde_json::from_str(text) {
-            Ok(v) => v,
-            Err(_) => match self.rubric(text) {
+    fn rubric_json(&self, text: &str) -> RubricJson {
+        // The generator's object as it wrote it. Under the lenient policy the text may hold a
+        // think block, a fence or the {"analysis", "rubric"} envelope: the rubric object inside,
+        // as written; failing that, the parsed rubric in the contract's key order.
+        match embedded_rubric(text) {
+            Some(r) => r,
+            None => match self.rubric(text) {
                 Some(r) => rubric_to_json(&r),
-                None => serde_json::Value::String(text.to_owned()),
+                None => RubricJson::string(text),
             },
         }
     }
@@ -421,6 +462,60 @@ impl RubricProfile for CareProfile {
             );
         }
         vec![ChatMessage::new("user", prompt)]
+    }
+
+    fn can_reorder(&self) -> bool {
+        true
+    }
+
+    fn judge_messages_ordered(
+        &self,
+        rubric: &str,
+        dialogue: &Dialogue,
+        span: &str,
+        order: &[usize],
+    ) -> Result<Vec<ChatMessage>, String> {
+        let buf = self
+            .rubric(rubric)
+            .ok_or_else(|| "the rubric does not parse".to_owned())?;
+        let r = buf.rubric();
+        let flat: Vec<(Dimension, &care_core::Criterion<'_>)> = r.iter_flat().collect();
+        if crate::panel::order_blocks(&r.counts(), order).is_none() {
+            return Err(format!(
+                "{order:?} is not an order of the rubric's {} criteria that keeps each dimension together",
+                flat.len()
+            ));
+        }
+        let mut shown = Rubric::new();
+        for d in Dimension::ALL {
+            let c = r.category(d);
+            if c.present {
+                shown.set_category(d, c.weight, c.rationale);
+            }
+        }
+        // The prompt lists the three categories in their canonical order (the core's
+        // renderer); the order moves the criteria within each.
+        for &i in order {
+            let (d, c) = flat
+                .get(i)
+                .ok_or_else(|| format!("criterion {i} is not in the rubric"))?;
+            shown
+                .push_criterion(*d, c.title, c.description)
+                .map_err(|e| e.to_string())?;
+        }
+        // Rendered as `judge_messages` renders (a test holds the two equal at the identity).
+        let mut prompt = String::new();
+        let lines = dialogue.history_lines();
+        let context: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let _ = render_judge_prompt_with(
+            &mut prompt,
+            &shown,
+            &context,
+            dialogue.seeker_turn(),
+            span,
+            self.layout,
+        );
+        Ok(vec![ChatMessage::new("user", prompt)])
     }
 
     fn parse_answer(&self, rubric: &str, answer: &str) -> Result<Vec<f64>, JudgeProblem> {
@@ -510,24 +605,160 @@ fn check_report(
     Ok(())
 }
 
-fn rubric_to_json(buf: &RubricBuf) -> serde_json::Value {
+/// The rubric in the contract's key order (`category`, `weight_rationale`, `category_weight`,
+/// `criteria`; `title`, `description`), for a lenient answer whose object could not be cut out.
+fn rubric_to_json(buf: &RubricBuf) -> RubricJson {
+    #[derive(Serialize)]
+    struct Criterion<'a> {
+        title: &'a str,
+        description: &'a str,
+    }
+    #[derive(Serialize)]
+    struct Category<'a> {
+        category: &'a str,
+        weight_rationale: &'a str,
+        category_weight: f64,
+        criteria: Vec<Criterion<'a>>,
+    }
+    #[derive(Serialize)]
+    struct Out<'a> {
+        categories: Vec<Category<'a>>,
+    }
     let r = buf.rubric();
-    let cats: Vec<serde_json::Value> = care_core::Dimension::ALL
+    let categories = care_core::Dimension::ALL
         .into_iter()
         .filter(|d| r.category(*d).present)
         .map(|d| {
             let c = r.category(d);
-            serde_json::json!({
-                "category": d.json_name(),
-                "weight_rationale": c.rationale,
-                "category_weight": c.weight,
-                "criteria": c.criteria().iter().map(|k| serde_json::json!({
-                    "title": k.title, "description": k.description
-                })).collect::<Vec<_>>(),
-            })
+            Category {
+                category: d.json_name(),
+                weight_rationale: c.rationale,
+                category_weight: c.weight,
+                criteria: c
+                    .criteria()
+                    .iter()
+                    .map(|k| Criterion {
+                        title: k.title,
+                        description: k.description,
+                    })
+                    .collect(),
+            }
         })
         .collect();
-    serde_json::json!({ "categories": cats })
+    serde_json::to_string(&Out { categories })
+        .ok()
+        .and_then(|t| RawValue::from_string(t).ok())
+        .map_or_else(|| RubricJson::string(""), RubricJson)
+}
+
+/// A rubric as output lines carry it: JSON text, written into the line as it is.
+///
+/// One rule (docs/SPEC.md): a generator answer that is JSON is written as the generator wrote
+/// it, members in its order, with only the whitespace between JSON tokens removed (so the line
+/// stays one line); `care analyze` validates it as it validates the generator's own text. An
+/// answer that is not JSON is written as a JSON string.
+#[derive(Clone, Debug)]
+pub struct RubricJson(Box<RawValue>);
+
+impl RubricJson {
+    /// `text` minified when it is one JSON value, else as a JSON string.
+    pub fn verbatim(text: &str) -> RubricJson {
+        minify(text)
+            .and_then(|m| RawValue::from_string(m).ok())
+            .map_or_else(|| RubricJson::string(text), RubricJson)
+    }
+
+    /// `text` as a JSON string.
+    pub fn string(text: &str) -> RubricJson {
+        let quoted = serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned());
+        RubricJson(RawValue::from_string(quoted).unwrap_or_else(|_| empty_string()))
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// As a [`serde_json::Value`] (object members in sorted order: for reading, not writing).
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::from_str(self.get()).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+fn empty_string() -> Box<RawValue> {
+    // `""` is JSON; the fallback of a fallback, never reached.
+    RawValue::from_string("\"\"".to_owned()).unwrap_or_else(|_| RawValue::NULL.to_owned())
+}
+
+impl PartialEq for RubricJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Serialize for RubricJson {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+/// `text` without the whitespace between its JSON tokens, when it is one JSON value.
+pub(crate) fn minify(text: &str) -> Option<String> {
+    let raw: &RawValue = serde_json::from_str(text).ok()?;
+    let mut out = String::with_capacity(raw.get().len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in raw.get().chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            out.push(c);
+        }
+    }
+    Some(out)
+}
+
+/// The rubric object of a lenient answer, as written: the whole answer when it is a rubric
+/// object, the `rubric` member of an envelope, or the first such object after a think block or
+/// inside a fence (at most 64 candidate braces are tried).
+fn embedded_rubric(text: &str) -> Option<RubricJson> {
+    fn pick(raw: &RawValue) -> Option<RubricJson> {
+        let members: std::collections::HashMap<String, &RawValue> =
+            serde_json::from_str(raw.get()).ok()?;
+        if members.contains_key("categories") {
+            return Some(RubricJson::verbatim(raw.get()));
+        }
+        let inner = members.get("rubric")?;
+        let inner_members: std::collections::HashMap<String, &RawValue> =
+            serde_json::from_str(inner.get()).ok()?;
+        inner_members
+            .contains_key("categories")
+            .then(|| RubricJson::verbatim(inner.get()))
+    }
+    if let Ok(raw) = serde_json::from_str::<&RawValue>(text) {
+        return pick(raw).or_else(|| Some(RubricJson::verbatim(text)));
+    }
+    let start = text.find("</think>").map_or(0, |i| i + "</think>".len());
+    let body = text.get(start..)?;
+    for (i, _) in body.match_indices('{').take(64) {
+        let mut values =
+            serde_json::Deserializer::from_str(body.get(i..)?).into_iter::<&RawValue>();
+        if let Some(Ok(raw)) = values.next()
+            && let Some(r) = pick(raw)
+        {
+            return Some(r);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -585,6 +816,38 @@ mod tests {
     }
 
     #[test]
+    fn the_rubric_is_written_as_the_generator_wrote_it() {
+        let strict = CareProfile::new(false);
+        let out = strict.rubric_json(RUBRIC);
+        // One line, the members in the generator's order, nothing else changed: the paper's
+        // contract (key order included) still holds for the written text.
+        assert!(!out.get().contains('\n'));
+        let minified = minify(RUBRIC).unwrap();
+        assert_eq!(out.get(), minified);
+        assert!(strict.check_rubric(out.get()).is_valid(), "{}", out.get());
+        assert!(out.get().find("\"weight_rationale\"") < out.get().find("\"category_weight\""));
+        // Lenient answers: the rubric object inside, as written.
+        let lenient = CareProfile::new(true);
+        for wrapped in [
+            format!("<think>weigh it</think>\n```json\n{RUBRIC}\n```"),
+            format!("{{\"analysis\": \"a {{brace}}\", \"rubric\": {RUBRIC}}}"),
+        ] {
+            assert!(lenient.check_rubric(&wrapped).is_valid(), "{wrapped}");
+            assert_eq!(lenient.rubric_json(&wrapped), out, "{wrapped}");
+        }
+        // Strings keep their whitespace; non-JSON text is a JSON string.
+        assert_eq!(
+            RubricJson::verbatim("{ \"a\" : \" x  y \" }").get(),
+            "{\"a\":\" x  y \"}"
+        );
+        assert_eq!(RubricJson::verbatim("not json").get(), "\"not json\"");
+        assert_eq!(
+            serde_json::to_string(&RubricJson::verbatim("[1, 2]")).unwrap(),
+            "[1,2]"
+        );
+    }
+
+    #[test]
     fn parse_answer_names_missing_criteria_and_scores_the_group() {
         let p = CareProfile::new(false);
         let err = p.parse_answer(RUBRIC, "no json here").unwrap_err();
@@ -603,5 +866,35 @@ mod tests {
         let msgs = p.judge_messages(RUBRIC, &dialogue(), "I hear you.");
         assert!(msgs[0].content.contains("I hear you."));
         assert!(msgs[0].content.contains("seeker: I feel lost."));
+    }
+
+    #[test]
+    fn an_ordered_prompt_is_the_prompt_at_the_identity_and_moves_the_criteria_otherwise() {
+        let p = CareProfile::new(false);
+        let d = dialogue();
+        let plain = p.judge_messages(RUBRIC, &d, "I hear you.");
+        let id: Vec<usize> = (0..8).collect();
+        assert_eq!(
+            p.judge_messages_ordered(RUBRIC, &d, "I hear you.", &id)
+                .unwrap(),
+            plain
+        );
+        let moved = p
+            .judge_messages_ordered(RUBRIC, &d, "I hear you.", &[2, 1, 0, 3, 4, 5, 6, 7])
+            .unwrap();
+        assert_ne!(moved, plain);
+        let pos = |m: &[ChatMessage], t: &str| m[0].content.find(t).unwrap();
+        let (first, third) = (
+            "Accurately Understand the Core Dilemma",
+            "Stay Grounded in the Seeker's Context",
+        );
+        assert!(pos(&plain, first) < pos(&plain, third));
+        assert!(pos(&moved, first) > pos(&moved, third));
+        assert!(p.judge_messages_ordered(RUBRIC, &d, "x", &[0, 1]).is_err());
+        // The three sections keep their canonical order whatever the block order.
+        let blocks_moved = p
+            .judge_messages_ordered(RUBRIC, &d, "I hear you.", &[5, 6, 7, 3, 4, 0, 1, 2])
+            .unwrap();
+        assert_eq!(blocks_moved, plain);
     }
 }

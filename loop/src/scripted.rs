@@ -8,12 +8,15 @@
 //!   Every turn gets that rubric, whatever its context.
 //! * judge: when the judged response is one of the six responses of `cli/data/demo_group.json`,
 //!   the answer is that response's recorded judge output (bare JSON, a think block, a code
-//!   fence, prose, string scores, compact: the parser's cases); any other response gets an
-//!   answer without JSON, so it ends as `judge_invalid` with a `null` reward.
+//!   fence, prose, string scores, compact: the parser's cases); when it is the response span
+//!   of a well-formed output of `cli/data/demo_kardia.json` (`--profile kardia`,
+//!   `cli/data/reward_demo_kardia.jsonl`), that output's recorded judge answer; any other
+//!   response gets an answer without JSON, so it ends as `judge_invalid` with a `null` reward.
 //!
 //! Its model name is [`SCRIPTED_MODEL`], so its answers never mix with a real model's in the
 //! cache.
 
+use care_core::profile::Profile;
 use serde::Deserialize;
 
 use crate::llm::{ChatMessage, Completion, Usage};
@@ -23,6 +26,7 @@ pub const SCRIPTED_MODEL: &str = "care-scripted-replay";
 
 const RUBRIC: &str = include_str!("../../cli/data/rubric_sft_1.json");
 const GROUP: &str = include_str!("../../cli/data/demo_group.json");
+const KARDIA_GROUP: &str = include_str!("../../cli/data/demo_kardia.json");
 
 /// The answer to a response with no recorded judgment (no JSON, so never a score).
 pub const NO_RECORDING: &str = "care scripted backend: no recorded judgment for this response (this backend replays the bundled demo only).";
@@ -36,6 +40,38 @@ struct Group {
 struct Recorded {
     text: String,
     judge: String,
+}
+
+#[derive(Deserialize)]
+struct KardiaGroup {
+    responses: Vec<KardiaRecorded>,
+}
+
+#[derive(Deserialize)]
+struct KardiaRecorded {
+    output: String,
+    /// `null` for a malformed output (never judged).
+    judge: Option<String>,
+}
+
+/// The Kardia group's recorded judgments, keyed by the span the judge is shown (the text
+/// between the response tags of a well-formed output).
+fn kardia_recorded() -> Vec<(String, String)> {
+    let (Ok(group), Ok(profile)) = (
+        serde_json::from_str::<KardiaGroup>(KARDIA_GROUP),
+        Profile::builtin("kardia"),
+    ) else {
+        return Vec::new();
+    };
+    group
+        .responses
+        .into_iter()
+        .filter_map(|r| {
+            let check = profile.check_output(r.output.as_bytes());
+            let span = check.judge_text()?.to_owned();
+            Some((span, r.judge?))
+        })
+        .collect()
 }
 
 /// The scripted replay of one role.
@@ -56,10 +92,11 @@ impl Scripted {
 
     /// The scripted judge.
     pub fn judge() -> Self {
-        // The bundled file is checked by this crate's tests; a broken copy replays nothing.
-        let recorded = serde_json::from_str::<Group>(GROUP)
+        // The bundled files are checked by this crate's tests; a broken copy replays nothing.
+        let mut recorded: Vec<(String, String)> = serde_json::from_str::<Group>(GROUP)
             .map(|g| g.responses.into_iter().map(|r| (r.text, r.judge)).collect())
             .unwrap_or_default();
+        recorded.extend(kardia_recorded());
         Scripted {
             judge: true,
             recorded,
@@ -105,7 +142,8 @@ mod tests {
 
     #[test]
     fn the_bundled_demo_is_replayed() {
-        assert_eq!(Scripted::judge().recorded.len(), 6);
+        // Six CARE responses, and the three well-formed outputs of the Kardia group.
+        assert_eq!(Scripted::judge().recorded.len(), 6 + 3);
         let first = Scripted::generator().complete(&[
             ChatMessage::new("system", "s"),
             ChatMessage::new("user", "u"),

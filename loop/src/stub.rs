@@ -15,7 +15,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::llm::{ChatMessage, Role};
@@ -77,6 +77,21 @@ pub enum StubReply {
     Stall,
     /// A 200 answer whose body is this text (not a chat completion).
     Raw(String),
+    /// An HTTP error status with this `Retry-After` text as sent (`1e20`, `inf`, a date).
+    StatusRetryAfter(u16, String),
+    /// A 200 JSON answer of `bytes` bytes, sent in pieces as the client reads them (never held
+    /// whole by the stub); with `declared`, a `Content-Length` announces the size first.
+    Huge {
+        /// Body size.
+        bytes: u64,
+        /// Send a `Content-Length`.
+        declared: bool,
+    },
+    /// A 200 `text/event-stream` of these `data:` events (chat completion chunks, or
+    /// anything), then `data: [DONE]`.
+    Sse(Vec<String>),
+    /// A 200 `text/event-stream` of chunks that never ends.
+    EndlessSse,
 }
 
 type Script = dyn Fn(&StubRequest, usize) -> StubReply + Send + Sync;
@@ -84,6 +99,8 @@ type Script = dyn Fn(&StubRequest, usize) -> StubReply + Send + Sync;
 struct StubState {
     script: Box<Script>,
     calls: Mutex<Vec<StubRequest>>,
+    /// Bytes of the made-on-the-fly bodies handed to the connection so far.
+    streamed: std::sync::atomic::AtomicU64,
 }
 
 /// A running stub; stops when dropped.
@@ -131,9 +148,11 @@ impl Stub {
         let state = Arc::new(StubState {
             script: Box::new(script),
             calls: Mutex::new(Vec::new()),
+            streamed: std::sync::atomic::AtomicU64::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(handle))
+            .route("/stub/calls", get(calls))
             .with_state(Arc::clone(&state));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -159,6 +178,35 @@ impl Stub {
     pub fn count(&self, role: Role) -> usize {
         self.calls().iter().filter(|c| c.role == role).count()
     }
+
+    /// Bytes of the [`StubReply::Huge`] and [`StubReply::EndlessSse`] bodies produced so far:
+    /// each piece is produced only when the connection takes it, so this is what the client
+    /// read plus what the sockets buffer.
+    pub fn streamed_bytes(&self) -> u64 {
+        self.state
+            .streamed
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// `GET /stub/calls`: every request so far, `[{"role": "generator" | "judge", "messages": [...]}]`
+/// (for tests in another process, such as the Python trainer tests).
+async fn calls(State(s): State<Arc<StubState>>) -> Response {
+    let list: Vec<Value> = s
+        .calls
+        .lock()
+        .map(|c| {
+            c.iter()
+                .map(|r| json!({"role": r.role.as_str(), "messages": r.messages}))
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        Value::Array(list).to_string(),
+    )
+        .into_response()
 }
 
 async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {
@@ -219,6 +267,100 @@ async fn handle(State(s): State<Arc<StubState>>, body: Bytes) -> Response {
             text,
         )
             .into_response(),
+        StubReply::StatusRetryAfter(code, value) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut r = (status, "{\"error\":{\"message\":\"stub error\"}}").into_response();
+            if let Ok(h) = value.parse() {
+                r.headers_mut().insert(header::RETRY_AFTER, h);
+            }
+            r
+        }
+        StubReply::Huge { bytes, declared } => {
+            // A JSON string that never ends within the body: only a cap stops a reader.
+            let mut r = Response::new(axum::body::Body::new(Repeat {
+                state: Arc::clone(&s),
+                head: Some(Bytes::from_static(
+                    b"{\"choices\":[{\"message\":{\"content\":\"",
+                )),
+                chunk: Bytes::from(vec![b'a'; 64 << 10]),
+                left: Some(bytes),
+            }));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            if declared {
+                r.headers_mut()
+                    .insert(header::CONTENT_LENGTH, header::HeaderValue::from(bytes));
+            }
+            r
+        }
+        StubReply::Sse(events) => {
+            let mut body = String::new();
+            for e in events.iter().map(String::as_str).chain(["[DONE]"]) {
+                body.push_str("data: ");
+                body.push_str(e);
+                body.push_str("\n\n");
+            }
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                body,
+            )
+                .into_response()
+        }
+        StubReply::EndlessSse => {
+            let event = format!(
+                "data: {}\n\n",
+                json!({"choices": [{"index": 0, "delta": {"content": "a".repeat(8000)}}]})
+            );
+            let mut r = Response::new(axum::body::Body::new(Repeat {
+                state: Arc::clone(&s),
+                head: None,
+                chunk: Bytes::from(event.repeat(8)),
+                left: None,
+            }));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/event-stream"),
+            );
+            r
+        }
+    }
+}
+
+/// A body made on the fly: `head`, then `chunk` over and over, `left` bytes in all (`None`:
+/// without end). Each piece is produced when the connection can take it, so a huge or endless
+/// answer costs the stub one chunk of memory.
+struct Repeat {
+    state: Arc<StubState>,
+    head: Option<Bytes>,
+    chunk: Bytes,
+    left: Option<u64>,
+}
+
+impl axum::body::HttpBody for Repeat {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let next = self.head.take().unwrap_or_else(|| self.chunk.clone());
+        let piece = match self.left {
+            None => next,
+            Some(0) => return std::task::Poll::Ready(None),
+            Some(n) => {
+                let k = usize::try_from(n).unwrap_or(usize::MAX).min(next.len());
+                self.left = Some(n - k as u64);
+                next.slice(..k)
+            }
+        };
+        self.state
+            .streamed
+            .fetch_add(piece.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
     }
 }
 
@@ -259,4 +401,86 @@ pub fn judge_answer(rubric: &str, score: u8) -> String {
         }
     }
     json!({ "criterion_scores": items }).to_string()
+}
+
+/// The `(category, title)` of every criterion, in rubric order, of a rubric
+/// (`{"categories": [...]}`) or of a fixed profile's JSON (`{"dimensions": [...]}`).
+pub fn rubric_criteria(json: &str) -> Vec<(String, String)> {
+    let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+    let (list, name) = match (v.get("categories"), v.get("dimensions")) {
+        (Some(c), _) => (c, "category"),
+        (None, Some(d)) => (d, "name"),
+        (None, None) => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    for c in list.as_array().into_iter().flatten() {
+        let cat = c.get(name).and_then(Value::as_str).unwrap_or("");
+        for k in c
+            .get("criteria")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let title = k.get("title").and_then(Value::as_str).unwrap_or("");
+            out.push((cat.to_owned(), title.to_owned()));
+        }
+    }
+    out
+}
+
+/// The indices of `criteria` (see [`rubric_criteria`]) in the order a judge prompt lists them:
+/// by where each title first occurs in `prompt`, whatever the prompt's layout (criteria whose
+/// title does not occur are left out).
+pub fn criteria_in_prompt(prompt: &str, criteria: &[(String, String)]) -> Vec<usize> {
+    let mut found: Vec<(usize, usize)> = criteria
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, title))| prompt.find(title.as_str()).map(|p| (p, i)))
+        .collect();
+    found.sort_unstable();
+    found.into_iter().map(|(_, i)| i).collect()
+}
+
+/// How one stub judge of a panel answers: judges that disagree in known ways.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PanelJudge {
+    /// Every criterion gets its base score plus this offset, clamped to `0..=5`.
+    Offset(i8),
+    /// A position bias: the criterion the prompt lists first gets this score, every other one
+    /// its base score.
+    FirstListed(u8),
+    /// Answers this HTTP status every time.
+    Failing(u16),
+}
+
+/// The answer of stub judge `judge` to the judge request `req`: the scores of `criteria` (see
+/// [`rubric_criteria`]), `base(i)` being the base score of criterion `i` (rubric order), with
+/// the items in the order the prompt lists the criteria, as a judge reading it would write them.
+pub fn panel_reply(
+    req: &StubRequest,
+    criteria: &[(String, String)],
+    judge: PanelJudge,
+    base: impl Fn(usize) -> u8,
+) -> StubReply {
+    let prompt = req.messages.first().map_or("", |m| m.content.as_str());
+    let shown = criteria_in_prompt(prompt, criteria);
+    let items: Vec<Value> = shown
+        .iter()
+        .enumerate()
+        .filter_map(|(place, &i)| {
+            let (cat, title) = criteria.get(i)?;
+            let b = i16::from(base(i));
+            let score = match judge {
+                PanelJudge::Offset(o) => (b + i16::from(o)).clamp(0, 5),
+                PanelJudge::FirstListed(s) if place == 0 => i16::from(s),
+                PanelJudge::FirstListed(_) => b,
+                PanelJudge::Failing(_) => return None,
+            };
+            Some(json!({"category": cat, "criterion_title": title, "score": score}))
+        })
+        .collect();
+    match judge {
+        PanelJudge::Failing(status) => StubReply::Status(status, None),
+        _ => StubReply::Content(json!({ "criterion_scores": items }).to_string()),
+    }
 }

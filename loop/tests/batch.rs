@@ -26,7 +26,7 @@ fn config(stub: &Stub) -> LoopConfig {
     };
     LoopConfig {
         generator: ep("g"),
-        judge: ep("j"),
+        judge: ep("j").into(),
         turn_concurrency: 4,
         ..LoopConfig::default()
     }
@@ -114,7 +114,8 @@ async fn one_line_out_per_line_in_and_in_order() {
             lines: 6,
             failed_lines: 3,
             responses_without_reward: 0,
-            responses_rewarded: 5
+            responses_rewarded: 5,
+            by_status: [("ok", 5)].into_iter().collect(),
         }
     );
     let lines = out.lines();

@@ -58,7 +58,8 @@ async fn kardia_settles_malformed_outputs_and_judges_the_response_span() {
             backoff_initial_secs: 0.001,
             backoff_max_secs: 0.002,
             ..EndpointConfig::new(stub.base_url(), "judge")
-        },
+        }
+        .into(),
         profile: "kardia".into(),
         ..LoopConfig::default()
     };
@@ -77,6 +78,7 @@ async fn kardia_settles_malformed_outputs_and_judges_the_response_span() {
                 output("joy", "score:3"),
             ],
             gold: Some(json!({"emotion": "fear"})),
+            ..TurnInput::default()
         })
         .await
         .unwrap();

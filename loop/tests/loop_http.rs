@@ -30,7 +30,7 @@ fn fast(url: &str, model: &str) -> EndpointConfig {
 fn config(stub: &Stub) -> LoopConfig {
     LoopConfig {
         generator: fast(&stub.base_url(), "gen-model"),
-        judge: fast(&stub.base_url(), "judge-model"),
+        judge: fast(&stub.base_url(), "judge-model").into(),
         ..LoopConfig::default()
     }
 }
@@ -53,7 +53,7 @@ fn turn(tag: &str, scores: &[u8]) -> TurnInput {
             ChatMessage::new("user", "My best friend moved away."),
         ],
         responses: scores.iter().map(|s| format!("score:{s}")).collect(),
-        gold: None,
+        ..TurnInput::default()
     }
 }
 
@@ -175,7 +175,10 @@ async fn the_repair_loop_is_bounded_and_ends_in_an_explicit_status() {
         "{m}"
     );
     // The output keeps the last invalid answer, so a user can see what the generator wrote.
-    assert_eq!(r.rubric, Some(serde_json::Value::String(bad_rubric())));
+    assert_eq!(
+        r.rubric.map(|x| x.to_value()),
+        Some(serde_json::Value::String(bad_rubric()))
+    );
 }
 
 #[tokio::test]
@@ -321,7 +324,7 @@ async fn slow_and_stalled_judges_time_out_per_attempt() {
     .await
     .unwrap();
     let mut cfg = config(&stub);
-    cfg.judge.max_attempts = 2;
+    cfg.judge.judges[0].endpoint.max_attempts = 2;
     let eng = engine(&cfg, None);
     let mut t = turn("t", &[]);
     t.responses = vec!["slow".into(), "stalled".into()];
@@ -358,7 +361,7 @@ async fn a_connection_stalled_mid_body_times_out() {
     });
     let cfg = LoopConfig {
         generator: fast(&format!("http://{addr}/v1"), "g"),
-        judge: fast(&format!("http://{addr}/v1"), "j"),
+        judge: fast(&format!("http://{addr}/v1"), "j").into(),
         ..LoopConfig::default()
     };
     let eng = engine(&cfg, None);
@@ -378,7 +381,7 @@ async fn a_refused_connection_is_a_connect_error() {
     let url = format!("http://127.0.0.1:{port}/v1");
     let cfg = LoopConfig {
         generator: fast(&url, "g"),
-        judge: fast(&url, "j"),
+        judge: fast(&url, "j").into(),
         ..LoopConfig::default()
     };
     let r = engine(&cfg, None).run_turn(turn("t", &[1])).await.unwrap();
@@ -420,7 +423,7 @@ async fn a_rerun_from_the_cache_makes_zero_calls_and_gives_the_same_result() {
     );
     // Another judge model is another key: the judge is asked again, the rubric is not.
     let mut other = cfg.clone();
-    other.judge.model = "judge-model-2".into();
+    other.judge.judges[0].endpoint.model = "judge-model-2".into();
     let third = engine(&other, Some(Cache::open(&path).unwrap()))
         .run_turn(turn("t", &[1, 2, 3]))
         .await

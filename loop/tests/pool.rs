@@ -44,7 +44,8 @@ fn engine(generator: &Stub, judges: Vec<String>, eject_secs: f64) -> (Arc<Engine
             eject_max_secs: 60.0,
             timeout_secs: 5.0,
             ..EndpointConfig::new(judges, "j")
-        },
+        }
+        .into(),
         ..LoopConfig::default()
     };
     let metrics = Arc::new(Metrics::new());
@@ -60,6 +61,7 @@ fn turn(id: &str, n: usize) -> TurnInput {
             .map(|j| format!("{id}-{j} score:{}", j % 6))
             .collect(),
         gold: None,
+        ..TurnInput::default()
     }
 }
 

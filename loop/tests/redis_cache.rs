@@ -63,7 +63,7 @@ async fn replica(stub: &Stub, url: &str) -> (Arc<Engine>, Arc<Metrics>) {
     };
     let cfg = LoopConfig {
         generator: ep("g"),
-        judge: ep("j"),
+        judge: ep("j").into(),
         cache: cache_cfg(),
         ..LoopConfig::default()
     };
@@ -83,6 +83,7 @@ fn turn(id: &str, scores: &[u8]) -> TurnInput {
             .map(|(j, s)| format!("{id}-{j} score:{s}"))
             .collect(),
         gold: None,
+        ..TurnInput::default()
     }
 }
 
@@ -319,7 +320,7 @@ async fn under_when_down_refuse_an_unreachable_store_refuses_the_turn() {
     let ep = |m: &str| EndpointConfig::new(stub.base_url(), m);
     let cfg = LoopConfig {
         generator: ep("g"),
-        judge: ep("j"),
+        judge: ep("j").into(),
         cache: CacheConfig {
             when_down: "refuse".into(),
             ..cache_cfg()

@@ -53,7 +53,7 @@ impl Server {
         .unwrap();
         let cfg = LoopConfig {
             generator: fast(&stub.base_url(), "g"),
-            judge: fast(&stub.base_url(), "j"),
+            judge: fast(&stub.base_url(), "j").into(),
             judge_attempts: 2,
             ..LoopConfig::default()
         };
@@ -174,10 +174,15 @@ async fn openrlhf_get_reward_groups_by_prompt_and_imputes_failures_explicitly() 
 }
 
 #[tokio::test]
-async fn the_error_policy_refuses_instead_of_imputing() {
+async fn the_error_policy_refuses_instead_of_imputing_and_names_every_failure() {
     let s = Server::start(OnFailure::Error, Duration::ZERO).await;
-    let body =
-        json!({"query": ["pscore:2", "pnope"], "prompts": ["p", "p"], "labels": [null, null]});
+    // Two groups (prompts p and q), failures in both: every failed query is named by its
+    // index in the batch, its group and its place in the group, not only the first group's.
+    let body = json!({
+        "query": ["pscore:2", "pnope", "qscore:1", "qnope", "qalso nope"],
+        "prompts": ["p", "p", "q", "q", "q"],
+        "labels": [null, null, null, null, null],
+    });
     let resp = reqwest::Client::new()
         .post(s.url("/get_reward"))
         .json(&body)
@@ -187,12 +192,38 @@ async fn the_error_policy_refuses_instead_of_imputing() {
     assert_eq!(resp.status(), 502);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["code"], "no_reward");
+    let msg = v["error"]["message"].as_str().unwrap();
+    for want in [
+        "no reward for 3 of 5 queries in 2 of 2 groups",
+        "query[1] (group 0, responses[1], rubric ok): judge_invalid",
+        "query[3] (group 1, responses[1], rubric ok): judge_invalid",
+        "query[4] (group 1, responses[2], rubric ok): judge_invalid",
+    ] {
+        assert!(msg.contains(want), "{want:?} not in {msg}");
+    }
     assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("responses[1]: judge_invalid"),
-        "{v}"
+        !msg.contains("query[0]") && !msg.contains("query[2]"),
+        "{msg}"
+    );
+
+    // The JSON API under `error` names the failures of every turn too.
+    let turns = json!({"turns": [
+        {"context": messages("A"), "responses": ["score:5", "nope"]},
+        {"context": messages("B"), "responses": ["nope", "score:1"]},
+    ], "on_failure": "error"});
+    let resp = reqwest::Client::new()
+        .post(s.url("/v1/reward"))
+        .json(&turns)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    let v: Value = resp.json().await.unwrap();
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("turns[0]: rubric ok; no reward for responses[1]: judge_invalid")
+            && msg.contains("turns[1]: rubric ok; no reward for responses[0]: judge_invalid"),
+        "{msg}"
     );
 }
 

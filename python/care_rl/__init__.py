@@ -4,7 +4,8 @@
 :class:`Rubric`), the format, policy, preference, generator and alignment rewards, strategy
 counts, the judge prompt and judge-output parser, rubric profiles (:class:`Profile`,
 :func:`check_output`, :func:`profile_reward`, :func:`profile_reward_group`, the profile judge
-I/O), and the GRPO step on numpy arrays
+I/O), the chat-template table (:func:`read_prompt`, :func:`strip_end_tokens`), and the GRPO step
+on numpy arrays
 (:func:`group_advantages` and its cross-rank phases, :func:`policy_loss`).
 ``import care_rl.torch`` adds the PyTorch custom ops (``torch.ops.care.*``) and their
 plain-function API. Every error is a :class:`CareError` with the stable ``code`` and
@@ -14,7 +15,7 @@ plain-function API. Every error is a :class:`CareError` with the stable ``code``
 from __future__ import annotations
 
 from . import _care
-from ._care import CareError, Profile, Rubric
+from ._care import TEMPLATE_FAMILIES, CareError, Profile, Rubric, read_prompt, strip_end_tokens
 from ._grpo import (
     advantage_options,
     group_advantages,
@@ -23,7 +24,9 @@ from ._grpo import (
     group_partial_sums,
     loss_options,
     discounted_returns,
+    discounted_returns_whitened,
     gae,
+    gae_whitened,
     policy_loss,
     rollout_correction,
     whiten,
@@ -55,8 +58,10 @@ from ._reward import (
 from .rewards import (
     CareRewardClient,
     CareRewardError,
+    CareRewardWarning,
     TRLReward,
     compute_score,
+    compute_score_async,
     compute_score_batch,
 )
 from ._types import (
@@ -109,6 +114,9 @@ __all__ = [
     "parse_judge_output",
     "Profile",
     "PROFILE_NAMES",
+    "TEMPLATE_FAMILIES",
+    "read_prompt",
+    "strip_end_tokens",
     "validate_profile",
     "check_output",
     "profile_reward",
@@ -124,7 +132,9 @@ __all__ = [
     "policy_loss",
     "rollout_correction",
     "discounted_returns",
+    "discounted_returns_whitened",
     "gae",
+    "gae_whitened",
     "whiten",
     "LOSS_STATS_FIELDS",
     "ROLLOUT_STATS_FIELDS",
@@ -151,7 +161,9 @@ __all__ = [
     "Violation",
     "CareRewardClient",
     "CareRewardError",
+    "CareRewardWarning",
     "TRLReward",
     "compute_score",
+    "compute_score_async",
     "compute_score_batch",
 ]

@@ -29,6 +29,7 @@ ROLLOUT_STATS_DEVICE_FIELDS: List[Tuple[str, str, int, str]]
 LOGITS_NO_ROLLOUT: str
 WORKSPACE_BYTES: int
 WHITEN_MEAN_STD_F64: Tuple[int, int]
+WHITENED_STATUS_WORD: int
 
 class CareError(ValueError):
     code: str
@@ -54,6 +55,10 @@ class Rubric:
 RubricLike = Union[Rubric, str, bytes]
 
 PROFILE_NAMES: List[str]
+TEMPLATE_FAMILIES: List[str]
+
+def read_prompt(prompt: str, template: str = "auto") -> Tuple[Optional[str], List[Tuple[str, str]]]: ...
+def strip_end_tokens(response: str, template: str = "auto", extra: Sequence[str] = ()) -> Tuple[str, str]: ...
 
 class Profile:
     def __init__(self, name_or_json: Text) -> None: ...
@@ -161,7 +166,21 @@ def policy_loss_workspace_bytes(options: str, n_tokens: int) -> int: ...
 def discounted_returns(
     token_rewards: Array, seq_offsets: Array, returns: Array, gamma: float = 1.0,
     mask: Optional[Array] = None, stream: int = 0, workspace: Optional[Array] = None,
+    masked_token: str = "skip",
 ) -> None: ...
+def discounted_returns_whitened(
+    token_rewards: Array, seq_offsets: Array, advantages: Array, returns: Array,
+    gamma: float = 1.0, mask: Optional[Array] = None, masked_token: str = "skip",
+    eps: float = 1e-8, std_kind: str = "unbiased", count_eps: float = 0.0, stream: int = 0,
+    workspace: Optional[Array] = None,
+) -> Optional[Tuple[float, float]]: ...
+def gae_whitened(
+    token_rewards: Array, values: Array, seq_offsets: Array, advantages: Array, returns: Array,
+    gamma: float = 1.0, lambda_: float = 1.0, mask: Optional[Array] = None, eps: float = 1e-8,
+    std_kind: str = "unbiased", count_eps: float = 0.0, stream: int = 0,
+    workspace: Optional[Array] = None,
+) -> Optional[Tuple[float, float]]: ...
+def whitened_workspace_bytes(n_tokens: int) -> int: ...
 def gae(
     token_rewards: Array, values: Array, seq_offsets: Array, advantages: Array, returns: Array,
     gamma: float = 1.0, lambda_: float = 1.0, mask: Optional[Array] = None, stream: int = 0,
@@ -169,7 +188,7 @@ def gae(
 ) -> None: ...
 def whiten(
     values: Array, eps: float = 1e-8, std_kind: str = "unbiased", mask: Optional[Array] = None,
-    stream: int = 0, workspace: Optional[Array] = None,
+    stream: int = 0, workspace: Optional[Array] = None, count_eps: float = 0.0,
 ) -> Optional[Tuple[float, float]]: ...
 def rollout_correction(
     logp_old: Array, logp_rollout: Array, seq_offsets: Array, weights: Array, keep: Array,
@@ -192,8 +211,17 @@ def logits_policy_loss(
     mask: Optional[Array] = None, max_seq_len: int = 0, stream: int = 0,
     workspace: Optional[Array] = None, logp_rollout: Optional[Array] = None,
 ) -> Optional[float]: ...
+def logits_policy_loss_fused(
+    logits: Array, targets: Array, advantages: Array, seq_offsets: Array, stats: Array,
+    options: str, adv_per_token: bool, temperature: float = 1.0, logp_old: Optional[Array] = None,
+    logp_ref: Optional[Array] = None, mask: Optional[Array] = None, dlogits: Optional[Array] = None,
+    logp: Optional[Array] = None, lse: Optional[Array] = None, stream: int = 0,
+    workspace: Optional[Array] = None,
+) -> None: ...
+def fused_supported(options: str) -> bool: ...
 def check_advantage_status(status: int) -> None: ...
 def check_log_softmax_status(status: int) -> None: ...
 def check_tokens_status(status: int) -> None: ...
 def check_whiten_status(status: int) -> None: ...
+def check_whitened_status(tokens_status: int, whiten_status: int) -> None: ...
 def cuda_driver_available() -> bool: ...

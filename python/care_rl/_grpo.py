@@ -4,6 +4,7 @@ the policy loss with its gradient. ``care_rl.torch`` has the same functions for 
 from __future__ import annotations
 
 import math
+import operator
 from typing import Dict, Optional, Sequence, Union
 
 import numpy as np
@@ -64,18 +65,113 @@ def _f32(x, name: str) -> np.ndarray:
     return a
 
 
+_U32_MAX = 2**32 - 1
+
+
+def _first_bad(flat: np.ndarray, bad: np.ndarray, name: str, what: str):
+    """The ``schema`` error naming ``name[i]`` at the first index where ``bad`` holds."""
+    i = int(np.flatnonzero(bad)[0])
+    v = flat[i]
+    v = v.item() if isinstance(v, np.generic) else v
+    return _care.error("schema", f"{name}[{i}] = {v!r} must be {what}")
+
+
+def _count(x, name: str) -> int:
+    """A size (``group_size``): a non-negative integer. An integral float (``4.0``) is that
+    integer; ``2.9``, NaN, ``None`` or a negative number is a ``schema`` error (a
+    ``ValueError``), never truncated, as the command line refuses it."""
+    try:
+        v = operator.index(x)
+    except TypeError:
+        try:
+            f = float(x)
+        except (TypeError, ValueError):
+            f = math.nan
+        if not (math.isfinite(f) and f == math.floor(f)):
+            raise _care.error("schema", f"{name} = {x!r} must be a non-negative integer") from None
+        v = int(f)
+    if v < 0:
+        raise _care.error("schema", f"{name} = {x!r} must be a non-negative integer")
+    return v
+
+
+def _offsets(x, name: str) -> np.ndarray:
+    """A layout (``seq_offsets``, ``group_offsets``) as flat uint32: every value an integer
+    in ``0..=4294967295`` (an integral float is that integer); anything else, ``None``
+    included, is a ``schema`` error naming the index, never truncated or wrapped."""
+    a = np.asarray(x)
+    flat = a.reshape(-1)
+    what = "an integer in 0..=4294967295"
+    if a.dtype.kind == "b":
+        return np.ascontiguousarray(flat.astype(np.uint32))
+    if a.dtype.kind in "iu":
+        bad = (flat < 0) | (flat > _U32_MAX)
+    else:
+        wide = _wide(flat)
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(wide) | (wide != np.floor(wide)) | (wide < 0) | (wide > _U32_MAX)
+    if bad.any():
+        raise _first_bad(flat, bad, name, what)
+    return np.ascontiguousarray(flat.astype(np.uint32))
+
+
+def _number(v) -> float:
+    """``v`` as a float, NaN for ``None`` and anything that is not a number."""
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _wide(flat: np.ndarray) -> np.ndarray:
+    """A flat array as float64, NaN where an entry is ``None`` or not a number."""
+    if flat.dtype.kind in "biuf":
+        return flat.astype(np.float64)
+    return np.array([_number(v) for v in flat], dtype=np.float64)
+
+
 def _layout(rewards: np.ndarray, group_size, group_offsets):
     if group_offsets is not None:
-        return 0, _arr(group_offsets, np.uint32, "group_offsets")
+        return 0, _offsets(group_offsets, "group_offsets")
     if group_size is None:
         if rewards.ndim != 2:
             raise _care.error("invalid_argument", "give group_size or group_offsets, or 2-D [B, G] rewards")
         group_size = rewards.shape[1]
-    return int(group_size), None
+    return _count(group_size, "group_size"), None
 
 
 def _mask(m, name: str) -> Optional[np.ndarray]:
-    return None if m is None else (np.asarray(m).reshape(-1) != 0).astype(np.uint8)
+    """A mask as flat uint8 (1 = counted / valid): each value ``True``, ``False``, ``0`` or
+    ``1``, as on the command line; anything else (``0.5``, NaN, ``None``) is a ``schema``
+    error naming the index."""
+    if m is None:
+        return None
+    flat = np.asarray(m).reshape(-1)
+    if flat.dtype.kind == "b":
+        return flat.astype(np.uint8)
+    wide = _wide(flat)
+    bad = (wide != 0) & (wide != 1)
+    if bad.any():
+        raise _first_bad(flat, bad, name, "true, false, 0 or 1")
+    return (wide != 0).astype(np.uint8)
+
+
+def _finite_where(values: np.ndarray, name: str, counted: Optional[np.ndarray] = None) -> None:
+    """The command line's rule for numbers that a result needs: ``None`` or NaN (or an
+    infinity) where a value is read is ``non_finite``, naming the array and index; masked
+    positions (``counted == 0``) are never read and may hold anything."""
+    flat = np.asarray(values).reshape(-1)
+    bad = ~np.isfinite(flat)
+    if counted is not None and counted.size == flat.size:
+        bad &= counted != 0
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        v = flat[i]
+        shown = "None or NaN" if np.isnan(v) else f"{float(v):g}"
+        raise _care.error(
+            "non_finite",
+            f"{name}[{i}] is {shown} where a number is needed (give a number, or mask the entry out)",
+        )
 
 
 def group_advantages(
@@ -142,7 +238,8 @@ def group_partial_squares(
     r = _arr(rewards, np.float32, "rewards")
     gs, offs = _layout(np.asarray(rewards), group_size, group_offsets)
     out = np.empty(np.asarray(sums).shape[0], dtype=np.float64)
-    s = np.ascontiguousarray(sums, dtype=np.float64)
+    s = np.ascontiguousarray(_wide(np.asarray(sums).reshape(-1)).reshape(np.shape(sums)))
+    _finite_where(s, "sums")
     _care.group_partial_squares(r, s, out, gs, offs, _mask(valid, "valid"))
     return out
 
@@ -167,8 +264,10 @@ def group_advantages_finalize(
     gs, offs = _layout(np.asarray(rewards), group_size, group_offsets)
     opts = _care.advantage_options(preset, **overrides)
     out = np.empty(r.size, dtype=dtype)
-    s = np.ascontiguousarray(sums, dtype=np.float64)
-    q = np.ascontiguousarray(m2, dtype=np.float64)
+    s = np.ascontiguousarray(_wide(np.asarray(sums).reshape(-1)).reshape(np.shape(sums)))
+    q = np.ascontiguousarray(_wide(np.asarray(m2).reshape(-1)))
+    _finite_where(s, "sums")
+    _finite_where(q, "m2")
     _care.group_advantages_finalize(r, s, q, out, opts, gs, offs, _mask(valid, "valid"))
     return out.reshape(shape)
 
@@ -235,23 +334,43 @@ def policy_loss(
             raise _care.error("invalid_argument", "give seq_offsets for 1-D logp, or pass [B, L] logp")
         b, length = shape
         seq_offsets = np.arange(0, (b + 1) * length, length, dtype=np.uint32) if b else np.zeros(1, np.uint32)
-    offs = _arr(seq_offsets, np.uint32, "seq_offsets")
+    offs = _offsets(seq_offsets, "seq_offsets")
     flat = np.ascontiguousarray(lp).reshape(-1)
     old = None if logp_old is None else _arr(logp_old, lp.dtype, "logp_old")
     ref = None if logp_ref is None else _arr(logp_ref, lp.dtype, "logp_ref")
     roll = None if logp_rollout is None else _arr(logp_rollout, lp.dtype, "logp_rollout")
     adv = _f32(advantages, "advantages")
     kind = advantage_kind(adv.shape, shape, flat.size, offs.size - 1, per_token)
+    opts = _care.loss_options(preset, **overrides)
+    m = _mask(mask, "mask")
+    # As `care loss`: a log-prob the loss reads (a counted token) must be a number; the
+    # reference only when the KL term is on; every advantage always.
+    _finite_where(flat, "logp", m)
+    for name, a in (("logp_old", old), ("logp_rollout", roll)):
+        if a is not None:
+            _finite_where(a, name, m)
+    if ref is not None and _option(opts, "beta") > 0:
+        _finite_where(ref, "logp_ref", m)
+    _finite_where(adv, "advantages")
     grad = np.empty(flat.size, dtype=np.float32)
     stats = np.empty(len(_care.LOSS_STATS_FIELDS), dtype=np.float64)
     rstats = None if roll is None else np.zeros(len(_care.ROLLOUT_STATS_FIELDS), dtype=np.float64)
     loss = _care.policy_loss(
         flat, np.ascontiguousarray(adv).reshape(-1), offs, grad, stats,
-        _care.loss_options(preset, **overrides), kind, old, ref, _mask(mask, "mask"),
+        opts, kind, old, ref, m,
         logp_rollout=roll, rollout_stats=rstats,
     )  # fmt: skip
     rollout = None if roll is None else rollout_stats_dict(rstats)
     return LossResult(loss=float(loss), grad=grad.reshape(shape), stats=stats_dict(stats), rollout=rollout)
+
+
+def _option(text: str, field: str) -> float:
+    """A number field of a canonical option text (``"...,beta=0.1,..."``)."""
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        if key == field:
+            return float(value)
+    return 0.0
 
 
 def rollout_stats_dict(values: Sequence[float]) -> Dict[str, float]:
@@ -279,21 +398,24 @@ def rollout_correction(
     """
     old = np.asarray(logp_old)
     if old.dtype not in (np.float32, np.float64):
-        old = old.astype(np.float32)
+        old = _f32(old, "logp_old")
     shape = old.shape
     if seq_offsets is None:
         if old.ndim != 2:
             raise _care.error("invalid_argument", "give seq_offsets for 1-D logp_old, or pass [B, L] logp_old")
         b, length = shape
         seq_offsets = np.arange(0, (b + 1) * length, length, dtype=np.uint32) if b else np.zeros(1, np.uint32)
-    offs = _arr(seq_offsets, np.uint32, "seq_offsets")
+    offs = _offsets(seq_offsets, "seq_offsets")
     flat = np.ascontiguousarray(old).reshape(-1)
     roll = _arr(logp_rollout, old.dtype, "logp_rollout")
+    m = _mask(mask, "mask")
+    _finite_where(flat, "logp_old", m)
+    _finite_where(roll, "logp_rollout", m)
     weights = np.empty(flat.size, dtype=np.float32)
     keep = np.empty(flat.size, dtype=np.uint8)
     stats = np.empty(len(_care.ROLLOUT_STATS_FIELDS), dtype=np.float64)
     _care.rollout_correction(
-        flat, roll, offs, weights, keep, stats, _care.loss_options(preset, **overrides), _mask(mask, "mask"),
+        flat, roll, offs, weights, keep, stats, _care.loss_options(preset, **overrides), m,
     )  # fmt: skip
     return RolloutResult(
         weights=weights.reshape(shape), keep=keep.reshape(shape).astype(bool), stats=rollout_stats_dict(stats)
@@ -302,7 +424,7 @@ def rollout_correction(
 
 def _token_layout(x: np.ndarray, seq_offsets, name: str) -> np.ndarray:
     if seq_offsets is not None:
-        return _arr(seq_offsets, np.uint32, "seq_offsets")
+        return _offsets(seq_offsets, "seq_offsets")
     if x.ndim != 2:
         raise _care.error("invalid_argument", f"give seq_offsets for 1-D {name}, or pass [B, L] {name}")
     b, length = x.shape
@@ -315,12 +437,19 @@ def _on_cuda(*xs) -> bool:
 
 
 def discounted_returns(
-    token_rewards: Array, seq_offsets: Optional[Array] = None, mask: Optional[Array] = None, *, gamma: float = 1.0
+    token_rewards: Array,
+    seq_offsets: Optional[Array] = None,
+    mask: Optional[Array] = None,
+    *,
+    gamma: float = 1.0,
+    masked_token: str = "skip",
 ) -> np.ndarray:
     """Discounted returns ``G_t = r_t + gamma * G_next`` over each sequence's counted tokens
     (SPEC §18; REINFORCE++ before whitening, ReMax's reward-to-go with ``gamma = 1``).
     ``token_rewards``: ``[T]`` with CSR ``seq_offsets`` or padded ``[B, L]`` (with an optional
-    ``[B, L]`` mask). Returns float32 of the same shape, 0 on masked tokens.
+    ``[B, L]`` mask). Returns float32 of the same shape, 0 on masked tokens. A masked token is
+    skipped (``masked_token="skip"``, verl since 2026-08) or restarts the return before it
+    (``"reset"``, verl before).
 
     CUDA tensors are passed to :func:`care_rl.torch.discounted_returns`, which returns a CUDA
     tensor, bit-identical to the host result, without synchronizing (a malformed layout is
@@ -328,12 +457,51 @@ def discounted_returns(
     if _on_cuda(token_rewards, seq_offsets, mask):
         from . import torch as ct
 
-        return ct.discounted_returns(token_rewards, seq_offsets, mask, gamma=gamma)
+        return ct.discounted_returns(token_rewards, seq_offsets, mask, gamma=gamma, masked_token=masked_token)
     r = _f32(token_rewards, "token_rewards")
     offs = _token_layout(r, seq_offsets, "token_rewards")
+    m = _mask(mask, "mask")
+    _finite_where(r, "token_rewards", m)
     out = np.empty(r.size, dtype=np.float32)
-    _care.discounted_returns(np.ascontiguousarray(r).reshape(-1), offs, out, float(gamma), _mask(mask, "mask"))
+    _care.discounted_returns(
+        np.ascontiguousarray(r).reshape(-1), offs, out, float(gamma), m, masked_token=masked_token
+    )
     return out.reshape(r.shape)
+
+
+def discounted_returns_whitened(
+    token_rewards: Array,
+    seq_offsets: Optional[Array] = None,
+    mask: Optional[Array] = None,
+    *,
+    gamma: float = 1.0,
+    masked_token: str = "skip",
+    eps: float = 1e-8,
+    std_kind: str = "unbiased",
+    count_eps: float = 0.0,
+):
+    """:func:`discounted_returns` whitened over the counted tokens in one call, every
+    intermediate in float64 (the returns are never rounded before they are whitened; verl's
+    ``reinforce_plus_plus`` with ``count_eps=1e-8``, its ``masked_mean``). Returns
+    ``(advantages, returns, mean, std)``: float32 of ``token_rewards``' shape (0 where masked)
+    and the returns' statistics. CUDA tensors: :func:`care_rl.torch.discounted_returns_whitened`
+    (the same f64 chain on the device; ``mean`` and ``std`` are 0-d device tensors)."""
+    if _on_cuda(token_rewards, seq_offsets, mask):
+        from . import torch as ct
+
+        return ct.discounted_returns_whitened(
+            token_rewards, seq_offsets, mask, gamma=gamma, masked_token=masked_token, eps=eps,
+            std_kind=std_kind, count_eps=count_eps,
+        )  # fmt: skip
+    r = _f32(token_rewards, "token_rewards")
+    offs = _token_layout(r, seq_offsets, "token_rewards")
+    adv = np.empty(r.size, dtype=np.float32)
+    ret = np.empty(r.size, dtype=np.float32)
+    mean, std = _care.discounted_returns_whitened(
+        np.ascontiguousarray(r).reshape(-1), offs, adv, ret, float(gamma), _mask(mask, "mask"), masked_token,
+        float(eps), std_kind, float(count_eps),
+    )  # fmt: skip
+    return adv.reshape(r.shape), ret.reshape(r.shape), mean, std
 
 
 def gae(
@@ -357,17 +525,58 @@ def gae(
     r = _f32(token_rewards, "token_rewards")
     offs = _token_layout(r, seq_offsets, "token_rewards")
     v = _arr(values, np.float32, "values")
+    m = _mask(mask, "mask")
+    _finite_where(r, "token_rewards", m)
+    _finite_where(v, "values", m)
     adv = np.empty(r.size, dtype=np.float32)
     ret = np.empty(r.size, dtype=np.float32)
     _care.gae(
-        np.ascontiguousarray(r).reshape(-1), v, offs, adv, ret, float(gamma), float(lambda_), _mask(mask, "mask"),
+        np.ascontiguousarray(r).reshape(-1), v, offs, adv, ret, float(gamma), float(lambda_), m,
     )  # fmt: skip
     return adv.reshape(r.shape), ret.reshape(r.shape)
 
 
-def whiten(values: Array, mask: Optional[Array] = None, *, eps: float = 1e-8, std_kind: str = "unbiased"):
+def gae_whitened(
+    token_rewards: Array,
+    values: Array,
+    seq_offsets: Optional[Array] = None,
+    mask: Optional[Array] = None,
+    *,
+    gamma: float = 1.0,
+    lambda_: float = 1.0,
+    eps: float = 1e-8,
+    std_kind: str = "unbiased",
+    count_eps: float = 0.0,
+):
+    """:func:`gae` with the advantages whitened over the counted tokens in one call, every
+    intermediate in float64 (verl's ``gae`` with ``count_eps=1e-8``); the returns are not
+    whitened. Returns ``(advantages, returns, mean, std)`` (the statistics of the advantages
+    before whitening). CUDA tensors: :func:`care_rl.torch.gae_whitened`."""
+    if _on_cuda(token_rewards, values, seq_offsets, mask):
+        from . import torch as ct
+
+        return ct.gae_whitened(
+            token_rewards, values, seq_offsets, mask, gamma=gamma, lambda_=lambda_, eps=eps,
+            std_kind=std_kind, count_eps=count_eps,
+        )  # fmt: skip
+    r = _f32(token_rewards, "token_rewards")
+    offs = _token_layout(r, seq_offsets, "token_rewards")
+    v = _arr(values, np.float32, "values")
+    adv = np.empty(r.size, dtype=np.float32)
+    ret = np.empty(r.size, dtype=np.float32)
+    mean, std = _care.gae_whitened(
+        np.ascontiguousarray(r).reshape(-1), v, offs, adv, ret, float(gamma), float(lambda_), _mask(mask, "mask"),
+        float(eps), std_kind, float(count_eps),
+    )  # fmt: skip
+    return adv.reshape(r.shape), ret.reshape(r.shape), mean, std
+
+
+def whiten(
+    values: Array, mask: Optional[Array] = None, *, eps: float = 1e-8, std_kind: str = "unbiased", count_eps: float = 0.0
+):
     """``(x - mean) / sqrt(var + eps)`` over the counted values (SPEC §18; verl's
-    ``masked_whiten`` with the defaults, OpenRLHF with ``std_kind="biased"``). Returns
+    ``masked_whiten`` with the defaults and exact means, or with ``count_eps=1e-8`` as its
+    ``masked_mean`` divides; OpenRLHF with ``std_kind="biased"``). Returns
     ``(whitened, mean, std)``: a float32 copy of ``values``' shape (0 where masked) and the
     statistics of the counted values.
 
@@ -377,8 +586,8 @@ def whiten(values: Array, mask: Optional[Array] = None, *, eps: float = 1e-8, st
     if _on_cuda(values, mask):
         from . import torch as ct
 
-        return ct.whiten(values, mask, eps=eps, std_kind=std_kind)
+        return ct.whiten(values, mask, eps=eps, std_kind=std_kind, count_eps=count_eps)
     v = np.array(_f32(values, "values"))  # a copy: whitened in place below
     flat = v.reshape(-1)
-    mean, std = _care.whiten(flat, float(eps), std_kind, _mask(mask, "mask"))
+    mean, std = _care.whiten(flat, float(eps), std_kind, _mask(mask, "mask"), count_eps=float(count_eps))
     return flat.reshape(v.shape), mean, std

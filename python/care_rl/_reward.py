@@ -8,6 +8,7 @@ import numpy as np
 
 from . import _care
 from ._care import Rubric
+from ._grpo import _count, _finite_where, _wide
 from ._types import (
     Alignment,
     GeneratorReward,
@@ -153,8 +154,10 @@ def generator_reward(
 def alignment(weights: Sequence[float], counts: Sequence[int]) -> Alignment:
     """The alignment reward with its violations (SPEC §6), from rubric weights ``(w_cog,
     w_aff, w_pro)`` (normalized here) and strategy counts ``(n_cog, n_aff, n_pro)``."""
-    w = tuple(float(x) for x in weights)
-    n = tuple(int(x) for x in counts)
+    wide = _wide(np.asarray(list(weights), dtype=object).reshape(-1))
+    _finite_where(wide, "weights")
+    w = tuple(float(x) for x in wide)
+    n = tuple(_count(x, f"counts[{i}]") for i, x in enumerate(counts))
     if len(w) != 3 or len(n) != 3:
         raise _care.error("length_mismatch", "weights and counts: three values each")
     return _care.alignment(w, n)

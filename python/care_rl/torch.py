@@ -11,8 +11,13 @@ gradient exists, a registered autograd formula):
   log-probs, entropy and log-sum-exp straight from logits (SPEC §13), and ``dL/dlogits``.
 * ``care::logits_policy_loss``: the fused path from logits to the loss (log-probs, loss,
   ``dL/dlogp`` and stats in one forward; ``dL/dlogits`` in the backward).
+* ``care::logits_policy_loss_fused``: the one-pass path for the token-local losses: loss,
+  stats, log-probs and ``dL/dlogits`` from one read of the logits (on CUDA, one kernel); not
+  differentiable (its output is the gradient).
 * ``care::discounted_returns``, ``care::gae``, ``care::whiten``: the token-level estimators
-  (SPEC §18), not differentiable.
+  (SPEC §18), not differentiable; ``care::discounted_returns_whitened`` and
+  ``care::gae_whitened``: an estimator and its whitening in one op, every intermediate in
+  float64 (on CUDA too: the unrounded values wait in the workspace between the kernels).
 
 CPU tensors run the Rust reference (float64 accumulation); CUDA tensors run the ``care``
 kernels on ``torch.cuda.current_stream()`` with outputs allocated by PyTorch, and nothing
@@ -33,7 +38,10 @@ from torch.utils.dlpack import to_dlpack
 
 from . import _care
 from ._care import CareError
-from ._grpo import advantage_kind
+from ._grpo import _count, _option, advantage_kind
+from ._grpo import _finite_where as _np_finite
+from ._grpo import _mask as _np_mask
+from ._grpo import _offsets as _np_offsets
 
 __all__ = [
     "CareError",
@@ -41,12 +49,16 @@ __all__ = [
     "policy_loss",
     "selective_log_softmax",
     "logits_policy_loss",
+    "logits_policy_loss_fused",
+    "fused_supported",
     "group_partial_sums",
     "group_partial_squares",
     "group_advantages_finalize",
     "discounted_returns",
     "gae",
     "whiten",
+    "discounted_returns_whitened",
+    "gae_whitened",
     "stats_dict",
     "rollout_stats_dict",
     "set_device_checks",
@@ -441,6 +453,87 @@ def _logits_loss_backward(ctx, g_loss, g_stats, g_logp, g_lse, g_dlogp):
 _logits_loss_op.register_autograd(_logits_loss_backward, setup_context=_logits_loss_setup)
 
 
+# ---- care::logits_policy_loss_fused ---------------------------------------------------------
+
+
+def _no_grad_setup(ctx, inputs, output):
+    # Returns, GAE and whitened advantages are targets for the loss, not functions to
+    # differentiate (as care::group_advantages).
+    ctx.mark_non_differentiable(*(output if isinstance(output, tuple) else (output,)))
+
+
+def _not_differentiable(name: str):
+    def backward(ctx, *grads):
+        raise RuntimeError(f"care::{name} is not differentiable")
+
+    return backward
+
+
+_FUSED_REFUSED = (
+    "logits_policy_loss_fused: the one-pass path computes token-local losses only (ratio_level token, "
+    "policy_loss clip, cispo, sapo or gpg, no rollout correction, bypass off); use logits_policy_loss"
+)
+
+
+@torch.library.custom_op("care::logits_policy_loss_fused", mutates_args=())
+def _fused_op(
+    logits: Tensor,
+    targets: Tensor,
+    logp_old: Optional[Tensor],
+    logp_ref: Optional[Tensor],
+    advantages: Tensor,
+    seq_offsets: Tensor,
+    mask: Optional[Tensor],
+    temperature: float,
+    options: str,
+    adv_per_token: bool,
+    global_tokens: float,
+    global_sequences: float,
+    horizon: float,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    opts = _with_denominators(options, global_tokens, global_sequences, horizon)
+    if not _care.fused_supported(opts):
+        raise _care.error("invalid_argument", _FUSED_REFUSED)
+    if not logits.is_cuda:
+        # The host has no one-pass kernel: the three-step reference, the same values.
+        loss, stats, logp, lse, dlogp = torch.ops.care.logits_policy_loss(
+            logits, targets, logp_old, logp_ref, advantages, seq_offsets, mask, temperature, opts,
+            adv_per_token, 0.0, 0.0, 0.0, 0,
+        )  # fmt: skip
+        d = torch.ops.care.selective_log_softmax_backward(
+            logits, targets, mask, temperature, lse, None, dlogp.to(lse.dtype).contiguous(), None
+        )
+        return loss, stats, logp, d
+    n = logits.shape[0]
+    logp = torch.empty(n, dtype=torch.float32, device=logits.device)
+    dlogits = torch.empty_like(logits)
+    stats = torch.empty(_N_STATS, dtype=torch.float32, device=logits.device)
+    ws = _workspace(logits)
+    with _On(logits):
+        _care.logits_policy_loss_fused(
+            _dl(logits), _dl(targets), _dl(advantages), _dl(seq_offsets), _dl(stats), opts, adv_per_token,
+            temperature, _dl(logp_old), _dl(logp_ref), _dl(mask), _dl(dlogits), _dl(logp), None,
+            _stream(logits), _dl(ws),
+        )  # fmt: skip
+    _check(ws, _care.check_log_softmax_status)
+    return stats[0].clone(), stats, logp, dlogits
+
+
+@_fused_op.register_fake
+def _(logits, targets, logp_old, logp_ref, advantages, seq_offsets, mask, temperature, options,
+      adv_per_token, global_tokens, global_sequences, horizon):  # fmt: skip
+    n = logits.shape[0]
+    return (
+        logits.new_empty((), dtype=_loss_dtype(logits)),
+        logits.new_empty((_N_STATS,), dtype=_stats_dtype(logits)),
+        logits.new_empty((n,), dtype=_out_dtype(logits)),
+        torch.empty_like(logits),
+    )
+
+
+_fused_op.register_autograd(_not_differentiable("logits_policy_loss_fused"), setup_context=_no_grad_setup)
+
+
 # ---- the plain functions ---------------------------------------------------------------------
 
 
@@ -456,16 +549,49 @@ def _flat(t, dtype: Optional[torch.dtype], device, name: str) -> Optional[Tensor
     return t.contiguous()
 
 
-def _offsets(t, device) -> Tensor:
-    # care reads uint32 offsets; int32 has the same bits for every valid offset (< 2**31).
-    return torch.as_tensor(t, device=device).reshape(-1).to(torch.int32).contiguous()
+def _host_checks() -> bool:
+    """Whether values may be read on the host: not while ``torch.compile`` traces (a read
+    would break the graph; the compiled step runs the same ops, checked when run eagerly)."""
+    return not torch.compiler.is_compiling()
 
 
-def _mask(t, device) -> Optional[Tensor]:
+def _offsets(t, device, name: str = "seq_offsets") -> Tensor:
+    """A layout as int32 (care reads uint32; int32 has the same bits for every offset below
+    2**32). On the CPU every value must be an integer in ``0..=4294967295`` (``schema``
+    otherwise, naming the index, as :func:`care_rl.policy_loss`); on CUDA, where reading values
+    would synchronize, a floating-point layout is refused by its dtype and the kernels check
+    the rest."""
+    t = torch.as_tensor(t, device=device).reshape(-1)
+    if t.is_cuda:
+        if t.is_floating_point() or t.is_complex():
+            raise _care.error("schema", f"{name} is a {t.dtype} tensor; give integer offsets")
+    elif t.dtype != torch.bool and _host_checks():
+        wide = t.detach().to(torch.float64) if t.is_floating_point() else t.detach()
+        _np_offsets(wide.numpy(), name)
+    return t.to(torch.int32).contiguous()
+
+
+def _mask(t, device, name: str = "mask") -> Optional[Tensor]:
+    """A mask: bool or uint8 as given; other dtypes must hold 0 or 1 (checked on the CPU, as
+    :func:`care_rl.policy_loss` does; on CUDA every non-zero value counts)."""
     if t is None:
         return None
     t = torch.as_tensor(t, device=device).reshape(-1)
-    return (t if t.dtype in (torch.bool, torch.uint8) else t != 0).contiguous()
+    if t.dtype in (torch.bool, torch.uint8):
+        return t.contiguous()
+    if not t.is_cuda and _host_checks():
+        _np_mask(t.detach().to(torch.float64).numpy(), name)
+    return (t != 0).contiguous()
+
+
+def _host_finite(t: Optional[Tensor], name: str, mask: Optional[Tensor] = None) -> None:
+    """On the CPU, a value that a result reads (an unmasked one) must be finite: ``None``-like
+    NaN or an infinity is ``non_finite`` naming the index, as :func:`care_rl.policy_loss`. CUDA
+    tensors are not read back (see :func:`set_device_checks`)."""
+    if t is None or t.is_cuda or not _host_checks():
+        return
+    counted = None if mask is None or mask.is_cuda else mask.detach().to(torch.uint8).numpy()
+    _np_finite(t.detach().to(torch.float64).numpy(), name, counted)
 
 
 def _padded_offsets(b: int, length: int, device) -> Tensor:
@@ -498,11 +624,11 @@ def advantages(
         if r.dim() != 2:
             raise _care.error("invalid_argument", "give group_size or group_offsets, or [B, G] rewards")
         group_size = r.shape[1]
-    offs = None if group_offsets is None else _offsets(group_offsets, device)
+    offs = None if group_offsets is None else _offsets(group_offsets, device, "group_offsets")
     opts = options if options is not None else advantage_options(preset, **overrides)
     out = torch.ops.care.group_advantages(
-        _flat(r, torch.float32, device, "rewards"), _mask(valid, device), offs,
-        0 if offs is not None else int(group_size), opts,
+        _flat(r, torch.float32, device, "rewards"), _mask(valid, device, "valid"), offs,
+        0 if offs is not None else _count(group_size, "group_size"), opts,
     )  # fmt: skip
     return out.reshape(shape)
 
@@ -576,8 +702,16 @@ def policy_loss(
     kind = advantage_kind(tuple(adv_t.shape), lead, math.prod(lead), offs.shape[0] - 1, per_token)
     adv = _flat(adv_t, torch.float32, device, "advantages")
     opts = options if options is not None else loss_options(preset, **overrides)
+    m = _mask(mask, device)
+    # As care_rl.policy_loss (checked on the CPU only: CUDA values are not read back).
+    _host_finite(flat, "logp", m)
+    _host_finite(old, "logp_old", m)
+    _host_finite(roll, "logp_rollout", m)
+    if ref is not None and _option(opts, "beta") > 0:
+        _host_finite(ref, "logp_ref", m)
+    _host_finite(adv, "advantages")
     loss, _, stats, rstats = torch.ops.care.policy_loss(
-        flat, old, ref, adv, offs, _mask(mask, device), opts, kind,
+        flat, old, ref, adv, offs, m, opts, kind,
         float(global_tokens), float(global_sequences), float(horizon), max_len, roll,
     )  # fmt: skip
     out = (loss,)
@@ -645,6 +779,12 @@ def _logits_2d(logits: Tensor) -> Tensor:
 def _targets(targets, rows: int, device) -> Tensor:
     t = torch.as_tensor(targets, device=device).reshape(-1)
     if t.dtype not in (torch.int64, torch.int32):
+        # Token ids are integers: a floating-point id is never truncated (refused by dtype on
+        # CUDA, by value on the CPU).
+        if t.is_floating_point() or t.is_complex():
+            bad = t.is_cuda or t.is_complex() or (_host_checks() and not bool(torch.all(t == torch.trunc(t))))
+            if bad:
+                raise _care.error("schema", f"targets is a {t.dtype} tensor with non-integer ids; give integer token ids")
         t = t.to(torch.int64)
     return t.contiguous()
 
@@ -738,18 +878,106 @@ def logits_policy_loss(
     return out
 
 
+def fused_supported(preset: Optional[str] = None, options: Optional[str] = None, **overrides) -> bool:
+    """Whether :func:`logits_policy_loss_fused` computes this loss: the token-local losses (the
+    token-level ratio with the clipped ratio, the dual clip, CISPO, SAPO or GPG, any KL
+    estimator and aggregation) without the rollout correction or bypass mode."""
+    return _care.fused_supported(options if options is not None else loss_options(preset, **overrides))
+
+
+def logits_policy_loss_fused(
+    logits: Tensor,
+    targets,
+    logp_old,
+    advantages,
+    seq_offsets=None,
+    mask=None,
+    *,
+    temperature: float = 1.0,
+    logp_ref=None,
+    preset: Optional[str] = None,
+    options: Optional[str] = None,
+    per_token: Optional[bool] = None,
+    global_tokens: float = 0.0,
+    global_sequences: float = 0.0,
+    horizon: float = 0.0,
+    in_place: bool = False,
+    return_stats: bool = False,
+    return_logp: bool = False,
+    **overrides,
+):
+    """The loss and ``dL/dlogits`` in one pass over the logits (the token-local losses,
+    :func:`fused_supported`): returns ``(loss, dlogits)`` (``dlogits`` of the logits' shape
+    and dtype, for ``dL/dloss = 1``), then the stats (``return_stats``) and the detached
+    log-probs (``return_logp``). The same values as :func:`logits_policy_loss` and its
+    backward, within the kernels' tolerance (bit for bit at the same block size): on CUDA one
+    kernel reads each row once and writes its gradient at once; on the CPU the three-step
+    reference. Not an autograd function: pass ``dlogits`` on yourself (``logits.backward
+    (dlogits)``, or return it from a ``torch.autograd.Function``). ``in_place=True`` (CUDA)
+    writes the gradient over ``logits`` and returns it as ``dlogits`` (no extra ``N x V``
+    buffer; eager only, not through ``torch.compile``). Arguments otherwise as
+    :func:`logits_policy_loss`; options outside :func:`fused_supported` raise
+    ``invalid_argument``."""
+    lead = tuple(logits.shape[:-1])
+    device = logits.device
+    offs, _ = _loss_layout(lead, seq_offsets, device)
+    x2 = _logits_2d(logits.detach())
+    n = x2.shape[0]
+    y = _targets(targets, n, device)
+    lp_dtype = _out_dtype(logits)
+    old = _flat(logp_old, lp_dtype, device, "logp_old")
+    ref = _flat(logp_ref, lp_dtype, device, "logp_ref")
+    adv_t = torch.as_tensor(advantages, device=device)
+    kind = advantage_kind(tuple(adv_t.shape), lead, n, offs.shape[0] - 1, per_token)
+    adv = _flat(adv_t, torch.float32, device, "advantages")
+    opts = options if options is not None else loss_options(preset, **overrides)
+    m = _mask(mask, device)
+    if in_place:
+        if not logits.is_cuda or x2.data_ptr() != logits.data_ptr():
+            raise _care.error(
+                "invalid_argument",
+                "logits_policy_loss_fused: in_place needs CUDA logits whose rows are evenly spaced "
+                "with contiguous elements (a view as [N, V])",
+            )
+        if not _care.fused_supported(opts):
+            raise _care.error("invalid_argument", _FUSED_REFUSED)
+        full = _with_denominators(opts, float(global_tokens), float(global_sequences), float(horizon))
+        stats = torch.empty(_N_STATS, dtype=torch.float32, device=device)
+        logp = torch.empty(n, dtype=torch.float32, device=device)
+        ws = _workspace(x2)
+        with _On(x2):
+            _care.logits_policy_loss_fused(
+                _dl(x2), _dl(y), _dl(adv), _dl(offs), _dl(stats), full, kind, float(temperature), _dl(old),
+                _dl(ref), _dl(m), None, _dl(logp), None, _stream(x2), _dl(ws),
+            )  # fmt: skip
+        _check(ws, _care.check_log_softmax_status)
+        loss, d = stats[0].clone(), logits
+    else:
+        loss, stats, logp, d2 = torch.ops.care.logits_policy_loss_fused(
+            x2, y, old, ref, adv, offs, m, float(temperature), opts, kind,
+            float(global_tokens), float(global_sequences), float(horizon),
+        )  # fmt: skip
+        d = d2.reshape(logits.shape)
+    out = (loss, d)
+    if return_stats:
+        out += (_host_layout(stats),)
+    if return_logp:
+        out += (logp.reshape(lead),)
+    return out
+
+
 # ---- cross-rank advantages on tensors (SPEC §11) ---------------------------------------------
 
 
 def _groups(rewards: Tensor, group_size, group_offsets):
     if group_offsets is not None:
-        offs = _offsets(group_offsets, rewards.device)
+        offs = _offsets(group_offsets, rewards.device, "group_offsets")
         return 0, offs, offs.shape[0] - 1
     if group_size is None:
         if rewards.dim() != 2:
             raise _care.error("invalid_argument", "give group_size or group_offsets, or [B, G] rewards")
         group_size = rewards.shape[1]
-    gs = int(group_size)
+    gs = _count(group_size, "group_size")
     return gs, None, (rewards.numel() // gs if gs else 0)
 
 
@@ -818,33 +1046,23 @@ def group_advantages_finalize(
 # ---- token-level estimators (SPEC §18) -------------------------------------------------------
 
 
-def _no_grad_setup(ctx, inputs, output):
-    # Returns, GAE and whitened advantages are targets for the loss, not functions to
-    # differentiate (as care::group_advantages).
-    ctx.mark_non_differentiable(*(output if isinstance(output, tuple) else (output,)))
-
-
-def _not_differentiable(name: str):
-    def backward(ctx, *grads):
-        raise RuntimeError(f"care::{name} is not differentiable")
-
-    return backward
-
-
 @torch.library.custom_op("care::discounted_returns", mutates_args=())
-def _returns_op(token_rewards: Tensor, seq_offsets: Tensor, mask: Optional[Tensor], gamma: float) -> Tensor:
+def _returns_op(
+    token_rewards: Tensor, seq_offsets: Tensor, mask: Optional[Tensor], gamma: float, masked_token: str
+) -> Tensor:
     out = torch.empty(token_rewards.shape, dtype=torch.float32, device=token_rewards.device)
     ws = _workspace(token_rewards)
     with _On(token_rewards):
         _care.discounted_returns(
             _dl(token_rewards), _dl(seq_offsets), _dl(out), gamma, _dl(mask), _stream(token_rewards), _dl(ws),
+            masked_token,
         )  # fmt: skip
     _check(ws, _care.check_tokens_status)
     return out
 
 
 @_returns_op.register_fake
-def _(token_rewards, seq_offsets, mask, gamma):
+def _(token_rewards, seq_offsets, mask, gamma, masked_token):
     return torch.empty_like(token_rewards, dtype=torch.float32)
 
 
@@ -876,11 +1094,13 @@ _gae_op.register_autograd(_not_differentiable("gae"), setup_context=_no_grad_set
 
 
 @torch.library.custom_op("care::whiten", mutates_args=())
-def _whiten_op(values: Tensor, mask: Optional[Tensor], eps: float, std_kind: str) -> Tuple[Tensor, Tensor]:
+def _whiten_op(
+    values: Tensor, mask: Optional[Tensor], eps: float, std_kind: str, count_eps: float
+) -> Tuple[Tensor, Tensor]:
     out = values.to(torch.float32, copy=True).contiguous()  # whitened in place below
     ws = _workspace(values)
     with _On(values):
-        got = _care.whiten(_dl(out), eps, std_kind, _dl(mask), _stream(values), _dl(ws))
+        got = _care.whiten(_dl(out), eps, std_kind, _dl(mask), _stream(values), _dl(ws), count_eps)
     if ws is None:
         return out, torch.tensor(got, dtype=torch.float64)
     _check(ws, _care.check_whiten_status)
@@ -891,11 +1111,76 @@ def _whiten_op(values: Tensor, mask: Optional[Tensor], eps: float, std_kind: str
 
 
 @_whiten_op.register_fake
-def _(values, mask, eps, std_kind):
+def _(values, mask, eps, std_kind, count_eps):
     return torch.empty_like(values, dtype=torch.float32), values.new_empty(2, dtype=torch.float64)
 
 
 _whiten_op.register_autograd(_not_differentiable("whiten"), setup_context=_no_grad_setup)
+
+
+def _whitened(token_rewards: Tensor, values: Optional[Tensor], seq_offsets: Tensor, mask: Optional[Tensor],
+              gamma: float, lambda_: float, masked_token: str, eps: float, std_kind: str,
+              count_eps: float) -> Tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    adv = torch.empty(token_rewards.shape, dtype=torch.float32, device=token_rewards.device)
+    ret = torch.empty_like(adv)
+    ws = None
+    if token_rewards.is_cuda:
+        need = _care.whitened_workspace_bytes(token_rewards.numel())
+        ws = _workspace(token_rewards, -(-need // 4))
+    tail = (float(eps), std_kind, float(count_eps), _stream(token_rewards), _dl(ws))
+    with _On(token_rewards):
+        if values is None:
+            got = _care.discounted_returns_whitened(
+                _dl(token_rewards), _dl(seq_offsets), _dl(adv), _dl(ret), gamma, _dl(mask), masked_token, *tail
+            )  # fmt: skip
+        else:
+            got = _care.gae_whitened(
+                _dl(token_rewards), _dl(values), _dl(seq_offsets), _dl(adv), _dl(ret), gamma, lambda_, _dl(mask),
+                *tail,
+            )  # fmt: skip
+    if ws is None:
+        return adv, ret, torch.tensor(got, dtype=torch.float64)
+    if _DEVICE_CHECKS:
+        _care.check_whitened_status(int(ws[_care.WHITENED_STATUS_WORD].item()), int(ws[0].item()))
+    words = ws[: _WS_WORDS].view(torch.float64)
+    i_mean, i_std = _care.WHITEN_MEAN_STD_F64
+    return adv, ret, torch.stack((words[i_mean], words[i_std]))
+
+
+@torch.library.custom_op("care::discounted_returns_whitened", mutates_args=())
+def _returns_whitened_op(
+    token_rewards: Tensor, seq_offsets: Tensor, mask: Optional[Tensor], gamma: float, masked_token: str,
+    eps: float, std_kind: str, count_eps: float,
+) -> Tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    return _whitened(token_rewards, None, seq_offsets, mask, gamma, 1.0, masked_token, eps, std_kind, count_eps)
+
+
+@_returns_whitened_op.register_fake
+def _(token_rewards, seq_offsets, mask, gamma, masked_token, eps, std_kind, count_eps):
+    f = torch.empty_like(token_rewards, dtype=torch.float32)
+    return f, torch.empty_like(f), token_rewards.new_empty(2, dtype=torch.float64)
+
+
+_returns_whitened_op.register_autograd(
+    _not_differentiable("discounted_returns_whitened"), setup_context=_no_grad_setup
+)
+
+
+@torch.library.custom_op("care::gae_whitened", mutates_args=())
+def _gae_whitened_op(
+    token_rewards: Tensor, values: Tensor, seq_offsets: Tensor, mask: Optional[Tensor], gamma: float,
+    lambda_: float, eps: float, std_kind: str, count_eps: float,
+) -> Tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    return _whitened(token_rewards, values, seq_offsets, mask, gamma, lambda_, "skip", eps, std_kind, count_eps)
+
+
+@_gae_whitened_op.register_fake
+def _(token_rewards, values, seq_offsets, mask, gamma, lambda_, eps, std_kind, count_eps):
+    f = torch.empty_like(token_rewards, dtype=torch.float32)
+    return f, torch.empty_like(f), token_rewards.new_empty(2, dtype=torch.float64)
+
+
+_gae_whitened_op.register_autograd(_not_differentiable("gae_whitened"), setup_context=_no_grad_setup)
 
 
 def _token_offsets(x: Tensor, seq_offsets, name: str) -> Tensor:
@@ -907,9 +1192,10 @@ def _token_offsets(x: Tensor, seq_offsets, name: str) -> Tensor:
     return torch.arange(b + 1, dtype=torch.int32, device=x.device) * length
 
 
-def discounted_returns(token_rewards, seq_offsets=None, mask=None, *, gamma: float = 1.0) -> Tensor:
+def discounted_returns(token_rewards, seq_offsets=None, mask=None, *, gamma: float = 1.0, masked_token: str = "skip") -> Tensor:
     """Discounted returns ``G_t = r_t + gamma * G_next`` over each sequence's counted tokens
-    (SPEC §18), as :func:`care_rl.discounted_returns`, on ``token_rewards``' device: a float32
+    (SPEC §18), as :func:`care_rl.discounted_returns` (``masked_token`` included), on
+    ``token_rewards``' device: a float32
     tensor of its shape, 0 on masked tokens. Layouts: ``[T]`` with CSR ``seq_offsets``
     ``[B + 1]``, or padded ``[B, L]`` (with an optional ``[B, L]`` mask). CUDA results equal
     the CPU's bit for bit. On CUDA the offsets are not read on the host: a malformed layout
@@ -917,9 +1203,9 @@ def discounted_returns(token_rewards, seq_offsets=None, mask=None, *, gamma: flo
     :func:`set_device_checks`."""
     r = torch.as_tensor(token_rewards)
     offs = _token_offsets(r, seq_offsets, "token_rewards")
-    out = torch.ops.care.discounted_returns(
-        _flat(r.detach(), torch.float32, r.device, "token_rewards"), offs, _mask(mask, r.device), float(gamma)
-    )
+    flat, m = _flat(r.detach(), torch.float32, r.device, "token_rewards"), _mask(mask, r.device)
+    _host_finite(flat, "token_rewards", m)
+    out = torch.ops.care.discounted_returns(flat, offs, m, float(gamma), str(masked_token))
     return out.reshape(r.shape)
 
 
@@ -931,14 +1217,14 @@ def gae(token_rewards, values, seq_offsets=None, mask=None, *, gamma: float = 1.
     r = torch.as_tensor(token_rewards)
     offs = _token_offsets(r, seq_offsets, "token_rewards")
     v = _flat(torch.as_tensor(values, device=r.device).detach(), torch.float32, r.device, "values")
-    adv, ret = torch.ops.care.gae(
-        _flat(r.detach(), torch.float32, r.device, "token_rewards"), v, offs, _mask(mask, r.device),
-        float(gamma), float(lambda_),
-    )  # fmt: skip
+    flat, m = _flat(r.detach(), torch.float32, r.device, "token_rewards"), _mask(mask, r.device)
+    _host_finite(flat, "token_rewards", m)
+    _host_finite(v, "values", m)
+    adv, ret = torch.ops.care.gae(flat, v, offs, m, float(gamma), float(lambda_))
     return adv.reshape(r.shape), ret.reshape(r.shape)
 
 
-def whiten(values, mask=None, *, eps: float = 1e-8, std_kind: str = "unbiased"):
+def whiten(values, mask=None, *, eps: float = 1e-8, std_kind: str = "unbiased", count_eps: float = 0.0):
     """``(x - mean) / sqrt(var + eps)`` over the counted values (SPEC §18), as
     :func:`care_rl.whiten`, on ``values``' device: ``(whitened, mean, std)``, a float32 copy
     of ``values``' shape (0 where masked) and two 0-d float64 tensors. On CUDA the statistics
@@ -947,5 +1233,45 @@ def whiten(values, mask=None, *, eps: float = 1e-8, std_kind: str = "unbiased"):
     under :func:`set_device_checks`."""
     v = torch.as_tensor(values)
     flat = _flat(v.detach(), torch.float32, v.device, "values")
-    out, stats = torch.ops.care.whiten(flat, _mask(mask, v.device), float(eps), str(std_kind))
+    out, stats = torch.ops.care.whiten(flat, _mask(mask, v.device), float(eps), str(std_kind), float(count_eps))
     return out.reshape(v.shape), stats[0], stats[1]
+
+
+def discounted_returns_whitened(
+    token_rewards, seq_offsets=None, mask=None, *, gamma: float = 1.0, masked_token: str = "skip",
+    eps: float = 1e-8, std_kind: str = "unbiased", count_eps: float = 0.0,
+):  # fmt: skip
+    """:func:`discounted_returns` and their whitening over the counted tokens in one op, every
+    intermediate in float64, as :func:`care_rl.discounted_returns_whitened` (verl's
+    ``reinforce_plus_plus``; ``count_eps=1e-8`` for its ``masked_mean``), on ``token_rewards``'
+    device: ``(advantages, returns, mean, std)``, two float32 tensors of its shape (0 where
+    masked) and two 0-d float64 tensors (the returns' statistics). On CUDA the unrounded returns
+    wait in the workspace between the scan and the whitening (8 bytes a token); the returns
+    equal the CPU's bit for bit, the advantages agree within the ``Whiten`` tolerance; a
+    malformed layout or a non-finite return is raised only under :func:`set_device_checks`
+    (the advantages are then left unwritten)."""
+    r = torch.as_tensor(token_rewards)
+    offs = _token_offsets(r, seq_offsets, "token_rewards")
+    adv, ret, stats = torch.ops.care.discounted_returns_whitened(
+        _flat(r.detach(), torch.float32, r.device, "token_rewards"), offs, _mask(mask, r.device), float(gamma),
+        str(masked_token), float(eps), str(std_kind), float(count_eps),
+    )  # fmt: skip
+    return adv.reshape(r.shape), ret.reshape(r.shape), stats[0], stats[1]
+
+
+def gae_whitened(
+    token_rewards, values, seq_offsets=None, mask=None, *, gamma: float = 1.0, lambda_: float = 1.0,
+    eps: float = 1e-8, std_kind: str = "unbiased", count_eps: float = 0.0,
+):  # fmt: skip
+    """:func:`gae` with its advantages whitened in one op, every intermediate in float64, as
+    :func:`care_rl.gae_whitened` (verl's ``gae``): ``(advantages, returns, mean, std)``, the
+    returns ``A + V`` not whitened, the statistics those of the advantages before whitening.
+    Layouts and CUDA behaviour as :func:`discounted_returns_whitened`."""
+    r = torch.as_tensor(token_rewards)
+    offs = _token_offsets(r, seq_offsets, "token_rewards")
+    v = _flat(torch.as_tensor(values, device=r.device).detach(), torch.float32, r.device, "values")
+    adv, ret, stats = torch.ops.care.gae_whitened(
+        _flat(r.detach(), torch.float32, r.device, "token_rewards"), v, offs, _mask(mask, r.device),
+        float(gamma), float(lambda_), float(eps), str(std_kind), float(count_eps),
+    )  # fmt: skip
+    return adv.reshape(r.shape), ret.reshape(r.shape), stats[0], stats[1]

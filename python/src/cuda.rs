@@ -590,6 +590,87 @@ pub fn logits_policy_loss(a: LogitsLossArgs<'_, '_>) -> PyResult<()> {
         .map_err(|e| kernel_err("logits_policy_loss", e))
 }
 
+/// Arguments of [`logits_policy_loss_fused`].
+pub struct FusedArgs<'a, 'py> {
+    /// Logits `[N, V]`.
+    pub logits: &'a Tensor<'py>,
+    /// Targets `[N]`.
+    pub targets: &'a Tensor<'py>,
+    /// Mask `[N]`.
+    pub mask: Option<&'a Tensor<'py>>,
+    /// `logp_old [N]` float32.
+    pub old: Option<&'a Tensor<'py>>,
+    /// `logp_ref [N]` float32.
+    pub reference: Option<&'a Tensor<'py>>,
+    /// Advantages.
+    pub adv: &'a Tensor<'py>,
+    /// Per token.
+    pub adv_per_token: bool,
+    /// Offsets `[B + 1]`.
+    pub offsets: &'a Tensor<'py>,
+    /// Output `[N, V]` in the logits dtype, or `None`: in place over the logits.
+    pub dlogits: Option<&'a Tensor<'py>>,
+    /// Output `[N]` float32, optional.
+    pub logp: Option<&'a Tensor<'py>>,
+    /// Output `[N]` float32, optional.
+    pub lse: Option<&'a Tensor<'py>>,
+    /// Raw statistics (reset here).
+    pub stats: &'a Tensor<'py>,
+    /// Workspace.
+    pub workspace: &'a Tensor<'py>,
+    /// Log-softmax options.
+    pub lsm: &'a LogSoftmaxOptions,
+    /// Loss options.
+    pub opts: &'a LossOptions,
+    /// Stream handle.
+    pub stream: usize,
+}
+
+/// The one-pass logits-to-loss-to-dlogits path on the device.
+pub fn logits_policy_loss_fused(a: FusedArgs<'_, '_>) -> PyResult<()> {
+    let dev = a.logits.device()?;
+    let (rows, n) = rows_buffers(a.logits, a.targets, a.mask, dev)?;
+    if a.offsets.numel() == 0 {
+        return Err(core_err("seq_offsets", care_core::Error::InvalidLayout));
+    }
+    let n_seq = a.offsets.numel() - 1;
+    let n_adv = if a.adv_per_token { n } else { n_seq };
+    let (dlogits, dstride) = match a.dlogits {
+        Some(d) => {
+            let (dr, dv, ds, _) = logits_layout(d, dev)?;
+            if dr != n || dv as u64 != u64::from(rows.vocab) {
+                return Err(mismatch(format!(
+                    "dlogits: [{dr}, {dv}], expected the logits' [{n}, {}]",
+                    rows.vocab
+                )));
+            }
+            (d.addr(), ds as u64)
+        }
+        None => (rows.logits, rows.stride),
+    };
+    let ws = workspace_ptr(a.workspace, dev)?;
+    let l = launcher(a.stream, ws)?;
+    let stats = reset_stats(&l, a.stats, dev, a.stream)?;
+    let buf = care_kernels::FusedLossBuffers {
+        logp: opt_ptr::<f32>(a.logp, dev, n, "one per row")?,
+        lse: opt_ptr::<f32>(a.lse, dev, n, "one per row")?,
+        dlogits,
+        dstride,
+        logp_old: opt_ptr::<f32>(a.old, dev, n, "one per row")?,
+        logp_ref: opt_ptr::<f32>(a.reference, dev, n, "one per row")?,
+        adv: opt_ptr::<f32>(Some(a.adv), dev, n_adv, "one per sequence or token")?,
+        adv_per_token: a.adv_per_token,
+        seq_offsets: a.offsets.device_ptr::<u32>(dev)?,
+        n_seq: to_u32(n_seq, "sequences")?,
+        stats,
+        workspace: ws,
+    };
+    // SAFETY: as `logits_policy_loss`; `dlogits` is a `[rows, V]` matrix with row stride
+    // `dstride` in the logits dtype (checked by `logits_layout`), or the logits themselves.
+    unsafe { plan::logits_loss_fused(&l, &rows, &buf, a.lsm, a.opts, Tuning::default()) }
+        .map_err(|e| kernel_err("logits_policy_loss_fused", e))
+}
+
 /// Maps an advantage status word read back from `workspace[0]` to an error.
 #[pyfunction]
 pub fn check_advantage_status(status: u32) -> PyResult<()> {
@@ -678,6 +759,99 @@ pub fn token_estimator(a: TokenArgs<'_, '_>, opts: &care_core::grpo::GaeOptions)
         }
     }
     .map_err(|e| kernel_err(what, e))
+}
+
+/// The f64 chains on the device (`values` absent: discounted returns; present: GAE): the
+/// returns into `returns`, the whitened values into `advantages`, the unrounded values between
+/// in the workspace (`whitened_workspace_bytes`). Statuses as `check_whitened_status` reads
+/// them; mean and std as [`WHITEN_MEAN_STD_F64`].
+pub fn token_estimator_whitened(
+    a: TokenArgs<'_, '_>,
+    opts: &care_core::grpo::GaeOptions,
+    w: &care_core::grpo::WhitenOptions,
+) -> PyResult<()> {
+    let what = if a.values.is_some() {
+        "gae_whitened"
+    } else {
+        "discounted_returns_whitened"
+    };
+    let dev = a.rewards.device()?;
+    let n = a.rewards.numel();
+    let Some(n_seq) = a.offsets.numel().checked_sub(1) else {
+        return Err(core_err(
+            "seq_offsets: empty; the offsets need B + 1 entries, [0] for no sequences",
+            care_core::Error::InvalidLayout,
+        ));
+    };
+    if n_seq == 0 && n != 0 {
+        return Err(core_err(
+            &format!("seq_offsets: no sequence but {n} token rewards; the last offset must be T"),
+            care_core::Error::InvalidLayout,
+        ));
+    }
+    let n_tok = to_u32(n, "tokens")?;
+    let need = care_kernels::whitened_workspace_bytes(n_tok);
+    let ws = a.workspace.device_ptr::<u32>(dev)?;
+    if a.workspace.numel() * 4 < need || !ws.is_multiple_of(16) {
+        return Err(invalid(format!(
+            "workspace: {what} of {n} tokens needs {need} bytes, 16-byte aligned (int32 [{}]; \
+             whitened_workspace_bytes)",
+            need.div_ceil(4)
+        )));
+    }
+    let buf = care_kernels::TokenBuffers {
+        rewards: a.rewards.device_ptr::<f32>(dev)?,
+        values: opt_ptr::<f32>(a.values, dev, n, "one value per token")?,
+        seq_offsets: a.offsets.device_ptr::<u32>(dev)?,
+        n_seq: to_u32(n_seq, "sequences")?,
+        n_tok,
+        mask: opt_ptr::<u8>(a.mask, dev, n, "one flag per token")?,
+        workspace: ws,
+    };
+    let out = care_kernels::WhitenedOutputs {
+        advantages: opt_ptr::<f32>(a.advantages, dev, n, "one advantage per token")?,
+        returns: opt_ptr::<f32>(Some(a.returns), dev, n, "one return per token")?,
+        workspace_len: a.workspace.numel() * 4,
+    };
+    let l = launcher(a.stream, ws)?;
+    let t = Tuning::default();
+    // SAFETY: every address is device memory of `dev` of the size and dtype the plans read
+    // (checked above against the DLPack shapes, the workspace against `need`); the kernels
+    // clamp the offsets into `0..=T`.
+    unsafe {
+        match a.values {
+            Some(_) => plan::gae_whitened(&l, &buf, &out, opts, w, t),
+            None => plan::discounted_returns_whitened(&l, &buf, &out, opts, w, t),
+        }
+    }
+    .map_err(|e| kernel_err(what, e))
+}
+
+/// The `int32` index in the workspace of the returns' status word of the CUDA
+/// `discounted_returns_whitened` and `gae_whitened` (the whitening's is word 0).
+pub const WHITENED_STATUS_WORD: usize = care_kernels::WHITENED_STATUS_OFFSET / 4;
+
+/// Maps the two status words the CUDA `discounted_returns_whitened` or `gae_whitened` left in
+/// the workspace (`workspace[WHITENED_STATUS_WORD]`, then `workspace[0]`) to the error the host
+/// path raises: `invalid_layout` first, then `non_finite` (the advantages were not written).
+#[pyfunction]
+pub fn check_whitened_status(tokens_status: u32, whiten_status: u32) -> PyResult<()> {
+    let raw = WhitenStatsRaw {
+        status: whiten_status,
+        ..WhitenStatsRaw::default()
+    };
+    plan::whitened_result(&raw, tokens_status)
+        .map(|_| ())
+        .map_err(|e| {
+            let why = if e == care_core::Error::InvalidLayout {
+                "seq_offsets (device status): not a CSR layout of the tokens; it must start at \
+                 0, never decrease and end at T"
+            } else {
+                "whitened chain (device status): a counted return or advantage is NaN or \
+                 infinite; the advantages were not written"
+            };
+            core_err(why, e)
+        })
 }
 
 /// Whitening in place on the device. The statistics (status word, mean, std) stay in the

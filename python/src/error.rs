@@ -20,6 +20,20 @@ pub fn core_err(what: &str, e: Error) -> PyErr {
     make(what, e.message(), e.code(), e.number())
 }
 
+/// The exception for `e` followed by one indented line per item of `lines`:
+/// `"rubric breaks the format contract (format_violation):\n  weight_sum: ..."`.
+pub fn core_err_lines(e: Error, lines: &[String]) -> PyErr {
+    let mut head = format!("{} ({})", e.message(), e.code());
+    if !lines.is_empty() {
+        head.push(':');
+        for l in lines {
+            head.push_str("\n  ");
+            head.push_str(l.trim_end());
+        }
+    }
+    finish(head, e.code(), e.number())
+}
+
 /// A bad argument of the bindings themselves (wrong dtype, device, shape): `invalid_argument`.
 pub fn invalid(msg: String) -> PyErr {
     let e = Error::InvalidArgument;
@@ -44,6 +58,11 @@ fn make(what: &str, message: &str, code: &'static str, number: u32) -> PyErr {
     } else {
         format!("{what}: {message} ({code})")
     };
+    finish(text, code, number)
+}
+
+/// The `CareError` with its full text, `code` and `number`.
+fn finish(text: String, code: &'static str, number: u32) -> PyErr {
     Python::attach(|py| {
         let err = CareError::new_err(text.clone());
         let v = err.value(py);

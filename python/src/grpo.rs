@@ -1138,9 +1138,131 @@ fn cuda_workspace<'a, 'py>(ws: &'a Option<Tensor<'py>>) -> PyResult<&'a Tensor<'
         .ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))
 }
 
+/// `_care.fused_supported(options) -> bool`: whether `logits_policy_loss_fused` computes the
+/// loss of these options (the token-local losses without the rollout correction or bypass
+/// mode; `care_kernels::fused_supports`).
+#[pyfunction]
+pub fn fused_supported(options: &str) -> PyResult<bool> {
+    let opts: LossOptions = from_spec(options)?;
+    Ok(care_kernels::fused_supports(&opts))
+}
+
+/// `_care.logits_policy_loss_fused(logits, targets, advantages, seq_offsets, stats, options,
+/// adv_per_token, temperature=1.0, logp_old=None, logp_ref=None, mask=None, dlogits=None,
+/// logp=None, lse=None, stream=0, workspace=None)`: the one-pass path on CUDA tensors: each row
+/// of logits read once for its log-sum-exp, log-prob, loss term and `dL/dlogp`, and
+/// `dL/dlogits` (for `dL/dloss = 1`) written at once into `dlogits` (the logits' shape and
+/// dtype), or over the logits themselves when `dlogits` is None. The statistics go to the raw
+/// `stats` (reset here; the loss is its first word); `logp` and `lse` are optional outputs.
+/// Asynchronous on `stream`; the log-softmax status in `workspace[0]`. Options outside
+/// `fused_supported` are refused; host arrays are refused (the host has the three-step path:
+/// `logits_policy_loss`, then `selective_log_softmax_backward`).
+#[pyfunction]
+#[pyo3(signature = (logits, targets, advantages, seq_offsets, stats, options, adv_per_token, temperature=1.0, logp_old=None, logp_ref=None, mask=None, dlogits=None, logp=None, lse=None, stream=0, workspace=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer
+pub fn logits_policy_loss_fused(
+    logits: &Bound<'_, PyAny>,
+    targets: &Bound<'_, PyAny>,
+    advantages: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    stats: &Bound<'_, PyAny>,
+    options: &str,
+    adv_per_token: bool,
+    temperature: f64,
+    logp_old: Option<&Bound<'_, PyAny>>,
+    logp_ref: Option<&Bound<'_, PyAny>>,
+    mask: Option<&Bound<'_, PyAny>>,
+    dlogits: Option<&Bound<'_, PyAny>>,
+    logp: Option<&Bound<'_, PyAny>>,
+    lse: Option<&Bound<'_, PyAny>>,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let opts: LossOptions = from_spec(options)?;
+    if !care_kernels::fused_supports(&opts) {
+        return Err(invalid(format!(
+            "logits_policy_loss_fused: the one-pass path computes token-local losses only \
+             (ratio_level token, policy_loss clip, cispo, sapo or gpg, no rollout correction, \
+             bypass off); {} at ratio level {} needs whole sequences first: use \
+             logits_policy_loss",
+            opts.policy_loss, opts.ratio_level
+        )));
+    }
+    let lsm_opts = temperature_options(temperature)?;
+    let x = Tensor::take(logits, "logits")?;
+    let y = Tensor::take(targets, "targets")?;
+    let a = Tensor::take(advantages, "advantages")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let st = Tensor::take(stats, "stats")?;
+    let old = Tensor::take_opt(logp_old, "logp_old")?;
+    let rf = Tensor::take_opt(logp_ref, "logp_ref")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    let d = Tensor::take_opt(dlogits, "dlogits")?;
+    let lp = Tensor::take_opt(logp, "logp")?;
+    let ls = Tensor::take_opt(lse, "lse")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    let ins = [
+        Some(&y),
+        Some(&a),
+        Some(&so),
+        old.as_ref(),
+        rf.as_ref(),
+        m.as_ref(),
+    ];
+    let mut outs: Vec<&Tensor<'_>> = vec![&st];
+    outs.extend(lp.iter().chain(ls.iter()));
+    match &d {
+        Some(d) => {
+            outs.push(d);
+            let mut all = ins.to_vec();
+            all.push(Some(&x));
+            check_outputs(&outs, &all)?;
+            if d.dtype() != x.dtype() {
+                return Err(invalid(format!(
+                    "dlogits: {}, expected the logits dtype {}",
+                    d.dtype().name(),
+                    x.dtype().name()
+                )));
+            }
+        }
+        None => {
+            // In place: the logits are an output too.
+            outs.push(&x);
+            check_outputs(&outs, &ins)?;
+        }
+    }
+    let Device::Cuda(_) = device_of(&x)? else {
+        return Err(invalid(
+            "logits_policy_loss_fused: CUDA tensors only (on the host, logits_policy_loss then \
+             selective_log_softmax_backward)"
+                .into(),
+        ));
+    };
+    let ws = ws.ok_or_else(|| invalid("workspace: required for CUDA tensors".into()))?;
+    cuda::logits_policy_loss_fused(cuda::FusedArgs {
+        logits: &x,
+        targets: &y,
+        mask: m.as_ref(),
+        old: old.as_ref(),
+        reference: rf.as_ref(),
+        adv: &a,
+        adv_per_token,
+        offsets: &so,
+        dlogits: d.as_ref(),
+        logp: lp.as_ref(),
+        lse: ls.as_ref(),
+        stats: &st,
+        workspace: &ws,
+        lsm: &lsm_opts,
+        opts: &opts,
+        stream,
+    })
+}
+
 /// `_care.discounted_returns(token_rewards, seq_offsets, returns, gamma=1.0, mask=None,
-/// stream=0, workspace=None)`: `G_t = r_t + gamma G_next` per sequence over the counted tokens
-/// (SPEC §18), float32 `[T]` in and out (masked tokens get 0).
+/// stream=0, workspace=None, masked_token="skip")`: `G_t = r_t + gamma G_next` per sequence
+/// over the counted tokens (SPEC §18), float32 `[T]` in and out (masked tokens get 0;
+/// `masked_token="reset"` restarts the return before them, verl before 2026-08).
 ///
 /// Host arrays: a malformed layout raises `invalid_layout` before anything is written. CUDA
 /// tensors (`workspace` int32 `[WORKSPACE_BYTES / 4]` required): asynchronous on `stream`,
@@ -1148,7 +1270,7 @@ fn cuda_workspace<'a, 'py>(ws: &'a Option<Tensor<'py>>) -> PyResult<&'a Tensor<'
 /// left in the status word `workspace[0]` (`check_tokens_status`; the outputs are then
 /// unspecified).
 #[pyfunction]
-#[pyo3(signature = (token_rewards, seq_offsets, returns, gamma=1.0, mask=None, stream=0, workspace=None))]
+#[pyo3(signature = (token_rewards, seq_offsets, returns, gamma=1.0, mask=None, stream=0, workspace=None, masked_token="skip"))]
 #[allow(clippy::too_many_arguments)] // one argument per buffer
 pub fn discounted_returns(
     py: Python<'_>,
@@ -1159,6 +1281,7 @@ pub fn discounted_returns(
     mask: Option<&Bound<'_, PyAny>>,
     stream: usize,
     workspace: Option<&Bound<'_, PyAny>>,
+    masked_token: &str,
 ) -> PyResult<()> {
     let r = Tensor::take(token_rewards, "token_rewards")?;
     let so = Tensor::take(seq_offsets, "seq_offsets")?;
@@ -1166,7 +1289,11 @@ pub fn discounted_returns(
     let m = Tensor::take_opt(mask, "mask")?;
     let ws = Tensor::take_opt(workspace, "workspace")?;
     check_outputs(&[&out], &[Some(&r), Some(&so), m.as_ref(), ws.as_ref()])?;
-    let opts = GaeOptions { gamma, lambda: 1.0 };
+    let opts = GaeOptions {
+        gamma,
+        masked_token: crate::names::parse("masked_token", masked_token)?,
+        ..GaeOptions::default()
+    };
     if let Device::Cuda(_) = device_of(&r)? {
         let args = cuda::TokenArgs {
             rewards: &r,
@@ -1220,6 +1347,7 @@ pub fn gae(
     let opts = GaeOptions {
         gamma,
         lambda: lambda_,
+        ..GaeOptions::default()
     };
     if let Device::Cuda(_) = device_of(&r)? {
         let args = cuda::TokenArgs {
@@ -1241,9 +1369,9 @@ pub fn gae(
         .or_raise("gae")
 }
 
-/// `_care.whiten(values, eps=1e-8, std_kind="unbiased", mask=None, stream=0, workspace=None)
-/// -> (mean, std) | None`: whitens float32 `values` in place over the counted entries
-/// (SPEC §18; masked become 0).
+/// `_care.whiten(values, eps=1e-8, std_kind="unbiased", mask=None, stream=0, workspace=None,
+/// count_eps=0.0) -> (mean, std) | None`: whitens float32 `values` in place over the counted
+/// entries (SPEC §18; masked become 0; `count_eps=1e-8` is verl's `masked_mean`).
 ///
 /// Host arrays: returns `(mean, std)`; a non-finite counted value raises `non_finite` and
 /// leaves the values as they were. CUDA tensors (`workspace` required): asynchronous on
@@ -1251,7 +1379,8 @@ pub fn gae(
 /// (`workspace[0]`, `check_whiten_status`), mean and std (float64 words
 /// `WHITEN_MEAN_STD_F64`) stay in the workspace.
 #[pyfunction]
-#[pyo3(signature = (values, eps=1e-8, std_kind="unbiased", mask=None, stream=0, workspace=None))]
+#[pyo3(signature = (values, eps=1e-8, std_kind="unbiased", mask=None, stream=0, workspace=None, count_eps=0.0))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer or option
 pub fn whiten(
     py: Python<'_>,
     values: &Bound<'_, PyAny>,
@@ -1260,6 +1389,7 @@ pub fn whiten(
     mask: Option<&Bound<'_, PyAny>>,
     stream: usize,
     workspace: Option<&Bound<'_, PyAny>>,
+    count_eps: f64,
 ) -> PyResult<Option<(f64, f64)>> {
     let mut v = Tensor::take(values, "values")?;
     let m = Tensor::take_opt(mask, "mask")?;
@@ -1268,6 +1398,7 @@ pub fn whiten(
     let opts = WhitenOptions {
         eps,
         std_kind: crate::names::parse("std_kind", std_kind)?,
+        count_eps,
     };
     if let Device::Cuda(_) = device_of(&v)? {
         return cuda::whiten(&v, m.as_ref(), cuda_workspace(&ws)?, &opts, stream).map(|()| None);
@@ -1277,4 +1408,149 @@ pub fn whiten(
     py.detach(|| care_core::grpo::whiten(vv, mk, &opts))
         .or_raise("whiten")
         .map(Some)
+}
+
+/// `_care.discounted_returns_whitened(token_rewards, seq_offsets, advantages, returns,
+/// gamma=1.0, mask=None, masked_token="skip", eps=1e-8, std_kind="unbiased", count_eps=0.0,
+/// stream=0, workspace=None) -> (mean, std) | None`: the discounted returns into `returns` and
+/// their whitening into `advantages` (float32 `[T]`), every intermediate in float64 (SPEC §18;
+/// verl's `reinforce_plus_plus`).
+///
+/// Host arrays: returns `(mean, std)`. CUDA tensors (`workspace` of
+/// `whitened_workspace_bytes(T)` bytes required): asynchronous on `stream`, the returns equal to
+/// the host's bit for bit and the whitened values within the `Whiten` tolerance; returns
+/// `None`: the two status words (`workspace[0]` and `workspace[WHITENED_STATUS_WORD]`,
+/// `check_whitened_status`), mean and std (`WHITEN_MEAN_STD_F64`) stay in the workspace.
+#[pyfunction]
+#[pyo3(signature = (token_rewards, seq_offsets, advantages, returns, gamma=1.0, mask=None, masked_token="skip", eps=1e-8, std_kind="unbiased", count_eps=0.0, stream=0, workspace=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer or option
+pub fn discounted_returns_whitened(
+    py: Python<'_>,
+    token_rewards: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    advantages: &Bound<'_, PyAny>,
+    returns: &Bound<'_, PyAny>,
+    gamma: f64,
+    mask: Option<&Bound<'_, PyAny>>,
+    masked_token: &str,
+    eps: f64,
+    std_kind: &str,
+    count_eps: f64,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<(f64, f64)>> {
+    let r = Tensor::take(token_rewards, "token_rewards")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let mut a = Tensor::take(advantages, "advantages")?;
+    let mut ret = Tensor::take(returns, "returns")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    check_outputs(&[&a, &ret], &[Some(&r), Some(&so), m.as_ref(), ws.as_ref()])?;
+    let opts = GaeOptions {
+        gamma,
+        masked_token: crate::names::parse("masked_token", masked_token)?,
+        ..GaeOptions::default()
+    };
+    let w = WhitenOptions {
+        eps,
+        std_kind: crate::names::parse("std_kind", std_kind)?,
+        count_eps,
+    };
+    if let Device::Cuda(_) = device_of(&r)? {
+        let args = cuda::TokenArgs {
+            rewards: &r,
+            values: None,
+            offsets: &so,
+            mask: m.as_ref(),
+            advantages: Some(&a),
+            returns: &ret,
+            workspace: cuda_workspace(&ws)?,
+            stream,
+        };
+        return cuda::token_estimator_whitened(args, &opts, &w).map(|()| None);
+    }
+    let (rv, offs, mk) = (r.slice::<f32>()?, so.slice::<u32>()?, opt_slice::<u8>(&m)?);
+    let (ao, ro) = (a.slice_mut::<f32>()?, ret.slice_mut::<f32>()?);
+    py.detach(|| care_core::grpo::discounted_returns_whitened(rv, offs, mk, &opts, &w, ao, ro))
+        .or_raise("discounted_returns_whitened")
+        .map(Some)
+}
+
+/// `_care.gae_whitened(token_rewards, values, seq_offsets, advantages, returns, gamma=1.0,
+/// lambda_=1.0, mask=None, eps=1e-8, std_kind="unbiased", count_eps=0.0, stream=0,
+/// workspace=None) -> (mean, std) | None`: GAE with the advantages whitened, every intermediate
+/// in float64 (SPEC §18; verl's `gae`); the returns are not whitened. Host and CUDA as
+/// `discounted_returns_whitened`.
+#[pyfunction]
+#[pyo3(signature = (token_rewards, values, seq_offsets, advantages, returns, gamma=1.0, lambda_=1.0, mask=None, eps=1e-8, std_kind="unbiased", count_eps=0.0, stream=0, workspace=None))]
+#[allow(clippy::too_many_arguments)] // one argument per buffer or option
+pub fn gae_whitened(
+    py: Python<'_>,
+    token_rewards: &Bound<'_, PyAny>,
+    values: &Bound<'_, PyAny>,
+    seq_offsets: &Bound<'_, PyAny>,
+    advantages: &Bound<'_, PyAny>,
+    returns: &Bound<'_, PyAny>,
+    gamma: f64,
+    lambda_: f64,
+    mask: Option<&Bound<'_, PyAny>>,
+    eps: f64,
+    std_kind: &str,
+    count_eps: f64,
+    stream: usize,
+    workspace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<(f64, f64)>> {
+    let r = Tensor::take(token_rewards, "token_rewards")?;
+    let v = Tensor::take(values, "values")?;
+    let so = Tensor::take(seq_offsets, "seq_offsets")?;
+    let mut a = Tensor::take(advantages, "advantages")?;
+    let mut ret = Tensor::take(returns, "returns")?;
+    let m = Tensor::take_opt(mask, "mask")?;
+    let ws = Tensor::take_opt(workspace, "workspace")?;
+    check_outputs(
+        &[&a, &ret],
+        &[Some(&r), Some(&v), Some(&so), m.as_ref(), ws.as_ref()],
+    )?;
+    let opts = GaeOptions {
+        gamma,
+        lambda: lambda_,
+        ..GaeOptions::default()
+    };
+    let w = WhitenOptions {
+        eps,
+        std_kind: crate::names::parse("std_kind", std_kind)?,
+        count_eps,
+    };
+    if let Device::Cuda(_) = device_of(&r)? {
+        let args = cuda::TokenArgs {
+            rewards: &r,
+            values: Some(&v),
+            offsets: &so,
+            mask: m.as_ref(),
+            advantages: Some(&a),
+            returns: &ret,
+            workspace: cuda_workspace(&ws)?,
+            stream,
+        };
+        return cuda::token_estimator_whitened(args, &opts, &w).map(|()| None);
+    }
+    let (rv, vv, offs) = (r.slice::<f32>()?, v.slice::<f32>()?, so.slice::<u32>()?);
+    let mk = opt_slice::<u8>(&m)?;
+    let (ao, ro) = (a.slice_mut::<f32>()?, ret.slice_mut::<f32>()?);
+    py.detach(|| care_core::grpo::gae_whitened(rv, vv, offs, mk, &opts, &w, ao, ro))
+        .or_raise("gae_whitened")
+        .map(Some)
+}
+
+/// `_care.whitened_workspace_bytes(n_tokens) -> int`: the bytes of workspace the CUDA
+/// `discounted_returns_whitened` and `gae_whitened` need for `n_tokens` tokens (a fixed part
+/// and 8 bytes per token for the unrounded values).
+#[pyfunction]
+pub fn whitened_workspace_bytes(n_tokens: usize) -> PyResult<usize> {
+    let n = u32::try_from(n_tokens).map_err(|_| {
+        crate::error::invalid(format!(
+            "n_tokens: {n_tokens} is more than the kernels take (2^32 - 1)"
+        ))
+    })?;
+    Ok(care_kernels::whitened_workspace_bytes(n))
 }

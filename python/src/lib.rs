@@ -13,6 +13,7 @@ mod names;
 mod options;
 mod profile;
 mod reward;
+mod template;
 
 use care_core::grpo::{Combine, FieldKind, LOSS_STATS_LAYOUT};
 use care_kernels::params::{LOSS_STATS_DEVICE_LAYOUT, ROLLOUT_STATS_DEVICE_LAYOUT};
@@ -82,6 +83,12 @@ fn _care(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(profile::profile_reward_group, m)?)?;
     m.add_function(wrap_pyfunction!(profile::render_profile_judge_prompt, m)?)?;
     m.add_function(wrap_pyfunction!(profile::parse_profile_judge_output, m)?)?;
+    m.add(
+        "TEMPLATE_FAMILIES",
+        care_core::template::TemplateFamily::NAMES.to_vec(),
+    )?;
+    m.add_function(wrap_pyfunction!(template::read_prompt, m)?)?;
+    m.add_function(wrap_pyfunction!(template::strip_end_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::group_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::group_partial_sums, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::group_partial_squares, m)?)?;
@@ -92,6 +99,8 @@ fn _care(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(grpo::discounted_returns, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::gae, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::whiten, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::discounted_returns_whitened, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::gae_whitened, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::selective_log_softmax, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::selective_log_softmax_backward, m)?)?;
     m.add_function(wrap_pyfunction!(grpo::logits_policy_loss, m)?)?;
@@ -99,6 +108,11 @@ fn _care(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::check_log_softmax_status, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::check_tokens_status, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::check_whiten_status, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::check_whitened_status, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::logits_policy_loss_fused, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::fused_supported, m)?)?;
+    m.add_function(wrap_pyfunction!(grpo::whitened_workspace_bytes, m)?)?;
+    m.add("WHITENED_STATUS_WORD", cuda::WHITENED_STATUS_WORD)?;
     m.add("WHITEN_MEAN_STD_F64", cuda::WHITEN_MEAN_STD_F64)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_driver_available, m)?)?;
     Ok(())

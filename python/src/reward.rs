@@ -13,7 +13,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
 use crate::dlpack::{Tensor, check_outputs};
-use crate::error::{OrRaise, core_err, invalid, mismatch};
+use crate::error::{OrRaise, core_err_lines, invalid, mismatch};
 use crate::names::parse;
 
 /// A parsed rubric that passed the format contract (SPEC §1, §3), owned by Python.
@@ -127,10 +127,19 @@ fn strict_rubric(py: Python<'_>, text: &[u8], policy: &FormatPolicy) -> PyResult
             buf: RubricBuf::from(r),
         }),
         _ => {
-            let err = core_err(
-                &format!("rubric\n{}", v.report),
-                care_core::Error::FormatViolation,
-            );
+            // The summary first, then one indented line per violation (the validator's retry
+            // messages), with no trailing newline.
+            let mut lines = Vec::with_capacity(v.report.violations().len() + 1);
+            for x in v.report.violations() {
+                let mut line = String::new();
+                // Writing into a String cannot fail.
+                let _ = x.write_message(&mut line);
+                lines.push(line);
+            }
+            if v.report.overflowed() {
+                lines.push("(more violations were found than reported)".to_owned());
+            }
+            let err = core_err_lines(care_core::Error::FormatViolation, &lines);
             err.value(py).setattr("violations", violations(py, &v)?)?;
             Err(err)
         }

@@ -25,13 +25,18 @@ def _require(var: str) -> bool:
 
 
 def need_torch():
-    """Imports torch, or skips (fails under CARE_REQUIRE_TORCH=1)."""
+    """Imports torch, or skips (fails under CARE_REQUIRE_TORCH=1).
+
+    Called at a test module's top level (``torch = need_torch()``) it skips the whole module,
+    reported as one visible skip with the reason; inside a test it skips that test."""
     try:
         import torch  # noqa: F401
     except ImportError as e:
         if _require("CARE_REQUIRE_TORCH"):
             pytest.fail(f"CARE_REQUIRE_TORCH=1 but torch is not importable: {e}")
-        pytest.skip("skipped torch test: torch is not installed")
+        # allow_module_level: the torch modules call this at import time, where a plain skip
+        # is a collection error instead of a skip.
+        pytest.skip("skipped torch test: torch is not installed", allow_module_level=True)
     return torch
 
 
@@ -44,7 +49,7 @@ def need_gpu():
     if not ct.gpu_available():
         if _require("CARE_REQUIRE_GPU"):
             pytest.fail("CARE_REQUIRE_GPU=1 but no CUDA device is available")
-        pytest.skip("skipped GPU test: no CUDA device")
+        pytest.skip("skipped GPU test: no CUDA device", allow_module_level=True)
     return torch
 
 

@@ -112,6 +112,24 @@ def test_strict_rubric_raises_with_violations(rubric_text):
     assert e.value.code == "invalid_argument"
 
 
+def test_a_rejected_rubric_reads_summary_first_then_one_line_per_violation(rubric_text):
+    # The message a user sees first: what failed and its code on line one, then each
+    # violation on its own indented line, no stray newline at either end.
+    with pytest.raises(CareError) as e:
+        Rubric('{"categories": []}')
+    lines = str(e.value).split("\n")
+    assert lines[0] == "rubric breaks the format contract (format_violation):", lines
+    assert len(lines) == 1 + len(e.value.violations) and len(lines) > 1, lines
+    for line, v in zip(lines[1:], e.value.violations):
+        assert line.startswith("  " + v.code + ": ") and line == line.rstrip(), line
+    assert e.value.message == str(e.value)
+    doc = _paper(rubric_text)
+    doc["categories"][2]["category_weight"] = 0.5
+    with pytest.raises(CareError) as e:
+        care_rl.policy_reward(json.dumps(doc), [5.0] * Rubric(rubric_text).total_criteria)
+    assert str(e.value).startswith("rubric breaks the format contract (format_violation):\n  weight_sum: ")
+
+
 # ---- policy reward -----------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ import os
 import subprocess
 import threading
 import unittest
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +37,7 @@ def _load_by_path():
 _rw = _load_by_path()
 CareRewardClient = _rw.CareRewardClient
 CareRewardError = _rw.CareRewardError
+CareRewardWarning = _rw.CareRewardWarning
 TRLReward = _rw.TRLReward
 compute_score = _rw.compute_score
 compute_score_batch = _rw.compute_score_batch
@@ -115,6 +117,27 @@ class RewardFunctionsTest(unittest.TestCase):
             TRLReward(url=self.server.url, on_failure="error")(prompts=prompts, completions=completions)
         self.assertIn("judge_invalid", str(e.exception))
 
+    def test_trl_warns_once_per_call_when_rewards_were_not_judged(self) -> None:
+        # The scripted server judges only the bundled demo: other text gets no reward, and
+        # group_mean of a group with no valid reward is 0 everywhere. Such a batch of zeros
+        # must not pass silently: one warning per call, with the statuses and the reason.
+        f = TRLReward(url=self.server.url)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rewards = f(prompts=["How do I tell my parents?"] * 2, completions=["a", "b"])
+        self.assertEqual(rewards, [0.0, 0.0])
+        ours = [w for w in caught if issubclass(w.category, CareRewardWarning)]
+        self.assertEqual(len(ours), 1, [str(w.message) for w in caught])
+        msg = str(ours[0].message)
+        for want in ("2 of 2 responses have no judged reward", "judge_invalid 2", "group_mean", "--scripted"):
+            self.assertIn(want, msg)
+        self.assertEqual(ours[0].filename, __file__, "the warning points at the caller")
+        # Every response judged: no warning.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            f(prompts=[CONTEXT] * 2, completions=RESPONSES[:2])
+        self.assertEqual([w for w in caught if issubclass(w.category, CareRewardWarning)], [])
+
     def test_trl_string_prompts_and_a_context_column(self) -> None:
         f = TRLReward(url=self.server.url, on_failure="null", context_column="dialogue")
         rewards = f(
@@ -167,13 +190,23 @@ class RewardFunctionsTest(unittest.TestCase):
             for line in REWARDS.read_text().splitlines()
             if line.startswith(("import ", "from ")) and not line.startswith("from __future__")
         }
-        self.assertLessEqual(imported, {"json", "os", "urllib", "typing"}, "stdlib only")
+        self.assertLessEqual(
+            imported, {"asyncio", "json", "os", "ssl", "urllib", "typing", "warnings", "collections"}, "stdlib only"
+        )
         try:
             import care_rl
         except ImportError:  # the source tree without the built extension: nothing to compare
             return
         self.assertEqual(care_rl.TRLReward.__module__, "care_rl.rewards")
-        for name in ("CareRewardClient", "CareRewardError", "TRLReward", "compute_score", "compute_score_batch"):
+        for name in (
+            "CareRewardClient",
+            "CareRewardError",
+            "CareRewardWarning",
+            "TRLReward",
+            "compute_score",
+            "compute_score_async",
+            "compute_score_batch",
+        ):
             self.assertIn(name, care_rl.__all__)
 
     def test_unreachable_server_is_a_clear_error(self) -> None:

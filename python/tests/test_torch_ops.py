@@ -27,6 +27,9 @@ OPS = [
     "discounted_returns",
     "gae",
     "whiten",
+    "discounted_returns_whitened",
+    "gae_whitened",
+    "logits_policy_loss_fused",
 ]
 
 
@@ -85,9 +88,21 @@ def _op_cases(device):
             torch.tensor([0, 4, 10], dtype=torch.int32, device=device), m, 1.0, verl, False,
             0.0, 0.0, 0.0, 0,
         ),
-        "discounted_returns": (torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9),
+        "discounted_returns": (torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9, "reset"),
         "gae": (torch.randn(10, device=device), torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9, 0.8),
-        "whiten": (torch.randn(10, device=device), m, 1e-8, "biased"),
+        "whiten": (torch.randn(10, device=device), m, 1e-8, "biased", 1e-8),
+        "logits_policy_loss_fused": (
+            x.detach(), y, -torch.rand(10, device=device), None, torch.randn(2, device=device),
+            torch.tensor([0, 4, 10], dtype=torch.int32, device=device), m, 1.0, verl, False,
+            0.0, 0.0, 0.0,
+        ),
+        "discounted_returns_whitened": (
+            torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9, "reset", 1e-8, "unbiased", 1e-8,
+        ),
+        "gae_whitened": (
+            torch.randn(10, device=device), torch.randn(10, device=device), _TOK_OFFS.to(device), m, 0.9, 0.8,
+            1e-8, "biased", 0.0,
+        ),
     }  # fmt: skip
 
 
@@ -230,6 +245,77 @@ def test_logits_policy_loss_is_the_composition():
     torch.testing.assert_close(logp, lp.detach(), rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-7)
     assert ct.stats_dict(stats)["tokens"] == mask.sum().item()
+
+
+def _fused_case(device="cpu", seed=8):
+    g = torch.Generator().manual_seed(seed)
+    b, length, v = 3, 5, 17
+    x = torch.randn(b, length, v, generator=g)
+    y = torch.randint(0, v, (b, length), generator=g)
+    mask = torch.rand(b, length, generator=g) > 0.2
+    old = -torch.rand(b, length, generator=g) * 3
+    adv = torch.randn(b, generator=g)
+    return tuple(t.to(device) for t in (x, y, mask, old, adv))
+
+
+@pytest.mark.parametrize("preset", ["trl", "verl", "verl_cispo", "verl_gpg"])
+def test_logits_policy_loss_fused_is_the_three_step_path(preset):
+    """On CPU tensors the one-pass function returns the loss, stats, log-probs and the
+    gradient that logits_policy_loss and its backward give, bit for bit (the same reference
+    underneath), for the token-local presets; it is not differentiable itself."""
+    x, y, mask, old, adv = _fused_case()
+    x1 = x.clone().requires_grad_()
+    loss, stats, logp = ct.logits_policy_loss(
+        x1, y, old, adv, mask=mask, temperature=0.9, preset=preset, return_stats=True, return_logp=True
+    )
+    loss.backward()
+    floss, d, fstats, flogp = ct.logits_policy_loss_fused(
+        x, y, old, adv, mask=mask, temperature=0.9, preset=preset, return_stats=True, return_logp=True
+    )
+    assert floss.item() == loss.item()
+    assert torch.equal(d, x1.grad) and d.shape == x.shape
+    assert torch.equal(flogp, logp)
+    assert ct.stats_dict(fstats) == ct.stats_dict(stats)
+    assert not d.requires_grad
+
+
+def test_logits_policy_loss_fused_refuses_what_it_cannot_compute():
+    """Sequence-level losses, the rollout correction and bypass mode need whole sequences (or
+    the rollout log-probs) first: fused_supported says so and the call raises
+    invalid_argument, on any device."""
+    x, y, mask, old, adv = _fused_case()
+    assert ct.fused_supported("trl") and ct.fused_supported("verl", kl_estimator="k3", beta=0.1)
+    for preset, extra in [("verl_geo_mean", {}), ("verl_gspo", {}), ("trl_vespo", {}), ("verl_bypass", {}),
+                          ("verl", {"rollout_is": "token", "rollout_is_threshold": 2.0})]:  # fmt: skip
+        assert not ct.fused_supported(preset, **extra), preset
+        with pytest.raises(CareError) as e:
+            ct.logits_policy_loss_fused(x, y, old, adv, mask=mask, preset=preset, **extra)
+        assert e.value.code == "invalid_argument", preset
+    with pytest.raises(CareError) as e:
+        ct.logits_policy_loss_fused(x, y, old, adv, mask=mask, in_place=True)
+    assert e.value.code == "invalid_argument"
+
+
+def test_cuda_logits_policy_loss_fused_matches_the_three_kernel_path():
+    """On CUDA one kernel gives the loss, log-probs and dL/dlogits of the three-kernel path
+    within the kernels' tolerance (different block sizes), out of place and in place (equal
+    to each other bit for bit), bf16 logits included."""
+    need_gpu()
+    for dt in (torch.float32, torch.bfloat16):
+        x, y, mask, old, adv = _fused_case("cuda", seed=9)
+        x = (x * 3).to(dt)
+        x1 = x.clone().requires_grad_()
+        loss, logp = ct.logits_policy_loss(x1, y, old, adv, mask=mask, preset="verl", return_logp=True)
+        loss.backward()
+        floss, d, flogp = ct.logits_policy_loss_fused(x, y, old, adv, mask=mask, preset="verl", return_logp=True)
+        assert d.dtype == dt and d.is_cuda
+        assert abs(floss.item() - loss.item()) <= 1e-5 * max(1.0, abs(loss.item()))
+        torch.testing.assert_close(flogp, logp, rtol=1e-5, atol=1e-5)
+        tol = 1e-5 if dt == torch.float32 else 2e-2
+        torch.testing.assert_close(d.float(), x1.grad.float(), rtol=tol, atol=tol)
+        xi = x.clone()
+        iloss, di = ct.logits_policy_loss_fused(xi, y, old, adv, mask=mask, preset="verl", in_place=True)
+        assert di is xi and torch.equal(di, d) and iloss.item() == floss.item()
 
 
 def test_care_torch_is_an_alias():
@@ -599,6 +685,77 @@ def test_token_estimators_torch_cpu_equal_numpy():
     assert not ct.discounted_returns(rg, offs).requires_grad
     assert not ct.whiten(rg)[0].requires_grad
     assert rg.grad is None and r.equal(rg.detach())  # the input is not whitened in place
+
+
+def test_whitened_chains_torch_cpu_equal_numpy():
+    """The one-call f64 chains on CPU tensors run the same core as the numpy functions: equal
+    bit for bit, the statistics as 0-d float64 tensors, nothing requiring grad."""
+    r, v, offs, mask = _token_case()
+    adv, ret, mean, std = ct.discounted_returns_whitened(r, offs, mask, gamma=0.9, masked_token="reset", count_eps=1e-8)
+    wa, wr, wm, ws = care_rl.discounted_returns_whitened(
+        r.numpy(), offs.numpy(), mask.numpy(), gamma=0.9, masked_token="reset", count_eps=1e-8
+    )
+    np.testing.assert_array_equal(adv.numpy(), wa)
+    np.testing.assert_array_equal(ret.numpy(), wr)
+    assert (mean.item(), std.item()) == (wm, ws) and mean.dtype == torch.float64
+    adv, ret, mean, std = ct.gae_whitened(r, v, offs, mask, gamma=0.95, lambda_=0.9, std_kind="biased")
+    wa, wr, wm, ws = care_rl.gae_whitened(
+        r.numpy(), v.numpy(), offs.numpy(), mask.numpy(), gamma=0.95, lambda_=0.9, std_kind="biased"
+    )
+    np.testing.assert_array_equal(adv.numpy(), wa)
+    np.testing.assert_array_equal(ret.numpy(), wr)
+    assert (mean.item(), std.item()) == (wm, ws)
+    assert not ct.gae_whitened(r.clone().requires_grad_(), v, offs)[0].requires_grad
+
+
+def test_cuda_whitened_chains_match_cpu():
+    """On CUDA the chains keep the unrounded values on the device between the kernels: the
+    returns equal the host's bit for bit, the whitened values, mean and std are within the
+    Whiten tolerance of the host's f64 chain (returns around 500 with a 1e-3 spread, where
+    rounding them first would not be), and the numpy-level functions take CUDA tensors."""
+    need_gpu()
+    b = 64
+    d = np.sin(np.arange(b) * 0.37).astype(np.float32) * 1e-3
+    r = np.stack([50.0 + d, 500.0 - d], axis=1).reshape(-1).astype(np.float32)
+    offs = np.arange(0, 2 * b + 1, 2, dtype=np.int32)
+    wa, wr, wm, ws = care_rl.discounted_returns_whitened(r, offs, gamma=0.9, count_eps=1e-8)
+    adv, ret, mean, std = care_rl.discounted_returns_whitened(
+        torch.from_numpy(r).cuda(), torch.from_numpy(offs).cuda(), gamma=0.9, count_eps=1e-8
+    )
+    assert adv.is_cuda and mean.is_cuda and mean.dtype == torch.float64
+    np.testing.assert_array_equal(ret.cpu().numpy(), wr)
+    bound = 1e-9 * 600 / ws + np.abs(wa.astype(np.float64)) / 8388608.0
+    assert (np.abs(adv.cpu().numpy().astype(np.float64) - wa) <= bound).all()
+    assert abs(mean.item() - wm) <= 1e-9 * 600 + abs(wm) / 8388608.0
+    assert abs(std.item() - ws) <= 1e-9 * 600 + abs(ws) / 8388608.0
+    rt, v, o, m = _token_case(seed=5, n_seq=40)
+    wa, wr, _, _ = care_rl.gae_whitened(rt.numpy(), v.numpy(), o.numpy(), m.numpy(), gamma=0.99, lambda_=0.95)
+    adv, ret, _, _ = ct.gae_whitened(rt.cuda(), v.cuda(), o.cuda(), m.cuda(), gamma=0.99, lambda_=0.95)
+    np.testing.assert_array_equal(ret.cpu().numpy(), wr)
+    np.testing.assert_allclose(adv.cpu().numpy(), wa, rtol=2.4e-7, atol=1e-6)
+
+
+def test_cuda_whitened_statuses_stay_on_the_device_unless_checked():
+    """A malformed layout and a non-finite return do not raise on CUDA unless
+    set_device_checks is on; then they raise the host codes, the layout first."""
+    need_gpu()
+    r = torch.tensor([1.0, 2.0, 3.0], device="cuda")
+    bad = torch.tensor([0, 3, 2, 3], dtype=torch.int32, device="cuda")
+    nan = torch.tensor([1.0, float("nan"), 2.0], device="cuda")
+    good = torch.tensor([0, 3], dtype=torch.int32, device="cuda")
+    ct.discounted_returns_whitened(r, bad)
+    ct.discounted_returns_whitened(nan, good)
+    ct.set_device_checks(True)
+    try:
+        with pytest.raises(CareError) as e:
+            ct.gae_whitened(r, r, bad)
+        assert e.value.code == "invalid_layout"
+        with pytest.raises(CareError) as e:
+            ct.discounted_returns_whitened(nan, good)
+        assert e.value.code == "non_finite"
+        ct.gae_whitened(r, r, good)
+    finally:
+        ct.set_device_checks(False)
 
 
 def test_token_estimators_torch_cpu_errors_match_numpy():

@@ -43,6 +43,21 @@ fn clamp(x: f64, lo: f64, hi: f64) -> f64 {
     x.max(lo).min(hi)
 }
 
+/// verl `compute_rollout_correction_weights` with a `"lower_upper"` threshold (IcePop, new
+/// verl): the token or sequence weight `exp(clamp(log ratio, +-20))`, masked, kept where it lies
+/// in `[lower, upper]` and 0 elsewhere.
+pub fn verl_icepop_weights(
+    old: &Rows,
+    rollout: &Rows,
+    mask: &Rows,
+    sequence: bool,
+    lower: f64,
+    upper: f64,
+) -> Rows {
+    let raw = verl_is_weights(old, rollout, mask, sequence, f64::INFINITY);
+    map_rows(&raw, |w| if w >= lower && w <= upper { w } else { 0.0 })
+}
+
 /// verl `compute_rollout_correction_weights` (without batch normalization): token or
 /// sequence importance weights, masked, truncated at `threshold`.
 pub fn verl_is_weights(
@@ -216,6 +231,24 @@ pub fn verl_gae(rewards: &Rows, values: &Rows, mask: &Rows, gamma: f64, lam: f64
     (adv, ret)
 }
 
+/// verl `compute_reinforce_plus_plus_outcome_advantage` before whitening, up to
+/// `verl-project/verl@8a1bf6d` (2026-08-09, verl #7300; `volcengine/verl@b178a3c` has it):
+/// `running_return *= response_mask[t]` after each step, so the return restarts at 0 before a
+/// masked token, whose own reward is dropped. The returns at masked positions are what verl
+/// stores there (never counted).
+pub fn verl_reinforce_pp_returns_reset(rewards: &Rows, mask: &Rows, gamma: f64) -> Rows {
+    let mut ret = rewards.clone();
+    for b in 0..rewards.len() {
+        let mut running = 0.0;
+        for t in (0..rewards[b].len()).rev() {
+            running = rewards[b][t] + gamma * running;
+            ret[b][t] = running;
+            running *= mask[b][t];
+        }
+    }
+    ret
+}
+
 /// New verl `compute_reinforce_plus_plus_outcome_advantage` before whitening: the returns
 /// (masked tokens skipped and set to 0).
 pub fn verl_reinforce_pp_returns(rewards: &Rows, mask: &Rows, gamma: f64) -> Rows {
@@ -265,6 +298,49 @@ fn torch_std(xs: &[f64]) -> f64 {
     let n = xs.len() as f64;
     let m = xs.iter().sum::<f64>() / n;
     (xs.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1.0)).sqrt()
+}
+
+/// verl `compute_grpo_outcome_advantage`: `(r - mean_g) / (std_g + eps)` (`torch.std`, Bessel)
+/// with `norm`, `r - mean_g` without; a singleton's mean is 0 and its std 1.
+pub fn verl_grpo(scores: &[f64], index: &[usize], eps: f64, norm: bool) -> Vec<f64> {
+    let mut adv = scores.to_vec();
+    for g in groups_of(index) {
+        let xs: Vec<f64> = g.iter().map(|&i| scores[i]).collect();
+        let (mean, std) = if g.len() == 1 {
+            (0.0, 1.0)
+        } else {
+            (xs.iter().sum::<f64>() / xs.len() as f64, torch_std(&xs))
+        };
+        for &i in &g {
+            adv[i] = if norm {
+                (scores[i] - mean) / (std + eps)
+            } else {
+                scores[i] - mean
+            };
+        }
+    }
+    adv
+}
+
+/// verl `compute_rloo_outcome_advantage`: `r * n / (n - 1) - mean * n / (n - 1)` per group; a
+/// singleton keeps its reward. `vectorized`: `compute_rloo_vectorized_outcome_advantage`, 0 for
+/// a singleton.
+pub fn verl_rloo(scores: &[f64], index: &[usize], vectorized: bool) -> Vec<f64> {
+    let mut adv = scores.to_vec();
+    for g in groups_of(index) {
+        let n = g.len() as f64;
+        let mean = g.iter().map(|&i| scores[i]).sum::<f64>() / n;
+        for &i in &g {
+            adv[i] = if g.len() > 1 {
+                scores[i] * n / (n - 1.0) - mean * n / (n - 1.0)
+            } else if vectorized {
+                0.0
+            } else {
+                scores[i]
+            };
+        }
+    }
+    adv
 }
 
 /// verl `compute_grpo_passk_outcome_advantage`: only the group's best sample (`torch.topk`'s
@@ -460,6 +536,7 @@ pub fn verl_agg_loss(loss: &Rows, mask: &Rows, mode: &str, version: VerlVersion)
                 .sum();
             s / non_empty
         }
+        "token-sum" => seq_sums.iter().sum::<f64>(),
         "seq-mean-token-sum-norm" => match version {
             VerlVersion::Old => seq_sums.iter().sum::<f64>() / horizon,
             VerlVersion::New => {
@@ -503,6 +580,44 @@ pub fn verl_vanilla(b: &LossBatch, eps: (f64, f64), c: f64, mode: &str, is: Opti
         pg = zip_rows(&pg, w, |l, w| l * w);
     }
     verl_agg_loss(&pg, &b.mask, mode, VerlVersion::Old)
+}
+
+/// verl `compute_policy_loss_bypass_mode` (new verl): `old_log_prob` is the rollout
+/// log-probs. Under `no_grad` it computes the importance weights (`is`: sequence level or not,
+/// and the threshold) and the rejection mask (`rs`) of the current `log_prob` against them;
+/// `ppo_clip` then runs `compute_policy_loss_vanilla` with the rollout log-probs as the old
+/// ones and **no** weights, `reinforce` runs `compute_policy_loss_reinforce`: `-A * logp * w`
+/// (the weights detached; without `is`, `-A * logp`). Both aggregate over the rejection mask.
+pub fn verl_bypass(
+    b: &LossBatch,
+    rollout: &Rows,
+    loss_type: &str,
+    is: Option<(bool, f64)>,
+    rs: &[RsOption],
+    mode: &str,
+) -> f64 {
+    let w = is.map(|(seq, c)| verl_is_weights(&b.logp, rollout, &b.mask, seq, c));
+    let mask = if rs.is_empty() {
+        b.mask.clone()
+    } else {
+        verl_rs_mask(&b.logp, rollout, &b.mask, rs)
+    };
+    let eb = LossBatch {
+        old: rollout.clone(),
+        mask,
+        ..b.clone()
+    };
+    match loss_type {
+        "ppo_clip" => verl_vanilla(&eb, (0.2, 0.2), 3.0, mode, None),
+        "reinforce" => {
+            let mut pg = zip_rows(&eb.adv, &eb.logp, |a, l| -a * l);
+            if let Some(w) = &w {
+                pg = zip_rows(&pg, w, |l, w| l * w);
+            }
+            verl_agg_loss(&pg, &eb.mask, mode, VerlVersion::New)
+        }
+        other => panic!("unknown loss_type {other}"),
+    }
 }
 
 /// verl `kl_penalty_forward` (`kl`/`k1`, `abs`, `mse`/`k2`, `low_var_kl`/`k3`).
@@ -650,11 +765,31 @@ pub fn verl_geo_mean(b: &LossBatch, eps: (f64, f64), is: Option<&Rows>) -> f64 {
     total / b.logp.len() as f64
 }
 
+/// TRL `GRPOTrainer.get_gamma_weights` (VESPO, default `k`/`lambda`): the detached Gamma
+/// weight of one row from its summed clamped log ratio and, with the vLLM ratio `is`, the sum
+/// of its clamped logs over the row (TRL's ratio is 1 at masked positions).
+pub fn trl_vespo_weight(lr: &[f64], m: &[f64], a: f64, is: Option<&[f64]>) -> f64 {
+    let lower = 1e-8f64.ln();
+    let mut s: f64 = lr.iter().zip(m).map(|(x, m)| clamp20(*x) * m).sum();
+    if let Some(w) = is {
+        s += w.iter().map(|w| clamp(w.ln(), lower, 20.0)).sum::<f64>();
+    }
+    let log_w = clamp(s, lower, 20.0);
+    let (k, lam) = if a >= 0.0 {
+        (2.0, 3.0f64)
+    } else {
+        (3.0, 2.0f64)
+    };
+    let lam = lam.max(1e-4);
+    let phi = (lam + k * log_w - lam * log_w.exp()).exp();
+    if phi.is_finite() { phi } else { 0.0 }
+}
+
 /// TRL `GRPOTrainer._compute_loss` on one process without gradient accumulation: `loss_type`
-/// is `grpo`, `bnpo`, `dr_grpo`, `dapo`, `cispo` or `sapo`; `sequence` is
-/// `importance_sampling_level="sequence"`; `beta` the k3 term (no clamps); `is` the vLLM
-/// importance-sampling ratio it multiplies the policy term by. Advantages are per sequence
-/// (column 0 of `adv`).
+/// is `grpo`, `bnpo`, `dr_grpo`, `dapo`, `cispo`, `sapo`, `luspo` (needs `sequence`) or
+/// `vespo`; `sequence` is `importance_sampling_level="sequence"`; `beta` the k3 term (no
+/// clamps); `is` the vLLM importance-sampling ratio it multiplies the policy term by (VESPO
+/// folds it into its weight instead). Advantages are per sequence (column 0 of `adv`).
 #[allow(clippy::too_many_arguments)]
 pub fn trl_loss(
     b: &LossBatch,
@@ -681,6 +816,10 @@ pub fn trl_loss(
             let coef_1 = if sequence { seq_lw.exp() } else { lr[t].exp() };
             let mut l = match loss_type {
                 "cispo" => -coef_1.min(eps.1) * a * b.logp[i][t],
+                "vespo" => {
+                    let phi = trl_vespo_weight(&lr, m, a, is.map(|w| &w[i][..]));
+                    -phi * a * b.logp[i][t]
+                }
                 "sapo" => {
                     let temp = if a > 0.0 { 1.0 } else { 1.05 };
                     -(1.0 / (1.0 + (-(temp * (coef_1 - 1.0))).exp())) * 4.0 / temp * a
@@ -690,7 +829,7 @@ pub fn trl_loss(
                     -(coef_1 * a).min(coef_2 * a)
                 }
             };
-            if let Some(w) = is {
+            if let (Some(w), false) = (is, loss_type == "vespo") {
                 l *= w[i][t];
             }
             if beta != 0.0 {
@@ -717,7 +856,16 @@ pub fn trl_loss(
                 .sum::<f64>()
                 / rows as f64
         }
-        "bnpo" | "dapo" | "cispo" => total / tokens.max(1.0),
+        "bnpo" | "dapo" | "cispo" | "vespo" => total / tokens.max(1.0),
+        // `(per_token_loss * mask.sum(1)).mean()`: with the sequence level every token of a row
+        // holds the row's loss, so this is each row's loss times its length, over every row.
+        "luspo" => {
+            sums.iter()
+                .zip(&counts)
+                .map(|(s, c)| if *c > 0.0 { s / c * c } else { 0.0 })
+                .sum::<f64>()
+                / rows as f64
+        }
         "dr_grpo" => total / (rows as f64 * max_completion_length),
         other => panic!("unknown loss_type {other}"),
     }
@@ -761,7 +909,9 @@ pub fn trl_vllm_is(old: &Rows, rollout: &Rows, mask: &Rows, mode: &str, clip_max
 
 /// OpenRLHF `PolicyLoss.forward`: `ppo` (clamped ratio, optional dual clip) or `gspo`
 /// (`exp(mean log ratio)`, gradient through the mean); `token_level_loss`; the vLLM correction
-/// `tis` / `icepop` / `seq-mask-tis` with `[low, high]` against `rollout` (ppo only).
+/// `tis` / `icepop` / `seq-mask-tis` with `[low, high]` against `rollout` (ppo); under `gspo`
+/// the vLLM correction takes the sequence ratio against `rollout` instead of `old` and applies
+/// no weight.
 #[allow(clippy::too_many_arguments)]
 pub fn orlhf_policy_loss(
     b: &LossBatch,
@@ -780,7 +930,15 @@ pub fn orlhf_policy_loss(
             .zip(&b.old[i])
             .map(|(l, o)| l - o)
             .collect();
-        let seq_ratio = (masked_sum(&raw, m) / msum(m).max(1.0)).exp();
+        let seq_lr: Vec<f64> = match (vllm, kind) {
+            (Some((rollout, ..)), "gspo") => b.logp[i]
+                .iter()
+                .zip(&rollout[i])
+                .map(|(l, r)| l - r)
+                .collect(),
+            _ => raw.clone(),
+        };
+        let seq_ratio = (masked_sum(&seq_lr, m) / msum(m).max(1.0)).exp();
         let mut row = Vec::new();
         for t in 0..m.len() {
             let ratio = if kind == "gspo" {

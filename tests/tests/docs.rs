@@ -6,6 +6,8 @@
 //!   variant's number and code;
 //! * every relative link in `README.md` and `docs/*.md` points at a file that exists, and every
 //!   `#anchor` into a Markdown file names one of its headings.
+//! * the shell and Python examples of the README and the docs' quick starts carry well-formed
+//!   `doc-check` markers and parse (`scripts/doc-examples.py --check-only`; CI runs them).
 #![allow(clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
@@ -263,4 +265,25 @@ fn the_link_and_citation_scanners_find_what_they_should() {
     );
     let s = spec_sections("## 9. A\n### 9.1 B\n## Notes\n");
     assert!(s.contains("9") && s.contains("9.1") && s.len() == 2);
+}
+
+/// The executable-docs markers and syntax (`scripts/doc-examples.py --check-only`: every
+/// `doc-check` marker sits before a checked block and is well formed, every `ci-runs` command
+/// is in the block and in `.ci/run`, every block passes `bash -n` or `compile()`). Running the
+/// blocks is a CI step of its own (it builds the release binaries).
+#[test]
+fn the_readme_and_quick_start_examples_are_well_marked_and_parse() {
+    let root = repo();
+    let out = std::process::Command::new("python3")
+        .arg(root.join("scripts/doc-examples.py"))
+        .arg("--check-only")
+        .current_dir(&root)
+        .output()
+        .expect("python3 runs scripts/doc-examples.py");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

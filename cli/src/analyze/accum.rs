@@ -5,10 +5,54 @@
 
 use std::collections::BTreeMap;
 
+use super::compare::PairStore;
+use super::health::{Buckets, DEFAULT_BUCKETS, HealthAcc, Reservoir, Thresholds};
 use super::record::{
-    LABEL_IDS, MAX_CRITERIA, Outcome, PairObs, Record, RubricObs, RubricStatus, VIOLATION_SLOTS,
+    LABEL_IDS, MAX_CRITERIA, Options, Outcome, PairObs, Record, RubricObs, RubricStatus,
+    VIOLATION_SLOTS,
 };
 use super::stats::Welford;
+use super::verdict::Verdicts;
+use super::vocab::{LabelSet, Valence};
+
+/// Rubrics kept per (variant, turn) for the crossing bootstrap: a uniform sample beyond.
+pub const TURN_SAMPLE: usize = 256;
+/// Distinct unknown label names the report lists (the rest are counted together).
+pub const MAX_UNKNOWN_NAMES: usize = 64;
+
+/// What shapes the report beyond reading lines: comparisons, valence, health thresholds,
+/// turn buckets, and the bootstrap.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Variant pairs to compare, `(A, B)`: differences are `A - B`.
+    pub compare: Vec<(String, String)>,
+    /// Emotion to valence; `None`: the default map for the run's emotion vocabulary.
+    pub valence: Option<Valence>,
+    /// Health thresholds and the judge's scale.
+    pub thresholds: Thresholds,
+    /// Turn buckets of the health views.
+    pub buckets: Buckets,
+    /// Seed of every random draw (reservoirs, bootstrap).
+    pub seed: u64,
+    /// Bootstrap replicates of the crossing turn.
+    pub bootstrap: u32,
+}
+
+/// The default number of bootstrap replicates.
+pub const DEFAULT_BOOTSTRAP: u32 = 1000;
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            compare: Vec::new(),
+            valence: None,
+            thresholds: Thresholds::default(),
+            buckets: Buckets::parse(DEFAULT_BUCKETS).unwrap_or(Buckets(Vec::new())),
+            seed: 0,
+            bootstrap: DEFAULT_BOOTSTRAP,
+        }
+    }
+}
 
 /// Most distinct variants in one report; a line naming one more is skipped with
 /// `too_many_variants` (each variant is a column of every table and a panel of every chart).
@@ -38,7 +82,8 @@ pub struct WeightAcc {
 }
 
 impl WeightAcc {
-    fn push(&mut self, w: [f64; 3]) {
+    /// Adds one valid rubric's weights.
+    pub fn push(&mut self, w: [f64; 3]) {
         for (acc, x) in self.w.iter_mut().zip(w) {
             acc.push(x);
         }
@@ -48,6 +93,16 @@ impl WeightAcc {
     /// Rubrics in the group.
     pub fn n(&self) -> u64 {
         self.w[0].n
+    }
+
+    /// Folds another group in (the union of both).
+    pub fn merge(&mut self, other: &WeightAcc) {
+        for (a, b) in self.w.iter_mut().zip(&other.w) {
+            a.merge(b);
+        }
+        for (a, b) in self.dominant.iter_mut().zip(&other.dominant) {
+            *a += b;
+        }
     }
 }
 
@@ -169,6 +224,10 @@ pub struct VariantAcc {
     pub responses_without_emotion: u64,
     /// Unknown tactic labels left out (`--unknown-label ignore`).
     pub unknown_tactics: u64,
+    /// Reward health (lines from `care reward` or `care serve --log`).
+    pub health: Option<HealthAcc>,
+    /// A sample of the valid rubrics of each turn, for the crossing bootstrap.
+    pub turn_samples: BTreeMap<u32, Reservoir<[f64; 3]>>,
 }
 
 /// One skipped line, kept as an example for the report.
@@ -200,6 +259,20 @@ pub struct Acc {
     pub skipped: BTreeMap<String, u64>,
     /// The first [`SKIP_EXAMPLES`] skipped lines.
     pub examples: Vec<Skip>,
+    /// The strategy label set of the run.
+    pub label_set: LabelSet,
+    /// Comparisons, valence, thresholds, buckets, bootstrap.
+    pub settings: Settings,
+    /// The emotion-to-valence map of the run.
+    pub valence: Valence,
+    /// Verdicts by judge and system set.
+    pub verdicts: Verdicts,
+    /// Observations of compared variants by pairing key.
+    pub pairs: PairStore,
+    /// Unknown tactic labels left out, by name (at most [`MAX_UNKNOWN_NAMES`]).
+    pub unknown_names: BTreeMap<String, u64>,
+    /// Unknown labels beyond those names (and beyond the names a line keeps).
+    pub unknown_other: u64,
 }
 
 impl Acc {
@@ -209,6 +282,44 @@ impl Acc {
             emotions,
             tolerance,
             ..Acc::default()
+        }
+    }
+
+    /// An empty accumulator for a run with `opts` and `settings`.
+    pub fn for_run(opts: &Options, settings: Settings) -> Self {
+        let mut pairs = PairStore::default();
+        for (a, b) in &settings.compare {
+            for v in [a, b] {
+                if !pairs
+                    .variants
+                    .iter()
+                    .any(|x| x.as_deref() == Some(v.as_str()))
+                {
+                    pairs.variants.push(Some(v.clone()));
+                }
+            }
+        }
+        let valence = settings.valence.clone().unwrap_or_else(|| {
+            // The default entries of the emotions the vocabulary has; cannot fail.
+            Valence::new(&opts.emotions, "").unwrap_or_default()
+        });
+        Acc {
+            emotions: opts.emotions.names().to_vec(),
+            tolerance: opts.format.weight_tolerance,
+            label_set: opts.label_set.clone(),
+            settings,
+            valence,
+            pairs,
+            ..Acc::default()
+        }
+    }
+
+    /// Ends the input: closes what streaming left open (the last log group).
+    pub fn finish(&mut self) {
+        for (_, v) in &mut self.variants {
+            if let Some(h) = &mut v.health {
+                h.finish();
+            }
         }
     }
 
@@ -237,6 +348,9 @@ impl Acc {
         if rec.emotion.is_some_and(|e| usize::from(e) >= n_emotions) {
             return Err(("internal_error", "emotion index out of range".to_owned()));
         }
+        if let Some(verdict) = &rec.verdict {
+            self.verdicts.check(verdict)?;
+        }
         let pos = match self.variants.iter().position(|(v, _)| *v == rec.variant) {
             Some(p) => p,
             None if self.variants.len() >= MAX_VARIANTS => {
@@ -258,11 +372,48 @@ impl Acc {
                 self.variants.len() - 1
             }
         };
+        if let Some(verdict) = &rec.verdict {
+            self.verdicts.add(verdict);
+        }
         let tol = self.tolerance;
         self.lines += 1;
+        self.pairs.add(rec);
+        for name in &rec.unknown_names {
+            if self.unknown_names.contains_key(name) || self.unknown_names.len() < MAX_UNKNOWN_NAMES
+            {
+                *self.unknown_names.entry(name.clone()).or_default() += 1;
+            } else {
+                self.unknown_other += 1;
+            }
+        }
+        self.unknown_other +=
+            u64::from(rec.unknown_tactics).saturating_sub(rec.unknown_names.len() as u64);
+        let settings = &self.settings;
         let Some((_, v)) = self.variants.get_mut(pos) else {
             return Err(("internal_error", "variant index out of range".to_owned()));
         };
+        if let Some(h) = &rec.health {
+            let buckets = &settings.buckets;
+            let acc = v
+                .health
+                .get_or_insert_with(|| HealthAcc::new(buckets.0.len(), settings.seed ^ pos as u64));
+            acc.add(
+                h,
+                rec.turn,
+                rec.turn.and_then(|t| buckets.of(t)),
+                settings.thresholds.scale(),
+            );
+        }
+        if let (Some(r), Some(t)) = (&rec.rubric, rec.turn)
+            && r.valid
+            && let Some(w) = r.weights
+        {
+            let seed = settings.seed ^ ((pos as u64) << 32) ^ u64::from(t);
+            v.turn_samples
+                .entry(t)
+                .or_insert_with(|| Reservoir::new(TURN_SAMPLE, seed))
+                .push(w);
+        }
         if let Some(r) = &rec.rubric {
             add_rubric(v, r, rec, tol);
         }

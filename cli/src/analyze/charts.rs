@@ -70,9 +70,9 @@ pub struct Chart {
 
 type Res = Result<(), Box<dyn Error>>;
 /// A panel of stacked bars: its name, category labels, and the stacked values per category.
-type StackedPanel = (String, Vec<String>, Vec<Vec<f64>>);
+pub(super) type StackedPanel = (String, Vec<String>, Vec<Vec<f64>>);
 /// A series of bars: name, colour, and `(k, n)` per category.
-type CountSeries = (String, RGBColor, Vec<(u64, u64)>);
+pub type CountSeries = (String, RGBColor, Vec<(u64, u64)>);
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 /// `#RRGGBB` of a colour, as the SVG backend writes it.
@@ -210,7 +210,7 @@ fn grid_size(n: usize, cols: usize, panel: (u32, u32), extra_h: u32) -> (u32, u3
 }
 
 /// Legend entries of the three dimensions.
-fn dim_legend() -> Vec<(String, RGBColor)> {
+pub(super) fn dim_legend() -> Vec<(String, RGBColor)> {
     DIM_NAMES
         .iter()
         .zip(DIM_COLORS)
@@ -218,7 +218,7 @@ fn dim_legend() -> Vec<(String, RGBColor)> {
         .collect()
 }
 
-fn dominant_legend() -> Vec<(String, RGBColor)> {
+pub(super) fn dominant_legend() -> Vec<(String, RGBColor)> {
     DOMINANT_NAMES
         .iter()
         .zip(DOMINANT_COLORS)
@@ -480,7 +480,7 @@ pub fn weights_by_turn(acc: &Acc) -> Result<Option<Chart>, String> {
 
 /// Stacked shares (`values[i]`, summing to at most 1) over categories, one panel per group.
 #[allow(clippy::too_many_arguments)]
-fn stacked_panels(
+pub(super) fn stacked_panels(
     file: &str,
     title: &str,
     legend: Vec<(String, RGBColor)>,
@@ -635,7 +635,7 @@ fn hbars(
     let legend: Vec<(String, RGBColor)> = series.iter().map(|(n, c, _)| (n.clone(), *c)).collect();
     let per = series.len().max(1) as f64;
     let group_px = (16.0 * per + 14.0).max(30.0);
-    let h = (group_px * cats.len() as f64) as u32 + 180;
+    let h = ((group_px * cats.len() as f64) as u32 + 180).max(320);
     let label_w = cats.iter().map(|c| c.chars().count()).max().unwrap_or(8) as u32 * 9 + 24;
     let rev: Vec<String> = cats.iter().rev().cloned().collect();
     let max_rate = series
@@ -712,7 +712,7 @@ pub fn strategy_by_variant(acc: &Acc) -> Result<Option<Chart>, String> {
     let cats: Vec<String> = labels
         .iter()
         .map(|&id| {
-            let (l, d) = label_cells(id);
+            let (l, d) = label_cells(acc, id);
             format!("{l} ({})", short_dim(&d))
         })
         .collect();
@@ -776,7 +776,7 @@ pub fn strategy_by_emotion(acc: &Acc) -> Result<Vec<Chart>, String> {
     let rows: Vec<String> = labels
         .iter()
         .map(|&id| {
-            let (l, d) = label_cells(id);
+            let (l, d) = label_cells(acc, id);
             format!("{l} ({})", short_dim(&d))
         })
         .collect();
@@ -1101,6 +1101,123 @@ pub fn weight_sum_error(acc: &Acc) -> Result<Option<Chart>, String> {
         svg,
         series: legend,
     }))
+}
+
+/// One series of an [`interval_chart`]: a point (and its interval) per category, or none.
+#[derive(Clone, Debug)]
+pub struct Series {
+    /// Legend name.
+    pub name: String,
+    /// Colour.
+    pub color: RGBColor,
+    /// Per category: the estimate and its 95% interval.
+    pub points: Vec<Option<(f64, Option<super::stats::Interval>)>>,
+}
+
+/// Estimates with 95% whiskers over categories, one offset mark per series, and an optional
+/// reference line (0 for differences, a threshold for a health check) drawn dashed in grey.
+pub fn interval_chart(
+    file: &str,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    cats: &[String],
+    series: &[Series],
+    reference: Option<f64>,
+) -> Result<Chart, String> {
+    let legend: Vec<(String, RGBColor)> =
+        series.iter().map(|s| (s.name.clone(), s.color)).collect();
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for s in series {
+        for (v, ci) in s.points.iter().flatten() {
+            for x in [Some(*v), ci.map(|c| c.lo), ci.map(|c| c.hi)]
+                .into_iter()
+                .flatten()
+            {
+                if x.is_finite() {
+                    lo = lo.min(x);
+                    hi = hi.max(x);
+                }
+            }
+        }
+    }
+    if let Some(r) = reference {
+        lo = lo.min(r);
+        hi = hi.max(r);
+    }
+    if !(lo.is_finite() && hi.is_finite()) {
+        (lo, hi) = (0.0, 1.0);
+    }
+    let pad = if hi > lo { (hi - lo) * 0.08 } else { 0.5 };
+    let yr = (lo - pad)..(hi + pad);
+    let per = series.len().max(1) as f64;
+    let w = ((40.0 + 14.0 * per) * cats.len() as f64 + 200.0).clamp(640.0, 2400.0) as u32;
+    let svg = render(w, 460, title, &legend, |area| {
+        let mut chart = ChartBuilder::on(area)
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(70)
+            .build_cartesian_2d(Axis::categories(cats.len()), yr.clone())?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(cats.len().min(40))
+            .x_label_formatter(&|v| label_at(cats, *v))
+            .y_labels(8)
+            .y_label_formatter(&|v| format!("{v:.3}"))
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .label_style((FONT, 14))
+            .axis_desc_style((FONT, 15))
+            .axis_style(AXIS)
+            .light_line_style(TRANSPARENT)
+            .draw()?;
+        if let Some(r) = reference {
+            let n = cats.len() as f64;
+            // Dashes, so the line reads as a reference and not as a series.
+            let mut x = -0.5;
+            while x < n - 0.5 {
+                let end = (x + 0.12).min(n - 0.5);
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(x, r), (end, r)],
+                    TIE_COLOR.stroke_width(2),
+                )))?;
+                x += 0.2;
+            }
+        }
+        let band = 0.7 / per;
+        for (k, s) in series.iter().enumerate() {
+            for (i, p) in s.points.iter().enumerate() {
+                let Some((v, ci)) = p else { continue };
+                if !v.is_finite() {
+                    continue;
+                }
+                let x = i as f64 - 0.35 + band * (k as f64 + 0.5);
+                if let Some(ci) = ci.filter(|c| c.lo.is_finite() && c.hi.is_finite()) {
+                    chart.draw_series(whisker(x, ci.lo, ci.hi, band / 4.0))?;
+                }
+                chart.draw_series(std::iter::once(Circle::new((x, *v), 5, s.color.filled())))?;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(Chart {
+        file: file.to_owned(),
+        title: title.to_owned(),
+        svg,
+        series: legend,
+    })
+}
+
+/// Horizontal bars of shares `k/n` per category and series with Wilson whiskers (for the
+/// health and verdict views).
+pub fn share_bars(
+    file: &str,
+    title: &str,
+    x_desc: &str,
+    cats: &[String],
+    series: &[CountSeries],
+) -> Result<Chart, String> {
+    hbars(file, title, x_desc, cats, series, true)
 }
 
 /// Every chart with data, in report order.

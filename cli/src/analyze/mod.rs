@@ -22,12 +22,18 @@ use crate::json::{LineError, Obj, line_text, parse_strict, push_error_line};
 pub mod accum;
 pub mod charts;
 pub mod cli;
+pub mod compare;
+pub mod health;
 pub mod record;
 pub mod report;
 pub mod stats;
 pub mod tables;
+pub mod trend;
+pub mod verdict;
+pub mod views;
+pub mod vocab;
 
-pub use accum::Acc;
+pub use accum::{Acc, Settings};
 pub use record::{Emotions, Options};
 
 /// Reads each line into a [`record::Record`], written as `{"line":n,"rec":{..}}` (or an error
@@ -147,7 +153,24 @@ pub fn analyze<R: Read>(
     engine_opts: &EngineOptions,
     errors: &mut (dyn Write + Send),
 ) -> io::Result<Acc> {
-    let mut acc = Acc::new(opts.emotions.names().to_vec(), opts.format.weight_tolerance);
+    analyze_with(opts, Settings::default(), input, engine_opts, errors)
+}
+
+/// [`analyze`] with the report's settings (comparisons, valence, health thresholds, ...).
+///
+/// # Errors
+/// Only I/O errors of the input or of `errors`.
+pub fn analyze_with<R: Read>(
+    opts: &Options,
+    settings: Settings,
+    input: R,
+    engine_opts: &EngineOptions,
+    errors: &mut (dyn Write + Send),
+) -> io::Result<Acc> {
+    let mut opts = opts.clone();
+    opts.keep_ids |= !settings.compare.is_empty();
+    let opts = &opts;
+    let mut acc = Acc::for_run(opts, settings);
     let mut fold = Fold {
         acc: &mut acc,
         errors,
@@ -159,5 +182,6 @@ pub fn analyze<R: Read>(
         fold.line(&last)?;
     }
     fold.flush()?;
+    acc.finish();
     Ok(acc)
 }

@@ -5,15 +5,14 @@
 //! pairs with `care-core`); the record it gives is small and is folded into the report's
 //! sufficient statistics in input order by [`super::accum`].
 
-use care_core::reward::policy_reward;
-use care_core::strategy::{LABELS, lookup};
 use care_core::{
-    Dimension, FormatPolicy, PreferenceOptions, ScoreOptions, UnknownLabelPolicy, Validation,
-    ViolationCode, preference_reward, validate_str,
+    FormatPolicy, PreferenceOptions, PreferenceOutcome, ScoreOptions, UnknownLabelPolicy,
+    Validation, ViolationCode, preference_reward, validate_str,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::vocab::LabelSet;
 use crate::cmd::rubric::{Scratch, explain_score_error, flatten_scores, member_text};
 use crate::input::{Line, score_matrix, str_array};
 use crate::json::LineError;
@@ -24,8 +23,12 @@ pub const MAX_TURN: u64 = 1000;
 pub const MAX_VARIANT_CHARS: usize = 200;
 /// Most emotion labels in a vocabulary.
 pub const MAX_EMOTIONS: usize = 32;
-/// Strategy label ids are below this (`care_core::strategy::Label::id < 32`).
+/// Strategy label ids (positions in the label set) are below this.
 pub const LABEL_IDS: usize = 32;
+/// Unknown label names a line keeps for the report (the rest are only counted).
+pub const UNKNOWN_NAMES_PER_LINE: usize = 8;
+/// Characters of an unknown label name kept for the report.
+pub const UNKNOWN_NAME_CHARS: usize = 64;
 /// Violation codes are numbered `1..VIOLATION_SLOTS` (`ViolationCode::number`).
 pub const VIOLATION_SLOTS: usize = 17;
 /// Criteria per dimension are at most this (`care_core::rubric::MAX_CRITERIA`).
@@ -116,8 +119,12 @@ pub struct Options {
     pub pref: PreferenceOptions,
     /// What an unknown tactic label does.
     pub labels: UnknownLabelPolicy,
+    /// The strategy labels `tactics` may name.
+    pub label_set: LabelSet,
     /// The emotion vocabulary.
     pub emotions: Emotions,
+    /// Keep each line's `id` (the pairing key of comparisons).
+    pub keep_ids: bool,
 }
 
 impl Default for Options {
@@ -127,7 +134,9 @@ impl Default for Options {
             score: ScoreOptions::default(),
             pref: PreferenceOptions::PAPER,
             labels: UnknownLabelPolicy::Error,
+            label_set: LabelSet::default(),
             emotions: Emotions::default(),
+            keep_ids: false,
         }
     }
 }
@@ -156,6 +165,18 @@ pub struct Record {
     /// Tactic labels left out as unknown (`--unknown-label ignore`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unknown_tactics: u32,
+    /// The first [`UNKNOWN_NAMES_PER_LINE`] of them, for the report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_names: Vec<String>,
+    /// The line's `id` as JSON text, when comparisons pair observations by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// A judge's or annotator's verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<super::verdict::VerdictObs>,
+    /// Reward-health data: a `care reward` output line or a `care serve --log` record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<super::health::HealthObs>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -219,10 +240,11 @@ pub fn read(opts: &Options, line: &str, value: &Value) -> Result<Record, LineErr
     let m = value
         .as_object()
         .ok_or_else(|| LineError::schema("the line must be a JSON object"))?;
+    let g = grouping(m)?;
     let mut rec = Record {
-        variant: variant(m)?,
-        turn: turn(m)?,
-        emotion: emotion(m, &opts.emotions)?,
+        variant: variant(&g)?,
+        turn: turn(&g)?,
+        emotion: emotion(&g, &opts.emotions)?,
         ..Record::default()
     };
     match rubric_source(m)? {
@@ -245,20 +267,81 @@ pub fn read(opts: &Options, line: &str, value: &Value) -> Result<Record, LineErr
         Source::None => rec.pair = pair(opts, m, None)?,
     }
     if let Some(t) = m.get("tactics") {
-        let (ids, unknown) = tactics(t, opts.labels)?;
+        let (ids, unknown, names) = tactics(t, &opts.label_set, opts.labels)?;
         rec.tactics = Some(ids);
         rec.unknown_tactics = unknown;
+        rec.unknown_names = names;
     }
-    if rec.rubric.is_none() && rec.pair.is_none() && rec.tactics.is_none() {
+    rec.verdict = super::verdict::read(m)?;
+    rec.health = super::health::read(m, rec.rubric.as_ref())?;
+    if opts.keep_ids {
+        rec.key = key(m)?;
+    }
+    if rec.rubric.is_none()
+        && rec.pair.is_none()
+        && rec.tactics.is_none()
+        && rec.verdict.is_none()
+        && rec.health.is_none()
+    {
         return Err(LineError::new(
             "nothing_to_analyze",
             "the line has nothing to analyze: give a rubric (\"text\", \"rubric\", or \
              \"format_reward\" as care validate writes it), a pair (\"chosen_scores\" and \
              \"rejected_scores\" with a \"rubric\", or \"chosen_reward\" and \"rejected_reward\"), \
-             or \"tactics\"",
+             \"tactics\", a \"verdict\", or a care reward output line or care serve --log record",
         ));
     }
     Ok(rec)
+}
+
+/// The members a line is grouped by (`variant` or `model`, `turn`, `emotion`): the line's own,
+/// or those of its `meta` object (how `care reward` and `care serve` carry a turn's labels). A
+/// member given in both places is an error.
+fn grouping(m: &Map<String, Value>) -> Result<std::borrow::Cow<'_, Map<String, Value>>, LineError> {
+    let meta = match m.get("meta") {
+        None | Some(Value::Null) => return Ok(std::borrow::Cow::Borrowed(m)),
+        Some(Value::Object(meta)) => meta,
+        Some(_) => return Err(LineError::schema("\"meta\" must be an object")),
+    };
+    let mut g = Map::new();
+    for key in ["variant", "model", "turn", "emotion"] {
+        let present = |v: Option<&Value>| v.filter(|v| !v.is_null()).cloned();
+        match (present(m.get(key)), present(meta.get(key))) {
+            (Some(_), Some(_)) => {
+                return Err(LineError::schema(format!(
+                    "\"{key}\" is given twice, at the top level and in \"meta\"; give it once"
+                )));
+            }
+            (Some(v), None) | (None, Some(v)) => {
+                g.insert(key.to_owned(), v);
+            }
+            (None, None) => {}
+        }
+    }
+    Ok(std::borrow::Cow::Owned(g))
+}
+
+/// Longest pairing key kept (bytes of the `id`'s JSON text).
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// The line's `id` as a pairing key: a string or an integer, as its JSON text.
+fn key(m: &Map<String, Value>) -> Result<Option<String>, LineError> {
+    let text = match m.get("id") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v @ Value::String(_)) => v.to_string(),
+        Some(v @ Value::Number(n)) if n.is_u64() || n.is_i64() => v.to_string(),
+        Some(_) => {
+            return Err(LineError::schema(
+                "\"id\" must be a string or an integer (it pairs observations across variants)",
+            ));
+        }
+    };
+    if text.len() > MAX_KEY_BYTES {
+        return Err(LineError::schema(format!(
+            "\"id\" is longer than {MAX_KEY_BYTES} bytes"
+        )));
+    }
+    Ok(Some(text))
 }
 
 fn group_string<'v>(m: &'v Map<String, Value>, key: &str) -> Result<Option<&'v str>, LineError> {
@@ -582,58 +665,29 @@ fn scored_pair(
     };
     let chosen = flatten_scores(r, chosen_m, "chosen_scores")?;
     let rejected = flatten_scores(r, rejected_m, "rejected_scores")?;
-    let c = policy_reward(r, &chosen, &opts.score)
-        .map_err(|e| explain_score_error(e, r, &chosen, "chosen_scores"))?;
-    let j = policy_reward(r, &rejected, &opts.score)
-        .map_err(|e| explain_score_error(e, r, &rejected, "rejected_scores"))?;
+    let outcome = pair_outcome(r, &chosen, &rejected, &opts.score)?;
     let p = preference_reward(r, &chosen, &rejected, &opts.score, &opts.pref)
         .map_err(|e| explain_score_error(e, r, &chosen, "chosen_scores"))?;
     Ok(PairObs {
-        outcome: compare(c.weights, c.dim_means, j.dim_means),
+        outcome,
         r_pref: Some(p.reward),
     })
 }
 
-/// The outcome of `r_theta(chosen)` against `r_theta(rejected)`, both `sum_d w_d m_d` with the
-/// same weights.
-///
-/// The per-dimension means come from integer score sums (order-independent and exact up to
-/// one division), so equal dimensions compare exactly equal. When every dimension that carries
-/// weight moves the same way, the sign is exact. Only when dimensions pull in opposite
-/// directions is the weighted difference summed in f64, and a difference within that sum's
-/// rounding error (4 ulp of its largest term) is a tie rather than a rounding artefact.
-pub fn compare(w: [f64; 3], chosen: [f64; 3], rejected: [f64; 3]) -> Outcome {
-    let (mut pos, mut neg) = (false, false);
-    let mut terms = [0.0; 3];
-    for d in 0..3 {
-        if w[d] > 0.0 {
-            let diff = chosen[d] - rejected[d];
-            pos |= diff > 0.0;
-            neg |= diff < 0.0;
-            terms[d] = w[d] * diff;
-        }
-    }
-    let sign = match (pos, neg) {
-        (false, false) => 0.0,
-        (true, false) => 1.0,
-        (false, true) => -1.0,
-        (true, true) => {
-            let sum: f64 = terms.iter().sum();
-            let scale = terms.iter().fold(0.0f64, |a, t| a.max(t.abs()));
-            if sum.abs() <= 4.0 * f64::EPSILON * scale {
-                0.0
-            } else {
-                sum
-            }
-        }
-    };
-    if sign > 0.0 {
-        Outcome::Win
-    } else if sign < 0.0 {
-        Outcome::Loss
-    } else {
-        Outcome::Tie
-    }
+/// The pair's outcome by the core's exact rule (see [`crate::cmd::rubric::pair_outcome`]).
+fn pair_outcome(
+    r: &care_core::Rubric<'_>,
+    chosen: &[f64],
+    rejected: &[f64],
+    opts: &ScoreOptions,
+) -> Result<Outcome, LineError> {
+    Ok(
+        match crate::cmd::rubric::pair_outcome(r, chosen, rejected, opts)? {
+            PreferenceOutcome::Win => Outcome::Win,
+            PreferenceOutcome::Tie => Outcome::Tie,
+            PreferenceOutcome::Loss => Outcome::Loss,
+        },
+    )
 }
 
 /// A pair given as rewards already computed (for example by the reward loop): compared exactly.
@@ -664,41 +718,45 @@ fn reward_pair(m: &Map<String, Value>) -> Result<PairObs, LineError> {
     Ok(PairObs { outcome, r_pref })
 }
 
-/// The tactic set: distinct canonical label ids (aliases and repeats count once).
-fn tactics(v: &Value, policy: UnknownLabelPolicy) -> Result<(Vec<u8>, u32), LineError> {
+/// The tactic set: distinct label ids of `set` (aliases and repeats count once), the count of
+/// unknown labels left out, and the first few of their names.
+fn tactics(
+    v: &Value,
+    set: &LabelSet,
+    policy: UnknownLabelPolicy,
+) -> Result<(Vec<u8>, u32, Vec<String>), LineError> {
     let v = raw(v)?;
     let labels = str_array(&v, "tactics")?;
     let mut seen: u32 = 0;
     let mut unknown = 0;
+    let mut names = Vec::new();
     for label in labels {
-        match lookup(&label) {
-            Some(l) => seen |= 1 << (l.id & 31),
+        match set.lookup(&label) {
+            Some(id) => seen |= 1 << (id & 31),
             None => match policy {
                 UnknownLabelPolicy::Error => {
                     return Err(LineError::new(
                         care_core::Error::UnknownLabel.code(),
                         format!(
-                            "tactics: unknown strategy label {label:?} (ESConv or MINT labels; \
-                             --unknown-label ignore skips it)"
+                            "tactics: unknown strategy label {label:?} (labels of the {} set: \
+                             --labels picks the set, --unknown-label ignore skips it)",
+                            set.name
                         ),
                     ));
                 }
-                UnknownLabelPolicy::Ignore => unknown += 1,
+                UnknownLabelPolicy::Ignore => {
+                    unknown += 1;
+                    if names.len() < UNKNOWN_NAMES_PER_LINE {
+                        names.push(label.trim().chars().take(UNKNOWN_NAME_CHARS).collect());
+                    }
+                }
             },
         }
     }
     let ids = (0..LABEL_IDS as u8)
         .filter(|i| seen & (1 << i) != 0)
         .collect();
-    Ok((ids, unknown))
-}
-
-/// The canonical label with id `id` (its first entry in the table), and its dimension.
-pub fn label(id: u8) -> Option<(&'static str, Dimension)> {
-    LABELS
-        .iter()
-        .find(|l| l.id == id)
-        .map(|l| (l.name, l.dimension))
+    Ok((ids, unknown, names))
 }
 
 #[cfg(test)]
@@ -706,40 +764,50 @@ pub fn label(id: u8) -> Option<(&'static str, Dimension)> {
 mod tests {
     use super::*;
 
+    /// The case rounding used to split: weights (0.35, 0.3, 0.35), 4/2/4 criteria, Cognitive
+    /// and Proactive means moving by -1/20 and +1/20: exactly a tie, also with uniform weights.
     #[test]
-    fn compare_is_exact_when_dimensions_agree() {
-        let w = [0.4, 0.35, 0.25];
-        assert_eq!(compare(w, [0.8, 0.6, 1.0], [0.8, 0.6, 1.0]), Outcome::Tie);
-        assert_eq!(compare(w, [0.8, 0.6, 1.0], [0.8, 0.6, 0.9]), Outcome::Win);
-        assert_eq!(compare(w, [0.7, 0.6, 1.0], [0.8, 0.6, 1.0]), Outcome::Loss);
-        // A difference only in a dimension of weight 0 is a tie: it does not enter r_theta.
+    fn an_exact_tie_is_a_tie() {
+        let crit = |n: usize, d: usize| {
+            (0..n)
+                .map(|i| format!("{{\"title\":\"t{d}{i}\",\"description\":\"[0] a [1] b [2] c [3] d [4] e [5] f\"}}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let names = [
+            "Cognitive Empathy",
+            "Affective Empathy",
+            "Proactive Empathy",
+        ];
+        let (w, n) = (["0.35", "0.3", "0.35"], [4, 2, 4]);
+        let cats: Vec<String> = (0..3)
+            .map(|d| {
+                format!(
+                    "{{\"category\":\"{}\",\"weight_rationale\":\"r\",\"category_weight\":{},\"criteria\":[{}]}}",
+                    names[d],
+                    w[d],
+                    crit(n[d], d)
+                )
+            })
+            .collect();
+        let line = format!(
+            "{{\"rubric\":{{\"categories\":[{}]}},\"chosen_scores\":[[2,1,2,2],[2,2],[2,3,2,2]],\"rejected_scores\":[[3,1,2,2],[2,2],[2,3,1,2]]}}",
+            cats.join(",")
+        );
+        let pair = read_str(&line).unwrap().pair.unwrap();
+        assert_eq!(pair.outcome, Outcome::Tie);
+        let uniform = Options {
+            score: ScoreOptions {
+                uniform_weights: true,
+                ..ScoreOptions::default()
+            },
+            ..Options::default()
+        };
+        let v = crate::json::parse_strict(&line).unwrap();
         assert_eq!(
-            compare([0.5, 0.5, 0.0], [0.8, 0.6, 1.0], [0.8, 0.6, 0.0]),
+            read(&uniform, &line, &v).unwrap().pair.unwrap().outcome,
             Outcome::Tie
         );
-        // Tiny but real differences in one direction are never rounded away.
-        assert_eq!(
-            compare(w, [0.8, 0.6, 1e-300], [0.8, 0.6, 0.0]),
-            Outcome::Win
-        );
-    }
-
-    /// Relation: when dimensions cancel exactly in real arithmetic, the outcome is a tie even
-    /// though the naive f64 reward difference is not zero.
-    #[test]
-    fn compare_ties_cancelling_dimensions_that_f64_rounding_splits() {
-        let w = [0.5, 0.25, 0.25];
-        let (c, r) = ([3.0 / 5.0, 2.0 / 5.0, 0.4], [2.0 / 5.0, 4.0 / 5.0, 0.4]);
-        let naive: f64 =
-            (0..3).map(|d| w[d] * c[d]).sum::<f64>() - (0..3).map(|d| w[d] * r[d]).sum::<f64>();
-        let diff: f64 = (0..3).map(|d| w[d] * (c[d] - r[d])).sum();
-        assert!(
-            naive != 0.0 || diff != 0.0,
-            "the case must be one rounding splits"
-        );
-        assert_eq!(compare(w, c, r), Outcome::Tie);
-        // A genuine mixed-direction win stays a win.
-        assert_eq!(compare(w, [0.8, 0.6, 0.4], [0.6, 0.8, 0.4]), Outcome::Win);
     }
 
     #[test]
@@ -850,7 +918,12 @@ mod tests {
     #[test]
     fn tactic_sets() {
         let r = read_str(r#"{"tactics":["advice","Advice","[Question]","Questions"]}"#).unwrap();
-        assert_eq!(r.tactics, Some(vec![0, 19]));
+        let set = LabelSet::care();
+        let (q, a) = (
+            set.lookup("Question").unwrap(),
+            set.lookup("advice").unwrap(),
+        );
+        assert_eq!(r.tactics, Some(vec![q, a]));
         let opts = Options {
             labels: UnknownLabelPolicy::Ignore,
             ..Options::default()
@@ -858,7 +931,16 @@ mod tests {
         let line = r#"{"tactics":["hug","advice","pat"]}"#;
         let v = crate::json::parse_strict(line).unwrap();
         let r = read(&opts, line, &v).unwrap();
-        assert_eq!((r.tactics, r.unknown_tactics), (Some(vec![19]), 2));
+        assert_eq!((r.tactics, r.unknown_tactics), (Some(vec![a]), 2));
+        assert_eq!(r.unknown_names, ["hug", "pat"]);
+        let e = Options {
+            label_set: LabelSet::appendix_e(),
+            ..Options::default()
+        };
+        let line = r#"{"tactics":["appraisal","other"]}"#;
+        let v = crate::json::parse_strict(line).unwrap();
+        let r = read(&e, line, &v).unwrap();
+        assert_eq!(r.tactics, Some(vec![2, 9]));
         assert_eq!(
             read_str(r#"{"tactics":"advice"}"#).unwrap_err().code,
             "schema"

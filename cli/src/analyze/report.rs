@@ -20,15 +20,29 @@ pub struct Meta {
     pub settings: Vec<String>,
 }
 
-/// One section: a table, its charts, and what its empty form needs.
+/// A heading that groups the views after it (they become its subsections).
+struct Section {
+    id: &'static str,
+    title: String,
+    intro: Vec<String>,
+}
+
+/// One view: a table, its charts, what its empty form needs, its heading level, and the
+/// section it opens (if any).
 struct View<'a> {
     table: Table,
     charts: Vec<&'a Chart>,
     needs: &'static str,
+    level: usize,
+    section: Option<Section>,
 }
 
 /// Files written, relative to the report directory.
 pub type Written = Vec<String>;
+
+const RUBRIC_TURN: &str = "valid rubrics on lines with \"turn\"";
+const RUBRIC_EMOTION: &str = "valid rubrics on lines with \"emotion\"";
+const HEALTH: &str = "care reward output lines or care serve --log records";
 
 /// The report's sections in order, each with its charts.
 fn views<'a>(acc: &Acc, charts: &'a [Chart]) -> Vec<View<'a>> {
@@ -38,64 +52,146 @@ fn views<'a>(acc: &Acc, charts: &'a [Chart]) -> Vec<View<'a>> {
             .filter(|c| c.file.starts_with(prefix))
             .collect()
     };
-    vec![
+    let view = |table: Table, prefix: &str, needs: &'static str| View {
+        table,
+        charts: pick(prefix),
+        needs,
+        level: 2,
+        section: None,
+    };
+    let sub = |table: Table, prefix: &str, needs: &'static str| View {
+        level: 3,
+        ..view(table, prefix, needs)
+    };
+    let mut out = vec![
+        view(
+            tables::preference(acc),
+            "preference_recovery.",
+            "lines with \"chosen_scores\" and \"rejected_scores\" under a \"rubric\", or \
+             with \"chosen_reward\" and \"rejected_reward\"",
+        ),
+        view(
+            tables::weights_by_turn(acc),
+            "weights_by_turn.",
+            RUBRIC_TURN,
+        ),
+        view(
+            super::trend::slopes(acc),
+            "trend.",
+            "valid rubrics on lines with \"turn\", in at least two turns",
+        ),
+        view(
+            super::trend::crossings(acc),
+            "crossing.",
+            "two dimensions whose mean weights cross between turns",
+        ),
+        view(
+            tables::dominant_by_turn(acc),
+            "dominant_by_turn.",
+            RUBRIC_TURN,
+        ),
+        view(
+            tables::weights_by_emotion(acc),
+            "weights_by_emotion.",
+            RUBRIC_EMOTION,
+        ),
+        view(
+            tables::dominant_by_emotion(acc),
+            "dominant_by_emotion.",
+            RUBRIC_EMOTION,
+        ),
+        view(
+            tables::weights_by_valence(acc),
+            "weights_by_valence.",
+            "valid rubrics on lines with an \"emotion\" that --valence maps",
+        ),
+        view(
+            tables::dominant_by_valence(acc),
+            "dominant_by_valence.",
+            "valid rubrics on lines with an \"emotion\" that --valence maps",
+        ),
+        view(
+            tables::strategy_by_variant(acc),
+            "strategy_by_variant.",
+            "lines with \"tactics\"",
+        ),
+        view(
+            tables::strategy_by_emotion(acc),
+            "strategy_by_emotion_",
+            "lines with \"tactics\" and \"emotion\"",
+        ),
+        view(
+            tables::unknown_labels(acc),
+            "unknown_labels.",
+            "tactic labels outside the label set, under --unknown-label ignore",
+        ),
+        view(
+            super::verdict::table(&acc.verdicts, &acc.settings.compare),
+            "verdicts.",
+            "lines with a \"verdict\"",
+        ),
+        view(
+            super::compare::table(acc),
+            "compare_",
+            "--compare A,B naming two variants with data in the same view",
+        ),
+        view(
+            tables::format_health(acc),
+            "format_valid.",
+            "rubrics (\"text\", \"rubric\", or a care validate result)",
+        ),
+        view(
+            tables::violations(acc),
+            "violations.",
+            "rubrics with at least one violation",
+        ),
+        view(
+            tables::criteria_counts(acc),
+            "criteria_counts.",
+            "rubrics that parsed",
+        ),
+        view(
+            tables::weight_sum_error(acc),
+            "weight_sum_error.",
+            "rubrics that parsed",
+        ),
+    ];
+    let mut health = vec![
         View {
-            table: tables::preference(acc),
-            charts: pick("preference_recovery."),
-            needs: "lines with \"chosen_scores\" and \"rejected_scores\" under a \"rubric\", or \
-                    with \"chosen_reward\" and \"rejected_reward\"",
+            section: Some(Section {
+                id: "health",
+                title: "Reward health".to_owned(),
+                intro: super::health::summary(acc),
+            }),
+            ..sub(super::health::flags_table(acc), "health_flags.", HEALTH)
         },
-        View {
-            table: tables::weights_by_turn(acc),
-            charts: pick("weights_by_turn."),
-            needs: "valid rubrics on lines with \"turn\"",
-        },
-        View {
-            table: tables::dominant_by_turn(acc),
-            charts: pick("dominant_by_turn."),
-            needs: "valid rubrics on lines with \"turn\"",
-        },
-        View {
-            table: tables::weights_by_emotion(acc),
-            charts: pick("weights_by_emotion."),
-            needs: "valid rubrics on lines with \"emotion\"",
-        },
-        View {
-            table: tables::dominant_by_emotion(acc),
-            charts: pick("dominant_by_emotion."),
-            needs: "valid rubrics on lines with \"emotion\"",
-        },
-        View {
-            table: tables::strategy_by_variant(acc),
-            charts: pick("strategy_by_variant."),
-            needs: "lines with \"tactics\"",
-        },
-        View {
-            table: tables::strategy_by_emotion(acc),
-            charts: pick("strategy_by_emotion_"),
-            needs: "lines with \"tactics\" and \"emotion\"",
-        },
-        View {
-            table: tables::format_health(acc),
-            charts: pick("format_valid."),
-            needs: "rubrics (\"text\", \"rubric\", or a care validate result)",
-        },
-        View {
-            table: tables::violations(acc),
-            charts: pick("violations."),
-            needs: "rubrics with at least one violation",
-        },
-        View {
-            table: tables::criteria_counts(acc),
-            charts: pick("criteria_counts."),
-            needs: "rubrics that parsed",
-        },
-        View {
-            table: tables::weight_sum_error(acc),
-            charts: pick("weight_sum_error."),
-            needs: "rubrics that parsed",
-        },
-    ]
+        sub(super::health::length_table(acc), "health_length.", HEALTH),
+        sub(super::health::groups_table(acc), "health_groups.", HEALTH),
+        sub(super::health::scores_table(acc), "health_scores.", HEALTH),
+        sub(super::health::loop_table(acc), "health_loop.", HEALTH),
+        sub(
+            super::health::entropy_table(acc),
+            "health_entropy.",
+            "valid rubrics on health lines",
+        ),
+    ];
+    out.append(&mut health);
+    out
+}
+
+/// Every chart of the report, in report order.
+///
+/// # Errors
+/// A chart that cannot be drawn.
+pub fn all_charts(acc: &Acc) -> Result<Vec<Chart>, String> {
+    let mut charts = charts::all(acc)?;
+    charts.extend(super::views::valence(acc)?);
+    charts.extend(super::views::unknown_labels(acc)?);
+    charts.extend(super::views::trend(acc)?);
+    charts.extend(super::views::verdicts(&acc.verdicts)?);
+    charts.extend(super::views::comparisons(acc)?);
+    charts.extend(super::views::health(acc)?);
+    Ok(charts)
 }
 
 /// Writes the whole report (except `errors.jsonl`, written while streaming) into `dir`.
@@ -103,7 +199,7 @@ fn views<'a>(acc: &Acc, charts: &'a [Chart]) -> Vec<View<'a>> {
 /// # Errors
 /// A chart that cannot be drawn or a file that cannot be written, as one message.
 pub fn write(dir: &Path, acc: &Acc, meta: &Meta) -> Result<Written, String> {
-    let charts = charts::all(acc)?;
+    let charts = all_charts(acc)?;
     let views = views(acc, &charts);
     let skipped = tables::skipped(acc);
     let mut written = Vec::new();
@@ -151,8 +247,8 @@ fn num(x: f64) -> String {
     format!("{x}")
 }
 
-/// The table as CSV (RFC 4180, header row, `\n` line ends); interval and share columns expand
-/// into several columns (see [`Kind`]).
+/// The table as CSV (RFC 4180: header row, CRLF line ends, fields with a comma, quote or line
+/// break quoted); interval and share columns expand into several columns (see [`Kind`]).
 pub fn csv(t: &Table) -> String {
     let mut out = String::new();
     let mut header: Vec<String> = Vec::new();
@@ -209,7 +305,7 @@ fn push_row(out: &mut String, fields: Vec<String>) {
         }
         csv_field(out, f);
     }
-    out.push('\n');
+    out.push_str("\r\n");
 }
 
 fn pct(p: f64) -> String {
@@ -323,52 +419,103 @@ fn summary_line(acc: &Acc) -> String {
     )
 }
 
+/// `n` and the noun, singular or plural: `"1 rubric"`, `"2 rubrics"`.
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+/// The verb that agrees with a count: `(singular, plural)`.
+fn agree(n: u64, forms: (&'static str, &'static str)) -> &'static str {
+    if n == 1 { forms.0 } else { forms.1 }
+}
+
+const HAS: (&str, &str) = ("has", "have");
+const IS: (&str, &str) = ("is", "are");
+const WAS: (&str, &str) = ("was", "were");
+
 /// Notes on what each view leaves out, and why.
 fn notes(acc: &Acc) -> Vec<String> {
     let mut out = Vec::new();
     for (name, v) in &acc.variants {
         let name = tables::variant_name(name);
-        if v.valid_without_turn > 0 {
-            out.push(format!(
-                "{name}: {} valid rubrics have no \"turn\" and are not in the turn views.",
-                v.valid_without_turn
-            ));
-        }
-        if v.valid_without_emotion > 0 {
-            out.push(format!(
-                "{name}: {} valid rubrics have no \"emotion\" and are not in the emotion views.",
-                v.valid_without_emotion
-            ));
-        }
-        if v.responses_without_emotion > 0 {
-            out.push(format!(
-                "{name}: {} responses with tactics have no \"emotion\" and are not in the \
-                 strategy-by-emotion view.",
-                v.responses_without_emotion
-            ));
-        }
+        let mut missing = |n: u64, what: (&str, &str), member: &str, views: &str| {
+            if n > 0 {
+                out.push(format!(
+                    "{name}: {} {} no \"{member}\" and {} not in {views}.",
+                    counted(n, what.0, what.1),
+                    agree(n, HAS),
+                    agree(n, IS)
+                ));
+            }
+        };
+        missing(
+            v.valid_without_turn,
+            ("valid rubric", "valid rubrics"),
+            "turn",
+            "the turn views",
+        );
+        missing(
+            v.valid_without_emotion,
+            ("valid rubric", "valid rubrics"),
+            "emotion",
+            "the emotion views",
+        );
+        missing(
+            v.responses_without_emotion,
+            ("response with tactics", "responses with tactics"),
+            "emotion",
+            "the strategy-by-emotion view",
+        );
         let invalid = v.rubrics.total - v.rubrics.valid;
         if invalid > 0 {
             out.push(format!(
-                "{name}: {invalid} of {} rubrics are not valid (r_fmt = 0) and are left out \
-                 of the weight and dominance views.",
-                v.rubrics.total
+                "{name}: {invalid} of {} {} not valid (r_fmt = 0) and left out of the weight and \
+                 dominance views.",
+                counted(v.rubrics.total, "rubric", "rubrics"),
+                agree(invalid, IS)
             ));
         }
-        if v.pairs.outcomes[3] > 0 {
+        let unscored = v.pairs.outcomes[3];
+        if unscored > 0 {
             out.push(format!(
-                "{name}: {} pairs have no rubric that parsed and are not in the win/tie/loss \
-                 rates.",
-                v.pairs.outcomes[3]
+                "{name}: {} {} no rubric that parsed and {} not in the win/tie/loss rates.",
+                counted(unscored, "pair", "pairs"),
+                agree(unscored, HAS),
+                agree(unscored, IS)
+            ));
+        }
+        let unmapped: u64 = v
+            .by_emotion
+            .iter()
+            .enumerate()
+            .filter(|(e, _)| acc.valence.of(*e).is_none())
+            .map(|(_, a)| a.n())
+            .sum();
+        if unmapped > 0 && !acc.valence.names.is_empty() {
+            out.push(format!(
+                "{name}: {} of an emotion without a valence (--valence maps them) and {} not in \
+                 the valence views.",
+                counted(unmapped, "valid rubric is", "valid rubrics are"),
+                agree(unmapped, IS)
             ));
         }
         if v.unknown_tactics > 0 {
             out.push(format!(
-                "{name}: {} unknown tactic labels were left out (--unknown-label ignore).",
-                v.unknown_tactics
+                "{name}: {} {} left out (--unknown-label ignore).",
+                counted(
+                    v.unknown_tactics,
+                    "unknown tactic label",
+                    "unknown tactic labels"
+                ),
+                agree(v.unknown_tactics, WAS)
             ));
         }
     }
+    out.extend(super::compare::notes(acc));
     out
 }
 
@@ -391,7 +538,13 @@ fn markdown(acc: &Acc, meta: &Meta, views: &[View<'_>], skipped: &Table) -> Stri
     );
     out.push('\n');
     for v in views {
-        let _ = writeln!(out, "## {}\n", v.table.title);
+        if let Some(sec) = &v.section {
+            let _ = writeln!(out, "## {}\n", sec.title);
+            for line in &sec.intro {
+                let _ = writeln!(out, "{}\n", md_escape(line));
+            }
+        }
+        let _ = writeln!(out, "{} {}\n", "#".repeat(v.level), v.table.title);
         let _ = writeln!(out, "{}\n", v.table.caption);
         if v.table.rows.is_empty() {
             let _ = writeln!(out, "_No data for this view: it needs {}._\n", v.needs);
@@ -473,7 +626,8 @@ svg{max-width:100%;height:auto;border:1px solid #eee}\
 .scroll{overflow-x:auto}table{border-collapse:collapse;font-size:.9em;margin:8px 0}\
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;white-space:nowrap}\
 th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}\
-.empty{color:#777;font-style:italic}.caption{max-width:70em}";
+.empty{color:#777;font-style:italic}.caption{max-width:70em}\
+.verdict{font-weight:600}";
 
 fn html(acc: &Acc, meta: &Meta, views: &[View<'_>], skipped: &Table) -> String {
     let mut out = String::new();
@@ -498,12 +652,12 @@ fn html(acc: &Acc, meta: &Meta, views: &[View<'_>], skipped: &Table) -> String {
          Student-t intervals for means (none below two values).</li>\n</ul>\n<nav><ol>\n",
     );
     for v in views {
-        let _ = writeln!(
-            out,
-            "<li><a href=\"#{}\">{}</a></li>",
-            v.table.name,
-            html_escape(&v.table.title)
-        );
+        let (id, title) = match &v.section {
+            Some(sec) => (sec.id, sec.title.as_str()),
+            None if v.level == 2 => (v.table.name, v.table.title.as_str()),
+            None => continue,
+        };
+        let _ = writeln!(out, "<li><a href=\"#{id}\">{}</a></li>", html_escape(title));
     }
     let _ = writeln!(
         out,
@@ -511,12 +665,24 @@ fn html(acc: &Acc, meta: &Meta, views: &[View<'_>], skipped: &Table) -> String {
         html_escape(&skipped.title)
     );
     for v in views {
+        if let Some(sec) = &v.section {
+            let _ = writeln!(
+                out,
+                "<h2 id=\"{}\">{}</h2>",
+                sec.id,
+                html_escape(&sec.title)
+            );
+            for line in &sec.intro {
+                let _ = writeln!(out, "<p class=\"verdict\">{}</p>", html_escape(line));
+            }
+        }
         let _ = writeln!(
             out,
-            "<section id=\"{}\">\n<h2>{}</h2>\n<p class=\"caption\">{}</p>",
-            v.table.name,
-            html_escape(&v.table.title),
-            html_escape(&v.table.caption)
+            "<section id=\"{id}\">\n<h{h}>{title}</h{h}>\n<p class=\"caption\">{caption}</p>",
+            id = v.table.name,
+            h = v.level,
+            title = html_escape(&v.table.title),
+            caption = html_escape(&v.table.caption)
         );
         if v.table.rows.is_empty() {
             let _ = writeln!(

@@ -5,7 +5,7 @@ use care_core::Dimension;
 use care_core::ViolationCode;
 
 use super::accum::{Acc, TIE, TacticAcc, VariantAcc, WSUM_BINS, WeightAcc};
-use super::record::{LABEL_IDS, label};
+use super::record::LABEL_IDS;
 use super::stats::{Interval, wilson95};
 
 /// One cell.
@@ -86,14 +86,15 @@ pub const OUTCOME_NAMES: [&str; 3] = ["win", "tie", "loss"];
 
 /// A mean with its interval; nothing when undefined, and never a NaN or infinite number (a
 /// sum of huge inputs can overflow).
-fn mean_cell(w: &super::stats::Welford) -> Cell {
+pub fn mean_cell(w: &super::stats::Welford) -> Cell {
     match w.mean().filter(|m| m.is_finite()) {
         Some(m) => Cell::Mean(m, w.ci95().filter(|c| c.lo.is_finite() && c.hi.is_finite())),
         None => Cell::Empty,
     }
 }
 
-fn rate_cell(k: u64, n: u64) -> Cell {
+/// A rate `k/n` with its Wilson interval; nothing when `n == 0`.
+pub fn rate_cell(k: u64, n: u64) -> Cell {
     if n == 0 {
         Cell::Empty
     } else {
@@ -288,7 +289,115 @@ pub fn dominant_by_emotion(acc: &Acc) -> Table {
     }
 }
 
-/// The label ids used by any response of any variant, in table order (ESConv, then MINT).
+/// The valence groups of every variant with valid rubrics of a mapped emotion.
+fn valence_groups(acc: &Acc) -> Vec<(String, Vec<(String, WeightAcc)>)> {
+    acc.variants
+        .iter()
+        .map(|(name, v)| {
+            let groups = super::compare::by_valence(acc, v)
+                .into_iter()
+                .zip(&acc.valence.names)
+                .filter(|(a, _)| a.n() > 0)
+                .map(|(a, n)| (n.clone(), a))
+                .collect();
+            (variant_name(name), groups)
+        })
+        .filter(|(_, g): &(String, Vec<(String, WeightAcc)>)| !g.is_empty())
+        .collect()
+}
+
+/// Figure 4 by valence: mean weights of the valid rubrics of each valence.
+pub fn weights_by_valence(acc: &Acc) -> Table {
+    let mut rows = Vec::new();
+    for (name, groups) in valence_groups(acc) {
+        for (val, a) in &groups {
+            rows.push(weight_row(
+                vec![Cell::Text(name.clone()), Cell::Text(val.clone())],
+                a,
+            ));
+        }
+    }
+    Table {
+        name: "weights_by_valence",
+        title: "Dimension weights by valence (Figure 4)".to_owned(),
+        caption: format!(
+            "Mean category_weight of each dimension over the valid rubrics of the emotions of \
+             each valence ({}), with 95% t intervals.",
+            valence_map(acc)
+        ),
+        columns: weight_columns("valence"),
+        rows,
+    }
+}
+
+/// The dominant dimension by valence.
+pub fn dominant_by_valence(acc: &Acc) -> Table {
+    let mut rows = Vec::new();
+    for (name, groups) in valence_groups(acc) {
+        for (val, a) in &groups {
+            rows.push(dominant_row(
+                vec![Cell::Text(name.clone()), Cell::Text(val.clone())],
+                a,
+            ));
+        }
+    }
+    Table {
+        name: "dominant_by_valence",
+        title: "Dominant dimension by valence".to_owned(),
+        caption: "Share of the valid rubrics of each valence whose strictly largest weight is \
+                  each dimension; a shared maximum is counted as a tie."
+            .to_owned(),
+        columns: dominant_columns("valence"),
+        rows,
+    }
+}
+
+/// The emotion-to-valence map as text (`joy: positive, ...`).
+pub fn valence_map(acc: &Acc) -> String {
+    let v = &acc.valence;
+    let parts: Vec<String> = acc
+        .emotions
+        .iter()
+        .enumerate()
+        .map(|(e, name)| match v.of(e).and_then(|i| v.names.get(i)) {
+            Some(val) => format!("{name}: {val}"),
+            None => format!("{name}: none"),
+        })
+        .collect();
+    parts.join(", ")
+}
+
+/// Unknown tactic labels left out under `--unknown-label ignore`, by name.
+pub fn unknown_labels(acc: &Acc) -> Table {
+    let mut rows: Vec<Vec<Cell>> = acc
+        .unknown_names
+        .iter()
+        .map(|(name, &k)| vec![Cell::Text(name.clone()), Cell::Int(k)])
+        .collect();
+    rows.sort_by(|a, b| match (&a[1], &b[1]) {
+        (Cell::Int(x), Cell::Int(y)) => y.cmp(x),
+        _ => core::cmp::Ordering::Equal,
+    });
+    if acc.unknown_other > 0 {
+        rows.push(vec![
+            Cell::Text("(other names)".to_owned()),
+            Cell::Int(acc.unknown_other),
+        ]);
+    }
+    Table {
+        name: "unknown_labels",
+        title: "Unknown tactic labels".to_owned(),
+        caption: format!(
+            "Tactic labels that are not in the {} label set and were left out \
+             (--unknown-label ignore), by name, most frequent first.",
+            acc.label_set.name
+        ),
+        columns: vec![col("label", Kind::Plain), col("occurrences", Kind::Plain)],
+        rows,
+    }
+}
+
+/// The label ids used by any response of any variant, in the order of the label set.
 pub fn used_labels(acc: &Acc) -> Vec<u8> {
     (0..LABEL_IDS as u8)
         .filter(|&i| {
@@ -299,10 +408,15 @@ pub fn used_labels(acc: &Acc) -> Vec<u8> {
         .collect()
 }
 
-/// `"name"` and the dimension of label `id`.
-pub fn label_cells(id: u8) -> (String, String) {
-    match label(id) {
-        Some((name, d)) => (name.to_owned(), DIM_NAMES[d.index()].to_owned()),
+/// `"name"` and the dimension of label `id` of the run's label set (`–` for a label the
+/// paper maps to no dimension).
+pub fn label_cells(acc: &Acc, id: u8) -> (String, String) {
+    match acc.label_set.get(id) {
+        Some(l) => (
+            l.name.to_owned(),
+            l.dimension
+                .map_or_else(|| "–".to_owned(), |d| DIM_NAMES[d.index()].to_owned()),
+        ),
         None => (format!("#{id}"), String::new()),
     }
 }
@@ -316,7 +430,7 @@ pub fn strategy_by_variant(acc: &Acc) -> Table {
             continue;
         }
         for &id in &labels {
-            let (l, d) = label_cells(id);
+            let (l, d) = label_cells(acc, id);
             let k = v.tactics.uses[usize::from(id)];
             rows.push(vec![
                 Cell::Text(variant_name(name)),
@@ -331,9 +445,11 @@ pub fn strategy_by_variant(acc: &Acc) -> Table {
     Table {
         name: "strategy_by_variant",
         title: "Strategy occurrence per variant (Figure 5)".to_owned(),
-        caption: "Share of responses whose tactic set contains each ESConv/MINT label (aliases \
-                  and repeats count once per response), with 95% Wilson intervals."
-            .to_owned(),
+        caption: format!(
+            "Share of responses whose tactic set contains each label of the {} label set \
+             (aliases and repeats count once per response), with 95% Wilson intervals.",
+            acc.label_set.name
+        ),
         columns: vec![
             col("variant", Kind::Plain),
             col("responses", Kind::Plain),
@@ -364,7 +480,7 @@ pub fn strategy_by_emotion(acc: &Acc) -> Table {
     for (name, v) in &acc.variants {
         for (e, t) in tactic_emotions(acc, v) {
             for &id in &labels {
-                let (l, d) = label_cells(id);
+                let (l, d) = label_cells(acc, id);
                 let k = t.uses[usize::from(id)];
                 rows.push(vec![
                     Cell::Text(variant_name(name)),
@@ -621,21 +737,3 @@ pub fn dominant_shares(a: &WeightAcc) -> [f64; 4] {
 
 /// Index of the tie category in [`DOMINANT_NAMES`].
 pub const TIE_INDEX: usize = TIE;
-
-/// Every table, in report order.
-pub fn all(acc: &Acc) -> Vec<Table> {
-    vec![
-        preference(acc),
-        weights_by_turn(acc),
-        dominant_by_turn(acc),
-        weights_by_emotion(acc),
-        dominant_by_emotion(acc),
-        strategy_by_variant(acc),
-        strategy_by_emotion(acc),
-        format_health(acc),
-        violations(acc),
-        criteria_counts(acc),
-        weight_sum_error(acc),
-        skipped(acc),
-    ]
-}

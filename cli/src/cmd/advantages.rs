@@ -9,7 +9,8 @@ use crate::input::{
 use crate::json::{LineError, Obj};
 use care_core::grpo::{
     AdvantageEstimator, AdvantageOptions, GaeOptions, GroupInputs, GroupLayout, GroupStats,
-    WhitenOptions, broadcast_to_tokens, discounted_returns, gae, group_advantages_with, whiten,
+    WhitenOptions, broadcast_to_tokens, discounted_returns, discounted_returns_whitened, gae,
+    gae_whitened, group_advantages_with, narrow_f32, whiten,
 };
 
 /// Resolved options of `care advantages`.
@@ -136,9 +137,11 @@ fn group(opts: &Options, m: &Members<'_>, o: &mut Obj<'_>) -> Result<(), LineErr
         baselines: baselines.as_deref(),
         ..GroupInputs::new(&rewards, valid.as_deref(), layout)
     };
-    let mut adv = vec![0.0f32; rewards.len()];
+    // In f64 until the output: the token advantages are broadcast and whitened unrounded.
+    let mut adv64 = vec![0.0f64; rewards.len()];
     let mut stats = vec![GroupStats::default(); groups];
-    group_advantages_with(&inputs, &opts.group, &mut adv, Some(&mut stats))?;
+    group_advantages_with(&inputs, &opts.group, &mut adv64, Some(&mut stats))?;
+    let adv: Vec<f32> = adv64.iter().map(|&a| narrow_f32(a)).collect();
     let tokens = match optional(m, "seq_offsets") {
         Some(v) => {
             let seq_offsets = u32_array(v, "seq_offsets")?;
@@ -146,12 +149,12 @@ fn group(opts: &Options, m: &Members<'_>, o: &mut Obj<'_>) -> Result<(), LineErr
                 .map(|v| mask_array(v, "mask"))
                 .transpose()?;
             let t = seq_offsets.last().copied().unwrap_or(0) as usize;
-            let mut tok = vec![0.0f32; t];
-            broadcast_to_tokens(&adv, &seq_offsets, mask.as_deref(), &mut tok)?;
+            let mut tok = vec![0.0f64; t];
+            broadcast_to_tokens(&adv64, &seq_offsets, mask.as_deref(), &mut tok)?;
             if let Some(w) = &opts.whiten {
                 whiten(&mut tok, mask.as_deref(), w)?;
             }
-            Some(tok)
+            Some(tok.iter().map(|&a| narrow_f32(a)).collect::<Vec<f32>>())
         }
         None if opts.whiten.is_some() => {
             return Err(LineError::schema(
@@ -185,23 +188,43 @@ fn token_level(opts: &Options, m: &Members<'_>, o: &mut Obj<'_>) -> Result<(), L
         .transpose()?;
     let t = rewards.len();
     let (mut adv, mut ret) = (vec![0.0f32; t], vec![0.0f32; t]);
-    if opts.estimator == AdvantageEstimator::Gae {
-        let values = f32_array(required(m, "values")?, "values", false)?;
-        gae(
-            &rewards,
-            &values,
-            &seq_offsets,
-            mask.as_deref(),
-            &opts.gae,
-            &mut adv,
-            &mut ret,
-        )?;
-    } else {
-        discounted_returns(&rewards, &seq_offsets, mask.as_deref(), &opts.gae, &mut ret)?;
-        adv.copy_from_slice(&ret);
-    }
-    if let Some(w) = &opts.whiten {
-        whiten(&mut adv, mask.as_deref(), w)?;
+    let mk = mask.as_deref();
+    // With --whiten, the estimator whitens its own f64 values (never rounded before).
+    match (opts.estimator, &opts.whiten) {
+        (AdvantageEstimator::Gae, w) => {
+            let values = f32_array(required(m, "values")?, "values", false)?;
+            let g = &opts.gae;
+            match w {
+                Some(w) => {
+                    gae_whitened(
+                        &rewards,
+                        &values,
+                        &seq_offsets,
+                        mk,
+                        g,
+                        w,
+                        &mut adv,
+                        &mut ret,
+                    )?;
+                }
+                None => gae(&rewards, &values, &seq_offsets, mk, g, &mut adv, &mut ret)?,
+            }
+        }
+        (_, Some(w)) => {
+            discounted_returns_whitened(
+                &rewards,
+                &seq_offsets,
+                mk,
+                &opts.gae,
+                w,
+                &mut adv,
+                &mut ret,
+            )?;
+        }
+        (_, None) => {
+            discounted_returns(&rewards, &seq_offsets, mk, &opts.gae, &mut ret)?;
+            adv.copy_from_slice(&ret);
+        }
     }
     o.f32s("advantages", &adv).f32s("returns", &ret);
     Ok(())

@@ -5,8 +5,8 @@ use care_core::reward::generator_reward_validated;
 use care_core::{GeneratorOptions, Validation};
 
 use super::rubric::{
-    Scratch, explain_score_error, flatten_scores, locate_score_error, member_text, validate_rubric,
-    write_fired,
+    Scratch, explain_score_error, flatten_scores, locate_score_error, member_text, pair_outcome,
+    validate_rubric, write_fired,
 };
 use crate::input::{Line, object, required, score_matrix, str_array};
 use crate::json::{LineError, Obj};
@@ -71,10 +71,20 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
             _ => LineError::from(e),
         }
     })?;
+    // Which response the rubric prefers (Table 4's win, tie or loss), decided exactly; none
+    // when the rubric did not parse.
+    let outcome = match v.rubric.as_ref() {
+        Some(r) => Some(pair_outcome(r, &chosen, &rejected, &opts.score)?),
+        None => None,
+    };
     o.f64("r_pref", g.r_pref)
         .f64("r_align", g.r_align)
         .u64("r_fmt", u64::from(g.r_fmt == 1.0))
         .f64("reward", g.reward);
+    match outcome {
+        Some(x) => o.str("outcome", x.name()),
+        None => o.null("outcome"),
+    };
     o.arr("counts", |a| {
         for c in g.counts.counts {
             a.u64(u64::from(c));

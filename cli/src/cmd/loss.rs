@@ -8,7 +8,7 @@ use crate::input::{
 };
 use crate::json::{LineError, Obj};
 use care_core::grpo::{
-    Advantages, GroupLayout, LossInputs, LossOptions, LossStats, RolloutStats, policy_loss,
+    Advantages, Bypass, GroupLayout, LossInputs, LossOptions, LossStats, RolloutStats, policy_loss,
 };
 
 /// Resolved options: the core's [`LossOptions`].
@@ -48,6 +48,17 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
             "missing key \"logp_ref\": --beta {} adds a KL term, which needs the reference log-probs (or use --beta 0)",
             opts.beta
         )));
+    }
+    if opts.bypass == Bypass::On && (logp_old.is_some() || logp_rollout.is_none()) {
+        // Bypass mode takes the old log-probs from the rollout's: say which half is wrong.
+        return Err(LineError::new(
+            care_core::Error::InvalidArgument.code(),
+            if logp_old.is_some() {
+                "\"logp_old\" is given but --bypass on takes the old log-probs from \"logp_rollout\" (drop one of them)"
+            } else {
+                "missing key \"logp_rollout\": --bypass on takes the old log-probs from it (or use --bypass off)"
+            },
+        ));
     }
     let seq_offsets = u32_array(required(m, "seq_offsets")?, "seq_offsets")?;
     let mask = optional(m, "mask")
@@ -94,6 +105,11 @@ pub fn run(opts: &Options, line: &Line<'_>, o: &mut Obj<'_>) -> Result<(), LineE
             .as_deref()
             .filter(|_| opts.beta > 0.0)
             .map(|a| ("logp_ref", a)),
+        // The old log-probs in bypass mode.
+        logp_rollout
+            .as_deref()
+            .filter(|_| opts.bypass == Bypass::On)
+            .map(|a| ("logp_rollout", a)),
     ];
     for t in (0..logp.len()).filter(|&t| mask.as_ref().is_none_or(|m| m.get(t) != Some(&0))) {
         for (name, a) in arrays.iter().flatten() {

@@ -189,3 +189,33 @@ pub fn locate_score_error(
         )
     })
 }
+
+/// The outcome of a preference pair under `r` by the core's exact rule
+/// (`care_core::preference_outcome`, SPEC §7): integer score sums and the weights as the
+/// rubric's JSON wrote them, so exact ties are never split by rounding. `care analyze` and
+/// `care generator-reward` both decide a pair here.
+///
+/// # Errors
+/// A score error located at its criterion (chosen side first), or a weight too long to read
+/// exactly.
+pub fn pair_outcome(
+    r: &Rubric<'_>,
+    chosen: &[f64],
+    rejected: &[f64],
+    opts: &care_core::ScoreOptions,
+) -> Result<care_core::PreferenceOutcome, LineError> {
+    care_core::preference_outcome(r, chosen, rejected, opts).map_err(|e| match e {
+        care_core::Error::MissingScore | care_core::Error::ScoreOutOfRange => {
+            locate_score_error(e, r, chosen, "chosen_scores")
+                .unwrap_or_else(|| explain_score_error(e, r, rejected, "rejected_scores"))
+        }
+        care_core::Error::Capacity => LineError::new(
+            e.code(),
+            format!(
+                "rubric: a category_weight has more than {} significant digits; write it shorter",
+                care_core::outcome::MAX_WEIGHT_DIGITS
+            ),
+        ),
+        _ => LineError::from(e),
+    })
+}

@@ -562,6 +562,7 @@ impl<'a> Validator<'a, '_> {
                 *w = parsed.weight.is_some();
             }
             rubric.set_category(d, parsed.weight.unwrap_or(0.0), parsed.rationale);
+            rubric.set_weight_text(d, parsed.weight_text);
             for c in &parsed.criteria {
                 // Cannot fail: `parsed.criteria` has the same capacity as a rubric dimension.
                 let _ = rubric.push_criterion(d, c.title, c.description);
@@ -730,6 +731,7 @@ impl<'a> Validator<'a, '_> {
                             );
                         }
                         out.weight = Some(w);
+                        out.weight_text = n;
                     }
                     None => self.wrong_type(c, loc, notes::WEIGHT_NOT_NUMBER),
                 },
@@ -1006,6 +1008,7 @@ fn walk<'a, 'i, R>(
 struct ParsedCategory<'a> {
     dimension: Option<Dimension>,
     weight: Option<f64>,
+    weight_text: &'a str,
     rationale: &'a str,
     criteria: heapless::Vec<Criterion<'a>, MAX_CRITERIA>,
 }

@@ -108,11 +108,16 @@ pub enum Reweight {
     /// `zero`), so the batch's gradient is not diluted by groups without signal; 1 when every
     /// group is such a group.
     Gpg = 1,
+    /// verl's `gpg` estimator: `alpha = N / max(1, K)`, where `K` counts the valid samples whose
+    /// reward is not 0 (`torch.count_nonzero` of the raw rewards). Not a sum of group moments,
+    /// so the cross-rank form refuses it.
+    Nonzero = 2,
 }
 
 named_enum!(Reweight, "reweight", {
     None => "none", "No factor";
     Gpg => "gpg", "GPG: N / (N - M), M = samples of groups without signal";
+    Nonzero => "nonzero", "verl gpg: N / max(1, K), K = samples with a nonzero reward";
 });
 
 /// Options of [`group_advantages`]. Plain `#[repr(C)]` data, mirrored by the C ABI.
@@ -185,13 +190,15 @@ pub enum Preset {
     /// `norm_adv_by_std_in_grpo = True`); singleton `error` (verl needs two samples).
     GrpoPassK = 8,
     /// GPG as its paper and reference code define it: mean baseline, no scale (`F_norm = 1`),
-    /// `alpha = N / (N - M)`, singleton `zero`. verl's `gpg` takes `alpha = B /
-    /// count_nonzero(rewards)` instead.
+    /// `alpha = N / (N - M)`, singleton `zero`. verl's `gpg` is [`Preset::VerlGpg`].
     Gpg = 9,
     /// verl `reinforce_plus_plus_baseline` before its token whitening: mean baseline, no
     /// scale, singleton `raw` (`A = r`). Whiten the token advantages with
     /// [`whiten`](super::whiten).
     ReinforcePpBaseline = 10,
+    /// verl `gpg`: mean baseline, no scale, `alpha = N / max(1, count_nonzero(rewards))`
+    /// ([`Reweight::Nonzero`]), singleton `raw` (a lone sample keeps `alpha * r`).
+    VerlGpg = 11,
 }
 
 named_enum!(Preset, "advantage preset", {
@@ -206,6 +213,7 @@ named_enum!(Preset, "advantage preset", {
     GrpoPassK => "grpo_passk", "verl grpo_passk: only the best gets r_max - r_second, over std";
     Gpg => "gpg", "GPG: mean baseline, no scale, factor N / (N - M)";
     ReinforcePpBaseline => "reinforce_pp_baseline", "verl REINFORCE++-baseline before whitening";
+    VerlGpg => "verl_gpg", "verl gpg: mean baseline, no scale, factor N / count_nonzero(r)";
 });
 
 impl AdvantageOptions {
@@ -271,6 +279,12 @@ impl AdvantageOptions {
                 singleton: SingletonPolicy::Raw,
                 ..base
             },
+            Preset::VerlGpg => AdvantageOptions {
+                scale: Scale::None,
+                singleton: SingletonPolicy::Raw,
+                reweight: Reweight::Nonzero,
+                ..base
+            },
         }
     }
 
@@ -323,6 +337,10 @@ pub trait AdvantageValue: Copy + sealed::Sealed {
     /// Rounds (for `f32`, saturating with [`super::narrow_f32`]) or passes through (for `f64`)
     /// a value computed in `f64`.
     fn from_f64(x: f64) -> Self;
+    /// The stored value, widened to `f64` exactly.
+    fn to_f64(self) -> f64;
+    /// Zero.
+    const ZERO: Self;
 }
 
 impl AdvantageValue for f32 {
@@ -330,6 +348,11 @@ impl AdvantageValue for f32 {
     fn from_f64(x: f64) -> Self {
         super::narrow_f32(x)
     }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    const ZERO: Self = 0.0;
 }
 
 impl AdvantageValue for f64 {
@@ -337,6 +360,11 @@ impl AdvantageValue for f64 {
     fn from_f64(x: f64) -> Self {
         x
     }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    const ZERO: Self = 0.0;
 }
 
 /// Per-group statistics of the valid rewards, written by [`group_advantages`].
@@ -621,6 +649,13 @@ pub(super) fn gpg_alpha(n: f64, m: f64) -> f64 {
     if n - m > 0.0 { n / (n - m) } else { 1.0 }
 }
 
+/// verl's `gpg` factor `alpha = N / max(1, K)` from the valid-sample count `N` and the count
+/// `K` of valid samples with a nonzero reward.
+#[inline]
+fn nonzero_alpha(n: f64, k: f64) -> f64 {
+    n / k.max(1.0)
+}
+
 pub(super) fn check_lengths(
     rewards: &[f32],
     valid: Option<&[u8]>,
@@ -815,6 +850,17 @@ pub fn group_advantages_with<O: AdvantageValue>(
             }
             gpg_alpha(tot_n, m)
         }
+        Reweight::Nonzero => {
+            let mut k = 0.0f64;
+            for g in 0..b {
+                for i in layout.range(g) {
+                    if sample_valid(rewards, valid, i)? && rewards[i] != 0.0 {
+                        k += 1.0;
+                    }
+                }
+            }
+            nonzero_alpha(tot_n, k)
+        }
     };
 
     // Pass 2 (per group): the map, then the writes.
@@ -834,13 +880,15 @@ pub fn group_advantages_with<O: AdvantageValue>(
 /// `adv[B]`; `mask[T]` optional (non-zero = counted). Masked tokens get exactly `0.0`, even if
 /// the advantage is NaN.
 ///
+/// `f32` or `f64` (keep `f64` advantages unrounded until a later [`whiten`](super::whiten)).
+///
 /// Errors: [`Error::InvalidLayout`] for bad offsets, [`Error::LengthMismatch`] when `adv` does
 /// not have one entry per sequence or `mask` does not match `out`.
-pub fn broadcast_to_tokens(
-    adv: &[f32],
+pub fn broadcast_to_tokens<V: AdvantageValue>(
+    adv: &[V],
     seq_offsets: &[u32],
     mask: Option<&[u8]>,
-    out: &mut [f32],
+    out: &mut [V],
 ) -> Result<()> {
     let b = validate_offsets(seq_offsets, out.len())?;
     if adv.len() != b || mask.is_some_and(|m| m.len() != out.len()) {
@@ -851,7 +899,7 @@ pub fn broadcast_to_tokens(
             out[t] = if mask.is_none_or(|m| m[t] != 0) {
                 a
             } else {
-                0.0
+                V::ZERO
             };
         }
     }

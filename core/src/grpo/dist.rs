@@ -105,11 +105,13 @@ pub fn group_advantages_finalize<O: AdvantageValue>(
 /// [`Baseline::PassK`]) are not available here: gather such groups on one rank and call
 /// [`group_advantages_with`](super::group_advantages_with). [`Baseline::External`] takes this
 /// rank's `inputs.baselines`; [`Reweight::Gpg`] is computed from the reduced moments.
+/// [`Reweight::Nonzero`] needs the batch's count of nonzero rewards, which the two reductions
+/// do not carry: gather the batch on one rank for it.
 ///
 /// Errors: as [`group_advantages_with`](super::group_advantages_with);
 /// [`Error::LengthMismatch`] for `sums`/`m2`; [`Error::InvalidArgument`] for a negative or
-/// non-finite reduced value or a length-weighted or pass@k baseline. Checks run before any
-/// write.
+/// non-finite reduced value, a length-weighted or pass@k baseline, or [`Reweight::Nonzero`].
+/// Checks run before any write.
 pub fn group_advantages_finalize_with<O: AdvantageValue>(
     inputs: &GroupInputs<'_>,
     sums: &[GroupSums],
@@ -119,7 +121,9 @@ pub fn group_advantages_finalize_with<O: AdvantageValue>(
     mut stats: Option<&mut [GroupStats]>,
 ) -> Result<()> {
     opts.validate()?;
-    if matches!(opts.baseline, Baseline::LengthWeighted | Baseline::PassK) {
+    if matches!(opts.baseline, Baseline::LengthWeighted | Baseline::PassK)
+        || opts.reweight == Reweight::Nonzero
+    {
         return Err(Error::InvalidArgument);
     }
     let (rewards, valid, layout) = (inputs.rewards, inputs.valid, inputs.layout);
@@ -172,6 +176,8 @@ pub fn group_advantages_finalize_with<O: AdvantageValue>(
             }
             gpg_alpha(tot_n, m)
         }
+        // Refused above.
+        Reweight::Nonzero => return Err(Error::InvalidArgument),
     };
     for (g, (s, &q)) in sums.iter().zip(m2).enumerate() {
         let map = group_map(s.count, s.sum, q, batch_std, &none, alpha, opts)?;

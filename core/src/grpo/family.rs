@@ -15,6 +15,9 @@
 //! Clip-Cov  l = [t not selected] * (the clipped surrogate)
 //! GMPO      d~_t = sgn(A_t) * min(sgn(A_t) delta_t, sgn(A_t) clip(delta_t, -eps_low, eps_high))
 //!           l_i = -mean_t(A_t) * exp(mean_t d~_t), the same for every token of sequence i
+//! VESPO     ln w_i = clamp(sum_t delta_t, ln 1e-8, 20), phi = exp(lam + k ln w_i - lam w_i)
+//!           l = -sg(phi) * A * logp                                       dl/dlogp = -phi A
+//!           (k, lam) = (k_pos, lam_pos) if A >= 0, else (k_neg, lam_neg)
 //! ```
 //!
 //! Where `delta` hit the log-ratio clamp, every derivative that flows through `rho` or `delta`
@@ -53,6 +56,9 @@ pub enum PolicyLoss {
     KlCov = 5,
     /// GMPO: the geometric mean of the token ratios, clipped in log space, per sequence.
     Gmpo = 6,
+    /// VESPO (TRL `vespo`): a detached Gamma weight of the sequence's importance ratio on
+    /// `A * logp`.
+    Vespo = 7,
 }
 
 named_enum!(PolicyLoss, "policy loss", {
@@ -63,6 +69,7 @@ named_enum!(PolicyLoss, "policy loss", {
     ClipCov => "clip_cov", "Clip-Cov: high-covariance tokens get no gradient";
     KlCov => "kl_cov", "KL-Cov: |log ratio| penalty on high-covariance tokens";
     Gmpo => "gmpo", "GMPO: geometric mean of the token ratios, clipped in log space";
+    Vespo => "vespo", "VESPO: a Gamma weight of the sequence ratio on A * logp";
 });
 
 impl PolicyLoss {
@@ -165,6 +172,34 @@ pub fn kl_cov_term(
     PgTerm {
         loss,
         dloss_dlogp: if clamped { 0.0 } else { d },
+        clipped: false,
+    }
+}
+
+/// VESPO's bounds on the sequence's log importance ratio, `[ln 1e-8, 20]` (TRL's
+/// `get_gamma_weights`).
+pub const VESPO_LOG_W_MIN: f64 = -18.420_680_743_952_367;
+/// The upper bound of VESPO's log ratio.
+pub const VESPO_LOG_W_MAX: f64 = 20.0;
+
+/// VESPO's Gamma weight `phi = exp(lam + k ln w - lam w)` of the sequence's clamped log ratio
+/// `log_w` (normalized so `phi(1) = 1`), with `(k, lam)` by the sign of the advantage (`A >= 0`:
+/// the positive pair; `lam` at least `1e-4`); a non-finite `phi` is 0, as TRL's `nan_to_num`.
+#[inline]
+pub fn vespo_weight(log_w: f64, a: f64, k: (f64, f64), lam: (f64, f64)) -> f64 {
+    let (k, lam) = if a >= 0.0 { (k.0, lam.0) } else { (k.1, lam.1) };
+    let lam = if lam < 1e-4 { 1e-4 } else { lam };
+    let phi = libm::exp(lam + k * log_w - lam * libm::exp(log_w));
+    if phi.is_finite() { phi } else { 0.0 }
+}
+
+/// The VESPO term of a token with the weight `phi` of its sequence: `-phi * A * logp`, gradient
+/// `-phi * A` (the weight is a constant).
+#[inline]
+pub fn vespo_term(phi: f64, logp: f64, a: f64) -> PgTerm {
+    PgTerm {
+        loss: -phi * a * logp,
+        dloss_dlogp: -phi * a,
         clipped: false,
     }
 }

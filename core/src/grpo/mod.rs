@@ -33,19 +33,21 @@ pub use dist::{
     group_partial_sums,
 };
 pub use family::{
-    PgTerm, PolicyLoss, Selection, cispo_term, cov_select_count, covariance, gmpo_log_ratio,
-    gpg_term, kl_cov_term, sapo_term, sigmoid, top_k,
+    PgTerm, PolicyLoss, Selection, VESPO_LOG_W_MAX, VESPO_LOG_W_MIN, cispo_term, cov_select_count,
+    covariance, gmpo_log_ratio, gpg_term, kl_cov_term, sapo_term, sigmoid, top_k, vespo_term,
+    vespo_weight,
 };
 pub use gae::{
-    AdvantageEstimator, GaeOptions, WhitenOptions, discounted_returns, gae, whiten,
-    whiten_finalize, whiten_partial_squares, whiten_partial_sums,
+    AdvantageEstimator, GaeOptions, MaskedToken, WhitenOptions, discounted_returns,
+    discounted_returns_whitened, gae, gae_whitened, whiten, whiten_finalize,
+    whiten_partial_squares, whiten_partial_sums,
 };
 pub use layout::{GroupLayout, LayoutFault, NamedLayoutFault, offsets_fault, validate_offsets};
 pub use logprob::LogProb;
 pub use loss::{
-    Advantages, Aggregation, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput, LossPreset,
-    LossStats, RatioLevel, SequenceCount, Surrogate, TokenTerms, aggregation_weight, kl_term,
-    log_ratio, policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
+    Advantages, Aggregation, Bypass, KlEstimator, KlTerm, LossInputs, LossOptions, LossOutput,
+    LossPreset, LossStats, RatioLevel, SequenceCount, Surrogate, TokenTerms, aggregation_weight,
+    kl_term, log_ratio, policy_loss, sequence_ratio, surrogate, token_loss_and_grad,
 };
 pub use rollout::{
     IsLevel, RejectBound, Rejection, RejectionMode, RolloutInputs, RolloutOptions, RolloutStats,

@@ -60,8 +60,8 @@ pub use judge::{
 };
 pub use output::{MAX_OUTPUT_VIOLATIONS, OutputCheck, OutputCode, OutputReport, OutputViolation};
 pub use parse::{
-    MAX_CRITERION_WEIGHT, MAX_PROFILE_VIOLATIONS, PROFILE_WEIGHT_TOLERANCE, ProfileCode,
-    ProfilePath, ProfileReport, ProfileValidation, ProfileViolation, parse_profile,
+    MAX_CRITERION_WEIGHT, MAX_PROFILE_TEXT_BYTES, MAX_PROFILE_VIOLATIONS, PROFILE_WEIGHT_TOLERANCE,
+    ProfileCode, ProfilePath, ProfileReport, ProfileValidation, ProfileViolation, parse_profile,
 };
 pub use score::{ProfileGroupReport, ProfileReward, profile_reward, profile_reward_group};
 
@@ -420,6 +420,16 @@ impl<'a> Profile<'a> {
             .map(|e| EmotionSpec::new(self, e))
     }
 
+    /// This profile without its emotion term: `lambda = 0`, so the reward is the format check,
+    /// the vetoes and the rubric part alone (the output format, emotion span included, is
+    /// unchanged). For callers that score a response whose gold label is unknown by choice; the
+    /// same profile when it has no emotion term.
+    pub fn without_emotion(&self) -> Profile<'a> {
+        let mut p = self.clone();
+        p.layout.emotion = None;
+        p
+    }
+
     /// The vetoes (empty by default).
     pub fn vetoes(&self) -> &[Veto] {
         &self.layout.vetoes
@@ -479,7 +489,13 @@ mod owned {
         /// # Errors
         /// The full report when the profile is invalid.
         pub fn parse(text: &[u8]) -> core::result::Result<ProfileBuf, Box<ProfileReport>> {
-            let mut scratch = alloc::vec![0u8; text.len()];
+            // No scratch for a text that is refused for its length anyway.
+            let need = if text.len() > MAX_PROFILE_TEXT_BYTES {
+                0
+            } else {
+                text.len()
+            };
+            let mut scratch = alloc::vec![0u8; need];
             let v = parse_profile(text, &mut scratch);
             match v.profile {
                 Some(p) => Ok(ProfileBuf::from(&p)),

@@ -20,6 +20,10 @@ use crate::rubric::Dimension;
 /// Most violations a [`ProfileReport`] holds; more set [`ProfileReport::overflowed`].
 pub const MAX_PROFILE_VIOLATIONS: usize = 64;
 
+/// Longest profile text (offsets are `u32`); a longer one is a `capacity` violation, found
+/// before any scratch is used, so callers size no scratch for it.
+pub const MAX_PROFILE_TEXT_BYTES: usize = u32::MAX as usize;
+
 /// Allowed `|sum(w) - 1|` of a fixed profile's dimension weights (as for rubrics).
 pub const PROFILE_WEIGHT_TOLERANCE: f64 = 1e-3;
 
@@ -338,6 +342,7 @@ pub fn parse_profile<'a>(text: &'a [u8], scratch: &'a mut [u8]) -> ProfileValida
         used: 0,
         report: ProfileReport::default(),
         layout: ProfileLayout::default(),
+        span_names: heapless::Vec::new(),
     };
     match core::str::from_utf8(text) {
         Ok(t) => {
@@ -358,6 +363,7 @@ pub fn parse_profile<'a>(text: &'a [u8], scratch: &'a mut [u8]) -> ProfileValida
         used,
         report,
         layout,
+        ..
     } = p;
     let scratch: &'a [u8] = scratch;
     let decoded = scratch
@@ -376,6 +382,8 @@ struct Parser<'a> {
     used: usize,
     report: ProfileReport,
     layout: ProfileLayout,
+    /// The valid names of `output.spans` (also when the output section has other faults).
+    span_names: heapless::Vec<StrRef, MAX_SPANS>,
 }
 
 /// The top-level keys, in the order they are processed (later ones refer to earlier ones).
@@ -432,7 +440,7 @@ impl<'a> Parser<'a> {
     fn run(&mut self) {
         let text = self.text;
         let b = text.as_bytes();
-        if u32::try_from(b.len()).is_err() {
+        if b.len() > MAX_PROFILE_TEXT_BYTES {
             self.push(
                 ProfileCode::Capacity,
                 ProfilePath::Root,
@@ -786,7 +794,9 @@ impl<'a> Parser<'a> {
             return;
         }
         let generated = self.layout.rubric == RubricSource::Generated;
+        // Every weight is a number (in range or not): their sum is then checked too.
         let mut weights_ok = true;
+        let mut weight_sum = 0.0f64;
         let mut n = 0usize;
         c.enter(b'[');
         while c.next_item() {
@@ -845,10 +855,12 @@ impl<'a> Parser<'a> {
                 match weight {
                     Some(mut c) => {
                         let w = self.number(&mut c, path, "\"weight\" must be a number, found");
+                        if let Some(w) = w {
+                            weight_sum += w;
+                        }
                         match w {
                             Some(w) if (0.0..=1.0).contains(&w) => dim.weight = w,
                             Some(w) => {
-                                weights_ok = false;
                                 self.push(
                                     ProfileCode::WeightRange,
                                     path,
@@ -924,8 +936,8 @@ impl<'a> Parser<'a> {
                 );
             }
         } else if weights_ok && self.layout.dims.len() == n {
-            let sum: f64 = self.layout.dims.iter().map(|d| d.weight).sum();
-            if (sum - 1.0).abs() > PROFILE_WEIGHT_TOLERANCE {
+            let sum = weight_sum;
+            if sum.is_nan() || (sum - 1.0).abs() > PROFILE_WEIGHT_TOLERANCE {
                 self.push(
                     ProfileCode::WeightSum,
                     ProfilePath::Root,
@@ -1185,13 +1197,17 @@ impl<'a> Parser<'a> {
         };
         let o = template(self, open, "open");
         let cl = template(self, close, "close");
-        match (o, cl) {
+        let templates_ok = match (o, cl) {
             (Some(o), Some(cl)) => {
                 layout.open = o;
                 layout.close = cl;
+                true
             }
-            _ => ok = false,
-        }
+            _ => {
+                ok = false;
+                false
+            }
+        };
         match judge {
             Some(mut c) => {
                 let at = c.pos;
@@ -1221,9 +1237,14 @@ impl<'a> Parser<'a> {
                 self.missing(path, "judge");
             }
         }
-        if ok && self.tags_ambiguous(&layout) {
+        // Checked whenever both templates and some span names are usable, whatever else is
+        // wrong: every violation of every class is reported in one pass.
+        if templates_ok && !layout.names.is_empty() && self.tags_ambiguous(&layout) {
             ok = false;
         }
+        // The valid span names stay known to `emotion` even when the output section is
+        // rejected, so a fault here is not reported again there as an unknown span.
+        self.span_names = layout.names.clone();
         if ok {
             self.layout.spans = Some(layout);
         }
@@ -1350,11 +1371,7 @@ impl<'a> Parser<'a> {
                 match self.string(&mut c, path, "\"span\" must be a string, found") {
                     Some(r) => {
                         let s = self.get(r);
-                        let found = self
-                            .layout
-                            .spans
-                            .as_ref()
-                            .and_then(|sp| sp.names.iter().position(|n| self.get(*n) == s));
+                        let found = self.span_names.iter().position(|n| self.get(*n) == s);
                         match found {
                             Some(k) => e.span = idx(k),
                             None => {

@@ -1,9 +1,10 @@
 // Test-only emulation of the parts of the CUDA thread model that the care kernels use, so that the
 // very same kernels/cuda/*.cu text compiles as host C++ and runs on a CPU.
 //
-// Model: blocks run one after another on the calling OS thread; the threads of a block are
-// cooperative fibers (ucontext for the first entry, _setjmp/_longjmp afterwards, which avoids the
-// signal-mask syscall of swapcontext). A fiber runs until it reaches a block barrier
+// Model: blocks run one after another on the calling OS thread, in an order drawn from `seed`
+// (a random permutation of the grid); the threads of a block are cooperative fibers (ucontext
+// for the first entry, _setjmp/_longjmp afterwards, which avoids the signal-mask syscall of
+// swapcontext). A fiber runs until it reaches a block barrier
 // (__syncthreads) or a warp collective (__shfl_*_sync, __syncwarp), or returns. The scheduler
 // resumes the runnable fibers in an order drawn from `seed` again at every round, and between two
 // block barriers it holds a random half of the warps back until the others cannot move, so a
@@ -171,9 +172,29 @@ inline int launch(emu_uint3 grid, emu_uint3 block, uint64_t seed, const std::fun
     Block* saved = tl_block();
     tl_block() = &b;
     int err = 0;
-    for (unsigned bz = 0; bz < grid.z && !err; ++bz)
-        for (unsigned by = 0; by < grid.y && !err; ++by)
-            for (unsigned bx = 0; bx < grid.x && !err; ++bx) {
+    // Blocks run one at a time, in an order drawn from the seed (a random permutation of the
+    // grid): on the hardware any block may finish first, so a result that depends on the order
+    // in which blocks reach global memory (float atomics on one address, a last-block merge
+    // that reads in arrival order) differs between seeds, and the tests compare seeds bit for
+    // bit.
+    const size_t nblocks = (size_t)grid.x * grid.y * grid.z;
+    std::vector<size_t> block_order;
+    if (nblocks <= ((size_t)1 << 24)) {
+        block_order.resize(nblocks);
+        for (size_t i = 0; i < nblocks; ++i) block_order[i] = i;
+        for (size_t i = nblocks; i > 1; --i) {
+            size_t j = (size_t)(next_rand(&b) % i);
+            size_t t = block_order[i - 1];
+            block_order[i - 1] = block_order[j];
+            block_order[j] = t;
+        }
+    }
+    for (size_t bi = 0; bi < nblocks && !err; ++bi) {
+                // Grids too large to permute (never in the tests) run in index order.
+                size_t lin = block_order.empty() ? bi : block_order[bi];
+                unsigned bx = (unsigned)(lin % grid.x);
+                unsigned by = (unsigned)((lin / grid.x) % grid.y);
+                unsigned bz = (unsigned)(lin / ((size_t)grid.x * grid.y));
                 b.block_idx = {bx, by, bz};
                 for (size_t i = 0; i < nthreads; ++i) {
                     Fiber& f = b.fibers[i];
@@ -184,8 +205,11 @@ inline int launch(emu_uint3 grid, emu_uint3 block, uint64_t seed, const std::fun
                              (unsigned)(i / ((size_t)block.x * block.y))};
                     b.order[i] = (unsigned)i;
                 }
-                size_t live = nthreads;
-                uint64_t held = next_rand(&b);
+                // volatile: these live across the _setjmp/_longjmp round trips of the fibers
+                // (GCC's -Wclobbered; their values never change in between, so it is only the
+                // compiler's caution).
+                volatile size_t live = nthreads;
+                volatile uint64_t held = next_rand(&b);
                 while (live > 0) {
                     // A fresh random order of the runnable fibers at every phase.
                     for (size_t i = nthreads; i > 1; --i) {
@@ -210,8 +234,8 @@ inline int launch(emu_uint3 grid, emu_uint3 block, uint64_t seed, const std::fun
                     if (!any_free) {
                         held = 0; // the late warps' turn
                     }
-                    bool progress = false;
-                    for (size_t k = 0; k < nthreads; ++k) {
+                    volatile bool progress = false;
+                    for (volatile size_t k = 0; k < nthreads; ++k) {
                         Fiber& f = b.fibers[b.order[k]];
                         if (f.state != RUNNING || ((held >> ((f.linear >> 5) & 63)) & 1u)) {
                             continue;
@@ -233,7 +257,7 @@ inline int launch(emu_uint3 grid, emu_uint3 block, uint64_t seed, const std::fun
                             }
                         }
                         if (f.state == DONE) {
-                            live -= 1;
+                            live = live - 1;
                         }
                     }
                     if (live == 0) {
@@ -326,6 +350,11 @@ inline long long __double_as_longlong(double d) {
     long long u;
     memcpy(&u, &d, 8);
     return u;
+}
+inline double __longlong_as_double(long long u) {
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
 }
 
 // Rounded double arithmetic: the host build has contraction off (build.rs), so plain operators

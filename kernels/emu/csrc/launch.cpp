@@ -35,6 +35,18 @@ int emu_launch_grpo_loss_denoms(emu_uint3 grid, emu_uint3 block, size_t shmem,
     return emu::launch(grid, block, seed, [&] { grpo_loss_denoms(copy, out); });
 }
 
+#define EMU_LOGITS_LOSS(KERNEL)                                                                \
+    int emu_launch_##KERNEL(emu_uint3 grid, emu_uint3 block, const CareLossParams* p,         \
+                            const CareLsmParams* x, uint64_t seed) {                           \
+        CareLossParams pc = *p; /* by value, as kernel parameters */                           \
+        CareLsmParams xc = *x;                                                                 \
+        return emu::launch(grid, block, seed, [&] { KERNEL(pc, xc); });                        \
+    }
+
+EMU_LOGITS_LOSS(logits_loss_f32)
+EMU_LOGITS_LOSS(logits_loss_bf16)
+EMU_LOGITS_LOSS(logits_loss_f16)
+
 // The dtype conversions of common.cuh, for exhaustive tests against the `half` crate.
 float emu_f16_to_f32(uint16_t h) { return care_f16_to_f32(h); }
 float emu_bf16_to_f32(uint16_t h) { return care_bf16_to_f32(h); }
@@ -77,7 +89,7 @@ size_t emu_layout_batch_std(uint32_t* out, size_t cap) {
                     EMU_OFF(CareBatchStdParams, out_std), EMU_OFF(CareBatchStdParams, sums),
                     EMU_OFF(CareBatchStdParams, m2), EMU_OFF(CareBatchStdParams, n),
                     EMU_OFF(CareBatchStdParams, unbiased), EMU_OFF(CareBatchStdParams, num_groups),
-                    EMU_OFF(CareBatchStdParams, pad0)};
+                    EMU_OFF(CareBatchStdParams, pad0), EMU_OFF(CareBatchStdParams, work)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;
@@ -92,13 +104,13 @@ size_t emu_layout_loss(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossParams, n_tok), EMU_OFF(CareLossParams, adv_per_token),
                     EMU_OFF(CareLossParams, grad_in_input_dtype), EMU_OFF(CareLossParams, agg),
                     EMU_OFF(CareLossParams, kl), EMU_OFF(CareLossParams, seq_level),
-                    EMU_OFF(CareLossParams, pad0), EMU_OFF(CareLossParams, eps_low),
+                    EMU_OFF(CareLossParams, bypass), EMU_OFF(CareLossParams, eps_low),
                     EMU_OFF(CareLossParams, eps_high), EMU_OFF(CareLossParams, dual_clip),
                     EMU_OFF(CareLossParams, log_ratio_clamp), EMU_OFF(CareLossParams, kl_clamp),
                     EMU_OFF(CareLossParams, k3_clamp), EMU_OFF(CareLossParams, seq_log_ratio_max),
                     EMU_OFF(CareLossParams, beta), EMU_OFF(CareLossParams, n_tok_denom),
                     EMU_OFF(CareLossParams, n_seq_denom), EMU_OFF(CareLossParams, horizon),
-                    EMU_OFF(CareLossParams, pad1), EMU_OFF(CareLossParams, logp_rollout),
+                    EMU_OFF(CareLossParams, gmpo_w_floor), EMU_OFF(CareLossParams, logp_rollout),
                     EMU_OFF(CareLossParams, rollout_stats), EMU_OFF(CareLossParams, policy),
                     EMU_OFF(CareLossParams, is_level), EMU_OFF(CareLossParams, rej_zero),
                     EMU_OFF(CareLossParams, roll_on), EMU_OFF(CareLossParams, sapo_tau_pos),
@@ -110,7 +122,10 @@ size_t emu_layout_loss(uint32_t* out, size_t cap) {
                     EMU_OFF(CareLossParams, cov_ratio), EMU_OFF(CareLossParams, clip_cov_lb),
                     EMU_OFF(CareLossParams, clip_cov_ub), EMU_OFF(CareLossParams, kl_cov_coef),
                     EMU_OFF(CareLossParams, cov_round), EMU_OFF(CareLossParams, cov_work),
-                    EMU_OFF(CareLossParams, cov_keys)};
+                    EMU_OFF(CareLossParams, cov_keys), EMU_OFF(CareLossParams, vespo_k_pos),
+                    EMU_OFF(CareLossParams, vespo_lambda_pos),
+                    EMU_OFF(CareLossParams, vespo_k_neg),
+                    EMU_OFF(CareLossParams, vespo_lambda_neg), EMU_OFF(CareLossParams, work)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;
@@ -147,6 +162,25 @@ size_t emu_layout_denoms(uint32_t* out, size_t cap) {
     uint32_t v[] = {(uint32_t)sizeof(CareLossDenoms), (uint32_t)alignof(CareLossDenoms),
                     EMU_OFF(CareLossDenoms, n_tok), EMU_OFF(CareLossDenoms, n_seq),
                     EMU_OFF(CareLossDenoms, horizon), EMU_OFF(CareLossDenoms, pad0)};
+    size_t n = sizeof(v) / sizeof(v[0]);
+    for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
+    return n;
+}
+
+size_t emu_layout_batch_std_work(uint32_t* out, size_t cap) {
+    uint32_t v[] = {(uint32_t)sizeof(CareBatchStdWork), (uint32_t)alignof(CareBatchStdWork),
+                    EMU_OFF(CareBatchStdWork, arrivals), EMU_OFF(CareBatchStdWork, pad0),
+                    EMU_OFF(CareBatchStdWork, slots)};
+    size_t n = sizeof(v) / sizeof(v[0]);
+    for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
+    return n;
+}
+
+size_t emu_layout_loss_work(uint32_t* out, size_t cap) {
+    uint32_t v[] = {(uint32_t)sizeof(CareLossWork), (uint32_t)alignof(CareLossWork),
+                    EMU_OFF(CareLossWork, denoms), EMU_OFF(CareLossWork, arrivals),
+                    EMU_OFF(CareLossWork, pad0), EMU_OFF(CareLossWork, slots),
+                    (uint32_t)sizeof(CareLossSlot)};
     size_t n = sizeof(v) / sizeof(v[0]);
     for (size_t i = 0; i < n && i < cap; ++i) out[i] = v[i];
     return n;

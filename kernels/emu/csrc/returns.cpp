@@ -18,6 +18,8 @@ EMU_RET_ENTRY(discounted_returns_f32, CareReturnsParams)
 EMU_RET_ENTRY(gae_f32, CareReturnsParams)
 EMU_RET_ENTRY(whiten_stats_f32, CareWhitenParams)
 EMU_RET_ENTRY(whiten_apply_f32, CareWhitenParams)
+EMU_RET_ENTRY(whiten_stats_f64, CareWhitenParams)
+EMU_RET_ENTRY(whiten_apply_f64, CareWhitenParams)
 
 // (size, align, offsets of every field in declaration order).
 #define EMU_RET_LAYOUT(NAME, S, ...)                                                            \
@@ -34,11 +36,17 @@ EMU_RET_LAYOUT(returns, CareReturnsParams, EMU_O(CareReturnsParams, rewards),
                EMU_O(CareReturnsParams, mask), EMU_O(CareReturnsParams, adv),
                EMU_O(CareReturnsParams, ret), EMU_O(CareReturnsParams, status),
                EMU_O(CareReturnsParams, n_seq), EMU_O(CareReturnsParams, n_tok),
-               EMU_O(CareReturnsParams, gamma), EMU_O(CareReturnsParams, lambda))
+               EMU_O(CareReturnsParams, gamma), EMU_O(CareReturnsParams, lambda),
+               EMU_O(CareReturnsParams, masked_reset), EMU_O(CareReturnsParams, pad0),
+               EMU_O(CareReturnsParams, wide))
 EMU_RET_LAYOUT(whiten, CareWhitenParams, EMU_O(CareWhitenParams, x), EMU_O(CareWhitenParams, mask),
                EMU_O(CareWhitenParams, stats), EMU_O(CareWhitenParams, n),
                EMU_O(CareWhitenParams, eps), EMU_O(CareWhitenParams, unbiased),
-               EMU_O(CareWhitenParams, pad0))
+               EMU_O(CareWhitenParams, pad0), EMU_O(CareWhitenParams, count_eps),
+               EMU_O(CareWhitenParams, wide))
+EMU_RET_LAYOUT(whiten_work, CareWhitenWork, EMU_O(CareWhitenWork, stats),
+               EMU_O(CareWhitenWork, arrivals), EMU_O(CareWhitenWork, pad0),
+               EMU_O(CareWhitenWork, slots), (uint32_t)sizeof(CareMoments))
 EMU_RET_LAYOUT(whiten_stats, CareWhitenStats, EMU_O(CareWhitenStats, status),
                EMU_O(CareWhitenStats, pad0), EMU_O(CareWhitenStats, count),
                EMU_O(CareWhitenStats, mean), EMU_O(CareWhitenStats, m2),

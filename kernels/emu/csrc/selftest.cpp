@@ -32,9 +32,22 @@ void shuffle_after_exit(float* out) {
     out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
 }
 
+// Thread 0 of each block records the block's index at the next free position: the order in which
+// blocks ran.
+void block_order(unsigned* counter, unsigned* out) {
+    if (threadIdx.x == 0) {
+        out[atomicAdd(counter, 1u)] = blockIdx.x;
+    }
+}
+
 } // namespace
 
 extern "C" {
+
+int emu_selftest_block_order(unsigned blocks, unsigned* out, uint64_t seed) {
+    unsigned counter = 0;
+    return emu::launch({blocks, 1, 1}, {32, 1, 1}, seed, [&] { block_order(&counter, out); });
+}
 
 int emu_selftest_publish(unsigned blocks, unsigned threads, int sync, unsigned* out, uint64_t seed) {
     emu_uint3 g{blocks, 1, 1}, b{threads, 1, 1};

@@ -106,6 +106,27 @@ unsafe extern "C" {
         out: *mut LossDenomsRaw,
         seed: u64,
     ) -> i32;
+    fn emu_launch_logits_loss_f32(
+        g: Dim3,
+        b: Dim3,
+        p: *const LossParams,
+        x: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_logits_loss_bf16(
+        g: Dim3,
+        b: Dim3,
+        p: *const LossParams,
+        x: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
+    fn emu_launch_logits_loss_f16(
+        g: Dim3,
+        b: Dim3,
+        p: *const LossParams,
+        x: *const LogSoftmaxParams,
+        seed: u64,
+    ) -> i32;
     fn emu_launch_logsoftmax_fwd_f32(
         g: Dim3,
         b: Dim3,
@@ -151,11 +172,15 @@ unsafe extern "C" {
     fn emu_launch_gae_f32(g: Dim3, b: Dim3, p: *const ReturnsParams, seed: u64) -> i32;
     fn emu_launch_whiten_stats_f32(g: Dim3, b: Dim3, p: *const WhitenParams, seed: u64) -> i32;
     fn emu_launch_whiten_apply_f32(g: Dim3, b: Dim3, p: *const WhitenParams, seed: u64) -> i32;
+    fn emu_launch_whiten_stats_f64(g: Dim3, b: Dim3, p: *const WhitenParams, seed: u64) -> i32;
+    fn emu_launch_whiten_apply_f64(g: Dim3, b: Dim3, p: *const WhitenParams, seed: u64) -> i32;
     fn emu_layout_returns(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_whiten(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_whiten_stats(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_whiten_work(out: *mut u32, cap: usize) -> usize;
     fn emu_selftest_publish(blocks: u32, threads: u32, sync: i32, out: *mut u32, seed: u64) -> i32;
     fn emu_selftest_divergent_barrier(seed: u64) -> i32;
+    fn emu_selftest_block_order(blocks: u32, out: *mut u32, seed: u64) -> i32;
     fn emu_selftest_shuffle_after_exit(out: *mut f32, seed: u64) -> i32;
     fn emu_f16_to_f32(h: u16) -> f32;
     fn emu_bf16_to_f32(h: u16) -> f32;
@@ -168,6 +193,8 @@ unsafe extern "C" {
     fn emu_layout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_denoms(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_cov_work(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_loss_work(out: *mut u32, cap: usize) -> usize;
+    fn emu_layout_batch_std_work(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_rollout_stats(out: *mut u32, cap: usize) -> usize;
     fn emu_layout_lsm(out: *mut u32, cap: usize) -> usize;
 }
@@ -267,6 +294,15 @@ impl Launcher for Emulator {
                     s,
                 )
             },
+            (Kernel::LogitsLossF32, [p, x]) => unsafe {
+                emu_launch_logits_loss_f32(grid, block, p.cast(), x.cast(), s)
+            },
+            (Kernel::LogitsLossBf16, [p, x]) => unsafe {
+                emu_launch_logits_loss_bf16(grid, block, p.cast(), x.cast(), s)
+            },
+            (Kernel::LogitsLossF16, [p, x]) => unsafe {
+                emu_launch_logits_loss_f16(grid, block, p.cast(), x.cast(), s)
+            },
             (Kernel::LogSoftmaxFwdF32, [p]) => unsafe {
                 emu_launch_logsoftmax_fwd_f32(grid, block, p.cast(), s)
             },
@@ -294,6 +330,12 @@ impl Launcher for Emulator {
             },
             (Kernel::WhitenApplyF32, [p]) => unsafe {
                 emu_launch_whiten_apply_f32(grid, block, p.cast(), s)
+            },
+            (Kernel::WhitenStatsF64, [p]) => unsafe {
+                emu_launch_whiten_stats_f64(grid, block, p.cast(), s)
+            },
+            (Kernel::WhitenApplyF64, [p]) => unsafe {
+                emu_launch_whiten_apply_f64(grid, block, p.cast(), s)
             },
             _ => return Err(EmuError::Arguments),
         };
@@ -372,6 +414,14 @@ pub mod c_layout {
     pub fn cov_work() -> Vec<u32> {
         get(super::emu_layout_cov_work)
     }
+    /// `CareBatchStdWork`.
+    pub fn batch_std_work() -> Vec<u32> {
+        get(super::emu_layout_batch_std_work)
+    }
+    /// `CareLossWork` (then `sizeof(CareLossSlot)`).
+    pub fn loss_work() -> Vec<u32> {
+        get(super::emu_layout_loss_work)
+    }
     /// `CareRolloutStats`.
     pub fn rollout_stats() -> Vec<u32> {
         get(super::emu_layout_rollout_stats)
@@ -392,6 +442,10 @@ pub mod c_layout {
     pub fn whiten_stats() -> Vec<u32> {
         get(super::emu_layout_whiten_stats)
     }
+    /// `CareWhitenWork` (then `sizeof(CareMoments)`).
+    pub fn whiten_work() -> Vec<u32> {
+        get(super::emu_layout_whiten_work)
+    }
 }
 
 /// Deliberately broken kernels (`csrc/selftest.cpp`) that show what the emulator catches.
@@ -406,6 +460,15 @@ pub mod selftest {
         let code = unsafe {
             super::emu_selftest_publish(blocks, threads, i32::from(sync), out.as_mut_ptr(), seed)
         };
+        check(code).map(|()| out)
+    }
+
+    /// The order in which the blocks of a `blocks`-block grid ran (each block's index, first
+    /// to last).
+    pub fn block_order(blocks: u32, seed: u64) -> Result<Vec<u32>, EmuError> {
+        let mut out = vec![0u32; blocks as usize];
+        // SAFETY: `out` holds one entry per block of the launch.
+        let code = unsafe { super::emu_selftest_block_order(blocks, out.as_mut_ptr(), seed) };
         check(code).map(|()| out)
     }
 

@@ -994,6 +994,32 @@ fn new_baselines_std_floor_and_gpg_factor() {
     assert!((k.adv[0] - want).abs() <= 1e-6, "{} vs {want}", k.adv[0]);
 }
 
+/// verl's `gpg` (the peer suite's class 4): `alpha = N / max(1, count_nonzero(r))` and a
+/// singleton keeps `alpha * r`; the case [1, 0 | 2] gives [0.75, -0.75, 3].
+#[test]
+fn verl_gpg_preset_with_a_singleton() {
+    let c = simple(
+        vec![1.0, 0.0, 2.0],
+        Layout::Offsets(vec![0, 2, 3]),
+        AdvantageOptions::preset(Preset::VerlGpg),
+    );
+    check_case(&c, 32, 1);
+    let k = run_kernel(&mut EmuDevice::default(), &c, Tuning::default(), 1).unwrap();
+    assert_eq!(k.adv, [0.75, -0.75, 3.0]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The `verl_gpg` preset (the nonzero factor) on random ragged batches with NaN rewards,
+    /// zeros and singletons: the kernel against the reference.
+    #[test]
+    fn pt_verl_gpg_matches_reference(c in case_strategy(), seed in any::<u64>()) {
+        let c = Case { opts: AdvantageOptions::preset(Preset::VerlGpg), ..c };
+        check_case(&c, 64, seed);
+    }
+}
+
 #[test]
 fn baselines_without_their_inputs_are_refused() {
     let mut dev = EmuDevice::default();

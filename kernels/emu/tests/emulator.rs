@@ -1,5 +1,6 @@
 //! The emulator catches what it claims to: a missing `__syncthreads` gives seed-dependent
-//! results, a barrier some threads never reach and a shuffle with exited lanes fail the launch.
+//! results, a barrier some threads never reach and a shuffle with exited lanes fail the launch,
+//! and the blocks of a grid run in a seed-dependent order.
 #![allow(clippy::unwrap_used)]
 
 use care_kernels_emu::{EmuError, selftest};
@@ -32,5 +33,29 @@ fn unreachable_barrier_and_shuffle_with_exited_lane_fail() {
     assert_eq!(
         selftest::shuffle_after_exit(1),
         Err(EmuError::WarpCollective)
+    );
+}
+
+#[test]
+fn blocks_run_in_a_seed_dependent_order() {
+    let orders: Vec<Vec<u32>> = (0..8)
+        .map(|s| selftest::block_order(40, s).unwrap())
+        .collect();
+    for o in &orders {
+        let mut sorted = o.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            (0..40).collect::<Vec<u32>>(),
+            "every block runs once"
+        );
+    }
+    assert!(
+        orders.iter().any(|o| o != &orders[0]),
+        "every seed ran the blocks in the same order"
+    );
+    assert!(
+        orders.iter().any(|o| o.windows(2).any(|w| w[0] > w[1])),
+        "no seed ran the blocks out of index order"
     );
 }

@@ -24,6 +24,17 @@ fn parameter_structs_match_the_c_layout() {
     assert_eq!(layout::stats(), c_layout::stats(), "CareLossStats");
     assert_eq!(layout::denoms(), c_layout::denoms(), "CareLossDenoms");
     assert_eq!(layout::cov_work(), c_layout::cov_work(), "CareCovWork");
+    assert_eq!(layout::loss_work(), c_layout::loss_work(), "CareLossWork");
+    assert_eq!(
+        layout::batch_std_work(),
+        c_layout::batch_std_work(),
+        "CareBatchStdWork"
+    );
+    assert_eq!(
+        layout::whiten_work(),
+        c_layout::whiten_work(),
+        "CareWhitenWork"
+    );
     assert_eq!(
         layout::rollout_stats(),
         c_layout::rollout_stats(),

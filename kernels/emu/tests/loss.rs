@@ -569,6 +569,16 @@ proptest! {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         prop_assert_eq!(bits(&a), bits(&b));
     }
+
+    /// Schedule independence of the statistics: the blocks' slots are merged in slot order, so
+    /// the sums are bit-identical whatever order the blocks ran in (the emulator draws the
+    /// block order from the seed).
+    #[test]
+    fn pt_stats_are_schedule_independent(c in case_strategy(), tuning in tuning_strategy(), seed in any::<u64>()) {
+        let (_, a) = run_kernel::<f32>(&c, tuning, seed, false);
+        let (_, b) = run_kernel::<f32>(&c, tuning, seed.wrapping_add(0x9e37_79b9), false);
+        prop_assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    }
 }
 
 fn base_case(lens: Vec<u32>) -> Case {

@@ -23,10 +23,10 @@
 
 use care_core::Error;
 use care_core::grpo::{
-    Advantages, Aggregation, IsLevel, KlEstimator, LogProb, LossInputs, LossOptions, LossStats,
-    PolicyLoss, RatioLevel, Rejection, RejectionMode, RolloutInputs, RolloutStats, SequenceCount,
-    SequenceRollout, cov_select_count, covariance, kl_term, policy_loss, rollout_correction,
-    rollout_log_ratio,
+    Advantages, Aggregation, Bypass, IsLevel, KlEstimator, LogProb, LossInputs, LossOptions,
+    LossPreset, LossStats, PolicyLoss, RatioLevel, Rejection, RejectionMode, RolloutInputs,
+    RolloutStats, SequenceCount, SequenceRollout, VESPO_LOG_W_MAX, VESPO_LOG_W_MIN,
+    cov_select_count, covariance, kl_term, policy_loss, rollout_correction, rollout_log_ratio,
 };
 use care_kernels::params::{CovWorkRaw, LossStatsRaw, RolloutStatsRaw};
 use care_kernels::plan::{
@@ -216,10 +216,10 @@ fn cov_ambiguous<T: Lp>(c: &Case) -> bool {
     let o = offsets(&c.lens);
     let n = c.logp.len();
     let lp = wide::<T>(&c.logp);
-    let old = c.logp_old.as_deref().map(wide::<T>);
+    let old = old_of::<T>(c);
     let mut in_loss: Vec<bool> = (0..n).map(|t| counted(c, t)).collect();
     if let Some(lr) = c.logp_rollout.as_deref().filter(|_| opts.rollout.active()) {
-        let prox = conv::<T>(c.logp_old.as_deref().unwrap_or(&c.logp));
+        let prox = conv::<T>(prox_of(c));
         let lr = conv::<T>(lr);
         let (mut w, mut keep) = (vec![0f32; n], vec![0u8; n]);
         let inputs = RolloutInputs {
@@ -276,6 +276,24 @@ fn cov_ambiguous<T: Lp>(c: &Case) -> bool {
     }
 }
 
+/// The ratio's old log-probs (in bypass mode the rollout's), widened.
+fn old_of<T: Lp>(c: &Case) -> Option<Vec<f64>> {
+    if c.opts.bypass == Bypass::On {
+        c.logp_rollout.as_deref().map(wide::<T>)
+    } else {
+        c.logp_old.as_deref().map(wide::<T>)
+    }
+}
+
+/// The rollout correction's proximal log-probs: `logp_old`, or `logp` on-policy and in bypass
+/// mode.
+fn prox_of(c: &Case) -> &[f32] {
+    match &c.logp_old {
+        Some(o) if c.opts.bypass == Bypass::Off => o,
+        _ => &c.logp,
+    }
+}
+
 fn run_kernel<T: Lp>(c: &Case, tuning: Tuning, seed: u64, grad_in_dtype: bool) -> Out {
     launch_on::<T, _>(&mut EmuDevice::default(), c, tuning, seed, grad_in_dtype).unwrap()
 }
@@ -307,10 +325,10 @@ fn analyse<T: Lp>(c: &Case) -> Analysis {
     let o = offsets(&c.lens);
     let opts = &c.opts;
     let lp = wide::<T>(&c.logp);
-    let old = c.logp_old.as_deref().map(wide::<T>);
+    let old = old_of::<T>(c);
     let rf = c.logp_ref.as_deref().map(wide::<T>);
     let lr = c.logp_rollout.as_deref().map(wide::<T>);
-    let prox = old.clone().unwrap_or_else(|| lp.clone());
+    let prox = wide::<T>(prox_of(c));
     let r = &opts.rollout;
     let roll_on = lr.is_some() && r.active();
     let (lo, hi) = (1.0 - opts.eps_low, 1.0 + opts.eps_high);
@@ -417,9 +435,14 @@ fn analyse<T: Lp>(c: &Case) -> Analysis {
         if opts.ratio_level != RatioLevel::Token && !toks.is_empty() {
             seq_near |= close(sum_delta / toks.len() as f64, opts.seq_log_ratio_max);
         }
+        if opts.policy_loss == PolicyLoss::Vespo {
+            // VESPO's clamp of the sequence's log ratio (before the folded rollout weights).
+            seq_near |= close(sum_delta, VESPO_LOG_W_MIN) || close(sum_delta, VESPO_LOG_W_MAX);
+        }
         // A kink inside a sequence quantity moves every token of the sequence.
         let shared = opts.ratio_level != RatioLevel::Token
             || opts.policy_loss == PolicyLoss::Gmpo
+            || opts.policy_loss == PolicyLoss::Vespo
             || (roll_on && r.is_level == IsLevel::Sequence);
         if seq_near || (shared && toks.iter().any(|&t| an.near[t])) {
             for &t in &toks {
@@ -611,7 +634,7 @@ fn check_all_dtypes_on<D: Device>(
     a && b && d
 }
 
-const POLICIES: [(PolicyLoss, RatioLevel); 9] = [
+const POLICIES: [(PolicyLoss, RatioLevel); 10] = [
     (PolicyLoss::Clip, RatioLevel::Token),
     (PolicyLoss::Clip, RatioLevel::Sequence),
     (PolicyLoss::Clip, RatioLevel::SequenceToken),
@@ -621,6 +644,7 @@ const POLICIES: [(PolicyLoss, RatioLevel); 9] = [
     (PolicyLoss::Gmpo, RatioLevel::Token),
     (PolicyLoss::ClipCov, RatioLevel::Token),
     (PolicyLoss::KlCov, RatioLevel::Token),
+    (PolicyLoss::Vespo, RatioLevel::Token),
 ];
 
 fn rejection_strategy() -> impl Strategy<Value = Vec<(Rejection, f64, f64)>> {
@@ -725,6 +749,10 @@ fn opts_strategy() -> impl Strategy<Value = LossOptions> {
                 if no_clamps {
                     o = o.without_clamps();
                 }
+                if o.policy_loss == PolicyLoss::Vespo && o.rollout.is_level == IsLevel::Sequence {
+                    // VESPO folds token weights into its ratio; a sequence weight is refused.
+                    o.rollout.is_level = IsLevel::Token;
+                }
                 o
             },
         )
@@ -733,7 +761,15 @@ fn opts_strategy() -> impl Strategy<Value = LossOptions> {
 fn case_strategy() -> impl Strategy<Value = Case> {
     let lens = prop::collection::vec(prop_oneof![8 => 0u32..24, 1 => 60u32..140], 0..6);
     (lens, opts_strategy(), any::<(bool, bool, bool, bool, u8)>()).prop_flat_map(
-        |(lens, opts, (has_old, has_ref, per_tok, has_mask, rollout))| {
+        |(lens, mut opts, (has_old, has_ref, per_tok, has_mask, rollout))| {
+            // verl's bypass mode (the rollout log-probs are the old ones) where its inputs are
+            // there, and now and then verl's floor under GMPO's weights.
+            if !has_old && rollout % 4 != 0 && rollout & 16 != 0 {
+                opts.bypass = Bypass::On;
+            }
+            if rollout & 32 != 0 {
+                opts.gmpo_weight_floor = 1e-10;
+            }
             let n: usize = lens.iter().sum::<u32>() as usize;
             let b = lens.len();
             let logp = prop::collection::vec(-6.0f32..0.0, n);
@@ -865,6 +901,7 @@ proptest! {
     #[test]
     fn pt_identical_rollout_is_the_identity(c in case_strategy(), tuning in tuning_strategy()) {
         let mut c = c;
+        c.opts.bypass = Bypass::Off; // the plain run below has no rollout log-probs
         let prox = c.logp_old.clone().unwrap_or_else(|| c.logp.clone());
         c.logp_rollout = Some(prox);
         c.opts.rollout.set_bound(Rejection::TokenK1, 0.5, 2.0);
@@ -996,6 +1033,9 @@ fn every_policy_and_aggregation_on_fixed_inputs() {
     for (policy, level) in POLICIES {
         for agg in aggs {
             for level_is in [IsLevel::Off, IsLevel::Token, IsLevel::Sequence] {
+                if policy == PolicyLoss::Vespo && level_is == IsLevel::Sequence {
+                    continue; // refused (VESPO folds token weights into its ratio)
+                }
                 c.opts.policy_loss = policy;
                 c.opts.ratio_level = level;
                 c.opts.aggregation = agg;
@@ -1011,6 +1051,59 @@ fn every_policy_and_aggregation_on_fixed_inputs() {
                 );
                 assert!(check_all_dtypes(&c, t, 2, true), "{policy:?} {agg:?}");
             }
+        }
+    }
+}
+
+/// The verl presets the peer suite pins (`tests/tests/peers.rs`, the six classes) on the
+/// device: bypass mode (class 1: the rollout log-probs as the old ones, weights not applied,
+/// rejections applied; and `verl_gpg` without `logp_old`, verl's `reinforce`), KL-Cov with
+/// verl's coefficient 0.1 (class 3) and GMPO with verl's floor under the weights (class 5), with
+/// and without weights, with rejection in both modes.
+#[test]
+fn verl_bypass_kl_cov_and_gmpo_presets() {
+    let mut c = base_case(vec![7, 300, 1, 0, 45]);
+    let mut m = vec![1u8; c.logp.len()];
+    m[10..30].fill(0);
+    c.mask = Some(m);
+    let old = c.logp_old.take();
+    for preset in [LossPreset::VerlBypass, LossPreset::VerlGpg] {
+        for is_level in [IsLevel::Off, IsLevel::Token, IsLevel::Sequence] {
+            for mode in [RejectionMode::Drop, RejectionMode::ZeroWeight] {
+                c.opts = LossOptions::preset(preset);
+                c.opts.rollout.is_level = is_level;
+                c.opts.rollout.rejection_mode = mode;
+                c.opts.rollout.set_bound(Rejection::TokenK2, 0.0, 0.2);
+                assert!(
+                    check_all_dtypes(&c, Tuning::default(), 3, false),
+                    "{preset} {is_level}"
+                );
+            }
+        }
+    }
+    // Bypass with logp_old given, or without rollout log-probs: refused, as on the CPU.
+    c.opts = LossOptions::preset(LossPreset::VerlBypass);
+    c.logp_old = old.clone();
+    assert!(matches!(
+        launch_on::<f32, _>(&mut EmuDevice::default(), &c, Tuning::default(), 0, false),
+        Err(KernelError::Core(Error::InvalidArgument))
+    ));
+    c.logp_old = old;
+    for (preset, cov_ratio) in [
+        (LossPreset::VerlKlCov, 0.05),
+        (LossPreset::VerlGeoMean, 2e-4),
+    ] {
+        for mode in [RejectionMode::Drop, RejectionMode::ZeroWeight] {
+            c.opts = LossOptions::preset(preset);
+            assert!(preset != LossPreset::VerlKlCov || c.opts.kl_cov_coef == 0.1);
+            c.opts.cov_ratio = cov_ratio;
+            c.opts.rollout.is_level = IsLevel::Token;
+            c.opts.rollout.rejection_mode = mode;
+            c.opts.rollout.set_bound(Rejection::TokenK2, 0.0, 0.2);
+            assert!(
+                check_all_dtypes(&c, Tuning::default(), 4, false),
+                "{preset} {mode}"
+            );
         }
     }
 }
@@ -1296,6 +1389,9 @@ fn gpu_family_and_rollout_match_reference() {
     c.opts.rollout.set_bound(Rejection::TokenK2, 0.0, 0.2);
     for (policy, level) in POLICIES {
         for is_level in [IsLevel::Token, IsLevel::Sequence] {
+            if policy == PolicyLoss::Vespo && is_level == IsLevel::Sequence {
+                continue;
+            }
             c.opts.policy_loss = policy;
             c.opts.ratio_level = level;
             c.opts.rollout.is_level = is_level;

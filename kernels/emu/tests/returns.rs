@@ -6,17 +6,22 @@
 //! `TokenReturn` is 0), whitened values, mean and std within the `Whiten` row, and every error
 //! of the reference (a malformed layout, a non-finite counted value) is the status the kernels
 //! report; (2) schedule and geometry independence: two fiber schedules and two block sizes give
-//! bit-identical outputs; (3) a refused whitening leaves the values untouched, as the reference.
+//! bit-identical outputs; (3) a refused whitening leaves the values untouched, as the reference;
+//! (4) the f64 chains (`discounted_returns_whitened`, `gae_whitened`) against the reference's
+//! (`care_core::grpo::{discounted_returns_whitened, gae_whitened}`): returns bit for bit,
+//! whitened values, mean and std within `Whiten`, at every alignment of the output, where
+//! whitening the f32-rounded returns falls outside that tolerance.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use care_core::Error;
-use care_core::grpo::{GaeOptions, StdKind, WhitenOptions};
+use care_core::grpo::{GaeOptions, MaskedToken, StdKind, WhitenOptions};
 use care_kernels::params::WhitenStatsRaw;
 use care_kernels::plan::{TokenBuffers, WhitenBuffers};
 use care_kernels::tolerance::{Quantity, Tolerance, tolerance};
 use care_kernels::{
-    Dtype, KernelError, Tuning, WORKSPACE_BYTES, discounted_returns, gae, tokens_status, whiten,
-    whiten_result,
+    Dtype, KernelError, Tuning, WHITENED_STATUS_OFFSET, WORKSPACE_BYTES, WhitenedOutputs,
+    discounted_returns, discounted_returns_whitened, gae, gae_whitened, tokens_status, whiten,
+    whiten_result, whitened_result, whitened_workspace_bytes,
 };
 use care_kernels_emu::Emulator;
 
@@ -166,7 +171,8 @@ fn value_strategy() -> impl Strategy<Value = f32> {
 
 fn tok_case_strategy() -> impl Strategy<Value = TokCase> {
     (
-        prop::collection::vec(0u32..40, 0..10),
+        // Sequences of several 128-token tiles too (the kernels stage a sequence tile by tile).
+        prop::collection::vec(prop_oneof![6 => 0u32..40, 1 => 100u32..400], 0..10),
         unit_strategy(),
         unit_strategy(),
         any::<bool>(),
@@ -181,7 +187,11 @@ fn tok_case_strategy() -> impl Strategy<Value = TokCase> {
                     n,
                 ),
                 Just(lens),
-                Just(GaeOptions { gamma, lambda }),
+                Just(GaeOptions {
+                    gamma,
+                    lambda,
+                    ..GaeOptions::default()
+                }),
                 Just(masked),
             )
         })
@@ -199,11 +209,103 @@ proptest! {
     #[test]
     fn pt_returns_and_gae_equal_the_reference_bit_for_bit(
         c in tok_case_strategy(),
-        threads in prop_oneof![Just(32u32), Just(64), Just(256)],
+        threads in prop_oneof![Just(32u32), Just(64)],
         seed in any::<u64>(),
     ) {
         check_tokens(&c, threads, seed);
     }
+}
+
+/// The returns alone (GAE refuses the reset rule) under `opts`, kernel against reference, bit
+/// for bit.
+fn check_returns_only(c: &TokCase, threads: u32, seed: u64) -> Vec<f32> {
+    let mut dev = EmuDevice::default();
+    let n = c.rewards.len();
+    let buf = TokenBuffers {
+        rewards: dev.upload(&c.rewards),
+        values: 0,
+        seq_offsets: dev.upload(&c.offsets),
+        n_seq: (c.offsets.len() - 1) as u32,
+        n_tok: n as u32,
+        mask: c.mask.as_ref().map_or(0, |m| dev.upload(m)),
+        workspace: dev.upload(&[0u8; WORKSPACE_BYTES]),
+    };
+    let ret = dev.upload(&vec![f32::from_bits(0x7fc0_dead); n]);
+    let tuning = Tuning {
+        threads: Some(threads),
+        ..Tuning::default()
+    };
+    // SAFETY: every buffer holds the documented number of entries.
+    unsafe { discounted_returns(&dev.launcher(seed), &buf, ret, &c.opts, tuning) }.unwrap();
+    let status = dev.download::<u32>(buf.workspace, 1)[0];
+    let got = dev.download::<f32>(ret, n);
+    let mut want = vec![0f32; n];
+    let r = care_core::grpo::discounted_returns(
+        &c.rewards,
+        &c.offsets,
+        c.mask.as_deref(),
+        &c.opts,
+        &mut want,
+    );
+    assert_eq!(tokens_status(status), r.map(|_| ()));
+    assert_exact(&got, &want, "returns");
+    got
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    /// verl's REINFORCE++ before 2026-08 (the peer suite's class 2): the return restarts at 0
+    /// before a masked token; the kernel equals the reference bit for bit.
+    #[test]
+    fn pt_masked_token_reset_equals_the_reference_bit_for_bit(
+        c in tok_case_strategy(),
+        threads in prop_oneof![Just(32u32), Just(64)],
+        seed in any::<u64>(),
+    ) {
+        let c = TokCase { opts: GaeOptions { masked_token: MaskedToken::Reset, ..c.opts }, ..c };
+        check_returns_only(&c, threads, seed);
+    }
+}
+
+/// The issue's case: rewards [0, 0, 1 | 0.5], the middle token of the first sequence masked;
+/// skip gives [1, 0, 1, 0.5] (verl since 2026-08), reset [0, 0, 1, 0.5] (verl before), and GAE
+/// refuses the reset rule before any launch.
+#[test]
+fn masked_token_rules_on_the_issue_case() {
+    for (rule, want) in [
+        (MaskedToken::Skip, [1.0f32, 0.0, 1.0, 0.5]),
+        (MaskedToken::Reset, [0.0, 0.0, 1.0, 0.5]),
+    ] {
+        let c = TokCase {
+            rewards: vec![0.0, 0.0, 1.0, 0.5],
+            values: vec![0.0; 4],
+            offsets: vec![0, 3, 4],
+            mask: Some(vec![1, 0, 1, 1]),
+            opts: GaeOptions {
+                masked_token: rule,
+                ..GaeOptions::default()
+            },
+        };
+        assert_eq!(check_returns_only(&c, 32, 1), want);
+    }
+    let mut dev = EmuDevice::default();
+    let buf = TokenBuffers {
+        rewards: dev.upload(&[0.0f32; 4]),
+        values: dev.upload(&[0.0f32; 4]),
+        seq_offsets: dev.upload(&[0u32, 4]),
+        n_seq: 1,
+        n_tok: 4,
+        mask: 0,
+        workspace: dev.upload(&[0u8; WORKSPACE_BYTES]),
+    };
+    let (a, r) = (dev.upload(&[0.0f32; 4]), dev.upload(&[0.0f32; 4]));
+    let o = GaeOptions {
+        masked_token: MaskedToken::Reset,
+        ..GaeOptions::default()
+    };
+    // SAFETY: every buffer holds 4 entries.
+    let e = unsafe { gae(&dev.launcher(0), &buf, a, r, &o, Tuning::default()) };
+    assert!(matches!(e, Err(KernelError::Core(Error::InvalidArgument))));
 }
 
 fn ramp(n: usize, k: f32) -> Vec<f32> {
@@ -215,6 +317,7 @@ fn empty_batch_empty_and_fully_masked_sequences() {
     let opts = GaeOptions {
         gamma: 0.9,
         lambda: 0.95,
+        ..GaeOptions::default()
     };
     // No sequence, no token.
     check_tokens(
@@ -250,7 +353,11 @@ fn empty_batch_empty_and_fully_masked_sequences() {
 #[test]
 fn gamma_and_lambda_edges_and_long_sequences() {
     for (gamma, lambda) in [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0), (0.99, 0.95)] {
-        let opts = GaeOptions { gamma, lambda };
+        let opts = GaeOptions {
+            gamma,
+            lambda,
+            ..GaeOptions::default()
+        };
         // One sequence of 5000 tokens, then 1000 sequences of 3: one thread each.
         let c = TokCase {
             rewards: ramp(5000, 0.01),
@@ -353,11 +460,13 @@ fn missing_buffers_and_bad_options_are_refused_before_any_launch() {
         let bad = GaeOptions {
             gamma: 1.5,
             lambda: 1.0,
+            ..GaeOptions::default()
         };
         assert_eq!(gae(&l, &buf, 16, 16, &bad, t), err(Error::InvalidArgument));
         let bad = GaeOptions {
             gamma: 1.0,
             lambda: f64::NAN,
+            ..GaeOptions::default()
         };
         assert_eq!(
             discounted_returns(&l, &buf, 16, &bad, t),
@@ -463,16 +572,21 @@ fn check_whiten_on<D: Device>(dev: &mut D, c: &WhitenCase, tuning: Tuning, seed:
 
 fn check_whiten(c: &WhitenCase, seed: u64) {
     let mut dev = EmuDevice::default();
+    // 32 threads: the statistics of up to 1200 values spread over up to 5 blocks (8 values a
+    // thread), merged through the slots.
     let small = Tuning {
-        threads: Some(64),
-        max_blocks: Some(2),
+        threads: Some(32),
+        max_blocks: Some(4),
         ..Tuning::default()
     };
     let a = check_whiten_on(&mut dev, c, small, seed);
-    // Another schedule: bit-identical (no atomics in the reductions).
-    let (b, _) = run_whiten(&mut dev, c, small, seed ^ 0x51);
+    // Other schedules (block order and fiber order): bit-identical values and statistics (the
+    // blocks' slots are merged in a fixed order, no atomics).
+    let (b, sb) = run_whiten(&mut dev, c, small, seed ^ 0x51);
+    let (_, sc) = run_whiten(&mut dev, c, small, seed ^ 0x77);
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&a), bits(&b));
+    assert_eq!(format!("{sb:?}"), format!("{sc:?}"));
 }
 
 fn whiten_strategy() -> impl Strategy<Value = WhitenCase> {
@@ -485,14 +599,15 @@ fn whiten_strategy() -> impl Strategy<Value = WhitenCase> {
                 1 => Just(f32::NAN),
                 1 => Just(f32::INFINITY),
             ],
-            0..300,
+            0..1200,
         ),
         any::<bool>(),
         prop_oneof![Just(0.0f64), Just(1e-8), Just(1.0)],
         prop_oneof![Just(StdKind::Unbiased), Just(StdKind::Biased)],
         any::<u64>(),
+        prop_oneof![3 => Just(0.0f64), 1 => Just(1e-8)],
     )
-        .prop_map(|(values, masked, eps, std_kind, bits)| {
+        .prop_map(|(values, masked, eps, std_kind, bits, count_eps)| {
             // The mask hides most of the non-finite values, so both outcomes are common.
             let mask: Vec<u8> = values
                 .iter()
@@ -509,7 +624,11 @@ fn whiten_strategy() -> impl Strategy<Value = WhitenCase> {
             WhitenCase {
                 values,
                 mask: masked.then_some(mask),
-                opts: WhitenOptions { eps, std_kind },
+                opts: WhitenOptions {
+                    eps,
+                    std_kind,
+                    count_eps,
+                },
             }
         })
 }
@@ -556,6 +675,34 @@ fn whiten_edge_counts_and_equal_values() {
     ];
     for (values, mask, opts) in cases {
         check_whiten(&WhitenCase { values, mask, opts }, 9);
+    }
+}
+
+/// verl's `masked_mean` (`count_eps = 1e-8`, the peer suite's class 6): equal values whiten to
+/// verl's residue instead of 0, near-equal large ones keep their spread; the kernel agrees.
+#[test]
+fn whiten_with_verls_count_eps() {
+    let verl = WhitenOptions {
+        count_eps: 1e-8,
+        ..WhitenOptions::default()
+    };
+    for (values, mask) in [
+        (vec![0.1f32; 16], None),
+        (
+            (0..1000).map(|i| 500.0 + (i % 7) as f32 * 1e-2).collect(),
+            None,
+        ),
+        (vec![3.0, 7.0, 5.0], Some(vec![1, 1, 0])),
+    ] {
+        let c = WhitenCase {
+            values,
+            mask,
+            opts: verl,
+        };
+        let got = check_whiten_on(&mut EmuDevice::default(), &c, Tuning::default(), 5);
+        if c.values[0] == 0.1 {
+            assert!(got.iter().all(|&x| x != 0.0 && x.abs() < 1e-3), "{got:?}");
+        }
     }
 }
 
@@ -609,6 +756,7 @@ fn gpu_returns_gae_and_whiten_match_reference() {
         opts: GaeOptions {
             gamma: 0.99,
             lambda: 0.95,
+            ..GaeOptions::default()
         },
     };
     check_tokens_on(&mut gpu, &c, 64, 0);
@@ -618,4 +766,369 @@ fn gpu_returns_gae_and_whiten_match_reference() {
         opts: WhitenOptions::default(),
     };
     check_whiten_on(&mut gpu, &w, Tuning::default(), 0);
+}
+
+// ---- the f64 chains: returns or GAE, then whitening, never rounded in between ---------------
+
+/// What a chained call left: the returns, the whitened values and the two status sources.
+struct Chained {
+    returns: Vec<f32>,
+    advantages: Vec<f32>,
+    stats: WhitenStatsRaw,
+    tokens_status: u32,
+}
+
+/// Runs `discounted_returns_whitened` (or `gae_whitened` with `gae`), the advantages output
+/// `shift` floats past a 16-byte boundary (the plan aligns its f64 scratch to it).
+fn run_whitened<D: Device>(
+    dev: &mut D,
+    c: &TokCase,
+    w: &WhitenOptions,
+    gae: bool,
+    shift: usize,
+    tuning: Tuning,
+    seed: u64,
+) -> Chained {
+    let n = c.rewards.len();
+    let ws_len = whitened_workspace_bytes(n as u32);
+    let buf = TokenBuffers {
+        rewards: dev.upload(&c.rewards),
+        values: if gae { dev.upload(&c.values) } else { 0 },
+        seq_offsets: dev.upload(&c.offsets),
+        n_seq: (c.offsets.len() - 1) as u32,
+        n_tok: n as u32,
+        mask: c.mask.as_ref().map_or(0, |m| dev.upload(m)),
+        // Garbage in the workspace: the plan must reset what it reads.
+        workspace: dev.upload(&vec![0xffu8; ws_len]),
+    };
+    let poison = vec![f32::from_bits(0x7fc0_dead); n + shift];
+    let adv = dev.upload(&poison) + 4 * shift as u64;
+    let out = WhitenedOutputs {
+        advantages: adv,
+        returns: dev.upload(&poison[..n]),
+        workspace_len: ws_len,
+    };
+    let l = dev.launcher(seed);
+    // SAFETY: every buffer holds the documented number of entries, the workspace ws_len bytes.
+    unsafe {
+        if gae {
+            gae_whitened(&l, &buf, &out, &c.opts, w, tuning)
+        } else {
+            discounted_returns_whitened(&l, &buf, &out, &c.opts, w, tuning)
+        }
+    }
+    .unwrap();
+    let got = Chained {
+        returns: dev.download(out.returns, n),
+        advantages: dev.download(adv, n),
+        stats: dev.download(buf.workspace, 1)[0],
+        tokens_status: dev.download(buf.workspace + WHITENED_STATUS_OFFSET as u64, 1)[0],
+    };
+    dev.reset();
+    got
+}
+
+/// The chain on the device against the reference's: the same error, or the returns bit for
+/// bit and the whitened values, mean and std within `Whiten`; a refused call leaves the
+/// advantages as they were. Returns the device's advantages.
+#[allow(clippy::too_many_arguments)] // the case and how to run it
+fn check_whitened_on<D: Device>(
+    dev: &mut D,
+    c: &TokCase,
+    w: &WhitenOptions,
+    gae: bool,
+    shift: usize,
+    tuning: Tuning,
+    seed: u64,
+) -> Vec<f32> {
+    let k = run_whitened(dev, c, w, gae, shift, tuning, seed);
+    let n = c.rewards.len();
+    let (mut adv, mut ret) = (vec![0f32; n], vec![0f32; n]);
+    let m = c.mask.as_deref();
+    let r = if gae {
+        care_core::grpo::gae_whitened(
+            &c.rewards, &c.values, &c.offsets, m, &c.opts, w, &mut adv, &mut ret,
+        )
+    } else {
+        care_core::grpo::discounted_returns_whitened(
+            &c.rewards, &c.offsets, m, &c.opts, w, &mut adv, &mut ret,
+        )
+    };
+    let got = whitened_result(&k.stats, k.tokens_status);
+    match r {
+        Err(e) => {
+            assert_eq!(got, Err(e), "{c:?}");
+            if e == Error::NonFinite {
+                // The whitening wrote nothing (the reference writes nothing at all).
+                assert!(k.advantages.iter().all(|v| v.to_bits() == 0x7fc0_dead));
+            }
+        }
+        Ok((mean, std)) => {
+            let (kmean, kstd) = got.unwrap();
+            assert_exact(&k.returns, &ret, "returns");
+            // The scale of the whitened quantity: the largest unrounded value counted.
+            let mut wide = vec![0f64; n];
+            if gae {
+                let mut r2 = vec![0f64; n];
+                care_core::grpo::gae(
+                    &c.rewards, &c.values, &c.offsets, m, &c.opts, &mut wide, &mut r2,
+                )
+                .unwrap();
+            } else {
+                care_core::grpo::discounted_returns(&c.rewards, &c.offsets, m, &c.opts, &mut wide)
+                    .unwrap();
+            }
+            let max = wide.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+            let t = tolerance(Quantity::Whiten, Dtype::F32).unwrap();
+            assert!(t.accepts(kmean, mean, max), "mean {kmean} vs {mean}");
+            assert!(t.accepts(kstd, std, max), "std {kstd} vs {std}");
+            for (i, (&g, &want)) in k.advantages.iter().zip(&adv).enumerate() {
+                let bound = t.bound(max * k.stats.scale, f64::from(want));
+                assert!(
+                    Tolerance::within(f64::from(g), f64::from(want), bound),
+                    "adv[{i}]: kernel {g:e}, reference {want:e}, bound {bound:e}"
+                );
+                if m.is_some_and(|m| m[i] == 0) {
+                    assert_eq!(g.to_bits(), 0, "masked adv[{i}] is +0");
+                }
+            }
+        }
+    }
+    k.advantages
+}
+
+fn whiten_opts_strategy() -> impl Strategy<Value = WhitenOptions> {
+    (
+        prop_oneof![Just(0.0f64), Just(1e-8), Just(1.0)],
+        prop_oneof![Just(StdKind::Unbiased), Just(StdKind::Biased)],
+        prop_oneof![3 => Just(0.0f64), 1 => Just(1e-8)],
+    )
+        .prop_map(|(eps, std_kind, count_eps)| WhitenOptions {
+            eps,
+            std_kind,
+            count_eps,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    /// The f64 chains against the reference's on random ragged batches (the returns with either
+    /// masked-token rule), at every alignment of the output and two schedules.
+    #[test]
+    fn pt_whitened_chains_match_the_reference(
+        c in tok_case_strategy(),
+        w in whiten_opts_strategy(),
+        reset in any::<bool>(),
+        shift in 0usize..4,
+        threads in prop_oneof![Just(None), Just(Some(32u32)), Just(Some(64))],
+        seed in any::<u64>(),
+    ) {
+        let tuning = Tuning { threads, ..Tuning::default() };
+        let mut dev = EmuDevice::default();
+        let a = check_whitened_on(&mut dev, &c, &w, true, shift, tuning, seed);
+        let b = run_whitened(&mut dev, &c, &w, true, shift, tuning, seed ^ 0x51);
+        prop_assert_eq!(
+            a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            b.advantages.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        let rule = if reset { MaskedToken::Reset } else { MaskedToken::Skip };
+        let c = TokCase { opts: GaeOptions { masked_token: rule, ..c.opts }, ..c };
+        check_whitened_on(&mut dev, &c, &w, false, shift, tuning, seed);
+    }
+}
+
+/// Returns around 500 with a spread of 1e-3 (verl's `reinforce_plus_plus` on rewards of 50 and
+/// 500 at gamma 0.9, the peer suite's class 6): the chain matches the f64 reference, while
+/// whitening the returns after rounding them to f32 (the two-call route) does not.
+#[test]
+fn whitened_returns_are_not_rounded_before_whitening() {
+    let b = 64;
+    let mut rewards = Vec::new();
+    for i in 0..b {
+        let d = (i as f32 * 0.37).sin() * 1e-3;
+        rewards.extend([50.0 + d, 500.0 - d]);
+    }
+    let c = TokCase {
+        rewards,
+        values: vec![0.0; 2 * b],
+        offsets: (0..=b as u32).map(|i| 2 * i).collect(),
+        mask: None,
+        opts: GaeOptions {
+            gamma: 0.9,
+            ..GaeOptions::default()
+        },
+    };
+    let w = WhitenOptions {
+        count_eps: 1e-8,
+        ..WhitenOptions::default()
+    };
+    let mut dev = EmuDevice::default();
+    check_whitened_on(&mut dev, &c, &w, false, 1, Tuning::default(), 3);
+    // The two-call route: returns rounded to f32, then whitened.
+    let n = c.rewards.len();
+    let (mut adv, mut ret) = (vec![0f32; n], vec![0f32; n]);
+    care_core::grpo::discounted_returns_whitened(
+        &c.rewards, &c.offsets, None, &c.opts, &w, &mut adv, &mut ret,
+    )
+    .unwrap();
+    let mut rounded = ret.clone();
+    care_core::grpo::whiten(&mut rounded, None, &w).unwrap();
+    let t = tolerance(Quantity::Whiten, Dtype::F32).unwrap();
+    let outside = rounded
+        .iter()
+        .zip(&adv)
+        .filter(|&(&g, &want)| !t.accepts(f64::from(g), f64::from(want), 1.0))
+        .count();
+    assert!(
+        outside > n / 2,
+        "only {outside} of {n} rounded values differ"
+    );
+}
+
+/// A counted non-finite reward (the whitening refuses: the advantages stay as they were), a
+/// malformed layout (reported first), and the refusals before any launch: a workspace one byte
+/// short, GAE with the reset rule, a missing advantages output.
+#[test]
+fn whitened_chains_report_and_refuse_as_the_reference() {
+    let w = WhitenOptions::default();
+    let mut c = TokCase {
+        rewards: vec![1.0, f32::NAN, 2.0, 0.5],
+        values: vec![0.0; 4],
+        offsets: vec![0, 3, 4],
+        mask: None,
+        opts: GaeOptions::default(),
+    };
+    for gae in [false, true] {
+        check_whitened_on(
+            &mut EmuDevice::default(),
+            &c,
+            &w,
+            gae,
+            0,
+            Tuning::default(),
+            1,
+        );
+    }
+    c.rewards[1] = 3.0;
+    c.offsets = vec![0, 5, 4];
+    for gae in [false, true] {
+        let k = run_whitened(
+            &mut EmuDevice::default(),
+            &c,
+            &w,
+            gae,
+            0,
+            Tuning::default(),
+            1,
+        );
+        assert_eq!(
+            whitened_result(&k.stats, k.tokens_status),
+            Err(Error::InvalidLayout)
+        );
+    }
+    let mut dev = EmuDevice::default();
+    let n = 4;
+    let ws_len = whitened_workspace_bytes(n);
+    let buf = TokenBuffers {
+        rewards: dev.upload(&[1.0f32; 4]),
+        values: dev.upload(&[0.0f32; 4]),
+        seq_offsets: dev.upload(&[0u32, 4]),
+        n_seq: 1,
+        n_tok: n,
+        mask: 0,
+        workspace: dev.upload(&vec![0u8; ws_len]),
+    };
+    let out = WhitenedOutputs {
+        advantages: dev.upload(&[0.0f32; 4]),
+        returns: dev.upload(&[0.0f32; 4]),
+        workspace_len: ws_len - 1,
+    };
+    let refused = |e: Result<(), KernelError<_>>| {
+        assert!(
+            matches!(e, Err(KernelError::Core(Error::InvalidArgument))),
+            "{e:?}"
+        );
+    };
+    let o = GaeOptions::default();
+    let l = dev.launcher(0);
+    // SAFETY (all): refused before any launch; the buffers hold 4 entries.
+    refused(unsafe { discounted_returns_whitened(&l, &buf, &out, &o, &w, Tuning::default()) });
+    let out = WhitenedOutputs {
+        workspace_len: ws_len,
+        ..out
+    };
+    let reset = GaeOptions {
+        masked_token: MaskedToken::Reset,
+        ..o
+    };
+    refused(unsafe { gae_whitened(&l, &buf, &out, &reset, &w, Tuning::default()) });
+    let none = WhitenedOutputs {
+        advantages: 0,
+        ..out
+    };
+    refused(unsafe { gae_whitened(&l, &buf, &none, &o, &w, Tuning::default()) });
+    let bad_w = WhitenOptions { eps: -1.0, ..w };
+    refused(unsafe { discounted_returns_whitened(&l, &buf, &out, &o, &bad_w, Tuning::default()) });
+}
+
+/// The same random cases and a long batch on the GPU.
+#[test]
+fn gpu_whitened_chains_match_reference() {
+    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
+    let Some(gpu) = common::gpu("gpu_whitened_chains_match_reference") else {
+        return;
+    };
+    let gpu = std::cell::RefCell::new(gpu);
+    let config = ProptestConfig {
+        cases: common::gpu_cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    runner
+        .run(
+            &(
+                tok_case_strategy(),
+                whiten_opts_strategy(),
+                0usize..4,
+                any::<bool>(),
+            ),
+            |(c, w, shift, gae)| {
+                check_whitened_on(
+                    &mut *gpu.borrow_mut(),
+                    &c,
+                    &w,
+                    gae,
+                    shift,
+                    Tuning::default(),
+                    0,
+                );
+                Ok(())
+            },
+        )
+        .unwrap();
+    let mut gpu = gpu.into_inner();
+    let c = TokCase {
+        rewards: ramp(400_000, 0.01),
+        values: ramp(400_000, 0.02),
+        offsets: offsets_of(&[4000; 100]),
+        mask: Some((0..400_000).map(|i| u8::from(i % 9 != 0)).collect()),
+        opts: GaeOptions {
+            gamma: 0.99,
+            lambda: 0.95,
+            ..GaeOptions::default()
+        },
+    };
+    for gae in [false, true] {
+        check_whitened_on(
+            &mut gpu,
+            &c,
+            &WhitenOptions::default(),
+            gae,
+            1,
+            Tuning::default(),
+            0,
+        );
+    }
 }

@@ -81,12 +81,40 @@ pub fn driver_available() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// What the driver made of one entry when its module was loaded (the `compute_80` PTX is
+/// JIT-compiled for the device on load, so these can differ from `scripts/gen-ptx.sh
+/// --ptxas`'s): read once per context with `cuFuncGetAttribute`, so that a JIT that needs more
+/// registers than the launch bounds allow (and spills instead) is visible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelInfo {
+    /// The entry.
+    pub kernel: Kernel,
+    /// Registers per thread (`CU_FUNC_ATTRIBUTE_NUM_REGS`).
+    pub registers: u32,
+    /// Local memory per thread, spills included (`CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES`).
+    pub local_bytes: u32,
+    /// Static shared memory per block (`CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
+    pub shared_bytes: u32,
+    /// Largest block the function launches with (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`;
+    /// the launch bounds' `threads` at most).
+    pub max_threads: u32,
+}
+
+impl KernelInfo {
+    /// Whether the loaded function keeps the occupancy its launch bounds promise: registers
+    /// within [`LaunchBounds::register_budget`](crate::kernel::LaunchBounds::register_budget)
+    /// and no local memory (no spill).
+    pub fn within_budget(&self) -> bool {
+        self.registers <= self.kernel.bounds().register_budget() && self.local_bytes == 0
+    }
+}
+
 /// Modules and functions loaded into one context (handles stored as integers: they are
 /// process-global driver handles). Modules are indexed by [`Module::index`].
 struct ContextEntry {
     ctx: usize,
     modules: Vec<Option<usize>>,
-    functions: Vec<(Kernel, usize)>,
+    functions: Vec<(Kernel, usize, KernelInfo)>,
 }
 
 /// The one per-context cache of every kernel family: each PTX module is loaded once per
@@ -111,7 +139,7 @@ fn cached_function(ctx: sys::CUcontext, kernel: Kernel) -> Result<sys::CUfunctio
         }
     };
     let entry = cache.get_mut(pos).ok_or(unknown)?;
-    if let Some(&(_, f)) = entry.functions.iter().find(|(k, _)| *k == kernel) {
+    if let Some(&(_, f, _)) = entry.functions.iter().find(|(k, _, _)| *k == kernel) {
         return Ok(f as sys::CUfunction);
     }
     let module = kernel.module();
@@ -132,8 +160,46 @@ fn cached_function(ctx: sys::CUcontext, kernel: Kernel) -> Result<sys::CUfunctio
         .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND))?;
     // SAFETY: the module handle is live (modules are never unloaded).
     let f = unsafe { cu::module::get_function(handle as sys::CUmodule, name) }?;
-    entry.functions.push((kernel, f as usize));
+    let attr = |a: sys::CUfunction_attribute| -> Result<u32, DriverError> {
+        // SAFETY: `f` was just looked up in a live module.
+        let v = unsafe { cu::function::get_function_attribute(f, a) }?;
+        Ok(u32::try_from(v).unwrap_or(0))
+    };
+    use sys::CUfunction_attribute as A;
+    let info = KernelInfo {
+        kernel,
+        registers: attr(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+        local_bytes: attr(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+        shared_bytes: attr(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+        max_threads: attr(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+    };
+    entry.functions.push((kernel, f as usize, info));
     Ok(f)
+}
+
+/// Loads every module into the context current on this thread (or the primary context of
+/// device 0) and returns what the driver made of each entry, in [`Kernel::ALL`] order: the
+/// registers per thread the JIT chose, spills, shared memory and the largest block.
+/// `care_kernels`' report of the device side (the gpu-check script prints it).
+///
+/// Errors: the driver's, or `CUDA_ERROR_NO_DEVICE` without a driver library.
+pub fn kernel_info() -> Result<Vec<KernelInfo>, DriverError> {
+    // SAFETY: no stream is used; pointer 0 (the current context, or device 0's primary).
+    let l = unsafe { CudaLauncher::new(core::ptr::null_mut(), 0) }?;
+    l.bind()?;
+    let mut out = Vec::with_capacity(Kernel::ALL.len());
+    for &k in Kernel::ALL {
+        cached_function(l.ctx, k)?;
+        let unknown = DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN);
+        let cache = CACHE.lock().map_err(|_| unknown)?;
+        let e = cache
+            .iter()
+            .find(|e| e.ctx == l.ctx as usize)
+            .ok_or(unknown)?;
+        let &(_, _, info) = e.functions.iter().find(|f| f.0 == k).ok_or(unknown)?;
+        out.push(info);
+    }
+    Ok(out)
 }
 
 /// Runs kernels on a caller's stream in a caller's context: the [`Launcher`] of every kernel

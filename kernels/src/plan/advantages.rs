@@ -5,7 +5,9 @@ use care_core::Error;
 use care_core::grpo::{AdvantageOptions, Baseline, Reweight, Scale, StdKind};
 
 use super::{KernelError, Launcher, launch};
-use crate::geometry::{MAX_GRID_X, Tuning, advantages_geometry, batch_std_geometry};
+use crate::geometry::{
+    MAX_GRID_X, Tuning, advantages_geometry, batch_std_geometry, group_alpha_geometry,
+};
 use crate::kernel::entry;
 use crate::params::{
     ADV_FINALIZE, ADV_LOCAL, ADV_PARTIAL_SQUARES, ADV_PARTIAL_SUMS, AdvParams, BatchStdParams,
@@ -232,6 +234,14 @@ pub unsafe fn group_advantages_finalize_with<L: Launcher>(
     }
 }
 
+/// Offset of the batch std's [`BatchStdWorkRaw`] in the workspace: after the status word, the
+/// batch std and the GPG factor.
+const BATCH_STD_WORK_OFFSET: u64 = 16;
+const _: () = assert!(
+    BATCH_STD_WORK_OFFSET as usize + size_of::<crate::params::BatchStdWorkRaw>()
+        <= super::WORKSPACE_BYTES
+);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Local,
@@ -263,6 +273,10 @@ unsafe fn launch_advantages<L: Launcher>(
         return Err(Error::InvalidArgument.into());
     }
     if mode != ADV_LOCAL && (sums == 0 || (mode != ADV_PARTIAL_SUMS && m2 == 0)) {
+        return Err(Error::InvalidArgument.into());
+    }
+    if mode == ADV_FINALIZE && opts.reweight == Reweight::Nonzero {
+        // As the CPU reference: the count of nonzero rewards is not a reduced moment.
         return Err(Error::InvalidArgument.into());
     }
     if writes_adv && buf.tok_offsets != 0 && buf.adv_tok == 0 {
@@ -304,21 +318,30 @@ unsafe fn launch_advantages<L: Launcher>(
             unbiased: u32::from(opts.std_kind == StdKind::Unbiased),
             num_groups,
             pad0: 0,
+            work: if sums == 0 {
+                buf.workspace + BATCH_STD_WORK_OFFSET
+            } else {
+                0
+            },
         };
+        if sums == 0 {
+            // SAFETY: the slots' arrival counter is inside the workspace (caller contract).
+            unsafe { launcher.memset_zero(p.work, 4) }.map_err(KernelError::Backend)?;
+        }
         // SAFETY: rewards/valid hold `n` entries, sums/m2 (finalize) `num_groups`, and
-        // `out_std` is inside the workspace (caller contract).
+        // `out_std` and the slots are inside the workspace (caller contract).
         unsafe {
             launch(
                 launcher,
                 entry::BATCH_STD_F32,
-                batch_std_geometry(tuning),
+                batch_std_geometry(buf.n, sums != 0, tuning),
                 (p,),
             )
         }?;
     }
     // The GPG factor, an f64 in the workspace after the status word and the batch std.
     let alpha = buf.workspace + 8;
-    let gpg = writes_adv && opts.reweight == Reweight::Gpg;
+    let gpg = writes_adv && opts.reweight != Reweight::None;
     let base = AdvParams {
         rewards: buf.rewards,
         valid: buf.valid,
@@ -343,13 +366,13 @@ unsafe fn launch_advantages<L: Launcher>(
             launch(
                 launcher,
                 entry::GROUP_ALPHA_F32,
-                batch_std_geometry(tuning),
+                group_alpha_geometry(tuning),
                 (base,),
             )
         }?;
     }
     let broadcast = writes_adv && buf.tok_offsets != 0;
-    let (geometry, warp) = advantages_geometry(buf.n, num_groups, broadcast, tuning);
+    let (geometry, width) = advantages_geometry(buf.n, num_groups, broadcast, tuning);
     if geometry.grid.0 > MAX_GRID_X {
         return Err(Error::InvalidArgument.into());
     }
@@ -360,7 +383,7 @@ unsafe fn launch_advantages<L: Launcher>(
         tok_offsets: if broadcast { buf.tok_offsets } else { 0 },
         tok_mask: buf.tok_mask,
         adv_tok: if broadcast { buf.adv_tok } else { 0 },
-        warp_per_group: u32::from(warp),
+        warp_per_group: width,
         reweight: if gpg { base.reweight } else { 0 },
         ..base
     };

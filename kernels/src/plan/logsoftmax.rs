@@ -5,13 +5,16 @@
 
 use care_core::Dtype;
 use care_core::Error;
-use care_core::grpo::LossOptions;
+use care_core::grpo::{Bypass, LossOptions, PolicyLoss, RatioLevel};
 use care_core::logsoftmax::LogSoftmaxOptions;
 
+use super::loss::{base_params, prepare_work};
 use super::{
     KernelError, Launcher, LossBuffers, WORKSPACE_BYTES, grpo_loss, launch, selects_by_covariance,
 };
-use crate::geometry::{Tuning, log_softmax_geometry};
+use crate::geometry::{
+    Tuning, log_softmax_backward_geometry, log_softmax_geometry, logits_loss_geometry,
+};
 use crate::kernel::Kernel;
 use crate::params::{LogSoftmaxParams, STATUS_BAD_TARGET, STATUS_LSM_NON_FINITE};
 
@@ -170,7 +173,7 @@ pub unsafe fn log_softmax_backward<L: Launcher>(
     p.dentropy = grads.dentropy;
     p.dlogits = grads.dlogits;
     p.dstride = grads.dstride;
-    let (g, block_team) = log_softmax_geometry(rows.rows, rows.vocab, tuning);
+    let (g, block_team) = log_softmax_backward_geometry(rows.rows, rows.vocab, tuning);
     p.block_team = u32::from(block_team);
     // SAFETY: buffers as documented (caller contract).
     unsafe { launch(launcher, Kernel::log_softmax_backward(rows.dtype), g, (p,)) }
@@ -277,4 +280,136 @@ pub unsafe fn logits_loss_forward<L: Launcher>(
     // SAFETY: forwarded caller contract; the loss uses at most WORKSPACE_BYTES - 16 bytes of
     // workspace (its 16-byte denominators struct).
     unsafe { grpo_loss(launcher, &lb, loss, tuning) }
+}
+
+/// Buffers of [`logits_loss_fused`]: the policy-loss side as in [`LogitsLossBuffers`], and the
+/// gradient with respect to the logits instead of `dlogp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FusedLossBuffers {
+    /// `f32[N]` log-probs of the targets (written), or 0.
+    pub logp: u64,
+    /// `f32[N]` log-sum-exp (written), or 0.
+    pub lse: u64,
+    /// `dL/dlogits` in the logits dtype, row `i` at element `i * dstride`; may be the logits
+    /// themselves (`dlogits == logits`, `dstride == stride`) to overwrite them in place.
+    pub dlogits: u64,
+    /// Elements between two dlogits rows (`>= vocab`).
+    pub dstride: u64,
+    /// `f32[N]` old log-probs, or 0 (on-policy).
+    pub logp_old: u64,
+    /// `f32[N]` reference log-probs, or 0.
+    pub logp_ref: u64,
+    /// `f32[n_seq]` advantages, or `f32[N]` with `adv_per_token`.
+    pub adv: u64,
+    /// Whether `adv` holds one value per token.
+    pub adv_per_token: bool,
+    /// `u32[n_seq + 1]` CSR sequence offsets over the rows.
+    pub seq_offsets: u64,
+    /// Number of sequences.
+    pub n_seq: u32,
+    /// A `LossStatsRaw` to accumulate into (initialized by the caller), or 0.
+    pub stats: u64,
+    /// [`WORKSPACE_BYTES`](super::WORKSPACE_BYTES) of 16-byte aligned device memory; its
+    /// first 4 bytes are the log-softmax status word, the loss uses the rest.
+    pub workspace: u64,
+}
+
+/// Whether [`logits_loss_fused`] computes these options' loss: a term at token `t` that needs
+/// only token `t` (the token-level ratio with the clipped ratio, the dual clip, CISPO, SAPO or
+/// GPG, any KL estimator; every aggregation) and no rollout correction. GSPO, GMPO, VESPO,
+/// Clip-Cov, KL-Cov and the rollout correction need whole sequences first:
+/// [`logits_loss_forward`] and [`log_softmax_backward`] compute those. Bypass mode is refused
+/// too: it needs the rollout log-probs, which the fused path does not take (with the rollout
+/// correction inactive it is the same loss as passing them as `logp_old` with bypass off).
+pub fn fused_supports(loss: &LossOptions) -> bool {
+    loss.ratio_level == RatioLevel::Token
+        && matches!(
+            loss.policy_loss,
+            PolicyLoss::Clip | PolicyLoss::Cispo | PolicyLoss::Sapo | PolicyLoss::Gpg
+        )
+        && !loss.rollout.active()
+        && loss.bypass == Bypass::Off
+}
+
+/// The fused one-pass path for token-local losses (see [`fused_supports`]): one launch reads
+/// each row of logits once, computes its log-sum-exp, the target's log-prob, the loss term and
+/// `dL/dlogp`, and writes `dlogits = (g / T) (onehot - p)` (in place if wanted), accumulating the
+/// loss statistics into `buf.stats` (plus the `grpo_loss_denoms` pre-pass over the mask when a
+/// default denominator is needed). The same values as [`logits_loss_forward`] followed by
+/// [`log_softmax_backward`] run with the same block size, bit for bit for `logp` and
+/// `dlogits`. Status in the workspace's first word as [`log_softmax_status`] reads it.
+///
+/// Errors: [`Error::InvalidArgument`] for options outside [`fused_supports`], a missing buffer,
+/// a `dstride` below `vocab` or an in-place call with another stride, an unaligned workspace or
+/// more rows than `u32`; [`Error::InvalidLayout`] for rows without sequences.
+///
+/// # Safety
+/// As [`log_softmax_backward`] and [`grpo_loss`] (the loss buffers hold `rows.rows` entries in
+/// `f32`, or `n_seq` advantages).
+pub unsafe fn logits_loss_fused<L: Launcher>(
+    launcher: &L,
+    rows: &LogitsBuffers,
+    buf: &FusedLossBuffers,
+    lsm: &LogSoftmaxOptions,
+    loss: &LossOptions,
+    tuning: Tuning,
+) -> Result<(), KernelError<L::Error>> {
+    loss.validate()?;
+    tuning.check()?;
+    if !fused_supports(loss) {
+        return Err(Error::InvalidArgument.into());
+    }
+    let mut x = check_rows(rows, lsm)?;
+    let n_tok = u32::try_from(rows.rows).map_err(|_| Error::InvalidArgument)?;
+    if buf.workspace == 0 || !buf.workspace.is_multiple_of(16) {
+        return Err(Error::InvalidArgument.into());
+    }
+    if buf.dstride < u64::from(rows.vocab)
+        || (buf.dlogits == rows.logits && buf.dstride != rows.stride)
+    {
+        return Err(Error::InvalidArgument.into());
+    }
+    if rows.rows > 0 && (buf.dlogits == 0 || buf.adv == 0 || buf.seq_offsets == 0) {
+        return Err(Error::InvalidArgument.into());
+    }
+    if buf.n_seq == 0 && n_tok != 0 {
+        return Err(Error::InvalidLayout.into());
+    }
+    // SAFETY: the workspace's first 4 bytes are the status word (caller contract).
+    unsafe { launcher.memset_zero(buf.workspace, 4) }.map_err(KernelError::Backend)?;
+    if rows.rows == 0 {
+        return Ok(());
+    }
+    let lb = LossBuffers {
+        dtype: Dtype::F32,
+        logp: 0,
+        logp_old: buf.logp_old,
+        logp_ref: buf.logp_ref,
+        adv: buf.adv,
+        adv_per_token: buf.adv_per_token,
+        mask: rows.mask,
+        seq_offsets: buf.seq_offsets,
+        n_seq: buf.n_seq,
+        n_tok,
+        max_seq_len: 0,
+        grad: 0,
+        grad_in_input_dtype: false,
+        stats: buf.stats,
+        // After the status word, 16-byte aligned, as in logits_loss_forward.
+        workspace: buf.workspace + 16,
+        workspace_len: WORKSPACE_BYTES - 16,
+    };
+    let mut p = base_params(&lb, loss);
+    // SAFETY: the loss's part of the workspace holds a LossWorkRaw (WORKSPACE_BYTES - 16 bytes,
+    // checked at compile time in plan/mod.rs); the pre-pass reads the mask and the offsets.
+    unsafe { prepare_work(launcher, &mut p, &lb, buf.stats != 0, tuning) }?;
+    x.logp = buf.logp;
+    x.lse = buf.lse;
+    x.status = buf.workspace;
+    x.dlogits = buf.dlogits;
+    x.dstride = buf.dstride;
+    x.block_team = 1;
+    let g = logits_loss_geometry(rows.rows, tuning);
+    // SAFETY: buffers as documented (caller contract); at most STAT_SLOTS blocks.
+    unsafe { launch(launcher, Kernel::logits_loss(rows.dtype), g, (p, x)) }
 }

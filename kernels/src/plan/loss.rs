@@ -3,7 +3,7 @@
 
 use care_core::Dtype;
 use care_core::Error;
-use care_core::grpo::{Aggregation, LossOptions, PolicyLoss, RatioLevel, SequenceCount};
+use care_core::grpo::{Aggregation, Bypass, LossOptions, PolicyLoss, RatioLevel, SequenceCount};
 
 use super::WORKSPACE_BYTES;
 use super::{KernelError, Launcher, launch};
@@ -12,7 +12,7 @@ use crate::geometry::{
     loss_geometry,
 };
 use crate::kernel::{Kernel, entry};
-use crate::params::{COV_ROUNDS, CovWorkRaw, LossDenomsRaw, LossParams};
+use crate::params::{COV_ROUNDS, CovWorkRaw, LossDenomsRaw, LossParams, LossWorkRaw};
 
 /// Device buffers of [`grpo_loss`]. Addresses are 0 where absent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,9 +137,12 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
     if buf.logp == 0 || buf.adv == 0 || buf.seq_offsets == 0 || buf.workspace == 0 {
         return Err(Error::InvalidArgument.into());
     }
-    // Without the selection the loss uses the first 16 bytes (the denominators), which every
-    // caller's WORKSPACE_BYTES holds; with it, the length decides.
-    if selects_by_covariance(opts) && buf.workspace_len < loss_workspace_bytes(opts, buf.n_tok) {
+    // Without the selection the loss uses a LossWorkRaw (the denominators and the statistics'
+    // slots); with it, the covariance selection's memory follows.
+    if buf.workspace_len < size_of::<LossWorkRaw>()
+        || (selects_by_covariance(opts)
+            && buf.workspace_len < loss_workspace_bytes(opts, buf.n_tok))
+    {
         return Err(Error::InvalidArgument.into());
     }
     if buf.n_seq > MAX_GRID_X {
@@ -160,6 +163,54 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
         return Ok(());
     }
     let with_roll = roll.logp_rollout != 0;
+    let bypass = opts.bypass == Bypass::On;
+    if bypass && (buf.logp_old != 0 || !with_roll) {
+        // As the CPU reference: the rollout log-probs are the old ones.
+        return Err(Error::InvalidArgument.into());
+    }
+    let mut p = base_params(buf, opts);
+    if bypass {
+        // Bypass mode: the ratio's old log-probs are the rollout's (the kernel takes the
+        // correction's proximal log-probs from `logp`, as `p.bypass` says).
+        p.logp_old = roll.logp_rollout;
+    }
+    if with_roll {
+        p.logp_rollout = roll.logp_rollout;
+        p.rollout_stats = roll.stats;
+        p.roll_on = u32::from(opts.rollout.active());
+    }
+    // SAFETY: the workspace holds a LossWorkRaw (checked above); the pre-pass reads the
+    // caller's buffers with their documented sizes.
+    unsafe {
+        prepare_work(
+            launcher,
+            &mut p,
+            buf,
+            buf.stats != 0 || roll.stats != 0,
+            tuning,
+        )
+    }?;
+    if selects_by_covariance(opts) {
+        // SAFETY: the workspace holds loss_workspace_bytes (checked above); the kernels read
+        // the caller's buffers as the loss pass does.
+        unsafe { covariance_selection(launcher, &mut p, buf, tuning) }?;
+    }
+    // Chunks re-read their whole sequence for the GSPO and GMPO means, the rollout correction's
+    // sequence pass and the mask scan of seq_mean_token_mean.
+    let rescans = opts.ratio_level != RatioLevel::Token
+        || opts.policy_loss == PolicyLoss::Gmpo
+        || opts.policy_loss == PolicyLoss::Vespo
+        || with_roll
+        || (buf.mask != 0 && opts.aggregation == Aggregation::SeqMeanTokenMean);
+    let geometry = loss_geometry(buf.n_seq, buf.n_tok, buf.max_seq_len, rescans, tuning);
+    // SAFETY: buffers have the documented sizes and dtype (caller contract); grid.x = n_seq as
+    // the kernel's sequence indexing assumes.
+    unsafe { launch(launcher, Kernel::grpo_loss(buf.dtype), geometry, (p,)) }
+}
+
+/// The loss parameters of `buf` under `opts` (no rollout correction, no covariance selection,
+/// no workspace yet).
+pub(crate) fn base_params(buf: &LossBuffers, opts: &LossOptions) -> LossParams {
     let mut p = LossParams {
         logp: buf.logp,
         logp_old: buf.logp_old,
@@ -178,19 +229,39 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
     }
     .with_options(opts);
     p.dtype = buf.dtype.number();
-    if with_roll {
-        p.logp_rollout = roll.logp_rollout;
-        p.rollout_stats = roll.stats;
-        p.roll_on = u32::from(opts.rollout.active());
-    }
     // Every row in the sequence count: the call's row count stands for a missing global count
     // (the device pre-pass counts only the sequences with a counted token).
     if opts.sequence_count == SequenceCount::All && opts.global_sequences <= 0.0 {
         p.n_seq_denom = buf.n_seq as f32;
     }
+    p
+}
+
+/// Points `p` at the workspace (a [`LossWorkRaw`]): the statistics' slots when `stats` (the
+/// arrival counter zeroed), and the default denominators when some is missing (zeroed, then
+/// `grpo_loss_denoms`).
+///
+/// # Safety
+/// `buf.workspace` holds a [`LossWorkRaw`]; the addresses in `p` as [`grpo_loss_with`].
+pub(crate) unsafe fn prepare_work<L: Launcher>(
+    launcher: &L,
+    p: &mut LossParams,
+    buf: &LossBuffers,
+    stats: bool,
+    tuning: Tuning,
+) -> Result<(), KernelError<L::Error>> {
+    if stats {
+        // The statistics go through the per-block slots of the workspace; the arrival counter
+        // starts at 0.
+        p.work = buf.workspace;
+        let counter = core::mem::offset_of!(LossWorkRaw, arrivals);
+        // SAFETY: the workspace holds a LossWorkRaw (caller contract).
+        unsafe { launcher.memset_zero(buf.workspace + counter as u64, 4) }
+            .map_err(KernelError::Backend)?;
+    }
     if p.needs_denoms() {
         p.denoms = buf.workspace;
-        // SAFETY: the workspace holds WORKSPACE_BYTES >= size_of::<LossDenomsRaw>().
+        // SAFETY: the workspace holds a LossWorkRaw, whose first member is the denominators.
         unsafe { launcher.memset_zero(buf.workspace, core::mem::size_of::<LossDenomsRaw>()) }
             .map_err(KernelError::Backend)?;
         // SAFETY: `out` is the workspace, which holds the `CareLossDenoms` the kernel writes;
@@ -201,25 +272,11 @@ pub unsafe fn grpo_loss_with<L: Launcher>(
                 launcher,
                 entry::GRPO_LOSS_DENOMS,
                 denoms_geometry(buf.n_seq, tuning),
-                (p, buf.workspace),
+                (*p, buf.workspace),
             )
         }?;
     }
-    if selects_by_covariance(opts) {
-        // SAFETY: the workspace holds loss_workspace_bytes (checked above); the kernels read
-        // the caller's buffers as the loss pass does.
-        unsafe { covariance_selection(launcher, &mut p, buf, tuning) }?;
-    }
-    // Chunks re-read their whole sequence for the GSPO and GMPO means, the rollout correction's
-    // sequence pass and the mask scan of seq_mean_token_mean.
-    let rescans = opts.ratio_level != RatioLevel::Token
-        || opts.policy_loss == PolicyLoss::Gmpo
-        || with_roll
-        || (buf.mask != 0 && opts.aggregation == Aggregation::SeqMeanTokenMean);
-    let geometry = loss_geometry(buf.n_seq, buf.n_tok, buf.max_seq_len, rescans, tuning);
-    // SAFETY: buffers have the documented sizes and dtype (caller contract); grid.x = n_seq as
-    // the kernel's sequence indexing assumes.
-    unsafe { launch(launcher, Kernel::grpo_loss(buf.dtype), geometry, (p,)) }
+    Ok(())
 }
 
 /// The covariance selection's launches (see [`grpo_loss_with`]); sets `p.cov_work` and

@@ -23,21 +23,31 @@ pub use advantages::{
     group_partial_squares, group_partial_sums,
 };
 pub use logsoftmax::{
-    LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers, log_softmax_backward,
-    log_softmax_forward, log_softmax_status, logits_loss_forward,
+    FusedLossBuffers, LogSoftmaxGrads, LogSoftmaxOutputs, LogitsBuffers, LogitsLossBuffers,
+    fused_supports, log_softmax_backward, log_softmax_forward, log_softmax_status,
+    logits_loss_forward, logits_loss_fused,
 };
 pub use loss::{
     LossBuffers, RolloutBuffers, cov_work_address, grpo_loss, grpo_loss_with, loss_workspace_bytes,
     selects_by_covariance,
 };
 pub use returns::{
-    TokenBuffers, WhitenBuffers, discounted_returns, gae, tokens_status, whiten, whiten_result,
+    TokenBuffers, WHITENED_STATUS_OFFSET, WhitenBuffers, WhitenedOutputs, discounted_returns,
+    discounted_returns_whitened, gae, gae_whitened, tokens_status, whiten, whiten_result,
+    whitened_result, whitened_workspace_bytes,
 };
 
-/// Bytes of device workspace an operation needs (status words, batch std, loss denominators,
-/// whitening statistics);
-/// 16-byte aligned.
-pub const WORKSPACE_BYTES: usize = 64;
+/// Bytes of device workspace an operation needs, 16-byte aligned: status words, the batch std,
+/// the loss denominators and the whitening statistics, and the per-block slots
+/// ([`STAT_SLOTS`](crate::params::STAT_SLOTS)) through which the loss statistics, the
+/// whitening statistics and the batch std are merged in a fixed order (bit-identical from run to
+/// run, no float atomics).
+pub const WORKSPACE_BYTES: usize = 128 * 1024;
+
+// The loss's workspace (after the 16-byte log-softmax status of the logits path) holds its
+// slots.
+const _: () = assert!(16 + size_of::<crate::params::LossWorkRaw>() <= WORKSPACE_BYTES);
+const _: () = assert!(size_of::<crate::params::WhitenWorkRaw>() <= WORKSPACE_BYTES);
 
 /// Where kernels run: the CUDA driver on a stream, or the host emulator.
 ///
@@ -78,6 +88,12 @@ unsafe fn launch<L: Launcher + ?Sized, A: KernelArgs>(
     geometry: Geometry,
     mut args: A,
 ) -> Result<(), KernelError<L::Error>> {
+    // A block larger than the entry's launch bounds would not launch on the GPU (and the
+    // emulator would not notice): a `Tuning::threads` override beyond them is refused here.
+    let (x, y, z) = geometry.block;
+    if u64::from(x) * u64::from(y) * u64::from(z) > u64::from(entry.kernel().bounds().threads) {
+        return Err(KernelError::Core(Error::InvalidArgument));
+    }
     // SAFETY: forwarded caller contract; the pointers are valid during the call.
     args.with_pointers(|p| unsafe { launcher.launch(entry.kernel(), geometry, p) })
         .map_err(KernelError::Backend)

@@ -207,6 +207,14 @@ impl CacheSpec {
             CacheSpec::Sqlite(PathBuf::from(s))
         }
     }
+
+    /// The store for messages: the file's path, or the server's URL without its password.
+    pub fn describe(&self) -> String {
+        match self {
+            CacheSpec::Sqlite(p) => p.display().to_string(),
+            CacheSpec::Redis(url) => redis::redact(url),
+        }
+    }
 }
 
 /// The cache's state, for `/healthz`.

@@ -14,12 +14,12 @@
 
 use super::blocked::token_level_no_kl;
 use super::inputs::{Advantages, LossInputs, counted, counted_in, finite_or_absent};
-use super::options::{LossOptions, RatioLevel, SequenceCount};
+use super::options::{Bypass, LossOptions, RatioLevel, SequenceCount};
 use super::stats::{LossOutput, LossStats};
 use super::terms::{Surrogate, aggregation_weight, kl_term, log_ratio, sequence_ratio, surrogate};
 use crate::grpo::family::{
-    PgTerm, PolicyLoss, Selection, cispo_term, cov_select_count, covariance, gmpo_log_ratio,
-    gpg_term, kl_cov_term, sapo_term, top_k,
+    PgTerm, PolicyLoss, Selection, VESPO_LOG_W_MAX, VESPO_LOG_W_MIN, cispo_term, cov_select_count,
+    covariance, gmpo_log_ratio, gpg_term, kl_cov_term, sapo_term, top_k, vespo_term, vespo_weight,
 };
 use crate::grpo::layout::validate_offsets;
 use crate::grpo::logprob::LogProb;
@@ -39,9 +39,16 @@ use crate::{Error, Result};
 /// counted tokens are counted in [`LossStats::non_finite`]; the loss and gradient may then be
 /// non-finite.
 ///
-/// Errors: [`Error::InvalidArgument`] (options), [`Error::InvalidLayout`] (offsets),
-/// [`Error::LengthMismatch`] (any per-token slice, `grad` or the advantages of the wrong
-/// length). Checks run before `grad` is written.
+/// With [`Bypass::On`] (verl's bypass mode) `logp_rollout` stands in for `logp_old`: the ratio
+/// is `pi / pi_rollout`, the rollout correction compares `logp` (as constants) with
+/// `logp_rollout`, and its importance weights are reported, not applied.
+///
+/// Errors: [`Error::InvalidArgument`] (options; [`Bypass::On`] with `logp_old` or without
+/// `logp_rollout`), [`Error::InvalidLayout`] (offsets), [`Error::LengthMismatch`] (any
+/// per-token slice, `grad` or the advantages of the wrong length). Checks run before `grad` is
+/// written.
+///
+/// [`Bypass::On`]: super::Bypass::On
 ///
 /// [`RejectionMode::Drop`]: crate::grpo::RejectionMode::Drop
 pub fn policy_loss<T: LogProb>(
@@ -59,6 +66,9 @@ struct Ctx<'a, 'o, T: LogProb> {
     kl_on: bool,
     /// The rollout correction: its resolved options and the rollout log-probs, when active.
     rollout: Option<(Resolved, &'a [T])>,
+    /// verl's bypass mode: `inputs.logp_old` is the rollout log-probs, the proximal log-probs
+    /// of the correction are `logp`, and the importance weights are not applied.
+    bypass: bool,
 }
 
 /// What a counted token of the loss is: its importance weight (1 without correction, 0 when
@@ -88,10 +98,13 @@ impl<'a, T: LogProb> Ctx<'a, '_, T> {
     }
 
     /// The proximal policy's log-prob of the rollout correction: `logp_old`, or `logp` itself
-    /// on-policy (a constant for the gradient).
+    /// on-policy and in bypass mode (a constant for the gradient).
     #[inline]
     fn prox(&self) -> &'a [T] {
-        self.inputs.logp_old.unwrap_or(self.inputs.logp)
+        match self.inputs.logp_old {
+            Some(old) if !self.bypass => old,
+            _ => self.inputs.logp,
+        }
     }
 
     /// The sequence verdict of the rollout correction (`None` without it).
@@ -112,7 +125,14 @@ impl<'a, T: LogProb> Ctx<'a, '_, T> {
         match (self.rollout, sc) {
             (Some((r, lr)), Some(sc)) => {
                 let tc = correct_token(&r, sc, self.prox()[t].to_f64(), lr[t].to_f64());
-                tc.omega(&r)
+                // Bypass mode: the weight is the ratio itself, so the correction only rejects
+                // (a zero-weight rejection still weighs 0).
+                let omega = tc.omega(&r);
+                if self.bypass {
+                    omega.map(|_| f64::from(u8::from(tc.kept)))
+                } else {
+                    omega
+                }
             }
             _ => Some(1.0),
         }
@@ -190,6 +210,17 @@ pub(super) fn policy_loss_with<T: LogProb>(
     allow_fast_path: bool,
 ) -> Result<LossOutput> {
     opts.validate()?;
+    let bypass = opts.bypass == Bypass::On;
+    if bypass && (inputs.logp_old.is_some() || inputs.logp_rollout.is_none()) {
+        // The rollout log-probs are the old ones: both given, or none, is a contradiction.
+        return Err(Error::InvalidArgument);
+    }
+    // Bypass: the rollout log-probs are the old log-probs of every ratio below.
+    let bypassed = LossInputs {
+        logp_old: inputs.logp_rollout,
+        ..*inputs
+    };
+    let inputs = if bypass { &bypassed } else { inputs };
     let n_tokens = inputs.logp.len();
     let b = validate_offsets(inputs.seq_offsets, n_tokens)?;
     let len_ok = |s: Option<usize>| s.is_none_or(|l| l == n_tokens);
@@ -218,6 +249,7 @@ pub(super) fn policy_loss_with<T: LogProb>(
             .logp_rollout
             .filter(|_| opts.rollout.active())
             .map(|lr| (resolved, lr)),
+        bypass,
     };
 
     // Pass 0: the rollout diagnostics (whenever `logp_rollout` is given) and the local
@@ -328,7 +360,8 @@ pub(super) fn policy_loss_with<T: LogProb>(
                     let delta = log_ratio(lp, ctx.old_at(t), opts.log_ratio_clamp).0;
                     sd += gmpo_log_ratio(delta, a, opts.eps_low, opts.eps_high).0;
                     sa += a;
-                    slw += libm::log(omega);
+                    // verl takes ln(omega + 1e-10): the floor option (0 = the exact log).
+                    slw += libm::log(omega + opts.gmpo_weight_floor);
                 }
             }
             let omega_i = if ctx.rollout.is_some() {
@@ -337,6 +370,24 @@ pub(super) fn policy_loss_with<T: LogProb>(
                 1.0
             };
             (libm::exp(sd / n_i), sa / n_i, omega_i)
+        });
+
+        // VESPO: the sequence's clamped log importance ratio, the rollout weights folded in per
+        // token (TRL multiplies its vLLM ratio into w, not into the loss), from a first pass.
+        let vespo = (opts.policy_loss == PolicyLoss::Vespo && n_i > 0.0).then(|| {
+            let mut s = 0.0f64;
+            for t in range.clone() {
+                if let Some(omega) = ctx.token(sc.as_ref(), t) {
+                    let lp = inputs.logp[t].to_f64();
+                    s += log_ratio(lp, ctx.old_at(t), opts.log_ratio_clamp).0;
+                    if ctx.rollout.is_some() {
+                        let lw = libm::log(omega);
+                        s += lw.clamp(VESPO_LOG_W_MIN, VESPO_LOG_W_MAX);
+                    }
+                }
+            }
+            let log_w = s.clamp(VESPO_LOG_W_MIN, VESPO_LOG_W_MAX);
+            (log_w, libm::exp(log_w))
         });
 
         // d L / d rho_i for GSPO, summed over the sequence's tokens.
@@ -392,7 +443,27 @@ pub(super) fn policy_loss_with<T: LogProb>(
                         kl: 0.0,
                     }
                 }
-                (None, None) => token_term(opts, lp, old, a, omega, selected),
+                (None, None) => match vespo {
+                    Some((log_w, w)) => {
+                        let (delta, clamped) = log_ratio(lp, old, opts.log_ratio_clamp);
+                        let k = (opts.vespo_k_pos, opts.vespo_k_neg);
+                        let lam = (opts.vespo_lambda_pos, opts.vespo_lambda_neg);
+                        let t = vespo_term(vespo_weight(log_w, a, k, lam), lp, a);
+                        TokenOut {
+                            loss: t.loss,
+                            grad: t.dloss_dlogp,
+                            ratio: w,
+                            log_ratio: delta,
+                            log_ratio_clamped: clamped,
+                            clipped: false,
+                            clipped_low: false,
+                            clipped_high: false,
+                            dual_clipped: false,
+                            kl: 0.0,
+                        }
+                    }
+                    None => token_term(opts, lp, old, a, omega, selected),
+                },
             };
             if let Some(r) = rf {
                 let k = kl_term(r - lp, opts);
@@ -535,5 +606,7 @@ fn token_term(
         PolicyLoss::Sapo => region(sapo_term(rho, a, o.sapo_tau_pos, o.sapo_tau_neg, clamped)),
         PolicyLoss::Gpg => region(gpg_term(lp, a)),
         PolicyLoss::KlCov => region(kl_cov_term(rho, delta, a, selected, o.kl_cov_coef, clamped)),
+        // Per sequence (the caller's VESPO pass); a sequence without counted tokens has none.
+        PolicyLoss::Vespo => region(vespo_term(0.0, lp, a)),
     }
 }

@@ -42,7 +42,9 @@ mod terms;
 
 pub use general::policy_loss;
 pub use inputs::{Advantages, LossInputs};
-pub use options::{Aggregation, KlEstimator, LossOptions, LossPreset, RatioLevel, SequenceCount};
+pub use options::{
+    Aggregation, Bypass, KlEstimator, LossOptions, LossPreset, RatioLevel, SequenceCount,
+};
 pub use stats::{LossOutput, LossStats};
 pub use terms::{
     KlTerm, Surrogate, TokenTerms, aggregation_weight, kl_term, log_ratio, sequence_ratio,

@@ -97,13 +97,36 @@ named_enum!(SequenceCount, "sequence count", {
     All => "all", "Every sequence, fully masked ones included (TRL)";
 });
 
+/// Where the old log-probs of the ratio come from (verl's `bypass_mode`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Bypass {
+    /// `logp_old` as given (absent: on-policy, ratio 1); the rollout correction's importance
+    /// weights multiply the policy-gradient term (default; verl's decoupled mode).
+    #[default]
+    Off = 0,
+    /// verl `bypass_mode` with `loss_type = ppo_clip`: no `logp_old` is given and
+    /// `logp_rollout` stands in for it, so the ratio is `pi / pi_rollout`; the rollout
+    /// correction compares `logp` (as constants) with `logp_rollout`, its rejections apply and
+    /// its importance weights are reported but not applied (the ratio already is the importance
+    /// ratio). verl's `loss_type = reinforce` needs no switch: it is [`PolicyLoss::Gpg`] without
+    /// `logp_old`.
+    On = 1,
+}
+
+named_enum!(Bypass, "bypass mode", {
+    Off => "off", "logp_old as given; importance weights applied (verl decoupled mode)";
+    On => "on", "logp_rollout is the old policy; weights reported only (verl bypass ppo_clip)";
+});
+
 /// Options of [`policy_loss`](super::policy_loss). Plain `#[repr(C)]` data, mirrored by the C ABI and the kernels.
 ///
 /// Field order (C): the eleven `f64` fields in declaration order (`eps_low` ... `horizon`), then
 /// `aggregation: u32, ratio_level: u32, kl_estimator: u32, policy_loss: u32`, the six `f64`
-/// fields `sapo_tau_pos` ... `kl_cov_coef`, `rollout` (208 bytes), `sequence_count: u32` and 4
-/// bytes of tail padding (368 bytes; the first 100 bytes are those of the 2025 layout). A
-/// denominator field of `0.0` means "use this call's own count".
+/// fields `sapo_tau_pos` ... `kl_cov_coef`, `rollout` (208 bytes), `sequence_count: u32`,
+/// `bypass: u32`, `gmpo_weight_floor: f64` and the four `f64` VESPO fields (408 bytes; the
+/// first 100 bytes are those of the 2025 layout). A denominator field of `0.0` means "use this
+/// call's own count".
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(
@@ -159,12 +182,52 @@ pub struct LossOptions {
     pub clip_cov_lb: f64,
     /// Clip-Cov: candidates have a covariance strictly below this (5.0). Finite, `>= lb`.
     pub clip_cov_ub: f64,
-    /// KL-Cov: the coefficient of `|delta|` on selected tokens (1.0). Finite, `>= 0`.
+    /// KL-Cov: the coefficient of `|delta|` on selected tokens (1.0, the fallback of verl's
+    /// `compute_policy_loss_kl_cov`; verl's configuration default is 0.1, the `verl_kl_cov`
+    /// preset). Finite, `>= 0`.
     pub kl_cov_coef: f64,
     /// Rollout correction, applied when `logp_rollout` is given (off by default).
     pub rollout: RolloutOptions,
     /// What the local `N_seq` counts.
     pub sequence_count: SequenceCount,
+    /// Where the ratio's old log-probs come from ([`Bypass::On`]: `logp_rollout`, verl's bypass
+    /// mode; needs `logp_rollout` and no `logp_old`).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub bypass: Bypass,
+    /// GMPO with rollout weights: the sequence weight is `exp(mean_t ln(omega_t + floor))`
+    /// (0, the exact geometric mean, by default; verl adds `1e-10`, the `verl_geo_mean`
+    /// preset). Finite, `>= 0`.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub gmpo_weight_floor: f64,
+    /// VESPO: the power `k` of the Gamma weight for `A >= 0` (2, TRL's). Finite, `>= 0`.
+    #[cfg_attr(feature = "serde", serde(default = "vespo_k_pos"))]
+    pub vespo_k_pos: f64,
+    /// VESPO: the decay `lambda` for `A >= 0` (3). Finite, `> 0`.
+    #[cfg_attr(feature = "serde", serde(default = "vespo_lambda_pos"))]
+    pub vespo_lambda_pos: f64,
+    /// VESPO: `k` for `A < 0` (3). Finite, `>= 0`.
+    #[cfg_attr(feature = "serde", serde(default = "vespo_k_neg"))]
+    pub vespo_k_neg: f64,
+    /// VESPO: `lambda` for `A < 0` (2). Finite, `> 0`.
+    #[cfg_attr(feature = "serde", serde(default = "vespo_lambda_neg"))]
+    pub vespo_lambda_neg: f64,
+}
+
+#[cfg(feature = "serde")]
+fn vespo_k_pos() -> f64 {
+    2.0
+}
+#[cfg(feature = "serde")]
+fn vespo_lambda_pos() -> f64 {
+    3.0
+}
+#[cfg(feature = "serde")]
+fn vespo_k_neg() -> f64 {
+    3.0
+}
+#[cfg(feature = "serde")]
+fn vespo_lambda_neg() -> f64 {
+    2.0
 }
 
 /// Named loss option sets that reproduce a peer's configuration on ordinary inputs (log ratios
@@ -201,10 +264,12 @@ pub enum LossPreset {
     /// verl `clip_cov`: ratio `2e-4`, window `(1, 5)`, `token-mean`, no dual clip; the `k`
     /// candidates with the largest covariance (verl samples them at random).
     VerlClipCov = 9,
-    /// verl `kl_cov`: ratio `2e-4`, coefficient 1, `token-mean`.
+    /// verl `kl_cov`: ratio `2e-4`, coefficient 0.1 (verl's `ppo_kl_coef` default),
+    /// `token-mean`.
     VerlKlCov = 10,
     /// verl `geo_mean` (GMPO): the log ratio clipped to `[-0.2, 0.2]`, the mean over every
-    /// row of the micro-batch (`torch.mean`: [`SequenceCount::All`]).
+    /// row of the micro-batch (`torch.mean`: [`SequenceCount::All`]), the rollout weights'
+    /// geometric mean taken of `omega + 1e-10`.
     VerlGeoMean = 11,
     /// TRL `grpo`: `seq_mean_token_mean` over every row, fully masked ones included.
     TrlGrpo = 12,
@@ -229,6 +294,16 @@ pub enum LossPreset {
     /// OpenRLHF `gspo`: the sequence ratio with the gradient through the mean
     /// ([`RatioLevel::Sequence`]), `seq_mean_token_mean`.
     OpenRlhfGspo = 20,
+    /// verl `bypass_mode` with its default `loss_type = ppo_clip`: `verl` with
+    /// [`Bypass::On`] (pass `logp_rollout`, not `logp_old`).
+    VerlBypass = 21,
+    /// TRL `luspo` (with the `importance_sampling_level="sequence"` it requires): the
+    /// sequence ratio through the mean, each sequence's loss times its length, the mean over
+    /// every row (`seq_mean_token_sum` with [`SequenceCount::All`]).
+    TrlLuspo = 22,
+    /// TRL `vespo`: [`PolicyLoss::Vespo`] with `k = 2 / 3`, `lambda = 3 / 2` (`A >= 0` / `< 0`),
+    /// the global token mean.
+    TrlVespo = 23,
 }
 
 named_enum!(LossPreset, "loss preset", {
@@ -242,7 +317,7 @@ named_enum!(LossPreset, "loss preset", {
     VerlCispo => "verl_cispo", "verl cispo: weight clipped to [0.8, 1.2], token-mean";
     VerlGpg => "verl_gpg", "verl gpg: -A * logp, token-mean";
     VerlClipCov => "verl_clip_cov", "verl clip_cov: ratio 2e-4, window (1, 5)";
-    VerlKlCov => "verl_kl_cov", "verl kl_cov: ratio 2e-4, coefficient 1";
+    VerlKlCov => "verl_kl_cov", "verl kl_cov: ratio 2e-4, coefficient 0.1";
     VerlGeoMean => "verl_geo_mean", "verl geo_mean (GMPO): log clip 0.2, mean over rows";
     TrlGrpo => "trl_grpo", "TRL grpo: seq-mean-token-mean over every row";
     TrlBnpo => "trl_bnpo", "TRL bnpo: local token mean";
@@ -253,6 +328,9 @@ named_enum!(LossPreset, "loss preset", {
     OpenRlhf => "openrlhf", "OpenRLHF ppo: token-level loss";
     OpenRlhfSeq => "openrlhf_seq", "OpenRLHF ppo with token_level_loss = False";
     OpenRlhfGspo => "openrlhf_gspo", "OpenRLHF gspo: sequence ratio through the mean";
+    VerlBypass => "verl_bypass", "verl bypass_mode ppo_clip: logp_rollout is the old policy";
+    TrlLuspo => "trl_luspo", "TRL luspo: sequence ratio, length-weighted sequence losses";
+    TrlVespo => "trl_vespo", "TRL vespo: Gamma weight of the sequence ratio on A * logp";
 });
 
 impl Default for LossOptions {
@@ -283,6 +361,12 @@ impl Default for LossOptions {
             kl_cov_coef: 1.0,
             rollout: RolloutOptions::DEFAULT,
             sequence_count: SequenceCount::NonEmpty,
+            bypass: Bypass::Off,
+            gmpo_weight_floor: 0.0,
+            vespo_k_pos: 2.0,
+            vespo_lambda_pos: 3.0,
+            vespo_k_neg: 3.0,
+            vespo_lambda_neg: 2.0,
         }
     }
 }
@@ -337,12 +421,28 @@ impl LossOptions {
             },
             P::VerlKlCov => LossOptions {
                 policy_loss: PolicyLoss::KlCov,
+                kl_cov_coef: 0.1,
                 ..base
             },
             P::VerlGeoMean => LossOptions {
                 policy_loss: PolicyLoss::Gmpo,
                 aggregation: SeqMeanTokenMean,
                 sequence_count: all_rows,
+                gmpo_weight_floor: 1e-10,
+                ..base
+            },
+            P::VerlBypass => LossOptions {
+                bypass: Bypass::On,
+                ..verl
+            },
+            P::TrlLuspo => LossOptions {
+                ratio_level: RatioLevel::Sequence,
+                aggregation: SeqMeanTokenSum,
+                sequence_count: all_rows,
+                ..base
+            },
+            P::TrlVespo => LossOptions {
+                policy_loss: PolicyLoss::Vespo,
                 ..base
             },
             P::TrlGrpo => LossOptions {
@@ -420,6 +520,29 @@ impl LossOptions {
             "finite and >= clip_cov_lb",
         )?;
         InvalidOption::require(fin(self.kl_cov_coef), "kl_cov_coef", FINITE_NON_NEGATIVE)?;
+        InvalidOption::require(
+            fin(self.gmpo_weight_floor),
+            "gmpo_weight_floor",
+            FINITE_NON_NEGATIVE,
+        )?;
+        InvalidOption::require(fin(self.vespo_k_pos), "vespo_k_pos", FINITE_NON_NEGATIVE)?;
+        InvalidOption::require(fin(self.vespo_k_neg), "vespo_k_neg", FINITE_NON_NEGATIVE)?;
+        InvalidOption::require(
+            fpos(self.vespo_lambda_pos),
+            "vespo_lambda_pos",
+            FINITE_POSITIVE,
+        )?;
+        InvalidOption::require(
+            fpos(self.vespo_lambda_neg),
+            "vespo_lambda_neg",
+            FINITE_POSITIVE,
+        )?;
+        InvalidOption::require(
+            self.policy_loss != PolicyLoss::Vespo
+                || self.rollout.is_level != crate::grpo::IsLevel::Sequence,
+            "rollout.is_level",
+            "token or off under VESPO (its weights fold into the sequence ratio per token)",
+        )?;
         InvalidOption::require(
             self.ratio_level == RatioLevel::Token || self.policy_loss == PolicyLoss::Clip,
             "ratio_level",
