@@ -74,7 +74,8 @@ prepare)
         py="$(care_ci_venv)/bin/python"
     fi
     # MATURIN_PEP517_ARGS: what maturin's PEP 517 backend adds to its build (pip has no other
-    # way to pass it options). The release profile keeps line tables; the wheel does not need them.
+    # way to pass it options). --strip drops the symbol table too (the release profile already
+    # leaves out debug info): the wheel carried to the device stays small.
     PATH="$(dirname "$py"):$PATH" MATURIN_PEP517_ARGS="--strip" "$py" -m pip wheel --quiet \
         --no-deps --no-build-isolation -w "$dir/wheels" "$root/python"
     pytest_pin="$(grep -o '^pytest==[0-9.]*' "$root/python/requirements-test.txt")"
