@@ -126,7 +126,12 @@ fn render(g: &Gen) -> String {
                     format!(
                         r#"{{"title": {}, "description": {}}}"#,
                         json_string(&format!("{t} #{i}.{k}"), &g.style),
-                        json_string(&format!("{} {LEVELS}", g.prefixes[i]), &g.style)
+                        // A "[k]" in the prefix would be a second level marker (the level
+                        // format requires each once): `[` is spelled `(` there.
+                        json_string(
+                            &format!("{} {LEVELS}", g.prefixes[i].replace('[', "(")),
+                            &g.style
+                        )
                     )
                 })
                 .collect();
