@@ -16,8 +16,21 @@ pub(super) struct SqliteStore {
     /// Lookups of a file store, on their own connection: in WAL mode a reader never waits for
     /// a writer, so a lookup never waits behind a commit that waits for another process.
     reader: Option<Mutex<Connection>>,
-    /// Dropping it stops the checkpointer thread (a file store has one; memory has none).
-    _checkpointer: Option<std::sync::mpsc::Sender<()>>,
+    /// The checkpointer thread of a file store (memory has none) and the sender whose drop
+    /// stops it; joined on drop.
+    checkpointer: Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // Joined, so its connection closes before this store's: the last connection to close
+        // removes the write-ahead log and its index (a process that ends right after a run
+        // leaves the one database file, not a -wal and -shm beside it).
+        if let Some((stop, thread)) = self.checkpointer.take() {
+            drop(stop);
+            let _ = thread.join();
+        }
+    }
 }
 
 /// How long a commit waits for another process's write lock (on a blocking thread).
@@ -57,7 +70,7 @@ impl SqliteStore {
             .map_err(|e| format!("cache {}: {e}", path.display()))?;
         store.reader = Some(Mutex::new(reader));
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("care-cache-checkpoint".to_owned())
             .spawn(move || {
                 // Until the store is dropped (the channel disconnects); then one last one.
@@ -69,7 +82,7 @@ impl SqliteStore {
                 let _ = checkpointer.execute_batch("PRAGMA wal_checkpoint(PASSIVE);");
             })
             .map_err(|e| format!("cannot start the cache checkpointer: {e}"))?;
-        store._checkpointer = Some(stop);
+        store.checkpointer = Some((stop, thread));
         Ok(store)
     }
 
@@ -120,7 +133,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             reader: None,
-            _checkpointer: None,
+            checkpointer: None,
         })
     }
 
