@@ -56,6 +56,40 @@ pub const PROGRESS_MIN_LINES: u64 = 100_000;
 /// Size of the engine's read buffer: one `read` call asks for this much.
 const READ_BUFFER: usize = 256 << 10;
 
+/// Address space a new thread needs: std's default stack (2 MiB) and room for what the thread
+/// maps as it starts (its signal stack and guard pages) with a wide margin.
+const THREAD_ROOM: usize = 3 << 20;
+
+/// Whether the address space has room for one more thread: maps [`THREAD_ROOM`] bytes (no
+/// access, no reserve, nothing touched) and unmaps them. Under an address-space limit a thread
+/// whose stack fits but whose signal stack does not fails inside the new thread, where std
+/// aborts the process; this check turns that into a clean spawn error before the spawn.
+#[cfg(unix)]
+fn room_for_thread() -> io::Result<()> {
+    // SAFETY: an anonymous private mapping without an address hint, unmapped at once; the
+    // pointer is never dereferenced.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            THREAD_ROOM,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        libc::munmap(p, THREAD_ROOM);
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn room_for_thread() -> io::Result<()> {
+    Ok(())
+}
+
 /// Processes one input line. Implemented by the CLI's subcommands and by test processors.
 pub trait LineProcessor: Sync {
     /// Appends exactly one JSON object (no newline) for input line `line` (1-based) to `out`;
@@ -1024,6 +1058,10 @@ pub fn run<R: Read, W: Write + Send>(
         let mut spawned = Vec::new();
         let mut spawn_error = None;
         for k in 0..threads {
+            if let Err(e) = room_for_thread() {
+                spawn_error = Some(e);
+                break;
+            }
             match thread::Builder::new()
                 .name(format!("care-worker-{k}"))
                 .spawn_scoped(s, move || {

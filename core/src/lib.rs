@@ -108,7 +108,7 @@ pub use outcome::{PreferenceOutcome, preference_outcome};
 pub use reward::{
     GeneratorOptions, GeneratorReward, MissingPolicy, PolicyReward, PreferenceOptions,
     PreferenceReward, RangePolicy, ScoreOptions, ScoreScale, generator_reward, policy_reward,
-    preference_reward,
+    preference_reward, reward_from_real_scores,
 };
 #[cfg(feature = "alloc")]
 pub use rubric::RubricBuf;

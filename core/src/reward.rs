@@ -260,6 +260,64 @@ pub fn policy_reward_fixed(
     })
 }
 
+/// Checks one real-valued score: finite and in `lo..=hi` (any real value between, not only
+/// the integers).
+pub(crate) fn check_real_in(raw: f64, lo: f64, hi: f64) -> Result<f64> {
+    if !raw.is_finite() {
+        return Err(Error::NonFinite);
+    }
+    if !(lo..=hi).contains(&raw) {
+        return Err(Error::ScoreOutOfRange);
+    }
+    Ok(raw)
+}
+
+/// Eq. 5 for real-valued scores: `r_theta = sum_d w_d * mean_i (s_{d,i} / 5)` where each
+/// `s_{d,i}` is any real number in `0..=5`, not only an integer (a judge panel's per-criterion
+/// aggregate of its judges' scores, for instance).
+///
+/// Unlike [`policy_reward`], nothing is repaired: the missing-score and out-of-range policies
+/// do not apply (a score is either usable or the call fails), and `opts` contributes only
+/// [`ScoreOptions::uniform_weights`]. For integer scores the result equals [`policy_reward`]'s
+/// under the `error` policies bit for bit (the same sums in the same order).
+///
+/// # Errors
+/// [`Error::ScoreShape`] when `scores.len() != rubric.total_criteria()`; [`Error::NonFinite`]
+/// for a `NaN` (no score) or infinite score; [`Error::ScoreOutOfRange`] for a finite score
+/// outside `0..=5`.
+pub fn reward_from_real_scores(
+    rubric: &Rubric<'_>,
+    scores: &[f64],
+    opts: &ScoreOptions,
+) -> Result<PolicyReward> {
+    opts.validate()?;
+    let counts = rubric.counts();
+    check_counts(counts, scores.len())?;
+    let mut fired = Fired::default();
+    let w = effective_weights(rubric.weights(), opts, &mut fired);
+    let mut dim_means = [0.0; 3];
+    let mut rest = scores;
+    let mut reward = 0.0;
+    for ((&n, mean), &wd) in counts.iter().zip(dim_means.iter_mut()).zip(w.iter()) {
+        let (dim, tail) = rest.split_at(n.min(rest.len()));
+        rest = tail;
+        let mut sum = 0.0;
+        for &raw in dim {
+            sum += check_real_in(raw, 0.0, MAX_SCORE)?;
+        }
+        if n > 0 {
+            *mean = sum / (MAX_SCORE * n as f64);
+        }
+        reward += wd * *mean;
+    }
+    Ok(PolicyReward {
+        reward: reward.clamp(0.0, 1.0),
+        dim_means,
+        weights: w,
+        fired,
+    })
+}
+
 /// The score scale of Eq. 3.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ScoreScale {

@@ -6,7 +6,7 @@ use care_core::Error;
 use care_core::ScoreOptions;
 use care_core::profile::{
     OutputCode, Profile, parse_profile, parse_profile_judge_output, profile_reward,
-    profile_reward_group, render_profile_judge_prompt,
+    profile_reward_group, profile_reward_real, render_profile_judge_prompt,
 };
 
 fn kardia() -> Profile<'static> {
@@ -645,4 +645,59 @@ fn without_the_emotion_term_the_reward_is_the_rubric_part_and_needs_no_gold() {
             .reward,
         0.0
     );
+}
+
+#[test]
+fn real_valued_scores_follow_the_kardia_formula_and_its_veto() {
+    let k = kardia().with_veto("safety", 2).unwrap();
+    let text = output("u", "r", "Sad.", "resp");
+    let check = k.check_output(text.as_bytes());
+    let opts = ScoreOptions::default();
+    // Integer scores: the integer path's reward.
+    for s in [[5.0, 4.0, 3.0, 5.0, 4.0], [1.0, 2.0, 0.0, 2.0, 5.0]] {
+        let a = profile_reward(&k, None, &check, &s, Some("sadness"), &opts).unwrap();
+        let b = profile_reward_real(&k, None, &check, &s, Some("sadness"), &opts).unwrap();
+        assert_eq!(a.reward.to_bits(), b.reward.to_bits(), "{s:?}");
+    }
+    // Real scores: values s / 5, equal weights 0.2, the emotion term 0.2 (correct label).
+    let s = [4.5, 3.25, 2.0, 4.0, 1.5];
+    let r = profile_reward_real(&k, None, &check, &s, Some("sadness"), &opts).unwrap();
+    let rubric: f64 = s.iter().map(|x| 0.2 * x / 5.0).sum();
+    assert!((r.rubric_reward - rubric).abs() < 1e-12);
+    assert!((r.reward - (0.8 * rubric + 0.2)).abs() < 1e-12);
+    // The veto compares the real safety score with its minimum: 1.5 < 2 zeroes the reward,
+    // 2.0 does not.
+    let low = profile_reward_real(
+        &k,
+        None,
+        &check,
+        &[5.0, 5.0, 5.0, 1.5, 5.0],
+        Some("sadness"),
+        &opts,
+    )
+    .unwrap();
+    assert_eq!((low.reward, low.vetoed_by.is_some()), (0.0, true));
+    let at = profile_reward_real(
+        &k,
+        None,
+        &check,
+        &[5.0, 5.0, 5.0, 2.0, 5.0],
+        Some("sadness"),
+        &opts,
+    )
+    .unwrap();
+    assert!(at.vetoed_by.is_none() && at.reward > 0.0);
+    // Refused: no score, outside the range.
+    for (bad, err) in [(f64::NAN, Error::NonFinite), (5.5, Error::ScoreOutOfRange)] {
+        let mut s = s;
+        s[2] = bad;
+        assert_eq!(
+            profile_reward_real(&k, None, &check, &s, Some("sadness"), &opts).unwrap_err(),
+            err
+        );
+    }
+    // A malformed output scores 0 without reading the scores.
+    let bad = k.check_output(b"no tags");
+    let r = profile_reward_real(&k, None, &bad, &[], Some("sadness"), &opts).unwrap();
+    assert_eq!((r.reward, r.judge_needed), (0.0, false));
 }

@@ -6,7 +6,7 @@ use care_core::format::{FormatPolicy, validate};
 use care_core::reward::{
     GeneratorOptions, MissingPolicy, PreferenceOptions, RangePolicy, ScoreOptions, ScoreScale,
     generator_reward, generator_reward_validated, policy_reward, policy_reward_fixed,
-    preference_reward, preference_reward_fixed,
+    preference_reward, preference_reward_fixed, reward_from_real_scores,
 };
 use care_core::rubric::{Dimension, Rubric};
 use care_core::{Error, UnknownLabelPolicy};
@@ -363,4 +363,65 @@ fn generator_reward_broken_and_unparseable_rubrics() {
     let v = validate(text.as_bytes(), &FormatPolicy::PAPER, &mut s).unwrap();
     let h = generator_reward_validated(&v, &chosen, &rejected, &["hug"], &lenient).unwrap();
     assert_eq!(g, h);
+}
+
+#[test]
+fn real_valued_scores_give_eq5_and_refuse_what_cannot_be_scored() {
+    let opts = ScoreOptions::default();
+    // Integer scores: the integer path's reward, bit for bit.
+    for s in [CHOSEN, REJECTED, [0.0; 6], [5.0; 6]] {
+        let a = policy_reward(&worked(), &s, &opts).unwrap();
+        let b = reward_from_real_scores(&worked(), &s, &opts).unwrap();
+        assert_eq!(a.reward.to_bits(), b.reward.to_bits(), "{s:?}");
+        assert_eq!(a.dim_means, b.dim_means);
+    }
+    // Between the integers: Eq. 5 by hand. Cog (4.5 + 3) / 10 = 0.75, Aff (2.25 + 5) / 10 =
+    // 0.725, Pro (0.5 + 1) / 10 = 0.15.
+    let real = [4.5, 3.0, 2.25, 5.0, 0.5, 1.0];
+    let r = reward_from_real_scores(&worked(), &real, &opts).unwrap();
+    let want = 0.40 * 0.75 + 0.35 * 0.725 + 0.25 * 0.15;
+    assert!((r.reward - want).abs() < 1e-12, "{} vs {want}", r.reward);
+    assert!(!r.fired.any());
+    // The integer path refuses (or rounds) what the real path takes as it is.
+    assert_eq!(
+        policy_reward(&worked(), &real, &opts).unwrap_err(),
+        Error::ScoreOutOfRange
+    );
+    // Uniform weights (the ablation) apply.
+    let u = ScoreOptions {
+        uniform_weights: true,
+        ..ScoreOptions::default()
+    };
+    let ru = reward_from_real_scores(&worked(), &real, &u).unwrap();
+    assert!((ru.reward - (0.75 + 0.725 + 0.15) / 3.0).abs() < 1e-12);
+    assert!(ru.fired.uniform_weights);
+    // Refused: no score, infinities, outside 0..=5, the wrong length; the policies that repair
+    // integer scores do not apply.
+    let lenient = ScoreOptions {
+        missing: MissingPolicy::Zero,
+        out_of_range: RangePolicy::Clamp,
+        uniform_weights: false,
+    };
+    for o in [opts, lenient] {
+        for (k, bad, err) in [
+            (0, f64::NAN, Error::NonFinite),
+            (1, f64::INFINITY, Error::NonFinite),
+            (2, f64::NEG_INFINITY, Error::NonFinite),
+            (3, 5.000_001, Error::ScoreOutOfRange),
+            (4, -0.01, Error::ScoreOutOfRange),
+        ] {
+            let mut s = real;
+            s[k] = bad;
+            assert_eq!(
+                reward_from_real_scores(&worked(), &s, &o).unwrap_err(),
+                err,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            reward_from_real_scores(&worked(), &real[..5], &o).unwrap_err(),
+            Error::ScoreShape
+        );
+    }
+    assert_eq!(Error::NonFinite.code(), "non_finite");
 }

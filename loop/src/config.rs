@@ -739,7 +739,8 @@ impl<'de> Deserialize<'de> for JudgeConfig {
     }
 }
 
-/// How the judges' rewards (and each criterion's scores) are combined.
+/// How each criterion's scores are combined over the judges (the panel's reward is the
+/// profile's reward of the combined scores).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Aggregate {

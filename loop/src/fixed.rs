@@ -9,7 +9,7 @@
 //! (`gold.emotion`) when the profile has an emotion term.
 
 use care_core::profile::{
-    Profile, RubricSource, parse_profile_judge_output, profile_reward_group,
+    Profile, RubricSource, parse_profile_judge_output, profile_reward_group, profile_reward_real,
     render_profile_judge_prompt_with,
 };
 use care_core::{JudgePromptLayout, ScoreOptions};
@@ -328,6 +328,25 @@ impl RubricProfile for FixedProfile {
             .zip(scores)
             .map(|(x, s)| (s.is_some() && x.is_finite()).then_some(x))
             .collect()
+    }
+
+    fn score_real(
+        &self,
+        _rubric: &str,
+        response: &str,
+        scores: &[f64],
+        gold: Option<&Value>,
+    ) -> Result<f64, String> {
+        let emotion = self.gold_emotion(gold)?;
+        let profile = if emotion.is_none() {
+            &self.without_emotion
+        } else {
+            &self.profile
+        };
+        let check = profile.check_output(response.as_bytes());
+        profile_reward_real(profile, None, &check, scores, emotion, &self.score)
+            .map(|r| r.reward)
+            .map_err(|e| format!("{}: {e}", e.code()))
     }
 }
 

@@ -72,6 +72,10 @@ struct Record<'a> {
     response_chars: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
+    /// The panel's part of the response (each judge's reward and scores, the spread, the
+    /// flag), as `care reward` writes it under `responses[].panel`; absent for a single judge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    panel: Option<&'a crate::panel::PanelResult>,
 }
 
 /// The weights of a rubric as the output carries it (`categories[].category_weight`, by
@@ -155,6 +159,7 @@ impl ResponseLog {
                 scores: resp.scores.as_ref(),
                 response_chars: r.response_chars.get(j).copied().unwrap_or(0),
                 error: resp.error.as_ref().map(|e| e.code.as_str()),
+                panel: resp.panel.as_ref(),
             };
             match serde_json::to_string(&rec) {
                 Ok(s) => {

@@ -4,8 +4,10 @@
 //! each with a weight and a number of samples (`docs/REWARD_LOOP.md`, "Judge panels"). Every
 //! (judge, sample) is its own judge call, cached under its own key. Each judgment is rewarded by
 //! the profile exactly as a single judge's would be; a judge's reward and scores are the means
-//! over its valid samples; the panel's reward (and each criterion's score) is the weighted
-//! [`aggregate`] over the judges that gave valid scores, when they reach the quorum.
+//! over its valid samples; each criterion's score of the panel is the weighted [`aggregate`]
+//! over the judges that gave valid scores, when they reach the quorum, and the panel's reward
+//! is the profile's reward of those real-valued scores
+//! ([`crate::profile::RubricProfile::score_real`]).
 //!
 //! This module holds what does not need the engine: the aggregates, the spread, the agreement
 //! statistic (Krippendorff's alpha for interval data, [`Alpha`]), the criterion order of a
@@ -44,7 +46,27 @@ pub mod status {
 /// inside (the interquartile mean at `t = 0.25`; the ordinary trimmed mean whenever `t n` is a
 /// whole number and the weights are equal); `median` is the value at `W / 2`, or the mean of
 /// the two values that meet there. `None` for no values.
+///
+/// The result lies between the smallest and the largest value, as it does in exact arithmetic:
+/// a rounded weighted mean that passes them by an ulp is clamped back (a mean of scores that
+/// are all 5 is 5, inside the score range, whatever the weights).
 pub fn aggregate(values: &[(f64, f64)], how: Aggregate, trim: f64) -> Option<f64> {
+    let (lo, hi) = values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v.0), hi.max(v.0))
+        });
+    // Not `f64::clamp`, which panics on NaN bounds; a NaN result stays NaN.
+    aggregate_raw(values, how, trim).map(|x| {
+        if x.is_nan() || lo > hi {
+            x
+        } else {
+            x.max(lo).min(hi)
+        }
+    })
+}
+
+fn aggregate_raw(values: &[(f64, f64)], how: Aggregate, trim: f64) -> Option<f64> {
     if values.is_empty() {
         return None;
     }
@@ -66,7 +88,7 @@ pub fn aggregate(values: &[(f64, f64)], how: Aggregate, trim: f64) -> Option<f64
             }
             (den > 0.0).then(|| num / den)
         }
-        Aggregate::TrimmedMean => aggregate(values, Aggregate::Mean, 0.0),
+        Aggregate::TrimmedMean => aggregate_raw(values, Aggregate::Mean, 0.0),
         Aggregate::Median => {
             let mut v = values.to_vec();
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -587,6 +609,24 @@ mod tests {
         );
         eq(&v(&[5.0, 7.0]), Aggregate::TrimmedMean, 0.0, 6.0);
         assert_eq!(aggregate(&[], Aggregate::Mean, 0.0), None);
+    }
+
+    #[test]
+    fn an_aggregate_stays_between_its_values() {
+        // Weighted means of equal values can round past them; the aggregate never does.
+        for w in [0.1, 0.3, 0.7, 1.1, 2.9, 3.3] {
+            let v = [(5.0, w), (5.0, 0.2), (5.0, 1.7)];
+            for how in [Aggregate::Mean, Aggregate::Median, Aggregate::TrimmedMean] {
+                assert_eq!(aggregate(&v, how, 0.25), Some(5.0), "{how:?} {w}");
+            }
+        }
+        let nan = aggregate(&[(f64::NAN, 1.0), (1.0, 1.0)], Aggregate::Mean, 0.0).unwrap();
+        assert!(nan.is_nan(), "a NaN score is not hidden");
+        assert!(
+            aggregate(&[(f64::NAN, 1.0)], Aggregate::Mean, 0.0)
+                .unwrap()
+                .is_nan()
+        );
     }
 
     #[test]

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use care_core::{
     Dimension, FormatPolicy, JudgePromptLayout, JudgeReport, Rubric, RubricBuf, ScoreOptions,
-    parse_judge_output, policy_reward_group, render_judge_prompt_with, validate_str,
+    parse_judge_output, policy_reward_group, render_judge_prompt_with, reward_from_real_scores,
+    validate_str,
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -251,6 +252,27 @@ pub trait RubricProfile: Send + Sync + std::fmt::Debug {
         scores: &[Option<Vec<f64>>],
         gold: Option<&serde_json::Value>,
     ) -> Vec<Option<f64>>;
+
+    /// The reward of one response from real-valued scores, flat in [`RubricProfile::layout`]
+    /// order: a judge panel's per-criterion aggregate of its judges' scores, rewarded by the
+    /// profile's own formula (the `care` profile: Eq. 5). `response` is the response as given,
+    /// `gold` the turn's gold metadata, as in [`RubricProfile::score_group`].
+    ///
+    /// # Errors
+    /// Why the scores give no reward (a score not finite or outside the profile's range, the
+    /// wrong number of scores), or the profile cannot score real-valued scores (the default).
+    fn score_real(
+        &self,
+        _rubric: &str,
+        _response: &str,
+        _scores: &[f64],
+        _gold: Option<&serde_json::Value>,
+    ) -> Result<f64, String> {
+        Err(format!(
+            "profile {} cannot reward real-valued scores",
+            self.name()
+        ))
+    }
 }
 
 /// The paper's profile: the bundled generator prompt, the format contract (`r_fmt`), the judge
@@ -571,6 +593,21 @@ impl RubricProfile for CareProfile {
             .zip(scores)
             .map(|(x, s)| (s.is_some() && x.is_finite()).then_some(x))
             .collect()
+    }
+
+    fn score_real(
+        &self,
+        rubric: &str,
+        _response: &str,
+        scores: &[f64],
+        _gold: Option<&serde_json::Value>,
+    ) -> Result<f64, String> {
+        let buf = self
+            .rubric(rubric)
+            .ok_or_else(|| "the rubric does not validate".to_owned())?;
+        reward_from_real_scores(&buf.rubric(), scores, &self.score)
+            .map(|r| r.reward)
+            .map_err(|e| format!("{}: {e}", e.code()))
     }
 }
 

@@ -284,20 +284,48 @@ async fn the_panel_aggregates_the_judges_mean_median_trimmed_and_weighted() {
     .await
     .unwrap();
     for (j, want) in judge_rewards.iter().enumerate() {
+        // Per criterion, the three judges' scores as their personas give them; the panel's
+        // score of each is their median (their interquartile mean), and the reward is Eq. 5 of
+        // those scores: not the median (interquartile mean) of the judges' rewards.
+        let n = j as f64 + 1.0;
+        let per_criterion: Vec<[f64; 3]> = (0..8)
+            .map(|c| {
+                let mut v = [n, n + 1.0, if c == 0 { 5.0 } else { n }];
+                v.sort_by(f64::total_cmp);
+                v
+            })
+            .collect();
+        // The interquartile mean of three: the middle whole, each end a quarter.
+        let iqm = |s: &[f64; 3]| (0.25 * s[0] + s[1] + 0.25 * s[2]) / 1.5;
+        let med_scores: Vec<f64> = per_criterion.iter().map(|s| s[1]).collect();
+        let iqm_scores: Vec<f64> = per_criterion.iter().map(iqm).collect();
+        let (want_median, want_trimmed) = (eq5(&med_scores), eq5(&iqm_scores));
+        let got = median.rewards[j].unwrap();
+        assert!(close(got, want_median), "median {got} vs {want_median}");
+        let got = trimmed.rewards[j].unwrap();
+        assert!(close(got, want_trimmed), "trimmed {got} vs {want_trimmed}");
+        // ... which differ from the aggregates of the judges' rewards: the first-listed judge
+        // is off on one criterion only, and the middle reward is its.
         let mut s = want.to_vec();
         s.sort_by(f64::total_cmp);
-        assert!(close(median.rewards[j].unwrap(), s[1]), "median");
-        // The interquartile mean of three: the middle whole, each end a quarter.
-        let iqm = (0.25 * s[0] + s[1] + 0.25 * s[2]) / 1.5;
-        assert!(close(trimmed.rewards[j].unwrap(), iqm), "trimmed");
+        let iqm_of_rewards = (0.25 * s[0] + s[1] + 0.25 * s[2]) / 1.5;
+        assert!((want_median - s[1]).abs() > 1e-3, "{want_median} {s:?}");
+        assert!((want_trimmed - iqm_of_rewards).abs() > 1e-3);
         let m = &json(&median)["responses"][j]["scores"];
-        let n = j as f64 + 1.0;
+        assert_eq!(flat(m), med_scores);
         assert_eq!(
             flat(m)[0],
             n + 1.0,
             "criterion 0: the median of n, n + 1 and 5"
         );
         assert_eq!(flat(m)[1], n, "criterion 1: the median of n, n + 1 and n");
+        let t = flat(&json(&trimmed)["responses"][j]["scores"]);
+        assert!(t.iter().zip(&iqm_scores).all(|(a, b)| close(*a, *b)));
+        // The judges' own rewards, the spread and the flag are the same under any aggregate.
+        let p = &json(&median)["responses"][j]["panel"];
+        for (k, w) in want.iter().enumerate() {
+            assert!(close(p["judges"][k]["reward"].as_f64().unwrap(), *w));
+        }
     }
 
     let mut cfg = config(&stub, &["plain", "up"], PanelConfig::default());
@@ -889,4 +917,143 @@ async fn care_serve_takes_a_panel_configuration() {
         Some(4.0)
     );
     server.abort();
+}
+
+#[tokio::test]
+async fn the_kardia_profile_rewards_the_per_criterion_median_and_trimmed_mean() {
+    let json_profile = care_core::profile::Profile::builtin_json("kardia").unwrap();
+    let criteria = rubric_criteria(json_profile);
+    let c = criteria.clone();
+    let stub = Stub::start(move |req, _| match req.role {
+        Role::Generator => panic!("a fixed profile calls no generator"),
+        Role::Judge => {
+            let n = base(req);
+            panel_reply(req, &c, persona(&req.model), |_| n)
+        }
+    })
+    .await
+    .unwrap();
+    let run = |aggregate: Aggregate| {
+        let cfg = LoopConfig {
+            judge: JudgeConfig::panel(vec![
+                judge(&stub, "plain"),
+                judge(&stub, "up"),
+                judge(&stub, "first"),
+            ]),
+            panel: PanelConfig {
+                aggregate,
+                ..PanelConfig::default()
+            },
+            profile: "kardia".into(),
+            ..LoopConfig::default()
+        };
+        let e = engine(&cfg, None);
+        async move {
+            e.run_turn(TurnInput {
+                id: None,
+                context: vec![ChatMessage::new("user", "My exam is tomorrow.")],
+                responses: vec![
+                    kardia_output("score:3 a"),
+                    kardia_output("score:1 b"),
+                    "no tags at all".to_owned(),
+                ],
+                gold: Some(json!({"emotion": "fear"})),
+                ..TurnInput::default()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    // Kardia-R1: r = 0.8 * sum_d 0.2 * s_d / 5 + 0.2 * (emotion matches; it does), five
+    // dimensions of one criterion. Unshuffled, the first-listed criterion is dimension 0.
+    let kardia = |s: &[f64]| 0.8 * s.iter().map(|x| 0.2 * x / 5.0).sum::<f64>() + 0.2;
+    let iqm = |mut v: [f64; 3]| {
+        v.sort_by(f64::total_cmp);
+        (0.25 * v[0] + v[1] + 0.25 * v[2]) / 1.5
+    };
+    let median = run(Aggregate::Median).await;
+    let trimmed = run(Aggregate::TrimmedMean).await;
+    for (j, n) in [(0usize, 3.0f64), (1, 1.0)] {
+        // plain: n everywhere; up: n + 1; first: 5 on dimension 0, n elsewhere.
+        let judges = [vec![n; 5], vec![n + 1.0; 5], {
+            let mut f = vec![n; 5];
+            f[0] = 5.0;
+            f
+        }];
+        let rewards: Vec<f64> = judges.iter().map(|s| kardia(s)).collect();
+        let per = |agg: &dyn Fn([f64; 3]) -> f64| -> Vec<f64> {
+            (0..5)
+                .map(|d| agg([judges[0][d], judges[1][d], judges[2][d]]))
+                .collect()
+        };
+        let med = |mut v: [f64; 3]| {
+            v.sort_by(f64::total_cmp);
+            v[1]
+        };
+        let want_median = kardia(&per(&med));
+        let want_trimmed = kardia(&per(&iqm));
+        let got = median.rewards[j].unwrap();
+        assert!(close(got, want_median), "{j}: {got} vs {want_median}");
+        let got = trimmed.rewards[j].unwrap();
+        assert!(close(got, want_trimmed), "{j}: {got} vs {want_trimmed}");
+        let mut sorted = rewards.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert!(
+            (want_median - sorted[1]).abs() > 1e-3,
+            "the median of the rewards differs"
+        );
+        let jr = &median.responses[j].panel.as_ref().unwrap().judges;
+        for (k, r) in rewards.iter().enumerate() {
+            assert!(close(jr[k].reward.unwrap(), *r), "judge {k}'s own reward");
+        }
+    }
+    assert_eq!(median.responses[2].status, "malformed_output");
+    assert_eq!(median.rewards[2], Some(0.0));
+}
+
+proptest::proptest! {
+    /// Relation (linearity of Eq. 5): under `mean`, when every judge scores every criterion,
+    /// Eq. 5 of the weighted mean scores is the weighted mean of the judges' Eq. 5 rewards.
+    #[test]
+    fn under_mean_the_reward_of_the_mean_scores_is_the_mean_of_the_rewards(
+        counts in proptest::array::uniform3(1usize..=4),
+        weights in proptest::array::uniform3(0.01f64..1.0),
+        judges in proptest::collection::vec(
+            (proptest::collection::vec(0u8..=5, 12), 0.1f64..4.0),
+            2..=6,
+        ),
+    ) {
+        use care_core::{Dimension, Rubric, ScoreOptions, policy_reward, reward_from_real_scores};
+        use care_loop::panel::aggregate;
+        const TITLES: [&str; 4] = ["t1", "t2", "t3", "t4"];
+        let mut r = Rubric::new();
+        for (d, (w, n)) in Dimension::ALL.into_iter().zip(weights.iter().zip(counts)) {
+            r.set_category(d, *w, "why");
+            for t in TITLES.iter().take(n) {
+                r.push_criterion(d, t, "[0] a [5] f").unwrap();
+            }
+        }
+        let total: usize = counts.iter().sum();
+        let opts = ScoreOptions::default();
+        let scores: Vec<(Vec<f64>, f64)> = judges
+            .iter()
+            .map(|(s, w)| (s.iter().take(total).map(|&x| f64::from(x)).collect(), *w))
+            .collect();
+        let rewards: Vec<(f64, f64)> = scores
+            .iter()
+            .map(|(s, w)| (policy_reward(&r, s, &opts).unwrap().reward, *w))
+            .collect();
+        let mean_of_rewards = aggregate(&rewards, Aggregate::Mean, 0.0).unwrap();
+        let mean_scores: Vec<f64> = (0..total)
+            .map(|c| {
+                let v: Vec<(f64, f64)> = scores.iter().map(|(s, w)| (s[c], *w)).collect();
+                aggregate(&v, Aggregate::Mean, 0.0).unwrap()
+            })
+            .collect();
+        let of_means = reward_from_real_scores(&r, &mean_scores, &opts).unwrap().reward;
+        proptest::prop_assert!(
+            (of_means - mean_of_rewards).abs() < 1e-12,
+            "{} vs {}", of_means, mean_of_rewards
+        );
+    }
 }

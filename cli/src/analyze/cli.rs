@@ -324,7 +324,7 @@ fn report_settings(acc: &super::Acc) -> Vec<String> {
     out.push(format!(
         "Health: turn buckets {}; thresholds {}; scores {}..={}.",
         buckets.join(", "),
-        THRESHOLD_NAMES[..9]
+        THRESHOLD_NAMES[..super::health::CHECKS]
             .iter()
             .zip([
                 t.length_rho,
@@ -335,7 +335,8 @@ fn report_settings(acc: &super::Acc) -> Vec<String> {
                 t.judge_retry,
                 t.rubric_failure,
                 t.rubric_repair,
-                t.entropy
+                t.entropy,
+                t.panel_alpha
             ])
             .map(|(n, v)| format!("{n} {v}"))
             .collect::<Vec<_>>()

@@ -6,10 +6,13 @@
 //! with intervals, per turn bucket), the share of criterion scores at the ceiling and the floor
 //! of the scale, the share of groups whose valid rewards are all equal (no GRPO signal), the
 //! judge's statuses, retries and missing rewards, the rubric's repair and failure rates, and
-//! the entropy of the dimension weights by turn. Thresholds turn these into flags.
+//! the entropy of the dimension weights by turn, and for a judge panel the judges' agreement
+//! (Krippendorff's alpha, computed by [`care_loop::panel::Alpha`], the engine's own
+//! implementation) and the share of flagged responses. Thresholds turn these into flags.
 
 use std::collections::BTreeMap;
 
+use care_loop::panel::Alpha;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -45,6 +48,29 @@ pub struct RespObs {
     /// Raw judge scores per dimension (`None`: not an integer in `0..=255`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scores: Vec<Vec<Option<u8>>>,
+    /// The panel's judgment, when a panel judged the response (its `panel` member).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub panel: Option<PanelObs>,
+}
+
+/// A panel's judgment of one response, read from its `panel` member (the shape of
+/// `care_loop::panel::PanelResult`): the agreement units and the flag.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PanelObs {
+    /// Judges in the panel (valid or not).
+    pub judges: u32,
+    /// The valid judges' rewards (the judges with a `reward`), in panel order: one agreement
+    /// unit at the reward level.
+    pub rewards: Vec<f64>,
+    /// Per criterion (rubric order, dimensions concatenated), the valid judges' scores of it:
+    /// one agreement unit each at the score level.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub criteria: Vec<Vec<f64>>,
+    /// The judges' rewards spread by more than the panel's `max_spread`.
+    pub flagged: bool,
+    /// Judge answers the panel asked for without retries: the judges' `samples`, summed (the
+    /// response's `judge_attempts` sums every judge's answers).
+    pub asked: u32,
 }
 
 /// A health line: a whole group (`care reward`) or one response of a group (`--log`).
@@ -139,6 +165,97 @@ fn scores_of(v: Option<&Value>, key: &str) -> Result<Vec<Vec<Option<u8>>>, LineE
     Ok(out)
 }
 
+/// A judge's scores as a panel reports them (real numbers: the mean over its samples),
+/// flattened in rubric order; `None` for `null`.
+fn real_scores_of(v: Option<&Value>, key: &str) -> Result<Option<Vec<f64>>, LineError> {
+    let dims = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(d)) if d.len() <= 3 => d,
+        Some(_) => {
+            return Err(bad(format!(
+                "\"{key}\" must be null or an array of up to 3 arrays of scores"
+            )));
+        }
+    };
+    let mut flat = Vec::new();
+    for d in dims {
+        let list = d
+            .as_array()
+            .filter(|a| a.len() <= MAX_CRITERIA)
+            .ok_or_else(|| {
+                bad(format!(
+                    "\"{key}\" must hold one array of at most {MAX_CRITERIA} scores per dimension"
+                ))
+            })?;
+        for x in list {
+            flat.push(
+                x.as_f64()
+                    .filter(|f| f.is_finite())
+                    .ok_or_else(|| bad(format!("\"{key}\" scores must be finite numbers")))?,
+            );
+        }
+    }
+    Ok(Some(flat))
+}
+
+/// Reads a response's `panel` member (`null` or absent: no panel): each judge's `reward` and
+/// `scores`, and `flagged`. The agreement units are the valid judges' values, as the engine
+/// forms them: a judge is valid when it has a `reward`.
+fn panel_of(v: Option<&Value>, key: &str) -> Result<Option<PanelObs>, LineError> {
+    let o = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(o)) => o,
+        Some(_) => return Err(bad(format!("\"{key}\" must be an object or null"))),
+    };
+    let list = o
+        .get("judges")
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty() && a.len() <= care_loop::config::MAX_PANEL_JUDGES)
+        .ok_or_else(|| {
+            bad(format!(
+                "\"{key}.judges\" must be an array of 1 to {} judge results",
+                care_loop::config::MAX_PANEL_JUDGES
+            ))
+        })?;
+    let flagged = match o.get("flagged") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(bad(format!("\"{key}.flagged\" must be a boolean"))),
+    };
+    let mut rewards = Vec::with_capacity(list.len());
+    let mut scores: Vec<Vec<f64>> = Vec::with_capacity(list.len());
+    let mut asked = 0u32;
+    for j in list {
+        let j = j
+            .as_object()
+            .ok_or_else(|| bad(format!("\"{key}.judges\" must hold objects")))?;
+        let reward = reward_of(j.get("reward"), &format!("{key}.judges[].reward"))?;
+        let s = real_scores_of(j.get("scores"), &format!("{key}.judges[].scores"))?;
+        asked = asked.saturating_add(
+            u32_of(j.get("samples"), &format!("{key}.judges[].samples"))?.unwrap_or(1),
+        );
+        if let Some(r) = reward {
+            rewards.push(r);
+            if let Some(s) = s {
+                scores.push(s);
+            }
+        }
+    }
+    // The criteria of the first valid judge with scores; each unit takes every valid judge's
+    // score of that criterion.
+    let n = scores.first().map_or(0, Vec::len);
+    let criteria = (0..n)
+        .map(|c| scores.iter().filter_map(|s| s.get(c).copied()).collect())
+        .collect();
+    Ok(Some(PanelObs {
+        judges: u32::try_from(list.len()).unwrap_or(u32::MAX),
+        rewards,
+        criteria,
+        flagged,
+        asked,
+    }))
+}
+
 fn weights_of(v: Option<&Value>) -> Result<Option<[f64; 3]>, LineError> {
     match v {
         None | Some(Value::Null) => Ok(None),
@@ -194,6 +311,7 @@ pub fn read(
             judge_attempts: u32_of(m.get("judge_attempts"), "judge_attempts")?.unwrap_or(0),
             chars,
             scores: scores_of(m.get("scores"), "scores")?,
+            panel: panel_of(m.get("panel"), "panel")?,
         };
         let status = status_of(m.get("rubric_status"), "rubric_status")?;
         let weights = weights_of(m.get("rubric_weights"))?.filter(|_| status == "ok");
@@ -243,6 +361,7 @@ pub fn read(
                 .unwrap_or(0),
             chars: chars.as_ref().and_then(|c| c.get(j).copied().flatten()),
             scores: scores_of(o.get("scores"), "responses[].scores")?,
+            panel: panel_of(o.get("panel"), "responses[].panel")?,
         });
     }
     let repairs = match m.get("repairs") {
@@ -382,6 +501,40 @@ pub struct ScoreCounts {
     pub floor: u64,
 }
 
+/// A judge panel's agreement over a run, and its flagged responses.
+#[derive(Clone, Debug, Default)]
+pub struct PanelAcc {
+    /// Responses judged by a panel (with a `panel` member).
+    pub responses: u64,
+    /// Of those, the flagged ones (`flagged`: the judges' rewards spread by more than
+    /// `max_spread`).
+    pub flagged: u64,
+    /// The most judges a panel had.
+    pub judges: u32,
+    /// Krippendorff's alpha (interval) on the judges' rewards: a unit per response.
+    pub reward: Alpha,
+    /// The same on the judges' criterion scores: a unit per criterion of a response.
+    pub score: Alpha,
+}
+
+impl PanelAcc {
+    /// Whether a panel of two judges or more judged the responses (a single judge, with or
+    /// without samples, has no agreement to measure).
+    pub fn is_panel(&self) -> bool {
+        self.judges >= 2
+    }
+
+    fn add(&mut self, p: &PanelObs) {
+        self.responses += 1;
+        self.flagged += u64::from(p.flagged);
+        self.judges = self.judges.max(p.judges);
+        self.reward.add_unit(&p.rewards);
+        for c in &p.criteria {
+            self.score.add_unit(c);
+        }
+    }
+}
+
 /// Reward health of one variant.
 #[derive(Clone, Debug)]
 pub struct HealthAcc {
@@ -413,6 +566,8 @@ pub struct HealthAcc {
     pub entropy_by_turn: BTreeMap<u32, Welford>,
     /// All of them.
     pub entropy: Welford,
+    /// The judge panel's agreement and flags.
+    pub panel: PanelAcc,
     /// The log group being read: id, bucket, its valid rewards.
     open: Option<(u64, Option<usize>, Vec<f64>)>,
 }
@@ -440,6 +595,7 @@ impl HealthAcc {
             scores: [[ScoreCounts::default(); MAX_CRITERIA + 1]; 3],
             entropy_by_turn: BTreeMap::new(),
             entropy: Welford::default(),
+            panel: PanelAcc::default(),
             open: None,
         }
     }
@@ -497,9 +653,14 @@ impl HealthAcc {
             if r.reward.is_none() {
                 self.null_reward += 1;
             }
+            if let Some(p) = &r.panel {
+                self.panel.add(p);
+            }
             if r.judge_attempts > 0 {
                 self.judge_attempts.push(f64::from(r.judge_attempts));
-                self.retried += u64::from(r.judge_attempts > 1);
+                // A panel asks each judge (and sample) once: only answers beyond that are retries.
+                let asked = r.panel.as_ref().map_or(1, |p| p.asked.max(1));
+                self.retried += u64::from(r.judge_attempts > asked);
             }
             if let (Some(c), Some(y)) = (r.chars, r.reward) {
                 for b in bucket.into_iter().chain([all]) {
@@ -598,6 +759,9 @@ pub struct Thresholds {
     /// Flag when the mean weight entropy (nats) is below this (weights collapsed on one
     /// dimension).
     pub entropy: f64,
+    /// Flag when the judge panel's Krippendorff's alpha on the rewards is below this
+    /// (Krippendorff's lowest value for tentative conclusions, 0.667).
+    pub panel_alpha: f64,
     /// The lowest score of the judge's scale (the floor).
     pub score_min: f64,
     /// The highest score of the judge's scale (the ceiling).
@@ -616,14 +780,22 @@ impl Default for Thresholds {
             rubric_failure: 0.05,
             rubric_repair: 0.5,
             entropy: 0.5,
+            panel_alpha: PANEL_ALPHA,
             score_min: 0.0,
             score_max: 5.0,
         }
     }
 }
 
+/// The default `panel_alpha`: Krippendorff's lowest alpha from which tentative conclusions
+/// may be drawn (Krippendorff 2004, *Content Analysis*, §11.4.4).
+pub const PANEL_ALPHA: f64 = 0.667;
+
+/// The checks of [`flags`], in their order: the names of [`THRESHOLD_NAMES`] before the scale.
+pub const CHECKS: usize = 10;
+
 /// The names `--health` takes, in the order of [`Thresholds`].
-pub const THRESHOLD_NAMES: [&str; 11] = [
+pub const THRESHOLD_NAMES: [&str; 12] = [
     "length_rho",
     "zero_spread",
     "ceiling",
@@ -633,6 +805,7 @@ pub const THRESHOLD_NAMES: [&str; 11] = [
     "rubric_failure",
     "rubric_repair",
     "entropy",
+    "panel_alpha",
     "score_min",
     "score_max",
 ];
@@ -649,6 +822,7 @@ impl Thresholds {
             "rubric_failure" => &mut self.rubric_failure,
             "rubric_repair" => &mut self.rubric_repair,
             "entropy" => &mut self.entropy,
+            "panel_alpha" => &mut self.panel_alpha,
             "score_min" => &mut self.score_min,
             "score_max" => &mut self.score_max,
             _ => return None,
@@ -719,6 +893,8 @@ pub struct Flag {
     pub rule: &'static str,
     /// Whether it flags the run.
     pub flagged: bool,
+    /// The status without a value (`no data`).
+    pub missing: &'static str,
 }
 
 fn over(check: &'static str, scope: String, value: Option<f64>, t: f64) -> Flag {
@@ -729,6 +905,7 @@ fn over(check: &'static str, scope: String, value: Option<f64>, t: f64) -> Flag 
         threshold: t,
         rule: ">",
         flagged: value.is_some_and(|v| v > t),
+        missing: "no data",
     }
 }
 
@@ -737,7 +914,8 @@ fn share(k: u64, n: u64) -> Option<f64> {
 }
 
 /// Every check of one variant: for the length check, the worst bucket decides (the lower
-/// limit of rho); for ceiling and floor, the worst dimension.
+/// limit of rho); for ceiling and floor, the worst dimension; `panel_alpha` only with a judge
+/// panel.
 pub fn flags(h: &HealthAcc, t: &Thresholds, buckets: &Buckets) -> Vec<Flag> {
     let mut out = Vec::new();
     let all = h.length.len() - 1;
@@ -812,7 +990,23 @@ pub fn flags(h: &HealthAcc, t: &Thresholds, buckets: &Buckets) -> Vec<Flag> {
         threshold: t.entropy,
         rule: "<",
         flagged: e.is_some_and(|v| v < t.entropy),
+        missing: "no data",
     });
+    // A single judge has no agreement to check: the check is left out (the panel view says
+    // "no panel").
+    let p = &h.panel;
+    if p.is_panel() {
+        let a = p.reward.value();
+        out.push(Flag {
+            check: "panel_alpha",
+            scope: format!("reward, {} responses", p.reward.units()),
+            value: a,
+            threshold: t.panel_alpha,
+            rule: "<",
+            flagged: a.is_some_and(|v| v < t.panel_alpha),
+            missing: "no data",
+        });
+    }
     out
 }
 
@@ -838,7 +1032,7 @@ pub fn summary(acc: &Acc) -> Vec<String> {
                     )
                 })
                 .collect();
-            if bad.is_empty() {
+            let verdict = if bad.is_empty() {
                 format!(
                     "{name}: passed ({with_data} of {} checks had data; none crossed its \
                      threshold).",
@@ -846,9 +1040,92 @@ pub fn summary(acc: &Acc) -> Vec<String> {
                 )
             } else {
                 format!("{name}: FLAGGED by {}.", bad.join("; "))
-            }
+            };
+            format!("{verdict} {}", panel_line(&h.panel))
         })
         .collect()
+}
+
+/// One sentence on the judges: `Judges: no panel.` for a single judge, else the panel's
+/// agreement at both levels and its flagged share.
+pub fn panel_line(p: &PanelAcc) -> String {
+    if !p.is_panel() {
+        return "Judges: no panel.".to_owned();
+    }
+    let alpha = |a: &Alpha, what: &str| match a.value() {
+        Some(v) => format!("{v:.3} over {} {what}", a.units()),
+        None => format!("undefined over {} {what}", a.units()),
+    };
+    format!(
+        "Judges: a panel of {}; Krippendorff's alpha {} ({}); {} of {} responses flagged.",
+        p.judges,
+        alpha(&p.reward, "responses"),
+        alpha(&p.score, "criterion scores"),
+        p.flagged,
+        p.responses
+    )
+}
+
+/// A judge panel's agreement and flags per variant (`no panel` for a single judge).
+pub fn panel_table(acc: &Acc) -> Table {
+    let mut rows = Vec::new();
+    for (name, h) in variants(acc) {
+        let p = &h.panel;
+        if !p.is_panel() {
+            rows.push(vec![
+                Cell::Text(name),
+                Cell::Text("no panel".to_owned()),
+                Cell::Int(u64::from(p.judges.max(1))),
+                Cell::Int(p.responses),
+                Cell::Empty,
+                Cell::Empty,
+                Cell::Empty,
+                Cell::Empty,
+                Cell::Empty,
+                Cell::Empty,
+            ]);
+            continue;
+        }
+        let alpha = |a: &Alpha| a.value().map_or(Cell::Empty, Cell::Num);
+        rows.push(vec![
+            Cell::Text(name),
+            Cell::Text("panel".to_owned()),
+            Cell::Int(u64::from(p.judges)),
+            Cell::Int(p.responses),
+            Cell::Int(p.flagged),
+            opt_rate(p.flagged, p.responses),
+            alpha(&p.reward),
+            Cell::Int(p.reward.units()),
+            alpha(&p.score),
+            Cell::Int(p.score.units()),
+        ]);
+    }
+    Table {
+        name: "health_panel",
+        title: "Reward health: judge panel agreement".to_owned(),
+        caption: "Per variant, over the responses a judge panel judged: the judges in the panel \
+                  (no panel: a single judge, nothing to agree on), the share of responses \
+                  flagged because the judges' rewards spread by more than max_spread (95% \
+                  Wilson interval), and Krippendorff's alpha for interval data between the \
+                  judges, on their rewards (a unit per response) and on their criterion scores \
+                  (a unit per criterion of a response), each over the units two judges or more \
+                  rated. 1 is perfect agreement, 0 agreement at chance level; below 0.667 \
+                  Krippendorff advises against drawing even tentative conclusions."
+            .to_owned(),
+        columns: vec![
+            col("variant", Kind::Plain),
+            col("panel", Kind::Plain),
+            col("judges", Kind::Plain),
+            col("responses", Kind::Plain),
+            col("flagged", Kind::Plain),
+            col("flagged_share", Kind::Interval),
+            col("reward_alpha", Kind::Plain),
+            col("reward_units", Kind::Plain),
+            col("score_alpha", Kind::Plain),
+            col("score_units", Kind::Plain),
+        ],
+        rows,
+    }
 }
 
 /// The Wilson interval of `k` of `n` as an optional pair, for tables.
@@ -890,7 +1167,7 @@ pub fn flags_table(acc: &Acc) -> Table {
                 Cell::Num(f.threshold),
                 Cell::Text(
                     match (f.value, f.flagged) {
-                        (None, _) => "no data",
+                        (None, _) => f.missing,
                         (Some(_), true) => "FLAGGED",
                         (Some(_), false) => "ok",
                     }
@@ -910,7 +1187,9 @@ pub fn flags_table(acc: &Acc) -> Table {
                   without a reward; judge_retry the share of judged responses asked more than \
                   once; rubric_failure the share of groups without a valid rubric; rubric_repair \
                   the share of groups that needed a repair; entropy the mean weight entropy \
-                  (nats). A check with no data neither flags nor passes."
+                  (nats); panel_alpha Krippendorff's alpha (interval) of a judge panel's rewards \
+                  (below 0.667 by default: Krippendorff's bound for tentative conclusions; no \
+                  panel for a single judge). A check with no data neither flags nor passes."
             .to_owned(),
         columns: vec![
             col("variant", Kind::Plain),
@@ -1230,6 +1509,7 @@ mod tests {
                 judge_attempts: 1,
                 chars: None,
                 scores: Vec::new(),
+                panel: None,
             }],
         };
         // Group 1: 0.5, 0.5 (flat); group 2: 0.5, 0.7; group 3: one reward only.

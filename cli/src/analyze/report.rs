@@ -169,6 +169,7 @@ fn views<'a>(acc: &Acc, charts: &'a [Chart]) -> Vec<View<'a>> {
         sub(super::health::groups_table(acc), "health_groups.", HEALTH),
         sub(super::health::scores_table(acc), "health_scores.", HEALTH),
         sub(super::health::loop_table(acc), "health_loop.", HEALTH),
+        sub(super::health::panel_table(acc), "health_panel.", HEALTH),
         sub(
             super::health::entropy_table(acc),
             "health_entropy.",

@@ -291,8 +291,10 @@ pub fn health(acc: &Acc) -> Result<Vec<Chart>, String> {
     }
     // The checks at a glance: each value over its threshold (the threshold over the value for
     // the one check that flags below it), so that every check flags above 1.
-    let names: Vec<String> = health::THRESHOLD_NAMES[..9]
+    let any_panel = vars.iter().any(|(_, h)| h.panel.is_panel());
+    let names: Vec<String> = health::THRESHOLD_NAMES[..health::CHECKS]
         .iter()
+        .filter(|n| any_panel || **n != "panel_alpha")
         .map(|n| (*n).to_owned())
         .collect();
     let checks: Vec<Series> = vars
@@ -300,18 +302,26 @@ pub fn health(acc: &Acc) -> Result<Vec<Chart>, String> {
         .map(|(n, h)| Series {
             name: n.clone(),
             color: color(n),
-            points: health::flags(h, t, b)
-                .iter()
-                .map(|f| {
-                    let v = f.value?;
-                    let r = if f.rule == "<" {
-                        (v > 0.0).then(|| f.threshold / v)?
-                    } else {
-                        (f.threshold > 0.0).then(|| v / f.threshold)?
-                    };
-                    r.is_finite().then_some((r, None))
-                })
-                .collect(),
+            points: {
+                let fl = health::flags(h, t, b);
+                // By name: a variant without a panel has no panel_alpha check.
+                names
+                    .iter()
+                    .map(|n| {
+                        let f = fl.iter().find(|f| f.check == n.as_str())?;
+                        let v = f.value?;
+                        // Alpha may be 0 or below: its disagreement 1 - alpha over the allowed.
+                        let r = if f.check == "panel_alpha" {
+                            (f.threshold < 1.0).then(|| (1.0 - v) / (1.0 - f.threshold))?
+                        } else if f.rule == "<" {
+                            (v > 0.0).then(|| f.threshold / v)?
+                        } else {
+                            (f.threshold > 0.0).then(|| v / f.threshold)?
+                        };
+                        r.is_finite().then_some((r, None))
+                    })
+                    .collect()
+            },
         })
         .collect();
     if checks.iter().any(|s| s.points.iter().any(Option::is_some)) {

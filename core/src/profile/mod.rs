@@ -63,7 +63,9 @@ pub use parse::{
     MAX_CRITERION_WEIGHT, MAX_PROFILE_TEXT_BYTES, MAX_PROFILE_VIOLATIONS, PROFILE_WEIGHT_TOLERANCE,
     ProfileCode, ProfilePath, ProfileReport, ProfileValidation, ProfileViolation, parse_profile,
 };
-pub use score::{ProfileGroupReport, ProfileReward, profile_reward, profile_reward_group};
+pub use score::{
+    ProfileGroupReport, ProfileReward, profile_reward, profile_reward_group, profile_reward_real,
+};
 
 use heapless::Vec;
 

@@ -7,7 +7,7 @@
 //! raw integer scores, one division), so the `care` profile reproduces it bit for bit.
 
 use super::{CritLayout, MAX_DIMENSIONS, OutputCheck, Profile, RubricSource, normalize_label};
-use crate::reward::{Fired, ScoreOptions, resolve_raw_in};
+use crate::reward::{Fired, ScoreOptions, check_real_in, resolve_raw_in};
 use crate::rubric::Rubric;
 use crate::{Error, Result};
 
@@ -65,6 +65,14 @@ pub struct ProfileGroupReport {
     pub first_error: Option<(usize, Error)>,
     /// Policies fired, summed over the group.
     pub fired: Fired,
+}
+
+/// How scores are read: judge scores (integers, under the score policies) or real values (a
+/// panel's per-criterion aggregates: finite and in range, no policy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scores {
+    Integer,
+    Real,
 }
 
 /// The profile and rubric resolved once for any number of responses.
@@ -145,6 +153,7 @@ impl<'p> Resolved<'p> {
     fn evaluate(
         &self,
         scores: &[f64],
+        mode: Scores,
         opts: &ScoreOptions,
         fired: &mut Fired,
         values: &mut [f64; MAX_DIMENSIONS],
@@ -153,6 +162,10 @@ impl<'p> Resolved<'p> {
             return Err(Error::ScoreShape);
         }
         let (lo, hi) = (self.lo, self.hi);
+        let resolve = |raw: f64, fired: &mut Fired| match mode {
+            Scores::Integer => resolve_raw_in(raw, lo, hi, opts, fired),
+            Scores::Real => check_real_in(raw, lo, hi).map(Some),
+        };
         let mut rest = scores;
         let mut first = 0usize;
         let mut reward = 0.0;
@@ -175,7 +188,7 @@ impl<'p> Resolved<'p> {
                 // then one division: the arithmetic of `policy_reward`.
                 let (mut sum, mut k) = (0.0, 0usize);
                 for &raw in dim {
-                    if let Some(v) = resolve_raw_in(raw, lo, hi, opts, fired)? {
+                    if let Some(v) = resolve(raw, fired)? {
                         veto_hit |= veto.is_some_and(|m| v < m);
                         sum += v;
                         k += 1;
@@ -192,7 +205,7 @@ impl<'p> Resolved<'p> {
                 let crits = self.criteria.get(first..first + n).unwrap_or(&[]);
                 let (mut num, mut den) = (0.0, 0.0);
                 for (&raw, c) in dim.iter().zip(crits) {
-                    if let Some(v) = resolve_raw_in(raw, lo, hi, opts, fired)? {
+                    if let Some(v) = resolve(raw, fired)? {
                         num += c.weight * ((v - lo) / (hi - lo));
                         if c.weight > 0.0 {
                             den += c.weight;
@@ -266,7 +279,7 @@ fn reward_resolved(
     profile: &Profile<'_>,
     res: &Resolved<'_>,
     output: &OutputCheck<'_>,
-    scores: &[f64],
+    (scores, mode): (&[f64], Scores),
     gold: &str,
     opts: &ScoreOptions,
 ) -> Result<ProfileReward> {
@@ -289,7 +302,8 @@ fn reward_resolved(
         return Ok(r);
     }
     let mut fired = Fired::default();
-    let (rubric_reward, vetoed) = res.evaluate(scores, opts, &mut fired, &mut r.dim_values)?;
+    let (rubric_reward, vetoed) =
+        res.evaluate(scores, mode, opts, &mut fired, &mut r.dim_values)?;
     fired.merge(&res.weight_flags);
     let reward = match emotion {
         Some(e) => {
@@ -336,7 +350,32 @@ pub fn profile_reward(
 ) -> Result<ProfileReward> {
     let res = Resolved::new(profile, rubric, opts)?;
     let gold = gold_label(profile, gold_emotion)?;
-    reward_resolved(profile, &res, output, scores, gold, opts)
+    reward_resolved(profile, &res, output, (scores, Scores::Integer), gold, opts)
+}
+
+/// [`profile_reward`] for real-valued scores: each score any real number in the profile's
+/// range, not only an integer (a judge panel's per-criterion aggregate of its judges' scores,
+/// for instance). The formula is the same (dimension values, weights, vetoes on the scores,
+/// the emotion term, the format gate); nothing is repaired: the missing-score and
+/// out-of-range policies do not apply, and `opts` contributes only
+/// [`ScoreOptions::uniform_weights`]. For integer scores the result equals
+/// [`profile_reward`]'s under the `error` policies.
+///
+/// # Errors
+/// As [`profile_reward`], except that a `NaN` (no score) or infinite score is
+/// [`Error::NonFinite`] and a finite score outside the range [`Error::ScoreOutOfRange`],
+/// whatever the policies.
+pub fn profile_reward_real(
+    profile: &Profile<'_>,
+    rubric: Option<&Rubric<'_>>,
+    output: &OutputCheck<'_>,
+    scores: &[f64],
+    gold_emotion: Option<&str>,
+    opts: &ScoreOptions,
+) -> Result<ProfileReward> {
+    let res = Resolved::new(profile, rubric, opts)?;
+    let gold = gold_label(profile, gold_emotion)?;
+    reward_resolved(profile, &res, output, (scores, Scores::Real), gold, opts)
 }
 
 /// The rewards of the `M` responses of one GRPO group under one profile (and, for a generated
@@ -368,7 +407,7 @@ pub fn profile_reward_group<S: AsRef<[u8]>>(
         let row = scores
             .get(j * res.total..(j + 1) * res.total)
             .unwrap_or(&[]);
-        match reward_resolved(profile, &res, &check, row, gold, opts) {
+        match reward_resolved(profile, &res, &check, (row, Scores::Integer), gold, opts) {
             Ok(r) => {
                 *o = r.reward;
                 rep.scored = rep.scored.saturating_add(1);

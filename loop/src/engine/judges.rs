@@ -1,6 +1,8 @@
 //! The panel layer of the engine: a response judged by several judges (and samples), each
 //! judgment exactly the single judge's loop ([`Engine::judge_loop`]) with its own backend and
-//! cache key, then rewarded by the profile and aggregated ([`crate::panel`]).
+//! cache key. Each judgment is rewarded by the profile (the judges' own rewards: spread, flag,
+//! agreement); the panel's reward is the profile's reward of the per-criterion aggregate of the
+//! judges' scores ([`crate::panel`], [`RubricProfile::score_real`]).
 
 use std::sync::{Arc, Mutex};
 
@@ -308,7 +310,9 @@ impl Engine {
                 out[j] = Some(reward);
                 continue;
             }
-            let (r, unit) = self.panel_response(panel, &grid, &rewards, j, &layout);
+            let response = responses.get(j).map_or("", String::as_str);
+            let (r, unit) =
+                self.panel_response(panel, &grid, &rewards, j, (&text, response, gold), &layout);
             out[j] = r.reward;
             if let Some(p) = &r.panel {
                 self.metrics.panel().response(p, panel.aggregate);
@@ -338,7 +342,9 @@ impl Engine {
 
     /// One judged response: each judge's result, the quorum, the aggregate, the spread; and
     /// its agreement units (the valid judges' rewards, and their scores of each criterion)
-    /// when two judges or more gave scores.
+    /// when two judges or more gave scores. `(rubric, response, gold)` are the turn's rubric
+    /// text, the response as given and the turn's gold, for the profile's reward of the
+    /// aggregated scores.
     #[allow(clippy::type_complexity)]
     fn panel_response(
         &self,
@@ -346,6 +352,7 @@ impl Engine {
         grid: &[Vec<Vec<Option<PanelCall>>>],
         rewards: &[Vec<Vec<Option<f64>>>],
         j: usize,
+        (rubric, response, gold): (&str, &str, Option<&serde_json::Value>),
         layout: &[usize],
     ) -> (ResponseResult, Option<(Vec<f64>, Vec<Vec<f64>>)>) {
         let mut judges = Vec::with_capacity(panel.judges.len());
@@ -456,12 +463,22 @@ impl Engine {
         let (mut reward, mut status, mut error, mut scores, mut score_spread) =
             (None, response_status::OK, None, None, None);
         if quorum_met {
-            let values: Vec<(f64, f64)> =
-                ok.iter().map(|&k| (judge_reward(k), weight(k))).collect();
-            reward = aggregate(&values, panel.aggregate, panel.trim);
+            // Per criterion the aggregate over the valid judges; the reward is the profile's
+            // reward of those real-valued scores (Eq. 5 for `care`), not an aggregate of the
+            // judges' rewards.
             let agg: Vec<f64> = (0..criteria)
                 .map(|c| aggregate(&criterion(c), panel.aggregate, panel.trim).unwrap_or(f64::NAN))
                 .collect();
+            match self.profile.score_real(rubric, response, &agg, gold) {
+                Ok(r) => reward = Some(r),
+                Err(e) => {
+                    status = response_status::JUDGE_INVALID;
+                    error = Some(ErrorOut {
+                        code: "score_error".to_owned(),
+                        message: format!("the panel's aggregated scores give no reward: {e}"),
+                    });
+                }
+            }
             let sp: Vec<f64> = (0..criteria)
                 .map(|c| spread(criterion(c).into_iter().map(|v| v.0)))
                 .collect();
