@@ -459,8 +459,9 @@ pub fn check_end_suffixes<S: AsRef<str>>(extra: &[S]) -> Result<(), TemplateErro
 }
 
 /// Writes `turns` as `family`'s template writes them (one model's template per family: ChatML
-/// as Qwen and Hermes write it, Llama 3, Mistral's v7, Gemma with the system text folded into
-/// the first user turn, DeepSeek V3, Phi-3), then the generation prompt when
+/// as Qwen and Hermes write it, Llama 3, Mistral's v7, Gemma with the system texts folded into
+/// the next user turn (or, with none after them, written as a user turn of their own: no text
+/// is dropped), DeepSeek V3, Phi-3), then the generation prompt when
 /// `generation_prompt` is set (Mistral's has none: the prompt ends with `[/INST]`).
 /// [`parse_prompt`] reads the result back.
 ///
@@ -509,23 +510,38 @@ pub fn render_prompt<W: fmt::Write>(
         }
         TemplateFamily::Gemma => {
             w.write_str("<bos>")?;
-            let mut system: Option<&str> = None;
-            for t in turns {
-                let role = match t.role {
-                    ChatRole::System => {
-                        system = Some(t.content);
-                        continue;
+            // Gemma has no system role: the system texts (all of them, in order) open the next
+            // user turn; system texts with no user turn after them become one of their own, so
+            // that no text is lost.
+            let pending = |w: &mut W, from: usize, to: usize| -> fmt::Result {
+                for t in turns.get(from..to).unwrap_or(&[]) {
+                    if t.role == ChatRole::System {
+                        write!(w, "{}\n\n", t.content.trim())?;
                     }
+                }
+                Ok(())
+            };
+            let mut since = 0;
+            for (k, t) in turns.iter().enumerate() {
+                let role = match t.role {
+                    ChatRole::System => continue,
                     ChatRole::User => "user",
                     ChatRole::Assistant => "model",
                 };
                 writeln!(w, "<start_of_turn>{role}")?;
-                if t.role == ChatRole::User
-                    && let Some(s) = system.take()
-                {
-                    write!(w, "{}\n\n", s.trim())?;
+                if t.role == ChatRole::User {
+                    pending(w, since, k)?;
+                    since = k + 1;
                 }
                 writeln!(w, "{}<end_of_turn>", t.content.trim())?;
+            }
+            if turns
+                .get(since..)
+                .is_some_and(|rest| rest.iter().any(|t| t.role == ChatRole::System))
+            {
+                w.write_str("<start_of_turn>user\n")?;
+                pending(w, since, turns.len())?;
+                w.write_str("<end_of_turn>\n")?;
             }
             if generation_prompt {
                 w.write_str("<start_of_turn>model\n")?;

@@ -592,3 +592,38 @@ proptest! {
         }
     }
 }
+
+/// Fuzz finding (`chat_template`): a Gemma prompt with a system turn and no user turn after it
+/// rendered as `<bos>` alone, dropping the text; two system turns kept only the last.
+#[test]
+fn gemma_render_drops_no_system_text() {
+    use TemplateFamily::Gemma;
+    let render = |turns: &[ChatTurn<'_>]| {
+        let mut out = String::new();
+        render_prompt(&mut out, Gemma, turns, false).unwrap();
+        out
+    };
+    let lone = render(&[ChatTurn::new(ChatRole::System, "Be kind.")]);
+    assert_eq!(
+        lone,
+        "<bos><start_of_turn>user\nBe kind.\n\n<end_of_turn>\n"
+    );
+    let two = render(&[
+        ChatTurn::new(ChatRole::System, "Be kind."),
+        ChatTurn::new(ChatRole::System, "Be brief."),
+        ChatTurn::new(ChatRole::User, "I failed."),
+    ]);
+    assert_eq!(
+        two,
+        "<bos><start_of_turn>user\nBe kind.\n\nBe brief.\n\nI failed.<end_of_turn>\n"
+    );
+    let mut back = [ChatTurn::default(); 4];
+    let n = parse_prompt(&two, Gemma, &mut back).unwrap();
+    assert_eq!(
+        &back[..n],
+        [ChatTurn::new(
+            ChatRole::User,
+            "Be kind.\n\nBe brief.\n\nI failed."
+        )]
+    );
+}
