@@ -33,8 +33,13 @@ fuzz_target!(|data: &[u8]| {
         }
         None => {}
     }
-    let d = saturating_secs(f64::from_bits(u64::from_le_bytes(
-        body.get(..8).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]),
-    )), cap);
+    let d = saturating_secs(
+        f64::from_bits(u64::from_le_bytes(
+            body.get(..8)
+                .and_then(|b| b.try_into().ok())
+                .unwrap_or([0; 8]),
+        )),
+        cap,
+    );
     assert!(d <= Duration::from_secs_f64(cap.min(MAX_SECS)));
 });

@@ -63,7 +63,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let f = &*FIXTURE;
     let server = &f.servers[usize::from(sel & 1)];
-    let route = if sel & 2 == 0 { "/get_reward" } else { "/v1/reward" };
+    let route = if sel & 2 == 0 {
+        "/get_reward"
+    } else {
+        "/v1/reward"
+    };
     let req = Request::post(route)
         .header("content-type", "application/json")
         .body(Body::from(body.to_vec()))
