@@ -196,14 +196,23 @@ impl Engine {
         } else {
             plain
         };
-        let key = call_key(Role::Judge, backend.model(), &sampling, &first, 0);
+        // The first call's key, hashed once: the judgment's flight key and that call's cache key.
+        let key = call_key(Role::Judge, backend.model(), &sampling, &first, 1);
         let me = Arc::clone(self);
         let c = Arc::clone(counter);
         let rubric = rubric.to_owned();
+        let first_key = key.clone();
         flight(&panel.flights, key, || async move {
             let own = Counter::default();
             let outcome = me
-                .judge_loop(me.panel_backend(k), sample, &rubric, first, None, &own)
+                .judge_loop(
+                    me.panel_backend(k),
+                    sample,
+                    &rubric,
+                    first,
+                    Some(first_key),
+                    &own,
+                )
                 .await;
             let cost = own.snapshot();
             // Counted once, in the turn that made the calls.
